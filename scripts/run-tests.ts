@@ -1,0 +1,32 @@
+// Runs every test file under test/ with Node's own test runner through tsx.
+// Node 20's --test does not expand globs itself, so the file list is built here.
+import { spawnSync } from "node:child_process";
+import { readdirSync, statSync } from "node:fs";
+import { join } from "node:path";
+
+function findTests(dir: string): string[] {
+  const found: string[] = [];
+  for (const entry of readdirSync(dir)) {
+    const path = join(dir, entry);
+    if (statSync(path).isDirectory()) found.push(...findTests(path));
+    else if (entry.endsWith(".test.ts")) found.push(path);
+  }
+  return found;
+}
+
+const filters = process.argv.slice(2);
+const files = findTests("test")
+  .filter((f) => filters.length === 0 || filters.some((x) => f.includes(x)))
+  .sort();
+if (files.length === 0) {
+  console.error(`no test files match ${filters.join(" ")}`);
+  process.exit(1);
+}
+// Multi-node tests mostly wait on loopback I/O, so more files than cores run at once.
+const concurrency = process.env.MOVIE_TEST_CONCURRENCY ?? "3";
+const result = spawnSync(
+  process.execPath,
+  ["--import", "tsx", "--test", `--test-concurrency=${concurrency}`, "--test-timeout=120000", ...files],
+  { stdio: "inherit", env: { ...process.env, MOVIE_LOG_LEVEL: process.env.MOVIE_LOG_LEVEL ?? "silent" } },
+);
+process.exit(result.status ?? 1);

@@ -1,0 +1,102 @@
+/** Errors raised by the actor runtime. Each has a stable `name` and carries the fields a caller acts on. */
+
+/** An ask got no reply within its timeout. */
+export class AskTimeoutError extends Error {
+  override readonly name = "AskTimeoutError";
+  constructor(
+    readonly target: string,
+    readonly messageType: string,
+    readonly timeoutMs: number,
+  ) {
+    super(`Ask of ${messageType} to ${target} timed out after ${timeoutMs} ms; raise the timeout or check the target`);
+  }
+}
+
+/** An ask was cancelled through its AbortSignal before a reply arrived. */
+export class AskCancelledError extends Error {
+  override readonly name = "AskCancelledError";
+  constructor(
+    readonly target: string,
+    readonly messageType: string,
+  ) {
+    super(`Ask of ${messageType} to ${target} was cancelled by its AbortSignal`);
+  }
+}
+
+/** An ask's reply was not an instance of the expected reply class. */
+export class AskReplyTypeError extends Error {
+  override readonly name = "AskReplyTypeError";
+  constructor(
+    readonly target: string,
+    readonly expectedType: string,
+    readonly actualType: string,
+  ) {
+    super(`Ask to ${target} expected a reply of type ${expectedType} but received ${actualType}`);
+  }
+}
+
+/** An actor name is empty, too long, contains `/`, `#` or whitespace, or starts with `$`. */
+export class InvalidActorNameError extends Error {
+  override readonly name = "InvalidActorNameError";
+  constructor(readonly actorName: string) {
+    super(
+      `Invalid actor name "${actorName}": use 1-255 letters, digits or -_.:~+=@!,;'()*% and do not start with $ or contain / # or spaces`,
+    );
+  }
+}
+
+/** A sibling with the same name is still alive. */
+export class DuplicateActorNameError extends Error {
+  override readonly name = "DuplicateActorNameError";
+  constructor(
+    readonly parentPath: string,
+    readonly actorName: string,
+  ) {
+    super(`An actor named "${actorName}" already exists under ${parentPath}; pick another name or stop it first`);
+  }
+}
+
+/** A message that cannot be sent: `undefined` or `null`. */
+export class InvalidMessageError extends Error {
+  override readonly name = "InvalidMessageError";
+  constructor(detail: string) {
+    super(`Invalid message: ${detail}`);
+  }
+}
+
+/** A setting or argument outside its allowed range (a negative timeout, a zero interval, …). */
+export class InvalidArgumentError extends Error {
+  override readonly name = "InvalidArgumentError";
+  constructor(
+    readonly argument: string,
+    detail: string,
+  ) {
+    super(`Invalid ${argument}: ${detail}`);
+  }
+}
+
+/** The actor system has terminated (or is terminating) and cannot spawn. */
+export class ActorSystemTerminatedError extends Error {
+  override readonly name = "ActorSystemTerminatedError";
+  constructor(readonly systemName: string) {
+    super(`Actor system ${systemName} is terminated; create a new ActorSystem`);
+  }
+}
+
+/** Validates a duration argument in milliseconds: finite and not negative (or strictly positive when asked). */
+export function requireDurationMs(argument: string, value: number, options: { positive?: boolean } = {}): number {
+  if (typeof value !== "number" || !Number.isFinite(value) || value < 0 || (options.positive === true && value === 0)) {
+    throw new InvalidArgumentError(
+      argument,
+      `${String(value)} ms; expected a finite number ${options.positive === true ? "above 0" : "of 0 or more"}`,
+    );
+  }
+  return value;
+}
+
+/** The class name of a value, for error texts. */
+export function typeNameOf(value: unknown): string {
+  if (value === null) return "null";
+  if (typeof value === "object") return (value as object).constructor?.name ?? "Object";
+  return typeof value;
+}

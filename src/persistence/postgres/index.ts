@@ -1,0 +1,2 @@
+/** Placeholder: this backend lands with the persistence issue. */
+export {};

@@ -1,0 +1,2 @@
+/** Placeholder: this layer lands in its own issue. */
+export {};
