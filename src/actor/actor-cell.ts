@@ -163,7 +163,7 @@ export class ActorCell<T> implements Runnable, ActorContext<T> {
   stop(child: ActorRef<unknown>): void {
     if (!(child instanceof LocalActorRef)) return;
     const cell = child.cell;
-    if (cell.parent === (this as ActorCell<unknown>)) cell.requestStop();
+    if (cell.parent === (this as ActorCell<unknown>) || cell === (this as ActorCell<unknown>)) cell.requestStop();
   }
 
   watch(ref: ActorRef<unknown>): void {
@@ -216,6 +216,8 @@ export class ActorCell<T> implements Runnable, ActorContext<T> {
   /** @internal Enqueues a user message (or a dead letter once the actor stopped accepting). */
   enqueue(message: unknown, sender: ActorRef<unknown> | null, origin: UniqueAddress | null): void {
     if (!this.accepting) {
+      // Timer and receive-timeout firings are the actor's own bookkeeping, not letters anyone sent.
+      if (message instanceof TimerFire || message instanceof ReceiveTimeoutFire) return;
       this.system.deadLetterOffice.publish(message, sender, this.path.toString());
       return;
     }
@@ -232,6 +234,14 @@ export class ActorCell<T> implements Runnable, ActorContext<T> {
     if (this.state === "stopped") {
       if (message instanceof Watch) message.watcher.sendSystem(new Terminated(this.ref));
       return;
+    }
+    // Both stops close the mailbox the moment they are sent, so whatever is told afterwards is a dead letter even
+    // while a message is still in progress; a drain counts exactly what was queued before it (sharding's handoff).
+    if (message instanceof Stop) {
+      this.accepting = false;
+    } else if (message instanceof DrainAndStop && this.accepting && this.state !== "stopping") {
+      this.accepting = false;
+      this.drainRemaining = this.mailbox?.size ?? 0;
     }
     if (this.systemQueue === null) this.systemQueue = [];
     this.systemQueue.push(message);
@@ -304,10 +314,7 @@ export class ActorCell<T> implements Runnable, ActorContext<T> {
         return true;
       }
       if (message instanceof DrainAndStop) {
-        if (this.state !== "running") continue;
-        this.accepting = false;
-        this.drainRemaining = this.mailbox?.size ?? 0;
-        if (this.drainRemaining === 0) {
+        if (this.state === "running" && this.drainRemaining === 0) {
           this.beginStop();
           return true;
         }
@@ -342,6 +349,7 @@ export class ActorCell<T> implements Runnable, ActorContext<T> {
       if (message.generation === this.receiveTimeoutGeneration && this.receiveTimeoutMs !== null) {
         this.deliverSignal(RECEIVE_TIMEOUT);
       }
+      this.afterMessage();
       return;
     }
     if (this.receiveTimeoutMs !== null) this.lastActivityMs = this.system.scheduler.now();
@@ -495,7 +503,16 @@ export class ActorCell<T> implements Runnable, ActorContext<T> {
     const done = (): void => {
       this.state = "stopped";
       this.flushToDeadLetters();
+      // A Watch queued behind the Stop that ended the actor still deserves its Terminated.
+      const unprocessed = this.systemQueue;
       this.systemQueue = null;
+      if (unprocessed !== null) {
+        for (const message of unprocessed) {
+          if (!(message instanceof Watch) || message.watcher.path.equals(this.path)) continue;
+          if (this.watchers === null) this.watchers = new Map();
+          this.watchers.set(message.watcher.path.toString(), message.watcher);
+        }
+      }
       this.behavior = null;
       this.parent?.childTerminated(this as ActorCell<unknown>);
       if (this.parent === null) this.system.rootTerminated(this as ActorCell<unknown>);
