@@ -4,7 +4,7 @@
  * transaction, that the lease row has this owner, this epoch and an unexpired lease on the database clock, and
  * otherwise raises StaleShardOwnerError and commits nothing. The fence check comes before duplicate detection.
  */
-import { InvalidPersistenceRequestError } from "./errors.ts";
+import { CorruptPersistentRecordError, InvalidPersistenceRequestError } from "./errors.ts";
 import { type ShardLeaseKey, type ShardLeaseToken, validateLeaseToken } from "./lease.ts";
 import { OperationId } from "./operation-id.ts";
 
@@ -207,4 +207,26 @@ export function checkRecord(field: string, record: { manifest: string; payload: 
   if (typeof record.payload !== "string") {
     throw new InvalidPersistenceRequestError(`${field}.payload`, "must be a string (JSON text)");
   }
+}
+
+/**
+ * Validates an event (or snapshot) row read back from a store.
+ * @throws CorruptPersistentRecordError naming the persistence id and sequence number
+ */
+export function checkStoredEvent(
+  persistenceId: string,
+  sequenceNr: number,
+  manifest: unknown,
+  payload: unknown,
+): StoredEvent {
+  if (!Number.isSafeInteger(sequenceNr) || sequenceNr < 0) {
+    throw new CorruptPersistentRecordError(persistenceId, sequenceNr, "sequence number is not a whole number");
+  }
+  if (typeof manifest !== "string" || manifest.length === 0) {
+    throw new CorruptPersistentRecordError(persistenceId, sequenceNr, "manifest is missing");
+  }
+  if (typeof payload !== "string") {
+    throw new CorruptPersistentRecordError(persistenceId, sequenceNr, "payload is not text");
+  }
+  return { sequenceNr, manifest, payload };
 }
