@@ -52,6 +52,8 @@ export interface PostgresStoreOptions {
   resilience?: Partial<ResilienceSettings>;
   /** Timers for backoff and timeouts; default the real clock. */
   scheduler?: Scheduler;
+  /** `application_name` of every connection (visible in pg_stat_activity); default "movie". */
+  applicationName?: string;
   /** Called with pool-level errors of idle connections (a terminated backend); default ignore. */
   onPoolError?: (error: Error) => void;
 }
@@ -156,6 +158,7 @@ export class PostgresStore implements PersistenceStore {
     const pool = new pg.Pool({
       connectionString: uri,
       max: poolSize,
+      application_name: options.applicationName ?? "movie",
       ...(schema === null ? {} : { options: `-c search_path=${schema}` }),
     });
     const onPoolError = options.onPoolError ?? (() => {});
