@@ -21,9 +21,18 @@ import {
   typeNameOf,
   UniqueAddress,
 } from "../actor/index.ts";
+import { Cluster } from "../cluster/index.ts";
+import { Remoting } from "../remote/index.ts";
 import { AllocationPlanner } from "./allocation/planner.ts";
 import type { ShardingMember } from "./allocation/strategy.ts";
-import { attachTyped, inProcessCodec, type PayloadCodec, typedOf } from "./codec.ts";
+import {
+  attachTyped,
+  inProcessCodec,
+  type PayloadCodec,
+  RegistryCodec,
+  registerShardingWireTypes,
+  typedOf,
+} from "./codec.ts";
 import {
   activateTimeoutDefaultMs,
   handoffTimeoutMs,
@@ -116,16 +125,6 @@ export interface ShardingRuntime {
 const daemonName = "sharding";
 const departureGuardName = "cluster-sharding";
 
-let defaultRuntime: ((system: ActorSystem) => ShardingRuntime) | null = null;
-
-/**
- * @internal Installs how `ClusterSharding.get` finds remoting and cluster membership (set by the module that wires
- * the real layers, or by tests).
- */
-export function setDefaultShardingRuntime(resolver: ((system: ActorSystem) => ShardingRuntime) | null): void {
-  defaultRuntime = resolver;
-}
-
 /**
  * Cluster sharding for one actor system (the seed's `ClusterSharding.get(system)`): register entity types with
  * {@link ClusterSharding.init}, then talk to entities through {@link ClusterSharding.entityRefFor}. Routing goes
@@ -177,12 +176,24 @@ export class ClusterSharding implements Extension, EntityRouter {
   static get(system: ActorSystem): ClusterSharding {
     return system.extension(
       shardingExtensionId(() => {
-        if (defaultRuntime === null) {
+        let remoting: Remoting;
+        try {
+          remoting = Remoting.get(system);
+        } catch {
           throw new ClusterShardingConfigurationError(
-            "cluster sharding requires remoting and cluster membership; call system.enableRemoting() and system.enableCluster() first",
+            "cluster sharding requires remoting; await system.enableRemoting({ host, port }) first",
           );
         }
-        return defaultRuntime(system);
+        let cluster: Cluster;
+        try {
+          cluster = Cluster.get(system);
+        } catch {
+          throw new ClusterShardingConfigurationError(
+            "cluster sharding requires cluster membership; await system.enableCluster({ seedNodes }) first",
+          );
+        }
+        registerShardingWireTypes(remoting.registry);
+        return { membership: cluster, codec: new RegistryCodec(remoting.registry) };
       }),
     );
   }
@@ -715,10 +726,10 @@ export class ClusterSharding implements Extension, EntityRouter {
       state.plan = plan;
       if (authored) this.afterPlanStored(state);
     }
-    for (const effect of effects) this.performPlanEffect(state, effect, peers);
+    for (const effect of effects) this.performPlanEffect(state, effect);
   }
 
-  private performPlanEffect(state: TypeState, effect: PlanEffect, peers: readonly UniqueAddress[]): void {
+  private performPlanEffect(state: TypeState, effect: PlanEffect): void {
     switch (effect.kind) {
       case "requestSnapshots": {
         const request = new PlanSnapshotRequest(state.provider.name, state.provider.settings.key, this.self.toString());
@@ -726,7 +737,7 @@ export class ClusterSharding implements Extension, EntityRouter {
         break;
       }
       case "broadcast":
-        this.broadcastPlan(state, peers);
+        this.broadcastPlan(state);
         break;
       case "startHandoff":
         this.startHandoff(state, effect.shardId, effect.previous, effect.next);
@@ -755,19 +766,19 @@ export class ClusterSharding implements Extension, EntityRouter {
     );
   }
 
-  private broadcastPlan(state: TypeState, peers?: readonly UniqueAddress[]): void {
+  private broadcastPlan(state: TypeState): void {
     if (!this.isAuthor(state)) {
       throw new ClusterShardingConfigurationError(
         "Only the current coordinator may publish its authoritative sharding plan",
       );
     }
     const update = this.planUpdateOf(state);
-    const targets =
-      peers ??
-      this.membership
-        .snapshot()
-        .members.filter((m) => m.status === "Up" && !m.uniqueAddress.equals(this.self))
-        .map((m) => m.uniqueAddress);
+    // Leaving and Exiting members get the plan too: the membership leader may be a leaving node, and its departure
+    // guard reads its own plan view to learn that no shard is left on it.
+    const targets = this.membership
+      .snapshot()
+      .members.filter((m) => !m.uniqueAddress.equals(this.self) && departingOrUp(m.status))
+      .map((m) => m.uniqueAddress);
     for (const peer of targets) this.daemonOf(peer).tell(update, this.daemon);
   }
 
@@ -1227,6 +1238,10 @@ class LocalCoordinatorEntry implements ActorRef<unknown> {
     return Promise.reject(new InvalidMessageError("use askVia"));
   }
   sendSystem(): void {}
+}
+
+function departingOrUp(status: string): boolean {
+  return status === "Up" || status === "Leaving" || status === "Exiting";
 }
 
 function asError(error: unknown): Error {

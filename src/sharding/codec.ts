@@ -1,4 +1,16 @@
-import type { WireMessage } from "./coordinator/messages.ts";
+import type { MessageRegistry } from "../remote/index.ts";
+import {
+  PassivateShard,
+  PlanRequest,
+  PlanSnapshot,
+  PlanSnapshotRequest,
+  PlanUpdate,
+  PrepareShard,
+  ShardingControlAck,
+  ShardingEnvelope,
+  type WireMessage,
+  wireNames,
+} from "./coordinator/messages.ts";
 import { ClusterShardingConfigurationError } from "./errors.ts";
 
 /**
@@ -39,3 +51,33 @@ export const inProcessCodec: PayloadCodec = {
     );
   },
 };
+
+/**
+ * The codec of a real cluster: the message's registered wire name, and the message itself as payload (the remoting
+ * writer serializes it inside the envelope in the same pass, so no intermediate payload string is built).
+ */
+export class RegistryCodec implements PayloadCodec {
+  constructor(private readonly registry: MessageRegistry) {}
+
+  /** @throws UnknownMessageTypeError when the message's class is not registered */
+  encode(message: unknown): WireMessage {
+    return { type: this.registry.registrationOf(message).name, payload: message };
+  }
+
+  /** @throws EnvelopeDecodeError for an unknown tag or an invalid payload */
+  decode(wire: WireMessage): unknown {
+    return this.registry.decode(wire.type, wire.payload);
+  }
+}
+
+/** Registers the sharding protocol classes under their stable dotted names (idempotent). */
+export function registerShardingWireTypes(registry: MessageRegistry): void {
+  registry.register(ShardingEnvelope, { name: wireNames.envelope });
+  registry.register(ShardingControlAck, { name: wireNames.controlAck });
+  registry.register(PlanRequest, { name: wireNames.planRequest });
+  registry.register(PlanSnapshotRequest, { name: wireNames.planSnapshotRequest });
+  registry.register(PlanSnapshot, { name: wireNames.planSnapshot });
+  registry.register(PlanUpdate, { name: wireNames.planUpdate });
+  registry.register(PassivateShard, { name: wireNames.passivateShard });
+  registry.register(PrepareShard, { name: wireNames.prepareShard });
+}

@@ -13,8 +13,8 @@ export {
   type ShardingMemberStatus,
 } from "./allocation/strategy.ts";
 export { type MemberWeight, WeightedLeastLoadedAllocation } from "./allocation/weighted-least-loaded.ts";
-export { ClusterSharding, type ShardingRuntime, setDefaultShardingRuntime } from "./cluster-sharding.ts";
-export { inProcessCodec, type PayloadCodec } from "./codec.ts";
+export { ClusterSharding, type ShardingRuntime } from "./cluster-sharding.ts";
+export { inProcessCodec, type PayloadCodec, RegistryCodec, registerShardingWireTypes } from "./codec.ts";
 export * as shardingConstants from "./constants.ts";
 export { type ElectionSnapshot, electCoordinator, routingCoordinator } from "./coordinator/election.ts";
 export type { WireMessage } from "./coordinator/messages.ts";

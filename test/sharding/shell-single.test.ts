@@ -8,7 +8,7 @@ import {
   UnsupportedSystemMessageError,
 } from "../../src/sharding/index.ts";
 import { eventually } from "../fixtures/eventually.ts";
-import { FakeCluster } from "./fake-cluster.ts";
+import { FakeCluster } from "./fixtures/fake-cluster.ts";
 import {
   DeliverOrder,
   GetOrder,
@@ -18,7 +18,7 @@ import {
   orderClasses,
   SlowOrder,
   started,
-} from "./order-fixture.ts";
+} from "./fixtures/order.ts";
 
 const cluster = new FakeCluster(orderClasses);
 after(() => cluster.shutdown());
