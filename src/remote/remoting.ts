@@ -357,7 +357,10 @@ export class Remoting implements Extension {
       this.dropped(target, message, sender, "disconnected");
       return null;
     }
-    if (mode === "write" && target.uid === null) target.uid = association.uid;
+    if (target.uid === null) {
+      if (mode === "write") target.uid = association.uid;
+      else association.bindOnConnect(target);
+    }
     if (association.writer.bufferedBytes > this.settings.maxBufferedBytes) {
       this.stats_.droppedOverflow++;
       this.dropped(target, message, sender, "overflow");
