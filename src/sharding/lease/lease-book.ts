@@ -522,7 +522,11 @@ function renewTick(d: Draft, shardId: number, epoch: number, safeToOwn: boolean)
   }
   const lease = d.shards.get(shardId);
   if (lease?.phase !== "held" || lease.token.epoch !== epoch || lease.renewCallId !== null) return;
-  if (d.nowMs < lease.renewDueMs) return;
+  if (d.nowMs < lease.renewDueMs) {
+    // Timers may fire a little early on a real clock: wait for the rest rather than renew early or stall.
+    d.effects.push({ kind: "scheduleRenewal", shardId, epoch, afterMs: lease.renewDueMs - d.nowMs });
+    return;
+  }
   if (d.nowMs >= lease.validUntilMs) {
     d.lose(shardId);
     return;

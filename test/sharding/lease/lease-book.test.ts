@@ -210,8 +210,8 @@ describe("acquiring", () => {
 describe("renewing", () => {
   test("a due tick renews; the answer counts a renewal, extends validity and schedules the next", () => {
     const s = holding();
-    const [, none] = step(s, { kind: "renewTick", shardId: 7, epoch: 1, safeToOwn: true }, 2_999);
-    assert.deepEqual(none, []);
+    const [, early] = step(s, { kind: "renewTick", shardId: 7, epoch: 1, safeToOwn: true }, 2_990);
+    assert.deepEqual(early, [{ kind: "scheduleRenewal", shardId: 7, epoch: 1, afterMs: 10 }], "early: wait the rest");
     const [s1, e1] = step(s, { kind: "renewTick", shardId: 7, epoch: 1, safeToOwn: true }, 3_000);
     assert.deepEqual(e1, [{ kind: "renew", callId: 2, token: token(7, 1), leaseDurationMs: 10_000 }]);
     const [, dup] = step(s1, { kind: "renewTick", shardId: 7, epoch: 1, safeToOwn: true }, 3_001);
