@@ -82,7 +82,7 @@ class NoteBehavior extends DurableStateBehavior<NoteCommand, { text: string }> {
   emptyState() {
     return { text: "" };
   }
-  handleCommand(state: { text: string }, command: NoteCommand, ctx: EntityContext<NoteCommand>) {
+  handleCommand(_state: { text: string }, command: NoteCommand, ctx: EntityContext<NoteCommand>) {
     const reply = (s: { text: string }) => ctx.sender?.tell(new NoteReply(s.text));
     if (command instanceof SetNote)
       return DurableStateEffect.persist({ text: command.text }, command.op).thenRun(reply);
