@@ -67,6 +67,8 @@ export class PersistentEntityProvider<T> implements ShardingProvider {
   private readonly entities = new Map<string, PersistentEntity>();
   private readonly byRef = new Map<string, string>();
   private readonly draining = new Set<number>();
+  /** Shards whose handoff prepare is acquiring the lease; the shell marks them prepared only once that is done. */
+  private readonly preparing = new Map<number, number>();
   private readonly terminationWaiters = new Map<string, (() => void)[]>();
   private counter = 0;
 
@@ -115,7 +117,14 @@ export class PersistentEntityProvider<T> implements ShardingProvider {
   async prepareShard(shardId: number): Promise<void> {
     this.draining.delete(shardId);
     this.keeper.own(shardId);
-    await this.keeper.acquire(shardId);
+    this.preparing.set(shardId, (this.preparing.get(shardId) ?? 0) + 1);
+    try {
+      await this.keeper.acquire(shardId);
+    } finally {
+      const left = (this.preparing.get(shardId) ?? 1) - 1;
+      if (left === 0) this.preparing.delete(shardId);
+      else this.preparing.set(shardId, left);
+    }
   }
 
   deliver(shardId: number, entityId: string, message: unknown, sender: ActorRef<unknown> | null): void {
@@ -146,7 +155,10 @@ export class PersistentEntityProvider<T> implements ShardingProvider {
     await this.keeper.drain(shardId);
   }
 
-  retainShards(shardIds: ReadonlySet<number>): void {
+  retainShards(planned: ReadonlySet<number>): void {
+    // A plan stored while a prepare is still acquiring does not list that shard yet: releasing it there would
+    // cost the handoff an extra epoch (release, then acquire again).
+    const shardIds = new Set([...planned, ...this.preparing.keys()]);
     this.keeper.retain(shardIds);
     for (const [id, entity] of [...this.entities]) {
       if (shardIds.has(entity.shardId)) continue;
