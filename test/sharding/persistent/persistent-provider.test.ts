@@ -260,3 +260,44 @@ test("an unreachable member: leases are dropped without release, entities stop, 
   }
   assert.equal(provider.keeper.state.shards.size, 0);
 });
+
+test("a write under a superseded epoch (a paused owner resuming) commits nothing and fails the caller", async () => {
+  // A fresh owner view: the unreachable peer from the previous test is gone again.
+  for (const entry of cluster.entries()) entry.unreachable.clear();
+  cluster.emit();
+  const provider = providerOf(sharding, "Tally");
+  const ref = sharding.entityRefFor("Tally", "t-9");
+  await eventually(
+    async () => {
+      try {
+        return (await ref.ask(new AddPoints(4, "op-t9-1"), TallyReply, 2_000)).total === 4;
+      } catch {
+        return false;
+      }
+    },
+    { what: "ownership to come back" },
+  );
+  const epoch = provider.entityEpoch("t-9")!;
+  const shard = sharding.shardOf("Tally", "t-9");
+  const client = await rawClient(pg.url, pg.schema);
+  try {
+    // Another node took the shard over while this one was paused: the row moved on to the next epoch.
+    await client.query(
+      `UPDATE shard_lease SET owner = 'movie.tcp://other@127.0.0.1:1#x', epoch = epoch + 1,
+         lease_until_epoch_ms = movie_now_ms() + 60000 WHERE entity_type = 'Tally' AND shard_id = $1`,
+      [shard],
+    );
+    await assert.rejects(ref.ask(new AddPoints(100, "op-t9-2"), TallyReply, 5_000), { name: "StaleShardOwnerError" });
+    const journal = await client.query(
+      "SELECT count(*)::int AS n FROM event_journal WHERE persistence_id = 'Tally:t-9'",
+    );
+    assert.equal(journal.rows[0].n, 1, "only the write made under the current epoch");
+  } finally {
+    await client.end();
+  }
+  assert.notEqual(provider.entityEpoch("t-9"), epoch + 1, "nothing here ever runs under the other node's epoch");
+  await eventually(() => provider.keeper.state.shards.get(shard) === undefined, {
+    what: "the next renewal to find the lease gone",
+    timeoutMs: 5_000,
+  });
+});
