@@ -100,11 +100,11 @@ export class ActorSystem {
     this.userGuardian = new ActorCell<unknown>(
       this,
       null,
-      ["user"],
+      "user",
       new GuardianBehavior(options.guardianSupervision),
       undefined,
     );
-    this.systemGuardian = new ActorCell<unknown>(this, null, ["system"], new GuardianBehavior(undefined), undefined);
+    this.systemGuardian = new ActorCell<unknown>(this, null, "system", new GuardianBehavior(undefined), undefined);
     this.userGuardian.run();
     this.systemGuardian.run();
   }
@@ -258,7 +258,7 @@ export class ActorSystem {
 
   /** @internal Validates or generates a child name; generated names start with `$`. */
   claimChildName(
-    parentPath: string,
+    parentPath: ActorPath,
     siblings: Map<string, ActorCell<unknown>> | null,
     name: string | undefined,
   ): string {
@@ -269,7 +269,7 @@ export class ActorSystem {
       }
     }
     if (typeof name !== "string" || !isValidActorName(name)) throw new InvalidActorNameError(String(name));
-    if (siblings?.has(name) === true) throw new DuplicateActorNameError(parentPath, name);
+    if (siblings?.has(name) === true) throw new DuplicateActorNameError(parentPath.toString(), name);
     return name;
   }
 
