@@ -52,6 +52,8 @@ export class Association implements ConnectionOwner {
   private attempt = 0;
   private timer: Cancellable | null = null;
   private upOnce = false;
+  /** Refs whose first messages wait for the first connection; they are bound to the uid that answers. */
+  private awaitingUid: { uid: string | null }[] = [];
 
   constructor(
     private readonly host: AssociationHost,
@@ -76,6 +78,11 @@ export class Association implements ConnectionOwner {
     if (this.state === "up") return "write";
     if (this.state === "idle") this.connect();
     return this.state === "connecting" && !this.lostOnce ? "buffer" : "drop";
+  }
+
+  /** Binds `ref` to the peer's uid once the first connection is up. */
+  bindOnConnect(ref: { uid: string | null }): void {
+    if (this.awaitingUid.length < 4096) this.awaitingUid.push(ref);
   }
 
   /** Starts connecting if nothing is going on yet (system messages need a connection). */
@@ -142,6 +149,8 @@ export class Association implements ConnectionOwner {
     this.upOnce = true;
     if (this.outboxUid !== null && this.outboxUid !== peer.uid) this.outbox.reset();
     this.outboxUid = peer.uid;
+    for (const ref of this.awaitingUid) if (ref.uid === null) ref.uid = peer.uid;
+    this.awaitingUid = [];
     this.resendSystem();
     this.host.changed(this, "connected");
     return null;
@@ -172,6 +181,7 @@ export class Association implements ConnectionOwner {
     const dropped = this.writer.discard();
     this.host.stats.droppedWhileDisconnected += dropped;
     this.writer = new FrameWriter(this.host.stats);
+    this.awaitingUid = [];
     if (this.state === "stopped") return;
     this.lostOnce = true;
     this.state = "backoff";

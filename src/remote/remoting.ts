@@ -253,6 +253,16 @@ export class Remoting implements Extension {
     this.associations.get(key)?.resendSystem();
   }
 
+  /**
+   * Test hook: closes every connection to and from `peer` at once, as a network blip would. Both sides reconnect
+   * with backoff; user messages queued meanwhile are dropped, system messages are re-sent.
+   */
+  disconnect(peer: UniqueAddress | string): void {
+    const key = peerKey(peer);
+    this.associations.get(key)?.drop(new Error("disconnected by test hook"));
+    for (const connection of this.inbound) if (connection.peer?.address.hostPort === key) connection.close();
+  }
+
   /** What this node knows about every peer address it has talked to. */
   peers(): PeerInfo[] {
     const keys = new Set<string>([...this.associations.keys(), ...this.incarnations.keys()]);
@@ -347,7 +357,10 @@ export class Remoting implements Extension {
       this.dropped(target, message, sender, "disconnected");
       return null;
     }
-    if (mode === "write" && target.uid === null) target.uid = association.uid;
+    if (target.uid === null) {
+      if (mode === "write") target.uid = association.uid;
+      else association.bindOnConnect(target);
+    }
     if (association.writer.bufferedBytes > this.settings.maxBufferedBytes) {
       this.stats_.droppedOverflow++;
       this.dropped(target, message, sender, "overflow");
