@@ -41,7 +41,7 @@ import {
   planSyncIntervalMs,
   reconcileIntervalMs,
 } from "./constants.ts";
-import { electCoordinator, routingCoordinator } from "./coordinator/election.ts";
+import { acceptingCoordinator, electCoordinator, routingCoordinator } from "./coordinator/election.ts";
 import {
   type EnvelopeKind,
   PassivateShard,
@@ -587,7 +587,7 @@ export class ClusterSharding implements Extension, EntityRouter {
 
   private receiveAsOwner(state: TypeState, d: Delivery, origin: UniqueAddress | null): void {
     const { envelope } = d;
-    const coordinator = electCoordinator(this.membership.snapshot());
+    const coordinator = acceptingCoordinator(this.membership.snapshot());
     const fromCoordinator =
       coordinator !== null &&
       envelope.hopCount === 1 &&
@@ -673,7 +673,7 @@ export class ClusterSharding implements Extension, EntityRouter {
       this.system.scheduler.scheduleOnce(delay, () => {
         state.barrierTimers.delete(shard);
         if (this.stopped) return;
-        const coordinator = electCoordinator(this.membership.snapshot());
+        const coordinator = acceptingCoordinator(this.membership.snapshot());
         const authorized = coordinator !== null && this.authorizedShard(state, shard, coordinator);
         this.applyBarrier(
           state,
@@ -883,7 +883,7 @@ export class ClusterSharding implements Extension, EntityRouter {
         "settingsKey",
       );
     }
-    const coordinator = electCoordinator(this.membership.snapshot());
+    const coordinator = acceptingCoordinator(this.membership.snapshot());
     let outcome: string;
     try {
       [state.plan, outcome] = acceptPlanUpdate(
@@ -1092,7 +1092,7 @@ export class ClusterSharding implements Extension, EntityRouter {
         "settingsKey",
       );
     }
-    const coordinator = electCoordinator(this.membership.snapshot());
+    const coordinator = acceptingCoordinator(this.membership.snapshot());
     const ok =
       coordinator !== null &&
       coordinatorText === coordinator.toString() &&

@@ -76,7 +76,7 @@ test("the seed's Order example end to end from every node, with placement spread
       OrderReply,
       3_000,
     );
-    assert.deepEqual(first.parcels, [`parcel-${i}`]);
+    assert.deepEqual(first.parcels, [`parcel-${i}`], JSON.stringify(describeNodes(nodes, "Order")()));
     const reply = await nodes[(i + 1) % 3]!.sharding.entityRefFor<OrderCommand>("Order", id).ask(
       new GetOrder(),
       OrderReply,
