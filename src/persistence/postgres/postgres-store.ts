@@ -187,13 +187,25 @@ export class PostgresStore implements PersistenceStore {
     this.open();
     const a = checkAppend(request);
     const fingerprint = eventsFingerprint(a.events);
-    const manifests = a.events.map((e) => e.manifest);
-    const payloads = a.events.map((e) => e.payload);
+    // The first event goes as plain text parameters and only further ones as arrays: array literals cost
+    // escaping on both sides, and most appends carry one event.
+    const first = a.events[0];
+    const more = a.events.length > 1 ? a.events.slice(1) : null;
     const row = await this.writeCall(
       "appendEvents",
       "movie_append",
-      "SELECT status, revision FROM movie_append_events($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
-      [a.persistenceId, a.expectedRevision, a.operationId, fingerprint, manifests, payloads, ...fenceArgs(a.fence)],
+      "SELECT movie_append_events($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) AS outcome",
+      [
+        a.persistenceId,
+        a.expectedRevision,
+        a.operationId,
+        fingerprint,
+        first?.manifest ?? null,
+        first?.payload ?? null,
+        more?.map((e) => e.manifest) ?? null,
+        more?.map((e) => e.payload) ?? null,
+        ...fenceArgs(a.fence),
+      ],
       a.persistenceId,
       a.expectedRevision,
     );
@@ -221,10 +233,10 @@ export class PostgresStore implements PersistenceStore {
     const result = await this.query(
       "loadRevision",
       "movie_load_revision",
-      "SELECT revision FROM event_stream WHERE persistence_id = $1",
+      "SELECT movie_stream_revision($1) AS revision",
       [persistenceId],
     );
-    return result.rows.length === 0 ? 0 : Number(result.rows[0].revision);
+    return Number(result.rows[0].revision);
   }
 
   async saveSnapshot(
@@ -409,7 +421,7 @@ export class PostgresStore implements PersistenceStore {
     const row = await this.writeCall(
       deleted ? "deleteState" : "saveState",
       "movie_write_state",
-      "SELECT status, revision FROM movie_write_state($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+      "SELECT movie_write_state($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) AS outcome",
       [
         request.persistenceId,
         request.expectedRevision,
@@ -449,7 +461,9 @@ export class PostgresStore implements PersistenceStore {
   ): Promise<StatusRow> {
     try {
       const result = await this.query(operation, name, text, values);
-      return result.rows[0] as StatusRow;
+      // revision * 4 + status, see movie_outcome in schema.ts.
+      const outcome = Number(result.rows[0].outcome);
+      return { status: outcome % 4, revision: String(Math.floor(outcome / 4)) };
     } catch (error) {
       if ((error as { code?: string }).code === REVISION_MISMATCH_SQLSTATE) {
         throw new ConcurrentWriteError(pid, expected, Number((error as Error).message));
