@@ -58,6 +58,8 @@ export interface PostgresStoreOptions {
   onPoolError?: (error: Error) => void;
 }
 
+const UNIQUE_VIOLATION = "23505";
+
 const schemaPattern = /^[a-z_][a-z0-9_]{0,62}$/;
 
 const connectionErrorCodes = new Set(["57P01", "57P02", "57P03", "ECONNRESET", "ECONNREFUSED", "EPIPE", "ETIMEDOUT"]);
@@ -208,8 +210,23 @@ export class PostgresStore implements PersistenceStore {
       ],
       a.persistenceId,
       a.expectedRevision,
-    );
+    ).catch((error: unknown) => {
+      if ((error as { code?: string }).code !== UNIQUE_VIOLATION) throw error;
+      return this.resolveAppend(a.persistenceId, a.operationId, fingerprint, a.expectedRevision);
+    });
     return this.writeOutcome(row, a.persistenceId, a.operationId, a.fence);
+  }
+
+  /** The append wrote nothing: ask the database whether it was a retry or a concurrent write. */
+  private resolveAppend(pid: string, op: string, fingerprint: string, expected: number): Promise<StatusRow> {
+    return this.writeCall(
+      "appendEvents",
+      "movie_append_resolve",
+      "SELECT movie_append_resolve($1, $2, $3) AS outcome",
+      [pid, op, fingerprint],
+      pid,
+      expected,
+    );
   }
 
   async loadEvents(persistenceId: string, afterSeq = 0): Promise<StoredEvent[]> {

@@ -82,9 +82,30 @@ export const postgresMigrations: readonly Migration[] = buildMigrations([
       $$ SELECT greatest(
         (SELECT max(sequence_nr) FROM event_journal WHERE persistence_id = p_pid),
         (SELECT revision FROM event_stream WHERE persistence_id = p_pid), 0) $$`,
+    // After an append wrote nothing: a duplicate or conflicting retry of this operation id, or else the revision
+    // moved (MV001 with the current revision).
+    `CREATE OR REPLACE FUNCTION movie_append_resolve(p_pid text, p_op text, p_fingerprint text) RETURNS bigint
+      LANGUAGE plpgsql AS $$
+      DECLARE
+        v_fingerprint text;
+        v_previous bigint;
+        v_actual bigint;
+      BEGIN
+        SELECT j.fingerprint, j.operation_revision INTO v_fingerprint, v_previous FROM event_journal j
+          WHERE j.persistence_id = p_pid AND j.operation_id = p_op;
+        IF NOT FOUND THEN
+          SELECT o.fingerprint, o.revision INTO v_fingerprint, v_previous FROM journal_operation o
+            WHERE o.persistence_id = p_pid AND o.operation_id = p_op;
+        END IF;
+        IF FOUND THEN
+          RETURN movie_outcome(CASE WHEN v_fingerprint = p_fingerprint THEN 1 ELSE 2 END, v_previous);
+        END IF;
+        v_actual := movie_stream_revision(p_pid);
+        RAISE EXCEPTION USING ERRCODE = '${REVISION_MISMATCH_SQLSTATE}', MESSAGE = v_actual::text;
+      END $$`,
     // Optimistic concurrency comes from the journal's primary key: the append inserts sequence numbers
-    // expected+1.., and ON CONFLICT DO NOTHING tells us someone else got there first (or this operation id already
-    // exists: its partial unique index is an arbiter too). The gap check makes sure row `expected` exists (or
+    // expected+1.., and a unique violation says someone else got there first (or this operation id already
+    // exists: its partial unique index). The gap check makes sure row `expected` exists (or
     // retention recorded that revision), so a writer ahead of the stream cannot leave a hole.
     `CREATE OR REPLACE FUNCTION movie_append_events(p_pid text, p_expected bigint, p_op text, p_fingerprint text,
         p_manifest text, p_payload text, p_more_manifests text[], p_more_payloads text[], ${fenceParams})
@@ -94,7 +115,6 @@ export const postgresMigrations: readonly Migration[] = buildMigrations([
         v_revision bigint := p_expected + v_count;
         v_fingerprint text;
         v_previous bigint;
-        v_rows bigint := 0;
         v_actual bigint;
         v_contiguous boolean;
       BEGIN
@@ -130,30 +150,21 @@ export const postgresMigrations: readonly Migration[] = buildMigrations([
           RETURN movie_outcome(0, p_expected);
         END IF;
         IF v_contiguous THEN
-          -- The first row claims sequence expected+1 (and the operation id); once it is ours, no writer can claim
-          -- a later one, since their gap check cannot see this uncommitted row.
+          -- A plain INSERT (no ON CONFLICT: speculative insertion costs an extra WAL record and index pass). A
+          -- unique violation, on sequence expected+1 or on the operation id, aborts the statement and the client
+          -- asks movie_append_resolve what happened. Once the first row is ours, no writer can claim a later
+          -- sequence, since their gap check cannot see this uncommitted row.
           INSERT INTO event_journal (persistence_id, sequence_nr, manifest, payload, operation_id, fingerprint,
               operation_revision)
-            VALUES (p_pid, p_expected + 1, p_manifest, p_payload, p_op, p_fingerprint, v_revision)
-            ON CONFLICT DO NOTHING;
-          GET DIAGNOSTICS v_rows = ROW_COUNT;
-          IF v_rows = 1 THEN
-            IF v_count > 1 THEN
-              INSERT INTO event_journal (persistence_id, sequence_nr, manifest, payload)
-                SELECT p_pid, p_expected + 1 + t.i, t.m, t.p
-                  FROM unnest(p_more_manifests, p_more_payloads) WITH ORDINALITY AS t(m, p, i);
-            END IF;
-            RETURN movie_outcome(0, v_revision);
+            VALUES (p_pid, p_expected + 1, p_manifest, p_payload, p_op, p_fingerprint, v_revision);
+          IF v_count > 1 THEN
+            INSERT INTO event_journal (persistence_id, sequence_nr, manifest, payload)
+              SELECT p_pid, p_expected + 1 + t.i, t.m, t.p
+                FROM unnest(p_more_manifests, p_more_payloads) WITH ORDINALITY AS t(m, p, i);
           END IF;
+          RETURN movie_outcome(0, v_revision);
         END IF;
-        -- Nothing was written: this operation id may already be in the journal (a retry), or the revision moved.
-        SELECT j.fingerprint, j.operation_revision INTO v_fingerprint, v_previous FROM event_journal j
-          WHERE j.persistence_id = p_pid AND j.operation_id = p_op;
-        IF FOUND THEN
-          RETURN movie_outcome(CASE WHEN v_fingerprint = p_fingerprint THEN 1 ELSE 2 END, v_previous);
-        END IF;
-        v_actual := movie_stream_revision(p_pid);
-        RAISE EXCEPTION USING ERRCODE = '${REVISION_MISMATCH_SQLSTATE}', MESSAGE = v_actual::text;
+        RETURN movie_append_resolve(p_pid, p_op, p_fingerprint);
       END $$`,
     `CREATE OR REPLACE FUNCTION movie_write_state(p_pid text, p_expected bigint, p_op text, p_fingerprint text,
         p_manifest text, p_payload text, p_deleted bigint, ${fenceParams})
