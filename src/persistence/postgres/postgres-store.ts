@@ -148,15 +148,6 @@ export class PostgresStore implements PersistenceStore {
       throw new PersistenceConfigurationError("poolSize", `${String(poolSize)}; expected a whole number 1..1000`);
     }
     const resilience = { ...defaultResilience, ...options.resilience };
-    if (schema !== null) {
-      const admin = new pg.Client({ connectionString: uri });
-      await admin.connect();
-      try {
-        await admin.query(`CREATE SCHEMA IF NOT EXISTS ${schema}`);
-      } finally {
-        await admin.end();
-      }
-    }
     const pool = new pg.Pool({
       connectionString: uri,
       max: poolSize,
@@ -167,7 +158,7 @@ export class PostgresStore implements PersistenceStore {
     // An idle connection killed by the server surfaces here; without a listener it would crash the process.
     pool.on("error", onPoolError);
     try {
-      await migrate(pool);
+      await migrate(pool, schema);
     } catch (error) {
       await pool.end();
       throw error;
@@ -529,12 +520,14 @@ function leaseToken(key: ShardLeaseKey, row: Record<string, unknown>): ShardLeas
   };
 }
 
-async function migrate(pool: Queryable & Pick<pg.Pool, "connect">): Promise<void> {
+async function migrate(pool: Queryable & Pick<pg.Pool, "connect">, schema: string | null): Promise<void> {
   const client = await pool.connect();
   try {
     // Session-level lock: two nodes starting at once migrate one after the other (REFERENCE §4.4).
     await client.query("SELECT pg_advisory_lock($1::bigint)", [MIGRATION_LOCK_KEY.toString()]);
     try {
+      // Under the lock: concurrent CREATE SCHEMA IF NOT EXISTS can still collide on the catalog's unique index.
+      if (schema !== null) await client.query(`CREATE SCHEMA IF NOT EXISTS ${schema}`);
       await client.query(`CREATE TABLE IF NOT EXISTS movie_schema_migration (version INTEGER PRIMARY KEY,
         name TEXT NOT NULL, checksum TEXT NOT NULL, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())`);
       const applied = (await client.query("SELECT version, name, checksum FROM movie_schema_migration"))
