@@ -2,7 +2,7 @@
 // entities, with and without fencing, against a ceiling of plain single-row INSERT transactions of the same payload
 // through `pg` at the same concurrency, measured in the same run; plus recovery time of a 10k-event entity.
 // Usage: npm run bench:persistence  (MOVIE_POSTGRES_TEST_URL overrides the local server; MOVIE_BENCH_SECONDS the
-// duration of each measured case, default 1.5).
+// duration of each measured case, default 0.6; MOVIE_BENCH_ROUNDS the interleaved rounds, default 3).
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -23,8 +23,9 @@ import { SqliteStore } from "../src/persistence/sqlite/index.ts";
 
 const clock = new RealScheduler();
 const url = process.env.MOVIE_POSTGRES_TEST_URL ?? "postgres://postgres@127.0.0.1:5432/test";
-const caseMs = Number(process.env.MOVIE_BENCH_SECONDS ?? "1.5") * 1000;
-const warmupMs = 300;
+const caseMs = Number(process.env.MOVIE_BENCH_SECONDS ?? "0.6") * 1000;
+const rounds = Number(process.env.MOVIE_BENCH_ROUNDS ?? "3");
+const warmupMs = 150;
 const concurrencies = [1, 4, 64];
 const payload = JSON.stringify({ kind: "ItemAdded", sku: "sku-000042", quantity: 3, note: "x".repeat(64) });
 const manifest = "bench.ItemAdded";
@@ -94,23 +95,20 @@ async function appendCase(
   return { concurrency, ...result };
 }
 
-async function pgCeiling(schema: string, concurrency: number) {
-  const pool = new pg.Pool({ connectionString: url, max: concurrency, options: `-c search_path=${schema}` });
+let ceilingRun = 0;
+// The ceiling runs on the store's own pool (same connections, same concurrency).
+async function pgCeiling(pool: pg.Pool, concurrency: number) {
   await pool.query(`CREATE TABLE IF NOT EXISTS bench_ceiling (persistence_id TEXT NOT NULL, sequence_nr BIGINT NOT NULL,
     manifest TEXT NOT NULL, payload TEXT NOT NULL, created_at TIMESTAMPTZ NOT NULL DEFAULT now(),
     PRIMARY KEY (persistence_id, sequence_nr))`);
-  const run = `c${concurrency}`;
-  try {
-    return await measure(concurrency, (w, i) =>
-      pool.query({
-        name: "bench_ceiling_insert",
-        text: "INSERT INTO bench_ceiling (persistence_id, sequence_nr, manifest, payload) VALUES ($1, $2, $3, $4)",
-        values: [`${run}-${w}`, i, manifest, payload],
-      }),
-    );
-  } finally {
-    await pool.end();
-  }
+  const run = `c${concurrency}-${++ceilingRun}`;
+  return measure(concurrency, (w, i) =>
+    pool.query({
+      name: "bench_ceiling_insert",
+      text: "INSERT INTO bench_ceiling (persistence_id, sequence_nr, manifest, payload) VALUES ($1, $2, $3, $4)",
+      values: [`${run}-${w}`, i, manifest, payload],
+    }),
+  );
 }
 
 function sqliteCeiling(path: string, concurrency: number) {
@@ -120,7 +118,7 @@ function sqliteCeiling(path: string, concurrency: number) {
   db.exec(`CREATE TABLE IF NOT EXISTS bench_ceiling (persistence_id TEXT NOT NULL, sequence_nr INTEGER NOT NULL,
     manifest TEXT NOT NULL, payload TEXT NOT NULL, PRIMARY KEY (persistence_id, sequence_nr))`);
   const insert = db.prepare("INSERT INTO bench_ceiling VALUES (?, ?, ?, ?)");
-  const run = `c${concurrency}`;
+  const run = `c${concurrency}-${++ceilingRun}`;
   return measure(concurrency, async (w, i) => insert.run(`${run}-${w}`, i, manifest, payload)).finally(() =>
     db.close(),
   );
@@ -177,6 +175,47 @@ async function recoveryCase(store: PersistenceStore, backend: string, events: nu
   return out;
 }
 
+/** Median of each measured field over rounds. */
+function median(results: Awaited<ReturnType<typeof measure>>[]) {
+  const mid = (xs: number[]) => xs.sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
+  return {
+    opsPerSec: mid(results.map((r) => r.opsPerSec)),
+    p50Ms: mid(results.map((r) => r.p50Ms)),
+    p99Ms: mid(results.map((r) => r.p99Ms)),
+    ops: results.reduce((n, r) => n + r.ops, 0),
+  };
+}
+
+// The machine may be shared: ceiling and appends run interleaved, round after round, and each is reported as the
+// median over rounds, so that load drifting during the run affects both sides alike.
+async function compare(
+  backend: string,
+  concurrency: number,
+  ceiling: () => Promise<Awaited<ReturnType<typeof measure>>>,
+  store: PersistenceStore,
+  fence: ShardLeaseToken,
+): Promise<Row[]> {
+  const samples: Record<string, Awaited<ReturnType<typeof measure>>[]> = { ceiling: [], append: [], fenced: [] };
+  for (let round = 0; round < rounds; round++) {
+    samples.ceiling!.push(await ceiling());
+    samples.append!.push(await appendCase(store, `${backend}${round}`, concurrency, null));
+    samples.fenced!.push(await appendCase(store, `${backend}${round}`, concurrency, fence));
+  }
+  const c = median(samples.ceiling!);
+  const row = (mode: string, m: ReturnType<typeof median>): Row => ({
+    backend,
+    mode,
+    concurrency,
+    ...m,
+    ratioToCeiling: m.opsPerSec / c.opsPerSec,
+  });
+  return [
+    row("ceiling: raw INSERT", c),
+    row("append", median(samples.append!)),
+    row("append fenced", median(samples.fenced!)),
+  ];
+}
+
 async function main(): Promise<void> {
   const rows: Row[] = [];
   const schema = `movie_bench_${process.pid}`;
@@ -188,41 +227,25 @@ async function main(): Promise<void> {
   await setup.end();
   try {
     for (const concurrency of concurrencies) {
-      const ceiling = await pgCeiling(schema, concurrency);
-      rows.push({ backend: "postgres", mode: "ceiling: raw INSERT", ...ceiling, concurrency, ratioToCeiling: 1 });
       const store = await PostgresStore.connect({ connectionUri: url, schema, poolSize: concurrency });
       const fence = (await store.acquireShardLease(
         { clusterName: "bench", entityType: "B", shardId: concurrency },
         "bench",
         600_000,
       ))!;
-      for (const [mode, f] of [
-        ["append", null],
-        ["append fenced", fence],
-      ] as const) {
-        const r = await appendCase(store, "pg", concurrency, f);
-        rows.push({ backend: "postgres", mode, ...r, ratioToCeiling: r.opsPerSec / ceiling.opsPerSec });
-      }
+      rows.push(...(await compare("postgres", concurrency, () => pgCeiling(store.pool, concurrency), store, fence)));
       if (concurrency === 1) recovery.push(...(await recoveryCase(store, "postgres", 10_000)));
       await store.close();
     }
     for (const concurrency of concurrencies) {
       const path = join(dir, `bench-${concurrency}.sqlite3`);
-      const ceiling = await sqliteCeiling(path, concurrency);
-      rows.push({ backend: "sqlite", mode: "ceiling: raw INSERT", ...ceiling, concurrency, ratioToCeiling: 1 });
       const store = SqliteStore.open({ dbPath: path });
       const fence = (await store.acquireShardLease(
         { clusterName: "bench", entityType: "B", shardId: 0 },
         "bench",
         600_000,
       ))!;
-      for (const [mode, f] of [
-        ["append", null],
-        ["append fenced", fence],
-      ] as const) {
-        const r = await appendCase(store, "sq", concurrency, f);
-        rows.push({ backend: "sqlite", mode, ...r, ratioToCeiling: r.opsPerSec / ceiling.opsPerSec });
-      }
+      rows.push(...(await compare("sqlite", concurrency, () => sqliteCeiling(path, concurrency), store, fence)));
       if (concurrency === 1) recovery.push(...(await recoveryCase(store, "sqlite", 10_000)));
       await store.close();
     }
@@ -235,7 +258,7 @@ async function main(): Promise<void> {
   }
 
   const pad = (s: string, n: number) => s.padEnd(n);
-  console.log(`payload ${payload.length} B, ${caseMs} ms per case`);
+  console.log(`payload ${payload.length} B, ${caseMs} ms per case, median of ${rounds} interleaved rounds`);
   console.log(
     `${pad("backend", 10)}${pad("mode", 22)}${pad("conc", 6)}${pad("ops/s", 10)}${pad("p50 ms", 9)}${pad("p99 ms", 9)}vs ceiling`,
   );
@@ -255,7 +278,7 @@ async function main(): Promise<void> {
   mkdirSync("bench/results", { recursive: true });
   writeFileSync(
     "bench/results/persistence.json",
-    `${JSON.stringify({ payloadBytes: payload.length, caseMs, appends: rows, recovery }, null, 2)}\n`,
+    `${JSON.stringify({ payloadBytes: payload.length, caseMs, rounds, appends: rows, recovery }, null, 2)}\n`,
   );
 }
 

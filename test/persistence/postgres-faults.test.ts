@@ -176,7 +176,7 @@ describe("postgres faults", () => {
             app,
           ])
         ).rows[0]?.pid as number | undefined;
-      await raw.query("BEGIN; LOCK TABLE event_stream IN ACCESS EXCLUSIVE MODE");
+      await raw.query("BEGIN; LOCK TABLE event_journal IN ACCESS EXCLUSIVE MODE");
       const pending = ctx.store.loadRevision("t");
       pending.catch(() => {});
       await eventually(async () => (await blockedPid("movie-term")) !== undefined, { what: "the read to block" });
@@ -219,7 +219,7 @@ describe("postgres faults", () => {
     });
     const raw = await rawClient(ctx.url, ctx.schema);
     try {
-      await raw.query("BEGIN; LOCK TABLE event_stream IN ACCESS EXCLUSIVE MODE");
+      await raw.query("BEGIN; LOCK TABLE event_journal IN ACCESS EXCLUSIVE MODE");
       await assert.rejects(ctx.store.loadRevision("b"), PersistenceTimeoutError);
       await assert.rejects(ctx.store.loadRevision("b"), PersistenceTimeoutError);
       assert.equal(ctx.store.circuitMode, "open");
