@@ -10,10 +10,12 @@ import type {
   SystemMessage,
   UniqueAddress,
 } from "../actor/index.ts";
+import type { EntityType } from "../persistence/entity-type.ts";
 import { LeastLoadedAllocation } from "../sharding/allocation/least-loaded.ts";
 import { RoleAwareAllocation } from "../sharding/allocation/role-aware.ts";
 import { ClusterSharding } from "../sharding/cluster-sharding.ts";
 import type { ShardedEntityRef } from "../sharding/entity-ref.ts";
+import { initDurableState, initEventSourced } from "../sharding/persistent/init-persistent.ts";
 import { shardingInternals } from "../sharding/persistent/internals.ts";
 import { NoRebalance } from "../sharding/rebalance/no-rebalance.ts";
 import { isActivationCoordinator } from "./activation-coordinator.ts";
@@ -22,6 +24,8 @@ import {
   type ClusterSingletonOptions,
   type ClusterSingletonSettings,
   firstActivationDelayMs,
+  type PersistentSingletonOptions,
+  resolvePersistentSingletonSettings,
   resolveSingletonSettings,
   singletonSettingsKey,
 } from "./settings.ts";
@@ -114,17 +118,94 @@ export class ClusterSingleton implements Extension {
       },
       () => factory(),
     );
-    const ref = new ClusterSingletonRef<T>(
-      name,
-      this.sharding.entityRefFor<T>(typeName, ordinarySingletonEntityId),
-      this,
-    );
+    return this.remember(name, typeName, ordinarySingletonEntityId, messageType.name, settingsKey, settings);
+  }
+
+  /**
+   * Registers a persistent singleton backed by the event-sourced entity `options.entityId` of `entityType`, fenced by
+   * the PostgreSQL lease `(cluster, "movie.singleton.<name>", 0)`; it survives its owner's leave with its state.
+   * @throws ClusterSingletonConfigurationError for invalid settings, or a mismatch with an earlier init
+   * @throws ClusterShardingConfigurationError when the persistence backend is not PostgreSQL
+   */
+  initEventSourced<T>(
+    name: string,
+    entityType: EntityType<T>,
+    options: PersistentSingletonOptions,
+  ): ClusterSingletonRef<T> {
+    return this.initPersistent(name, entityType, options, "EventSourced");
+  }
+
+  /**
+   * Registers a persistent singleton backed by a durable-state entity; otherwise as {@link initEventSourced}.
+   * @throws ClusterSingletonConfigurationError, ClusterShardingConfigurationError as {@link initEventSourced}
+   */
+  initDurableState<T>(
+    name: string,
+    entityType: EntityType<T>,
+    options: PersistentSingletonOptions,
+  ): ClusterSingletonRef<T> {
+    return this.initPersistent(name, entityType, options, "DurableState");
+  }
+
+  private initPersistent<T>(
+    name: string,
+    entityType: EntityType<T>,
+    options: PersistentSingletonOptions,
+    kind: "EventSourced" | "DurableState",
+  ): ClusterSingletonRef<T> {
+    const typeName = singletonTypeName(name);
+    const settings = resolvePersistentSingletonSettings(name, options);
+    const lease = { leaseDurationMs: settings.leaseDurationMs, leaseRenewIntervalMs: settings.leaseRenewIntervalMs };
+    const settingsKey = `${kind};${entityType.name};${settings.entityId};${singletonSettingsKey(settings)};${lease.leaseDurationMs}/${lease.leaseRenewIntervalMs}`;
+    const messageTypeName = entityType.commandClass.name;
+    const existing = this.registrations.get(name);
+    if (existing !== undefined) {
+      if (existing.messageTypeName !== messageTypeName || existing.settingsKey !== settingsKey) {
+        throw new ClusterSingletonConfigurationError(
+          name,
+          existing.messageTypeName !== messageTypeName ? "messageType" : "settings",
+          "is already registered with different settings; use the same entity type and settings on every init",
+        );
+      }
+      return existing.ref as ClusterSingletonRef<T>;
+    }
+    const partitioner = new SingletonPartitioner({
+      kind,
+      persistenceEntityType: entityType.name,
+      messageType: messageTypeName,
+      entityId: settings.entityId,
+      settingsKey: singletonSettingsKey(settings),
+      lease,
+    });
+    const shardingOptions = {
+      routingName: typeName,
+      shardCount: 1,
+      partitioner,
+      allocation: allocationFor(settings),
+      rebalance: new NoRebalance(),
+      leaseDuration: lease.leaseDurationMs,
+      leaseRenewInterval: lease.leaseRenewIntervalMs,
+    };
+    if (kind === "EventSourced") initEventSourced(this.sharding, entityType, shardingOptions);
+    else initDurableState(this.sharding, entityType, shardingOptions);
+    return this.remember(name, typeName, settings.entityId, messageTypeName, settingsKey, settings);
+  }
+
+  private remember<T>(
+    name: string,
+    typeName: string,
+    entityId: string,
+    messageTypeName: string,
+    settingsKey: string,
+    settings: ClusterSingletonSettings,
+  ): ClusterSingletonRef<T> {
+    const ref = new ClusterSingletonRef<T>(name, this.sharding.entityRefFor<T>(typeName, entityId), this);
     const registration: Registration = {
       ref: ref as ClusterSingletonRef<unknown>,
-      messageTypeName: messageType.name,
+      messageTypeName,
       settingsKey,
       typeName,
-      entityId: ordinarySingletonEntityId,
+      entityId,
       timer: null,
       lastActivationError: null,
     };
