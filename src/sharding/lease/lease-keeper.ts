@@ -100,6 +100,11 @@ export class LeaseKeeper {
     if (!this.book.owned.has(shardId)) this.feed({ kind: "own", shardId });
   }
 
+  /** Renews `shardId`'s lease now (when held and no renewal is in flight), to learn early that it is gone. */
+  verify(shardId: number): void {
+    this.feed({ kind: "verify", shardId });
+  }
+
   /** Keeps exactly `shardIds`; the others' entities stop and their leases are released. */
   retain(shardIds: Iterable<number>): void {
     this.feed({ kind: "retain", shardIds: [...shardIds] });

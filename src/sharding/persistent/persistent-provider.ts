@@ -193,7 +193,13 @@ export class PersistentEntityProvider<T> implements ShardingProvider {
     const key = ref.path.toString();
     const id = this.byRef.get(key);
     this.byRef.delete(key);
-    if (id !== undefined && this.entities.get(id)?.ref === ref) this.entities.delete(id);
+    const entity = id === undefined ? undefined : this.entities.get(id);
+    if (id !== undefined && entity?.ref === ref) {
+      this.entities.delete(id);
+      // It stopped on its own, which is what a fenced write does on StaleShardOwnerError: check the lease now
+      // rather than at the next renewal, so that no new actor is started under an epoch that is gone.
+      this.keeper.verify(entity.shardId);
+    }
     const waiters = this.terminationWaiters.get(key);
     this.terminationWaiters.delete(key);
     for (const w of waiters ?? []) w();

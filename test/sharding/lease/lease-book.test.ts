@@ -225,6 +225,17 @@ describe("renewing", () => {
     assert.equal(liveToken(s2, 7, 13_000), null);
   });
 
+  test("verify renews at once when held and idle, and does nothing otherwise", () => {
+    const [s1, e1] = step(holding(), { kind: "verify", shardId: 7 }, 500);
+    assert.deepEqual(e1, [{ kind: "renew", callId: 2, token: token(7, 1), leaseDurationMs: 10_000 }]);
+    const [, e2] = step(s1, { kind: "verify", shardId: 7 }, 600);
+    assert.deepEqual(e2, [], "a renewal is already in flight");
+    const [, e3] = step(holding(), { kind: "verify", shardId: 8 }, 600);
+    assert.deepEqual(e3, []);
+    const [, lost] = step(s1, { kind: "renewed", callId: 2, shardId: 7, token: null }, 650);
+    assert.deepEqual(counts(lost), ["leaseLosses+1"]);
+  });
+
   test("a tick for another epoch is ignored", () => {
     const [, effects] = step(holding(), { kind: "renewTick", shardId: 7, epoch: 4, safeToOwn: true }, 3_000);
     assert.deepEqual(effects, []);
