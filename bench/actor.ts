@@ -125,7 +125,7 @@ async function spawnBench(count: number): Promise<number> {
   const system = ActorSystem.create("bench-spawn");
   const elapsedMs = await timed(async () => {
     for (let i = 0; i < count; i++) system.spawn(() => new IdleEntity(i));
-    await new Promise((resolve) => setImmediate(resolve)); // every actor started (preStart, behavior created)
+    await allStarted(system);
   });
   await system.terminate();
   return elapsedMs;
@@ -141,6 +141,16 @@ async function askSequential(ref: ActorRef<Question>, n: number): Promise<void> 
   for (let i = 0; i < n; i++) sink += (await ref.ask(new Question(i), Answer, 5_000)).n;
 }
 
+/**
+ * Resolves once every actor spawned so far has started: the dispatcher runs actors in FIFO order, so when one more
+ * actor spawned last has answered, all earlier ones ran their first turn.
+ */
+async function allStarted(system: ActorSystem): Promise<void> {
+  const marker = system.spawn(echo());
+  await marker.ask(new Question(0), Answer, 600_000);
+  marker.sendSystem(STOP);
+}
+
 // ---- memory (child process) ----
 
 class IdleEntity extends AbstractBehavior<string> {
@@ -150,35 +160,65 @@ class IdleEntity extends AbstractBehavior<string> {
   receive(): void {}
 }
 
+/** An entity as sharding holds it: its own name (the entity id) and an idle receive timeout. */
+class TimedEntity extends IdleEntity {
+  override preStart(context: ActorContext<string>): void {
+    context.setReceiveTimeout(120_000);
+  }
+}
+
+interface MemoryResult {
+  count: number;
+  floorBytes: number;
+  anonymousBytes: number;
+  entityBytes: number;
+  spawnMs: number;
+}
+
 async function memoryChild(count: number): Promise<void> {
   const gc = (globalThis as { gc?: () => void }).gc;
   if (gc === undefined) throw new Error("run with --expose-gc");
-  const system = ActorSystem.create("bench-memory");
   const settle = async (): Promise<void> => {
     for (let i = 0; i < 3; i++) {
       await new Promise((resolve) => setImmediate(resolve));
       gc();
     }
   };
+  /** Heap retained per item by what `build` creates (and keeps reachable until measured). */
+  const perItem = async (build: () => unknown | Promise<unknown>): Promise<[number, unknown]> => {
+    await settle();
+    const before = process.memoryUsage().heapUsed;
+    const kept = await build();
+    await settle();
+    return [(process.memoryUsage().heapUsed - before) / count, kept];
+  };
   // A plain object per entry in a Map: the floor any registry of live things pays.
-  await settle();
-  const floorBefore = process.memoryUsage().heapUsed;
-  const floor = new Map<string, { id: number }>();
-  for (let i = 0; i < count; i++) floor.set(`$${i.toString(36)}`, { id: i });
-  await settle();
-  const floorBytes = (process.memoryUsage().heapUsed - floorBefore) / count;
-  floor.clear();
-  await settle();
-  const before = process.memoryUsage().heapUsed;
-  const started = now();
-  const refs: ActorRef<string>[] = new Array(count);
-  for (let i = 0; i < count; i++) refs[i] = system.spawn(() => new IdleEntity(i));
-  await settle();
-  const spawnMs = now() - started;
-  const after = process.memoryUsage().heapUsed;
-  // The refs array is the caller's, not the runtime's: subtract its 8 bytes per slot.
-  const bytesPerActor = (after - before) / count - 8;
-  process.stdout.write(JSON.stringify({ count, bytesPerActor, floorBytes, spawnMs, alive: refs.length }));
+  const [floorBytes] = await perItem(() => {
+    const floor = new Map<string, { id: number }>();
+    for (let i = 0; i < count; i++) floor.set(`$${i.toString(36)}`, { id: i });
+    return floor;
+  });
+
+  let system = ActorSystem.create("bench-memory");
+  let spawnMs = 0;
+  const [anonymousBytes] = await perItem(async () => {
+    const started = now();
+    for (let i = 0; i < count; i++) system.spawn(() => new IdleEntity(i));
+    await allStarted(system);
+    spawnMs = now() - started;
+    return null;
+  });
+  await system.terminate();
+
+  system = ActorSystem.create("bench-memory-entities");
+  const [entityBytes] = await perItem(async () => {
+    for (let i = 0; i < count; i++) system.spawn(() => new TimedEntity(i), `order-${i}`);
+    await allStarted(system);
+    return null;
+  });
+  const result: MemoryResult = { count, floorBytes, anonymousBytes, entityBytes, spawnMs };
+  process.stdout.write(JSON.stringify(result));
+  process.exit(0); // skip terminating a million actors
 }
 
 // ---- main ----
@@ -257,7 +297,7 @@ async function main(): Promise<void> {
   add("spawn (100k actors)", spawnRate, "actors/s", mapFloor, "plain object into a Map", "");
 
   const memoryCount = 1_000_000;
-  const child = JSON.parse(
+  const memory = JSON.parse(
     execFileSync(
       process.execPath,
       [
@@ -271,17 +311,22 @@ async function main(): Promise<void> {
       ],
       { encoding: "utf8", cwd: join(here, "..") },
     ),
-  ) as { bytesPerActor: number; floorBytes: number; spawnMs: number };
-  rows.push({
-    figure: "retained heap per idle actor (1M spawned)",
-    value: child.bytesPerActor,
-    unit: "bytes",
-    ceiling: child.floorBytes,
-    ceilingName: "plain object in a Map",
-    ratio: child.bytesPerActor / child.floorBytes,
-    target: "<= 400 bytes",
-  });
-  add("spawn, 1M actors (memory run)", memoryCount / (child.spawnMs / 1000), "actors/s", null, "", "");
+  ) as MemoryResult;
+  const floorName = "plain object in a Map";
+  const addMemory = (figure: string, bytes: number, target: string): void => {
+    rows.push({
+      figure,
+      value: bytes,
+      unit: "bytes",
+      ceiling: memory.floorBytes,
+      ceilingName: floorName,
+      ratio: bytes / memory.floorBytes,
+      target,
+    });
+  };
+  addMemory("heap per idle actor (1M spawned, anonymous)", memory.anonymousBytes, "<= 400 bytes");
+  addMemory("heap per idle entity (1M, named, receive timeout)", memory.entityBytes, "");
+  add("spawn (1M actors, memory run)", memoryCount / (memory.spawnMs / 1000), "actors/s", null, "", "");
 
   const fmt = (v: number): string => (v >= 1000 ? Math.round(v).toLocaleString("en-US") : v.toFixed(v >= 100 ? 0 : 1));
   const table = rows.map((r) => ({
