@@ -356,7 +356,13 @@ export class ActorCell<T> implements Runnable, ActorContext<T>, TimeoutTarget {
   private start(): void {
     this.setState(stateRunning);
     this.behavior = this.instantiate();
-    this.invoke(() => this.behavior!.preStart?.(this), null, "preStart");
+    this.runPreStart();
+  }
+
+  private runPreStart(): void {
+    const behavior = this.behavior!;
+    // Most behaviors have no preStart: skip the closure then (spawning a million actors notices).
+    if (behavior.preStart !== undefined) this.invoke(() => behavior.preStart!(this), null, "preStart");
   }
 
   private instantiate(): AbstractBehavior<T> {
@@ -560,7 +566,7 @@ export class ActorCell<T> implements Runnable, ActorContext<T>, TimeoutTarget {
       this.flags &= ~flagRestarting;
       if (this.state !== stateRunning) return;
       this.behavior = this.instantiate();
-      this.invoke(() => this.behavior!.preStart?.(this), null, "preStart");
+      this.runPreStart();
       this.scheduleRun();
     };
     if (children.length === 0) {
