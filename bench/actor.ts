@@ -4,7 +4,7 @@
 // Measured, never asserted: the targets are printed for comparison only.
 import { execFileSync } from "node:child_process";
 import { mkdirSync, writeFileSync } from "node:fs";
-import { cpus } from "node:os";
+import { cpus, loadavg } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import {
@@ -344,9 +344,18 @@ async function main(): Promise<void> {
     target: r.target,
   }));
   console.table(table);
-  const machine = { cpus: cpus().length, cpuModel: cpus()[0]?.model ?? "", node: process.version };
+  // Other processes share the machine: the load average says how much to trust the absolute figures (the ratios
+  // hold up better, since ceiling and subject alternate).
+  const machine = {
+    cpus: cpus().length,
+    cpuModel: cpus()[0]?.model ?? "",
+    node: process.version,
+    loadAverage1m: loadavg()[0],
+  };
   const totalMs = now() - started;
-  console.log(`${machine.cpus} cores (${machine.cpuModel}), Node ${machine.node}; ${(totalMs / 1000).toFixed(1)} s`);
+  console.log(
+    `${machine.cpus} cores (${machine.cpuModel}), Node ${machine.node}, load average ${machine.loadAverage1m?.toFixed(1)}; ${(totalMs / 1000).toFixed(1)} s`,
+  );
   mkdirSync(join(here, "results"), { recursive: true });
   writeFileSync(
     join(here, "results", "actor.json"),
