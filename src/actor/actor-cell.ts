@@ -45,6 +45,16 @@ class ReceiveTimeoutFire extends InternalFire {
   }
 }
 
+/**
+ * A watched actor's termination, queued behind the messages already in the mailbox, so a watcher sees everything the
+ * watched actor sent before it stopped first, then `Terminated`.
+ */
+class TerminatedFire extends InternalFire {
+  constructor(readonly signal: Terminated) {
+    super();
+  }
+}
+
 /** Returned by {@link ActorCell.unwrapFire} when a firing carries nothing for `receive`. */
 const noMessage: unique symbol = Symbol("noMessage");
 
@@ -389,10 +399,8 @@ export class ActorCell<T> implements Runnable, ActorContext<T>, TimeoutTarget {
       } else if (message instanceof Unwatch) {
         extras.watchers?.delete(message.watcher.path.toString());
       } else if (message instanceof Terminated) {
-        const key = message.ref.path.toString();
-        if (extras.watching?.delete(key) === true && this.state === stateRunning) {
-          this.deliverSignal(message);
-          if (this.busy) return true;
+        if (extras.watching?.has(message.ref.path.toString()) === true && this.state === stateRunning) {
+          this.enqueue(new TerminatedFire(message), null, null);
         }
       }
     }
@@ -464,6 +472,11 @@ export class ActorCell<T> implements Runnable, ActorContext<T>, TimeoutTarget {
       if (entry === undefined || entry.generation !== fire.generation) return noMessage;
       if (entry.intervalMs === null) extras.timers!.delete(fire.key);
       return entry.message;
+    }
+    if (fire instanceof TerminatedFire) {
+      // Still watched? An unwatch after the termination was queued drops it.
+      if (extras.watching?.delete(fire.signal.ref.path.toString()) === true) this.deliverSignal(fire.signal);
+      return noMessage;
     }
     if (
       fire instanceof ReceiveTimeoutFire &&
