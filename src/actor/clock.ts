@@ -262,14 +262,19 @@ class TimeoutLane {
     this.timer = null;
     const nowMs = this.scheduler.now();
     // Bounded by the lane's length; callbacks may add deadlines, which fall due later (delayMs > 0) or now (0).
-    let head = this.head;
-    while (head !== null && head.dueMs <= nowMs) {
-      this.unlink(head);
-      head.run();
-      head = this.head;
+    try {
+      let head = this.head;
+      while (head !== null && head.dueMs <= nowMs) {
+        this.unlink(head);
+        head.run();
+        head = this.head;
+      }
+    } finally {
+      // Even if a callback threw, the deadlines behind it keep their timer.
+      const head = this.head;
+      if (head === null) this.onIdle(this);
+      else if (this.timer === null) this.arm(head.dueMs);
     }
-    if (head === null) this.onIdle(this);
-    else if (this.timer === null) this.arm(head.dueMs);
   }
 }
 

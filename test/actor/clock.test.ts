@@ -109,3 +109,17 @@ test("ManualScheduler keeps (due, order) order across many timers, cancellations
   assert.deepEqual(ran, [...expected].sort(order));
   assert.equal(clock.pendingTimers, 0);
 });
+
+test("a TimeoutQueue callback that throws does not strand the deadlines behind it", () => {
+  const clock = new ManualScheduler();
+  const queue = new TimeoutQueue(clock);
+  const fired: string[] = [];
+  queue.schedule(10, () => {
+    throw new Error("callback bug");
+  });
+  clock.advance(1);
+  queue.schedule(10, () => fired.push("second"));
+  assert.throws(() => clock.advance(9), /callback bug/);
+  clock.advance(1);
+  assert.deepEqual(fired, ["second"]);
+});
