@@ -26,7 +26,7 @@ test("a join rebalances with RateLimitedRebalance, at most maxConcurrent handoff
   const nodes = await startShardingNodes(2);
   try {
     for (const n of nodes) n.sharding.init("Join", OrderCommand, settingsFor(2), (id) => new SequenceBehavior(id));
-    await eventually(() => nodes.every((n) => settled(n, 2)) && planSettled(nodes, "Join", 16), {
+    await eventually(() => nodes.every((n) => settled(n, 2)) && planSettled(nodes, "Join", settingsFor(2)), {
       what: "two nodes with a balanced plan",
       describe: describeNodes(nodes, "Join"),
     });
@@ -40,7 +40,7 @@ test("a join rebalances with RateLimitedRebalance, at most maxConcurrent handoff
     third.sharding.init("Join", OrderCommand, settingsFor(2), (id) => new SequenceBehavior(id));
     nodes.push(third);
     try {
-      await eventually(() => nodes.every((n) => settled(n, 3)) && planSettled(nodes, "Join", 16), {
+      await eventually(() => nodes.every((n) => settled(n, 3)) && planSettled(nodes, "Join", settingsFor(2)), {
         what: "three nodes with a balanced plan",
         describe: describeNodes(nodes, "Join"),
         timeoutMs: 15_000,
@@ -69,7 +69,7 @@ test("graceful leave under continuous traffic: shards move, per-entity FIFO hold
   const nodes = await startShardingNodes(3);
   try {
     for (const n of nodes) n.sharding.init("Leave", OrderCommand, settingsFor(4), (id) => new SequenceBehavior(id));
-    await eventually(() => nodes.every((n) => settled(n, 3)) && planSettled(nodes, "Leave", 16), {
+    await eventually(() => nodes.every((n) => settled(n, 3)) && planSettled(nodes, "Leave", settingsFor(4)), {
       what: "a balanced plan",
       describe: describeNodes(nodes, "Leave"),
     });
