@@ -41,7 +41,10 @@ test("postgres: migration SQL can be printed", () => {
 describe("postgres-only behaviour", () => {
   let ctx: Awaited<ReturnType<typeof freshPostgresStore>>;
   before(async () => {
-    ctx = await freshPostgresStore("pgonly", { applicationName: "movie-pgonly" });
+    ctx = await freshPostgresStore("pgonly", {
+      applicationName: "movie-pgonly",
+      resilience: { operationTimeoutMs: 60_000 },
+    });
   });
   after(async () => {
     await ctx.dispose();
@@ -100,8 +103,9 @@ describe("postgres-only behaviour", () => {
             [pattern, event],
           )
         ).rows[0].n === 1;
-      await eventually(() => waiting("%movie_append_events%", "advisory"), {
+      await eventually(() => waiting("INSERT INTO event_journal%", "advisory"), {
         what: "the write to block in its trigger",
+        describe: () => ({ appended }),
       });
       await eventually(
         async () =>
@@ -137,9 +141,9 @@ describe("postgres-only behaviour", () => {
         StaleShardOwnerError,
       );
     } finally {
+      await holder.end();
       await raw.query("DROP TRIGGER IF EXISTS hold_write ON event_journal");
       await raw.end();
-      await holder.end();
     }
   });
 
