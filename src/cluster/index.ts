@@ -1,2 +1,56 @@
-/** Placeholder: this layer lands in its own issue. */
-export {};
+/**
+ * Cluster membership: `import { Cluster } from "movie/cluster"`, then `await system.enableCluster({ seedNodes })`
+ * after `system.enableRemoting(...)`. Gossip membership with digest-acknowledged convergence, a heartbeat failure
+ * detector, a leader that promotes joiners and completes departures, graceful leave, explicit down, and events.
+ */
+import "../remote/index.ts";
+import "./enable-cluster.ts";
+
+export { Cluster, ClusterNotEnabledError, clusterExtensionKey } from "./cluster.ts";
+export { isConverged, leaderOf } from "./convergence.ts";
+export { ClusterAwaitTimeoutError, ClusterConfigurationError, InvalidClusterMessageError } from "./errors.ts";
+export { type ClusterEvent, type ClusterEventType, diffSnapshots } from "./events.ts";
+export type { DetectorState, PeerObservation } from "./failure-detector.ts";
+export { type AuthorizedGossip, authorizeGossip, type GossipRejection } from "./gossip/authorize.ts";
+export { membershipDigest } from "./gossip/digest.ts";
+export { compareRecords, type MemberMap, type MergeResult, maxMembersDefault, mergeMembers } from "./gossip/merge.ts";
+export { type LeaderActionsResult, leaderActions } from "./leader-actions.ts";
+export {
+  isMemberStatus,
+  type Member,
+  type MemberJSON,
+  type MemberStatus,
+  memberStatuses,
+  statusPrecedence,
+} from "./member.ts";
+export {
+  authenticate,
+  initialMembership,
+  type MembershipConfig,
+  type MembershipEffect,
+  type MembershipInput,
+  type MembershipState,
+  type StepContext,
+  snapshotOf,
+  step,
+} from "./membership.ts";
+export {
+  ClusterDown,
+  ClusterGossip,
+  ClusterGossipAck,
+  ClusterHeartbeat,
+  ClusterHeartbeatAck,
+  ClusterJoin,
+  ClusterLeave,
+  type ClusterMessage,
+  ClusterWelcome,
+  clusterMessageClasses,
+} from "./messages.ts";
+export {
+  type ClusterSettings,
+  clusterDefaults,
+  type ResolvedClusterSettings,
+  resolveClusterSettings,
+} from "./settings.ts";
+export type { ClusterSnapshot } from "./snapshot.ts";
+export { type ClusterStatName, type ClusterStats, emptyClusterStats } from "./stats.ts";

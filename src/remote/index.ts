@@ -1,2 +1,32 @@
-/** Placeholder: this layer lands in its own issue. */
-export {};
+/**
+ * Remoting: `import { MessageRegistry, Remoting } from "movie/remote"`, then `await system.enableRemoting({ host, port })`.
+ * TCP transport with length-prefixed frames, authenticated associations, a message registry, remote tell and ask.
+ */
+import "./enable-remoting.ts";
+
+export type { AssociationState, SendMode } from "./association.ts";
+export { backoffDefaults, backoffDelayMs } from "./backoff.ts";
+export {
+  EnvelopeDecodeError,
+  FramingError,
+  HandshakeError,
+  MessageRegistrationError,
+  MessageTooLargeError,
+  RemoteAskError,
+  RemoteAskFailedError,
+  RemoteDeliveryError,
+  RemotingNotEnabledError,
+  UnknownMessageTypeError,
+} from "./errors.ts";
+export { defaultMaxFrameBytes, encodeFrame, FrameDecoder, frameHeaderBytes } from "./frame.ts";
+export {
+  type MessageClass,
+  type MessageRegistration,
+  MessageRegistry,
+  type RegisterOptions,
+} from "./message-registry.ts";
+export { RemoteActorRef } from "./remote-actor-ref.ts";
+export { type AssociationEvent, type PeerInfo, Remoting, remotingId } from "./remoting.ts";
+export { type RemotingSettings, resolveRemotingSettings } from "./settings.ts";
+export type { StandardSchemaResult, StandardSchemaV1 } from "./standard-schema.ts";
+export type { RejectReason, RemotingStats } from "./stats.ts";

@@ -1,0 +1,405 @@
+import {
+  type ActorRef,
+  type ActorSystem,
+  type Address,
+  type Cancellable,
+  type Extension,
+  type ExtensionId,
+  typeNameOf,
+  UniqueAddress,
+} from "../actor/index.ts";
+import { MessageRegistry, type Remoting } from "../remote/index.ts";
+import { ClusterDaemon, type ClusterInboundOrigin } from "./cluster-daemon.ts";
+import { ClusterAwaitTimeoutError, ClusterConfigurationError } from "./errors.ts";
+import { type ClusterEvent, diffSnapshots } from "./events.ts";
+import type { Member, MemberStatus } from "./member.ts";
+import {
+  initialMembership,
+  leaderOfState,
+  type MembershipInput,
+  type MembershipState,
+  snapshotOf,
+  step,
+} from "./membership.ts";
+import { ClusterGossip, type ClusterMessage, clusterMessageClasses } from "./messages.ts";
+import type { ResolvedClusterSettings } from "./settings.ts";
+import type { ClusterSnapshot } from "./snapshot.ts";
+import { type ClusterStats, emptyClusterStats } from "./stats.ts";
+
+for (const type of clusterMessageClasses) MessageRegistry.register(type, { name: type.wireName });
+
+/** The key the cluster extension is registered under. */
+export const clusterExtensionKey = "movie.cluster";
+
+/** Raised by `Cluster.get` before `enableCluster` has completed. */
+export class ClusterNotEnabledError extends ClusterConfigurationError {
+  override readonly name = "ClusterNotEnabledError";
+  constructor(readonly systemName: string) {
+    super(
+      "get",
+      `cluster membership is not enabled on system "${systemName}"; await system.enableCluster({ seedNodes }) first`,
+    );
+  }
+}
+
+interface Waiter {
+  readonly done: (snapshot: ClusterSnapshot, state: MembershipState) => boolean;
+  readonly resolve: () => void;
+  readonly reject: (error: Error) => void;
+  readonly timer: Cancellable;
+}
+
+const refCacheMax = 4_096;
+
+/**
+ * Cluster membership of one actor system (an Extension; it stops before remoting). It runs the membership core
+ * (`membership.ts`) behind the `/system/cluster` daemon: joins through the seeds, gossips, heartbeats every peer,
+ * and reports what it sees as snapshots and events. Get it from `system.enableCluster(settings)` or
+ * {@link Cluster.get}.
+ */
+export class Cluster implements Extension {
+  /** This node's identity (remoting's address and uid). */
+  readonly selfAddress: UniqueAddress;
+  private state: MembershipState;
+  private current: ClusterSnapshot;
+  private readonly counters: ClusterStats = emptyClusterStats();
+  private readonly listeners = new Set<(event: ClusterEvent) => void>();
+  private readonly guards = new Map<string, (member: Member) => boolean>();
+  private readonly timers = new Map<string, Cancellable>();
+  private readonly waiters = new Set<Waiter>();
+  private readonly refs = new Map<string, ActorRef<unknown>>();
+  private readonly daemon: ActorRef<unknown>;
+  private stopped = false;
+  private readonly departureReady = (member: Member): boolean => {
+    for (const [name, guard] of this.guards) {
+      try {
+        if (guard(member) !== true) return false;
+      } catch (error) {
+        this.system.log.warn(
+          { guard: name, member: String(member.uniqueAddress), error },
+          "departure guard threw; counted as not ready",
+        );
+        return false;
+      }
+    }
+    return true;
+  };
+
+  private constructor(
+    /** The system this cluster serves. */
+    readonly system: ActorSystem,
+    /** The validated settings. */
+    readonly settings: ResolvedClusterSettings,
+    private readonly remoting: Remoting,
+  ) {
+    this.selfAddress = remoting.selfAddress;
+    this.state = initialMembership(
+      {
+        self: this.selfAddress,
+        clusterName: settings.clusterName,
+        seeds: settings.seedNodes,
+        roles: settings.roles,
+        gossipFanout: settings.gossipFanout,
+        maxMembers: settings.maxMembers,
+        heartbeatTimeoutMs: settings.heartbeatTimeoutMs,
+        remoteDownAllowed: this.secretConfigured,
+      },
+      system.scheduler.now(),
+    );
+    this.current = snapshotOf(this.state);
+    this.daemon = system.spawnSystemActor(() => new ClusterDaemon(this), "cluster");
+  }
+
+  /** @internal Creates and starts the extension; use `system.enableCluster`. */
+  static extensionId(settings: ResolvedClusterSettings, remoting: Remoting): ExtensionId<Cluster> {
+    return {
+      key: clusterExtensionKey,
+      create: (system) => {
+        const cluster = new Cluster(system, settings, remoting);
+        cluster.start();
+        return cluster;
+      },
+    };
+  }
+
+  /**
+   * The cluster of `system`.
+   * @throws ClusterNotEnabledError when `system.enableCluster` has not completed
+   */
+  static get(system: ActorSystem): Cluster {
+    const cluster = system.hasExtension<Cluster>({
+      key: clusterExtensionKey,
+      create: () => {
+        throw new ClusterNotEnabledError(system.name);
+      },
+    });
+    if (cluster === undefined) throw new ClusterNotEnabledError(system.name);
+    return cluster;
+  }
+
+  private get secretConfigured(): boolean {
+    return this.remoting.settings.secret !== null;
+  }
+
+  private start(): void {
+    const loop = (kind: "join-tick" | "gossip-tick" | "heartbeat-tick", intervalMs: number) => {
+      const run = () => {
+        if (this.stopped) return;
+        this.apply({ kind });
+        this.timers.set(kind, this.system.scheduler.scheduleOnce(intervalMs, run));
+      };
+      this.timers.set(kind, this.system.scheduler.scheduleOnce(intervalMs, run));
+    };
+    // Join at once rather than after a full retry interval: startup time is what a user waits for.
+    this.apply({ kind: "join-tick" });
+    loop("join-tick", this.settings.joinRetryIntervalMs);
+    loop("gossip-tick", this.settings.gossipIntervalMs);
+    loop("heartbeat-tick", this.settings.heartbeatIntervalMs);
+  }
+
+  /** A copy of the counters. */
+  get stats(): ClusterStats {
+    return { ...this.counters, subscribers: this.listeners.size };
+  }
+
+  /** What this node sees now: members (not Removed), unreachable set, leader, convergence, own status. */
+  snapshot(): ClusterSnapshot {
+    return this.current;
+  }
+
+  /** This node's own status. */
+  get selfStatus(): MemberStatus {
+    return this.current.selfStatus;
+  }
+
+  /**
+   * Calls `listener` with a `CurrentClusterState` event at once, then with every change this node observes, in
+   * order. A listener that throws is logged and kept. Returns the unsubscribe function.
+   */
+  subscribe(listener: (event: ClusterEvent) => void): () => void {
+    this.deliver(listener, { type: "CurrentClusterState", snapshot: this.current });
+    this.listeners.add(listener);
+    return () => {
+      this.listeners.delete(listener);
+    };
+  }
+
+  /**
+   * Registers a departure guard: while this node is the leader, a Leaving member moves to Exiting only when every
+   * guard returns true for it. A guard must not block; one that throws counts as "not ready". Same name replaces.
+   */
+  registerDepartureGuard(name: string, guard: (member: Member) => boolean): void {
+    this.guards.set(name, guard);
+  }
+
+  /** Removes the departure guard called `name` (no-op when absent). */
+  unregisterDepartureGuard(name: string): void {
+    this.guards.delete(name);
+  }
+
+  /**
+   * Leaves gracefully: asks the leader to mark `address` (default this node) Leaving, repeating the request every
+   * gossip round, and resolves once that member is Removed in this node's view. Leaving another node from a
+   * non-leader needs a remoting shared secret on both nodes.
+   * @throws ClusterConfigurationError (rejects) for another node without a secret; ClusterAwaitTimeoutError after
+   * `timeoutMs` (default `leaveTimeout`, 60,000 ms)
+   */
+  leave(address: UniqueAddress | string = this.selfAddress, timeoutMs = this.settings.leaveTimeoutMs): Promise<void> {
+    let target: UniqueAddress;
+    try {
+      target = typeof address === "string" ? UniqueAddress.parse(address) : address;
+      if (!target.equals(this.selfAddress) && !this.isLeader && !this.secretConfigured) {
+        throw new ClusterConfigurationError(
+          "leave",
+          "leaving another node through the leader requires a remoting shared secret; invoke leave on that node or on the leader",
+        );
+      }
+    } catch (error) {
+      return Promise.reject(error);
+    }
+    const key = target.toString();
+    const removed = (_: ClusterSnapshot, state: MembershipState) => state.members.get(key)?.status === "Removed";
+    if (removed(this.current, this.state)) return Promise.resolve();
+    this.apply({ kind: "leave", target });
+    return this.await(removed, timeoutMs, "Removed", target);
+  }
+
+  /**
+   * Marks `address` Down through the leader (here when this node leads, else sent to the leader), which then removes
+   * it; works when the target is unreachable. Returns false for this node itself or a member that is not known.
+   * @throws ClusterConfigurationError when this node is not the leader and remoting has no shared secret (REFERENCE §6)
+   */
+  down(address: UniqueAddress | string): boolean {
+    const target = typeof address === "string" ? UniqueAddress.parse(address) : address;
+    if (target.equals(this.selfAddress)) return false;
+    if (!this.isLeader && !this.secretConfigured) {
+      throw new ClusterConfigurationError(
+        "down",
+        "remote manual downing requires a remoting shared secret; invoke down on the leader otherwise",
+      );
+    }
+    return this.apply({ kind: "down", target }) === true;
+  }
+
+  /**
+   * Resolves when this node is Up.
+   * @throws ClusterAwaitTimeoutError (rejects) after `timeoutMs` (default 10,000)
+   */
+  awaitUp(timeoutMs = 10_000): Promise<void> {
+    return this.await((s) => s.selfStatus === "Up", timeoutMs, "Up", this.selfAddress);
+  }
+
+  /**
+   * Resolves when this node is Removed.
+   * @throws ClusterAwaitTimeoutError (rejects) after `timeoutMs` (default 10,000)
+   */
+  awaitRemoved(timeoutMs = 10_000): Promise<void> {
+    return this.await((s) => s.selfStatus === "Removed", timeoutMs, "Removed", this.selfAddress);
+  }
+
+  /** True when this node is the leader by its own view. */
+  get isLeader(): boolean {
+    return this.current.leader?.equals(this.selfAddress) === true;
+  }
+
+  /** Stops timers and fails pending waits. Runs when the system terminates (before remoting stops). */
+  stop(): void {
+    if (this.stopped) return;
+    this.stopped = true;
+    for (const timer of this.timers.values()) timer.cancel();
+    this.timers.clear();
+    for (const waiter of this.waiters) {
+      waiter.timer.cancel();
+      waiter.reject(new ClusterConfigurationError("stop", "the actor system terminated before the awaited status"));
+    }
+    this.waiters.clear();
+    this.listeners.clear();
+  }
+
+  // ---- inbound (from the daemon) ----
+
+  /** @internal */
+  receiveInbound(message: ClusterMessage, from: ClusterInboundOrigin): void {
+    if (this.stopped) return;
+    try {
+      this.apply({ kind: "message", origin: from.origin, senderPath: from.senderPath, message });
+    } catch (error) {
+      this.counters.protocolRejections++;
+      this.system.log.warn({ error, from: String(from.origin) }, "cluster message could not be handled; dropped");
+    }
+  }
+
+  /** @internal */
+  rejectForeign(message: unknown, from: ClusterInboundOrigin): void {
+    this.counters.protocolRejections++;
+    this.system.log.debug(
+      { type: typeNameOf(message), from: String(from.origin) },
+      "message at /system/cluster is not part of the cluster protocol; dropped",
+    );
+  }
+
+  // ---- internals ----
+
+  private apply(input: MembershipInput): boolean | null {
+    const before = this.state;
+    const [next, effects] = step(before, input, this.system.scheduler.now(), { departureReady: this.departureReady });
+    this.state = next;
+    let outcome: boolean | null = null;
+    for (const effect of effects) {
+      switch (effect.kind) {
+        case "send":
+          this.send(effect.to, effect.message);
+          break;
+        case "count":
+          this.counters[effect.stat]++;
+          break;
+        case "outcome":
+          outcome = effect.accepted;
+          break;
+        case "reject":
+          this.system.log.debug({ node: String(this.selfAddress), reason: effect.reason }, "cluster message refused");
+          break;
+      }
+    }
+    if (
+      next.members !== before.members ||
+      next.detector !== before.detector ||
+      next.acks !== before.acks ||
+      next.digest !== before.digest
+    ) {
+      this.publish();
+    }
+    return outcome;
+  }
+
+  private send(to: Address, message: ClusterMessage): void {
+    const uid = "to" in message ? message.to.slice(message.to.lastIndexOf("#") + 1) : null;
+    const key = `${to}#${uid ?? ""}`;
+    let ref = this.refs.get(key);
+    if (ref === undefined) {
+      if (this.refs.size >= refCacheMax) this.refs.clear();
+      ref = this.remoting.refFor(`${to}/system/cluster`, uid ?? undefined);
+      this.refs.set(key, ref);
+    }
+    if (message instanceof ClusterGossip) this.counters.gossipBytesSent += Buffer.byteLength(JSON.stringify(message));
+    ref.tell(message, this.daemon);
+  }
+
+  private publish(): void {
+    const next = snapshotOf(this.state);
+    const events = diffSnapshots(this.current, next);
+    this.current = next;
+    for (const event of events) {
+      if (event.type === "MemberDowned" && !event.member.uniqueAddress.equals(this.selfAddress)) {
+        // A downed incarnation is gone for good: close its associations so nothing from it is trusted again.
+        this.remoting.quarantine(event.member.uniqueAddress);
+      }
+      for (const listener of this.listeners) this.deliver(listener, event);
+    }
+    for (const waiter of [...this.waiters]) {
+      if (waiter.done(next, this.state)) {
+        this.waiters.delete(waiter);
+        waiter.timer.cancel();
+        waiter.resolve();
+      }
+    }
+  }
+
+  private deliver(listener: (event: ClusterEvent) => void, event: ClusterEvent): void {
+    try {
+      listener(event);
+    } catch (error) {
+      this.system.log.warn({ error, event: event.type }, "cluster event listener threw; it stays subscribed");
+    }
+  }
+
+  private await(
+    done: (snapshot: ClusterSnapshot, state: MembershipState) => boolean,
+    timeoutMs: number,
+    awaited: MemberStatus,
+    target: UniqueAddress,
+  ): Promise<void> {
+    if (done(this.current, this.state)) return Promise.resolve();
+    if (this.stopped) {
+      return Promise.reject(new ClusterConfigurationError("await", "the cluster extension has stopped"));
+    }
+    return new Promise<void>((resolve, reject) => {
+      const waiter: Waiter = {
+        done,
+        resolve,
+        reject,
+        timer: this.system.scheduler.scheduleOnce(timeoutMs, () => {
+          this.waiters.delete(waiter);
+          const status = this.state.members.get(target.toString())?.status ?? "unknown";
+          reject(new ClusterAwaitTimeoutError(awaited, timeoutMs, status));
+        }),
+      };
+      this.waiters.add(waiter);
+    });
+  }
+
+  /** @internal The leader by this node's view (for tests and diagnostics). */
+  get leader(): UniqueAddress | null {
+    return leaderOfState(this.state);
+  }
+}

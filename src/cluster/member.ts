@@ -1,0 +1,131 @@
+import { UniqueAddress } from "../actor/index.ts";
+
+/**
+ * Where a member is in its life. Transitions only move forward: `Joining → Up → Leaving → Exiting → Removed`, or
+ * from any live status `→ Down → Removed` (REFERENCE §6).
+ */
+export type MemberStatus = "Joining" | "Up" | "Leaving" | "Exiting" | "Down" | "Removed";
+
+/** Every status, in precedence order (the index is the precedence number that also feeds the digest). */
+export const memberStatuses: readonly MemberStatus[] = ["Joining", "Up", "Leaving", "Exiting", "Down", "Removed"];
+
+/** Precedence of a status: Joining 0 < Up 1 < Leaving 2 < Exiting 3 < Down 4 < Removed 5. */
+export function statusPrecedence(status: MemberStatus): number {
+  return memberStatuses.indexOf(status);
+}
+
+/** True for a string naming a status. */
+export function isMemberStatus(value: unknown): value is MemberStatus {
+  return typeof value === "string" && (memberStatuses as readonly string[]).includes(value);
+}
+
+/**
+ * One node's membership record. `revision` grows with every change its author makes and `changedBy` is the uid of
+ * the node that made the last change; both only serve the deterministic merge (REFERENCE §6).
+ */
+export interface Member {
+  /** The node this record describes. */
+  readonly uniqueAddress: UniqueAddress;
+  /** Its status. */
+  readonly status: MemberStatus;
+  /** Its roles, sorted and unique. */
+  readonly roles: readonly string[];
+  /** Age order among Up members: the leader hands out 1, 2, 3, … when it promotes; 0 before the member is Up. */
+  readonly upNumber: number;
+  /** Version of this record, above 0. */
+  readonly revision: number;
+  /** Node uid of the author of this version. */
+  readonly changedBy: string;
+}
+
+/** The plain-JSON form of a {@link Member} on the wire. */
+export interface MemberJSON {
+  readonly address: string;
+  readonly status: MemberStatus;
+  readonly roles: readonly string[];
+  readonly upNumber: number;
+  readonly revision: number;
+  readonly changedBy: string;
+}
+
+/** The key a member is stored under: its unique address string. */
+export function memberKey(member: Member): string {
+  return member.uniqueAddress.toString();
+}
+
+/** Sorted, de-duplicated roles. */
+export function normalizeRoles(roles: readonly string[]): string[] {
+  return [...new Set(roles)].sort();
+}
+
+/** A copy of `member` moved to `status` by `author` (revision + 1). */
+export function withStatus(member: Member, status: MemberStatus, author: string, upNumber = member.upNumber): Member {
+  return { ...member, status, upNumber, revision: member.revision + 1, changedBy: author };
+}
+
+/** True when both records carry exactly the same fields. */
+export function sameMember(a: Member, b: Member): boolean {
+  return (
+    a.uniqueAddress.equals(b.uniqueAddress) &&
+    a.status === b.status &&
+    a.revision === b.revision &&
+    a.changedBy === b.changedBy &&
+    a.upNumber === b.upNumber &&
+    a.roles.length === b.roles.length &&
+    a.roles.every((role, i) => role === b.roles[i])
+  );
+}
+
+/** The wire form of a member. */
+export function memberToJSON(member: Member): MemberJSON {
+  return {
+    address: member.uniqueAddress.toString(),
+    status: member.status,
+    roles: [...member.roles],
+    upNumber: member.upNumber,
+    revision: member.revision,
+    changedBy: member.changedBy,
+  };
+}
+
+/**
+ * Rebuilds a member from its wire form, or returns a reason it is malformed.
+ * Never throws: wire input is rejected and counted by the caller, not asserted.
+ */
+export function memberFromJSON(json: unknown): Member | string {
+  if (typeof json !== "object" || json === null) return "member is not an object";
+  const j = json as Record<string, unknown>;
+  if (typeof j.address !== "string") return "member.address is not a string";
+  let uniqueAddress: UniqueAddress;
+  try {
+    uniqueAddress = UniqueAddress.parse(j.address);
+  } catch {
+    return `member.address "${j.address}" is not a unique address`;
+  }
+  if (!uniqueAddress.address.isRemote) return "member.address is not a remote address";
+  if (!isMemberStatus(j.status)) return `member.status ${String(j.status)} is unknown`;
+  if (!Array.isArray(j.roles) || !j.roles.every((r) => typeof r === "string" && r.length > 0)) {
+    return "member.roles is not an array of non-empty strings";
+  }
+  const roles = j.roles as string[];
+  const normalized = normalizeRoles(roles);
+  if (normalized.length !== roles.length || normalized.some((r, i) => r !== roles[i])) {
+    return "member.roles is not sorted and unique";
+  }
+  if (!Number.isSafeInteger(j.upNumber) || (j.upNumber as number) < 0) return "member.upNumber is not an integer >= 0";
+  if (!Number.isSafeInteger(j.revision) || (j.revision as number) <= 0) return "member.revision is not an integer > 0";
+  if (typeof j.changedBy !== "string" || j.changedBy.length === 0) return "member.changedBy is not a non-empty string";
+  return {
+    uniqueAddress,
+    status: j.status,
+    roles: normalized,
+    upNumber: j.upNumber as number,
+    revision: j.revision as number,
+    changedBy: j.changedBy,
+  };
+}
+
+/** Members sorted by unique address, the order every node computes identically. */
+export function sortMembers(members: Iterable<Member>): Member[] {
+  return [...members].sort((a, b) => UniqueAddress.compare(a.uniqueAddress, b.uniqueAddress));
+}

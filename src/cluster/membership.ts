@@ -1,0 +1,664 @@
+import { type Address, UniqueAddress } from "../actor/index.ts";
+import { isConverged, leaderOf } from "./convergence.ts";
+import {
+  checkTimeouts,
+  type DetectorState,
+  emptyDetector,
+  observePeers,
+  recordAck,
+  unreachableKeys,
+} from "./failure-detector.ts";
+import { authorizeGossip } from "./gossip/authorize.ts";
+import { membershipDigest } from "./gossip/digest.ts";
+import { type MemberMap, mergeMembers } from "./gossip/merge.ts";
+import { leaderActions } from "./leader-actions.ts";
+import { type Member, memberKey, memberToJSON, sortMembers, withStatus } from "./member.ts";
+import {
+  ClusterDown,
+  ClusterGossip,
+  ClusterGossipAck,
+  ClusterHeartbeat,
+  ClusterHeartbeatAck,
+  ClusterJoin,
+  ClusterLeave,
+  type ClusterMessage,
+  ClusterWelcome,
+  membersOf,
+} from "./messages.ts";
+import type { ClusterSnapshot } from "./snapshot.ts";
+import type { ClusterStatName } from "./stats.ts";
+
+/**
+ * The membership protocol of one node as a pure state machine: `step(state, input, nowMs)` returns the next state
+ * and the effects (sends, counter increments) for the shell to perform. Timers are inputs (`join-tick`,
+ * `gossip-tick`, `heartbeat-tick`) so tests drive time by hand.
+ */
+
+/** Fixed facts of one node's membership. */
+export interface MembershipConfig {
+  readonly self: UniqueAddress;
+  readonly clusterName: string;
+  /** Seed node addresses (system, host, port). */
+  readonly seeds: readonly Address[];
+  /** This node's roles, sorted and unique. */
+  readonly roles: readonly string[];
+  readonly gossipFanout: number;
+  readonly maxMembers: number;
+  readonly heartbeatTimeoutMs: number;
+  /** True when remoting has a shared secret, which remote down (and leave of another node) requires. */
+  readonly remoteDownAllowed: boolean;
+}
+
+/** One node's membership state. */
+export interface MembershipState {
+  readonly config: MembershipConfig;
+  /** Every record known, tombstones included. */
+  readonly members: MemberMap;
+  /** {@link membershipDigest} of `members`. */
+  readonly digest: string;
+  /** The last digest each peer is known to hold (from its acks and its own gossip). */
+  readonly acks: ReadonlyMap<string, string>;
+  readonly detector: DetectorState;
+  readonly gossipRound: number;
+  readonly heartbeatSeq: number;
+  /** Gracefully removed nodes that still get the final gossip until they acknowledge it. */
+  readonly farewell: ReadonlySet<string>;
+  /** True once this node asked to leave; the request is repeated every gossip round while it is still Up. */
+  readonly leaveRequested: boolean;
+}
+
+/** What the membership core reacts to. */
+export type MembershipInput =
+  | { readonly kind: "join-tick" }
+  | { readonly kind: "gossip-tick" }
+  | { readonly kind: "heartbeat-tick" }
+  | {
+      readonly kind: "message";
+      /** The transport-authenticated sender, null for a message from this process. */
+      readonly origin: UniqueAddress | null;
+      /** The path of the sending actor, when known. */
+      readonly senderPath: string | null;
+      readonly message: ClusterMessage;
+    }
+  | { readonly kind: "leave"; readonly target: UniqueAddress }
+  | { readonly kind: "down"; readonly target: UniqueAddress };
+
+/** What the shell must do. */
+export type MembershipEffect =
+  | { readonly kind: "send"; readonly to: Address; readonly message: ClusterMessage }
+  | { readonly kind: "count"; readonly stat: ClusterStatName }
+  /** The answer to a `leave` or `down` input: true if applied here or sent to the leader. */
+  | { readonly kind: "outcome"; readonly accepted: boolean }
+  | { readonly kind: "reject"; readonly reason: string };
+
+/** Hooks the shell lends the core for one step. */
+export interface StepContext {
+  /** True when every departure guard lets `member` go from Leaving to Exiting; default: always. */
+  readonly departureReady?: (member: Member) => boolean;
+}
+
+const participating = new Set(["Joining", "Up", "Leaving", "Exiting", "Down"]);
+const heartbeatTargets = new Set(["Up", "Leaving", "Exiting"]);
+const monitoredStatuses = new Set(["Up", "Leaving", "Exiting", "Down"]);
+const gossipTargets = new Set(["Up", "Joining", "Leaving"]);
+const gossiping = new Set(["Up", "Leaving", "Exiting"]);
+
+/** True when `seed` names the same system, host and port as `self` (the uid is unknown for a seed). */
+function isSelfSeed(seed: Address, self: UniqueAddress): boolean {
+  return seed.equals(self.address);
+}
+
+/**
+ * The state of a node that just started. A node whose seed list is empty or contains its own address starts Up as
+ * a seed, authoring its own record; any other node starts Joining (REFERENCE §6).
+ */
+export function initialMembership(config: MembershipConfig, nowMs: number): MembershipState {
+  const seed = config.seeds.length === 0 || config.seeds.some((s) => isSelfSeed(s, config.self));
+  const self: Member = {
+    uniqueAddress: config.self,
+    status: seed ? "Up" : "Joining",
+    roles: [...config.roles],
+    upNumber: seed ? 1 : 0,
+    revision: 1,
+    changedBy: config.self.uid,
+  };
+  const members = new Map([[memberKey(self), self]]);
+  return commit(
+    {
+      config,
+      members,
+      digest: membershipDigest(members),
+      acks: new Map(),
+      detector: emptyDetector,
+      gossipRound: 0,
+      heartbeatSeq: 0,
+      farewell: new Set(),
+      leaveRequested: false,
+    },
+    members,
+    nowMs,
+  );
+}
+
+/** This node's own record. */
+export function selfMember(state: MembershipState): Member {
+  return state.members.get(state.config.self.toString())!;
+}
+
+/** Keys of non-removed members this node sees as unreachable. */
+export function unreachableOf(state: MembershipState): Set<string> {
+  return unreachableKeys(state.detector);
+}
+
+/** The leader by this node's view. */
+export function leaderOfState(state: MembershipState): UniqueAddress | null {
+  return leaderOf(state.members, unreachableOf(state));
+}
+
+/** Convergence by this node's view. */
+export function convergedOf(state: MembershipState): boolean {
+  return isConverged(state.members, state.config.self, unreachableOf(state), state.acks, state.digest);
+}
+
+/** The public view of the state. */
+export function snapshotOf(state: MembershipState): ClusterSnapshot {
+  const unreachable = unreachableOf(state);
+  const live = sortMembers([...state.members.values()].filter((m) => m.status !== "Removed"));
+  return {
+    self: state.config.self,
+    selfStatus: selfMember(state).status,
+    members: live,
+    unreachable: live.filter((m) => unreachable.has(memberKey(m))).map((m) => m.uniqueAddress),
+    leader: leaderOf(state.members, unreachable),
+    converged: isConverged(state.members, state.config.self, unreachable, state.acks, state.digest),
+  };
+}
+
+/** Replaces the members, recomputing the digest and pruning what no longer applies to removed nodes. */
+function commit(state: MembershipState, members: MemberMap, nowMs: number): MembershipState {
+  const selfKey = state.config.self.toString();
+  const selfRecord = members.get(selfKey)!;
+  const monitored = new Set<string>();
+  if (selfRecord.status !== "Removed") {
+    for (const [key, m] of members) if (key !== selfKey && monitoredStatuses.has(m.status)) monitored.add(key);
+  }
+  const digest = members === state.members ? state.digest : membershipDigest(members);
+  let acks = state.acks;
+  for (const key of acks.keys()) {
+    const m = members.get(key);
+    if (m === undefined || (m.status === "Removed" && !state.farewell.has(key))) {
+      if (acks === state.acks) acks = new Map(acks);
+      (acks as Map<string, string>).delete(key);
+    }
+  }
+  return { ...state, members, digest, acks, detector: observePeers(state.detector, monitored, nowMs) };
+}
+
+type Step = [MembershipState, MembershipEffect[]];
+
+/**
+ * Advances one node's membership by one input at monotonic time `nowMs`.
+ * Never throws for wire input: bad or unauthorised messages become `count`/`reject` effects.
+ */
+export function step(state: MembershipState, input: MembershipInput, nowMs: number, context: StepContext = {}): Step {
+  const effects: MembershipEffect[] = [];
+  let next: MembershipState;
+  switch (input.kind) {
+    case "join-tick":
+      next = joinTick(state, effects);
+      break;
+    case "gossip-tick":
+      next = gossipTick(state, effects, nowMs);
+      break;
+    case "heartbeat-tick":
+      next = heartbeatTick(state, effects, nowMs);
+      break;
+    case "message":
+      next = receive(state, input, effects, nowMs, context);
+      break;
+    case "leave":
+      next = requestLeave(state, input.target, effects, nowMs);
+      break;
+    case "down":
+      next = requestDown(state, input.target, effects, nowMs);
+      break;
+  }
+  return [runLeaderActions(next, nowMs, context), effects];
+}
+
+function clusterAddressOf(member: Member): Address {
+  return member.uniqueAddress.address;
+}
+
+function joinTick(state: MembershipState, effects: MembershipEffect[]): MembershipState {
+  const { self, seeds, clusterName } = state.config;
+  const me = selfMember(state);
+  let targets: Address[] = [];
+  if (me.status === "Joining") {
+    targets = seeds.filter((s) => !isSelfSeed(s, self));
+    const leader = leaderOfState(state);
+    if (leader !== null && !leader.equals(self) && !targets.some((t) => t.equals(leader.address))) {
+      targets.push(leader.address);
+    }
+  } else if (me.status === "Up") {
+    const known = new Set<string>();
+    for (const m of state.members.values()) if (m.status !== "Removed") known.add(m.uniqueAddress.address.toString());
+    targets = seeds.filter((s) => !isSelfSeed(s, self) && !known.has(s.toString()));
+  }
+  for (const to of targets) {
+    effects.push({ kind: "send", to, message: new ClusterJoin(clusterName, self.toString(), memberToJSON(me)) });
+    effects.push({ kind: "count", stat: "joinAttempts" });
+  }
+  return state;
+}
+
+function gossipRecords(state: MembershipState) {
+  const records = [];
+  for (const m of state.members.values()) if (m.status !== "Joining") records.push(memberToJSON(m));
+  return records;
+}
+
+function gossipTick(state: MembershipState, effects: MembershipEffect[], nowMs: number): MembershipState {
+  const { self, clusterName, gossipFanout } = state.config;
+  const me = selfMember(state);
+  if (!gossiping.has(me.status)) return state;
+  let next: MembershipState = { ...state, gossipRound: state.gossipRound + 1 };
+  effects.push({ kind: "count", stat: "gossipRounds" });
+  const selfKey = self.toString();
+  const peers = sortMembers(
+    [...state.members.values()].filter((m) => memberKey(m) !== selfKey && gossipTargets.has(m.status)),
+  );
+  const targets: Member[] = [];
+  const count = Math.min(gossipFanout, peers.length);
+  for (let i = 0; i < count; i++) targets.push(peers[(next.gossipRound - 1 + i) % peers.length]!);
+  let farewell = state.farewell;
+  for (const key of state.farewell) {
+    const m = state.members.get(key);
+    if (m !== undefined && state.acks.get(key) !== state.digest) targets.push(m);
+    else {
+      if (farewell === state.farewell) farewell = new Set(farewell);
+      (farewell as Set<string>).delete(key);
+    }
+  }
+  next = { ...next, farewell };
+  if (targets.length > 0) {
+    const records = gossipRecords(state);
+    for (const m of targets) {
+      const message = new ClusterGossip(clusterName, selfKey, memberKey(m), next.gossipRound, state.digest, records);
+      effects.push({ kind: "send", to: clusterAddressOf(m), message });
+      effects.push({ kind: "count", stat: "gossipSent" });
+    }
+  }
+  if (state.leaveRequested && me.status === "Up") {
+    const retry: MembershipEffect[] = [];
+    next = requestLeave(next, self, retry, nowMs);
+    effects.push(...retry.filter((e) => e.kind !== "outcome"));
+  }
+  return next;
+}
+
+function heartbeatTick(state: MembershipState, effects: MembershipEffect[], nowMs: number): MembershipState {
+  const { self, clusterName, heartbeatTimeoutMs } = state.config;
+  if (!participating.has(selfMember(state).status)) return state;
+  const before = unreachableKeys(state.detector);
+  const detector = checkTimeouts(state.detector, nowMs, heartbeatTimeoutMs);
+  for (const key of unreachableKeys(detector))
+    if (!before.has(key)) effects.push({ kind: "count", stat: "heartbeatTimeouts" });
+  const seq = state.heartbeatSeq + 1;
+  const selfKey = self.toString();
+  for (const [key, m] of state.members) {
+    if (key === selfKey || !heartbeatTargets.has(m.status)) continue;
+    effects.push({
+      kind: "send",
+      to: clusterAddressOf(m),
+      message: new ClusterHeartbeat(clusterName, selfKey, key, seq),
+    });
+    effects.push({ kind: "count", stat: "heartbeatsSent" });
+  }
+  return { ...state, detector, heartbeatSeq: seq };
+}
+
+/**
+ * Why an inbound message is refused before it reaches the protocol (REFERENCE §6 "Protocol authentication"), or
+ * null when it passes: it must carry this cluster's name, come over an authenticated association whose identity is
+ * the claimed sender, from that sender's `/system/cluster`, and (if it names a receiver) name this incarnation.
+ */
+export function authenticate(
+  message: ClusterMessage,
+  origin: UniqueAddress | null,
+  senderPath: string | null,
+  clusterName: string,
+  self: UniqueAddress,
+): string | null {
+  if (message.clusterName !== clusterName) {
+    return `cluster name "${message.clusterName}" is not "${clusterName}"`;
+  }
+  if (origin === null) return "not received over an authenticated association";
+  if (origin.toString() !== message.from)
+    return `claimed sender ${message.from} is not the transport identity ${origin}`;
+  if (senderPath !== null && senderPath !== `${origin.address}/system/cluster`) {
+    return `sender path ${senderPath} is not ${origin.address}/system/cluster`;
+  }
+  if ("to" in message && message.to !== self.toString()) return `addressed to ${message.to}, not to ${self}`;
+  return null;
+}
+
+function receive(
+  state: MembershipState,
+  input: Extract<MembershipInput, { kind: "message" }>,
+  effects: MembershipEffect[],
+  nowMs: number,
+  context: StepContext,
+): MembershipState {
+  const { self, clusterName } = state.config;
+  const { message } = input;
+  const refusal = authenticate(message, input.origin, input.senderPath, clusterName, self);
+  if (refusal !== null) {
+    effects.push({ kind: "count", stat: "protocolRejections" });
+    effects.push({ kind: "reject", reason: refusal });
+    return state;
+  }
+  const from = input.origin!;
+  if (message instanceof ClusterJoin) return receiveJoin(state, from, message, effects, nowMs, context);
+  if (message instanceof ClusterWelcome) return receiveWelcome(state, from, message, effects, nowMs);
+  if (message instanceof ClusterGossip) return receiveGossip(state, from, message, effects, nowMs);
+  if (message instanceof ClusterGossipAck) {
+    effects.push({ kind: "count", stat: "gossipAcksReceived" });
+    return { ...state, acks: new Map(state.acks).set(from.toString(), message.digest) };
+  }
+  if (message instanceof ClusterHeartbeat) {
+    effects.push({ kind: "count", stat: "heartbeatsReceived" });
+    if (selfMember(state).status !== "Removed") {
+      const ack = new ClusterHeartbeatAck(clusterName, self.toString(), from.toString(), message.seq);
+      effects.push({ kind: "send", to: from.address, message: ack });
+    }
+    return state;
+  }
+  if (message instanceof ClusterHeartbeatAck) {
+    const key = from.toString();
+    const was = state.detector.get(key);
+    if (was?.unreachable === true) effects.push({ kind: "count", stat: "reachabilityRestorations" });
+    effects.push({ kind: "count", stat: "heartbeatAcksReceived" });
+    return { ...state, detector: recordAck(state.detector, key, nowMs) };
+  }
+  if (message instanceof ClusterLeave) return receiveLeave(state, from, message, effects, nowMs);
+  return receiveDown(state, from, message, effects, nowMs);
+}
+
+function isLeader(state: MembershipState): boolean {
+  return leaderOfState(state)?.equals(state.config.self) === true;
+}
+
+function receiveJoin(
+  state: MembershipState,
+  from: UniqueAddress,
+  message: ClusterJoin,
+  effects: MembershipEffect[],
+  nowMs: number,
+  context: StepContext,
+): MembershipState {
+  const { self, clusterName, maxMembers } = state.config;
+  effects.push({ kind: "count", stat: "joinsReceived" });
+  const me = selfMember(state);
+  if (me.status !== "Up" && me.status !== "Leaving") return state;
+  const candidate = membersOfJoin(message);
+  const key = from.toString();
+  if (!candidate.uniqueAddress.equals(from)) {
+    effects.push({ kind: "count", stat: "protocolRejections" });
+    effects.push({ kind: "reject", reason: `join for ${candidate.uniqueAddress} sent by ${from}` });
+    return state;
+  }
+  const existing = state.members.get(key);
+  if (existing !== undefined && (existing.status === "Down" || existing.status === "Removed")) {
+    // A removed or downed incarnation never comes back; the node must restart (new uid) to rejoin.
+    effects.push({ kind: "count", stat: "joinRejections" });
+    effects.push({ kind: "reject", reason: `${from} was ${existing.status} and cannot rejoin with the same uid` });
+    return state;
+  }
+  let next = state;
+  if (existing === undefined && isLeader(state)) {
+    const previous = [...state.members.values()].find(
+      (m) => m.status !== "Removed" && m.uniqueAddress.address.equals(from.address) && m.uniqueAddress.uid !== from.uid,
+    );
+    if (previous !== undefined) {
+      // An earlier incarnation on the same host and port is still a member: it leaves only by leave or by an explicit
+      // down, never implicitly; the new one keeps retrying its join until then.
+      effects.push({ kind: "count", stat: "joinRejections" });
+      effects.push({
+        kind: "reject",
+        reason: `${previous.uniqueAddress} still holds ${from.address} (${previous.status})`,
+      });
+      return state;
+    }
+    const acceptable =
+      candidate.status === "Joining" || (candidate.status === "Up" && candidate.changedBy === from.uid);
+    if (!acceptable) {
+      effects.push({ kind: "count", stat: "protocolRejections" });
+      effects.push({ kind: "reject", reason: `join carries a ${candidate.status} record not authored by ${from}` });
+      return state;
+    }
+    const merged = mergeMembers(state.members, [candidate], maxMembers);
+    if (merged.overflow) {
+      effects.push({ kind: "count", stat: "capacityRejections" });
+      return state;
+    }
+    next = commit(state, merged.members, nowMs);
+    // Promote at once when converged, so the welcome usually already says Up.
+    next = runLeaderActions(next, nowMs, context);
+  }
+  const records = [...next.members.values()].map(memberToJSON);
+  effects.push({
+    kind: "send",
+    to: from.address,
+    message: new ClusterWelcome(clusterName, self.toString(), key, records),
+  });
+  return next;
+}
+
+const joinMembers = new WeakMap<ClusterJoin, Member>();
+function membersOfJoin(message: ClusterJoin): Member {
+  let m = joinMembers.get(message);
+  if (m === undefined) {
+    m = membersOf(new ClusterWelcome(message.clusterName, message.from, message.from, [message.member]))[0]!;
+    joinMembers.set(message, m);
+  }
+  return m;
+}
+
+function receiveWelcome(
+  state: MembershipState,
+  from: UniqueAddress,
+  message: ClusterWelcome,
+  effects: MembershipEffect[],
+  nowMs: number,
+): MembershipState {
+  if (!state.config.seeds.some((s) => s.equals(from.address))) {
+    effects.push({ kind: "count", stat: "welcomesIgnored" });
+    effects.push({ kind: "reject", reason: `welcome from ${from}, which is not a configured seed` });
+    return state;
+  }
+  effects.push({ kind: "count", stat: "welcomesReceived" });
+  const merged = mergeMembers(state.members, membersOf(message), state.config.maxMembers);
+  if (merged.overflow) {
+    effects.push({ kind: "count", stat: "capacityRejections" });
+    return state;
+  }
+  if (merged.changed.length > 0) effects.push({ kind: "count", stat: "membershipMerges" });
+  return commit(state, merged.members, nowMs);
+}
+
+function receiveGossip(
+  state: MembershipState,
+  from: UniqueAddress,
+  message: ClusterGossip,
+  effects: MembershipEffect[],
+  nowMs: number,
+): MembershipState {
+  const { self, clusterName, maxMembers } = state.config;
+  effects.push({ kind: "count", stat: "gossipReceived" });
+  let next = state;
+  if (selfMember(state).status !== "Removed") {
+    const authorized = authorizeGossip(state.members, membersOf(message), from, leaderOfState(state));
+    for (const _ of authorized.rejected) effects.push({ kind: "count", stat: "gossipRecordsRejected" });
+    const merged = mergeMembers(state.members, authorized.accepted, maxMembers);
+    if (merged.overflow) effects.push({ kind: "count", stat: "capacityRejections" });
+    else if (merged.changed.length > 0) {
+      effects.push({ kind: "count", stat: "membershipMerges" });
+      next = commit(state, merged.members, nowMs);
+    }
+  } else {
+    // A removed node takes only the final word about itself (so that leave() completes), nothing else.
+    const own = membersOf(message).find((m) => m.uniqueAddress.equals(self));
+    if (own !== undefined) next = commit(state, mergeMembers(state.members, [own]).members, nowMs);
+  }
+  const acks = new Map(next.acks).set(from.toString(), message.digest);
+  next = { ...next, acks };
+  const ack = new ClusterGossipAck(clusterName, self.toString(), from.toString(), message.round, next.digest);
+  effects.push({ kind: "send", to: from.address, message: ack });
+  return next;
+}
+
+function applyLeave(state: MembershipState, target: UniqueAddress, nowMs: number): MembershipState | null {
+  const record = state.members.get(target.toString());
+  if (record === undefined || record.status !== "Up") return null;
+  const members = new Map(state.members).set(memberKey(record), withStatus(record, "Leaving", state.config.self.uid));
+  return commit(state, members, nowMs);
+}
+
+function applyDown(state: MembershipState, target: UniqueAddress, nowMs: number): MembershipState | null {
+  const record = state.members.get(target.toString());
+  if (record === undefined || record.status === "Down" || record.status === "Removed") return null;
+  const members = new Map(state.members).set(memberKey(record), withStatus(record, "Down", state.config.self.uid));
+  return commit(state, members, nowMs);
+}
+
+function requestLeave(
+  state: MembershipState,
+  target: UniqueAddress,
+  effects: MembershipEffect[],
+  nowMs: number,
+): MembershipState {
+  const { self, clusterName } = state.config;
+  const base = target.equals(self) ? { ...state, leaveRequested: true } : state;
+  if (isLeader(base)) {
+    const applied = applyLeave(base, target, nowMs);
+    effects.push({ kind: "outcome", accepted: applied !== null || isLeavingOrGone(base, target) });
+    return applied ?? base;
+  }
+  const leader = leaderOfState(base);
+  if (leader === null) {
+    effects.push({ kind: "outcome", accepted: false });
+    return base;
+  }
+  const message = new ClusterLeave(clusterName, self.toString(), target.toString());
+  effects.push({ kind: "send", to: leader.address, message });
+  effects.push({ kind: "outcome", accepted: true });
+  return base;
+}
+
+function isLeavingOrGone(state: MembershipState, target: UniqueAddress): boolean {
+  const status = state.members.get(target.toString())?.status;
+  return status !== undefined && status !== "Joining" && status !== "Up";
+}
+
+function requestDown(
+  state: MembershipState,
+  target: UniqueAddress,
+  effects: MembershipEffect[],
+  nowMs: number,
+): MembershipState {
+  const { self, clusterName } = state.config;
+  const record = state.members.get(target.toString());
+  if (target.equals(self) || record === undefined || record.status === "Removed") {
+    effects.push({ kind: "outcome", accepted: false });
+    return state;
+  }
+  if (isLeader(state)) {
+    const applied = applyDown(state, target, nowMs);
+    effects.push({ kind: "outcome", accepted: applied !== null || record.status === "Down" });
+    return applied ?? state;
+  }
+  const leader = leaderOfState(state);
+  if (leader === null) {
+    effects.push({ kind: "outcome", accepted: false });
+    return state;
+  }
+  effects.push({
+    kind: "send",
+    to: leader.address,
+    message: new ClusterDown(clusterName, self.toString(), target.toString()),
+  });
+  effects.push({ kind: "outcome", accepted: true });
+  return state;
+}
+
+function receiveLeave(
+  state: MembershipState,
+  from: UniqueAddress,
+  message: ClusterLeave,
+  effects: MembershipEffect[],
+  nowMs: number,
+): MembershipState {
+  const target = UniqueAddress.parse(message.target);
+  if (!target.equals(from) && !state.config.remoteDownAllowed) {
+    effects.push({ kind: "count", stat: "leaveRequestsRejected" });
+    effects.push({ kind: "reject", reason: `leave of ${target} requested by ${from} without a shared secret` });
+    return state;
+  }
+  if (!isLeader(state)) {
+    effects.push({ kind: "count", stat: "leaveRequestsRejected" });
+    effects.push({ kind: "reject", reason: "leave request received by a node that is not the leader" });
+    return state;
+  }
+  effects.push({ kind: "count", stat: "leaveRequestsAccepted" });
+  return applyLeave(state, target, nowMs) ?? state;
+}
+
+function receiveDown(
+  state: MembershipState,
+  from: UniqueAddress,
+  message: ClusterDown,
+  effects: MembershipEffect[],
+  nowMs: number,
+): MembershipState {
+  if (!state.config.remoteDownAllowed) {
+    effects.push({ kind: "count", stat: "downRequestsRejected" });
+    effects.push({
+      kind: "reject",
+      reason: `down request from ${from} ignored: this node has no remoting shared secret`,
+    });
+    return state;
+  }
+  if (!isLeader(state)) {
+    effects.push({ kind: "count", stat: "downRequestsRejected" });
+    effects.push({ kind: "reject", reason: "down request received by a node that is not the leader" });
+    return state;
+  }
+  const target = UniqueAddress.parse(message.target);
+  if (target.equals(state.config.self)) {
+    effects.push({ kind: "count", stat: "downRequestsRejected" });
+    return state;
+  }
+  effects.push({ kind: "count", stat: "downRequestsAccepted" });
+  return applyDown(state, target, nowMs) ?? state;
+}
+
+/** Runs the leader actions when this node may (leader, or nobody is) and membership has converged. */
+function runLeaderActions(state: MembershipState, nowMs: number, context: StepContext): MembershipState {
+  const { self } = state.config;
+  const unreachable = unreachableOf(state);
+  const leader = leaderOf(state.members, unreachable);
+  const leading = leader?.equals(self) === true;
+  if (!leading && leader !== null) return state;
+  if (!isConverged(state.members, self, unreachable, state.acks, state.digest)) return state;
+  const result = leaderActions(state.members, self, leading, context.departureReady ?? (() => true));
+  if (result.changed.length === 0) return state;
+  let farewell = state.farewell;
+  for (const m of result.changed) {
+    const key = memberKey(m);
+    if (m.status === "Removed" && state.members.get(key)?.status === "Exiting" && key !== self.toString()) {
+      farewell = new Set(farewell).add(key);
+    }
+  }
+  return commit({ ...state, farewell }, result.members, nowMs);
+}

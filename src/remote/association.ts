@@ -1,0 +1,210 @@
+import { connect as netConnect, type Socket } from "node:net";
+import { connect as tlsConnect } from "node:tls";
+import type { Address, Cancellable, UniqueAddress } from "../actor/index.ts";
+import { backoffDelayMs } from "./backoff.ts";
+import { Connection, type ConnectionContext, type ConnectionOwner } from "./connection.ts";
+import { encodeControlFrame, FrameKind } from "./envelope.ts";
+import { HandshakeError } from "./errors.ts";
+import { FrameWriter } from "./frame-writer.ts";
+import type { ResolvedRemotingSettings } from "./settings.ts";
+import type { RemotingStats } from "./stats.ts";
+import { SystemOutbox } from "./system-channel.ts";
+
+/**
+ * Lifecycle of the outbound side of an association:
+ *
+ *   idle ──first send──▶ connecting ──handshake ok──▶ up ──socket lost──▶ backoff ──timer──▶ connecting …
+ *                            └──────── refused / failed ─────────────────────▲
+ *
+ * While the very first connection is being set up, messages wait for it; after any loss, messages sent while there is
+ * no connection are dropped and counted (at-most-once, REFERENCE §5), and what was queued but not yet written is
+ * dropped too, never replayed. System messages are the exception: they sit in the outbox until acknowledged.
+ */
+export type AssociationState = "idle" | "connecting" | "up" | "backoff" | "stopped";
+
+/** What an association needs from the node that owns it. */
+export interface AssociationHost {
+  readonly settings: ResolvedRemotingSettings;
+  readonly stats: RemotingStats;
+  readonly connectionContext: ConnectionContext;
+  /** Accepts or refuses an authenticated peer (quarantine, uid change bookkeeping). */
+  admit(peer: UniqueAddress, association: Association | null): HandshakeError | null;
+  /** A frame from the peer on this association's own socket (acks). */
+  frame(connection: Connection, frame: Buffer): void;
+  /** The association came up or went down. */
+  changed(association: Association, event: "connected" | "disconnected"): void;
+}
+
+/** How a message offered to an association is treated right now. */
+export type SendMode = "write" | "buffer" | "drop";
+
+/** The outbound half of the link to one peer address: one TCP connection, this node → that node (per direction). */
+export class Association implements ConnectionOwner {
+  state: AssociationState = "idle";
+  /** Uid of the peer incarnation the current (or last) connection reached. */
+  uid: string | null = null;
+  /** Uid the outbox's system messages are meant for (null: whichever incarnation answers first). */
+  outboxUid: string | null = null;
+  readonly outbox = new SystemOutbox();
+  /** Uid of the newest incarnation known at this address (from either direction's handshake), or null. */
+  knownUid: string | null = null;
+  /** @internal Header bytes of the last user envelope written, and what they encode (senders repeat themselves). */
+  header: {
+    bytes: Buffer;
+    kind: number;
+    recipient: Buffer;
+    sender: string | null;
+    senderUid: string | null;
+    typeName: string;
+  } | null = null;
+  writer: FrameWriter;
+  private connection: Connection | null = null;
+  private lostOnce = false;
+  private attempt = 0;
+  private timer: Cancellable | null = null;
+  private upOnce = false;
+  /** Refs whose first messages wait for the first connection; they are bound to the uid that answers. */
+  private awaitingUid: { uid: string | null }[] = [];
+
+  constructor(
+    private readonly host: AssociationHost,
+    /** The peer's remoting address (`movie.tcp://system@host:port`). */
+    readonly address: Address,
+  ) {
+    this.writer = new FrameWriter(host.stats);
+  }
+
+  /** `host:port`, the key associations and blackholes use. */
+  get key(): string {
+    return this.address.hostPort;
+  }
+
+  /** The peer's current incarnation, once connected. */
+  get peer(): UniqueAddress | null {
+    return this.connection?.peer ?? null;
+  }
+
+  /** Whether a message offered now is written, held for the first connection, or dropped. */
+  get sendMode(): SendMode {
+    if (this.state === "up") return "write";
+    if (this.state === "idle") this.connect();
+    return this.state === "connecting" && !this.lostOnce ? "buffer" : "drop";
+  }
+
+  /** Binds `ref` to the peer's uid once the first connection is up. */
+  bindOnConnect(ref: { uid: string | null }): void {
+    if (this.awaitingUid.length < 4096) this.awaitingUid.push(ref);
+  }
+
+  /** Starts connecting if nothing is going on yet (system messages need a connection). */
+  ensureConnecting(): void {
+    if (this.state === "idle") this.connect();
+  }
+
+  /** Closes the current connection (it reconnects with backoff). */
+  drop(reason: Error): void {
+    this.connection?.close(reason);
+  }
+
+  stop(): void {
+    this.state = "stopped";
+    this.timer?.cancel();
+    this.timer = null;
+    this.writer.discard();
+    this.connection?.close();
+  }
+
+  private connect(): void {
+    if (this.state === "stopped") return;
+    this.state = "connecting";
+    this.host.stats.connectAttempts++;
+    const { host, port } = this.address;
+    const tls = this.host.settings.tls;
+    let socket: Socket;
+    if (tls !== null) {
+      const secure = tlsConnect({ ...tls, host: host!, port: port!, servername: undefined });
+      secure.once("secureConnect", () => connection.start());
+      socket = secure;
+    } else {
+      socket = netConnect({ host: host!, port: port! });
+      socket.once("connect", () => connection.start());
+    }
+    const connection = new Connection(
+      socket,
+      "client",
+      this.host.connectionContext,
+      this,
+      this.writer,
+      this.address.system,
+    );
+    this.connection = connection;
+  }
+
+  // ---- ConnectionOwner ----
+
+  authenticated(connection: Connection, peer: UniqueAddress): HandshakeError | null {
+    if (connection !== this.connection || this.state === "stopped") return null;
+    if (!peer.address.equals(this.address)) {
+      this.host.connectionContext.warn(
+        { expected: this.address.toString(), peer: peer.toString() },
+        "peer advertises another address than the one dialled; refusing it",
+      );
+      return new HandshakeError("malformed", `dialled ${this.address}, the peer is ${peer.address}`);
+    }
+    const refused = this.host.admit(peer, this);
+    if (refused !== null) return refused;
+    this.uid = peer.uid;
+    this.state = "up";
+    this.attempt = 0;
+    if (this.upOnce) this.host.stats.reconnects++;
+    this.upOnce = true;
+    if (this.outboxUid !== null && this.outboxUid !== peer.uid) this.outbox.reset();
+    this.outboxUid = peer.uid;
+    for (const ref of this.awaitingUid) if (ref.uid === null) ref.uid = peer.uid;
+    this.awaitingUid = [];
+    this.resendSystem();
+    this.host.changed(this, "connected");
+    return null;
+  }
+
+  /** Writes every unacknowledged system message again (after a reconnect, an unblackhole, or a gap report). */
+  resendSystem(afterSeq = 0): void {
+    if (this.state !== "up") return;
+    for (const message of this.outbox.pending) {
+      if (message.seq <= afterSeq) continue;
+      this.host.stats.systemResent++;
+      this.writeSystem(message.seq, message.body);
+    }
+  }
+
+  /** @internal Writes one sequenced system message on the live connection. */
+  writeSystem(seq: number, body: Record<string, unknown>): void {
+    this.writer.writeFrame(systemFrame(seq, body));
+  }
+
+  frame(connection: Connection, frame: Buffer): void {
+    this.host.frame(connection, frame);
+  }
+
+  closed(connection: Connection, opened: boolean): void {
+    if (connection !== this.connection) return;
+    this.connection = null;
+    const dropped = this.writer.discard();
+    this.host.stats.droppedWhileDisconnected += dropped;
+    this.writer = new FrameWriter(this.host.stats);
+    this.awaitingUid = [];
+    if (this.state === "stopped") return;
+    this.lostOnce = true;
+    this.state = "backoff";
+    if (opened) this.host.changed(this, "disconnected");
+    const delayMs = backoffDelayMs(this.attempt++, Math.random());
+    this.timer = this.host.connectionContext.scheduler.scheduleOnce(delayMs, () => {
+      this.timer = null;
+      if (this.state === "backoff") this.connect();
+    });
+  }
+}
+
+function systemFrame(seq: number, body: Record<string, unknown>): Buffer {
+  return encodeControlFrame(FrameKind.system, { seq, ...body });
+}

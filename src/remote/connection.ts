@@ -1,0 +1,241 @@
+import { randomBytes } from "node:crypto";
+import type { Socket } from "node:net";
+import type { Cancellable, Scheduler, UniqueAddress } from "../actor/index.ts";
+import { encodeControlFrame, FrameKind, readControlFrame } from "./envelope.ts";
+import { type EnvelopeDecodeError, FramingError, HandshakeError } from "./errors.ts";
+import { FrameDecoder } from "./frame.ts";
+import type { FrameWriter } from "./frame-writer.ts";
+import {
+  answerChallenge,
+  answerHello,
+  type Challenge,
+  checkConfirm,
+  type HandshakeIdentity,
+  type Hello,
+  makeHello,
+} from "./handshake.ts";
+import type { RemotingStats } from "./stats.ts";
+
+/** What a connection tells its owner. */
+export interface ConnectionOwner {
+  /** The peer passed the handshake; return an error to refuse it anyway (a quarantined incarnation). */
+  authenticated(connection: Connection, peer: UniqueAddress): HandshakeError | null;
+  /** A frame arrived after the handshake (a view, valid during the call). */
+  frame(connection: Connection, frame: Buffer): void;
+  /** The socket closed; `opened` says whether the handshake had completed. */
+  closed(connection: Connection, opened: boolean): void;
+}
+
+/** Fixed inputs of every connection of one node. */
+export interface ConnectionContext {
+  readonly identity: HandshakeIdentity;
+  readonly secret: string | null;
+  readonly handshakeTimeoutMs: number;
+  readonly maxFrameBytes: number;
+  readonly scheduler: Scheduler;
+  readonly stats: RemotingStats;
+  warn(context: object, message: string): void;
+}
+
+/**
+ * One TCP (or TLS) socket, either direction: framing, the handshake, then frames for the owner. A framing error or a
+ * failed handshake closes the socket (the stream cannot be trusted) and is counted; nothing before a completed
+ * handshake ever reaches the owner's frame handler, so it never reaches an actor.
+ */
+export class Connection {
+  private readonly decoder: FrameDecoder;
+  private state: "connecting" | "handshaking" | "open" | "closed" = "connecting";
+  private timer: Cancellable | null = null;
+  private hello: Hello | null = null;
+  private challenge: Challenge | null = null;
+  private readonly nonce = randomBytes(16).toString("hex");
+  /** The authenticated peer once open. */
+  peer: UniqueAddress | null = null;
+  /** Why the connection closed, if it failed. */
+  failure: Error | null = null;
+  /** @internal The receive path's cache of the last user envelope header (consecutive frames usually share it). */
+  headerCache: object | null = null;
+
+  constructor(
+    readonly socket: Socket,
+    readonly role: "client" | "server",
+    private readonly context: ConnectionContext,
+    private readonly owner: ConnectionOwner,
+    readonly writer: FrameWriter,
+    /** For a client: the system name the server must run. */
+    private readonly expectedSystem: string | null,
+  ) {
+    this.decoder = new FrameDecoder(context.maxFrameBytes);
+    socket.setNoDelay(true);
+    this.timer = context.scheduler.scheduleOnce(context.handshakeTimeoutMs, () => {
+      if (this.state === "connecting" || this.state === "handshaking") {
+        this.failHandshake(new HandshakeError("timeout", `no handshake within ${context.handshakeTimeoutMs} ms`));
+      }
+    });
+    socket.on("data", (chunk: Buffer) => this.onData(chunk));
+    socket.on("error", (error: Error) => {
+      if (this.failure === null) this.failure = error;
+    });
+    socket.on("close", () => this.onClose());
+    if (role === "server") this.state = "handshaking";
+  }
+
+  /** True once the handshake completed and until the socket closes. */
+  get isOpen(): boolean {
+    return this.state === "open";
+  }
+
+  /** Client side: the socket connected; say hello. */
+  start(): void {
+    if (this.state !== "connecting") return;
+    this.state = "handshaking";
+    this.hello = makeHello(this.context.identity, this.expectedSystem ?? "", this.nonce);
+    this.socket.write(encodeControlFrame(FrameKind.handshake, this.hello));
+  }
+
+  /** Closes the socket (idempotent). */
+  close(failure?: Error): void {
+    if (failure !== undefined && this.failure === null) this.failure = failure;
+    if (this.state === "closed") return;
+    const opened = this.state === "open";
+    this.state = "closed";
+    this.timer?.cancel();
+    this.timer = null;
+    this.socket.destroy();
+    this.owner.closed(this, opened);
+  }
+
+  private onData(chunk: Buffer): void {
+    if (this.state === "closed") return;
+    const stats = this.context.stats;
+    stats.bytesIn += chunk.length;
+    let frames: Buffer[];
+    try {
+      frames = this.decoder.push(chunk);
+    } catch (error) {
+      if (error instanceof FramingError) {
+        if (error.frameBytes === 0) stats.rejected.framing++;
+        else stats.rejected.oversize++;
+        this.context.warn({ peer: this.describePeer(), error }, "closing a connection after a framing error");
+        if (this.state !== "open") this.failHandshake(new HandshakeError("malformed", error.message));
+        else this.close(error);
+        return;
+      }
+      throw error;
+    }
+    stats.framesIn += frames.length;
+    for (const frame of frames) {
+      if (this.state === "open") this.owner.frame(this, frame);
+      else if (this.state === "handshaking") this.onHandshakeFrame(frame);
+      if ((this.state as string) === "closed") return;
+    }
+  }
+
+  private onHandshakeFrame(frame: Buffer): void {
+    if (frame[0] !== FrameKind.handshake) {
+      this.failHandshake(new HandshakeError("malformed", `expected a handshake frame, got kind ${frame[0]}`));
+      return;
+    }
+    let doc: Record<string, unknown>;
+    try {
+      doc = readControlFrame(frame);
+    } catch (error) {
+      this.failHandshake(new HandshakeError("malformed", (error as EnvelopeDecodeError).message));
+      return;
+    }
+    const { identity, secret } = this.context;
+    if (this.role === "server") {
+      if (this.hello === null) {
+        const result = answerHello(identity, secret, doc, this.nonce);
+        if (!result.ok) {
+          this.reject(result.reply, result.error);
+          return;
+        }
+        this.hello = doc as unknown as Hello;
+        this.challenge = result.next;
+        this.peer = result.peer;
+        this.socket.write(encodeControlFrame(FrameKind.handshake, result.next));
+        return;
+      }
+      const checked = checkConfirm(identity, secret, this.hello, this.challenge!, doc);
+      if (!checked.ok) {
+        this.reject(checked.reply, checked.error);
+        return;
+      }
+      const refused = this.owner.authenticated(this, this.peer!);
+      if (refused !== null) {
+        this.reject({ step: "reject", reason: refused.reason, detail: refused.message }, refused);
+        return;
+      }
+      this.socket.write(encodeControlFrame(FrameKind.handshake, { step: "accepted" }));
+      this.open();
+      return;
+    }
+    // client
+    if (this.peer === null) {
+      const result = answerChallenge(identity, secret, this.expectedSystem ?? "", this.hello!, doc);
+      if (!result.ok) {
+        this.reject(result.reply, result.error);
+        return;
+      }
+      this.peer = result.peer;
+      this.socket.write(encodeControlFrame(FrameKind.handshake, result.next));
+      return;
+    }
+    if (doc.step === "accepted") {
+      const refused = this.owner.authenticated(this, this.peer);
+      if (refused !== null) {
+        this.failHandshake(refused);
+        return;
+      }
+      this.open();
+      return;
+    }
+    this.failHandshake(
+      doc.step === "reject"
+        ? new HandshakeError("authentication", `the server refused: ${String(doc.detail)}`)
+        : new HandshakeError("malformed", "expected accepted"),
+    );
+  }
+
+  private open(): void {
+    this.timer?.cancel();
+    this.timer = null;
+    this.state = "open";
+    this.context.stats.handshakesOk++;
+    this.writer.attach(this.socket);
+  }
+
+  private reject(reply: object, error: HandshakeError): void {
+    if (!this.socket.destroyed) this.socket.write(encodeControlFrame(FrameKind.handshake, reply));
+    this.failHandshake(error);
+  }
+
+  private failHandshake(error: HandshakeError): void {
+    if (this.state === "closed" || this.state === "open") return;
+    this.context.stats.handshakesFailed++;
+    this.context.warn({ peer: this.describePeer(), role: this.role, error }, "remoting handshake failed");
+    this.failure = error;
+    this.state = "closed";
+    this.timer?.cancel();
+    this.timer = null;
+    // end() lets a queued reject reach the peer before the socket closes.
+    this.socket.end();
+    const socket = this.socket;
+    this.context.scheduler.scheduleOnce(200, () => socket.destroy());
+    this.owner.closed(this, false);
+  }
+
+  private onClose(): void {
+    this.timer?.cancel();
+    this.timer = null;
+    if (this.state === "closed") return;
+    const opened = this.state === "open";
+    this.state = "closed";
+    this.owner.closed(this, opened);
+  }
+
+  private describePeer(): string {
+    return this.peer?.toString() ?? `${this.socket.remoteAddress}:${this.socket.remotePort}`;
+  }
+}

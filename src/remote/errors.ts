@@ -1,0 +1,111 @@
+/** Errors raised by remoting. Each has a stable `name` and carries the fields a caller acts on. */
+
+/** A message type that has no entry in the MessageRegistry (on send, or a type name received from a peer). */
+export class UnknownMessageTypeError extends Error {
+  override readonly name = "UnknownMessageTypeError";
+  constructor(readonly typeName: string) {
+    super(
+      `Message type "${typeName}" is not registered; call MessageRegistry.register(${typeName}) on every node before sending it`,
+    );
+  }
+}
+
+/** A registration that conflicts with an earlier one: the name is bound to another class, or the class to another name. */
+export class MessageRegistrationError extends Error {
+  override readonly name = "MessageRegistrationError";
+  constructor(
+    readonly typeName: string,
+    detail: string,
+  ) {
+    super(`Cannot register message type "${typeName}": ${detail}`);
+  }
+}
+
+/** The byte stream of a connection broke the framing rules (zero length or a frame above `maxFrameBytes`). */
+export class FramingError extends Error {
+  override readonly name = "FramingError";
+  constructor(
+    readonly frameBytes: number,
+    readonly maxFrameBytes: number,
+  ) {
+    super(
+      frameBytes === 0
+        ? "Malformed frame: zero length; the stream cannot be trusted and the connection is closed"
+        : `Frame of ${frameBytes} bytes exceeds maxFrameBytes ${maxFrameBytes}; the connection is closed`,
+    );
+  }
+}
+
+/** An outgoing message whose encoded envelope is larger than `maxFrameBytes`; nothing was sent. */
+export class MessageTooLargeError extends Error {
+  override readonly name = "MessageTooLargeError";
+  constructor(
+    readonly typeName: string,
+    readonly frameBytes: number,
+    readonly maxFrameBytes: number,
+  ) {
+    super(
+      `Message ${typeName} encodes to ${frameBytes} bytes, above maxFrameBytes ${maxFrameBytes}; send smaller messages or raise maxFrameBytes on every node`,
+    );
+  }
+}
+
+/** A well-framed envelope that could not be decoded (bad header, bad JSON, a failing `fromJSON` or schema). */
+export class EnvelopeDecodeError extends Error {
+  override readonly name = "EnvelopeDecodeError";
+  constructor(
+    readonly reason: "undecodable" | "unknownType" | "schemaInvalid",
+    detail: string,
+  ) {
+    super(`Dropped an inbound envelope (${reason}): ${detail}`);
+  }
+}
+
+/** The remote actor failed while handling an ask; `remoteClass` is the remote error's class name. */
+export class RemoteAskError extends Error {
+  override readonly name = "RemoteAskError";
+  constructor(
+    readonly target: string,
+    readonly remoteClass: string,
+    readonly remoteMessage: string,
+  ) {
+    super(`Remote actor ${target} failed with ${remoteClass}: ${remoteMessage}`);
+  }
+}
+
+/** The issue's name for {@link RemoteAskError}; the same class. */
+export const RemoteAskFailedError = RemoteAskError;
+
+/** A remote message could not be sent: no connection (at-most-once, never replayed), or the peer's node uid changed. */
+export class RemoteDeliveryError extends Error {
+  override readonly name = "RemoteDeliveryError";
+  constructor(
+    readonly target: string,
+    readonly reason: "disconnected" | "staleUid" | "quarantined" | "stopped" | "overflow",
+  ) {
+    super(
+      `Could not deliver to ${target} (${reason}); remote delivery is at-most-once, so retry at the application level if needed`,
+    );
+  }
+}
+
+/** A peer failed the handshake (version, system or cluster name, secret, timeout, or a malformed reply). */
+export class HandshakeError extends Error {
+  override readonly name = "HandshakeError";
+  constructor(
+    readonly reason: "version" | "systemName" | "clusterName" | "authentication" | "timeout" | "malformed" | "closed",
+    detail: string,
+  ) {
+    super(`Remoting handshake failed (${reason}): ${detail}`);
+  }
+}
+
+/** `Remoting.get(system)` on a system whose remoting was not enabled. */
+export class RemotingNotEnabledError extends Error {
+  override readonly name = "RemotingNotEnabledError";
+  constructor(readonly systemName: string) {
+    super(
+      `Remoting is not enabled on actor system ${systemName}; call await system.enableRemoting({ host, port }) first`,
+    );
+  }
+}

@@ -1,0 +1,133 @@
+/** Where a {@link FrameWriter} sends its batches (a `net.Socket` or `tls.TLSSocket`). */
+export interface WritableSink {
+  write(chunk: Buffer): boolean;
+  readonly writableLength: number;
+}
+
+/** Counters a writer bumps. */
+export interface WriteCounters {
+  writes: number;
+  framesOut: number;
+  bytesOut: number;
+}
+
+/** Size of one output chunk; frames are packed into it and it is flushed at the latest when full (REFERENCE §5: ~64 KiB per write). */
+export const writeChunkBytes = 64 * 1024;
+
+/**
+ * Packs many frames into one socket write. Frames are encoded straight into a shared chunk; the chunk's filled part
+ * is written when it would overflow, or on the microtask after the first unflushed frame, so a burst of tells inside
+ * one dispatcher turn goes out in one `write`. Written bytes are never reused (the socket may still hold them): after
+ * a flush the writer continues behind them in the same chunk, and takes a fresh chunk only when that one is full.
+ * Without a sink (while the connection is being set up) frames accumulate; {@link FrameWriter.discard} drops them.
+ */
+export class FrameWriter {
+  private chunk: Buffer = Buffer.allocUnsafe(writeChunkBytes);
+  private start = 0;
+  private used = 0;
+  private held: Buffer[] = [];
+  private heldBytes = 0;
+  private unflushedFrames = 0;
+  private heldFrames = 0;
+  private flushQueued = false;
+  private sink: WritableSink | null = null;
+  private readonly flushTask = (): void => {
+    this.flushQueued = false;
+    this.flush();
+  };
+
+  /** `counters` is bumped on every socket write (shared by all writers of one node). */
+  constructor(private readonly counters: WriteCounters = { writes: 0, framesOut: 0, bytesOut: 0 }) {}
+
+  /** Frames and bytes accepted but not yet handed to a socket. */
+  get pendingFrames(): number {
+    return this.unflushedFrames + this.heldFrames;
+  }
+
+  /** Bytes waiting here or in the socket's own buffer; callers refuse new work above a bound (backpressure). */
+  get bufferedBytes(): number {
+    return this.used - this.start + this.heldBytes + (this.sink?.writableLength ?? 0);
+  }
+
+  /** Starts writing to `sink` (everything accumulated so far goes first). */
+  attach(sink: WritableSink): void {
+    this.sink = sink;
+    this.scheduleFlush();
+  }
+
+  /** Stops writing; returns the number of frames dropped (accepted but never handed to a socket). */
+  discard(): number {
+    const dropped = this.pendingFrames;
+    this.sink = null;
+    this.held = [];
+    this.heldBytes = 0;
+    this.heldFrames = 0;
+    this.unflushedFrames = 0;
+    this.start = this.used;
+    return dropped;
+  }
+
+  /**
+   * Returns a buffer and offset with at least `bytes` free; write the frame there and call {@link commit} with its end.
+   */
+  reserve(bytes: number): Buffer {
+    if (this.chunk.length - this.used < bytes) {
+      this.retireChunk();
+      this.chunk = Buffer.allocUnsafe(Math.max(writeChunkBytes, bytes));
+      this.start = 0;
+      this.used = 0;
+    }
+    return this.chunk;
+  }
+
+  /** Offset where the next reserved frame starts. */
+  get offset(): number {
+    return this.used;
+  }
+
+  /** Accepts the frame written between {@link offset} and `end`. */
+  commit(end: number): void {
+    this.used = end;
+    this.unflushedFrames++;
+    if (this.used - this.start >= writeChunkBytes / 2) this.flush();
+    else this.scheduleFlush();
+  }
+
+  /** Appends an already framed buffer (control frames). */
+  writeFrame(frame: Buffer): void {
+    const buf = this.reserve(frame.length);
+    frame.copy(buf, this.used);
+    this.commit(this.used + frame.length);
+  }
+
+  /** Hands everything accepted to the socket now (no-op without a sink). */
+  flush(): void {
+    if (this.sink === null) return;
+    this.retireChunk();
+    if (this.held.length === 0) return;
+    const out = this.held.length === 1 ? this.held[0]! : Buffer.concat(this.held, this.heldBytes);
+    this.counters.writes++;
+    this.counters.framesOut += this.heldFrames;
+    this.counters.bytesOut += out.length;
+    this.held = [];
+    this.heldBytes = 0;
+    this.heldFrames = 0;
+    this.sink.write(out);
+  }
+
+  private retireChunk(): void {
+    if (this.used > this.start) {
+      this.held.push(this.chunk.subarray(this.start, this.used));
+      this.heldBytes += this.used - this.start;
+      this.heldFrames += this.unflushedFrames;
+      this.unflushedFrames = 0;
+      this.start = this.used;
+    }
+  }
+
+  private scheduleFlush(): void {
+    if (this.flushQueued || this.sink === null) return;
+    this.flushQueued = true;
+    queueMicrotask(this.flushTask);
+  }
+}

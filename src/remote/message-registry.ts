@@ -1,0 +1,166 @@
+import { EnvelopeDecodeError, MessageRegistrationError, UnknownMessageTypeError } from "./errors.ts";
+import { isStandardSchema, type StandardSchemaV1 } from "./standard-schema.ts";
+
+/** A class that can cross the wire: constructed by `new`, optionally rebuilt by a static `fromJSON`. */
+export type MessageClass = (abstract new (...args: never) => object) & { fromJSON?: (json: unknown) => unknown };
+
+/** Options of {@link MessageRegistry.register}. */
+export interface RegisterOptions {
+  /** The wire name; default the class name. Use a stable dotted name (`movie.cluster.gossip.v1`) for protocol types. */
+  name?: string;
+  /** A Standard Schema (zod, valibot, …) that inbound JSON must pass before the instance is rebuilt. Must be synchronous. */
+  schema?: StandardSchemaV1;
+}
+
+/** One registered wire type. */
+export interface MessageRegistration {
+  readonly name: string;
+  readonly type: MessageClass;
+  readonly schema: StandardSchemaV1 | null;
+}
+
+/**
+ * Maps wire names to message classes and back. `MessageRegistry.register(...)` fills the process-wide default (as the
+ * seed describes); `new MessageRegistry(MessageRegistry.default)` gives a per-system registry that also sees the
+ * default. Encoding writes the instance's own JSON (`JSON.stringify`, so `toJSON` is honoured); decoding rebuilds a
+ * real instance (so `instanceof` works) through `static fromJSON(json)` when the class has one, else by prototype and
+ * field assignment.
+ */
+export class MessageRegistry {
+  /** The process-wide registry that every system's remoting consults. */
+  static readonly default: MessageRegistry = new MessageRegistry(null);
+
+  private readonly byName = new Map<string, MessageRegistration>();
+  private readonly byType = new Map<MessageClass, MessageRegistration>();
+
+  constructor(private readonly parent: MessageRegistry | null = MessageRegistry.default ?? null) {}
+
+  /**
+   * Registers `type` in the process-wide default registry (idempotent for the same name and class).
+   * @throws MessageRegistrationError when the name is bound to another class or the class to another name
+   */
+  static register(type: MessageClass, options: RegisterOptions = {}): MessageRegistration {
+    return MessageRegistry.default.register(type, options);
+  }
+
+  /**
+   * Registers `type` here (idempotent for the same name and class).
+   * @throws MessageRegistrationError when the name is bound to another class, the class to another name, the name is
+   * empty or longer than 1,024 characters, or `schema` is not a Standard Schema v1 object
+   */
+  register(type: MessageClass, options: RegisterOptions = {}): MessageRegistration {
+    if (typeof type !== "function") throw new MessageRegistrationError(String(type), "expected a class");
+    const name = options.name ?? type.name;
+    if (typeof name !== "string" || name.length === 0 || name.length > 1024) {
+      throw new MessageRegistrationError(String(name), "the name must be 1-1024 characters; pass { name }");
+    }
+    if (options.schema !== undefined && !isStandardSchema(options.schema)) {
+      throw new MessageRegistrationError(name, "schema is not a Standard Schema v1 object (no ~standard.validate)");
+    }
+    const byName = this.lookupName(name);
+    const byType = this.lookupType(type);
+    if (byName !== undefined && byName.type !== type) {
+      throw new MessageRegistrationError(name, `the name is already bound to class ${byName.type.name}`);
+    }
+    if (byType !== undefined && byType.name !== name) {
+      throw new MessageRegistrationError(name, `class ${type.name} is already registered as "${byType.name}"`);
+    }
+    if (byType !== undefined) return byType;
+    const entry: MessageRegistration = { name, type, schema: options.schema ?? null };
+    this.byName.set(name, entry);
+    this.byType.set(type, entry);
+    return entry;
+  }
+
+  /** The registration for `type` (exact class, not a subclass), here or in the parent, or undefined. */
+  lookupType(type: unknown): MessageRegistration | undefined {
+    return this.byType.get(type as MessageClass) ?? this.parent?.lookupType(type);
+  }
+
+  /** The registration for wire name `name`, here or in the parent, or undefined. */
+  lookupName(name: string): MessageRegistration | undefined {
+    return this.byName.get(name) ?? this.parent?.lookupName(name);
+  }
+
+  /**
+   * The registration of `message`'s class.
+   * @throws UnknownMessageTypeError when that class is not registered
+   */
+  registrationOf(message: unknown): MessageRegistration {
+    const type = message === null || typeof message !== "object" ? undefined : (message as object).constructor;
+    const entry = type === undefined ? undefined : this.lookupType(type);
+    if (entry === undefined) throw new UnknownMessageTypeError(describeType(message));
+    return entry;
+  }
+
+  /**
+   * Rebuilds an instance of the class registered as `name` from parsed JSON, validating with its schema first.
+   * @throws EnvelopeDecodeError (reason `unknownType`, `schemaInvalid` or `undecodable`)
+   */
+  decode(name: string, json: unknown): unknown {
+    const entry = this.lookupName(name);
+    if (entry === undefined) throw new EnvelopeDecodeError("unknownType", `type "${name}" is not registered`);
+    return rebuild(entry, json);
+  }
+
+  /**
+   * Rebuilds an instance for a registration found earlier with {@link lookupName} (the receive path caches it).
+   * @throws EnvelopeDecodeError (reason `schemaInvalid` or `undecodable`)
+   */
+  decodeAs(entry: MessageRegistration, json: unknown): unknown {
+    return rebuild(entry, json);
+  }
+}
+
+/** Validates and rebuilds one message (shared by every registry). */
+function rebuild(entry: MessageRegistration, json: unknown): unknown {
+  let value = json;
+  if (entry.schema !== null) {
+    const result = entry.schema["~standard"].validate(json);
+    if (typeof (result as Promise<unknown>).then === "function") {
+      throw new EnvelopeDecodeError(
+        "schemaInvalid",
+        `schema of "${entry.name}" is asynchronous; use a synchronous one`,
+      );
+    }
+    const settled = result as Exclude<typeof result, Promise<unknown>>;
+    if (settled.issues !== undefined) {
+      const first = settled.issues[0];
+      throw new EnvelopeDecodeError(
+        "schemaInvalid",
+        `"${entry.name}" failed its schema: ${first === undefined ? "invalid" : first.message}`,
+      );
+    }
+    value = settled.value;
+  }
+  const fromJSON = entry.type.fromJSON;
+  if (typeof fromJSON === "function") {
+    let built: unknown;
+    try {
+      built = fromJSON.call(entry.type, value);
+    } catch (error) {
+      throw new EnvelopeDecodeError(
+        "undecodable",
+        `${entry.name}.fromJSON threw ${error instanceof Error ? `${error.name}: ${error.message}` : String(error)}`,
+      );
+    }
+    if (!(built instanceof entry.type)) {
+      throw new EnvelopeDecodeError("undecodable", `${entry.name}.fromJSON did not return an instance of its class`);
+    }
+    return built;
+  }
+  if (value === null || typeof value !== "object" || Array.isArray(value)) {
+    throw new EnvelopeDecodeError("undecodable", `payload of "${entry.name}" is not a JSON object`);
+  }
+  // Object.assign would run the __proto__ setter and swap the instance's prototype.
+  if (Object.hasOwn(value, "__proto__")) {
+    throw new EnvelopeDecodeError("undecodable", `payload of "${entry.name}" has a __proto__ field`);
+  }
+  return Object.assign(Object.create(entry.type.prototype as object) as object, value);
+}
+
+function describeType(message: unknown): string {
+  if (message === null) return "null";
+  if (typeof message !== "object") return typeof message;
+  return (message as object).constructor?.name ?? "Object";
+}

@@ -1,0 +1,87 @@
+import type { SecureContextOptions } from "node:tls";
+import { InvalidArgumentError } from "../actor/index.ts";
+import { defaultMaxFrameBytes } from "./frame.ts";
+import type { MessageRegistry } from "./message-registry.ts";
+
+/** Options of `system.enableRemoting`. */
+export interface RemotingSettings {
+  /** Host to bind and to advertise in this node's address (use a name peers can reach; `127.0.0.1` for tests). */
+  host: string;
+  /** TCP port; 0 picks a free one (read it from `remoting.selfAddress`). */
+  port: number;
+  /** Shared secret proven with HMAC-SHA256 in every handshake (never sent). Without it any peer may connect. */
+  secret?: string;
+  /** TLS material (key, cert, ca, …) for mutual-certificate TLS on every association; both sides need it. */
+  tls?: SecureContextOptions;
+  /** Largest frame payload in bytes, in and out; default 4 MiB. */
+  maxFrameBytes?: number;
+  /** Cluster name exchanged in the handshake; peers with another name are refused. Default "". */
+  clusterName?: string;
+  /** Milliseconds a handshake may take before the connection is closed; default 2,000 (REFERENCE §5). */
+  handshakeTimeout?: number;
+  /** Bytes that may wait for one peer's socket before new messages to it are dropped (counted); default 64 MiB. */
+  maxBufferedBytes?: number;
+  /** Registry for this system (falls back to the process-wide default); default a fresh one over the default. */
+  registry?: MessageRegistry;
+}
+
+/** Settings with every default filled in. */
+export interface ResolvedRemotingSettings {
+  readonly host: string;
+  readonly port: number;
+  readonly secret: string | null;
+  readonly tls: SecureContextOptions | null;
+  readonly maxFrameBytes: number;
+  readonly clusterName: string;
+  readonly handshakeTimeoutMs: number;
+  readonly maxBufferedBytes: number;
+}
+
+/**
+ * Validates `settings` and fills in defaults.
+ * @throws InvalidArgumentError naming the first invalid field
+ */
+export function resolveRemotingSettings(settings: RemotingSettings): ResolvedRemotingSettings {
+  if (settings === null || typeof settings !== "object") {
+    throw new InvalidArgumentError("remoting settings", "expected { host, port }");
+  }
+  const { host, port } = settings;
+  if (typeof host !== "string" || host.length === 0 || /[\s/@#]/.test(host)) {
+    throw new InvalidArgumentError("remoting host", `"${String(host)}"; use a host name or IP such as 127.0.0.1`);
+  }
+  if (!Number.isInteger(port) || port < 0 || port > 65535) {
+    throw new InvalidArgumentError("remoting port", `${String(port)}; use 0-65535 (0 picks a free port)`);
+  }
+  if (settings.secret !== undefined && (typeof settings.secret !== "string" || settings.secret.length === 0)) {
+    throw new InvalidArgumentError("remoting secret", "use a non-empty string or leave it out");
+  }
+  const maxFrameBytes = settings.maxFrameBytes ?? defaultMaxFrameBytes;
+  if (!Number.isInteger(maxFrameBytes) || maxFrameBytes < 1024 || maxFrameBytes > 0xffffffff) {
+    throw new InvalidArgumentError("maxFrameBytes", `${String(maxFrameBytes)}; use an integer from 1024 to 2^32-1`);
+  }
+  const handshakeTimeoutMs = settings.handshakeTimeout ?? 2_000;
+  if (typeof handshakeTimeoutMs !== "number" || !(handshakeTimeoutMs > 0) || !Number.isFinite(handshakeTimeoutMs)) {
+    throw new InvalidArgumentError("handshakeTimeout", `${String(handshakeTimeoutMs)} ms; use a positive number`);
+  }
+  const maxBufferedBytes = settings.maxBufferedBytes ?? 64 * 1024 * 1024;
+  if (!Number.isInteger(maxBufferedBytes) || maxBufferedBytes < maxFrameBytes) {
+    throw new InvalidArgumentError("maxBufferedBytes", `${String(maxBufferedBytes)}; use at least maxFrameBytes`);
+  }
+  const clusterName = settings.clusterName ?? "";
+  if (typeof clusterName !== "string") throw new InvalidArgumentError("clusterName", "use a string");
+  return {
+    host,
+    port,
+    secret: settings.secret ?? null,
+    tls: settings.tls ?? null,
+    maxFrameBytes,
+    clusterName,
+    handshakeTimeoutMs,
+    maxBufferedBytes,
+  };
+}
+
+/** True for hosts that only this machine can reach (no secret needed there). */
+export function isLoopbackHost(host: string): boolean {
+  return host === "localhost" || host === "::1" || host.startsWith("127.");
+}

@@ -1,0 +1,137 @@
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import fc from "fast-check";
+import { Address, UniqueAddress } from "../../src/actor/index.ts";
+import { compareRecords, type MemberMap, mergeMembers } from "../../src/cluster/gossip/merge.ts";
+import { type Member, memberKey, memberStatuses, memberToJSON } from "../../src/cluster/member.ts";
+
+const nodes = [2551, 2552, 2553].flatMap((port) =>
+  ["a", "b"].map((uid) => new UniqueAddress(Address.tcp("sys", "127.0.0.1", port), uid)),
+);
+
+const memberArb: fc.Arbitrary<Member> = fc
+  .record({
+    node: fc.integer({ min: 0, max: nodes.length - 1 }),
+    status: fc.constantFrom(...memberStatuses),
+    revision: fc.integer({ min: 1, max: 4 }),
+    changedBy: fc.constantFrom("a", "b", "c"),
+    upNumber: fc.integer({ min: 0, max: 3 }),
+    roles: fc.subarray(["backend", "frontend"]),
+  })
+  .map((r) => ({
+    uniqueAddress: nodes[r.node]!,
+    status: r.status,
+    revision: r.revision,
+    changedBy: r.changedBy,
+    upNumber: r.upNumber,
+    roles: r.roles,
+  }));
+
+const batchArb = fc.array(memberArb, { maxLength: 8 });
+
+function merge(local: MemberMap, incoming: Iterable<Member>): MemberMap {
+  return mergeMembers(local, incoming).members;
+}
+
+function fold(batches: readonly (readonly Member[])[]): MemberMap {
+  return batches.reduce<MemberMap>((acc, batch) => merge(acc, batch), new Map());
+}
+
+function canonical(map: MemberMap): string {
+  return JSON.stringify([...map.values()].map(memberToJSON).sort((a, b) => (a.address < b.address ? -1 : 1)));
+}
+
+test("merge is commutative", () => {
+  fc.assert(
+    fc.property(batchArb, batchArb, (a, b) => {
+      const ab = merge(fold([a]), fold([b]).values());
+      const ba = merge(fold([b]), fold([a]).values());
+      assert.equal(canonical(ab), canonical(ba));
+    }),
+  );
+});
+
+test("merge is associative", () => {
+  fc.assert(
+    fc.property(batchArb, batchArb, batchArb, (a, b, c) => {
+      const [ma, mb, mc] = [fold([a]), fold([b]), fold([c])];
+      const left = merge(merge(ma, mb.values()), mc.values());
+      const right = merge(ma, merge(mb, mc.values()).values());
+      assert.equal(canonical(left), canonical(right));
+    }),
+  );
+});
+
+test("merge is idempotent", () => {
+  fc.assert(
+    fc.property(batchArb, (a) => {
+      const m = fold([a]);
+      const again = mergeMembers(m, m.values());
+      assert.equal(canonical(again.members), canonical(m));
+      assert.equal(again.changed.length, 0);
+      assert.equal(again.members, m, "no change keeps the very same map");
+    }),
+  );
+});
+
+test("random merge orders converge to one state", () => {
+  fc.assert(
+    fc.property(
+      fc
+        .array(batchArb, { minLength: 1, maxLength: 6 })
+        .chain((batches) =>
+          fc.tuple(fc.constant(batches), fc.shuffledSubarray(batches, { minLength: batches.length })),
+        ),
+      ([batches, shuffled]) => {
+        assert.equal(canonical(fold(batches)), canonical(fold(shuffled)));
+      },
+    ),
+  );
+});
+
+test("a Removed uid is never resurrected by later records", () => {
+  fc.assert(
+    fc.property(memberArb, fc.array(batchArb, { maxLength: 5 }), (removed, later) => {
+      const tombstone = { ...removed, status: "Removed" as const };
+      let map = merge(new Map(), [tombstone]);
+      for (const batch of later) {
+        map = merge(map, batch);
+        assert.equal(map.get(memberKey(tombstone))?.status, "Removed");
+      }
+    }),
+  );
+});
+
+test("compareRecords orders by precedence, then revision, then tie-break", () => {
+  const base: Member = {
+    uniqueAddress: nodes[0]!,
+    status: "Up",
+    revision: 2,
+    changedBy: "a",
+    upNumber: 1,
+    roles: [],
+  };
+  assert.equal(compareRecords({ ...base, status: "Leaving", revision: 1 }, base), 1);
+  assert.equal(compareRecords({ ...base, revision: 3 }, base), 1);
+  assert.equal(compareRecords({ ...base, changedBy: "b" }, base), 1);
+  assert.equal(compareRecords(base, { ...base }), 0);
+});
+
+test("an overflowing merge is rejected whole", () => {
+  const make = (i: number): Member => ({
+    uniqueAddress: new UniqueAddress(Address.tcp("sys", "127.0.0.1", 3000 + i), "u"),
+    status: "Up",
+    revision: 1,
+    changedBy: "u",
+    upNumber: 1,
+    roles: [],
+  });
+  const local = merge(new Map(), [make(0), make(1)]);
+  const result = mergeMembers(local, [make(2), make(3)], 3);
+  assert.equal(result.overflow, true);
+  assert.equal(result.members, local);
+  assert.equal(result.changed.length, 0);
+  // Tombstones count too: a capacity of 2 is full with one live record and one tombstone.
+  const withTombstone = merge(new Map(), [make(0), { ...make(1), status: "Removed" }]);
+  assert.equal(mergeMembers(withTombstone, [make(2)], 2).overflow, true);
+});

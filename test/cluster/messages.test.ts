@@ -1,0 +1,66 @@
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import { type MemberJSON, memberFromJSON } from "../../src/cluster/member.ts";
+import {
+  ClusterDown,
+  ClusterGossip,
+  ClusterGossipAck,
+  ClusterHeartbeat,
+  ClusterJoin,
+  clusterMessageClasses,
+  membersOf,
+} from "../../src/cluster/messages.ts";
+
+const from = "movie.tcp://sys@127.0.0.1:2551#abc";
+const to = "movie.tcp://sys@127.0.0.1:2552#def";
+const record: MemberJSON = {
+  address: from,
+  status: "Up",
+  roles: ["a", "b"],
+  upNumber: 1,
+  revision: 1,
+  changedBy: "abc",
+};
+
+test("every wire message round-trips through JSON and fromJSON", () => {
+  const messages = [
+    new ClusterJoin("c", from, record),
+    new ClusterGossip("c", from, to, 3, "a".repeat(64), [record]),
+    new ClusterGossipAck("c", from, to, 3, "b".repeat(64)),
+    new ClusterHeartbeat("c", from, to, 9),
+    new ClusterDown("c", from, to),
+  ];
+  for (const m of messages) {
+    const cls = clusterMessageClasses.find((c) => m instanceof c)!;
+    assert.deepEqual(cls.fromJSON(JSON.parse(JSON.stringify(m))), m);
+  }
+  assert.equal(membersOf(messages[1] as ClusterGossip)[0]!.uniqueAddress.toString(), from);
+  assert.equal(new Set(clusterMessageClasses.map((c) => c.wireName)).size, clusterMessageClasses.length);
+});
+
+test("malformed wire messages throw InvalidClusterMessageError naming the field", () => {
+  const bad: [(typeof clusterMessageClasses)[number], unknown, RegExp][] = [
+    [ClusterGossip, null, /not a JSON object/],
+    [ClusterGossip, { clusterName: "c", from, to, round: 1, digest: "xyz", members: [] }, /digest/],
+    [ClusterGossip, { clusterName: "c", from, to, round: -1, digest: "a".repeat(64), members: [] }, /round/],
+    [ClusterGossip, { clusterName: "c", from, to, round: 1, digest: "a".repeat(64), members: {} }, /members/],
+    [ClusterHeartbeat, { clusterName: "c", from: "movie://sys#u", to, seq: 1 }, /remote unique address/],
+    [ClusterJoin, { clusterName: "c", from, member: { ...record, status: "Zombie" } }, /status/],
+    [ClusterJoin, { clusterName: "", from, member: record }, /clusterName/],
+  ];
+  for (const [cls, json, pattern] of bad) {
+    assert.throws(
+      () => cls.fromJSON(json),
+      (e: Error) => e.name === "InvalidClusterMessageError" && pattern.test(e.message),
+      `${cls.wireName} ${JSON.stringify(json)}`,
+    );
+  }
+});
+
+test("member records are validated: roles sorted and unique, revision above 0, author present", () => {
+  assert.equal(typeof memberFromJSON(record), "object");
+  assert.match(String(memberFromJSON({ ...record, roles: ["b", "a"] })), /sorted/);
+  assert.match(String(memberFromJSON({ ...record, revision: 0 })), /revision/);
+  assert.match(String(memberFromJSON({ ...record, changedBy: "" })), /changedBy/);
+  assert.match(String(memberFromJSON({ ...record, address: "nope" })), /unique address/);
+});

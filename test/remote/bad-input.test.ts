@@ -1,0 +1,169 @@
+import assert from "node:assert/strict";
+import { after, before, test } from "node:test";
+import { FrameKind, writeUserEnvelope } from "../../src/remote/envelope.ts";
+import {
+  MessageRegistry,
+  MessageTooLargeError,
+  type StandardSchemaV1,
+  UnknownMessageTypeError,
+} from "../../src/remote/index.ts";
+import { eventually } from "../fixtures/eventually.ts";
+import { Ping, Pong, Sequenced } from "./fixtures/messages.ts";
+import { Collector, EchoBehavior, type Node, startNode } from "./fixtures/nodes.ts";
+import { rawPeer } from "./fixtures/raw-peer.ts";
+
+class OnlyOnA {
+  constructor(readonly x: number) {}
+}
+class Checked {
+  constructor(readonly n: number) {}
+}
+const positive: StandardSchemaV1 = {
+  "~standard": {
+    version: 1,
+    vendor: "test",
+    validate: (v) =>
+      typeof (v as { n?: unknown })?.n === "number" && (v as { n: number }).n > 0
+        ? { value: v }
+        : { issues: [{ message: "n must be positive" }] },
+  },
+};
+class NotRegistered {}
+
+let a: Node;
+let b: Node;
+let received: unknown[];
+
+before(async () => {
+  const registryA = new MessageRegistry();
+  registryA.register(OnlyOnA, { name: "test.only-on-a" });
+  registryA.register(Checked, { name: "test.checked" });
+  const registryB = new MessageRegistry();
+  registryB.register(Checked, { name: "test.checked", schema: positive });
+  a = await startNode("bad-a", { registry: registryA, maxFrameBytes: 64 * 1024 });
+  b = await startNode("bad-b", { registry: registryB, maxFrameBytes: 64 * 1024 });
+  received = [];
+  b.system.spawn(new Collector(received), "inbox");
+  b.system.spawn(new EchoBehavior(), "echo");
+});
+after(async () => {
+  await Promise.all([a.system.terminate(), b.system.terminate()]);
+});
+
+function inboxOfB() {
+  return a.system.actorSelection(`${b.system.address}/user/inbox`);
+}
+
+test("sending an unregistered type throws UnknownMessageTypeError synchronously", () => {
+  assert.throws(
+    () => inboxOfB().tell(new NotRegistered()),
+    (e: unknown) => e instanceof UnknownMessageTypeError && e.typeName === "NotRegistered",
+  );
+  assert.throws(() => inboxOfB().tell("plain string" as unknown as object), UnknownMessageTypeError);
+});
+
+test("an oversize outgoing message throws MessageTooLargeError and sends nothing", async () => {
+  const before = a.remoting.stats.framesOut;
+  assert.throws(
+    () => inboxOfB().tell(new Ping(1, "x".repeat(70 * 1024))),
+    (e: unknown) => e instanceof MessageTooLargeError && e.maxFrameBytes === 64 * 1024,
+  );
+  // Multi-byte characters: the string is short but its UTF-8 form is over the limit.
+  assert.throws(() => inboxOfB().tell(new Ping(1, "€".repeat(30 * 1024))), MessageTooLargeError);
+  inboxOfB().tell(new Ping(2));
+  await eventually(() => received.length >= 1, { what: "the next message still flows" });
+  assert.equal(a.remoting.stats.framesOut, before + 1);
+});
+
+test("an unregistered type, an undecodable payload and a schema-invalid payload are dropped; the association stays up", async () => {
+  received.length = 0;
+  const stats0 = b.remoting.stats;
+  inboxOfB().tell(new OnlyOnA(1));
+  inboxOfB().tell(new Sequenced(5 as unknown as string, 1));
+  inboxOfB().tell(new Checked(-1));
+  inboxOfB().tell(new Checked(3));
+  await eventually(() => received.length === 1, { what: "the valid message after three bad ones" });
+  assert.ok(received[0] instanceof Checked);
+  const s = b.remoting.stats;
+  assert.equal(s.rejected.unknownType - stats0.rejected.unknownType, 1);
+  assert.equal(s.rejected.undecodable - stats0.rejected.undecodable, 1);
+  assert.equal(s.rejected.schemaInvalid - stats0.rejected.schemaInvalid, 1);
+  assert.equal(b.remoting.peerInfo(a.remoting.selfAddress)?.inbound, 1);
+});
+
+test("garbage before the handshake fails it, is counted, and never reaches an actor", async () => {
+  const failed0 = b.remoting.stats.handshakesFailed;
+  const raw = await rawPeer(b, { handshake: false });
+  raw.socket.write(Buffer.from("GET / HTTP/1.1\r\nHost: x\r\n\r\n"));
+  await raw.closed;
+  assert.equal(b.remoting.stats.handshakesFailed, failed0 + 1);
+  const raw2 = await rawPeer(b, { handshake: false });
+  raw2.socket.write(Buffer.from([0, 0, 0, 5, FrameKind.user, 0, 0, 0, 0]));
+  await raw2.closed;
+  assert.equal(b.remoting.stats.handshakesFailed, failed0 + 2);
+});
+
+test("after the handshake: a malformed envelope is dropped, oversize and zero-length frames close only that connection", async () => {
+  const raw = await rawPeer(b, { handshake: true, port: 1 });
+  const s0 = b.remoting.stats;
+  // Well framed but a truncated header: dropped, connection stays.
+  raw.socket.write(Buffer.from([0, 0, 0, 3, FrameKind.user, 0, 200]));
+  // Well framed, valid, to the inbox: delivered with the raw peer as origin.
+  const buf = Buffer.alloc(200);
+  const end = writeUserEnvelope(buf, 0, FrameKind.user, Buffer.from("/user/inbox"), null, null, "test.ping", '{"n":9}');
+  received.length = 0;
+  raw.socket.write(buf.subarray(0, end));
+  await eventually(() => received.length === 1, { what: "the raw peer's valid envelope" });
+  assert.equal(b.remoting.stats.rejected.undecodable, s0.rejected.undecodable + 1);
+  assert.equal(raw.isClosed(), false);
+  // An announced frame far above maxFrameBytes: the stream cannot be trusted, so the connection closes.
+  const huge = Buffer.alloc(4);
+  huge.writeUInt32BE(0x7fffffff);
+  raw.socket.write(huge);
+  await raw.closed;
+  assert.equal(b.remoting.stats.rejected.oversize, s0.rejected.oversize + 1);
+  const raw2 = await rawPeer(b, { handshake: true, port: 2 });
+  raw2.socket.write(Buffer.from([0, 0, 0, 0]));
+  await raw2.closed;
+  assert.equal(b.remoting.stats.rejected.framing, s0.rejected.framing + 1);
+  // The real association from A is unaffected.
+  const reply = await a.system.actorSelection(`${b.system.address}/user/echo`).ask(new Ping(4), Pong, 3000);
+  assert.equal(reply.n, 4);
+});
+
+test("a wrong secret fails the handshake on both sides and nothing is delivered", async () => {
+  const guarded = await startNode("guarded", { secret: "right" });
+  const intruder = await startNode("intruder", { secret: "wrong" });
+  const open = await startNode("open-node");
+  try {
+    const got: unknown[] = [];
+    guarded.system.spawn(new Collector(got), "inbox");
+    const path = `${guarded.system.address}/user/inbox`;
+    intruder.system.actorSelection(path).tell(new Ping(1));
+    open.system.actorSelection(path).tell(new Ping(2));
+    await eventually(
+      () => guarded.remoting.stats.handshakesFailed >= 2 && intruder.remoting.stats.handshakesFailed >= 1,
+      { what: "both handshakes failing", describe: () => guarded.remoting.stats },
+    );
+    assert.equal(got.length, 0);
+    assert.equal(guarded.remoting.stats.delivered, 0);
+    assert.equal(guarded.remoting.stats.handshakesOk, 0);
+    // The right secret works.
+    const friend = await startNode("friend", { secret: "right" });
+    friend.system.actorSelection(path).tell(new Ping(3));
+    await eventually(() => got.length === 1, { what: "delivery with the right secret" });
+    await friend.system.terminate();
+  } finally {
+    await Promise.all([guarded.system.terminate(), intruder.system.terminate(), open.system.terminate()]);
+  }
+});
+
+test("invalid settings are refused with InvalidArgumentError", async () => {
+  const { ActorSystem, InvalidArgumentError } = await import("../../src/actor/index.ts");
+  const system = ActorSystem.create("settings");
+  await assert.rejects(system.enableRemoting({ host: "127.0.0.1", port: 70000 }), InvalidArgumentError);
+  await assert.rejects(system.enableRemoting({ host: "", port: 0 }), InvalidArgumentError);
+  await assert.rejects(system.enableRemoting({ host: "127.0.0.1", port: 0, maxFrameBytes: 0 }), InvalidArgumentError);
+  await assert.rejects(system.enableRemoting({ host: "127.0.0.1", port: 0, secret: "" }), InvalidArgumentError);
+  await system.terminate();
+});

@@ -1,0 +1,186 @@
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import {
+  AbstractBehavior,
+  type ActorContext,
+  type ActorRef,
+  type Signal,
+  STOP,
+  Terminated,
+} from "../../src/actor/index.ts";
+import { type AssociationEvent, RemoteActorRef, RemoteDeliveryError } from "../../src/remote/index.ts";
+import { eventually } from "../fixtures/eventually.ts";
+import { Ping, Pong } from "./fixtures/messages.ts";
+import { Collector, EchoBehavior, startNode } from "./fixtures/nodes.ts";
+
+class Watcher extends AbstractBehavior<ActorRef<unknown>> {
+  constructor(readonly terminated: Terminated[]) {
+    super();
+  }
+  receive(target: ActorRef<unknown>, ctx: ActorContext<ActorRef<unknown>>): void {
+    ctx.watch(target);
+  }
+  override receiveSignal(signal: Signal): void {
+    if (signal instanceof Terminated) this.terminated.push(signal);
+  }
+}
+
+test("disconnect: messages sent meanwhile are dropped and counted, then traffic flows again", async () => {
+  const a = await startNode("dc-a");
+  const b = await startNode("dc-b");
+  try {
+    const got: unknown[] = [];
+    b.system.spawn(new Collector(got), "inbox");
+    const ref = a.system.actorSelection(`${b.system.address}/user/inbox`);
+    ref.tell(new Ping(1));
+    await eventually(() => got.length === 1, { what: "first delivery" });
+    a.remoting.disconnect(b.remoting.selfAddress);
+    assert.equal(a.remoting.peerInfo(b.remoting.selfAddress)?.state, "backoff");
+    ref.tell(new Ping(2));
+    ref.tell(new Ping(3));
+    assert.equal(a.remoting.stats.droppedWhileDisconnected, 2);
+    // An ask while disconnected fails fast instead of waiting for its timeout.
+    await assert.rejects(
+      ref.ask(new Ping(4), Pong, 10_000),
+      (e: unknown) => e instanceof RemoteDeliveryError && e.reason === "disconnected",
+    );
+    await eventually(() => a.remoting.peerInfo(b.remoting.selfAddress)?.state === "up", { what: "reconnect" });
+    assert.ok(a.remoting.stats.reconnects >= 1);
+    ref.tell(new Ping(5));
+    await eventually(() => got.length === 2, { what: "delivery after reconnect" });
+    assert.deepEqual(
+      got.map((m) => (m as Ping).n),
+      [1, 5],
+    );
+  } finally {
+    await Promise.all([a.system.terminate(), b.system.terminate()]);
+  }
+});
+
+test("a peer restarted on the same port is a new incarnation; refs to the old uid fail fast, watchers get Terminated", async () => {
+  const a = await startNode("rs-a");
+  let b = await startNode("rs-b");
+  const port = b.remoting.selfAddress.address.port!;
+  const oldUid = b.remoting.selfAddress.uid;
+  const events: AssociationEvent[] = [];
+  a.remoting.subscribe((e) => events.push(e));
+  try {
+    b.system.spawn(new EchoBehavior(), "echo");
+    const oldRef = a.system.actorSelection(`${b.system.address}/user/echo`);
+    assert.equal((await oldRef.ask(new Ping(1), Pong, 3000)).n, 1);
+    assert.ok(oldRef instanceof RemoteActorRef && oldRef.uid === oldUid);
+    const terminated: Terminated[] = [];
+    a.system.spawn(new Watcher(terminated), "watcher").tell(oldRef);
+    await eventually(() => a.remoting.peerInfo(b.remoting.selfAddress)?.pendingSystemMessages === 0, {
+      what: "watch acknowledged",
+    });
+    await b.system.terminate();
+    b = await startNode("rs-b", { port });
+    assert.notEqual(b.remoting.selfAddress.uid, oldUid);
+    b.system.spawn(new EchoBehavior(), "echo");
+    // A fresh ref reaches the new incarnation once A has reconnected.
+    await eventually(
+      async () => {
+        const fresh = a.system.actorSelection(`${b.system.address}/user/echo`);
+        return (await fresh.ask(new Ping(2), Pong, 200).catch(() => null))?.n === 2;
+      },
+      { what: "ask to the new incarnation", describe: () => a.remoting.peers() },
+    );
+    assert.ok(
+      events.some((e) => e.kind === "lost" && e.peer.uid === oldUid && e.reason === "uidChanged"),
+      JSON.stringify(events.map((e) => `${e.kind} ${e.peer}`)),
+    );
+    await eventually(() => terminated.length === 1, { what: "Terminated for the old incarnation's actor" });
+    assert.equal(terminated[0]!.addressTerminated, true);
+    // The old ref never reaches the new incarnation.
+    const dropped0 = a.remoting.stats.droppedStaleUid;
+    await assert.rejects(
+      oldRef.ask(new Ping(3), Pong, 10_000),
+      (e: unknown) => e instanceof RemoteDeliveryError && e.reason === "staleUid",
+    );
+    assert.equal(a.remoting.stats.droppedStaleUid, dropped0 + 1);
+    assert.equal(a.remoting.stats.associationsLost, 1);
+  } finally {
+    await Promise.all([a.system.terminate(), b.system.terminate()]);
+  }
+});
+
+test("blackhole drops traffic both ways silently; unblackhole restores it", async () => {
+  const a = await startNode("bh-a");
+  const b = await startNode("bh-b");
+  try {
+    const gotB: unknown[] = [];
+    const gotA: unknown[] = [];
+    b.system.spawn(new Collector(gotB), "inbox");
+    a.system.spawn(new Collector(gotA), "inbox");
+    const toB = a.system.actorSelection(`${b.system.address}/user/inbox`);
+    const toA = b.system.actorSelection(`${a.system.address}/user/inbox`);
+    toB.tell(new Ping(1));
+    toA.tell(new Ping(1));
+    await eventually(() => gotA.length === 1 && gotB.length === 1, { what: "both directions" });
+    a.remoting.blackhole(b.remoting.selfAddress);
+    assert.equal(a.remoting.peerInfo(b.remoting.selfAddress)?.blackholed, true);
+    toB.tell(new Ping(2));
+    toA.tell(new Ping(2));
+    await eventually(() => a.remoting.stats.droppedBlackholed >= 2, { what: "both dropped at A" });
+    assert.equal(gotA.length, 1);
+    assert.equal(gotB.length, 1);
+    a.remoting.unblackhole(`127.0.0.1:${b.remoting.selfAddress.address.port}`);
+    toB.tell(new Ping(3));
+    toA.tell(new Ping(3));
+    await eventually(() => gotA.length === 2 && gotB.length === 2, { what: "traffic after unblackhole" });
+    assert.equal((gotB[1] as Ping).n, 3);
+  } finally {
+    await Promise.all([a.system.terminate(), b.system.terminate()]);
+  }
+});
+
+test("remote watch: Terminated arrives when the remote actor stops; STOP survives a disconnect", async () => {
+  const a = await startNode("w-a");
+  const b = await startNode("w-b");
+  try {
+    const target = b.system.spawn(new EchoBehavior(), "target");
+    const remote = a.system.actorSelection(target.path.toString());
+    assert.equal((await remote.ask(new Ping(1), Pong, 3000)).n, 1);
+    const terminated: Terminated[] = [];
+    a.system.spawn(new Watcher(terminated), "watcher").tell(remote);
+    await eventually(() => b.remoting.stats.systemDelivered >= 1, { what: "watch delivered" });
+    // STOP sent while the association is down is kept and re-sent once it is back (system messages are reliable).
+    a.remoting.disconnect(b.remoting.selfAddress);
+    remote.sendSystem(STOP);
+    await eventually(() => terminated.length === 1, {
+      what: "Terminated after remote STOP",
+      describe: () => ({ a: a.remoting.stats, peers: a.remoting.peers() }),
+    });
+    assert.equal(terminated[0]!.addressTerminated, false);
+    assert.equal(terminated[0]!.ref.path.toString(), target.path.toString());
+    // Watching an actor that does not exist terminates at once.
+    const ghost: Terminated[] = [];
+    a.system.spawn(new Watcher(ghost), "ghost-watcher").tell(a.system.actorSelection(`${b.system.address}/user/ghost`));
+    await eventually(() => ghost.length === 1, { what: "Terminated for a missing remote actor" });
+  } finally {
+    await Promise.all([a.system.terminate(), b.system.terminate()]);
+  }
+});
+
+test("quarantine closes the incarnation for good and tells watchers", async () => {
+  const a = await startNode("q-a");
+  const b = await startNode("q-b");
+  try {
+    const target = b.system.spawn(new EchoBehavior(), "target");
+    const remote = a.system.actorSelection(target.path.toString());
+    await remote.ask(new Ping(1), Pong, 3000);
+    const terminated: Terminated[] = [];
+    a.system.spawn(new Watcher(terminated), "watcher").tell(remote);
+    await eventually(() => b.remoting.stats.systemDelivered >= 1, { what: "watch delivered" });
+    const lost: string[] = [];
+    a.remoting.onAssociationLost((peer, reason) => lost.push(`${peer.uid} ${reason}`));
+    a.remoting.quarantine(b.remoting.selfAddress);
+    await eventually(() => terminated.length === 1, { what: "address-terminated watcher" });
+    assert.equal(terminated[0]!.addressTerminated, true);
+    assert.deepEqual(lost, [`${b.remoting.selfAddress.uid} quarantined`]);
+    await assert.rejects(remote.ask(new Ping(2), Pong, 5000), RemoteDeliveryError);
+  } finally {
+    await Promise.all([a.system.terminate(), b.system.terminate()]);
+  }
+});

@@ -1,0 +1,133 @@
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import { Address, UniqueAddress } from "../../src/actor/index.ts";
+import { backoffDelayMs } from "../../src/remote/backoff.ts";
+import { FrameKind, readUserEnvelope, userEnvelopeBytesBound, writeUserEnvelope } from "../../src/remote/envelope.ts";
+import { EnvelopeDecodeError } from "../../src/remote/errors.ts";
+import { FrameDecoder } from "../../src/remote/frame.ts";
+import {
+  answerChallenge,
+  answerHello,
+  checkConfirm,
+  type HandshakeIdentity,
+  makeHello,
+} from "../../src/remote/handshake.ts";
+import { SystemInbox, SystemOutbox } from "../../src/remote/system-channel.ts";
+
+test("a user envelope is written in one pass and read back once", () => {
+  const recipient = Buffer.from("/user/orders");
+  const payload = JSON.stringify({ parcel: "p-7", n: 1, s: "ü€" });
+  const bound = userEnvelopeBytesBound(recipient, "movie.tcp://a@127.0.0.1:1/temp/$1", "00ff", "shop.deliver", payload);
+  const buf = Buffer.alloc(bound);
+  const end = writeUserEnvelope(
+    buf,
+    0,
+    FrameKind.user,
+    recipient,
+    "movie.tcp://a@127.0.0.1:1/temp/$1",
+    "00ff",
+    "shop.deliver",
+    payload,
+  );
+  const [frame] = new FrameDecoder().push(buf.subarray(0, end));
+  const envelope = readUserEnvelope(frame!);
+  assert.deepEqual(envelope, {
+    kind: FrameKind.user,
+    recipient: "/user/orders",
+    sender: "movie.tcp://a@127.0.0.1:1/temp/$1",
+    senderUid: "00ff",
+    typeName: "shop.deliver",
+    payload: { parcel: "p-7", n: 1, s: "ü€" },
+  });
+  // The payload is raw JSON in the frame, not a quoted string inside another document.
+  assert.ok(frame!.includes(Buffer.from(payload)));
+  const noSender = Buffer.alloc(200);
+  const end2 = writeUserEnvelope(noSender, 0, FrameKind.user, recipient, null, null, "t", "{}");
+  assert.equal(readUserEnvelope(noSender.subarray(4, end2)).sender, null);
+});
+
+test("truncated headers and bad payload JSON are undecodable envelopes", () => {
+  assert.throws(() => readUserEnvelope(Buffer.from([1, 0, 9, 47])), EnvelopeDecodeError);
+  const buf = Buffer.alloc(100);
+  const end = writeUserEnvelope(buf, 0, FrameKind.user, Buffer.from("/user/a"), null, null, "t", "{not json");
+  assert.throws(
+    () => readUserEnvelope(buf.subarray(4, end)),
+    (e: unknown) => e instanceof EnvelopeDecodeError && e.reason === "undecodable",
+  );
+});
+
+const server: HandshakeIdentity = {
+  system: "srv",
+  cluster: "c1",
+  uniqueAddress: new UniqueAddress(Address.tcp("srv", "127.0.0.1", 2552), "aa"),
+};
+const client: HandshakeIdentity = {
+  system: "cli",
+  cluster: "c1",
+  uniqueAddress: new UniqueAddress(Address.tcp("cli", "127.0.0.1", 2553), "bb"),
+};
+
+function run(serverSecret: string | null, clientSecret: string | null, clientIdentity = client) {
+  const hello = makeHello(clientIdentity, "srv", "n1");
+  const challenge = answerHello(server, serverSecret, JSON.parse(JSON.stringify(hello)), "n2");
+  if (!challenge.ok) return { stage: "hello", reason: challenge.error.reason };
+  const confirm = answerChallenge(clientIdentity, clientSecret, "srv", hello, challenge.next);
+  if (!confirm.ok) return { stage: "challenge", reason: confirm.error.reason };
+  const done = checkConfirm(server, serverSecret, hello, challenge.next, confirm.next);
+  if (!done.ok) return { stage: "confirm", reason: done.error.reason };
+  return { stage: "ok", peers: [challenge.peer.toString(), confirm.peer.toString()] };
+}
+
+test("the handshake authenticates both sides with HMAC over both nonces; the secret never travels", () => {
+  const ok = run("s3cret", "s3cret");
+  assert.deepEqual(ok, { stage: "ok", peers: [client.uniqueAddress.toString(), server.uniqueAddress.toString()] });
+  assert.deepEqual(run(null, null).stage, "ok");
+  assert.deepEqual(run("s3cret", "wrong"), { stage: "challenge", reason: "authentication" });
+  assert.deepEqual(run("s3cret", null), { stage: "confirm", reason: "authentication" });
+  assert.deepEqual(run(null, "s3cret"), { stage: "challenge", reason: "authentication" });
+  const hello = makeHello(client, "srv", "n1");
+  const challenge = answerHello(server, "s3cret", hello, "n2");
+  assert.ok(challenge.ok && !JSON.stringify(challenge.next).includes("s3cret"));
+});
+
+test("the handshake refuses another version, system name or cluster name", () => {
+  const hello = makeHello(client, "srv", "n1");
+  const bad = (doc: object) => {
+    const r = answerHello(server, null, doc, "n2");
+    return r.ok ? "ok" : r.error.reason;
+  };
+  assert.equal(bad({ ...hello, version: 99 }), "version");
+  assert.equal(bad({ ...hello, toSystem: "other" }), "systemName");
+  assert.equal(bad({ ...hello, cluster: "c2" }), "clusterName");
+  assert.equal(bad({ ...hello, from: "garbage" }), "malformed");
+  assert.equal(bad([1, 2]), "malformed");
+});
+
+test("backoff doubles from 50 ms to 2 s with ±20 % jitter", () => {
+  assert.equal(backoffDelayMs(0, 0.5), 50);
+  assert.equal(backoffDelayMs(1, 0.5), 100);
+  assert.equal(backoffDelayMs(10, 0.5), 2000);
+  assert.equal(backoffDelayMs(0, 0), 40);
+  assert.ok(backoffDelayMs(100, 0.999) <= 2400);
+});
+
+test("system messages are numbered, acked cumulatively, de-duplicated and gaps reported", () => {
+  const out = new SystemOutbox();
+  const m1 = out.enqueue({ sys: "stop" });
+  const m2 = out.enqueue({ sys: "watch" });
+  out.enqueue({ sys: "unwatch" });
+  assert.deepEqual([m1.seq, m2.seq], [1, 2]);
+  out.ack(2);
+  assert.deepEqual(
+    out.pending.map((m) => m.seq),
+    [3],
+  );
+  const inbox = new SystemInbox();
+  assert.equal(inbox.accept("p", 1), "deliver");
+  assert.equal(inbox.accept("p", 1), "duplicate");
+  assert.equal(inbox.accept("p", 3), "gap");
+  assert.equal(inbox.accept("p", 2), "deliver");
+  assert.equal(inbox.acked("p"), 2);
+  assert.equal(out.reset(), 1);
+  assert.equal(out.enqueue({}).seq, 1);
+});

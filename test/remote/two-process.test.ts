@@ -1,0 +1,47 @@
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import { type AssociationEvent, RemoteDeliveryError } from "../../src/remote/index.ts";
+import { eventually } from "../fixtures/eventually.ts";
+import { startChild } from "./fixtures/child.ts";
+import { Forward, Ping, Pong } from "./fixtures/messages.ts";
+import { EchoBehavior, startNode } from "./fixtures/nodes.ts";
+
+test("a second OS process: ask both ways, kill -9, drops counted, restart on the same port is a new uid", async () => {
+  const local = await startNode("parent");
+  let child = await startChild("child");
+  const events: AssociationEvent[] = [];
+  local.remoting.subscribe((e) => events.push(e));
+  try {
+    const localEcho = local.system.spawn(new EchoBehavior(), "echo");
+    const remoteEcho = local.system.actorSelection(`${child.uniqueAddress.address}/user/echo`);
+    assert.equal((await remoteEcho.ask(new Ping(1), Pong, 5000)).n, 1);
+    // The child tells our echo (with our ask's reply actor as sender); our echo replies locally.
+    assert.equal((await remoteEcho.ask(new Forward(localEcho.path.toString(), 2), Pong, 5000)).n, 2);
+    assert.ok(local.remoting.peerInfo(child.uniqueAddress)!.inbound >= 1);
+
+    const port = child.uniqueAddress.address.port!;
+    child.process.kill("SIGKILL");
+    await child.exited;
+    await eventually(() => local.remoting.peerInfo(child.uniqueAddress)?.state !== "up", { what: "loss noticed" });
+    const dropped0 = local.remoting.stats.droppedWhileDisconnected;
+    remoteEcho.tell(new Ping(3));
+    assert.equal(local.remoting.stats.droppedWhileDisconnected, dropped0 + 1);
+
+    const oldUid = child.uniqueAddress.uid;
+    child = await startChild("child", port);
+    assert.notEqual(child.uniqueAddress.uid, oldUid);
+    await eventually(
+      async () => {
+        const fresh = local.system.actorSelection(`${child.uniqueAddress.address}/user/echo`);
+        return (await fresh.ask(new Ping(4), Pong, 300).catch(() => null))?.n === 4;
+      },
+      { what: "ask to the restarted process", describe: () => local.remoting.peers() },
+    );
+    assert.ok(events.some((e) => e.kind === "lost" && e.peer.uid === oldUid));
+    await assert.rejects(remoteEcho.ask(new Ping(5), Pong, 5000), RemoteDeliveryError);
+  } finally {
+    child.process.stdin?.end();
+    child.process.kill("SIGKILL");
+    await local.system.terminate();
+  }
+});
