@@ -109,6 +109,31 @@ export function storeContract(backend: string, factory: StoreFactory): void {
         (e: unknown) => e instanceof OperationConflictError && e.operationId === "op" && e.persistenceId === id,
       );
       assert.equal(await store.loadRevision(id), 3);
+      // A retry at a newer expected revision is still recognised by its operation id.
+      assert.deepEqual(
+        await store.appendEvents({ persistenceId: id, expectedRevision: 3, operationId: "op2", events: [ev(3)] }),
+        { revision: 3, duplicate: true },
+      );
+      // Operation ids of empty appends count too.
+      assert.deepEqual(
+        await store.appendEvents({ persistenceId: id, expectedRevision: 3, operationId: "e0", events: [] }),
+        {
+          revision: 3,
+          duplicate: false,
+        },
+      );
+      assert.deepEqual(
+        await store.appendEvents({ persistenceId: id, expectedRevision: 3, operationId: "e0", events: [] }),
+        {
+          revision: 3,
+          duplicate: true,
+        },
+      );
+      await assert.rejects(
+        store.appendEvents({ persistenceId: id, expectedRevision: 3, operationId: "e0", events: [ev(4)] }),
+        OperationConflictError,
+      );
+      assert.equal(await store.loadRevision(id), 3);
     });
 
     test("a batch that overlaps a newer write, or a writer ahead of the stream, commits nothing", async () => {

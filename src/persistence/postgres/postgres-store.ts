@@ -22,6 +22,7 @@ import { OperationId } from "../operation-id.ts";
 import { defaultResilience, type ResilienceSettings, type ResilienceStats, Resilient } from "../resilience.ts";
 import {
   type AppendEventsRequest,
+  type CheckedAppend,
   checkAppend,
   checkFence,
   checkPersistenceId,
@@ -38,7 +39,7 @@ import {
   TOMBSTONE_MANIFEST,
   type WriteResult,
 } from "../store.ts";
-import { MIGRATION_LOCK_KEY, postgresMigrations, REVISION_MISMATCH_SQLSTATE } from "./schema.ts";
+import { APPEND_ONE_SQL, MIGRATION_LOCK_KEY, postgresMigrations, REVISION_MISMATCH_SQLSTATE } from "./schema.ts";
 
 /** Options of {@link PostgresStore.connect}. */
 export interface PostgresStoreOptions {
@@ -180,6 +181,7 @@ export class PostgresStore implements PersistenceStore {
     this.open();
     const a = checkAppend(request);
     const fingerprint = eventsFingerprint(a.events);
+    if (a.events.length === 1) return this.appendOne(a, fingerprint);
     // The first event goes as plain text parameters and only further ones as arrays: array literals cost
     // escaping on both sides, and most appends carry one event.
     const first = a.events[0];
@@ -206,6 +208,38 @@ export class PostgresStore implements PersistenceStore {
       return this.resolveAppend(a.persistenceId, a.operationId, fingerprint, a.expectedRevision);
     });
     return this.writeOutcome(row, a.persistenceId, a.operationId, a.fence);
+  }
+
+  private async appendOne(a: CheckedAppend, fingerprint: string): Promise<WriteResult> {
+    const event = a.events[0]!;
+    const values = [a.persistenceId, a.expectedRevision, event.manifest, event.payload, a.operationId, fingerprint];
+    // A resolve answer of -1 means a concurrent write committed between the two statements: try again, a bounded
+    // number of times (each retry sees a newer committed state).
+    for (let attempt = 0; ; attempt++) {
+      const inserted = await this.query("appendEvents", "movie_append_one", APPEND_ONE_SQL, [
+        ...values,
+        ...fenceArgs(a.fence),
+      ]).then(
+        (result) => result.rowCount === 1,
+        (error: unknown) => {
+          if ((error as { code?: string }).code === UNIQUE_VIOLATION) return false;
+          throw error;
+        },
+      );
+      if (inserted) return { revision: a.expectedRevision + 1, duplicate: false };
+      const row = await this.writeCall(
+        "appendEvents",
+        "movie_append_one_resolve",
+        "SELECT movie_append_one_resolve($1, $2, $3, $4, $5, $6, $7, $8, $9) AS outcome",
+        [a.persistenceId, a.expectedRevision, a.operationId, fingerprint, ...fenceArgs(a.fence)],
+        a.persistenceId,
+        a.expectedRevision,
+      );
+      if (row.status >= 0 || attempt >= 3) {
+        if (row.status < 0) throw new ConcurrentWriteError(a.persistenceId, a.expectedRevision, a.expectedRevision);
+        return this.writeOutcome(row, a.persistenceId, a.operationId, a.fence);
+      }
+    }
   }
 
   /** The append wrote nothing: ask the database whether it was a retry or a concurrent write. */
@@ -471,6 +505,7 @@ export class PostgresStore implements PersistenceStore {
       const result = await this.query(operation, name, text, values);
       // revision * 4 + status, see movie_outcome in schema.ts.
       const outcome = Number(result.rows[0].outcome);
+      if (outcome < 0) return { status: -1, revision: "0" };
       return { status: outcome % 4, revision: String(Math.floor(outcome / 4)) };
     } catch (error) {
       if ((error as { code?: string }).code === REVISION_MISMATCH_SQLSTATE) {

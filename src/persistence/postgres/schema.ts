@@ -103,6 +103,33 @@ export const postgresMigrations: readonly Migration[] = buildMigrations([
         v_actual := movie_stream_revision(p_pid);
         RAISE EXCEPTION USING ERRCODE = '${REVISION_MISMATCH_SQLSTATE}', MESSAGE = v_actual::text;
       END $$`,
+    // After the single-statement append (see APPEND_ONE_SQL) inserted nothing: a stale fence (checked first, so a
+    // stale owner never learns of a duplicate), a duplicate or conflicting operation id, or a moved revision (MV001).
+    // -1 means none of these holds any more (a concurrent write committed meanwhile): the client tries again.
+    `CREATE OR REPLACE FUNCTION movie_append_one_resolve(p_pid text, p_expected bigint, p_op text, p_fingerprint text,
+        ${fenceParams})
+      RETURNS bigint LANGUAGE plpgsql AS $$
+      DECLARE
+        v_fingerprint text;
+        v_previous bigint;
+        v_actual bigint;
+      BEGIN
+        ${fenceCheckScalar}
+        SELECT j.fingerprint, j.operation_revision INTO v_fingerprint, v_previous FROM event_journal j
+          WHERE j.persistence_id = p_pid AND j.operation_id = p_op;
+        IF NOT FOUND THEN
+          SELECT o.fingerprint, o.revision INTO v_fingerprint, v_previous FROM journal_operation o
+            WHERE o.persistence_id = p_pid AND o.operation_id = p_op;
+        END IF;
+        IF FOUND THEN
+          RETURN movie_outcome(CASE WHEN v_fingerprint = p_fingerprint THEN 1 ELSE 2 END, v_previous);
+        END IF;
+        v_actual := movie_stream_revision(p_pid);
+        IF v_actual = p_expected THEN
+          RETURN -1;
+        END IF;
+        RAISE EXCEPTION USING ERRCODE = '${REVISION_MISMATCH_SQLSTATE}', MESSAGE = v_actual::text;
+      END $$`,
     // Optimistic concurrency comes from the journal's primary key: the append inserts sequence numbers
     // expected+1.., and a unique violation says someone else got there first (or this operation id already
     // exists: its partial unique index). The gap check makes sure row `expected` exists (or
@@ -264,3 +291,20 @@ export function postgresMigrationSql(): string {
   lines.push(`SELECT pg_advisory_unlock(${MIGRATION_LOCK_KEY});`);
   return `${lines.join("\n")}\n`;
 }
+
+/**
+ * The hot path: a one-event append as a single plain INSERT ... SELECT (no PL/pgSQL call). Its WHERE clause is the
+ * fence check (the lease row locked FOR SHARE, so a transfer waits for this write to commit), the check that the
+ * operation id is not among those kept outside the journal, and the gap check; the journal's unique indexes catch
+ * a concurrent write at the same revision and a reused operation id. Inserting no row, or a unique violation,
+ * sends the client to movie_append_one_resolve.
+ */
+export const APPEND_ONE_SQL = `INSERT INTO event_journal (persistence_id, sequence_nr, manifest, payload, operation_id,
+    fingerprint, operation_revision)
+  SELECT $1, $2::bigint + 1, $3, $4, $5, $6, $2::bigint + 1
+  WHERE ($7::text IS NULL OR EXISTS (SELECT 1 FROM shard_lease l WHERE l.cluster_name = $7 AND l.entity_type = $8
+      AND l.shard_id = $9 AND l.owner = $10 AND l.epoch = $11 AND l.lease_until_epoch_ms > movie_now_ms() FOR SHARE))
+    AND NOT EXISTS (SELECT 1 FROM journal_operation o WHERE o.persistence_id = $1 AND o.operation_id = $5)
+    AND ($2::bigint = 0
+      OR EXISTS (SELECT 1 FROM event_journal j WHERE j.persistence_id = $1 AND j.sequence_nr = $2::bigint)
+      OR EXISTS (SELECT 1 FROM event_stream s WHERE s.persistence_id = $1 AND s.revision = $2::bigint))`;
