@@ -18,7 +18,20 @@ export interface ShardingInternals {
   requireDaemonContext(): ActorContext<unknown>;
 }
 
-/** The internals of `sharding` (see {@link ShardingInternals}). */
+/**
+ * The internals of `sharding` (see {@link ShardingInternals}).
+ * @throws Error when the sharding extension no longer has them (a rename the persistent provider must follow)
+ */
 export function shardingInternals(sharding: ClusterSharding): ShardingInternals {
-  return sharding as unknown as ShardingInternals;
+  const internals = sharding as unknown as Partial<ShardingInternals>;
+  if (
+    internals.system === undefined ||
+    internals.counters === undefined ||
+    internals.membership === undefined ||
+    !(internals.types instanceof Map) ||
+    typeof internals.requireDaemonContext !== "function"
+  ) {
+    throw new Error("ClusterSharding internals changed: update src/sharding/persistent/internals.ts");
+  }
+  return internals as ShardingInternals;
 }
