@@ -45,3 +45,26 @@ test("a second OS process: ask both ways, kill -9, drops counted, restart on the
     await local.system.terminate();
   }
 });
+
+test("heartbeats: a SIGSTOPped peer's connection is closed after the timeout and re-made after SIGCONT", async () => {
+  const local = await startNode("hb-parent", { heartbeatInterval: 50, heartbeatTimeout: 300, handshakeTimeout: 300 });
+  const child = await startChild("hb-child");
+  try {
+    const remoteEcho = local.system.actorSelection(`${child.uniqueAddress.address}/user/echo`);
+    assert.equal((await remoteEcho.ask(new Ping(1), Pong, 5000)).n, 1);
+    child.process.kill("SIGSTOP");
+    await eventually(() => local.remoting.stats.heartbeatTimeouts >= 1, { what: "heartbeat timeout" });
+    assert.notEqual(local.remoting.peerInfo(child.uniqueAddress)?.state, "up");
+    child.process.kill("SIGCONT");
+    await eventually(async () => (await remoteEcho.ask(new Ping(2), Pong, 300).catch(() => null))?.n === 2, {
+      what: "traffic after SIGCONT",
+      describe: () => local.remoting.peers(),
+    });
+    // Same incarnation: no loss reported.
+    assert.equal(local.remoting.stats.associationsLost, 0);
+  } finally {
+    child.process.kill("SIGCONT");
+    child.process.kill("SIGKILL");
+    await local.system.terminate();
+  }
+});
