@@ -315,7 +315,7 @@ export class Remoting implements Extension {
     if (this.stopped) return;
     this.stopped = true;
     for (const association of this.associations.values()) association.stop();
-    for (const connection of this.inbound) connection.close();
+    for (const connection of this.inbound) connection.shutdown();
     await new Promise<void>((resolve) => this.server.close(() => resolve()));
   }
 

@@ -184,3 +184,20 @@ test("quarantine closes the incarnation for good and tells watchers", async () =
     await Promise.all([a.system.terminate(), b.system.terminate()]);
   }
 });
+
+test("terminating a system still sends what was told just before", async () => {
+  const a = await startNode("fin-a");
+  const b = await startNode("fin-b");
+  try {
+    const got: unknown[] = [];
+    b.system.spawn(new Collector(got), "inbox");
+    const ref = a.system.actorSelection(`${b.system.address}/user/inbox`);
+    ref.tell(new Ping(0));
+    await eventually(() => got.length === 1, { what: "connected" });
+    for (let i = 1; i <= 100; i++) ref.tell(new Ping(i));
+    await a.system.terminate();
+    await eventually(() => got.length === 101, { what: "the last 100 messages", describe: () => got.length });
+  } finally {
+    await Promise.all([a.system.terminate(), b.system.terminate()]);
+  }
+});
