@@ -201,3 +201,32 @@ test("terminating a system still sends what was told just before", async () => {
     await Promise.all([a.system.terminate(), b.system.terminate()]);
   }
 });
+
+test("a system message lost to the receiver's blackhole is re-sent when the next one reveals the gap", async () => {
+  const a = await startNode("gap-a");
+  const b = await startNode("gap-b");
+  try {
+    const one = b.system.spawn(new EchoBehavior(), "one");
+    const two = b.system.spawn(new EchoBehavior(), "two");
+    const remoteOne = a.system.actorSelection(one.path.toString());
+    const remoteTwo = a.system.actorSelection(two.path.toString());
+    await remoteOne.ask(new Ping(1), Pong, 3000);
+    b.remoting.blackhole(a.remoting.selfAddress);
+    remoteOne.sendSystem(STOP);
+    await eventually(() => b.remoting.stats.droppedBlackholed >= 1, { what: "STOP dropped at B" });
+    b.remoting.unblackhole(a.remoting.selfAddress);
+    remoteTwo.sendSystem(STOP);
+    await eventually(
+      () => b.system.findLocal(["user", "one"]) === null && b.system.findLocal(["user", "two"]) === null,
+      {
+        what: "both stopped",
+        describe: () => b.remoting.stats,
+      },
+    );
+    await eventually(() => a.remoting.peerInfo(b.remoting.selfAddress)?.pendingSystemMessages === 0, {
+      what: "all acknowledged",
+    });
+  } finally {
+    await Promise.all([a.system.terminate(), b.system.terminate()]);
+  }
+});
