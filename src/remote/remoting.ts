@@ -503,7 +503,10 @@ export class Remoting implements Extension {
     }
     if (this.stopped) return;
     const association = this.associationFor(target.path.address);
-    if (target.uid === null) target.uid = association.uid;
+    if (target.uid === null) {
+      if (association.state === "up") target.uid = association.uid;
+      else association.bindOnConnect(target);
+    }
     if (target.uid !== null && this.isStale(target.path.address, target.uid)) {
       this.stats_.droppedStaleUid++;
       if (message instanceof Watch) message.watcher.sendSystem(new Terminated(target, true));
