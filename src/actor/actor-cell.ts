@@ -40,7 +40,11 @@ class TimerFire extends InternalFire {
 
 /** A receive-timeout firing; stale ones (from before the latest setReceiveTimeout) are recognised by generation. */
 class ReceiveTimeoutFire extends InternalFire {
-  constructor(readonly generation: number) {
+  constructor(
+    readonly generation: number,
+    /** The actor's message count when it fired: a message handled since then makes the firing stale. */
+    readonly messageCount: number,
+  ) {
     super();
   }
 }
@@ -87,6 +91,8 @@ class CellExtras {
   receiveTimeoutHandle: Cancellable | null = null;
   receiveTimeoutGeneration = 0;
   lastActivityMs = 0;
+  /** Messages handled while a receive timeout is set; tells a stale ReceiveTimeoutFire from a current one. */
+  messageCount = 0;
   restartTimesMs: number[] | null = null;
   terminatedWaiters: (() => void)[] | null = null;
   origin: UniqueAddress | null = null;
@@ -414,7 +420,10 @@ export class ActorCell<T> implements Runnable, ActorContext<T> {
       rare = this.extras();
       rare.origin = origin;
     }
-    if (rare !== null && rare.receiveTimeoutMs !== null) rare.lastActivityMs = this.system.scheduler.now();
+    if (rare !== null && rare.receiveTimeoutMs !== null) {
+      rare.lastActivityMs = this.system.scheduler.now();
+      rare.messageCount++;
+    }
     this.currentSender = sender;
     let result: void | Promise<void>;
     try {
@@ -461,6 +470,7 @@ export class ActorCell<T> implements Runnable, ActorContext<T> {
     if (
       fire instanceof ReceiveTimeoutFire &&
       fire.generation === extras.receiveTimeoutGeneration &&
+      fire.messageCount === extras.messageCount &&
       extras.receiveTimeoutMs !== null
     ) {
       this.deliverSignal(RECEIVE_TIMEOUT);
@@ -470,8 +480,11 @@ export class ActorCell<T> implements Runnable, ActorContext<T> {
 
   private endMessage(): void {
     this.currentSender = null;
-    if (this.rare !== null) {
-      this.rare.origin = null;
+    const rare = this.rare;
+    if (rare !== null) {
+      rare.origin = null;
+      // Idle time counts from the end of a message, so a long async receive is not mistaken for idleness.
+      if (rare.receiveTimeoutMs !== null) rare.lastActivityMs = this.system.scheduler.now();
       this.afterMessage();
     }
   }
@@ -686,13 +699,17 @@ export class ActorCell<T> implements Runnable, ActorContext<T> {
       if (generation !== extras.receiveTimeoutGeneration || timeoutMs === null) return;
       // Messages only stamp lastActivityMs (no timer churn per message); the timer re-arms for the remainder.
       const idleMs = this.system.scheduler.now() - extras.lastActivityMs;
+      if (this.busy) {
+        this.armReceiveTimeout(timeoutMs);
+        return;
+      }
       if (idleMs + 0.5 < timeoutMs) {
         this.armReceiveTimeout(timeoutMs - idleMs);
         return;
       }
       extras.lastActivityMs = this.system.scheduler.now();
       this.armReceiveTimeout(timeoutMs);
-      this.enqueue(new ReceiveTimeoutFire(generation), null, null);
+      this.enqueue(new ReceiveTimeoutFire(generation, extras.messageCount), null, null);
     });
   }
 }

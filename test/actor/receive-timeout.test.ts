@@ -74,3 +74,46 @@ test("a non-positive or non-finite receive timeout is an InvalidArgumentError", 
   assert.equal(idle.errors.length, 4);
   assert.ok(idle.errors.every((e) => e instanceof InvalidArgumentError));
 });
+
+test("a receive timeout that fired while a message was still queued is dropped once that message is handled", async (t) => {
+  const [system, clock] = manualSystem(t);
+  const idle = new Idle();
+  const ref = system.spawn(idle);
+  await ref.ask(new Ping(), Pong, 60_000); // t=0
+  clock.advance(60);
+  ref.tell({ set: 100 }); // re-arms at t=60; the reply goes to no one
+  await eventually(() => clock.pendingTimers >= 1);
+  clock.advance(99); // t=159
+  ref.tell("noop" as unknown as Cmd);
+  clock.advance(1); // t=160: the timer sees no handled message for 100 ms and queues a firing behind "noop"
+  await ref.ask(new Ping(), Pong, 60_000);
+  assert.deepEqual(idle.timeoutsAtMs, [], "the firing went stale when noop was handled");
+  clock.advance(100);
+  await eventually(() => idle.timeoutsAtMs.length === 1, { what: "the next ReceiveTimeout" });
+});
+
+test("an async receive that runs longer than the receive timeout is not idleness", async (t) => {
+  const [system, clock] = manualSystem(t);
+  let release!: () => void;
+  const held = new Promise<void>((resolve) => {
+    release = resolve;
+  });
+  class Slow extends Idle {
+    override receive(message: Cmd, context: ActorContext<Cmd>): void | Promise<void> {
+      if (message === "off") return held;
+      super.receive(message, context);
+    }
+  }
+  const slow = new Slow();
+  const ref = system.spawn(slow);
+  await ref.ask(new Ping(), Pong, 60_000);
+  ref.tell("off" as Cmd); // held open; "off" is never acted on
+  await new Promise((resolve) => setImmediate(resolve));
+  clock.advance(500);
+  release();
+  await ref.ask(new Ping(), Pong, 60_000); // t=500
+  assert.deepEqual(slow.timeoutsAtMs, []);
+  clock.advance(100);
+  await eventually(() => slow.timeoutsAtMs.length === 1, { what: "ReceiveTimeout after the idle time" });
+  assert.deepEqual(slow.timeoutsAtMs, [600]);
+});

@@ -185,3 +185,48 @@ test("messages with a wrong cluster name, a forged sender or another incarnation
   assert.equal(a.stats.protocolRejections, rejectsBefore + 4);
   assert.equal(snapshotOf(a.state).members.length, 2);
 });
+
+test("two seeds that each formed a cluster merge into one through their joins", () => {
+  for (let seed = 1; seed <= 10; seed++) {
+    const sim = new Sim({ seed });
+    const a = sim.start(2551, [2551, 2552]);
+    const b = sim.start(2552, [2551, 2552]);
+    assert.equal(sim.snapshot(a).selfStatus, "Up", "a seed listing itself starts Up");
+    assert.equal(sim.snapshot(b).selfStatus, "Up");
+    const c = sim.start(2553, [2552]);
+    const d = sim.start(2554, [2551]);
+    assert.ok(
+      sim.until(() => sim.allUp([a, b, c, d])),
+      `seed ${seed}: ${JSON.stringify(sim.describe())}`,
+    );
+  }
+});
+
+test("a removed member's record is never resurrected by delayed or repeated gossip (seeded histories)", () => {
+  for (let seed = 1; seed <= 10; seed++) {
+    const sim = new Sim({ seed, fanout: 2 });
+    const nodes = startCluster(sim, 4);
+    assert.ok(sim.until(() => sim.allUp(nodes)));
+    const [a, b, , d] = nodes as [SimNode, SimNode, SimNode, SimNode];
+    // Gossip captured before the removal, replayed afterwards.
+    const stale = new ClusterGossip(
+      "sim-cluster",
+      String(b.self),
+      String(a.self),
+      1,
+      b.state.digest,
+      [...b.state.members.values()].map(memberToJSON),
+    );
+    sim.crash(d);
+    assert.ok(sim.until(() => sim.snapshot(a).unreachable.length === 1));
+    sim.input(a, { kind: "down", target: d.self });
+    assert.ok(
+      sim.until(() => sim.allUp([a, b, nodes[2]!], 3)),
+      `seed ${seed}`,
+    );
+    sim.input(a, { kind: "message", origin: b.self, senderPath: null, message: stale });
+    assert.equal(a.state.members.get(String(d.self))?.status, "Removed");
+    sim.advance(500);
+    for (const n of sim.live()) assert.equal(n.state.members.get(String(d.self))?.status, "Removed");
+  }
+});

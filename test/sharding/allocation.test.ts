@@ -15,7 +15,7 @@ import {
   type ShardAllocationStrategy,
   WeightedLeastLoadedAllocation,
 } from "../../src/sharding/index.ts";
-import { addr, bySystem, countsBySystem, member } from "./fixtures.ts";
+import { addr, bySystem, countsBySystem, member } from "./fixtures/members.ts";
 
 const memberArb = fc
   .record({

@@ -18,7 +18,7 @@ import {
   RateLimitedRebalance,
   routingCoordinator,
 } from "../../src/sharding/index.ts";
-import { addr, countsBySystem, member } from "./fixtures.ts";
+import { addr, countsBySystem, member } from "./fixtures/members.ts";
 
 const a = addr("a");
 const b = addr("b");

@@ -8,7 +8,7 @@ import {
   newHandoff,
 } from "../../src/sharding/handoff/handoff.ts";
 import { ClusterShardingConfigurationError, NoShardOwnerError } from "../../src/sharding/index.ts";
-import { addr } from "./fixtures.ts";
+import { addr } from "./fixtures/members.ts";
 
 const a = addr("a");
 const b = addr("b");

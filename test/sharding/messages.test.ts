@@ -12,7 +12,7 @@ import {
   ShardingControlAck,
   ShardingEnvelope,
 } from "../../src/sharding/index.ts";
-import { addr } from "./fixtures.ts";
+import { addr } from "./fixtures/members.ts";
 
 const a = addr("a").toString();
 const roundTrip = <T>(value: T, parse: (json: unknown) => T): T => parse(JSON.parse(JSON.stringify(value)));

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { InvalidArgumentError, UniqueAddress } from "../../src/actor/index.ts";
-import { ClusterShardingConfigurationError } from "../../src/sharding/lease/index.ts";
+import { ClusterShardingConfigurationError } from "../../src/sharding/errors.ts";
 import {
   ClusterSingletonConfigurationError,
   encodeBackingIdentity,

@@ -63,7 +63,10 @@ export interface ReconcileContext {
   readonly self: UniqueAddress;
   /** The current coordinator (reconcile does nothing unless it is `self`). */
   readonly coordinator: UniqueAddress | null;
+  /** Members placement may use (the shell drops members that have not registered the type). */
   readonly members: readonly ShardingMember[];
+  /** Up members other than self asked for snapshots during bootstrap; default: derived from `members`. */
+  readonly snapshotPeers?: readonly UniqueAddress[];
   readonly planner: AllocationPlanner;
   /** Shards with a handoff already running (a move for them is not started again). */
   readonly handoffs: ReadonlySet<number>;
@@ -85,10 +88,12 @@ export function reconcilePlan(state: PlanState, ctx: ReconcileContext): [PlanSta
       const own = next.generation > 0 ? { allocations: next.allocations, generation: next.generation } : null;
       bootstrap = { coordinator: ctx.self, deadlineMs: ctx.nowMs + bootstrapSnapshotWindowMs, candidate: own };
     }
-    const peers = ctx.members
-      .filter((m) => m.status === "Up" && !m.uniqueAddress.equals(ctx.self))
-      .map((m) => m.uniqueAddress)
-      .sort(UniqueAddress.compare);
+    const peers =
+      ctx.snapshotPeers ??
+      ctx.members
+        .filter((m) => m.status === "Up" && !m.uniqueAddress.equals(ctx.self))
+        .map((m) => m.uniqueAddress)
+        .sort(UniqueAddress.compare);
     if (peers.length > 0 && ctx.nowMs < bootstrap.deadlineMs) {
       return [
         { ...next, bootstrap },

@@ -1,11 +1,6 @@
 /** Lease bookkeeping for persistent sharded entities: pure core, token shape, ownership rule, entity-epoch rule. */
 export { bindEntity, type EntityBinding } from "./entity-epoch.ts";
-export {
-  ClusterShardingConfigurationError,
-  type LeaseUnavailableReason,
-  ShardHandoffInProgressError,
-  ShardLeaseUnavailableError,
-} from "./errors.ts";
+export type { LeaseUnavailableReason } from "./errors.ts";
 export {
   createLeaseBook,
   failureError,
@@ -21,5 +16,5 @@ export {
   type StopReason,
   step,
 } from "./lease-book.ts";
-export { describeToken, type ShardLeaseKey, type ShardLeaseToken, sameLease, tokenMatchesKey } from "./lease-token.ts";
+export { type ShardLeaseKey, type ShardLeaseToken, sameKey, sameLease } from "./lease-token.ts";
 export { type OwnershipSnapshot, safeToOwn } from "./safe-to-own.ts";

@@ -25,11 +25,11 @@
  */
 import {
   ClusterShardingConfigurationError,
-  type LeaseUnavailableReason,
   ShardHandoffInProgressError,
   ShardLeaseUnavailableError,
-} from "./errors.ts";
-import { type ShardLeaseKey, type ShardLeaseToken, sameLease, tokenMatchesKey } from "./lease-token.ts";
+} from "../errors.ts";
+import type { LeaseUnavailableReason } from "./errors.ts";
+import { type ShardLeaseKey, type ShardLeaseToken, sameKey, sameLease } from "./lease-token.ts";
 
 /** What the book needs to know about its provider. Durations in milliseconds. */
 export interface LeaseBookConfig {
@@ -90,8 +90,8 @@ export interface LeaseBookState {
   readonly nextCallId: number;
 }
 
-/** The counters the book moves (REFERENCE §7: `lease_acquisitions`, `_renewals`, `_losses`, `_retries`). */
-export type LeaseCounter = "leaseAcquisitions" | "leaseRenewals" | "leaseLosses" | "leaseRetries";
+/** The counters the book moves (REFERENCE §7 `lease_acquisitions`, `_renewals`, `_losses`; the barrier counts retries). */
+export type LeaseCounter = "leaseAcquisitions" | "leaseRenewals" | "leaseLosses";
 
 /** Why entities of a shard are being stopped. */
 export type StopReason = "lost" | "suspended" | "handoff" | "not-retained" | "stopping";
@@ -103,8 +103,8 @@ export type LeaseFailure =
 
 /** Inputs to {@link step}. Request ids are the shell's delivery ids; call ids come from the book's own effects. */
 export type LeaseInput =
-  /** A delivery to `shardId` needs the lease. `retry` is true when the retry barrier is re-attempting it. */
-  | { readonly kind: "needLease"; readonly requestId: number; readonly shardId: number; readonly retry?: boolean }
+  /** A delivery to `shardId` needs the lease (lease retries are counted by the retry barrier, not here). */
+  | { readonly kind: "needLease"; readonly requestId: number; readonly shardId: number }
   /** The acquire call `callId` returned a token, or `null` when another owner holds the lease. */
   | {
       readonly kind: "acquired";
@@ -360,7 +360,7 @@ export function step(state: LeaseBookState, input: LeaseInput, nowMs: number): [
   const d = new Draft(state, nowMs);
   switch (input.kind) {
     case "needLease":
-      needLease(d, input.requestId, input.shardId, input.retry === true);
+      needLease(d, input.requestId, input.shardId);
       break;
     case "acquired":
       acquired(d, input.callId, input.shardId, input.token);
@@ -418,8 +418,7 @@ export function step(state: LeaseBookState, input: LeaseInput, nowMs: number): [
   return d.finish();
 }
 
-function needLease(d: Draft, requestId: number, shardId: number, retry: boolean): void {
-  if (retry) d.count("leaseRetries");
+function needLease(d: Draft, requestId: number, shardId: number): void {
   const lease = d.shards.get(shardId);
   if (d.stopped) {
     d.fail([requestId], shardId, unavailable("stopped"));
@@ -471,9 +470,9 @@ function acquired(d: Draft, callId: number, shardId: number, token: ShardLeaseTo
     return;
   }
   const highest = d.highestEpoch.get(shardId) ?? 0;
-  if (!tokenMatchesKey(token, leaseKey(d.config, shardId)) || token.owner !== d.config.owner || token.epoch < highest) {
+  if (!sameKey(token.key, leaseKey(d.config, shardId)) || token.owner !== d.config.owner || token.epoch < highest) {
     d.shards.delete(shardId);
-    const detail = `acquire returned a token for ${token.entityType}/${token.shardId} by ${token.owner} at epoch ${token.epoch}, expected ${d.config.entityType}/${shardId} by ${d.config.owner} at epoch >= ${highest}`;
+    const detail = `acquire returned a token for ${token.key.entityType}/${token.key.shardId} by ${token.owner} at epoch ${token.epoch}, expected ${d.config.entityType}/${shardId} by ${d.config.owner} at epoch >= ${highest}`;
     d.fail(lease.waiters, shardId, unavailable("error", detail));
     if (lease.abandoned) d.effects.push({ kind: "drained", shardId });
     return;
@@ -585,5 +584,5 @@ export function failureError(
 ): ShardLeaseUnavailableError | ShardHandoffInProgressError {
   return failure.error === "ShardHandoffInProgressError"
     ? new ShardHandoffInProgressError(config.entityType, shardId)
-    : new ShardLeaseUnavailableError(config.entityType, shardId, failure.reason);
+    : new ShardLeaseUnavailableError(config.entityType, shardId);
 }

@@ -52,21 +52,21 @@ class LeaseTable {
     else if (row.untilMs <= nowMs) next = { owner, epoch: row.epoch + 1, untilMs: nowMs + durationMs };
     if (next === null) return null;
     this.set(key.shardId, next);
-    return { ...key, owner, epoch: next.epoch, leaseUntilEpochMs: next.untilMs };
+    return { key, owner, epoch: next.epoch, leaseUntilEpochMs: next.untilMs };
   }
 
   renew(token: ShardLeaseToken, durationMs: number, nowMs: number): ShardLeaseToken | null {
-    const row = this.rows.get(token.shardId);
+    const row = this.rows.get(token.key.shardId);
     if (row === undefined || row.owner !== token.owner || row.epoch !== token.epoch || row.untilMs <= nowMs)
       return null;
-    this.set(token.shardId, { ...row, untilMs: nowMs + durationMs });
+    this.set(token.key.shardId, { ...row, untilMs: nowMs + durationMs });
     return { ...token, leaseUntilEpochMs: nowMs + durationMs };
   }
 
   release(token: ShardLeaseToken): boolean {
-    const row = this.rows.get(token.shardId);
+    const row = this.rows.get(token.key.shardId);
     if (row === undefined || row.owner !== token.owner || row.epoch !== token.epoch) return false;
-    this.set(token.shardId, { ...row, untilMs: 0 });
+    this.set(token.key.shardId, { ...row, untilMs: 0 });
     return true;
   }
 
@@ -151,7 +151,7 @@ function runHistory(seed: number, totals: Totals): void {
       if (!after.safe && (input.kind === "safeToOwn" ? !input.safe : !input.safeToOwn)) {
         for (const lease of before.shards.values()) {
           if (lease.phase === "held" || lease.phase === "draining") {
-            node.suspended.add(`${lease.token.shardId}:${lease.token.epoch}`);
+            node.suspended.add(`${lease.token.key.shardId}:${lease.token.epoch}`);
           }
         }
       }
@@ -185,7 +185,7 @@ function runHistory(seed: number, totals: Totals): void {
       case "acquire":
       case "renew":
       case "release": {
-        const shardId = effect.kind === "acquire" ? effect.key.shardId : effect.token.shardId;
+        const shardId = effect.kind === "acquire" ? effect.key.shardId : effect.token.key.shardId;
         if (effect.kind === "release") {
           assert.ok(
             !node.suspended.has(`${shardId}:${effect.token.epoch}`),
@@ -227,7 +227,7 @@ function runHistory(seed: number, totals: Totals): void {
         return;
       case "grant": {
         totals.grants++;
-        const row = table.rows.get(effect.token.shardId);
+        const row = table.rows.get(effect.token.key.shardId);
         assert.ok(
           row !== undefined &&
             row.owner === effect.token.owner &&
@@ -235,9 +235,9 @@ function runHistory(seed: number, totals: Totals): void {
             row.untilMs > nowMs,
           `${where()}: node ${node.index} granted ${JSON.stringify(effect.token)} but the table says ${JSON.stringify(row)}`,
         );
-        const last = grantEpochs.get(effect.token.shardId) ?? 0;
-        assert.ok(effect.token.epoch >= last, `${where()}: shard ${effect.token.shardId} granted an older epoch`);
-        grantEpochs.set(effect.token.shardId, effect.token.epoch);
+        const last = grantEpochs.get(effect.token.key.shardId) ?? 0;
+        assert.ok(effect.token.epoch >= last, `${where()}: shard ${effect.token.key.shardId} granted an older epoch`);
+        grantEpochs.set(effect.token.key.shardId, effect.token.epoch);
         return;
       }
       case "count":
@@ -271,7 +271,7 @@ function runHistory(seed: number, totals: Totals): void {
     const shardId = Math.floor(random() * shardCount);
     const roll = random();
     if (roll < 0.45) {
-      feed(node, { kind: "needLease", requestId: ++requestIds, shardId, retry: chance(0.2) });
+      feed(node, { kind: "needLease", requestId: ++requestIds, shardId });
     } else if (roll < 0.6) {
       feed(node, { kind: "own", shardId });
     } else if (roll < 0.66) {
