@@ -415,35 +415,40 @@ export class Remoting implements Extension {
       }
     }
     // Consecutive envelopes on one association mostly share recipient, sender and type: reuse the header bytes.
-    let header = association.header;
-    if (
-      header === null ||
-      header.recipient !== target.recipientBytes ||
-      header.sender !== senderPath ||
-      header.senderUid !== senderUid ||
-      header.typeName !== typeName ||
-      header.kind !== kind
-    ) {
-      const scratch = Buffer.allocUnsafe(
-        userEnvelopeBytesBound(target.recipientBytes, senderPath, senderUid, typeName, ""),
-      );
-      const end = writeUserHeader(scratch, 0, kind, target.recipientBytes, senderPath, senderUid, typeName);
-      header = {
-        bytes: scratch.subarray(0, end),
-        kind,
-        recipient: target.recipientBytes,
-        sender: senderPath,
-        senderUid,
-        typeName,
-      };
-      association.header = header;
-    }
+    const header = association.header;
     const writer = association.writer;
-    const headerBytes = header.bytes;
-    const buf = writer.reserve(frameHeaderBytes + headerBytes.length + 3 * payload.length);
-    const at = writer.offset;
-    let o = at + frameHeaderBytes;
-    o += headerBytes.copy(buf, o);
+    let buf: Buffer;
+    let at: number;
+    let o: number;
+    if (
+      header !== null &&
+      header.recipient === target.recipientBytes &&
+      header.sender === senderPath &&
+      header.senderUid === senderUid &&
+      header.typeName === typeName &&
+      header.kind === kind
+    ) {
+      buf = writer.reserve(frameHeaderBytes + header.bytes.length + 3 * payload.length);
+      at = writer.offset;
+      o = at + frameHeaderBytes;
+      o += header.bytes.copy(buf, o);
+    } else {
+      buf = writer.reserve(userEnvelopeBytesBound(target.recipientBytes, senderPath, senderUid, typeName, payload));
+      at = writer.offset;
+      const headerAt = at + frameHeaderBytes;
+      o = writeUserHeader(buf, headerAt, kind, target.recipientBytes, senderPath, senderUid, typeName);
+      // An ask's reply actor (as sender or recipient) never repeats: do not pay for caching its header.
+      if (!isTempPath(senderPath) && target.path.elements[0] !== "temp") {
+        association.header = {
+          bytes: Buffer.from(buf.subarray(headerAt, o)),
+          kind,
+          recipient: target.recipientBytes,
+          sender: senderPath,
+          senderUid,
+          typeName,
+        };
+      }
+    }
     o += buf.write(payload, o, "utf8");
     const frameBytes = o - at - frameHeaderBytes;
     if (frameBytes > max) throw new MessageTooLargeError(typeName, frameBytes, max);
@@ -662,14 +667,20 @@ export class Remoting implements Extension {
     let cache = connection.headerCache as InboundHeader | null;
     if (cache === null || cache.bytes.length !== at || frame.compare(cache.bytes, 0, at, 0, at) !== 0) {
       const header = readUserHeader(frame);
-      cache = {
-        bytes: Buffer.from(frame.subarray(0, at)),
+      const fresh: InboundHeader = {
+        bytes: frame,
         header,
         registration: this.registry.lookupName(header.typeName),
         sender: header.sender === null ? null : this.senderRef(header.sender, header.senderUid, peer),
         recipient: null,
       };
-      connection.headerCache = cache;
+      // Headers naming an ask's reply actor never repeat; only the others are worth keeping.
+      if (header.recipient.startsWith("/temp/") || isTempPath(header.sender)) {
+        cache = fresh;
+      } else {
+        cache = { ...fresh, bytes: Buffer.from(frame.subarray(0, at)) };
+        connection.headerCache = cache;
+      }
     }
     const { header, registration } = cache;
     if (registration === undefined) {
@@ -714,6 +725,7 @@ export class Remoting implements Extension {
   }
 
   private recipientRef(recipient: string): ActorRef<unknown> | null {
+    if (recipient.startsWith("/temp/")) return this.system.findLocal(["temp", recipient.slice(6)]);
     const cached = this.recipients.get(recipient);
     if (cached !== undefined) {
       if (!(cached as LocalActorRef<unknown>).cell.isTerminated) return cached;
@@ -861,6 +873,10 @@ export const remotingId: ExtensionId<Remoting> = {
     throw new RemotingNotEnabledError(system.name);
   },
 };
+
+function isTempPath(path: string | null): boolean {
+  return path !== null && path.includes("/temp/");
+}
 
 function peerKey(peer: UniqueAddress | string): string {
   return typeof peer === "string" ? peer : peer.address.hostPort;
