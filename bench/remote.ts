@@ -299,7 +299,7 @@ async function parent(): Promise<void> {
   await movieSequentialAsks(responder, 500);
 
   // Alternate ceiling and Movie in rounds and keep medians, so load from other processes on the host hits both alike.
-  const rounds = Number(process.env.MOVIE_BENCH_ROUNDS ?? 3);
+  const rounds = Number(process.env.MOVIE_BENCH_ROUNDS ?? 5);
   // Receivers acknowledge every ackEvery messages, so each round is a whole number of those.
   const perRound = Math.max(1, Math.ceil(tellCount / rounds / ackEvery)) * ackEvery;
   const rawTells: number[] = [];
