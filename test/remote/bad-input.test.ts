@@ -222,3 +222,20 @@ test("system messages: a duplicate sequence number is acknowledged but applied o
   assert.equal(acks[2], 1);
   raw.socket.destroy();
 });
+
+test("a port in use rejects enableRemoting with the listen error and leaves the system without remoting", async () => {
+  const { ActorSystem } = await import("../../src/actor/index.ts");
+  const { Remoting, RemotingNotEnabledError } = await import("../../src/remote/index.ts");
+  const system = ActorSystem.create("busy");
+  try {
+    const port = b.remoting.selfAddress.address.port!;
+    await assert.rejects(system.enableRemoting({ host: "127.0.0.1", port }), (e: unknown) => {
+      return (e as NodeJS.ErrnoException).code === "EADDRINUSE";
+    });
+    assert.throws(() => Remoting.get(system), RemotingNotEnabledError);
+    const remoting = await system.enableRemoting({ host: "127.0.0.1", port: 0 });
+    assert.equal(Remoting.get(system), remoting);
+  } finally {
+    await system.terminate();
+  }
+});
