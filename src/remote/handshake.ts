@@ -170,7 +170,6 @@ export function checkConfirm(
   return { ok: true };
 }
 
-
 function checkCommon(local: HandshakeIdentity, doc: Record<string, unknown>): StepResult<never> | null {
   if (doc.version !== protocolVersion) {
     return fail("version", `peer speaks protocol ${String(doc.version)}, this node ${protocolVersion}`);
