@@ -674,8 +674,9 @@ export class Remoting implements Extension {
         sender: header.sender === null ? null : this.senderRef(header.sender, header.senderUid, peer),
         recipient: null,
       };
-      // Headers naming an ask's reply actor never repeat; only the others are worth keeping.
-      if (header.recipient.startsWith("/temp/") || isTempPath(header.sender)) {
+      // Headers naming an ask's reply actor never repeat; only the others are worth keeping. An unknown type is not
+      // kept either, so a registration made later takes effect on the next frame.
+      if (fresh.registration === undefined || header.recipient.startsWith("/temp/") || isTempPath(header.sender)) {
         cache = fresh;
       } else {
         cache = { ...fresh, bytes: Buffer.from(frame.subarray(0, at)) };

@@ -239,3 +239,25 @@ test("a port in use rejects enableRemoting with the listen error and leaves the 
     await system.terminate();
   }
 });
+
+test("a type registered after frames of it were rejected is accepted from the next frame on", async () => {
+  class LateType {
+    constructor(readonly v: number) {}
+  }
+  const late = await startNode("late", { registry: new MessageRegistry() });
+  const sender = await startNode("late-sender", { registry: new MessageRegistry() });
+  try {
+    sender.remoting.registry.register(LateType, { name: "test.late" });
+    const got: unknown[] = [];
+    late.system.spawn(new Collector(got), "inbox");
+    const ref = sender.system.actorSelection(`${late.system.address}/user/inbox`);
+    ref.tell(new LateType(1));
+    await eventually(() => late.remoting.stats.rejected.unknownType === 1, { what: "first one rejected" });
+    late.remoting.registry.register(LateType, { name: "test.late" });
+    ref.tell(new LateType(2));
+    await eventually(() => got.length === 1, { what: "the second one delivered" });
+    assert.equal((got[0] as LateType).v, 2);
+  } finally {
+    await Promise.all([late.system.terminate(), sender.system.terminate()]);
+  }
+});
