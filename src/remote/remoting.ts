@@ -226,12 +226,15 @@ export class Remoting implements Extension {
 
   /**
    * A ref for `path` (text or parsed): the local actor for this node's own address, else a remote ref bound to
-   * `uid` when given (or to the peer's current incarnation once known).
+   * `uid` when given, else to the incarnation known now or reached first (afterwards a restarted peer makes it fail
+   * fast). `{ anyIncarnation: true }` gives a ref that is never bound: it reaches whichever incarnation listens at
+   * that address (seed-node contact, for example).
    * @throws InvalidAddressError for text that is not an actor path
    */
-  refFor(path: string | ActorPath, uid?: string): ActorRef<unknown> {
+  refFor(path: string | ActorPath, uid?: string | { anyIncarnation: true }): ActorRef<unknown> {
     const parsed = typeof path === "string" ? Path.parse(path) : path;
     if (this.system.isLocalAddress(parsed.address)) return this.system.actorSelection(parsed);
+    if (typeof uid === "object" && uid !== null) return new RemoteActorRef(this, parsed, null, true);
     return new RemoteActorRef(this, parsed, uid ?? this.incarnations.get(parsed.address.hostPort) ?? null);
   }
 
@@ -380,7 +383,7 @@ export class Remoting implements Extension {
       this.dropped(target, message, sender, "disconnected");
       return null;
     }
-    if (target.uid === null) {
+    if (target.uid === null && !target.anyIncarnation) {
       if (mode === "write") target.uid = association.uid;
       else association.bindOnConnect(target);
     }
@@ -508,7 +511,7 @@ export class Remoting implements Extension {
     }
     if (this.stopped) return;
     const association = this.associationFor(target.path.address);
-    if (target.uid === null) {
+    if (target.uid === null && !target.anyIncarnation) {
       if (association.state === "up") target.uid = association.uid;
       else association.bindOnConnect(target);
     }

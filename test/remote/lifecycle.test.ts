@@ -230,3 +230,22 @@ test("a system message lost to the receiver's blackhole is re-sent when the next
     await Promise.all([a.system.terminate(), b.system.terminate()]);
   }
 });
+
+test("a ref made with anyIncarnation follows a restarted peer instead of failing fast", async () => {
+  const a = await startNode("any-a");
+  let b = await startNode("any-b");
+  const port = b.remoting.selfAddress.address.port!;
+  try {
+    b.system.spawn(new EchoBehavior(), "echo");
+    const floating = a.remoting.refFor(`${b.system.address}/user/echo`, { anyIncarnation: true });
+    assert.equal((await floating.ask(new Ping(1), Pong, 3000)).n, 1);
+    await b.system.terminate();
+    b = await startNode("any-b", { port });
+    b.system.spawn(new EchoBehavior(), "echo");
+    await eventually(async () => (await floating.ask(new Ping(2), Pong, 300).catch(() => null))?.n === 2, {
+      what: "the same ref reaching the new incarnation",
+    });
+  } finally {
+    await Promise.all([a.system.terminate(), b.system.terminate()]);
+  }
+});
