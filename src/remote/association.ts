@@ -183,8 +183,18 @@ export class Association implements ConnectionOwner {
       this.heartbeatTimer = null;
       if (connection !== this.connection || this.state !== "up") return;
       if (scheduler.now() - connection.lastReceivedMs > heartbeatTimeoutMs) {
-        this.host.stats.heartbeatTimeouts++;
-        connection.close(new Error(`no frame from ${connection.peer} within ${heartbeatTimeoutMs} ms`));
+        // Timers run before the event loop polls sockets: after a long stall of this process the peer's bytes may be
+        // waiting unread. Look again once the loop has polled before calling the peer silent.
+        this.heartbeatTimer = scheduler.scheduleOnce(0, () => {
+          this.heartbeatTimer = null;
+          if (connection !== this.connection || this.state !== "up") return;
+          if (scheduler.now() - connection.lastReceivedMs > heartbeatTimeoutMs) {
+            this.host.stats.heartbeatTimeouts++;
+            connection.close(new Error(`no frame from ${connection.peer} within ${heartbeatTimeoutMs} ms`));
+          } else {
+            this.armHeartbeat(connection);
+          }
+        });
         return;
       }
       this.writer.writeFrame(heartbeatFrame);
