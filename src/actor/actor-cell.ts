@@ -8,7 +8,7 @@ import type { Cancellable } from "./clock.ts";
 import type { Runnable } from "./dispatcher.ts";
 import { InvalidMessageError, requireDurationMs } from "./errors.ts";
 import type { Logger } from "./logger.ts";
-import { Mailbox } from "./mailbox.ts";
+import { Envelope, Mailbox } from "./mailbox.ts";
 import { ActorPath } from "./path.ts";
 import { defaultSupervisorStrategy, restartAllowed, type SupervisorStrategy } from "./supervision.ts";
 import {
@@ -25,18 +25,32 @@ import {
 /** How many messages one actor handles per dispatcher run before others get a turn. */
 const throughput = 64;
 
+/** The actor's own bookkeeping queued in its mailbox (timer and receive-timeout firings), never a user's letter. */
+abstract class InternalFire {}
+
 /** A keyed timer's firing, queued in the mailbox so it is handled in order with ordinary messages. */
-class TimerFire {
+class TimerFire extends InternalFire {
   constructor(
     readonly key: string,
     readonly generation: number,
-  ) {}
+  ) {
+    super();
+  }
 }
 
-/** A receive-timeout firing; stale ones (from before the latest message) are recognised by generation. */
-class ReceiveTimeoutFire {
-  constructor(readonly generation: number) {}
+/** A receive-timeout firing; stale ones (from before the latest setReceiveTimeout) are recognised by generation. */
+class ReceiveTimeoutFire extends InternalFire {
+  constructor(
+    readonly generation: number,
+    /** The actor's message count when it fired: a message handled since then makes the firing stale. */
+    readonly messageCount: number,
+  ) {
+    super();
+  }
 }
+
+/** Returned by {@link ActorCell.unwrapFire} when a firing carries nothing for `receive`. */
+const noMessage: unique symbol = Symbol("noMessage");
 
 interface TimerEntry {
   readonly generation: number;
@@ -45,7 +59,44 @@ interface TimerEntry {
   handle: Cancellable;
 }
 
-type CellState = "new" | "running" | "stopping" | "stopped";
+// Lifecycle state in the low two bits of `flags`, then one bit per condition: an idle actor is one small object.
+const stateMask = 3;
+const stateNew = 0;
+const stateRunning = 1;
+const stateStopping = 2;
+const stateStopped = 3;
+/** A Promise returned by the behavior (or a restart waiting for children) is pending: nothing else runs meanwhile. */
+const flagBusy = 4;
+/** Queued on the dispatcher. */
+const flagScheduled = 8;
+/** STOP or DRAIN_AND_STOP arrived: later messages are dead letters. */
+const flagClosed = 16;
+/** A restart waits for the old children to stop. */
+const flagRestarting = 32;
+
+/**
+ * What few actors ever need — children, watchers, timers, receive timeout, restart history, drain bookkeeping, system
+ * messages — lives here, allocated on first use, so an idle actor does not pay for it.
+ */
+class CellExtras {
+  systemQueue: SystemMessage[] | null = null;
+  childCells: Map<string, ActorCell<unknown>> | null = null;
+  /** Messages still to process before a DRAIN_AND_STOP stops the actor; -1 when not draining. */
+  drainRemaining = -1;
+  watchers: Map<string, ActorRef<unknown>> | null = null;
+  watching: Map<string, ActorRef<unknown>> | null = null;
+  timers: Map<string, TimerEntry> | null = null;
+  timerGeneration = 0;
+  receiveTimeoutMs: number | null = null;
+  receiveTimeoutHandle: Cancellable | null = null;
+  receiveTimeoutGeneration = 0;
+  lastActivityMs = 0;
+  /** Messages handled while a receive timeout is set; tells a stale ReceiveTimeoutFire from a current one. */
+  messageCount = 0;
+  restartTimesMs: number[] | null = null;
+  terminatedWaiters: (() => void)[] | null = null;
+  origin: UniqueAddress | null = null;
+}
 
 function isThenable(value: unknown): value is PromiseLike<unknown> {
   return value !== undefined && value !== null && typeof (value as PromiseLike<unknown>).then === "function";
@@ -56,47 +107,52 @@ function asError(value: unknown): Error {
 }
 
 /**
- * The running state of one local actor: mailbox, behavior, children, watchers and timers. It is also the behavior's
- * {@link ActorContext}, so an idle actor costs one object plus its ref (the mailbox buffer and the rare tables are
- * allocated on first use).
+ * The running state of one local actor: mailbox, behavior, flags, and (rarely) children, watchers and timers. It is
+ * also the behavior's {@link ActorContext}, so an idle actor costs this object, its ref and its name.
  */
 export class ActorCell<T> implements Runnable, ActorContext<T> {
   readonly ref: LocalActorRef<T>;
-  private state: CellState = "new";
+  private flags = stateNew;
   private behavior: AbstractBehavior<T> | null = null;
   private mailbox: Mailbox | null = null;
-  private systemQueue: SystemMessage[] | null = null;
-  /** True while a Promise returned by the behavior is pending: nothing else runs meanwhile. */
-  private busy = false;
-  private scheduled = false;
-  /** False once STOP or DRAIN_AND_STOP arrived: later messages are dead letters. */
-  private accepting = true;
-  /** Messages still to process before a DRAIN_AND_STOP stops the actor; -1 when not draining. */
-  private drainRemaining = -1;
-  private childCells: Map<string, ActorCell<unknown>> | null = null;
-  private watchers: Map<string, ActorRef<unknown>> | null = null;
-  private watching: Map<string, ActorRef<unknown>> | null = null;
-  private timers: Map<string, TimerEntry> | null = null;
-  private timerGeneration = 0;
-  private receiveTimeoutMs: number | null = null;
-  private receiveTimeoutHandle: Cancellable | null = null;
-  private receiveTimeoutGeneration = 0;
-  private lastActivityMs = 0;
-  private restartTimesMs: number[] | null = null;
-  private restarting = false;
-  private terminatedWaiters: (() => void)[] | null = null;
   private currentSender: ActorRef<unknown> | null = null;
-  private currentOrigin: UniqueAddress | null = null;
   private cachedPath: ActorPath | null = null;
+  private rare: CellExtras | null = null;
 
   constructor(
     readonly system: ActorSystem,
     readonly parent: ActorCell<unknown> | null,
-    readonly elements: readonly string[],
+    /** The last path element. */
+    readonly name: string,
     private readonly source: BehaviorSource<T>,
     private readonly supervision: SupervisorStrategy | undefined,
   ) {
     this.ref = new LocalActorRef(this);
+  }
+
+  private extras(): CellExtras {
+    if (this.rare === null) this.rare = new CellExtras();
+    return this.rare;
+  }
+
+  private get state(): number {
+    return this.flags & stateMask;
+  }
+
+  private setState(state: number): void {
+    this.flags = (this.flags & ~stateMask) | state;
+  }
+
+  private get busy(): boolean {
+    return (this.flags & flagBusy) !== 0;
+  }
+
+  private setBusy(busy: boolean): void {
+    this.flags = busy ? this.flags | flagBusy : this.flags & ~flagBusy;
+  }
+
+  private get closed(): boolean {
+    return (this.flags & flagClosed) !== 0;
   }
 
   // ---- ActorContext ----
@@ -108,10 +164,15 @@ export class ActorCell<T> implements Runnable, ActorContext<T> {
     return this.currentSender;
   }
   get origin(): UniqueAddress | null {
-    return this.currentOrigin;
+    return this.rare?.origin ?? null;
   }
   get log(): Logger {
     return this.system.log;
+  }
+  /** The path elements below the root, e.g. `["user", "a", "b"]`. */
+  get elements(): readonly string[] {
+    if (this.parent === null) return [this.name];
+    return [...this.parent.elements, this.name];
   }
   get path(): ActorPath {
     const address = this.system.address;
@@ -120,14 +181,12 @@ export class ActorCell<T> implements Runnable, ActorContext<T> {
     }
     return this.cachedPath;
   }
-  get name(): string {
-    return this.elements[this.elements.length - 1] ?? "";
-  }
   get children(): readonly ActorRef<unknown>[] {
-    return this.childCells === null ? [] : [...this.childCells.values()].map((c) => c.ref);
+    const cells = this.rare?.childCells;
+    return cells === null || cells === undefined ? [] : [...cells.values()].map((c) => c.ref);
   }
   get isTerminated(): boolean {
-    return this.state === "stopped";
+    return this.state === stateStopped;
   }
 
   spawn<C>(behavior: BehaviorSource<C>, name?: string, options?: SpawnOptions): ActorRef<C> {
@@ -140,55 +199,51 @@ export class ActorCell<T> implements Runnable, ActorContext<T> {
     name: string | undefined,
     options: SpawnOptions | undefined,
   ): ActorCell<C> {
-    const childName = this.system.claimChildName(this.path.toString(), this.childCells, name);
-    const child = new ActorCell<C>(
-      this.system,
-      this as ActorCell<unknown>,
-      [...this.elements, childName],
-      behavior,
-      options?.supervision,
-    );
-    if (this.childCells === null) this.childCells = new Map();
-    this.childCells.set(childName, child as ActorCell<unknown>);
-    if (this.state === "stopping" || this.state === "stopped") child.requestStop();
+    const extras = this.extras();
+    const childName = this.system.claimChildName(this.path, extras.childCells, name);
+    const child = new ActorCell<C>(this.system, this as ActorCell<unknown>, childName, behavior, options?.supervision);
+    if (extras.childCells === null) extras.childCells = new Map();
+    extras.childCells.set(childName, child as ActorCell<unknown>);
+    if (this.state >= stateStopping) child.requestStop();
     child.scheduleRun();
     return child;
   }
 
   /** @internal Looks up a live child by name. */
   childNamed(name: string): ActorCell<unknown> | undefined {
-    return this.childCells?.get(name);
+    return this.rare?.childCells?.get(name);
   }
 
   stop(child: ActorRef<unknown>): void {
     if (!(child instanceof LocalActorRef)) return;
     const cell = child.cell;
-    if (cell.parent === (this as ActorCell<unknown>)) cell.requestStop();
+    if (cell.parent === (this as ActorCell<unknown>) || cell === (this as ActorCell<unknown>)) cell.requestStop();
   }
 
   watch(ref: ActorRef<unknown>): void {
     const key = ref.path.toString();
-    if (this.watching === null) this.watching = new Map();
-    if (this.watching.has(key)) return;
-    this.watching.set(key, ref);
+    const extras = this.extras();
+    if (extras.watching === null) extras.watching = new Map();
+    if (extras.watching.has(key)) return;
+    extras.watching.set(key, ref);
     ref.sendSystem(new Watch(this.ref));
   }
 
   unwatch(ref: ActorRef<unknown>): void {
     const key = ref.path.toString();
-    if (this.watching?.delete(key) === true) ref.sendSystem(new Unwatch(this.ref));
+    if (this.rare?.watching?.delete(key) === true) ref.sendSystem(new Unwatch(this.ref));
   }
 
   setReceiveTimeout(timeoutMs: number | null): void {
-    this.receiveTimeoutHandle?.cancel();
-    this.receiveTimeoutHandle = null;
-    this.receiveTimeoutGeneration++;
-    if (timeoutMs === null) {
-      this.receiveTimeoutMs = null;
-      return;
-    }
-    this.receiveTimeoutMs = requireDurationMs("receive timeout", timeoutMs, { positive: true });
-    this.lastActivityMs = this.system.scheduler.now();
+    if (timeoutMs !== null) requireDurationMs("receive timeout", timeoutMs, { positive: true });
+    if (timeoutMs === null && this.rare === null) return;
+    const extras = this.extras();
+    extras.receiveTimeoutHandle?.cancel();
+    extras.receiveTimeoutHandle = null;
+    extras.receiveTimeoutGeneration++;
+    extras.receiveTimeoutMs = timeoutMs;
+    if (timeoutMs === null) return;
+    extras.lastActivityMs = this.system.scheduler.now();
     this.armReceiveTimeout(timeoutMs);
   }
 
@@ -201,40 +256,54 @@ export class ActorCell<T> implements Runnable, ActorContext<T> {
   }
 
   cancelTimer(key: string): void {
-    const entry = this.timers?.get(key);
+    const timers = this.rare?.timers;
+    const entry = timers?.get(key);
     if (entry === undefined) return;
     entry.handle.cancel();
-    this.timers!.delete(key);
+    timers!.delete(key);
   }
 
   isTimerActive(key: string): boolean {
-    return this.timers?.has(key) === true;
+    return this.rare?.timers?.has(key) === true;
   }
 
   // ---- delivery ----
 
   /** @internal Enqueues a user message (or a dead letter once the actor stopped accepting). */
   enqueue(message: unknown, sender: ActorRef<unknown> | null, origin: UniqueAddress | null): void {
-    if (!this.accepting) {
+    const flags = this.flags;
+    if ((flags & flagClosed) !== 0) {
+      // Timer and receive-timeout firings are the actor's own bookkeeping, not letters anyone sent.
+      if (message instanceof InternalFire) return;
       this.system.deadLetterOffice.publish(message, sender, this.path.toString());
       return;
     }
-    if (this.mailbox === null) this.mailbox = new Mailbox();
-    this.mailbox.push(message, sender, origin);
-    if (!this.scheduled && !this.busy) {
-      this.scheduled = true;
+    let mailbox = this.mailbox;
+    if (mailbox === null) mailbox = this.mailbox = new Mailbox();
+    mailbox.push(sender === null && origin === null ? message : new Envelope(message, sender, origin));
+    if ((flags & (flagScheduled | flagBusy)) === 0) {
+      this.flags = flags | flagScheduled;
       this.system.dispatcher.schedule(this);
     }
   }
 
   /** @internal Enqueues a system message; system messages run before queued user messages. */
   enqueueSystem(message: SystemMessage): void {
-    if (this.state === "stopped") {
+    if (this.state === stateStopped) {
       if (message instanceof Watch) message.watcher.sendSystem(new Terminated(this.ref));
       return;
     }
-    if (this.systemQueue === null) this.systemQueue = [];
-    this.systemQueue.push(message);
+    const extras = this.extras();
+    // Both stops close the mailbox the moment they are sent, so whatever is told afterwards is a dead letter even
+    // while a message is still in progress; a drain counts exactly what was queued before it (sharding's handoff).
+    if (message instanceof Stop) {
+      this.flags |= flagClosed;
+    } else if (message instanceof DrainAndStop && !this.closed && this.state < stateStopping) {
+      this.flags |= flagClosed;
+      extras.drainRemaining = this.mailbox?.size ?? 0;
+    }
+    if (extras.systemQueue === null) extras.systemQueue = [];
+    extras.systemQueue.push(message);
     this.scheduleRun();
   }
 
@@ -245,47 +314,52 @@ export class ActorCell<T> implements Runnable, ActorContext<T> {
 
   /** @internal Resolves once the actor and its children stopped and watchers were told. */
   whenTerminated(): Promise<void> {
-    if (this.state === "stopped") return Promise.resolve();
+    if (this.state === stateStopped) return Promise.resolve();
     return new Promise((resolve) => {
-      if (this.terminatedWaiters === null) this.terminatedWaiters = [];
-      this.terminatedWaiters.push(resolve);
+      const extras = this.extras();
+      if (extras.terminatedWaiters === null) extras.terminatedWaiters = [];
+      extras.terminatedWaiters.push(resolve);
     });
   }
 
   private scheduleRun(): void {
-    if (!this.scheduled && !this.busy && this.state !== "stopped") {
-      this.scheduled = true;
+    const flags = this.flags;
+    if ((flags & (flagScheduled | flagBusy)) === 0 && (flags & stateMask) !== stateStopped) {
+      this.flags = flags | flagScheduled;
       this.system.dispatcher.schedule(this);
     }
   }
 
+  private hasSystemMessages(): boolean {
+    const queue = this.rare?.systemQueue;
+    return queue !== null && queue !== undefined && queue.length > 0;
+  }
+
   run(): void {
-    this.scheduled = false;
-    if (this.busy || this.state === "stopped") return;
-    if (this.state === "new") {
+    this.flags &= ~flagScheduled;
+    if (this.busy || this.state === stateStopped) return;
+    if (this.state === stateNew) {
       this.start();
       if (this.busy) return;
     }
-    if (this.runSystemMessages()) return;
-    if (this.state !== "running" || this.restarting) return;
+    if (this.hasSystemMessages() && this.runSystemMessages()) return;
+    if ((this.flags & (stateMask | flagRestarting)) !== stateRunning) return;
     const mailbox = this.mailbox;
     if (mailbox === null) return;
     let processed = 0;
     while (mailbox.size > 0 && processed < throughput) {
-      const message = mailbox.peekMessage();
-      const sender = mailbox.peekSender();
-      const origin = mailbox.peekOrigin();
-      mailbox.shift();
+      const item = mailbox.shift();
       processed++;
-      this.handleMessage(message, sender, origin);
-      if (this.busy || this.state !== "running") return;
-      if (this.systemQueue !== null && this.systemQueue.length > 0) break;
+      if (item instanceof Envelope) this.handleMessage(item.message, item.sender, item.origin);
+      else this.handleMessage(item, null, null);
+      if ((this.flags & (stateMask | flagBusy)) !== stateRunning) return;
+      if (this.rare !== null && this.hasSystemMessages()) break;
     }
-    if (mailbox.size > 0 || (this.systemQueue !== null && this.systemQueue.length > 0)) this.scheduleRun();
+    if (mailbox.size > 0 || this.hasSystemMessages()) this.scheduleRun();
   }
 
   private start(): void {
-    this.state = "running";
+    this.setState(stateRunning);
     this.behavior = this.instantiate();
     this.invoke(() => this.behavior!.preStart?.(this), null, "preStart");
   }
@@ -296,7 +370,8 @@ export class ActorCell<T> implements Runnable, ActorContext<T> {
 
   /** Runs system messages in order; returns true when processing must pause (busy or stopping). */
   private runSystemMessages(): boolean {
-    const queue = this.systemQueue;
+    const extras = this.extras();
+    const queue = extras.systemQueue;
     while (queue !== null && queue.length > 0) {
       const message = queue.shift()!;
       if (message instanceof Stop) {
@@ -304,22 +379,17 @@ export class ActorCell<T> implements Runnable, ActorContext<T> {
         return true;
       }
       if (message instanceof DrainAndStop) {
-        if (this.state !== "running") continue;
-        this.accepting = false;
-        this.drainRemaining = this.mailbox?.size ?? 0;
-        if (this.drainRemaining === 0) {
+        if (this.state === stateRunning && extras.drainRemaining === 0) {
           this.beginStop();
           return true;
         }
       } else if (message instanceof Watch) {
-        if (message.watcher.path.equals(this.path)) continue;
-        if (this.watchers === null) this.watchers = new Map();
-        this.watchers.set(message.watcher.path.toString(), message.watcher);
+        this.addWatcher(message.watcher);
       } else if (message instanceof Unwatch) {
-        this.watchers?.delete(message.watcher.path.toString());
+        extras.watchers?.delete(message.watcher.path.toString());
       } else if (message instanceof Terminated) {
         const key = message.ref.path.toString();
-        if (this.watching?.delete(key) === true && this.state === "running") {
+        if (extras.watching?.delete(key) === true && this.state === stateRunning) {
           this.deliverSignal(message);
           if (this.busy) return true;
         }
@@ -328,65 +398,102 @@ export class ActorCell<T> implements Runnable, ActorContext<T> {
     return false;
   }
 
-  private handleMessage(message: unknown, sender: ActorRef<unknown> | null, origin: UniqueAddress | null): void {
-    if (this.drainRemaining > 0) this.drainRemaining--;
-    if (message instanceof TimerFire) {
-      const entry = this.timers?.get(message.key);
-      if (entry === undefined || entry.generation !== message.generation) {
-        this.afterMessage();
-        return;
-      }
-      if (entry.intervalMs === null) this.timers!.delete(message.key);
-      message = entry.message;
-    } else if (message instanceof ReceiveTimeoutFire) {
-      if (message.generation === this.receiveTimeoutGeneration && this.receiveTimeoutMs !== null) {
-        this.deliverSignal(RECEIVE_TIMEOUT);
-      }
-      return;
-    }
-    if (this.receiveTimeoutMs !== null) this.lastActivityMs = this.system.scheduler.now();
-    this.currentSender = sender;
-    this.currentOrigin = origin;
-    const behavior = this.behavior!;
-    let result: void | Promise<void>;
-    try {
-      result = behavior.receive(message as T, this);
-    } catch (error) {
-      this.currentSender = null;
-      this.currentOrigin = null;
-      this.onFailure(asError(error), sender);
-      this.afterMessage();
-      return;
-    }
-    if (isThenable(result)) {
-      this.busy = true;
-      result.then(
-        () => {
-          this.busy = false;
-          this.currentSender = null;
-          this.currentOrigin = null;
-          this.afterMessage();
-          this.scheduleRun();
-        },
-        (error: unknown) => {
-          this.busy = false;
-          this.currentSender = null;
-          this.currentOrigin = null;
-          this.onFailure(asError(error), sender);
-          this.afterMessage();
-          this.scheduleRun();
-        },
-      );
-      return;
-    }
-    this.currentSender = null;
-    this.currentOrigin = null;
-    this.afterMessage();
+  private addWatcher(watcher: ActorRef<unknown>): void {
+    if (watcher.path.equals(this.path)) return;
+    const extras = this.extras();
+    if (extras.watchers === null) extras.watchers = new Map();
+    extras.watchers.set(watcher.path.toString(), watcher);
   }
 
+  private handleMessage(message: unknown, sender: ActorRef<unknown> | null, origin: UniqueAddress | null): void {
+    let rare = this.rare;
+    if (rare !== null && rare.drainRemaining > 0) rare.drainRemaining--;
+    if (message instanceof InternalFire) {
+      message = this.unwrapFire(message);
+      if (message === noMessage) {
+        if (!this.busy) this.afterMessage();
+        return;
+      }
+      rare = this.rare;
+    }
+    if (origin !== null) {
+      rare = this.extras();
+      rare.origin = origin;
+    }
+    if (rare !== null && rare.receiveTimeoutMs !== null) {
+      rare.lastActivityMs = this.system.scheduler.now();
+      rare.messageCount++;
+    }
+    this.currentSender = sender;
+    let result: void | Promise<void>;
+    try {
+      result = this.behavior!.receive(message as T, this);
+    } catch (error) {
+      this.onFailure(asError(error), sender);
+      this.endMessage();
+      return;
+    }
+    if (result !== undefined && isThenable(result)) {
+      this.awaitReceive(result, sender);
+      return;
+    }
+    this.endMessage();
+  }
+
+  /** Keeps the actor busy until an async receive settles; only then does the next message start (per-actor FIFO). */
+  private awaitReceive(result: PromiseLike<unknown>, sender: ActorRef<unknown> | null): void {
+    this.setBusy(true);
+    result.then(
+      () => {
+        this.setBusy(false);
+        this.endMessage();
+        this.scheduleRun();
+      },
+      (error: unknown) => {
+        this.setBusy(false);
+        this.onFailure(asError(error), sender);
+        this.endMessage();
+        this.scheduleRun();
+      },
+    );
+  }
+
+  /** Turns a firing into the timer's message, or handles a receive timeout; {@link noMessage} when nothing remains. */
+  private unwrapFire(fire: InternalFire): unknown {
+    const extras = this.extras();
+    if (fire instanceof TimerFire) {
+      const entry = extras.timers?.get(fire.key);
+      if (entry === undefined || entry.generation !== fire.generation) return noMessage;
+      if (entry.intervalMs === null) extras.timers!.delete(fire.key);
+      return entry.message;
+    }
+    if (
+      fire instanceof ReceiveTimeoutFire &&
+      fire.generation === extras.receiveTimeoutGeneration &&
+      fire.messageCount === extras.messageCount &&
+      extras.receiveTimeoutMs !== null
+    ) {
+      this.deliverSignal(RECEIVE_TIMEOUT);
+    }
+    return noMessage;
+  }
+
+  private endMessage(): void {
+    this.currentSender = null;
+    const rare = this.rare;
+    if (rare !== null) {
+      rare.origin = null;
+      // Idle time counts from the end of a message, so a long async receive is not mistaken for idleness.
+      if (rare.receiveTimeoutMs !== null) rare.lastActivityMs = this.system.scheduler.now();
+      this.afterMessage();
+    }
+  }
+
+  /** Stops a draining actor once it handled everything that was queued before DRAIN_AND_STOP. */
   private afterMessage(): void {
-    if (this.drainRemaining === 0 && this.state === "running") {
-      this.drainRemaining = -1;
+    const rare = this.rare;
+    if (rare !== null && rare.drainRemaining === 0 && this.state === stateRunning) {
+      rare.drainRemaining = -1;
       this.beginStop();
     }
   }
@@ -408,15 +515,17 @@ export class ActorCell<T> implements Runnable, ActorContext<T> {
       return;
     }
     if (isThenable(result)) {
-      this.busy = true;
+      this.setBusy(true);
       result.then(
         () => {
-          this.busy = false;
+          this.setBusy(false);
+          this.afterMessage();
           this.scheduleRun();
         },
         (error: unknown) => {
-          this.busy = false;
+          this.setBusy(false);
           this.onFailure(asError(error), sender);
+          this.afterMessage();
           this.scheduleRun();
         },
       );
@@ -425,7 +534,7 @@ export class ActorCell<T> implements Runnable, ActorContext<T> {
 
   private onFailure(error: Error, sender: ActorRef<unknown> | null): void {
     sender?.failAsk?.(error);
-    if (this.state !== "running") return;
+    if (this.state !== stateRunning) return;
     const strategy = this.supervision ?? this.parent?.behavior?.supervisorStrategy ?? defaultSupervisorStrategy;
     this.system.log.warn(
       { actor: this.path.toString(), error, strategy: strategy.kind },
@@ -436,8 +545,9 @@ export class ActorCell<T> implements Runnable, ActorContext<T> {
       this.beginStop();
       return;
     }
-    const decision = restartAllowed(strategy, this.restartTimesMs ?? [], this.system.scheduler.now());
-    this.restartTimesMs = decision.recent;
+    const extras = this.extras();
+    const decision = restartAllowed(strategy, extras.restartTimesMs ?? [], this.system.scheduler.now());
+    extras.restartTimesMs = decision.recent;
     if (!decision.allowed) {
       this.system.log.error({ actor: this.path.toString(), error }, "actor exceeded its restart limit and stops");
       this.beginStop();
@@ -453,11 +563,11 @@ export class ActorCell<T> implements Runnable, ActorContext<T> {
       this.log.warn({ actor: this.path.toString(), error: hookError }, "preRestart failed");
     }
     this.cancelAllTimers();
-    const children = this.childCells === null ? [] : [...this.childCells.values()];
-    this.restarting = true;
+    const children = this.childCellList();
+    this.flags |= flagRestarting;
     const finish = (): void => {
-      this.restarting = false;
-      if (this.state !== "running") return;
+      this.flags &= ~flagRestarting;
+      if (this.state !== stateRunning) return;
       this.behavior = this.instantiate();
       this.invoke(() => this.behavior!.preStart?.(this), null, "preStart");
       this.scheduleRun();
@@ -466,23 +576,28 @@ export class ActorCell<T> implements Runnable, ActorContext<T> {
       finish();
       return;
     }
-    this.busy = true;
+    this.setBusy(true);
     for (const child of children) child.requestStop();
     Promise.all(children.map((c) => c.whenTerminated())).then(() => {
-      this.busy = false;
+      this.setBusy(false);
       finish();
     });
   }
 
+  private childCellList(): ActorCell<unknown>[] {
+    const cells = this.rare?.childCells;
+    return cells === null || cells === undefined ? [] : [...cells.values()];
+  }
+
   private beginStop(): void {
-    if (this.state === "stopping" || this.state === "stopped") return;
-    this.state = "stopping";
-    this.accepting = false;
-    this.drainRemaining = -1;
+    if (this.state >= stateStopping) return;
+    this.setState(stateStopping);
+    this.flags |= flagClosed;
+    if (this.rare !== null) this.rare.drainRemaining = -1;
     this.cancelAllTimers();
     this.setReceiveTimeout(null);
     this.flushToDeadLetters();
-    const children = this.childCells === null ? [] : [...this.childCells.values()];
+    const children = this.childCellList();
     for (const child of children) child.requestStop();
     if (children.length === 0) {
       this.finishStop();
@@ -493,20 +608,27 @@ export class ActorCell<T> implements Runnable, ActorContext<T> {
 
   private finishStop(): void {
     const done = (): void => {
-      this.state = "stopped";
+      this.setState(stateStopped);
       this.flushToDeadLetters();
-      this.systemQueue = null;
       this.behavior = null;
+      this.mailbox = null;
       this.parent?.childTerminated(this as ActorCell<unknown>);
-      if (this.parent === null) this.system.rootTerminated(this as ActorCell<unknown>);
+      const extras = this.rare;
+      if (extras === null) return;
+      // A Watch queued behind the Stop that ended the actor still deserves its Terminated.
+      const unprocessed = extras.systemQueue;
+      extras.systemQueue = null;
+      if (unprocessed !== null)
+        for (const message of unprocessed) if (message instanceof Watch) this.addWatcher(message.watcher);
       const terminated = new Terminated(this.ref);
-      if (this.watchers !== null) for (const watcher of this.watchers.values()) watcher.sendSystem(terminated);
-      this.watchers = null;
-      if (this.watching !== null)
-        for (const watched of this.watching.values()) watched.sendSystem(new Unwatch(this.ref));
-      this.watching = null;
-      const waiters = this.terminatedWaiters;
-      this.terminatedWaiters = null;
+      if (extras.watchers !== null) for (const watcher of extras.watchers.values()) watcher.sendSystem(terminated);
+      extras.watchers = null;
+      if (extras.watching !== null) {
+        for (const watched of extras.watching.values()) watched.sendSystem(new Unwatch(this.ref));
+      }
+      extras.watching = null;
+      const waiters = extras.terminatedWaiters;
+      extras.terminatedWaiters = null;
       if (waiters !== null) for (const resolve of waiters) resolve();
     };
     let result: Promise<void> | undefined;
@@ -527,7 +649,8 @@ export class ActorCell<T> implements Runnable, ActorContext<T> {
 
   /** @internal Called by a child once it fully stopped: frees its name. */
   childTerminated(child: ActorCell<unknown>): void {
-    if (this.childCells?.get(child.name) === child) this.childCells.delete(child.name);
+    const cells = this.rare?.childCells;
+    if (cells?.get(child.name) === child) cells.delete(child.name);
   }
 
   private flushToDeadLetters(): void {
@@ -535,7 +658,7 @@ export class ActorCell<T> implements Runnable, ActorContext<T> {
     if (mailbox === null || mailbox.size === 0) return;
     const recipient = this.path.toString();
     mailbox.drain((message, sender) => {
-      if (message instanceof TimerFire || message instanceof ReceiveTimeoutFire) return;
+      if (message instanceof InternalFire) return;
       this.system.deadLetterOffice.publish(message, sender, recipient);
     });
   }
@@ -543,41 +666,50 @@ export class ActorCell<T> implements Runnable, ActorContext<T> {
   private startTimer(key: string, message: T, delayMs: number, intervalMs: number | null): void {
     if (message === undefined || message === null) throw new InvalidMessageError("a timer message must be a value");
     this.cancelTimer(key);
-    if (this.state === "stopping" || this.state === "stopped") return;
-    if (this.timers === null) this.timers = new Map();
-    const generation = ++this.timerGeneration;
+    if (this.state >= stateStopping) return;
+    const extras = this.extras();
+    if (extras.timers === null) extras.timers = new Map();
+    const timers = extras.timers;
+    const generation = ++extras.timerGeneration;
     const fire = new TimerFire(key, generation);
     const entry: TimerEntry = { generation, message, intervalMs, handle: { cancel() {} } };
     const arm = (afterMs: number): void => {
       entry.handle = this.system.scheduler.scheduleOnce(afterMs, () => {
-        if (this.timers?.get(key) !== entry) return;
+        if (timers.get(key) !== entry) return;
         if (intervalMs !== null) arm(intervalMs);
         this.enqueue(fire, null, null);
       });
     };
     arm(delayMs);
-    this.timers.set(key, entry);
+    timers.set(key, entry);
   }
 
   private cancelAllTimers(): void {
-    if (this.timers === null) return;
-    for (const entry of this.timers.values()) entry.handle.cancel();
-    this.timers = null;
+    const extras = this.rare;
+    if (extras === null || extras.timers === null) return;
+    for (const entry of extras.timers.values()) entry.handle.cancel();
+    extras.timers = null;
   }
 
   private armReceiveTimeout(afterMs: number): void {
-    const generation = this.receiveTimeoutGeneration;
-    this.receiveTimeoutHandle = this.system.scheduler.scheduleOnce(afterMs, () => {
-      if (generation !== this.receiveTimeoutGeneration || this.receiveTimeoutMs === null) return;
+    const extras = this.extras();
+    const generation = extras.receiveTimeoutGeneration;
+    extras.receiveTimeoutHandle = this.system.scheduler.scheduleOnce(afterMs, () => {
+      const timeoutMs = extras.receiveTimeoutMs;
+      if (generation !== extras.receiveTimeoutGeneration || timeoutMs === null) return;
       // Messages only stamp lastActivityMs (no timer churn per message); the timer re-arms for the remainder.
-      const idleMs = this.system.scheduler.now() - this.lastActivityMs;
-      if (idleMs + 0.5 < this.receiveTimeoutMs) {
-        this.armReceiveTimeout(this.receiveTimeoutMs - idleMs);
+      const idleMs = this.system.scheduler.now() - extras.lastActivityMs;
+      if (this.busy) {
+        this.armReceiveTimeout(timeoutMs);
         return;
       }
-      this.lastActivityMs = this.system.scheduler.now();
-      this.armReceiveTimeout(this.receiveTimeoutMs);
-      this.enqueue(new ReceiveTimeoutFire(generation), null, null);
+      if (idleMs + 0.5 < timeoutMs) {
+        this.armReceiveTimeout(timeoutMs - idleMs);
+        return;
+      }
+      extras.lastActivityMs = this.system.scheduler.now();
+      this.armReceiveTimeout(timeoutMs);
+      this.enqueue(new ReceiveTimeoutFire(generation, extras.messageCount), null, null);
     });
   }
 }
@@ -591,8 +723,9 @@ export class LocalActorRef<T> implements ActorRef<T> {
   }
 
   tell(message: T, sender?: ActorRef<unknown> | null): void {
-    if (message === undefined || message === null)
+    if (message === undefined || message === null) {
       throw new InvalidMessageError("tell needs a message value, got " + message);
+    }
     this.cell.enqueue(message, sender ?? null, null);
   }
 

@@ -31,7 +31,7 @@ export interface ActorContext<T> {
    * @throws InvalidActorNameError, DuplicateActorNameError
    */
   spawn<C>(behavior: BehaviorSource<C>, name?: string, options?: SpawnOptions): ActorRef<C>;
-  /** Stops a child (after its current message). Refs that are not children are ignored. */
+  /** Stops a child, or this actor itself, after its current message. Other refs are ignored. */
   stop(child: ActorRef<unknown>): void;
   /** The live children. */
   readonly children: readonly ActorRef<unknown>[];

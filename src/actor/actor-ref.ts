@@ -26,9 +26,10 @@ export interface ActorRef<T> {
   tell(message: T, sender?: ActorRef<unknown> | null): void;
   /**
    * Sends `message` and waits for a reply of type `replyType`.
-   * Rejects `AskTimeoutError` after `timeoutMs`, `AskCancelledError` when `options.signal` aborts,
-   * `AskReplyTypeError` for a reply of another type, and the target's error when it fails while handling the ask.
-   * @throws InvalidArgumentError for a negative or non-finite timeout
+   * Rejects `AskTimeoutError` after `timeoutMs` milliseconds, `AskCancelledError` when `options.signal` aborts,
+   * `AskReplyTypeError` for a reply of another type, the target's error when it fails while handling the ask,
+   * `InvalidArgumentError` for a negative or non-finite timeout and `InvalidMessageError` for an undefined or null
+   * message (validation errors reject too, so callers handle one failure path).
    */
   ask<R>(message: T, replyType: Class<R>, timeoutMs: number, options?: AskOptions): Promise<R>;
   /** Sends a system message: `STOP`, `DRAIN_AND_STOP`, or the watch protocol messages. */

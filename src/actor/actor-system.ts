@@ -2,9 +2,9 @@ import { ActorCell, LocalActorRef } from "./actor-cell.ts";
 import type { SpawnOptions } from "./actor-context.ts";
 import type { ActorRef, AskOptions, Class } from "./actor-ref.ts";
 import { Address } from "./address.ts";
-import { askVia, type PromiseActorRef } from "./ask.ts";
+import { askVia, PendingAsks, type PromiseActorRef } from "./ask.ts";
 import { AbstractBehavior, type BehaviorSource } from "./behavior.ts";
-import { RealScheduler, type Scheduler } from "./clock.ts";
+import { RealScheduler, type Scheduler, TimeoutQueue } from "./clock.ts";
 import { type DeadLetter, DeadLetterOffice } from "./dead-letters.ts";
 import { Dispatcher } from "./dispatcher.ts";
 import {
@@ -67,7 +67,12 @@ class DeadLetterRef implements ActorRef<unknown> {
 export class ActorSystem {
   /** @internal */ readonly dispatcher = new Dispatcher();
   /** @internal */ readonly deadLetterOffice = new DeadLetterOffice();
+  /** The clock and timers every part of the system uses. */
   readonly scheduler: Scheduler;
+  /** @internal Ask timeouts: many deadlines on few scheduler timers. */
+  readonly timeouts: TimeoutQueue;
+  /** @internal */ readonly pendingAsks = new PendingAsks();
+  /** Where the runtime and every layer above it log. */
   readonly log: Logger;
   /** A ref whose every message is a dead letter. */
   readonly deadLetters: ActorRef<unknown>;
@@ -91,6 +96,7 @@ export class ActorSystem {
     options: ActorSystemOptions,
   ) {
     this.scheduler = options.scheduler ?? new RealScheduler();
+    this.timeouts = new TimeoutQueue(this.scheduler);
     this.log = options.logger ?? new ConsoleLogger(undefined, { system: name });
     this.currentAddress = Address.local(name);
     this.deadLetters = new DeadLetterRef(this, new ActorPath(this.currentAddress, ["deadLetters"]));
@@ -100,11 +106,11 @@ export class ActorSystem {
     this.userGuardian = new ActorCell<unknown>(
       this,
       null,
-      ["user"],
+      "user",
       new GuardianBehavior(options.guardianSupervision),
       undefined,
     );
-    this.systemGuardian = new ActorCell<unknown>(this, null, ["system"], new GuardianBehavior(undefined), undefined);
+    this.systemGuardian = new ActorCell<unknown>(this, null, "system", new GuardianBehavior(undefined), undefined);
     this.userGuardian.run();
     this.systemGuardian.run();
   }
@@ -145,7 +151,7 @@ export class ActorSystem {
 
   /** Number of asks waiting for their reply (each holds one temporary reply actor). */
   get pendingAskCount(): number {
-    return this.temps.size;
+    return this.pendingAsks.size;
   }
 
   /**
@@ -246,7 +252,7 @@ export class ActorSystem {
       }
       this.systemGuardian.requestStop();
       await this.systemGuardian.whenTerminated();
-      for (const temp of [...this.temps.values()]) temp.failAsk(new ActorSystemTerminatedError(this.name));
+      this.pendingAsks.failAll(new ActorSystemTerminatedError(this.name));
       this.terminatedFlag = true;
       this.resolveTerminated();
     })();
@@ -258,7 +264,7 @@ export class ActorSystem {
 
   /** @internal Validates or generates a child name; generated names start with `$`. */
   claimChildName(
-    parentPath: string,
+    parentPath: ActorPath,
     siblings: Map<string, ActorCell<unknown>> | null,
     name: string | undefined,
   ): string {
@@ -269,16 +275,15 @@ export class ActorSystem {
       }
     }
     if (typeof name !== "string" || !isValidActorName(name)) throw new InvalidActorNameError(String(name));
-    if (siblings?.has(name) === true) throw new DuplicateActorNameError(parentPath, name);
+    if (siblings?.has(name) === true) throw new DuplicateActorNameError(parentPath.toString(), name);
     return name;
   }
 
-  /** @internal */
-  registerTemp<R>(make: (name: string) => PromiseActorRef<R>): PromiseActorRef<R> {
+  /** @internal Names a pending ask's reply actor under `/temp` so it can be found by path; returns the name. */
+  registerTemp(ref: PromiseActorRef<unknown>): string {
     const name = `$${(this.tempCounter++).toString(36)}`;
-    const ref = make(name);
-    this.temps.set(name, ref as PromiseActorRef<unknown>);
-    return ref;
+    this.temps.set(name, ref);
+    return name;
   }
 
   /** @internal */

@@ -13,39 +13,58 @@ import type { ActorPath } from "./path.ts";
 import type { SystemMessage } from "./system-messages.ts";
 
 /**
- * The temporary reply actor of one ask: a ref (registered under `/temp` so replies can find it by path, also from
- * other nodes) that settles the ask's Promise on the first reply and unregisters itself when the ask settles, however
- * it settles.
+ * The temporary reply actor of one ask: a ref that settles the ask's Promise on the first reply and cleans up when
+ * the ask settles, however it settles. It gets a name under `/temp` (so a reply can find it by path, also from other
+ * nodes) only when someone reads its path; a purely local ask never pays for the name or the registration.
  */
 export class PromiseActorRef<R> implements ActorRef<unknown> {
   private settled = false;
+  private name: string | null = null;
   private timer: Cancellable | null = null;
   private signal: AbortSignal | null = null;
-  private readonly onAbort = (): void => this.reject(new AskCancelledError(this.targetPath, this.messageType));
+  /** @internal Neighbours in the system's list of pending asks. */
+  prevPending: PromiseActorRef<unknown> | null = null;
+  /** @internal */
+  nextPending: PromiseActorRef<unknown> | null = null;
+  private resolveAsk!: (reply: R) => void;
+  private rejectAsk!: (error: Error) => void;
+  /** @internal The Promise the ask returns. */
+  readonly promise: Promise<R>;
 
   constructor(
     private readonly system: ActorSystem,
-    readonly name: string,
-    private readonly targetPath: string,
-    private readonly messageType: string,
+    private readonly target: ActorRef<unknown>,
+    private readonly message: unknown,
     private readonly replyType: Class<R>,
-    private readonly resolveAsk: (reply: R) => void,
-    private readonly rejectAsk: (error: Error) => void,
-  ) {}
+  ) {
+    this.promise = new Promise<R>((resolve, reject) => {
+      this.resolveAsk = resolve;
+      this.rejectAsk = reject;
+    });
+  }
 
   get path(): ActorPath {
+    if (this.name === null) {
+      this.name = this.system.registerTemp(this as PromiseActorRef<unknown>);
+      if (this.settled) this.system.unregisterTemp(this.name);
+    }
     return this.system.tempPath(this.name);
   }
 
-  /** @internal */
+  /** @internal Starts the timeout and listens to the signal. */
   arm(timeoutMs: number, signal: AbortSignal | undefined): void {
-    this.timer = this.system.scheduler.scheduleOnce(timeoutMs, () =>
-      this.reject(new AskTimeoutError(this.targetPath, this.messageType, timeoutMs)),
+    this.timer = this.system.timeouts.schedule(timeoutMs, () =>
+      this.reject(new AskTimeoutError(this.targetText(), typeNameOf(this.message), timeoutMs)),
     );
     if (signal !== undefined) {
       this.signal = signal;
-      signal.addEventListener("abort", this.onAbort, { once: true });
+      signal.addEventListener("abort", this, { once: true });
     }
+  }
+
+  /** @internal The AbortSignal's listener. */
+  handleEvent(): void {
+    this.reject(new AskCancelledError(this.targetText(), typeNameOf(this.message)));
   }
 
   tell(message: unknown): void {
@@ -57,7 +76,7 @@ export class PromiseActorRef<R> implements ActorRef<unknown> {
       this.cleanup();
       this.resolveAsk(message);
     } else {
-      this.reject(new AskReplyTypeError(this.targetPath, this.replyType.name, typeNameOf(message)));
+      this.reject(new AskReplyTypeError(this.targetText(), this.replyType.name, typeNameOf(message)));
     }
   }
 
@@ -76,6 +95,10 @@ export class PromiseActorRef<R> implements ActorRef<unknown> {
     return this.settled;
   }
 
+  private targetText(): string {
+    return this.target.path.toString();
+  }
+
   private reject(error: Error): void {
     if (this.settled) return;
     this.cleanup();
@@ -86,9 +109,43 @@ export class PromiseActorRef<R> implements ActorRef<unknown> {
     this.settled = true;
     this.timer?.cancel();
     this.timer = null;
-    this.signal?.removeEventListener("abort", this.onAbort);
+    this.signal?.removeEventListener("abort", this);
     this.signal = null;
-    this.system.unregisterTemp(this.name);
+    this.system.pendingAsks.remove(this as PromiseActorRef<unknown>);
+    if (this.name !== null) this.system.unregisterTemp(this.name);
+  }
+}
+
+/** The asks of one system that have not settled, as an intrusive list: adding and removing allocate nothing. */
+export class PendingAsks {
+  private head: PromiseActorRef<unknown> | null = null;
+  private count = 0;
+
+  /** Number of pending asks. */
+  get size(): number {
+    return this.count;
+  }
+
+  add(ask: PromiseActorRef<unknown>): void {
+    ask.nextPending = this.head;
+    if (this.head !== null) this.head.prevPending = ask;
+    this.head = ask;
+    this.count++;
+  }
+
+  remove(ask: PromiseActorRef<unknown>): void {
+    if (ask.prevPending === null && this.head !== ask) return;
+    if (ask.prevPending === null) this.head = ask.nextPending;
+    else ask.prevPending.nextPending = ask.nextPending;
+    if (ask.nextPending !== null) ask.nextPending.prevPending = ask.prevPending;
+    ask.prevPending = null;
+    ask.nextPending = null;
+    this.count--;
+  }
+
+  /** Rejects every pending ask with `error` (the system is terminating). */
+  failAll(error: Error): void {
+    while (this.head !== null) this.head.failAsk(error);
   }
 }
 
@@ -113,17 +170,16 @@ export function askVia<T, R>(
     return Promise.reject(error);
   }
   const signal = options?.signal;
-  const messageType = typeNameOf(message);
-  if (signal?.aborted === true) return Promise.reject(new AskCancelledError(target.path.toString(), messageType));
-  return new Promise<R>((resolve, reject) => {
-    const replyTo = system.registerTemp(
-      (name) => new PromiseActorRef<R>(system, name, target.path.toString(), messageType, replyType, resolve, reject),
-    );
-    replyTo.arm(timeoutMs, signal);
-    try {
-      target.tell(message, replyTo);
-    } catch (error) {
-      replyTo.failAsk(error instanceof Error ? error : new Error(String(error)));
-    }
-  });
+  if (signal?.aborted === true) {
+    return Promise.reject(new AskCancelledError(target.path.toString(), typeNameOf(message)));
+  }
+  const replyTo = new PromiseActorRef<R>(system, target as ActorRef<unknown>, message, replyType);
+  system.pendingAsks.add(replyTo as PromiseActorRef<unknown>);
+  replyTo.arm(timeoutMs, signal);
+  try {
+    target.tell(message, replyTo);
+  } catch (error) {
+    replyTo.failAsk(error instanceof Error ? error : new Error(String(error)));
+  }
+  return replyTo.promise;
 }

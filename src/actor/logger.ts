@@ -19,12 +19,16 @@ function parseLevel(value: string | undefined): LogLevel {
   return value !== undefined && value in levelRank ? (value as LogLevel) : "warn";
 }
 
-/** A logger that writes one JSON-ish line per record to stderr at or above `level`. */
+/**
+ * A logger that writes one line per record (`[movie] level message {json}`) at or above `level` (default `warn`, or
+ * `MOVIE_LOG_LEVEL`), merging `bindings` into every record's context, to `write` (default: stderr).
+ */
 export class ConsoleLogger implements Logger {
   private readonly rank: number;
   constructor(
     level: LogLevel = parseLevel(process.env.MOVIE_LOG_LEVEL),
     private readonly bindings: object = {},
+    private readonly writeLine: (line: string) => void = writeToStderr,
   ) {
     this.rank = levelRank[level];
   }
@@ -48,8 +52,12 @@ export class ConsoleLogger implements Logger {
     } catch {
       detail = "{}";
     }
-    process.stderr.write(`[movie] ${level} ${message} ${detail}\n`);
+    this.writeLine(`[movie] ${level} ${message} ${detail}\n`);
   }
+}
+
+function writeToStderr(line: string): void {
+  process.stderr.write(line);
 }
 
 function errorReplacer(_key: string, value: unknown): unknown {

@@ -2,68 +2,67 @@ import type { ActorRef } from "./actor-ref.ts";
 import type { UniqueAddress } from "./address.ts";
 
 /**
- * An unbounded FIFO of (message, sender, origin) triples in one growable ring buffer, so enqueueing allocates nothing
- * per message once the buffer has grown to the working size.
+ * A message that travels with a sender or a remote origin. Plain tells (no sender, no origin) are queued bare, so the
+ * common case allocates nothing per message.
+ */
+export class Envelope {
+  constructor(
+    readonly message: unknown,
+    readonly sender: ActorRef<unknown> | null,
+    readonly origin: UniqueAddress | null,
+  ) {}
+}
+
+/** Slots allocated on the first message; small because most sharded entities hold a message or two at a time. */
+const initialCapacity = 8;
+
+/**
+ * An unbounded FIFO in one growable ring buffer whose capacity is a power of two (so wrapping is a mask, not a
+ * division). Items are bare messages or {@link Envelope}s; the cell tells them apart.
  */
 export class Mailbox {
-  private slots: unknown[] = new Array(3 * 16);
+  private slots: unknown[] = new Array(initialCapacity);
+  private mask = initialCapacity - 1;
   private head = 0;
   private count = 0;
 
+  /** Number of queued items. */
   get size(): number {
     return this.count;
   }
 
-  push(message: unknown, sender: ActorRef<unknown> | null, origin: UniqueAddress | null): void {
-    const capacity = this.slots.length / 3;
-    if (this.count === capacity) this.grow();
-    const at = 3 * ((this.head + this.count) % (this.slots.length / 3));
-    this.slots[at] = message;
-    this.slots[at + 1] = sender;
-    this.slots[at + 2] = origin;
+  /** Appends an item (a message or an {@link Envelope}). */
+  push(item: unknown): void {
+    if (this.count > this.mask) this.grow();
+    this.slots[(this.head + this.count) & this.mask] = item;
     this.count++;
   }
 
-  /** Removes the head; read it first with the peek accessors. */
-  shift(): void {
-    const at = 3 * this.head;
+  /** Removes and returns the oldest item; only call when {@link size} is above 0. */
+  shift(): unknown {
+    const at = this.head;
+    const item = this.slots[at];
     this.slots[at] = undefined;
-    this.slots[at + 1] = undefined;
-    this.slots[at + 2] = undefined;
-    this.head = (this.head + 1) % (this.slots.length / 3);
+    this.head = (at + 1) & this.mask;
     this.count--;
-  }
-
-  peekMessage(): unknown {
-    return this.slots[3 * this.head];
-  }
-  peekSender(): ActorRef<unknown> | null {
-    return this.slots[3 * this.head + 1] as ActorRef<unknown> | null;
-  }
-  peekOrigin(): UniqueAddress | null {
-    return this.slots[3 * this.head + 2] as UniqueAddress | null;
+    return item;
   }
 
   /** Empties the mailbox, calling `each` for every message in order. */
   drain(each: (message: unknown, sender: ActorRef<unknown> | null) => void): void {
     while (this.count > 0) {
-      const message = this.peekMessage();
-      const sender = this.peekSender();
-      this.shift();
-      each(message, sender);
+      const item = this.shift();
+      if (item instanceof Envelope) each(item.message, item.sender);
+      else each(item, null);
     }
   }
 
   private grow(): void {
-    const capacity = this.slots.length / 3;
-    const next: unknown[] = new Array(this.slots.length * 2);
-    for (let i = 0; i < this.count; i++) {
-      const from = 3 * ((this.head + i) % capacity);
-      next[3 * i] = this.slots[from];
-      next[3 * i + 1] = this.slots[from + 1];
-      next[3 * i + 2] = this.slots[from + 2];
-    }
+    const capacity = this.mask + 1;
+    const next: unknown[] = new Array(capacity * 2);
+    for (let i = 0; i < this.count; i++) next[i] = this.slots[(this.head + i) & this.mask];
     this.slots = next;
+    this.mask = capacity * 2 - 1;
     this.head = 0;
   }
 }

@@ -1,2 +1,51 @@
-/** Placeholder: this layer lands in its own issue. */
-export {};
+/** Persistence: event sourcing, durable state, the store contract, shard leases and epoch fencing. */
+
+export { admit, type CircuitSettings, type CircuitState, closedCircuit, record } from "./circuit-breaker.ts";
+export { type CodecClass, JSON_MANIFEST, PersistenceCodec, type Upcaster } from "./codec.ts";
+export { Database } from "./database.ts";
+export { DurableState, DurableStateBehavior } from "./durable-state.ts";
+export { DurableEffect, DurableStateEffect, Effect, EventEffect } from "./effect.ts";
+export { EntityId, EntityType } from "./entity-type.ts";
+export * from "./errors.ts";
+export { type BehaviorClass, type EntityContext, EventSourcedBehavior, EventSourcing } from "./event-sourcing.ts";
+export { eventsFingerprint, stateFingerprint } from "./fingerprint.ts";
+export {
+  describeLeaseToken,
+  type ShardLeaseKey,
+  type ShardLeaseToken,
+  validateLeaseKey,
+  validateLeaseRequest,
+  validateLeaseToken,
+} from "./lease.ts";
+export { MemoryStore, type MemoryStoreOptions } from "./memory/index.ts";
+export {
+  type AppliedMigration,
+  CURRENT_SCHEMA_VERSION,
+  MIGRATION_NAMES,
+  type Migration,
+  migrationChecksum,
+  pendingMigrations,
+} from "./migrations.ts";
+export { OperationId } from "./operation-id.ts";
+export {
+  backoffMs,
+  defaultResilience,
+  type ResilienceSettings,
+  type ResilienceStats,
+  Resilient,
+} from "./resilience.ts";
+export { type PersistenceSettings, validatePersistenceSettings } from "./settings.ts";
+export {
+  type AppendEventsRequest,
+  type BackendName,
+  type DeleteStateRequest,
+  type EventRecord,
+  type PersistenceStore,
+  type RetentionResult,
+  type SaveStateRequest,
+  type SnapshotRecord,
+  type StateRecord,
+  type StoredEvent,
+  TOMBSTONE_MANIFEST,
+  type WriteResult,
+} from "./store.ts";

@@ -46,6 +46,17 @@ export class Association implements ConnectionOwner {
   /** Uid the outbox's system messages are meant for (null: whichever incarnation answers first). */
   outboxUid: string | null = null;
   readonly outbox = new SystemOutbox();
+  /** Uid of the newest incarnation known at this address (from either direction's handshake), or null. */
+  knownUid: string | null = null;
+  /** @internal Header bytes of the last user envelope written, and what they encode (senders repeat themselves). */
+  header: {
+    bytes: Buffer;
+    kind: number;
+    recipient: Buffer;
+    sender: string | null;
+    senderUid: string | null;
+    typeName: string;
+  } | null = null;
   writer: FrameWriter;
   private connection: Connection | null = null;
   private lostOnce = false;

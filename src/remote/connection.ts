@@ -53,6 +53,8 @@ export class Connection {
   peer: UniqueAddress | null = null;
   /** Why the connection closed, if it failed. */
   failure: Error | null = null;
+  /** @internal The receive path's cache of the last user envelope header (consecutive frames usually share it). */
+  headerCache: object | null = null;
 
   constructor(
     readonly socket: Socket,

@@ -68,7 +68,23 @@ export function writeUserEnvelope(
   typeName: string,
   payload: string,
 ): number {
-  let o = at + frameHeaderBytes;
+  let o = writeUserHeader(buf, at + frameHeaderBytes, kind, recipient, sender, senderUid, typeName);
+  o += buf.write(payload, o, "utf8");
+  buf.writeUInt32BE(o - at - frameHeaderBytes, at);
+  return o;
+}
+
+/** Writes the binary header of a user envelope (no length prefix) at `at`; returns its end. */
+export function writeUserHeader(
+  buf: Buffer,
+  at: number,
+  kind: FrameKindValue,
+  recipient: Buffer,
+  sender: string | null,
+  senderUid: string | null,
+  typeName: string,
+): number {
+  let o = at;
   buf[o++] = kind;
   buf.writeUInt16BE(recipient.length, o);
   o += 2;
@@ -77,10 +93,7 @@ export function writeUserEnvelope(
   const uidBytes = senderUid === null ? 0 : buf.write(senderUid, o + 1, "latin1");
   buf[o] = uidBytes;
   o += 1 + uidBytes;
-  o = writeString16(buf, o, typeName);
-  o += buf.write(payload, o, "utf8");
-  buf.writeUInt32BE(o - at - frameHeaderBytes, at);
-  return o;
+  return writeString16(buf, o, typeName);
 }
 
 function writeString16(buf: Buffer, at: number, text: string): number {
@@ -104,48 +117,92 @@ export interface DecodedEnvelope {
 }
 
 /**
+ * Offset where the payload of a user or ask-failure frame starts (the header is everything before it). No strings are
+ * decoded, so a receiver can compare the header bytes with the previous frame's and reuse what it decoded then.
+ * @throws EnvelopeDecodeError (reason `undecodable`) for a truncated header
+ */
+export function userHeaderEnd(frame: Buffer): number {
+  const end = frame.length;
+  let o = 1;
+  if (o + 2 > end) throw truncated();
+  o += 2 + frame.readUInt16BE(o);
+  if (o + 2 > end) throw truncated();
+  o += 2 + frame.readUInt16BE(o);
+  if (o + 1 > end) throw truncated();
+  o += 1 + frame[o]!;
+  if (o + 2 > end) throw truncated();
+  o += 2 + frame.readUInt16BE(o);
+  if (o > end) throw truncated();
+  return o;
+}
+
+/** The strings of a user envelope header (see {@link userHeaderEnd}). */
+export interface EnvelopeHeader {
+  readonly kind: FrameKindValue;
+  /** The recipient's path below the root, e.g. `/user/orders`. */
+  readonly recipient: string;
+  /** The sender's full path, or null when the message had no sender. */
+  readonly sender: string | null;
+  /** The node uid the sender's path belongs to, when the encoder knew it. */
+  readonly senderUid: string | null;
+  readonly typeName: string;
+}
+
+/**
+ * Decodes the header strings of a frame whose header was validated by {@link userHeaderEnd}.
+ * @throws EnvelopeDecodeError (reason `undecodable`) for a recipient that is not a path
+ */
+export function readUserHeader(frame: Buffer): EnvelopeHeader {
+  const kind = frame[0] as FrameKindValue;
+  let o = 1;
+  const recipientBytes = frame.readUInt16BE(o);
+  o += 2;
+  const recipient = frame.toString("utf8", o, o + recipientBytes);
+  o += recipientBytes;
+  const senderBytes = frame.readUInt16BE(o);
+  o += 2;
+  const sender = senderBytes === 0 ? null : frame.toString("utf8", o, o + senderBytes);
+  o += senderBytes;
+  const uidBytes = frame[o]!;
+  o += 1;
+  const senderUid = uidBytes === 0 ? null : frame.toString("latin1", o, o + uidBytes);
+  o += uidBytes;
+  const typeBytes = frame.readUInt16BE(o);
+  o += 2;
+  const typeName = frame.toString("utf8", o, o + typeBytes);
+  if (recipient.length === 0 || recipient[0] !== "/") throw new EnvelopeDecodeError("undecodable", "bad recipient");
+  return { kind, recipient, sender, senderUid, typeName };
+}
+
+/**
+ * Parses the payload JSON of a frame from `at` (the header end).
+ * @throws EnvelopeDecodeError (reason `undecodable`) for invalid JSON
+ */
+export function readPayload(frame: Buffer, at: number, typeName: string): unknown {
+  try {
+    return JSON.parse(frame.toString("utf8", at, frame.length));
+  } catch {
+    throw new EnvelopeDecodeError("undecodable", `payload of "${typeName}" is not valid JSON`);
+  }
+}
+
+/** A decoded user envelope or ask failure (the payload parsed once, not yet rebuilt into a class). */
+export interface DecodedEnvelope extends EnvelopeHeader {
+  readonly payload: unknown;
+}
+
+/**
  * Parses a user or ask-failure frame payload (the bytes after the length prefix).
  * @throws EnvelopeDecodeError (reason `undecodable`) for a truncated header or invalid JSON
  */
 export function readUserEnvelope(frame: Buffer): DecodedEnvelope {
-  const end = frame.length;
-  const kind = frame[0] as FrameKindValue;
-  let o = 1;
-  const need = (n: number): void => {
-    if (o + n > end) throw new EnvelopeDecodeError("undecodable", "truncated envelope header");
-  };
-  need(2);
-  const recipientBytes = frame.readUInt16BE(o);
-  o += 2;
-  need(recipientBytes);
-  const recipient = frame.toString("utf8", o, o + recipientBytes);
-  o += recipientBytes;
-  need(2);
-  const senderBytes = frame.readUInt16BE(o);
-  o += 2;
-  need(senderBytes);
-  const sender = senderBytes === 0 ? null : frame.toString("utf8", o, o + senderBytes);
-  o += senderBytes;
-  need(1);
-  const uidBytes = frame[o]!;
-  o += 1;
-  need(uidBytes);
-  const senderUid = uidBytes === 0 ? null : frame.toString("latin1", o, o + uidBytes);
-  o += uidBytes;
-  need(2);
-  const typeBytes = frame.readUInt16BE(o);
-  o += 2;
-  need(typeBytes);
-  const typeName = frame.toString("utf8", o, o + typeBytes);
-  o += typeBytes;
-  if (recipient.length === 0 || recipient[0] !== "/") throw new EnvelopeDecodeError("undecodable", "bad recipient");
-  let payload: unknown;
-  try {
-    payload = JSON.parse(frame.toString("utf8", o, end));
-  } catch {
-    throw new EnvelopeDecodeError("undecodable", `payload of "${typeName}" is not valid JSON`);
-  }
-  return { kind, recipient, sender, senderUid, typeName, payload };
+  const at = userHeaderEnd(frame);
+  const header = readUserHeader(frame);
+  return { ...header, payload: readPayload(frame, at, header.typeName) };
+}
+
+function truncated(): EnvelopeDecodeError {
+  return new EnvelopeDecodeError("undecodable", "truncated envelope header");
 }
 
 /** Frames a control document: `[length][kind][JSON]`. */

@@ -45,20 +45,31 @@ export class FrameDecoder {
   push(chunk: Buffer): Buffer[] {
     if (this.failed !== null) throw this.failed;
     const frames: Buffer[] = [];
-    let buf: Buffer;
+    let buf = chunk;
     if (this.pendingBytes > 0) {
-      this.pending.push(chunk);
-      this.pendingBytes += chunk.length;
-      if (this.neededBytes < 0 && this.pendingBytes >= frameHeaderBytes) {
-        this.neededBytes = frameHeaderBytes + this.readLength(Buffer.concat(this.pending, frameHeaderBytes), 0);
+      // Complete the held frame with just the bytes it lacks; the rest of the chunk is parsed in place.
+      if (this.neededBytes < 0) {
+        const take = Math.min(frameHeaderBytes - this.pendingBytes, buf.length);
+        this.pending.push(buf.subarray(0, take));
+        this.pendingBytes += take;
+        buf = buf.subarray(take);
+        if (this.pendingBytes < frameHeaderBytes) return frames;
+        const head = Buffer.concat(this.pending, this.pendingBytes);
+        this.pending = [head];
+        this.neededBytes = frameHeaderBytes + this.readLength(head, 0);
       }
-      if (this.neededBytes < 0 || this.pendingBytes < this.neededBytes) return frames;
-      buf = Buffer.concat(this.pending, this.pendingBytes);
+      const take = Math.min(this.neededBytes - this.pendingBytes, buf.length);
+      if (take > 0) {
+        this.pending.push(buf.subarray(0, take));
+        this.pendingBytes += take;
+        buf = buf.subarray(take);
+      }
+      if (this.pendingBytes < this.neededBytes) return frames;
+      const whole = Buffer.concat(this.pending, this.pendingBytes);
+      frames.push(whole.subarray(frameHeaderBytes));
       this.pending = [];
       this.pendingBytes = 0;
       this.neededBytes = -1;
-    } else {
-      buf = chunk;
     }
     let at = 0;
     const end = buf.length;

@@ -102,6 +102,14 @@ export class MessageRegistry {
     if (entry === undefined) throw new EnvelopeDecodeError("unknownType", `type "${name}" is not registered`);
     return rebuild(entry, json);
   }
+
+  /**
+   * Rebuilds an instance for a registration found earlier with {@link lookupName} (the receive path caches it).
+   * @throws EnvelopeDecodeError (reason `schemaInvalid` or `undecodable`)
+   */
+  decodeAs(entry: MessageRegistration, json: unknown): unknown {
+    return rebuild(entry, json);
+  }
 }
 
 /** Validates and rebuilds one message (shared by every registry). */

@@ -6,6 +6,7 @@ import {
   type Class,
   type SystemMessage,
 } from "../actor/index.ts";
+import type { Association } from "./association.ts";
 import type { Remoting } from "./remoting.ts";
 
 /**
@@ -18,6 +19,8 @@ export class RemoteActorRef<T = unknown> implements ActorRef<T> {
   /** @internal The recipient's path below the root, UTF-8, as the envelope header carries it. */
   readonly recipientBytes: Buffer;
   private readonly text: string;
+  /** @internal The association last used for this ref (re-resolved when it stopped). */
+  association: Association | null = null;
 
   constructor(
     private readonly remoting: Remoting,

@@ -24,13 +24,17 @@ import {
 import { Association, type AssociationHost, type AssociationState } from "./association.ts";
 import { Connection, type ConnectionContext, type ConnectionOwner } from "./connection.ts";
 import {
+  type EnvelopeHeader,
   encodeControlFrame,
   FrameKind,
   type FrameKindValue,
   readControlFrame,
+  readPayload,
   readUserEnvelope,
+  readUserHeader,
   userEnvelopeBytesBound,
-  writeUserEnvelope,
+  userHeaderEnd,
+  writeUserHeader,
 } from "./envelope.ts";
 import {
   EnvelopeDecodeError,
@@ -42,7 +46,7 @@ import {
 } from "./errors.ts";
 import { frameHeaderBytes } from "./frame.ts";
 import { FrameWriter } from "./frame-writer.ts";
-import { MessageRegistry } from "./message-registry.ts";
+import { type MessageRegistration, MessageRegistry } from "./message-registry.ts";
 import { RemoteActorRef } from "./remote-actor-ref.ts";
 import {
   isLoopbackHost,
@@ -74,6 +78,15 @@ export interface PeerInfo {
   readonly inbound: number;
   /** System messages sent and not yet acknowledged. */
   readonly pendingSystemMessages: number;
+}
+
+/** What the receive path remembers about the last header seen on a connection. */
+interface InboundHeader {
+  readonly bytes: Buffer;
+  readonly header: EnvelopeHeader;
+  readonly registration: MessageRegistration | undefined;
+  readonly sender: ActorRef<unknown> | null;
+  recipient: LocalActorRef<unknown> | null;
 }
 
 /** Recently lost incarnations remembered, so refs to them keep failing fast. */
@@ -116,6 +129,8 @@ export class Remoting implements Extension {
   private readonly selfUid: string;
   private stopped = false;
   private readonly host: AssociationHost;
+  /** The association found last, keyed by Address identity (replies to one peer reuse its Address object). */
+  private lastAssociation: Association | null = null;
 
   private constructor(
     /** The system this remoting serves. */
@@ -340,13 +355,20 @@ export class Remoting implements Extension {
       this.dropped(target, message, sender, "stopped");
       return null;
     }
-    const association = this.associationFor(target.path.address);
-    const key = association.key;
-    if (this.blackholed.size > 0 && this.blackholed.has(key)) {
+    let association = target.association;
+    if (association === null || association.state === "stopped") {
+      association = this.associationFor(target.path.address);
+      target.association = association;
+    }
+    if (this.blackholed.size > 0 && this.blackholed.has(association.key)) {
       this.stats_.droppedBlackholed++;
       return null;
     }
-    if (target.uid !== null && this.isStale(target.path.address, target.uid)) {
+    if (
+      target.uid !== null &&
+      ((association.knownUid !== null && association.knownUid !== target.uid) ||
+        (this.lost.size > 0 && this.lost.has(`${target.path.address}#${target.uid}`)))
+    ) {
       this.stats_.droppedStaleUid++;
       this.dropped(target, message, sender, "staleUid");
       return null;
@@ -387,17 +409,45 @@ export class Remoting implements Extension {
         senderUid = sender.uid;
       } else {
         senderPath = sender.path.toString();
-        senderUid = this.system.isLocalAddress(sender.path.address) ? this.selfUid : null;
+        senderUid =
+          sender instanceof LocalActorRef || this.system.isLocalAddress(sender.path.address) ? this.selfUid : null;
       }
     }
-    const writer = association.writer;
-    const buf = writer.reserve(userEnvelopeBytesBound(target.recipientBytes, senderPath, senderUid, typeName, payload));
-    const at = writer.offset;
-    const end = writeUserEnvelope(buf, at, kind, target.recipientBytes, senderPath, senderUid, typeName, payload);
-    if (end - at - frameHeaderBytes > max) {
-      throw new MessageTooLargeError(typeName, end - at - frameHeaderBytes, max);
+    // Consecutive envelopes on one association mostly share recipient, sender and type: reuse the header bytes.
+    let header = association.header;
+    if (
+      header === null ||
+      header.recipient !== target.recipientBytes ||
+      header.sender !== senderPath ||
+      header.senderUid !== senderUid ||
+      header.typeName !== typeName ||
+      header.kind !== kind
+    ) {
+      const scratch = Buffer.allocUnsafe(
+        userEnvelopeBytesBound(target.recipientBytes, senderPath, senderUid, typeName, ""),
+      );
+      const end = writeUserHeader(scratch, 0, kind, target.recipientBytes, senderPath, senderUid, typeName);
+      header = {
+        bytes: scratch.subarray(0, end),
+        kind,
+        recipient: target.recipientBytes,
+        sender: senderPath,
+        senderUid,
+        typeName,
+      };
+      association.header = header;
     }
-    writer.commit(end);
+    const writer = association.writer;
+    const headerBytes = header.bytes;
+    const buf = writer.reserve(frameHeaderBytes + headerBytes.length + 3 * payload.length);
+    const at = writer.offset;
+    let o = at + frameHeaderBytes;
+    o += headerBytes.copy(buf, o);
+    o += buf.write(payload, o, "utf8");
+    const frameBytes = o - at - frameHeaderBytes;
+    if (frameBytes > max) throw new MessageTooLargeError(typeName, frameBytes, max);
+    buf.writeUInt32BE(frameBytes, at);
+    writer.commit(o);
   }
 
   private dropped(
@@ -472,13 +522,17 @@ export class Remoting implements Extension {
   }
 
   private associationFor(address: Address): Association {
+    const last = this.lastAssociation;
+    if (last !== null && last.address === address && last.state !== "stopped") return last;
     const key = address.hostPort;
     let association = this.associations.get(key);
     if (association === undefined || !association.address.equals(address)) {
       association?.stop();
       association = new Association(this.host, address);
+      association.knownUid = this.incarnations.get(key) ?? null;
       this.associations.set(key, association);
     }
+    this.lastAssociation = association;
     return association;
   }
 
@@ -524,6 +578,8 @@ export class Remoting implements Extension {
       this.incarnationLost(new UniqueAddress(peer.address, known), "uidChanged");
     }
     this.incarnations.set(key, peer.uid);
+    const association = this.associations.get(key);
+    if (association !== undefined) association.knownUid = peer.uid;
     return null;
   }
 
@@ -534,9 +590,12 @@ export class Remoting implements Extension {
     this.lost.add(text);
     this.stats_.associationsLost++;
     const key = peer.address.hostPort;
-    if (this.incarnations.get(key) === peer.uid) this.incarnations.delete(key);
-    this.inbox.forget(text);
     const association = this.associations.get(key);
+    if (this.incarnations.get(key) === peer.uid) {
+      this.incarnations.delete(key);
+      if (association !== undefined) association.knownUid = null;
+    }
+    this.inbox.forget(text);
     if (association !== undefined && association.outboxUid === peer.uid) {
       association.outbox.reset();
       association.outboxUid = null;
@@ -569,7 +628,7 @@ export class Remoting implements Extension {
     }
     const kind = frame[0];
     try {
-      if (kind === FrameKind.user) this.onUser(peer, frame);
+      if (kind === FrameKind.user) this.onUser(connection, peer, frame);
       else if (kind === FrameKind.askFailure) this.onAskFailure(frame);
       else if (kind === FrameKind.system) this.onSystem(connection, peer, frame);
       else if (kind === FrameKind.ack) this.onAck(peer, frame);
@@ -590,21 +649,44 @@ export class Remoting implements Extension {
     }
   }
 
-  private onUser(peer: UniqueAddress, frame: Buffer): void {
-    const envelope = readUserEnvelope(frame);
-    const message = this.registry.decode(envelope.typeName, envelope.payload);
-    const sender = envelope.sender === null ? null : this.senderRef(envelope.sender, envelope.senderUid, peer);
-    const recipient = this.recipientRef(envelope.recipient);
-    this.stats_.delivered++;
-    if (recipient === null) {
-      this.stats_.delivered--;
-      this.stats_.deadLetters++;
-      this.system.deadLetterOffice.publish(message, sender, `${this.system.address}${envelope.recipient}`);
-    } else if (recipient instanceof LocalActorRef) {
-      recipient.deliver(message, sender, peer);
-    } else {
-      recipient.tell(message, sender);
+  private onUser(connection: Connection, peer: UniqueAddress, frame: Buffer): void {
+    const at = userHeaderEnd(frame);
+    // Consecutive frames on a connection usually share their header: compare bytes instead of decoding strings.
+    let cache = connection.headerCache as InboundHeader | null;
+    if (cache === null || cache.bytes.length !== at || frame.compare(cache.bytes, 0, at, 0, at) !== 0) {
+      const header = readUserHeader(frame);
+      cache = {
+        bytes: Buffer.from(frame.subarray(0, at)),
+        header,
+        registration: this.registry.lookupName(header.typeName),
+        sender: header.sender === null ? null : this.senderRef(header.sender, header.senderUid, peer),
+        recipient: null,
+      };
+      connection.headerCache = cache;
     }
+    const { header, registration } = cache;
+    if (registration === undefined) {
+      throw new EnvelopeDecodeError("unknownType", `type "${header.typeName}" is not registered`);
+    }
+    const message = this.registry.decodeAs(registration, readPayload(frame, at, header.typeName));
+    let recipient = cache.recipient;
+    if (recipient === null || recipient.cell.isTerminated) {
+      const found = this.recipientRef(header.recipient);
+      if (!(found instanceof LocalActorRef)) {
+        if (found === null) {
+          this.stats_.deadLetters++;
+          this.system.deadLetterOffice.publish(message, cache.sender, `${this.system.address}${header.recipient}`);
+        } else {
+          this.stats_.delivered++;
+          found.tell(message, cache.sender);
+        }
+        return;
+      }
+      recipient = found;
+      cache.recipient = found;
+    }
+    this.stats_.delivered++;
+    recipient.deliver(message, cache.sender, peer);
   }
 
   private onAskFailure(frame: Buffer): void {
@@ -639,6 +721,17 @@ export class Remoting implements Extension {
   }
 
   private senderRef(path: string, uid: string | null, peer: UniqueAddress): ActorRef<unknown> | null {
+    const peerAddress = peer.address;
+    const peerText = peerAddress.toString();
+    // Most senders live on the peer itself (every ask's reply actor does): split the path without parsing it.
+    if (path.length > peerText.length + 1 && path[peerText.length] === "/" && path.startsWith(peerText)) {
+      const elements = path.slice(peerText.length + 1).split("/");
+      if (elements[0] === "temp" && elements.length === 2 && elements[1]!.length > 0) {
+        const ref = new RemoteActorRef(this, new Path(peerAddress, elements), uid ?? peer.uid);
+        ref.association = this.associationFor(peerAddress);
+        return ref;
+      }
+    }
     const cacheKey = `${path}#${uid ?? ""}`;
     const cached = this.senders.get(cacheKey);
     if (cached !== undefined) return cached;

@@ -1,0 +1,262 @@
+// Persistence benchmark: event appends/s and p50/p99 latency on PostgreSQL and SQLite at concurrency 1, 4 and 64
+// entities, with and without fencing, against a ceiling of plain single-row INSERT transactions of the same payload
+// through `pg` at the same concurrency, measured in the same run; plus recovery time of a 10k-event entity.
+// Usage: npm run bench:persistence  (MOVIE_POSTGRES_TEST_URL overrides the local server; MOVIE_BENCH_SECONDS the
+// duration of each measured case, default 1.5).
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import Sqlite from "better-sqlite3";
+import pg from "pg";
+import { ActorSystem, RealScheduler } from "../src/actor/index.ts";
+import {
+  Database,
+  Effect,
+  type EntityContext,
+  EventSourcedBehavior,
+  EventSourcing,
+  type PersistenceStore,
+  type ShardLeaseToken,
+} from "../src/persistence/index.ts";
+import { PostgresStore } from "../src/persistence/postgres/index.ts";
+import { SqliteStore } from "../src/persistence/sqlite/index.ts";
+
+const clock = new RealScheduler();
+const url = process.env.MOVIE_POSTGRES_TEST_URL ?? "postgres://postgres@127.0.0.1:5432/test";
+const caseMs = Number(process.env.MOVIE_BENCH_SECONDS ?? "1.5") * 1000;
+const warmupMs = 300;
+const concurrencies = [1, 4, 64];
+const payload = JSON.stringify({ kind: "ItemAdded", sku: "sku-000042", quantity: 3, note: "x".repeat(64) });
+const manifest = "bench.ItemAdded";
+
+interface Row {
+  backend: string;
+  mode: string;
+  concurrency: number;
+  opsPerSec: number;
+  p50Ms: number;
+  p99Ms: number;
+  ops: number;
+  ratioToCeiling: number | null;
+}
+
+function percentile(sorted: number[], p: number): number {
+  if (sorted.length === 0) return 0;
+  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]!;
+}
+
+/** Runs `concurrency` loops of `op(worker, i)` for warm-up then `caseMs`; returns throughput and latency. */
+async function measure(concurrency: number, op: (worker: number, i: number) => Promise<unknown>) {
+  const latencies: number[] = [];
+  let phaseEnd = clock.now() + warmupMs;
+  let recording = false;
+  const counters = new Array<number>(concurrency).fill(0);
+  const worker = async (w: number) => {
+    while (clock.now() < phaseEnd) {
+      const start = clock.now();
+      await op(w, counters[w]!++);
+      if (recording) latencies.push(clock.now() - start);
+    }
+  };
+  await Promise.all(counters.map((_, w) => worker(w)));
+  recording = true;
+  const started = clock.now();
+  phaseEnd = started + caseMs;
+  await Promise.all(counters.map((_, w) => worker(w)));
+  const elapsedMs = clock.now() - started;
+  latencies.sort((a, b) => a - b);
+  return {
+    ops: latencies.length,
+    opsPerSec: (latencies.length * 1000) / elapsedMs,
+    p50Ms: percentile(latencies, 50),
+    p99Ms: percentile(latencies, 99),
+  };
+}
+
+async function appendCase(
+  store: PersistenceStore,
+  label: string,
+  concurrency: number,
+  fence: ShardLeaseToken | null,
+): Promise<Omit<Row, "backend" | "mode" | "ratioToCeiling">> {
+  const revisions = new Array<number>(concurrency).fill(0);
+  const run = `${label}-${concurrency}-${fence === null ? "u" : "f"}`;
+  const result = await measure(concurrency, async (w, i) => {
+    const r = await store.appendEvents({
+      persistenceId: `bench-${run}-${w}`,
+      expectedRevision: revisions[w]!,
+      operationId: `${run}-${w}-${i}`,
+      events: [{ manifest, payload }],
+      fence,
+    });
+    revisions[w] = r.revision;
+  });
+  return { concurrency, ...result };
+}
+
+async function pgCeiling(schema: string, concurrency: number) {
+  const pool = new pg.Pool({ connectionString: url, max: concurrency, options: `-c search_path=${schema}` });
+  await pool.query(`CREATE TABLE IF NOT EXISTS bench_ceiling (persistence_id TEXT NOT NULL, sequence_nr BIGINT NOT NULL,
+    manifest TEXT NOT NULL, payload TEXT NOT NULL, created_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+    PRIMARY KEY (persistence_id, sequence_nr))`);
+  const run = `c${concurrency}`;
+  try {
+    return await measure(concurrency, (w, i) =>
+      pool.query({
+        name: "bench_ceiling_insert",
+        text: "INSERT INTO bench_ceiling (persistence_id, sequence_nr, manifest, payload) VALUES ($1, $2, $3, $4)",
+        values: [`${run}-${w}`, i, manifest, payload],
+      }),
+    );
+  } finally {
+    await pool.end();
+  }
+}
+
+function sqliteCeiling(path: string, concurrency: number) {
+  const db = new Sqlite(path);
+  db.pragma("journal_mode = WAL");
+  db.pragma("synchronous = NORMAL");
+  db.exec(`CREATE TABLE IF NOT EXISTS bench_ceiling (persistence_id TEXT NOT NULL, sequence_nr INTEGER NOT NULL,
+    manifest TEXT NOT NULL, payload TEXT NOT NULL, PRIMARY KEY (persistence_id, sequence_nr))`);
+  const insert = db.prepare("INSERT INTO bench_ceiling VALUES (?, ?, ?, ?)");
+  const run = `c${concurrency}`;
+  return measure(concurrency, async (w, i) => insert.run(`${run}-${w}`, i, manifest, payload)).finally(() =>
+    db.close(),
+  );
+}
+
+// Recovery benchmark entity: counts events.
+abstract class Cmd {}
+class Get extends Cmd {}
+class Count {
+  constructor(readonly n: number) {}
+}
+class Counting extends EventSourcedBehavior<Cmd, { n: number }, { n: number }> {
+  emptyState() {
+    return { n: 0 };
+  }
+  applyEvent(state: { n: number }) {
+    return { n: state.n + 1 };
+  }
+  handleCommand(state: { n: number }, _c: Cmd, ctx: EntityContext<Cmd>) {
+    return Effect.none<{ n: number }, { n: number }>().thenRun(() => ctx.sender?.tell(new Count(state.n)));
+  }
+}
+
+async function recoveryCase(store: PersistenceStore, backend: string, events: number) {
+  const out: { backend: string; events: number; snapshot: boolean; recoveryMs: number }[] = [];
+  for (const withSnapshot of [false, true]) {
+    const pid = `Recover:${backend}-${withSnapshot ? "snap" : "plain"}`;
+    for (let rev = 0; rev < events; rev += 500) {
+      const batch = Array.from({ length: 500 }, (_, i) => ({
+        manifest: "json",
+        payload: JSON.stringify({ i: rev + i, payload }),
+      }));
+      await store.appendEvents({
+        persistenceId: pid,
+        expectedRevision: rev,
+        operationId: `load-${rev}`,
+        events: batch,
+      });
+    }
+    if (withSnapshot)
+      await store.saveSnapshot(pid, { sequenceNr: events, manifest: "json", payload: JSON.stringify({ n: events }) });
+    const system = ActorSystem.create("bench");
+    await Database.get(system).use(store);
+    const type = EventSourcing.get(system).registerEntity(Counting, Cmd, () => new Counting(), { name: "Recover" });
+    const started = clock.now();
+    const reply = await EventSourcing.get(system)
+      .getEntityRef<Cmd>(type.id(`${backend}-${withSnapshot ? "snap" : "plain"}`))
+      .ask(new Get(), Count, 60_000);
+    const recoveryMs = clock.now() - started;
+    if (reply.n !== events) throw new Error(`recovered ${reply.n} events, expected ${events}`);
+    await system.terminate();
+    out.push({ backend, events, snapshot: withSnapshot, recoveryMs });
+  }
+  return out;
+}
+
+async function main(): Promise<void> {
+  const rows: Row[] = [];
+  const schema = `movie_bench_${process.pid}`;
+  const dir = mkdtempSync(join(tmpdir(), "movie-bench-"));
+  const recovery: Awaited<ReturnType<typeof recoveryCase>> = [];
+  const setup = new pg.Client({ connectionString: url });
+  await setup.connect();
+  await setup.query(`CREATE SCHEMA IF NOT EXISTS ${schema}`);
+  await setup.end();
+  try {
+    for (const concurrency of concurrencies) {
+      const ceiling = await pgCeiling(schema, concurrency);
+      rows.push({ backend: "postgres", mode: "ceiling: raw INSERT", ...ceiling, concurrency, ratioToCeiling: 1 });
+      const store = await PostgresStore.connect({ connectionUri: url, schema, poolSize: concurrency });
+      const fence = (await store.acquireShardLease(
+        { clusterName: "bench", entityType: "B", shardId: concurrency },
+        "bench",
+        600_000,
+      ))!;
+      for (const [mode, f] of [
+        ["append", null],
+        ["append fenced", fence],
+      ] as const) {
+        const r = await appendCase(store, "pg", concurrency, f);
+        rows.push({ backend: "postgres", mode, ...r, ratioToCeiling: r.opsPerSec / ceiling.opsPerSec });
+      }
+      if (concurrency === 1) recovery.push(...(await recoveryCase(store, "postgres", 10_000)));
+      await store.close();
+    }
+    for (const concurrency of concurrencies) {
+      const path = join(dir, `bench-${concurrency}.sqlite3`);
+      const ceiling = await sqliteCeiling(path, concurrency);
+      rows.push({ backend: "sqlite", mode: "ceiling: raw INSERT", ...ceiling, concurrency, ratioToCeiling: 1 });
+      const store = SqliteStore.open({ dbPath: path });
+      const fence = (await store.acquireShardLease(
+        { clusterName: "bench", entityType: "B", shardId: 0 },
+        "bench",
+        600_000,
+      ))!;
+      for (const [mode, f] of [
+        ["append", null],
+        ["append fenced", fence],
+      ] as const) {
+        const r = await appendCase(store, "sq", concurrency, f);
+        rows.push({ backend: "sqlite", mode, ...r, ratioToCeiling: r.opsPerSec / ceiling.opsPerSec });
+      }
+      if (concurrency === 1) recovery.push(...(await recoveryCase(store, "sqlite", 10_000)));
+      await store.close();
+    }
+  } finally {
+    const admin = new pg.Client({ connectionString: url });
+    await admin.connect();
+    await admin.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
+    await admin.end();
+    rmSync(dir, { recursive: true, force: true });
+  }
+
+  const pad = (s: string, n: number) => s.padEnd(n);
+  console.log(`payload ${payload.length} B, ${caseMs} ms per case`);
+  console.log(
+    `${pad("backend", 10)}${pad("mode", 22)}${pad("conc", 6)}${pad("ops/s", 10)}${pad("p50 ms", 9)}${pad("p99 ms", 9)}vs ceiling`,
+  );
+  for (const r of rows) {
+    console.log(
+      `${pad(r.backend, 10)}${pad(r.mode, 22)}${pad(String(r.concurrency), 6)}${pad(r.opsPerSec.toFixed(0), 10)}${pad(
+        r.p50Ms.toFixed(2),
+        9,
+      )}${pad(r.p99Ms.toFixed(2), 9)}${r.ratioToCeiling === null ? "" : `${(r.ratioToCeiling * 100).toFixed(0)}%`}`,
+    );
+  }
+  console.log("recovery of a 10k-event entity:");
+  for (const r of recovery)
+    console.log(
+      `  ${pad(r.backend, 10)}${r.snapshot ? "with snapshot   " : "without snapshot"} ${r.recoveryMs.toFixed(1)} ms`,
+    );
+  mkdirSync("bench/results", { recursive: true });
+  writeFileSync(
+    "bench/results/persistence.json",
+    `${JSON.stringify({ payloadBytes: payload.length, caseMs, appends: rows, recovery }, null, 2)}\n`,
+  );
+}
+
+await main();

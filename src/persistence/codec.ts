@@ -1,0 +1,115 @@
+import type { Class } from "../actor/index.ts";
+import { CorruptPersistentRecordError, InvalidPersistenceRequestError, UnknownManifestError } from "./errors.ts";
+
+/** The manifest of plain JSON values (objects, arrays, strings, numbers, booleans) that are not class instances. */
+export const JSON_MANIFEST = "json";
+
+/** A class the codec can rebuild: its instances encode their own JSON fields; `fromJSON` (if present) rebuilds one. */
+export type CodecClass<T> = Class<T> & { fromJSON?(json: unknown): T };
+
+/** Turns a stored value of an older manifest into a newer one: `{ manifest, json }` is decoded again. */
+export type Upcaster = (json: unknown) => { manifest: string; json: unknown };
+
+interface Entry {
+  readonly manifest: string;
+  readonly cls: CodecClass<unknown>;
+}
+
+const upcastDepthMax = 32;
+
+/**
+ * JSON (de)serialisation of events, snapshots and durable states with a manifest per type (the class's registered
+ * name; default the class name). Old manifests are mapped forward by upcasters. One codec per actor system (owned by
+ * `Database`), so systems in one process do not share registrations.
+ */
+export class PersistenceCodec {
+  private readonly byManifest = new Map<string, Entry>();
+  private readonly byClass = new Map<unknown, Entry>();
+  private readonly upcasters = new Map<string, Upcaster>();
+
+  /**
+   * Registers `cls` under `options.manifest` (default `cls.name`). Registering the same pair again is a no-op.
+   * @throws InvalidPersistenceRequestError when the manifest is taken by another class or is reserved
+   */
+  register<T>(cls: CodecClass<T>, options: { manifest?: string } = {}): this {
+    const manifest = options.manifest ?? cls.name;
+    if (typeof manifest !== "string" || manifest.length === 0 || manifest === JSON_MANIFEST) {
+      throw new InvalidPersistenceRequestError("manifest", `"${String(manifest)}" is empty or reserved`);
+    }
+    const existing = this.byManifest.get(manifest);
+    if (existing !== undefined) {
+      if (existing.cls === cls) return this;
+      throw new InvalidPersistenceRequestError("manifest", `"${manifest}" is already registered for another class`);
+    }
+    const entry = { manifest, cls: cls as CodecClass<unknown> };
+    this.byManifest.set(manifest, entry);
+    this.byClass.set(cls, entry);
+    return this;
+  }
+
+  /** Maps values stored under `oldManifest` forward (an upcasting hook for renamed or reshaped types). */
+  registerUpcaster(oldManifest: string, upcaster: Upcaster): this {
+    this.upcasters.set(oldManifest, upcaster);
+    return this;
+  }
+
+  /**
+   * The manifest and JSON text of `value`.
+   * @throws UnknownManifestError for an instance of an unregistered class
+   */
+  encode(value: unknown): { manifest: string; payload: string } {
+    if (value !== null && typeof value === "object" && !Array.isArray(value)) {
+      const proto = Object.getPrototypeOf(value);
+      if (proto !== Object.prototype && proto !== null) {
+        const entry = this.byClass.get(proto.constructor);
+        if (entry === undefined) throw new UnknownManifestError(String(proto.constructor?.name ?? "anonymous class"));
+        return { manifest: entry.manifest, payload: JSON.stringify(value) };
+      }
+    }
+    return { manifest: JSON_MANIFEST, payload: JSON.stringify(value) };
+  }
+
+  /**
+   * Rebuilds a stored value.
+   * @throws CorruptPersistentRecordError naming `persistenceId` and `sequenceNr` for bad JSON or an unknown manifest
+   */
+  decode(manifest: string, payload: string, persistenceId: string, sequenceNr: number): unknown {
+    let json: unknown;
+    try {
+      json = JSON.parse(payload);
+    } catch (error) {
+      throw new CorruptPersistentRecordError(
+        persistenceId,
+        sequenceNr,
+        `payload is not JSON (${(error as Error).message})`,
+      );
+    }
+    let current = manifest;
+    for (let depth = 0; depth < upcastDepthMax; depth++) {
+      const upcaster = this.upcasters.get(current);
+      if (upcaster === undefined) break;
+      ({ manifest: current, json } = upcaster(json));
+    }
+    if (current === JSON_MANIFEST) return json;
+    const entry = this.byManifest.get(current);
+    if (entry === undefined) {
+      throw new CorruptPersistentRecordError(persistenceId, sequenceNr, `manifest ${current} is not registered`);
+    }
+    try {
+      if (typeof entry.cls.fromJSON === "function") return entry.cls.fromJSON(json);
+      return Object.assign(Object.create(entry.cls.prototype as object), json);
+    } catch (error) {
+      throw new CorruptPersistentRecordError(
+        persistenceId,
+        sequenceNr,
+        `${current}.fromJSON rejected the payload (${(error as Error).message})`,
+      );
+    }
+  }
+
+  /** A defensive copy made by encoding and decoding (what a command handler sees of the state). */
+  copy<T>(value: T): T {
+    const { manifest, payload } = this.encode(value);
+    return (payload === undefined ? value : this.decode(manifest, payload, "(copy)", 0)) as T;
+  }
+}

@@ -1,0 +1,187 @@
+/** Errors raised by the persistence layer. Each has a stable `name` and carries the fields a caller acts on. */
+import type { ShardLeaseToken } from "./lease.ts";
+
+/** A write named an expected revision that is not the stored one: someone else wrote first (REFERENCE §4.3). */
+export class ConcurrentWriteError extends Error {
+  override readonly name = "ConcurrentWriteError";
+  constructor(
+    readonly persistenceId: string,
+    readonly expectedRevision: number,
+    readonly actualRevision: number,
+  ) {
+    super(
+      `Concurrent write to ${persistenceId}: expected revision ${expectedRevision} but the store holds ${actualRevision}; reload and retry`,
+    );
+  }
+}
+
+/** An OperationId was reused with different content; an id names exactly one write. */
+export class OperationConflictError extends Error {
+  override readonly name = "OperationConflictError";
+  constructor(
+    readonly persistenceId: string,
+    readonly operationId: string,
+  ) {
+    super(
+      `Operation ${operationId} on ${persistenceId} was already used with different content; use a new OperationId for a new write`,
+    );
+  }
+}
+
+/** A fenced mutation came from a lease that is no longer current (older epoch, other owner, or expired). */
+export class StaleShardOwnerError extends Error {
+  override readonly name = "StaleShardOwnerError";
+  readonly owner: string;
+  readonly clusterName: string;
+  readonly entityType: string;
+  readonly shardId: number;
+  readonly epoch: number;
+  constructor(readonly token: ShardLeaseToken) {
+    super(
+      `Stale shard owner ${token.owner} for ${token.key.clusterName}/${token.key.entityType}/${token.key.shardId} at epoch ${token.epoch}`,
+    );
+    this.owner = token.owner;
+    this.clusterName = token.key.clusterName;
+    this.entityType = token.key.entityType;
+    this.shardId = token.key.shardId;
+    this.epoch = token.epoch;
+  }
+}
+
+/** `deleteEventsTo` was asked to drop events that no snapshot covers yet. */
+export class UnsafeRetentionError extends Error {
+  override readonly name = "UnsafeRetentionError";
+  constructor(
+    readonly persistenceId: string,
+    readonly requestedSequenceNr: number,
+    readonly snapshotSequenceNr: number | null,
+  ) {
+    super(
+      `Refusing to delete events of ${persistenceId} up to ${requestedSequenceNr}: ${
+        snapshotSequenceNr === null ? "no snapshot exists" : `the latest snapshot is at ${snapshotSequenceNr}`
+      }; save a snapshot at or past that sequence first`,
+    );
+  }
+}
+
+/** A stored row could not be read back (bad manifest, undecodable payload, impossible values). Never skipped. */
+export class CorruptPersistentRecordError extends Error {
+  override readonly name = "CorruptPersistentRecordError";
+  constructor(
+    readonly persistenceId: string,
+    readonly sequenceNr: number,
+    detail: string,
+  ) {
+    super(`Corrupt stored record for ${persistenceId} at sequence ${sequenceNr}: ${detail}; repair or remove the row`);
+  }
+}
+
+/** A persistence setting is missing or invalid (no PostgreSQL URI, malformed URL, unopenable SQLite path, …). */
+export class PersistenceConfigurationError extends Error {
+  override readonly name = "PersistenceConfigurationError";
+  constructor(
+    readonly setting: string,
+    detail: string,
+  ) {
+    super(`Invalid persistence setting ${setting}: ${detail}`);
+  }
+}
+
+/** A store argument is invalid (empty persistence id, negative revision, empty event list where one is needed, …). */
+export class InvalidPersistenceRequestError extends Error {
+  override readonly name = "InvalidPersistenceRequestError";
+  constructor(
+    readonly field: string,
+    detail: string,
+  ) {
+    super(`Invalid persistence request field ${field}: ${detail}`);
+  }
+}
+
+/** The database holds a schema version newer than this build knows; upgrade the library before using it. */
+export class UnsupportedSchemaVersionError extends Error {
+  override readonly name = "UnsupportedSchemaVersionError";
+  constructor(
+    readonly foundVersion: number,
+    readonly supportedVersion: number,
+  ) {
+    super(
+      `Database schema version ${foundVersion} is newer than this build supports (${supportedVersion}); upgrade movie before connecting`,
+    );
+  }
+}
+
+/** An applied migration's checksum differs from this build's: the history was edited or comes from another build. */
+export class MigrationChecksumMismatchError extends Error {
+  override readonly name = "MigrationChecksumMismatchError";
+  constructor(
+    readonly version: number,
+    readonly expectedChecksum: string,
+    readonly actualChecksum: string,
+  ) {
+    super(
+      `Migration ${version} checksum mismatch: expected ${expectedChecksum} but the database records ${actualChecksum}; restore the original history`,
+    );
+  }
+}
+
+/** The migration history is not the contiguous sequence 1..n. */
+export class InvalidMigrationHistoryError extends Error {
+  override readonly name = "InvalidMigrationHistoryError";
+  constructor(readonly versions: readonly number[]) {
+    super(`Invalid migration history [${versions.join(", ")}]: versions must be contiguous from 1; repair the table`);
+  }
+}
+
+/** A store operation did not finish within the operation timeout; its outcome is unknown (retry with the same id). */
+export class PersistenceTimeoutError extends Error {
+  override readonly name = "PersistenceTimeoutError";
+  constructor(
+    readonly operation: string,
+    readonly timeoutMs: number,
+  ) {
+    super(
+      `Persistence operation ${operation} timed out after ${timeoutMs} ms; its outcome is unknown, retry with the same OperationId`,
+    );
+  }
+}
+
+/** The circuit breaker is open after repeated failures; requests fail fast until the reset timeout passes. */
+export class CircuitOpenError extends Error {
+  override readonly name = "CircuitOpenError";
+  constructor(
+    readonly operation: string,
+    readonly retryAfterMs: number,
+  ) {
+    super(
+      `Persistence circuit breaker is open; ${operation} rejected without trying, retry in ${Math.ceil(retryAfterMs)} ms`,
+    );
+  }
+}
+
+/** The connection to the database failed or was lost during an operation (outcome unknown for writes). */
+export class PersistenceConnectionError extends Error {
+  override readonly name = "PersistenceConnectionError";
+  constructor(
+    readonly operation: string,
+    override readonly cause: Error,
+  ) {
+    super(`Persistence operation ${operation} lost its database connection: ${cause.message}`);
+  }
+}
+
+/** The store was closed; create a new one. */
+export class StoreClosedError extends Error {
+  override readonly name = "StoreClosedError";
+  constructor(readonly backend: string) {
+    super(`The ${backend} persistence store is closed; configure a new one`);
+  }
+}
+
+/** A value has no manifest in the codec (or a manifest has no registered type); register the class first. */
+export class UnknownManifestError extends Error {
+  override readonly name = "UnknownManifestError";
+  constructor(readonly manifest: string) {
+    super(`No persistence codec entry for ${manifest}; register the class with codec.register(Class)`);
+  }
+}

@@ -1,0 +1,2 @@
+/** The in-memory persistence backend. */
+export { MemoryStore, type MemoryStoreOptions } from "./memory-store.ts";

@@ -1,0 +1,307 @@
+import { RealScheduler, type Scheduler } from "../../actor/index.ts";
+import {
+  ConcurrentWriteError,
+  OperationConflictError,
+  StaleShardOwnerError,
+  StoreClosedError,
+  UnsafeRetentionError,
+} from "../errors.ts";
+import { eventsFingerprint, stateFingerprint } from "../fingerprint.ts";
+import {
+  type ShardLeaseKey,
+  type ShardLeaseToken,
+  validateLeaseKey,
+  validateLeaseRequest,
+  validateLeaseToken,
+} from "../lease.ts";
+import { OperationId } from "../operation-id.ts";
+import {
+  type AppendEventsRequest,
+  checkAppend,
+  checkFence,
+  checkPersistenceId,
+  checkRecord,
+  checkSequence,
+  type DeleteStateRequest,
+  type PersistenceStore,
+  type RetentionResult,
+  type SaveStateRequest,
+  type SnapshotRecord,
+  type StateRecord,
+  type StoredEvent,
+  TOMBSTONE_MANIFEST,
+  type WriteResult,
+} from "../store.ts";
+
+interface Operation {
+  readonly fingerprint: string;
+  readonly revision: number;
+}
+
+interface Stream {
+  revision: number;
+  events: StoredEvent[];
+  readonly operations: Map<string, Operation>;
+}
+
+interface DurableRow {
+  record: StateRecord | null;
+  readonly operations: Map<string, Operation>;
+}
+
+interface LeaseRow {
+  owner: string;
+  epoch: number;
+  untilMs: number;
+}
+
+/** Options of {@link MemoryStore}. */
+export interface MemoryStoreOptions {
+  /** The "database clock" for leases: its `wallNow()` (epoch ms); default the real clock. */
+  scheduler?: Scheduler;
+}
+
+/**
+ * The in-process backend: the full store contract (revisions, operation ids, snapshots, retention, tombstones, leases
+ * and fencing) over maps. Each call is atomic because nothing awaits inside it. For tests and single-process use.
+ */
+export class MemoryStore implements PersistenceStore {
+  readonly backendName = "memory" as const;
+  private readonly streams = new Map<string, Stream>();
+  private readonly snapshots = new Map<string, SnapshotRecord>();
+  private readonly states = new Map<string, DurableRow>();
+  private readonly leases = new Map<string, LeaseRow>();
+  private readonly scheduler: Scheduler;
+  private closed = false;
+
+  constructor(options: MemoryStoreOptions = {}) {
+    this.scheduler = options.scheduler ?? new RealScheduler();
+  }
+
+  async appendEvents(request: AppendEventsRequest): Promise<WriteResult> {
+    this.open();
+    const append = checkAppend(request);
+    this.checkFenceNow(append.fence);
+    const fingerprint = eventsFingerprint(append.events);
+    const stream = this.stream(append.persistenceId);
+    const previous = stream.operations.get(append.operationId);
+    if (previous !== undefined) {
+      if (previous.fingerprint !== fingerprint) {
+        throw new OperationConflictError(append.persistenceId, append.operationId);
+      }
+      return { revision: previous.revision, duplicate: true };
+    }
+    if (stream.revision !== append.expectedRevision) {
+      throw new ConcurrentWriteError(append.persistenceId, append.expectedRevision, stream.revision);
+    }
+    const revision = append.expectedRevision + append.events.length;
+    append.events.forEach((event, i) => {
+      stream.events.push({
+        sequenceNr: append.expectedRevision + 1 + i,
+        manifest: event.manifest,
+        payload: event.payload,
+      });
+    });
+    stream.revision = revision;
+    stream.operations.set(append.operationId, { fingerprint, revision });
+    return { revision, duplicate: false };
+  }
+
+  async loadEvents(persistenceId: string, afterSeq = 0): Promise<StoredEvent[]> {
+    this.open();
+    checkPersistenceId(persistenceId);
+    checkSequence("afterSeq", afterSeq);
+    const stream = this.streams.get(persistenceId);
+    return stream === undefined ? [] : stream.events.filter((e) => e.sequenceNr > afterSeq);
+  }
+
+  async loadRevision(persistenceId: string): Promise<number> {
+    this.open();
+    checkPersistenceId(persistenceId);
+    return this.streams.get(persistenceId)?.revision ?? 0;
+  }
+
+  async saveSnapshot(
+    persistenceId: string,
+    snapshot: SnapshotRecord,
+    fence?: ShardLeaseToken | null,
+  ): Promise<boolean> {
+    this.open();
+    checkPersistenceId(persistenceId);
+    checkSequence("snapshot.sequenceNr", snapshot.sequenceNr);
+    checkRecord("snapshot", snapshot);
+    this.checkFenceNow(checkFence(fence));
+    const stored = this.snapshots.get(persistenceId);
+    if (stored !== undefined && stored.sequenceNr > snapshot.sequenceNr) return false;
+    this.snapshots.set(persistenceId, { ...snapshot });
+    return true;
+  }
+
+  async loadSnapshot(persistenceId: string): Promise<SnapshotRecord | null> {
+    this.open();
+    checkPersistenceId(persistenceId);
+    return this.snapshots.get(persistenceId) ?? null;
+  }
+
+  async deleteSnapshot(persistenceId: string, fence?: ShardLeaseToken | null): Promise<boolean> {
+    this.open();
+    checkPersistenceId(persistenceId);
+    this.checkFenceNow(checkFence(fence));
+    return this.snapshots.delete(persistenceId);
+  }
+
+  async deleteEventsTo(
+    persistenceId: string,
+    toSequenceNr: number,
+    fence?: ShardLeaseToken | null,
+  ): Promise<RetentionResult> {
+    this.open();
+    checkPersistenceId(persistenceId);
+    checkSequence("toSequenceNr", toSequenceNr);
+    this.checkFenceNow(checkFence(fence));
+    const snapshot = this.snapshots.get(persistenceId);
+    if (snapshot === undefined || snapshot.sequenceNr < toSequenceNr) {
+      throw new UnsafeRetentionError(persistenceId, toSequenceNr, snapshot?.sequenceNr ?? null);
+    }
+    const stream = this.streams.get(persistenceId);
+    if (stream === undefined) return { deletedEvents: 0, throughSeq: toSequenceNr };
+    const before = stream.events.length;
+    stream.events = stream.events.filter((e) => e.sequenceNr > toSequenceNr);
+    return { deletedEvents: before - stream.events.length, throughSeq: toSequenceNr };
+  }
+
+  async saveState(request: SaveStateRequest): Promise<WriteResult> {
+    this.open();
+    checkRecord("state", request);
+    return this.writeState(request, request.manifest, request.payload, false);
+  }
+
+  async deleteState(request: DeleteStateRequest): Promise<WriteResult> {
+    this.open();
+    return this.writeState(request, TOMBSTONE_MANIFEST, null, true);
+  }
+
+  async loadState(persistenceId: string): Promise<StateRecord | null> {
+    this.open();
+    checkPersistenceId(persistenceId);
+    return this.states.get(persistenceId)?.record ?? null;
+  }
+
+  async acquireShardLease(key: ShardLeaseKey, owner: string, durationMs: number): Promise<ShardLeaseToken | null> {
+    this.open();
+    validateLeaseKey(key);
+    validateLeaseRequest(owner, durationMs);
+    const id = leaseId(key);
+    const now = this.nowMs();
+    const row = this.leases.get(id);
+    if (row === undefined) {
+      const created = { owner, epoch: 1, untilMs: now + durationMs };
+      this.leases.set(id, created);
+      return token(key, created);
+    }
+    if (row.owner === owner && row.untilMs > now) {
+      row.untilMs = now + durationMs;
+      return token(key, row);
+    }
+    if (row.untilMs <= now) {
+      row.owner = owner;
+      row.epoch += 1;
+      row.untilMs = now + durationMs;
+      return token(key, row);
+    }
+    return null;
+  }
+
+  async renewShardLease(lease: ShardLeaseToken, durationMs: number): Promise<ShardLeaseToken | null> {
+    this.open();
+    validateLeaseToken(lease);
+    validateLeaseRequest(lease.owner, durationMs);
+    const now = this.nowMs();
+    const row = this.leases.get(leaseId(lease.key));
+    if (row === undefined || row.owner !== lease.owner || row.epoch !== lease.epoch || row.untilMs <= now) return null;
+    row.untilMs = now + durationMs;
+    return token(lease.key, row);
+  }
+
+  async releaseShardLease(lease: ShardLeaseToken): Promise<boolean> {
+    this.open();
+    validateLeaseToken(lease);
+    const row = this.leases.get(leaseId(lease.key));
+    if (row === undefined || row.owner !== lease.owner || row.epoch !== lease.epoch) return false;
+    row.untilMs = 0;
+    return true;
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+  }
+
+  private writeState(
+    request: SaveStateRequest | DeleteStateRequest,
+    manifest: string,
+    payload: string | null,
+    deleted: boolean,
+  ): WriteResult {
+    checkPersistenceId(request.persistenceId);
+    checkSequence("expectedRevision", request.expectedRevision);
+    const operationId = OperationId.from(request.operationId).value;
+    this.checkFenceNow(checkFence(request.fence));
+    const fingerprint = stateFingerprint(manifest, payload, deleted);
+    let row = this.states.get(request.persistenceId);
+    if (row === undefined) {
+      row = { record: null, operations: new Map() };
+      this.states.set(request.persistenceId, row);
+    }
+    const previous = row.operations.get(operationId);
+    if (previous !== undefined) {
+      if (previous.fingerprint !== fingerprint) throw new OperationConflictError(request.persistenceId, operationId);
+      return { revision: previous.revision, duplicate: true };
+    }
+    const actual = row.record?.revision ?? 0;
+    if (actual !== request.expectedRevision) {
+      throw new ConcurrentWriteError(request.persistenceId, request.expectedRevision, actual);
+    }
+    const revision = actual + 1;
+    row.record = { revision, manifest, payload, deleted };
+    row.operations.set(operationId, { fingerprint, revision });
+    return { revision, duplicate: false };
+  }
+
+  private checkFenceNow(fence: ShardLeaseToken | null): void {
+    if (fence === null) return;
+    const row = this.leases.get(leaseId(fence.key));
+    if (row === undefined || row.owner !== fence.owner || row.epoch !== fence.epoch || row.untilMs <= this.nowMs()) {
+      throw new StaleShardOwnerError(fence);
+    }
+  }
+
+  private stream(persistenceId: string): Stream {
+    let stream = this.streams.get(persistenceId);
+    if (stream === undefined) {
+      stream = { revision: 0, events: [], operations: new Map() };
+      this.streams.set(persistenceId, stream);
+    }
+    return stream;
+  }
+
+  private nowMs(): number {
+    return Math.floor(this.scheduler.wallNow());
+  }
+
+  private open(): void {
+    if (this.closed) throw new StoreClosedError("memory");
+  }
+}
+
+function leaseId(key: ShardLeaseKey): string {
+  return JSON.stringify([key.clusterName, key.entityType, key.shardId]);
+}
+
+function token(key: ShardLeaseKey, row: LeaseRow): ShardLeaseToken {
+  return {
+    key: { clusterName: key.clusterName, entityType: key.entityType, shardId: key.shardId },
+    owner: row.owner,
+    epoch: row.epoch,
+    leaseUntilEpochMs: row.untilMs,
+  };
+}

@@ -1,0 +1,532 @@
+import pg from "pg";
+import { RealScheduler, type Scheduler } from "../../actor/index.ts";
+import {
+  ConcurrentWriteError,
+  CorruptPersistentRecordError,
+  OperationConflictError,
+  PersistenceConfigurationError,
+  StaleShardOwnerError,
+  StoreClosedError,
+  UnsafeRetentionError,
+} from "../errors.ts";
+import { eventsFingerprint, stateFingerprint } from "../fingerprint.ts";
+import {
+  type ShardLeaseKey,
+  type ShardLeaseToken,
+  validateLeaseKey,
+  validateLeaseRequest,
+  validateLeaseToken,
+} from "../lease.ts";
+import { type AppliedMigration, pendingMigrations } from "../migrations.ts";
+import { OperationId } from "../operation-id.ts";
+import { defaultResilience, type ResilienceSettings, type ResilienceStats, Resilient } from "../resilience.ts";
+import {
+  type AppendEventsRequest,
+  checkAppend,
+  checkFence,
+  checkPersistenceId,
+  checkRecord,
+  checkSequence,
+  checkStoredEvent,
+  type DeleteStateRequest,
+  type PersistenceStore,
+  type RetentionResult,
+  type SaveStateRequest,
+  type SnapshotRecord,
+  type StateRecord,
+  type StoredEvent,
+  TOMBSTONE_MANIFEST,
+  type WriteResult,
+} from "../store.ts";
+import { MIGRATION_LOCK_KEY, postgresMigrations, REVISION_MISMATCH_SQLSTATE } from "./schema.ts";
+
+/** Options of {@link PostgresStore.connect}. */
+export interface PostgresStoreOptions {
+  /** `postgres://` or `postgresql://` URL (required). */
+  connectionUri: string;
+  /** Schema for every table (created if missing; set as search_path); default the server's default (public). */
+  schema?: string;
+  /** Connections in the pool; default 4. */
+  poolSize?: number;
+  /** Timeout, retry and circuit-breaker settings; defaults from REFERENCE §4.8. */
+  resilience?: Partial<ResilienceSettings>;
+  /** Timers for backoff and timeouts; default the real clock. */
+  scheduler?: Scheduler;
+  /** `application_name` of every connection (visible in pg_stat_activity); default "movie". */
+  applicationName?: string;
+  /** Called with pool-level errors of idle connections (a terminated backend); default ignore. */
+  onPoolError?: (error: Error) => void;
+}
+
+const schemaPattern = /^[a-z_][a-z0-9_]{0,62}$/;
+
+const connectionErrorCodes = new Set(["57P01", "57P02", "57P03", "ECONNRESET", "ECONNREFUSED", "EPIPE", "ETIMEDOUT"]);
+
+/** True for errors that mean the connection (not the request) failed: the outcome of a write is unknown. */
+export function isPostgresConnectionError(error: unknown): boolean {
+  if (!(error instanceof Error)) return false;
+  const code = (error as { code?: string }).code;
+  if (code !== undefined && (connectionErrorCodes.has(code) || code.startsWith("08"))) return true;
+  return /Connection terminated|connection ended|Client has encountered a connection error|not queryable/i.test(
+    error.message,
+  );
+}
+
+/**
+ * Validates a PostgreSQL URL.
+ * @throws PersistenceConfigurationError for a missing or malformed URL
+ */
+export function validatePostgresUri(uri: unknown): string {
+  if (typeof uri !== "string" || uri.length === 0) {
+    throw new PersistenceConfigurationError(
+      "connectionUri",
+      "the postgres backend needs a connection URI such as postgres://user@127.0.0.1:5432/db",
+    );
+  }
+  let parsed: URL;
+  try {
+    parsed = new URL(uri);
+  } catch {
+    throw new PersistenceConfigurationError("connectionUri", `"${uri}" is not a URL; use postgres://user@host:port/db`);
+  }
+  if (parsed.protocol !== "postgres:" && parsed.protocol !== "postgresql:") {
+    throw new PersistenceConfigurationError(
+      "connectionUri",
+      `"${parsed.protocol}" is not a PostgreSQL URL; it must start with postgres:// or postgresql://`,
+    );
+  }
+  if (parsed.hostname.length === 0) {
+    throw new PersistenceConfigurationError("connectionUri", "the URL names no host");
+  }
+  return uri;
+}
+
+interface StatusRow {
+  status: number;
+  revision: string;
+}
+
+type Queryable = Pick<pg.Pool, "query">;
+
+/**
+ * The PostgreSQL backend (`pg` Pool). Each write is one round trip: a call of a migration-installed PL/pgSQL function
+ * that checks the fence, detects duplicates and writes, in one implicit transaction. Leases are single statements on
+ * the database clock (`clock_timestamp()`). Lost connections are retried with backoff (writes are idempotent by
+ * OperationId), each attempt has a timeout, and a circuit breaker stops a dead database from piling up work.
+ */
+export class PostgresStore implements PersistenceStore {
+  readonly backendName = "postgres" as const;
+  private closed = false;
+  private readonly resilient: Resilient;
+
+  private constructor(
+    /** @internal The pool, for tests and benchmarks that need raw SQL in the same schema. */
+    readonly pool: pg.Pool,
+    /** The schema the tables live in. */
+    readonly schema: string | null,
+    resilience: ResilienceSettings,
+    scheduler: Scheduler,
+  ) {
+    this.resilient = new Resilient(resilience, scheduler, isPostgresConnectionError);
+  }
+
+  /**
+   * Connects, creates the schema if asked, and runs pending migrations under the advisory lock.
+   * @throws PersistenceConfigurationError, UnsupportedSchemaVersionError, MigrationChecksumMismatchError,
+   *   InvalidMigrationHistoryError, or the driver's connection error
+   */
+  static async connect(options: PostgresStoreOptions): Promise<PostgresStore> {
+    const uri = validatePostgresUri(options.connectionUri);
+    const schema = options.schema ?? null;
+    if (schema !== null && !schemaPattern.test(schema)) {
+      throw new PersistenceConfigurationError("schema", `"${schema}"; use lower-case letters, digits and _`);
+    }
+    const poolSize = options.poolSize ?? 4;
+    if (!Number.isSafeInteger(poolSize) || poolSize < 1 || poolSize > 1000) {
+      throw new PersistenceConfigurationError("poolSize", `${String(poolSize)}; expected a whole number 1..1000`);
+    }
+    const resilience = { ...defaultResilience, ...options.resilience };
+    if (schema !== null) {
+      const admin = new pg.Client({ connectionString: uri });
+      await admin.connect();
+      try {
+        await admin.query(`CREATE SCHEMA IF NOT EXISTS ${schema}`);
+      } finally {
+        await admin.end();
+      }
+    }
+    const pool = new pg.Pool({
+      connectionString: uri,
+      max: poolSize,
+      application_name: options.applicationName ?? "movie",
+      ...(schema === null ? {} : { options: `-c search_path=${schema}` }),
+    });
+    const onPoolError = options.onPoolError ?? (() => {});
+    // An idle connection killed by the server surfaces here; without a listener it would crash the process.
+    pool.on("error", onPoolError);
+    try {
+      await migrate(pool);
+    } catch (error) {
+      await pool.end();
+      throw error;
+    }
+    return new PostgresStore(pool, schema, resilience, options.scheduler ?? new RealScheduler());
+  }
+
+  /** Retry, timeout and breaker counters. */
+  get resilienceStats(): Readonly<ResilienceStats> {
+    return this.resilient.stats;
+  }
+
+  /** The circuit breaker's mode. */
+  get circuitMode(): "closed" | "open" | "half-open" {
+    return this.resilient.circuitMode;
+  }
+
+  async appendEvents(request: AppendEventsRequest): Promise<WriteResult> {
+    this.open();
+    const a = checkAppend(request);
+    const fingerprint = eventsFingerprint(a.events);
+    const manifests = a.events.map((e) => e.manifest);
+    const payloads = a.events.map((e) => e.payload);
+    const row = await this.writeCall(
+      "appendEvents",
+      "movie_append",
+      "SELECT status, revision FROM movie_append_events($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+      [a.persistenceId, a.expectedRevision, a.operationId, fingerprint, manifests, payloads, ...fenceArgs(a.fence)],
+      a.persistenceId,
+      a.expectedRevision,
+    );
+    return this.writeOutcome(row, a.persistenceId, a.operationId, a.fence);
+  }
+
+  async loadEvents(persistenceId: string, afterSeq = 0): Promise<StoredEvent[]> {
+    this.open();
+    checkPersistenceId(persistenceId);
+    checkSequence("afterSeq", afterSeq);
+    const result = await this.query(
+      "loadEvents",
+      "movie_load_events",
+      "SELECT sequence_nr, manifest, payload FROM event_journal WHERE persistence_id = $1 AND sequence_nr > $2 ORDER BY sequence_nr",
+      [persistenceId, afterSeq],
+    );
+    return result.rows.map((row: Record<string, unknown>) =>
+      checkStoredEvent(persistenceId, Number(row.sequence_nr), row.manifest, row.payload),
+    );
+  }
+
+  async loadRevision(persistenceId: string): Promise<number> {
+    this.open();
+    checkPersistenceId(persistenceId);
+    const result = await this.query(
+      "loadRevision",
+      "movie_load_revision",
+      "SELECT revision FROM event_stream WHERE persistence_id = $1",
+      [persistenceId],
+    );
+    return result.rows.length === 0 ? 0 : Number(result.rows[0].revision);
+  }
+
+  async saveSnapshot(
+    persistenceId: string,
+    snapshot: SnapshotRecord,
+    fence?: ShardLeaseToken | null,
+  ): Promise<boolean> {
+    this.open();
+    checkPersistenceId(persistenceId);
+    checkSequence("snapshot.sequenceNr", snapshot.sequenceNr);
+    checkRecord("snapshot", snapshot);
+    const f = checkFence(fence);
+    const row = await this.fencedCall(
+      "saveSnapshot",
+      "movie_save_snapshot",
+      "SELECT status, revision FROM movie_save_snapshot($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+      [persistenceId, snapshot.sequenceNr, snapshot.manifest, snapshot.payload, ...fenceArgs(f)],
+      f,
+    );
+    return row.revision === "1";
+  }
+
+  async loadSnapshot(persistenceId: string): Promise<SnapshotRecord | null> {
+    this.open();
+    checkPersistenceId(persistenceId);
+    const result = await this.query(
+      "loadSnapshot",
+      "movie_load_snapshot",
+      "SELECT sequence_nr, manifest, payload FROM snapshot_store WHERE persistence_id = $1",
+      [persistenceId],
+    );
+    if (result.rows.length === 0) return null;
+    const row = result.rows[0] as Record<string, unknown>;
+    const e = checkStoredEvent(persistenceId, Number(row.sequence_nr), row.manifest, row.payload);
+    return { sequenceNr: e.sequenceNr, manifest: e.manifest, payload: e.payload };
+  }
+
+  async deleteSnapshot(persistenceId: string, fence?: ShardLeaseToken | null): Promise<boolean> {
+    this.open();
+    checkPersistenceId(persistenceId);
+    const f = checkFence(fence);
+    const row = await this.fencedCall(
+      "deleteSnapshot",
+      "movie_delete_snapshot",
+      "SELECT status, revision FROM movie_delete_snapshot($1, $2, $3, $4, $5, $6)",
+      [persistenceId, ...fenceArgs(f)],
+      f,
+    );
+    return row.revision === "1";
+  }
+
+  async deleteEventsTo(
+    persistenceId: string,
+    toSequenceNr: number,
+    fence?: ShardLeaseToken | null,
+  ): Promise<RetentionResult> {
+    this.open();
+    checkPersistenceId(persistenceId);
+    checkSequence("toSequenceNr", toSequenceNr);
+    const f = checkFence(fence);
+    const row = await this.fencedCall(
+      "deleteEventsTo",
+      "movie_delete_events_to",
+      "SELECT status, revision FROM movie_delete_events_to($1, $2, $3, $4, $5, $6, $7)",
+      [persistenceId, toSequenceNr, ...fenceArgs(f)],
+      f,
+    );
+    if (row.status === 4) {
+      const snapshot = Number(row.revision);
+      throw new UnsafeRetentionError(persistenceId, toSequenceNr, snapshot < 0 ? null : snapshot);
+    }
+    return { deletedEvents: Number(row.revision), throughSeq: toSequenceNr };
+  }
+
+  async saveState(request: SaveStateRequest): Promise<WriteResult> {
+    this.open();
+    checkRecord("state", request);
+    return this.writeState(request, request.manifest, request.payload, false);
+  }
+
+  async deleteState(request: DeleteStateRequest): Promise<WriteResult> {
+    this.open();
+    return this.writeState(request, TOMBSTONE_MANIFEST, null, true);
+  }
+
+  async loadState(persistenceId: string): Promise<StateRecord | null> {
+    this.open();
+    checkPersistenceId(persistenceId);
+    const result = await this.query(
+      "loadState",
+      "movie_load_state",
+      "SELECT revision, manifest, payload, deleted FROM durable_state WHERE persistence_id = $1",
+      [persistenceId],
+    );
+    if (result.rows.length === 0) return null;
+    const row = result.rows[0] as Record<string, unknown>;
+    const revision = Number(row.revision);
+    if (!Number.isSafeInteger(revision) || typeof row.manifest !== "string" || row.manifest.length === 0) {
+      throw new CorruptPersistentRecordError(
+        persistenceId,
+        revision,
+        "durable state row has an invalid revision or manifest",
+      );
+    }
+    return {
+      revision,
+      manifest: row.manifest,
+      payload: row.payload === null ? null : String(row.payload),
+      deleted: Number(row.deleted) === 1,
+    };
+  }
+
+  async acquireShardLease(key: ShardLeaseKey, owner: string, durationMs: number): Promise<ShardLeaseToken | null> {
+    this.open();
+    validateLeaseKey(key);
+    validateLeaseRequest(owner, durationMs);
+    // REFERENCE §4.5 as one statement. The DO UPDATE branch runs after the row lock is granted (a fenced write in
+    // flight holds it FOR SHARE), and its movie_now_ms() is read then, so a transfer sees the committed write.
+    const result = await this.query(
+      "acquireShardLease",
+      "movie_acquire_lease",
+      `INSERT INTO shard_lease AS l (cluster_name, entity_type, shard_id, owner, epoch, lease_until_epoch_ms)
+        VALUES ($1, $2, $3, $4, 1, movie_now_ms() + $5)
+        ON CONFLICT (cluster_name, entity_type, shard_id) DO UPDATE SET
+          epoch = CASE WHEN l.owner = EXCLUDED.owner AND l.lease_until_epoch_ms > movie_now_ms()
+            THEN l.epoch ELSE l.epoch + 1 END,
+          owner = EXCLUDED.owner, lease_until_epoch_ms = movie_now_ms() + $5, updated_at = now()
+        WHERE l.lease_until_epoch_ms <= movie_now_ms() OR l.owner = EXCLUDED.owner
+        RETURNING owner, epoch, lease_until_epoch_ms`,
+      [key.clusterName, key.entityType, key.shardId, owner, durationMs],
+    );
+    return result.rows.length === 0 ? null : leaseToken(key, result.rows[0]);
+  }
+
+  async renewShardLease(token: ShardLeaseToken, durationMs: number): Promise<ShardLeaseToken | null> {
+    this.open();
+    validateLeaseToken(token);
+    validateLeaseRequest(token.owner, durationMs);
+    const k = token.key;
+    const result = await this.query(
+      "renewShardLease",
+      "movie_renew_lease",
+      `UPDATE shard_lease SET lease_until_epoch_ms = movie_now_ms() + $6, updated_at = now()
+        WHERE cluster_name = $1 AND entity_type = $2 AND shard_id = $3 AND owner = $4 AND epoch = $5
+          AND lease_until_epoch_ms > movie_now_ms()
+        RETURNING owner, epoch, lease_until_epoch_ms`,
+      [k.clusterName, k.entityType, k.shardId, token.owner, token.epoch, durationMs],
+    );
+    return result.rows.length === 0 ? null : leaseToken(k, result.rows[0]);
+  }
+
+  async releaseShardLease(token: ShardLeaseToken): Promise<boolean> {
+    this.open();
+    validateLeaseToken(token);
+    const k = token.key;
+    const result = await this.query(
+      "releaseShardLease",
+      "movie_release_lease",
+      `UPDATE shard_lease SET lease_until_epoch_ms = 0, updated_at = now()
+        WHERE cluster_name = $1 AND entity_type = $2 AND shard_id = $3 AND owner = $4 AND epoch = $5`,
+      [k.clusterName, k.entityType, k.shardId, token.owner, token.epoch],
+    );
+    return result.rowCount === 1;
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    await this.pool.end();
+  }
+
+  private async writeState(
+    request: SaveStateRequest | DeleteStateRequest,
+    manifest: string,
+    payload: string | null,
+    deleted: boolean,
+  ): Promise<WriteResult> {
+    checkPersistenceId(request.persistenceId);
+    checkSequence("expectedRevision", request.expectedRevision);
+    const op = OperationId.from(request.operationId).value;
+    const fence = checkFence(request.fence);
+    const row = await this.writeCall(
+      deleted ? "deleteState" : "saveState",
+      "movie_write_state",
+      "SELECT status, revision FROM movie_write_state($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+      [
+        request.persistenceId,
+        request.expectedRevision,
+        op,
+        stateFingerprint(manifest, payload, deleted),
+        manifest,
+        payload,
+        deleted ? 1 : 0,
+        ...fenceArgs(fence),
+      ],
+      request.persistenceId,
+      request.expectedRevision,
+    );
+    return this.writeOutcome(row, request.persistenceId, op, fence);
+  }
+
+  private writeOutcome(row: StatusRow, pid: string, op: string, fence: ShardLeaseToken | null): WriteResult {
+    switch (row.status) {
+      case 0:
+        return { revision: Number(row.revision), duplicate: false };
+      case 1:
+        return { revision: Number(row.revision), duplicate: true };
+      case 2:
+        throw new OperationConflictError(pid, op);
+      default:
+        throw new StaleShardOwnerError(fence!);
+    }
+  }
+
+  private async writeCall(
+    operation: string,
+    name: string,
+    text: string,
+    values: unknown[],
+    pid: string,
+    expected: number,
+  ): Promise<StatusRow> {
+    try {
+      const result = await this.query(operation, name, text, values);
+      return result.rows[0] as StatusRow;
+    } catch (error) {
+      if ((error as { code?: string }).code === REVISION_MISMATCH_SQLSTATE) {
+        throw new ConcurrentWriteError(pid, expected, Number((error as Error).message));
+      }
+      throw error;
+    }
+  }
+
+  private async fencedCall(
+    operation: string,
+    name: string,
+    text: string,
+    values: unknown[],
+    fence: ShardLeaseToken | null,
+  ): Promise<StatusRow> {
+    const result = await this.query(operation, name, text, values);
+    const row = result.rows[0] as StatusRow;
+    if (row.status === 3) throw new StaleShardOwnerError(fence!);
+    return row;
+  }
+
+  private query(operation: string, name: string, text: string, values: unknown[]): Promise<pg.QueryResult> {
+    // Named statements are parsed once per connection; the pool reuses them.
+    return this.resilient.run(operation, () => {
+      if (this.closed) return Promise.reject(new StoreClosedError("postgres"));
+      return this.pool.query({ name, text, values });
+    });
+  }
+
+  private open(): void {
+    if (this.closed) throw new StoreClosedError("postgres");
+  }
+}
+
+function fenceArgs(fence: ShardLeaseToken | null): unknown[] {
+  if (fence === null) return [null, null, null, null, null];
+  return [fence.key.clusterName, fence.key.entityType, fence.key.shardId, fence.owner, fence.epoch];
+}
+
+function leaseToken(key: ShardLeaseKey, row: Record<string, unknown>): ShardLeaseToken {
+  return {
+    key: { clusterName: key.clusterName, entityType: key.entityType, shardId: key.shardId },
+    owner: String(row.owner),
+    epoch: Number(row.epoch),
+    leaseUntilEpochMs: Number(row.lease_until_epoch_ms),
+  };
+}
+
+async function migrate(pool: Queryable & Pick<pg.Pool, "connect">): Promise<void> {
+  const client = await pool.connect();
+  try {
+    // Session-level lock: two nodes starting at once migrate one after the other (REFERENCE §4.4).
+    await client.query("SELECT pg_advisory_lock($1::bigint)", [MIGRATION_LOCK_KEY.toString()]);
+    try {
+      await client.query(`CREATE TABLE IF NOT EXISTS movie_schema_migration (version INTEGER PRIMARY KEY,
+        name TEXT NOT NULL, checksum TEXT NOT NULL, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())`);
+      const applied = (await client.query("SELECT version, name, checksum FROM movie_schema_migration"))
+        .rows as AppliedMigration[];
+      for (const migration of pendingMigrations(postgresMigrations, applied)) {
+        await client.query("BEGIN");
+        try {
+          for (const sql of migration.statements) await client.query(sql);
+          await client.query("INSERT INTO movie_schema_migration (version, name, checksum) VALUES ($1, $2, $3)", [
+            migration.version,
+            migration.name,
+            migration.checksum,
+          ]);
+          await client.query("COMMIT");
+        } catch (error) {
+          await client.query("ROLLBACK");
+          throw error;
+        }
+      }
+    } finally {
+      await client.query("SELECT pg_advisory_unlock($1::bigint)", [MIGRATION_LOCK_KEY.toString()]);
+    }
+  } finally {
+    client.release();
+  }
+}

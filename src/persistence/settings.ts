@@ -1,0 +1,63 @@
+import { PersistenceConfigurationError } from "./errors.ts";
+import type { ResilienceSettings } from "./resilience.ts";
+import type { BackendName } from "./store.ts";
+
+/** Backend configuration (REFERENCE §4.8). */
+export interface PersistenceSettings {
+  /** Which backend; default "memory". */
+  backend?: BackendName;
+  /** PostgreSQL URL, required for "postgres" (postgres:// or postgresql://). */
+  connectionUri?: string;
+  /** SQLite database file for "sqlite"; default data/movie_persistence.sqlite3. */
+  dbPath?: string;
+  /** PostgreSQL schema for all tables (created if missing); default the server's search_path. */
+  schema?: string;
+  /** PostgreSQL connections; default 4. */
+  poolSize?: number;
+  /** Timeout, retries and circuit breaker of the PostgreSQL backend. */
+  resilience?: Partial<ResilienceSettings>;
+}
+
+const backends: readonly string[] = ["memory", "sqlite", "postgres"];
+
+/**
+ * Checks settings before anything is opened.
+ * @throws PersistenceConfigurationError naming the setting
+ */
+export function validatePersistenceSettings(
+  settings: PersistenceSettings,
+): Required<Pick<PersistenceSettings, "backend">> & PersistenceSettings {
+  if (settings === null || typeof settings !== "object") {
+    throw new PersistenceConfigurationError(
+      "settings",
+      'expected an object such as { backend: "postgres", connectionUri }',
+    );
+  }
+  const backend = settings.backend ?? "memory";
+  if (!backends.includes(backend)) {
+    throw new PersistenceConfigurationError("backend", `"${String(backend)}"; use one of ${backends.join(", ")}`);
+  }
+  if (backend === "postgres") {
+    const uri = settings.connectionUri;
+    if (typeof uri !== "string" || uri.length === 0) {
+      throw new PersistenceConfigurationError(
+        "connectionUri",
+        "the postgres backend needs a connection URI such as postgres://user@127.0.0.1:5432/db",
+      );
+    }
+    if (!/^postgres(ql)?:\/\/[^/\s]+/.test(uri)) {
+      throw new PersistenceConfigurationError(
+        "connectionUri",
+        `"${uri}" must start with postgres:// or postgresql:// and name a host`,
+      );
+    }
+  }
+  if (
+    backend === "sqlite" &&
+    settings.dbPath !== undefined &&
+    (typeof settings.dbPath !== "string" || settings.dbPath.length === 0)
+  ) {
+    throw new PersistenceConfigurationError("dbPath", "must be a non-empty file path or :memory:");
+  }
+  return { ...settings, backend };
+}

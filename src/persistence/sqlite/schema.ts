@@ -1,0 +1,44 @@
+import { buildMigrations, type Migration } from "../migrations.ts";
+
+/** SQLite's "now" in epoch milliseconds: the database clock for leases (REFERENCE §4.5). */
+export const SQLITE_NOW_MS = "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)";
+
+/** The SQLite migrations 1..4 (the PostgreSQL tables with SQLite types). */
+export const sqliteMigrations: readonly Migration[] = buildMigrations([
+  [
+    `CREATE TABLE IF NOT EXISTS event_journal (persistence_id TEXT NOT NULL, sequence_nr INTEGER NOT NULL,
+      manifest TEXT NOT NULL, payload TEXT NOT NULL, created_at TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP,
+      PRIMARY KEY (persistence_id, sequence_nr)) WITHOUT ROWID`,
+    `CREATE TABLE IF NOT EXISTS event_stream (persistence_id TEXT PRIMARY KEY, revision INTEGER NOT NULL)`,
+    `CREATE TABLE IF NOT EXISTS journal_operation (persistence_id TEXT NOT NULL, operation_id TEXT NOT NULL,
+      fingerprint TEXT NOT NULL, revision INTEGER NOT NULL, PRIMARY KEY (persistence_id, operation_id)) WITHOUT ROWID`,
+    `CREATE TABLE IF NOT EXISTS snapshot_store (persistence_id TEXT PRIMARY KEY, sequence_nr INTEGER NOT NULL,
+      manifest TEXT NOT NULL, payload TEXT NOT NULL, updated_at TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP)`,
+    `CREATE TABLE IF NOT EXISTS durable_state (persistence_id TEXT PRIMARY KEY, revision INTEGER NOT NULL,
+      manifest TEXT NOT NULL, payload TEXT NULL, deleted INTEGER NOT NULL DEFAULT 0,
+      updated_at TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP)`,
+    `CREATE TABLE IF NOT EXISTS state_operation (persistence_id TEXT NOT NULL, operation_id TEXT NOT NULL,
+      fingerprint TEXT NOT NULL, revision INTEGER NOT NULL, PRIMARY KEY (persistence_id, operation_id)) WITHOUT ROWID`,
+  ],
+  [
+    `CREATE TABLE IF NOT EXISTS event_feed (event_offset INTEGER PRIMARY KEY AUTOINCREMENT, persistence_id TEXT NOT NULL,
+      sequence_nr INTEGER NOT NULL, manifest TEXT NOT NULL, payload TEXT NOT NULL,
+      created_at TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP, UNIQUE (persistence_id, sequence_nr))`,
+    `CREATE INDEX IF NOT EXISTS event_feed_pid_idx ON event_feed (persistence_id, event_offset)`,
+    `CREATE TABLE IF NOT EXISTS projection_checkpoint (projection_name TEXT PRIMARY KEY, event_offset INTEGER NOT NULL,
+      updated_at TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP)`,
+  ],
+  [
+    `CREATE TABLE IF NOT EXISTS persistence_outbox (outbox_offset INTEGER PRIMARY KEY AUTOINCREMENT,
+      message_id TEXT NOT NULL UNIQUE, persistence_id TEXT NOT NULL, operation_id TEXT NOT NULL,
+      destination TEXT NOT NULL, manifest TEXT NOT NULL, payload TEXT NOT NULL, delivered INTEGER NOT NULL DEFAULT 0,
+      attempts INTEGER NOT NULL DEFAULT 0, lease_owner TEXT NULL, lease_until_epoch_ms INTEGER NOT NULL DEFAULT 0,
+      last_error TEXT NULL, created_at TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP, delivered_at TEXT NULL)`,
+    `CREATE INDEX IF NOT EXISTS persistence_outbox_pending_idx ON persistence_outbox (delivered, outbox_offset)`,
+  ],
+  [
+    `CREATE TABLE IF NOT EXISTS shard_lease (cluster_name TEXT NOT NULL, entity_type TEXT NOT NULL,
+      shard_id INTEGER NOT NULL, owner TEXT NOT NULL, epoch INTEGER NOT NULL, lease_until_epoch_ms INTEGER NOT NULL,
+      updated_at TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP, PRIMARY KEY (cluster_name, entity_type, shard_id))`,
+  ],
+]);

@@ -1,0 +1,459 @@
+import Database, { type Database as SqliteDatabase, type Statement, type Transaction } from "better-sqlite3";
+import {
+  ConcurrentWriteError,
+  CorruptPersistentRecordError,
+  OperationConflictError,
+  PersistenceConfigurationError,
+  StaleShardOwnerError,
+  StoreClosedError,
+  UnsafeRetentionError,
+} from "../errors.ts";
+import { eventsFingerprint, stateFingerprint } from "../fingerprint.ts";
+import {
+  type ShardLeaseKey,
+  type ShardLeaseToken,
+  validateLeaseKey,
+  validateLeaseRequest,
+  validateLeaseToken,
+} from "../lease.ts";
+import { type AppliedMigration, pendingMigrations } from "../migrations.ts";
+import { OperationId } from "../operation-id.ts";
+import {
+  type AppendEventsRequest,
+  checkAppend,
+  checkFence,
+  checkPersistenceId,
+  checkRecord,
+  checkSequence,
+  type DeleteStateRequest,
+  type PersistenceStore,
+  type RetentionResult,
+  type SaveStateRequest,
+  type SnapshotRecord,
+  type StateRecord,
+  type StoredEvent,
+  TOMBSTONE_MANIFEST,
+  type WriteResult,
+} from "../store.ts";
+import { SQLITE_NOW_MS, sqliteMigrations } from "./schema.ts";
+
+/** Options of {@link SqliteStore.open}. */
+export interface SqliteStoreOptions {
+  /** Database file path, or ":memory:". */
+  dbPath: string;
+  /** SQLite busy timeout in milliseconds when another process holds the write lock; default 5000. */
+  busyTimeoutMs?: number;
+}
+
+interface LeaseRow {
+  owner: string;
+  epoch: number;
+  lease_until_epoch_ms: number;
+}
+
+/**
+ * The SQLite backend (better-sqlite3): the full contract, including the lease table and fence SQL on the database
+ * clock (`julianday('now')`). Each operation is one synchronous immediate transaction, so it is atomic. Not a
+ * supported clustered mode (REFERENCE §4.7): sharding accepts only "postgres".
+ */
+export class SqliteStore implements PersistenceStore {
+  readonly backendName = "sqlite" as const;
+  private closed = false;
+  private readonly s: ReturnType<typeof prepare>;
+  private readonly appendTx: Transaction<(a: ReturnType<typeof checkAppend>, fingerprint: string) => WriteResult>;
+  private readonly stateTx: Transaction<
+    (
+      pid: string,
+      expected: number,
+      op: string,
+      manifest: string,
+      payload: string | null,
+      deleted: boolean,
+      fence: ShardLeaseToken | null,
+    ) => WriteResult
+  >;
+
+  private constructor(private readonly db: SqliteDatabase) {
+    this.s = prepare(db);
+    this.appendTx = db.transaction((a: ReturnType<typeof checkAppend>, fingerprint: string): WriteResult => {
+      this.checkFenceNow(a.fence);
+      const inserted = this.s.insertJournalOp.run(
+        a.persistenceId,
+        a.operationId,
+        fingerprint,
+        a.expectedRevision + a.events.length,
+      );
+      if (inserted.changes === 0) {
+        const previous = this.s.selectJournalOp.get(a.persistenceId, a.operationId) as {
+          fingerprint: string;
+          revision: number;
+        };
+        if (previous.fingerprint !== fingerprint) throw new OperationConflictError(a.persistenceId, a.operationId);
+        return { revision: previous.revision, duplicate: true };
+      }
+      this.s.ensureStream.run(a.persistenceId);
+      const revision = a.expectedRevision + a.events.length;
+      if (
+        a.events.length === 0 ||
+        this.s.advanceStream.run(revision, a.persistenceId, a.expectedRevision).changes !== 1
+      ) {
+        const actual = (this.s.selectRevision.get(a.persistenceId) as { revision: number }).revision;
+        if (actual !== a.expectedRevision) throw new ConcurrentWriteError(a.persistenceId, a.expectedRevision, actual);
+        if (a.events.length !== 0) throw new ConcurrentWriteError(a.persistenceId, a.expectedRevision, actual);
+        return { revision, duplicate: false };
+      }
+      a.events.forEach((event, i) => {
+        this.s.insertEvent.run(a.persistenceId, a.expectedRevision + 1 + i, event.manifest, event.payload);
+      });
+      return { revision, duplicate: false };
+    });
+    this.stateTx = db.transaction(
+      (
+        pid: string,
+        expected: number,
+        op: string,
+        manifest: string,
+        payload: string | null,
+        deleted: boolean,
+        fence: ShardLeaseToken | null,
+      ): WriteResult => {
+        this.checkFenceNow(fence);
+        const fingerprint = stateFingerprint(manifest, payload, deleted);
+        const revision = expected + 1;
+        if (this.s.insertStateOp.run(pid, op, fingerprint, revision).changes === 0) {
+          const previous = this.s.selectStateOp.get(pid, op) as { fingerprint: string; revision: number };
+          if (previous.fingerprint !== fingerprint) throw new OperationConflictError(pid, op);
+          return { revision: previous.revision, duplicate: true };
+        }
+        const changed =
+          expected === 0
+            ? this.s.insertState.run(pid, revision, manifest, payload, deleted ? 1 : 0).changes
+            : this.s.updateState.run(revision, manifest, payload, deleted ? 1 : 0, pid, expected).changes;
+        if (changed !== 1) {
+          const row = this.s.selectState.get(pid) as { revision: number } | undefined;
+          throw new ConcurrentWriteError(pid, expected, row?.revision ?? 0);
+        }
+        return { revision, duplicate: false };
+      },
+    );
+  }
+
+  /**
+   * Opens (creating if needed) the database file and runs the pending migrations.
+   * @throws PersistenceConfigurationError when the path cannot be opened; UnsupportedSchemaVersionError,
+   *   MigrationChecksumMismatchError, InvalidMigrationHistoryError for a foreign schema
+   */
+  static open(options: SqliteStoreOptions): SqliteStore {
+    if (typeof options.dbPath !== "string" || options.dbPath.length === 0) {
+      throw new PersistenceConfigurationError("dbPath", "must be a file path or :memory:");
+    }
+    let db: SqliteDatabase;
+    try {
+      db = new Database(options.dbPath);
+      db.pragma("journal_mode = WAL");
+    } catch (error) {
+      throw new PersistenceConfigurationError(
+        "dbPath",
+        `cannot open SQLite database ${options.dbPath} (${(error as Error).message}); check the directory exists and is writable`,
+      );
+    }
+    try {
+      db.pragma(`busy_timeout = ${options.busyTimeoutMs ?? 5000}`);
+      db.pragma("synchronous = NORMAL");
+      migrate(db);
+    } catch (error) {
+      db.close();
+      throw error;
+    }
+    return new SqliteStore(db);
+  }
+
+  async appendEvents(request: AppendEventsRequest): Promise<WriteResult> {
+    this.open();
+    const append = checkAppend(request);
+    return this.appendTx.immediate(append, eventsFingerprint(append.events));
+  }
+
+  async loadEvents(persistenceId: string, afterSeq = 0): Promise<StoredEvent[]> {
+    this.open();
+    checkPersistenceId(persistenceId);
+    checkSequence("afterSeq", afterSeq);
+    const rows = this.s.selectEvents.all(persistenceId, afterSeq) as Record<string, unknown>[];
+    return rows.map((row) => storedEvent(persistenceId, row));
+  }
+
+  async loadRevision(persistenceId: string): Promise<number> {
+    this.open();
+    checkPersistenceId(persistenceId);
+    return (this.s.selectRevision.get(persistenceId) as { revision: number } | undefined)?.revision ?? 0;
+  }
+
+  async saveSnapshot(
+    persistenceId: string,
+    snapshot: SnapshotRecord,
+    fence?: ShardLeaseToken | null,
+  ): Promise<boolean> {
+    this.open();
+    checkPersistenceId(persistenceId);
+    checkSequence("snapshot.sequenceNr", snapshot.sequenceNr);
+    checkRecord("snapshot", snapshot);
+    const f = checkFence(fence);
+    return this.tx(() => {
+      this.checkFenceNow(f);
+      return (
+        this.s.upsertSnapshot.run(persistenceId, snapshot.sequenceNr, snapshot.manifest, snapshot.payload).changes === 1
+      );
+    });
+  }
+
+  async loadSnapshot(persistenceId: string): Promise<SnapshotRecord | null> {
+    this.open();
+    checkPersistenceId(persistenceId);
+    const row = this.s.selectSnapshot.get(persistenceId) as Record<string, unknown> | undefined;
+    if (row === undefined) return null;
+    const sequenceNr = row.sequence_nr;
+    if (typeof sequenceNr !== "number" || typeof row.manifest !== "string" || typeof row.payload !== "string") {
+      throw new CorruptPersistentRecordError(persistenceId, Number(sequenceNr), "snapshot row has wrong column types");
+    }
+    return { sequenceNr, manifest: row.manifest, payload: row.payload };
+  }
+
+  async deleteSnapshot(persistenceId: string, fence?: ShardLeaseToken | null): Promise<boolean> {
+    this.open();
+    checkPersistenceId(persistenceId);
+    const f = checkFence(fence);
+    return this.tx(() => {
+      this.checkFenceNow(f);
+      return this.s.deleteSnapshot.run(persistenceId).changes === 1;
+    });
+  }
+
+  async deleteEventsTo(
+    persistenceId: string,
+    toSequenceNr: number,
+    fence?: ShardLeaseToken | null,
+  ): Promise<RetentionResult> {
+    this.open();
+    checkPersistenceId(persistenceId);
+    checkSequence("toSequenceNr", toSequenceNr);
+    const f = checkFence(fence);
+    return this.tx(() => {
+      this.checkFenceNow(f);
+      const snapshot = this.s.selectSnapshot.get(persistenceId) as { sequence_nr: number } | undefined;
+      if (snapshot === undefined || snapshot.sequence_nr < toSequenceNr) {
+        throw new UnsafeRetentionError(persistenceId, toSequenceNr, snapshot?.sequence_nr ?? null);
+      }
+      const deleted = this.s.deleteEvents.run(persistenceId, toSequenceNr).changes;
+      return { deletedEvents: deleted, throughSeq: toSequenceNr };
+    });
+  }
+
+  async saveState(request: SaveStateRequest): Promise<WriteResult> {
+    this.open();
+    checkRecord("state", request);
+    return this.writeState(request, request.manifest, request.payload, false);
+  }
+
+  async deleteState(request: DeleteStateRequest): Promise<WriteResult> {
+    this.open();
+    return this.writeState(request, TOMBSTONE_MANIFEST, null, true);
+  }
+
+  async loadState(persistenceId: string): Promise<StateRecord | null> {
+    this.open();
+    checkPersistenceId(persistenceId);
+    const row = this.s.selectState.get(persistenceId) as Record<string, unknown> | undefined;
+    if (row === undefined) return null;
+    if (typeof row.revision !== "number" || typeof row.manifest !== "string") {
+      throw new CorruptPersistentRecordError(
+        persistenceId,
+        Number(row.revision),
+        "durable state row has wrong column types",
+      );
+    }
+    const payload = row.payload === null ? null : String(row.payload);
+    return { revision: row.revision, manifest: row.manifest, payload, deleted: row.deleted === 1 };
+  }
+
+  async acquireShardLease(key: ShardLeaseKey, owner: string, durationMs: number): Promise<ShardLeaseToken | null> {
+    this.open();
+    validateLeaseKey(key);
+    validateLeaseRequest(owner, durationMs);
+    const row = this.s.acquireLease.get({
+      cluster: key.clusterName,
+      type: key.entityType,
+      shard: key.shardId,
+      owner,
+      duration: durationMs,
+    }) as LeaseRow | undefined;
+    return row === undefined ? null : leaseToken(key, row);
+  }
+
+  async renewShardLease(token: ShardLeaseToken, durationMs: number): Promise<ShardLeaseToken | null> {
+    this.open();
+    validateLeaseToken(token);
+    validateLeaseRequest(token.owner, durationMs);
+    const k = token.key;
+    const row = this.s.renewLease.get(durationMs, k.clusterName, k.entityType, k.shardId, token.owner, token.epoch) as
+      | LeaseRow
+      | undefined;
+    return row === undefined ? null : leaseToken(k, row);
+  }
+
+  async releaseShardLease(token: ShardLeaseToken): Promise<boolean> {
+    this.open();
+    validateLeaseToken(token);
+    const k = token.key;
+    return this.s.releaseLease.run(k.clusterName, k.entityType, k.shardId, token.owner, token.epoch).changes === 1;
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    this.db.close();
+  }
+
+  private writeState(
+    request: SaveStateRequest | DeleteStateRequest,
+    manifest: string,
+    payload: string | null,
+    deleted: boolean,
+  ): WriteResult {
+    checkPersistenceId(request.persistenceId);
+    checkSequence("expectedRevision", request.expectedRevision);
+    const op = OperationId.from(request.operationId).value;
+    const fence = checkFence(request.fence);
+    return this.stateTx.immediate(
+      request.persistenceId,
+      request.expectedRevision,
+      op,
+      manifest,
+      payload,
+      deleted,
+      fence,
+    );
+  }
+
+  private tx<R>(fn: () => R): R {
+    return this.db.transaction(fn).immediate();
+  }
+
+  private checkFenceNow(fence: ShardLeaseToken | null): void {
+    if (fence === null) return;
+    const k = fence.key;
+    if (this.s.checkFence.get(k.clusterName, k.entityType, k.shardId, fence.owner, fence.epoch) === undefined) {
+      throw new StaleShardOwnerError(fence);
+    }
+  }
+
+  private open(): void {
+    if (this.closed) throw new StoreClosedError("sqlite");
+  }
+}
+
+function prepare(db: SqliteDatabase) {
+  const p = (sql: string): Statement => db.prepare(sql);
+  return {
+    checkFence: p(
+      `SELECT 1 FROM shard_lease WHERE cluster_name = ? AND entity_type = ? AND shard_id = ? AND owner = ? AND epoch = ?
+        AND lease_until_epoch_ms > ${SQLITE_NOW_MS}`,
+    ),
+    insertJournalOp: p(
+      "INSERT INTO journal_operation (persistence_id, operation_id, fingerprint, revision) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
+    ),
+    selectJournalOp: p(
+      "SELECT fingerprint, revision FROM journal_operation WHERE persistence_id = ? AND operation_id = ?",
+    ),
+    ensureStream: p("INSERT INTO event_stream (persistence_id, revision) VALUES (?, 0) ON CONFLICT DO NOTHING"),
+    advanceStream: p("UPDATE event_stream SET revision = ? WHERE persistence_id = ? AND revision = ?"),
+    selectRevision: p("SELECT revision FROM event_stream WHERE persistence_id = ?"),
+    insertEvent: p("INSERT INTO event_journal (persistence_id, sequence_nr, manifest, payload) VALUES (?, ?, ?, ?)"),
+    selectEvents: p(
+      "SELECT sequence_nr, manifest, payload FROM event_journal WHERE persistence_id = ? AND sequence_nr > ? ORDER BY sequence_nr",
+    ),
+    deleteEvents: p("DELETE FROM event_journal WHERE persistence_id = ? AND sequence_nr <= ?"),
+    upsertSnapshot: p(
+      `INSERT INTO snapshot_store (persistence_id, sequence_nr, manifest, payload) VALUES (?, ?, ?, ?)
+        ON CONFLICT (persistence_id) DO UPDATE SET sequence_nr = excluded.sequence_nr, manifest = excluded.manifest,
+        payload = excluded.payload, updated_at = CURRENT_TIMESTAMP WHERE excluded.sequence_nr >= snapshot_store.sequence_nr`,
+    ),
+    selectSnapshot: p("SELECT sequence_nr, manifest, payload FROM snapshot_store WHERE persistence_id = ?"),
+    deleteSnapshot: p("DELETE FROM snapshot_store WHERE persistence_id = ?"),
+    insertStateOp: p(
+      "INSERT INTO state_operation (persistence_id, operation_id, fingerprint, revision) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
+    ),
+    selectStateOp: p("SELECT fingerprint, revision FROM state_operation WHERE persistence_id = ? AND operation_id = ?"),
+    insertState: p(
+      "INSERT INTO durable_state (persistence_id, revision, manifest, payload, deleted) VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+    ),
+    updateState: p(
+      `UPDATE durable_state SET revision = ?, manifest = ?, payload = ?, deleted = ?, updated_at = CURRENT_TIMESTAMP
+        WHERE persistence_id = ? AND revision = ?`,
+    ),
+    selectState: p("SELECT revision, manifest, payload, deleted FROM durable_state WHERE persistence_id = ?"),
+    // REFERENCE §4.5 in one statement: create at epoch 1; renew in place for the same unexpired owner; transfer an
+    // expired lease with epoch + 1; otherwise no row comes back (held by another owner).
+    acquireLease: p(
+      `INSERT INTO shard_lease (cluster_name, entity_type, shard_id, owner, epoch, lease_until_epoch_ms)
+        VALUES (@cluster, @type, @shard, @owner, 1, ${SQLITE_NOW_MS} + @duration)
+        ON CONFLICT (cluster_name, entity_type, shard_id) DO UPDATE SET
+          epoch = CASE WHEN shard_lease.owner = excluded.owner AND shard_lease.lease_until_epoch_ms > ${SQLITE_NOW_MS}
+            THEN shard_lease.epoch ELSE shard_lease.epoch + 1 END,
+          owner = excluded.owner, lease_until_epoch_ms = excluded.lease_until_epoch_ms, updated_at = CURRENT_TIMESTAMP
+        WHERE shard_lease.lease_until_epoch_ms <= ${SQLITE_NOW_MS} OR shard_lease.owner = excluded.owner
+        RETURNING owner, epoch, lease_until_epoch_ms`,
+    ),
+    renewLease: p(
+      `UPDATE shard_lease SET lease_until_epoch_ms = ${SQLITE_NOW_MS} + ?, updated_at = CURRENT_TIMESTAMP
+        WHERE cluster_name = ? AND entity_type = ? AND shard_id = ? AND owner = ? AND epoch = ?
+          AND lease_until_epoch_ms > ${SQLITE_NOW_MS}
+        RETURNING owner, epoch, lease_until_epoch_ms`,
+    ),
+    releaseLease: p(
+      `UPDATE shard_lease SET lease_until_epoch_ms = 0, updated_at = CURRENT_TIMESTAMP
+        WHERE cluster_name = ? AND entity_type = ? AND shard_id = ? AND owner = ? AND epoch = ?`,
+    ),
+  };
+}
+
+function migrate(db: SqliteDatabase): void {
+  // SQLite serialises writers itself: the immediate transaction around the history read is the schema lock.
+  db.exec(`CREATE TABLE IF NOT EXISTS movie_schema_migration (version INTEGER PRIMARY KEY, name TEXT NOT NULL,
+    checksum TEXT NOT NULL, applied_at TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP)`);
+  db.transaction(() => {
+    const applied = db
+      .prepare("SELECT version, name, checksum FROM movie_schema_migration")
+      .all() as AppliedMigration[];
+    for (const migration of pendingMigrations(sqliteMigrations, applied)) {
+      for (const sql of migration.statements) db.exec(sql);
+      db.prepare("INSERT INTO movie_schema_migration (version, name, checksum) VALUES (?, ?, ?)").run(
+        migration.version,
+        migration.name,
+        migration.checksum,
+      );
+    }
+  }).immediate();
+}
+
+function storedEvent(persistenceId: string, row: Record<string, unknown>): StoredEvent {
+  const sequenceNr = row.sequence_nr;
+  if (typeof sequenceNr !== "number" || !Number.isSafeInteger(sequenceNr)) {
+    throw new CorruptPersistentRecordError(persistenceId, Number(sequenceNr), "sequence number is not an integer");
+  }
+  if (typeof row.manifest !== "string" || row.manifest.length === 0) {
+    throw new CorruptPersistentRecordError(persistenceId, sequenceNr, "manifest is missing");
+  }
+  if (typeof row.payload !== "string") {
+    throw new CorruptPersistentRecordError(persistenceId, sequenceNr, "payload is not text");
+  }
+  return { sequenceNr, manifest: row.manifest, payload: row.payload };
+}
+
+function leaseToken(key: ShardLeaseKey, row: LeaseRow): ShardLeaseToken {
+  return {
+    key: { clusterName: key.clusterName, entityType: key.entityType, shardId: key.shardId },
+    owner: row.owner,
+    epoch: row.epoch,
+    leaseUntilEpochMs: row.lease_until_epoch_ms,
+  };
+}

@@ -1,0 +1,232 @@
+/**
+ * The store contract (REFERENCE §4.3): one interface, three backends (`memory/`, `sqlite/`, `postgres/`). Every
+ * mutation takes an optional fence (a {@link ShardLeaseToken}); a fenced mutation first checks, inside its own
+ * transaction, that the lease row has this owner, this epoch and an unexpired lease on the database clock, and
+ * otherwise raises StaleShardOwnerError and commits nothing. The fence check comes before duplicate detection.
+ */
+import { CorruptPersistentRecordError, InvalidPersistenceRequestError } from "./errors.ts";
+import { type ShardLeaseKey, type ShardLeaseToken, validateLeaseToken } from "./lease.ts";
+import { OperationId } from "./operation-id.ts";
+
+/** The backends this layer ships; sharding requires "postgres" for clustered persistent entities (REFERENCE §4.7). */
+export type BackendName = "memory" | "sqlite" | "postgres";
+
+/** One event to append: its codec manifest and its JSON payload text. */
+export interface EventRecord {
+  readonly manifest: string;
+  readonly payload: string;
+}
+
+/** An event read back: its sequence number (1-based, per persistence id), manifest and payload. */
+export interface StoredEvent extends EventRecord {
+  readonly sequenceNr: number;
+}
+
+/** The outcome of an append or a state write: the resulting revision, and whether it was a recognised retry. */
+export interface WriteResult {
+  readonly revision: number;
+  readonly duplicate: boolean;
+}
+
+/** A snapshot: the state as of `sequenceNr` (the last event it includes). */
+export interface SnapshotRecord {
+  readonly sequenceNr: number;
+  readonly manifest: string;
+  readonly payload: string;
+}
+
+/** A durable state row. After a delete it is a tombstone: manifest "deleted", null payload, `deleted` true. */
+export interface StateRecord {
+  readonly revision: number;
+  readonly manifest: string;
+  readonly payload: string | null;
+  readonly deleted: boolean;
+}
+
+/** What a retention delete removed: the number of journal rows and the sequence it deleted through. */
+export interface RetentionResult {
+  readonly deletedEvents: number;
+  readonly throughSeq: number;
+}
+
+/** An event append: `events` become sequence numbers expectedRevision+1 … in one transaction. */
+export interface AppendEventsRequest {
+  readonly persistenceId: string;
+  /** The stream revision the writer last saw (0 for a new stream). */
+  readonly expectedRevision: number;
+  readonly operationId: OperationId | string;
+  readonly events: readonly EventRecord[];
+  readonly fence?: ShardLeaseToken | null;
+}
+
+/** A durable state save; the revision becomes expectedRevision + 1. */
+export interface SaveStateRequest {
+  readonly persistenceId: string;
+  readonly expectedRevision: number;
+  readonly operationId: OperationId | string;
+  readonly manifest: string;
+  readonly payload: string;
+  readonly fence?: ShardLeaseToken | null;
+}
+
+/** A durable state delete: writes a tombstone at expectedRevision + 1. */
+export interface DeleteStateRequest {
+  readonly persistenceId: string;
+  readonly expectedRevision: number;
+  readonly operationId: OperationId | string;
+  readonly fence?: ShardLeaseToken | null;
+}
+
+/** The manifest of a durable-state tombstone (REFERENCE §4.2). */
+export const TOMBSTONE_MANIFEST = "deleted";
+
+/** The persistence backend contract; all three backends pass `test/persistence/store-contract.ts`. */
+export interface PersistenceStore {
+  /** Which backend this is. */
+  readonly backendName: BackendName;
+  /**
+   * Appends events at `expectedRevision` (an empty list only checks the revision).
+   * @throws StaleShardOwnerError, OperationConflictError, ConcurrentWriteError, InvalidPersistenceRequestError
+   */
+  appendEvents(request: AppendEventsRequest): Promise<WriteResult>;
+  /** Events with sequence number above `afterSeq` (default 0), in order. */
+  loadEvents(persistenceId: string, afterSeq?: number): Promise<StoredEvent[]>;
+  /** The stream revision (the sequence number of its last event ever written; kept across retention), 0 if none. */
+  loadRevision(persistenceId: string): Promise<number>;
+  /**
+   * Saves a snapshot if its sequence is at or past the stored one; true when written.
+   * @throws StaleShardOwnerError
+   */
+  saveSnapshot(persistenceId: string, snapshot: SnapshotRecord, fence?: ShardLeaseToken | null): Promise<boolean>;
+  /** The snapshot of `persistenceId`, or null. */
+  loadSnapshot(persistenceId: string): Promise<SnapshotRecord | null>;
+  /**
+   * Deletes the snapshot; true when one existed.
+   * @throws StaleShardOwnerError
+   */
+  deleteSnapshot(persistenceId: string, fence?: ShardLeaseToken | null): Promise<boolean>;
+  /**
+   * Deletes journal rows up to `toSequenceNr`; the revision and operation ids stay.
+   * @throws StaleShardOwnerError, UnsafeRetentionError (no snapshot at or past `toSequenceNr`)
+   */
+  deleteEventsTo(persistenceId: string, toSequenceNr: number, fence?: ShardLeaseToken | null): Promise<RetentionResult>;
+  /**
+   * Saves a durable state.
+   * @throws StaleShardOwnerError, OperationConflictError, ConcurrentWriteError
+   */
+  saveState(request: SaveStateRequest): Promise<WriteResult>;
+  /**
+   * Writes a tombstone.
+   * @throws StaleShardOwnerError, OperationConflictError, ConcurrentWriteError
+   */
+  deleteState(request: DeleteStateRequest): Promise<WriteResult>;
+  /** The durable state row (possibly a tombstone), or null when never written. */
+  loadState(persistenceId: string): Promise<StateRecord | null>;
+  /**
+   * Creates (epoch 1), renews in place (same unexpired owner) or transfers (expired: epoch + 1) a lease for
+   * `durationMs` on the database clock; null when another owner holds it.
+   * @throws InvalidPersistenceRequestError
+   */
+  acquireShardLease(key: ShardLeaseKey, owner: string, durationMs: number): Promise<ShardLeaseToken | null>;
+  /** Extends a lease still held with this owner, epoch and unexpired; null otherwise. */
+  renewShardLease(token: ShardLeaseToken, durationMs: number): Promise<ShardLeaseToken | null>;
+  /** Expires the lease at once if owner and epoch match; true when a row changed. */
+  releaseShardLease(token: ShardLeaseToken): Promise<boolean>;
+  /** Releases connections and files; later calls fail with StoreClosedError. */
+  close(): Promise<void>;
+}
+
+/** A validated append: fields checked, the operation id as text. Backends share this. */
+export interface CheckedAppend {
+  readonly persistenceId: string;
+  readonly expectedRevision: number;
+  readonly operationId: string;
+  readonly events: readonly EventRecord[];
+  readonly fence: ShardLeaseToken | null;
+}
+
+/**
+ * Validates a persistence id.
+ * @throws InvalidPersistenceRequestError
+ */
+export function checkPersistenceId(persistenceId: string): string {
+  if (typeof persistenceId !== "string" || persistenceId.length === 0) {
+    throw new InvalidPersistenceRequestError("persistenceId", "must be a non-empty string");
+  }
+  return persistenceId;
+}
+
+/**
+ * Validates a revision or sequence number (a whole number of 0 or more).
+ * @throws InvalidPersistenceRequestError
+ */
+export function checkSequence(field: string, value: number): number {
+  if (!Number.isSafeInteger(value) || value < 0) {
+    throw new InvalidPersistenceRequestError(field, `${String(value)}; expected a whole number of 0 or more`);
+  }
+  return value;
+}
+
+/**
+ * Validates an optional fence.
+ * @throws InvalidPersistenceRequestError
+ */
+export function checkFence(fence: ShardLeaseToken | null | undefined): ShardLeaseToken | null {
+  return fence === undefined || fence === null ? null : validateLeaseToken(fence);
+}
+
+/**
+ * Validates an append request.
+ * @throws InvalidPersistenceRequestError
+ */
+export function checkAppend(request: AppendEventsRequest): CheckedAppend {
+  checkPersistenceId(request.persistenceId);
+  checkSequence("expectedRevision", request.expectedRevision);
+  if (!Array.isArray(request.events)) throw new InvalidPersistenceRequestError("events", "expected an array");
+  for (const event of request.events) checkRecord("event", event);
+  return {
+    persistenceId: request.persistenceId,
+    expectedRevision: request.expectedRevision,
+    operationId: OperationId.from(request.operationId).value,
+    events: request.events,
+    fence: checkFence(request.fence),
+  };
+}
+
+/**
+ * Validates a manifest/payload pair.
+ * @throws InvalidPersistenceRequestError
+ */
+export function checkRecord(field: string, record: { manifest: string; payload: string }): void {
+  if (record === null || typeof record !== "object") {
+    throw new InvalidPersistenceRequestError(field, "expected { manifest, payload }");
+  }
+  if (typeof record.manifest !== "string" || record.manifest.length === 0) {
+    throw new InvalidPersistenceRequestError(`${field}.manifest`, "must be a non-empty string");
+  }
+  if (typeof record.payload !== "string") {
+    throw new InvalidPersistenceRequestError(`${field}.payload`, "must be a string (JSON text)");
+  }
+}
+
+/**
+ * Validates an event (or snapshot) row read back from a store.
+ * @throws CorruptPersistentRecordError naming the persistence id and sequence number
+ */
+export function checkStoredEvent(
+  persistenceId: string,
+  sequenceNr: number,
+  manifest: unknown,
+  payload: unknown,
+): StoredEvent {
+  if (!Number.isSafeInteger(sequenceNr) || sequenceNr < 0) {
+    throw new CorruptPersistentRecordError(persistenceId, sequenceNr, "sequence number is not a whole number");
+  }
+  if (typeof manifest !== "string" || manifest.length === 0) {
+    throw new CorruptPersistentRecordError(persistenceId, sequenceNr, "manifest is missing");
+  }
+  if (typeof payload !== "string") {
+    throw new CorruptPersistentRecordError(persistenceId, sequenceNr, "payload is not text");
+  }
+  return { sequenceNr, manifest, payload };
+}

@@ -1,0 +1,79 @@
+import type { UniqueAddress } from "../../actor/index.ts";
+import type { RebalancePolicy } from "../rebalance/policy.ts";
+import {
+  type Allocations,
+  desiredAllocations,
+  eligibleMembers,
+  type ShardAllocationStrategy,
+  type ShardingMember,
+} from "./strategy.ts";
+
+/** The outcome of one reconciliation: the plan to move towards, and whether more steps are needed. */
+export interface ReconcileResult {
+  /** The next plan (only the moved shards differ from the current one). */
+  readonly allocations: Map<number, UniqueAddress>;
+  /** True when some shard still differs from the target and the policy allowed moves this step. */
+  readonly pending: boolean;
+  /** Shards whose owner changes in this step, ascending. */
+  readonly moved: number[];
+}
+
+/** Builds initial plans and reconciliation steps from a strategy and a rebalance policy (REFERENCE §3.3). Pure. */
+export class AllocationPlanner {
+  constructor(
+    readonly shardCount: number,
+    readonly allocation: ShardAllocationStrategy,
+    readonly rebalance: RebalancePolicy,
+  ) {}
+
+  /** The desired plan for `members`; shards without an eligible owner are absent. */
+  initial(members: readonly ShardingMember[]): Map<number, UniqueAddress> {
+    return desiredAllocations(this.allocation, this.shardCount, members);
+  }
+
+  /**
+   * One reconciliation step from `current`: forced moves off missing or ineligible owners (unlimited), then the
+   * voluntary moves the rebalance policy allows, each to its target owner.
+   */
+  reconcile(current: Allocations, members: readonly ShardingMember[]): ReconcileResult {
+    const target = this.initial(members);
+    const eligible = new Set(eligibleMembers(members).map((m) => m.uniqueAddress.toString()));
+    const next = new Map(current);
+    for (let shard = 0; shard < this.shardCount; shard++) {
+      const owner = next.get(shard);
+      if (owner !== undefined && eligible.has(owner.toString())) continue;
+      const wanted = target.get(shard);
+      if (wanted === undefined) next.delete(shard);
+      else next.set(shard, wanted);
+    }
+    for (const shard of [...next.keys()]) if (shard < 0 || shard >= this.shardCount) next.delete(shard);
+    const voluntary: number[] = [];
+    for (const [shard, owner] of next) {
+      const wanted = target.get(shard);
+      if (wanted !== undefined && !wanted.equals(owner)) voluntary.push(shard);
+    }
+    voluntary.sort((a, b) => a - b);
+    const suggested = this.rebalance.selectShards({ members, allocations: next, targetAllocations: target });
+    const allowance = suggested.length;
+    const voluntarySet = new Set(voluntary);
+    const selected = new Set(suggested.filter((s) => voluntarySet.has(s)));
+    for (const shard of voluntary) {
+      if (selected.size >= allowance) break;
+      selected.add(shard);
+    }
+    for (const shard of selected) next.set(shard, target.get(shard)!);
+    let differs = false;
+    for (let shard = 0; shard < this.shardCount && !differs; shard++) {
+      const a = next.get(shard);
+      const b = target.get(shard);
+      differs = a === undefined ? b !== undefined : b === undefined || !a.equals(b);
+    }
+    const moved: number[] = [];
+    for (let shard = 0; shard < this.shardCount; shard++) {
+      const a = current.get(shard);
+      const b = next.get(shard);
+      if (a === undefined ? b !== undefined : b === undefined || !a.equals(b)) moved.push(shard);
+    }
+    return { allocations: next, pending: differs && allowance > 0, moved };
+  }
+}

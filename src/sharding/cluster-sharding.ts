@@ -1,0 +1,1264 @@
+import {
+  type AbstractBehavior,
+  type ActorContext,
+  type ActorRef,
+  type ActorSystem,
+  type AskOptions,
+  askVia,
+  type Cancellable,
+  type Class,
+  type Extension,
+  type ExtensionId,
+  InvalidArgumentError,
+  InvalidMessageError,
+  type LocalActorRef,
+  requireDurationMs,
+  STOP,
+  Stop,
+  SupervisorStrategies,
+  type SystemMessage,
+  type Terminated,
+  typeNameOf,
+  UniqueAddress,
+} from "../actor/index.ts";
+import { Cluster } from "../cluster/index.ts";
+import { Remoting } from "../remote/index.ts";
+import { AllocationPlanner } from "./allocation/planner.ts";
+import type { ShardingMember } from "./allocation/strategy.ts";
+import {
+  attachTyped,
+  inProcessCodec,
+  type PayloadCodec,
+  RegistryCodec,
+  registerShardingWireTypes,
+  typedOf,
+} from "./codec.ts";
+import {
+  activateTimeoutDefaultMs,
+  handoffTimeoutMs,
+  idleSweepHalvingFloorMs,
+  leaseRetryIntervalMs,
+  planSyncIntervalMs,
+  reconcileIntervalMs,
+} from "./constants.ts";
+import { electCoordinator, routingCoordinator } from "./coordinator/election.ts";
+import {
+  type EnvelopeKind,
+  PassivateShard,
+  PlanRequest,
+  PlanSnapshot,
+  PlanSnapshotRequest,
+  PlanUpdate,
+  PrepareShard,
+  ShardingControlAck,
+  ShardingEnvelope,
+  toAssignments,
+} from "./coordinator/messages.ts";
+import {
+  acceptPlanUpdate,
+  acceptSnapshot,
+  completeHandoffInPlan,
+  emptyPlan,
+  type PlanEffect,
+  type PlanState,
+  reconcilePlan,
+} from "./coordinator/plan.ts";
+import { ShardingDaemon } from "./daemon.ts";
+import { type EntityRouter, ShardedEntityRef, ShardedEntityType } from "./entity-ref.ts";
+import {
+  ClusterShardingConfigurationError,
+  NoShardOwnerError,
+  ShardHandoffInProgressError,
+  ShardLeaseUnavailableError,
+  UnsupportedSystemMessageError,
+} from "./errors.ts";
+import {
+  type HandoffEffect,
+  type HandoffInput,
+  type HandoffState,
+  handoffStep,
+  newHandoff,
+} from "./handoff/handoff.ts";
+import type { ShardingClusterSnapshot, ShardingMembership } from "./membership.ts";
+import { EntityProvider, type ShardingProvider } from "./provider.ts";
+import { type AttemptOutcome, RetryBarrier } from "./retry-barrier.ts";
+import { ShardingSettings, type ShardingSettingsOptions } from "./settings.ts";
+import { type MutableShardingStats, type ShardingStats, zeroStats } from "./stats.ts";
+
+/** One accepted routed message on its way: the envelope, the sender to reply to, and the typed value. */
+interface Delivery {
+  readonly envelope: ShardingEnvelope;
+  readonly sender: ActorRef<unknown> | null;
+  readonly typed: unknown;
+}
+
+interface RunningHandoff {
+  state: HandoffState<Delivery>;
+  /** Identifies this handoff so that replies of an older one for the same shard are ignored. */
+  readonly token: object;
+}
+
+/** Everything one node keeps about one sharded type. */
+interface TypeState {
+  readonly provider: ShardingProvider;
+  readonly planner: AllocationPlanner;
+  plan: PlanState;
+  readonly barrier: RetryBarrier<Delivery>;
+  readonly barrierTimers: Map<number, Cancellable>;
+  readonly handoffs: Map<number, RunningHandoff>;
+  /** shard → coordinator (UniqueAddress string) that prepared it here. */
+  readonly prepared: Map<number, string>;
+  /** On the coordinator: member → settings key it registered the type with (via PlanRequest or PlanSnapshot). */
+  readonly registrations: Map<string, string>;
+  readonly drains: Map<number, Promise<void>>;
+  reconcileTimer: Cancellable | null;
+  planSyncTimer: Cancellable | null;
+  idleTimer: Cancellable | null;
+}
+
+/** The options that wire sharding to a membership view and a payload codec (remoting and cluster by default). */
+export interface ShardingRuntime {
+  readonly membership: ShardingMembership;
+  readonly codec?: PayloadCodec;
+}
+
+const daemonName = "sharding";
+const departureGuardName = "cluster-sharding";
+
+/**
+ * Cluster sharding for one actor system (the seed's `ClusterSharding.get(system)`): register entity types with
+ * {@link ClusterSharding.init}, then talk to entities through {@link ClusterSharding.entityRefFor}. Routing goes
+ * through the coordinator (the lowest Up member of a converged cluster), which activates the entity locally or
+ * forwards one hop to the shard's owner; ownership moves only through a buffered handoff; without a converged
+ * coordinator every route fails closed with NoShardOwnerError.
+ */
+export class ClusterSharding implements Extension, EntityRouter {
+  private readonly types = new Map<string, TypeState>();
+  private readonly counters: MutableShardingStats = zeroStats();
+  private readonly codec: PayloadCodec;
+  private readonly membership: ShardingMembership;
+  private readonly self: UniqueAddress;
+  private daemonContext: ActorContext<unknown> | null = null;
+  private readonly daemon: ActorRef<unknown>;
+  private readonly unsubscribe: () => void;
+  private stopped = false;
+  private lastCoordinator: string | null = null;
+
+  /** @internal Use {@link ClusterSharding.get}. */
+  constructor(
+    private readonly system: ActorSystem,
+    runtime: ShardingRuntime,
+  ) {
+    this.membership = runtime.membership;
+    this.codec = runtime.codec ?? inProcessCodec;
+    this.self = this.membership.selfAddress;
+    this.daemon = system.spawnSystemActor(
+      () =>
+        new ShardingDaemon({
+          daemonStarted: (ctx) => {
+            this.daemonContext = ctx;
+          },
+          daemonReceive: (message, ctx) => this.onDaemonMessage(message, ctx),
+          entityTerminated: (signal) => this.onEntityTerminated(signal),
+        }),
+      daemonName,
+      { supervision: SupervisorStrategies.stop() },
+    );
+    this.membership.registerDepartureGuard(departureGuardName, (member) => this.departureReady(member));
+    this.unsubscribe = this.membership.subscribe(() => this.onMembershipChange());
+  }
+
+  /**
+   * The sharding extension of `system`, created on first use.
+   * @throws ClusterShardingConfigurationError "cluster sharding requires remoting" / "... requires cluster
+   * membership" when those are not enabled first
+   */
+  static get(system: ActorSystem): ClusterSharding {
+    return system.extension(
+      shardingExtensionId(() => {
+        let remoting: Remoting;
+        try {
+          remoting = Remoting.get(system);
+        } catch {
+          throw new ClusterShardingConfigurationError(
+            "cluster sharding requires remoting; await system.enableRemoting({ host, port }) first",
+          );
+        }
+        let cluster: Cluster;
+        try {
+          cluster = Cluster.get(system);
+        } catch {
+          throw new ClusterShardingConfigurationError(
+            "cluster sharding requires cluster membership; await system.enableCluster({ seedNodes }) first",
+          );
+        }
+        registerShardingWireTypes(remoting.registry);
+        return { membership: cluster, codec: new RegistryCodec(remoting.registry) };
+      }),
+    );
+  }
+
+  /** @internal Starts sharding on `system` over an explicit membership view and codec (tests, simulations). */
+  static start(system: ActorSystem, runtime: ShardingRuntime): ClusterSharding {
+    return system.extension(shardingExtensionId(() => runtime));
+  }
+
+  // ---------------------------------------------------------------------------------------------------------------
+  // Registration
+
+  /**
+   * Registers the entity type `name` whose actors accept `messageType`, created by `factory(entityId)` on first
+   * message. Idempotent when name, message type and every compatibility setting match (the first factory stays).
+   * @throws ClusterShardingConfigurationError for invalid settings, or a mismatch with an earlier init (naming the field)
+   * @throws InvalidArgumentError for an empty name
+   */
+  init<T>(
+    name: string,
+    messageType: Class<T>,
+    settings: ShardingSettingsOptions | ShardingSettings,
+    factory: (entityId: string) => AbstractBehavior<T>,
+  ): ShardedEntityType<T> {
+    if (typeof name !== "string" || name.length === 0) {
+      throw new InvalidArgumentError("entity type name", "entity type name must not be empty");
+    }
+    if (typeof messageType !== "function") {
+      throw new ClusterShardingConfigurationError(`init of ${name} needs the entity's message class`, "messageType");
+    }
+    if (typeof factory !== "function") {
+      throw new ClusterShardingConfigurationError(
+        `init of ${name} needs an entity factory (entityId) => behavior`,
+        "factory",
+      );
+    }
+    const resolved = settings instanceof ShardingSettings ? settings : ShardingSettings.create(settings ?? {});
+    const existing = this.types.get(name);
+    if (existing !== undefined) {
+      const field =
+        existing.provider.messageTypeName !== messageType.name
+          ? "messageType"
+          : existing.provider.settings.incompatibleField(resolved);
+      if (field !== null) {
+        throw new ClusterShardingConfigurationError(
+          `Entity type ${name} is already registered with incompatible settings (${field} differs); use the same settings on every init`,
+          field,
+        );
+      }
+      return new ShardedEntityType<T>(name);
+    }
+    const host = this.requireDaemonContext();
+    const provider = new EntityProvider<T>(
+      name,
+      messageType.name,
+      resolved,
+      (entityId) => () => factory(entityId),
+      host,
+      this.system.scheduler,
+      this.counters,
+    );
+    this.register(provider);
+    return new ShardedEntityType<T>(name);
+  }
+
+  /** @internal Registers a provider (ordinary now; persistent providers later use the same path). */
+  register(provider: ShardingProvider): void {
+    const settings = provider.settings;
+    const state: TypeState = {
+      provider,
+      planner: new AllocationPlanner(settings.shardCount, settings.allocation, settings.rebalance),
+      plan: emptyPlan,
+      barrier: new RetryBarrier<Delivery>({
+        entityType: provider.name,
+        windowMs: settings.leaseDuration + settings.leaseRenewInterval,
+      }),
+      barrierTimers: new Map(),
+      handoffs: new Map(),
+      prepared: new Map(),
+      registrations: new Map(),
+      drains: new Map(),
+      reconcileTimer: null,
+      planSyncTimer: null,
+      idleTimer: null,
+    };
+    this.types.set(provider.name, state);
+    this.syncPlan(state);
+    if (settings.idleTimeout !== null) this.scheduleIdleSweep(state, settings.idleTimeout);
+  }
+
+  /**
+   * A logical ref to entity `entityId` of `entityType` (the value `init` returned, or its name).
+   * @throws ClusterShardingConfigurationError when the type is not registered on this node
+   * @throws InvalidArgumentError for an empty id
+   */
+  entityRefFor<T>(entityType: ShardedEntityType<T> | string, entityId: string): ShardedEntityRef<T> {
+    const name = typeof entityType === "string" ? entityType : entityType.name;
+    this.requireType(name);
+    if (typeof entityId !== "string" || entityId.length === 0) {
+      throw new InvalidArgumentError("entity id", "entity id must not be empty");
+    }
+    return new ShardedEntityRef<T>(name, entityId, this);
+  }
+
+  // ---------------------------------------------------------------------------------------------------------------
+  // Inspection and control
+
+  /** Defensive copy of this node's view of the plan of `entityType` (empty while no plan is known). */
+  allocations(entityType: ShardedEntityType<unknown> | string): Map<number, UniqueAddress> {
+    const state = this.requireType(typeof entityType === "string" ? entityType : entityType.name);
+    if (state.plan.generation === 0) this.syncPlan(state);
+    return new Map(state.plan.allocations);
+  }
+
+  /** The generation of this node's plan of `entityType` (0 before any). */
+  planGeneration(entityType: ShardedEntityType<unknown> | string): number {
+    return this.requireType(typeof entityType === "string" ? entityType : entityType.name).plan.generation;
+  }
+
+  /** Live local entity actors over all types. */
+  get localEntityCount(): number {
+    let n = 0;
+    for (const t of this.types.values()) n += t.provider.entityCount;
+    return n;
+  }
+
+  /** Handoffs running on this node (only the coordinator runs any). */
+  get handoffsInProgress(): number {
+    let n = 0;
+    for (const t of this.types.values()) n += t.handoffs.size;
+    return n;
+  }
+
+  /** True while a handoff of `shardId` of `entityType` runs here (meaningful on the coordinator). */
+  handoffInProgress(entityType: ShardedEntityType<unknown> | string, shardId: number): boolean {
+    return this.requireType(typeof entityType === "string" ? entityType : entityType.name).handoffs.has(shardId);
+  }
+
+  /** The shard of `entityId` of `entityType`. */
+  shardOf(entityType: ShardedEntityType<unknown> | string, entityId: string): number {
+    const s = this.requireType(typeof entityType === "string" ? entityType : entityType.name);
+    const name = s.provider.name;
+    return s.provider.settings.partitioner.shardFor(name, entityId, s.provider.settings.shardCount);
+  }
+
+  /** A snapshot of the 15 counters (REFERENCE §7), summed over types. */
+  get stats(): ShardingStats {
+    return Object.freeze({ ...this.counters });
+  }
+
+  /**
+   * The owner of the entity's shard in this node's plan, or null when the shard has no owner, there is no
+   * coordinator, or the plan is not the current coordinator's.
+   */
+  ownerFor(entityType: ShardedEntityType<unknown> | string, entityId: string): UniqueAddress | null {
+    const state = this.requireType(typeof entityType === "string" ? entityType : entityType.name);
+    const coordinator = routingCoordinator(this.membership.snapshot());
+    if (coordinator === null || state.plan.author === null || !state.plan.author.equals(coordinator)) return null;
+    return state.plan.allocations.get(this.shardOf(entityType, entityId)) ?? null;
+  }
+
+  /**
+   * Creates the entity on its owner now, through the coordinator like any route. Resolves `accepted: true` only when
+   * this call created a new actor.
+   */
+  activate(
+    entityType: ShardedEntityType<unknown> | string,
+    entityId: string,
+    timeoutMs = activateTimeoutDefaultMs,
+  ): Promise<ShardingControlAck> {
+    try {
+      const name = typeof entityType === "string" ? entityType : entityType.name;
+      const state = this.requireType(name);
+      requireDurationMs("activate timeout", timeoutMs);
+      const envelope = this.envelopeFor(state, "Activate", entityId, null, timeoutMs);
+      const coordinator = this.coordinatorOrThrow();
+      return askVia(this.system, this.entryRef(coordinator, state), envelope, ShardingControlAck, timeoutMs);
+    } catch (error) {
+      return Promise.reject(error);
+    }
+  }
+
+  // ---------------------------------------------------------------------------------------------------------------
+  // Routing: caller side (REFERENCE §3.6)
+
+  /** @internal Behind `ShardedEntityRef.tell`. */
+  route(entityType: string, entityId: string, message: unknown, sender: ActorRef<unknown> | null): void {
+    this.counters.routes++;
+    if (message === undefined || message === null) throw new InvalidMessageError("tell needs a message value");
+    const state = this.requireType(entityType);
+    const envelope = this.envelopeFor(state, "User", entityId, message, null);
+    const coordinator = this.coordinatorOrThrow();
+    this.entryRef(coordinator, state).tell(envelope, sender);
+  }
+
+  /** @internal Behind `ShardedEntityRef.ask`. */
+  routeAsk<R>(
+    entityType: string,
+    entityId: string,
+    message: unknown,
+    replyType: Class<R>,
+    timeoutMs: number,
+    options?: AskOptions,
+  ): Promise<R> {
+    try {
+      this.counters.routes++;
+      if (message === undefined || message === null) throw new InvalidMessageError("ask needs a message value");
+      requireDurationMs("ask timeout", timeoutMs);
+      const state = this.requireType(entityType);
+      const envelope = this.envelopeFor(state, "User", entityId, message, timeoutMs);
+      const coordinator = this.coordinatorOrThrow();
+      return askVia(this.system, this.entryRef(coordinator, state), envelope, replyType, timeoutMs, options);
+    } catch (error) {
+      return Promise.reject(error);
+    }
+  }
+
+  /** @internal Behind `ShardedEntityRef.sendSystem`. */
+  passivate(entityType: string, entityId: string, message: SystemMessage): void {
+    if (!(message instanceof Stop)) throw new UnsupportedSystemMessageError(typeNameOf(message));
+    const state = this.requireType(entityType);
+    this.counters.passivationRequests++;
+    const envelope = this.envelopeFor(state, "Passivate", entityId, null, null);
+    const coordinator = this.coordinatorOrThrow();
+    this.entryRef(coordinator, state).tell(envelope, null);
+  }
+
+  private envelopeFor(
+    state: TypeState,
+    kind: EnvelopeKind,
+    entityId: string,
+    message: unknown,
+    askTimeoutMs: number | null,
+  ): ShardingEnvelope {
+    if (typeof entityId !== "string" || entityId.length === 0) {
+      throw new InvalidArgumentError("entity id", "entity id must not be empty");
+    }
+    const settings = state.provider.settings;
+    const shardId = settings.partitioner.shardFor(state.provider.name, entityId, settings.shardCount);
+    const wire = kind === "User" ? this.codec.encode(message) : null;
+    const envelope = new ShardingEnvelope(
+      kind,
+      state.provider.name,
+      entityId,
+      shardId,
+      settings.key,
+      0,
+      null,
+      askTimeoutMs,
+      false,
+      wire,
+    );
+    if (kind === "User") attachTyped(envelope, message);
+    return envelope;
+  }
+
+  private coordinatorOrThrow(): UniqueAddress {
+    const coordinator = routingCoordinator(this.membership.snapshot());
+    if (coordinator === null) {
+      this.counters.rejectedEnvelopes++;
+      throw NoShardOwnerError.noCoordinator();
+    }
+    return coordinator;
+  }
+
+  /** Where a caller hands its envelope: the local coordinator logic, or the remote coordinator's daemon. */
+  private entryRef(coordinator: UniqueAddress, state: TypeState): ActorRef<unknown> {
+    if (!coordinator.equals(this.self)) {
+      this.counters.remoteRoutes++;
+      return this.daemonOf(coordinator);
+    }
+    return new LocalCoordinatorEntry(this.daemon, (envelope, sender) =>
+      this.handleEnvelope(state, envelope as ShardingEnvelope, sender, null),
+    );
+  }
+
+  private daemonOf(node: UniqueAddress): ActorRef<unknown> {
+    return this.system.actorSelection(`${node.address}/system/${daemonName}`);
+  }
+
+  // ---------------------------------------------------------------------------------------------------------------
+  // The daemon: everything that arrives at /system/sharding
+
+  private onDaemonMessage(message: unknown, ctx: ActorContext<unknown>): void {
+    const origin = ctx.origin;
+    const sender = ctx.sender;
+    try {
+      if (message instanceof ShardingEnvelope) {
+        const state = this.types.get(message.entityType);
+        if (state === undefined) {
+          this.reject(
+            { envelope: message, sender, typed: undefined },
+            new ClusterShardingConfigurationError(
+              `Entity type ${message.entityType} is not registered on this node; init it on every node`,
+            ),
+          );
+          return;
+        }
+        this.handleEnvelope(state, message, sender, origin);
+      } else if (message instanceof PlanRequest) this.onPlanRequest(message, origin);
+      else if (message instanceof PlanSnapshotRequest) this.onPlanSnapshotRequest(message, origin);
+      else if (message instanceof PlanSnapshot) this.onPlanSnapshot(message, origin);
+      else if (message instanceof PlanUpdate) this.onPlanUpdate(message, origin);
+      else if (message instanceof PassivateShard) this.onPassivateShard(message, sender, origin);
+      else if (message instanceof PrepareShard) this.onPrepareShard(message, sender, origin);
+      else {
+        this.counters.rejectedEnvelopes++;
+        ctx.log.warn(
+          { type: typeNameOf(message), origin: origin?.toString() },
+          "sharding daemon ignored an unknown message",
+        );
+      }
+    } catch (error) {
+      this.counters.rejectedEnvelopes++;
+      const err = asError(error);
+      if (sender !== null && expectsReply(message)) sender.failAsk?.(err);
+      ctx.log.warn({ error: err.message, origin: origin?.toString() }, "sharding daemon rejected a message");
+    }
+  }
+
+  /** An envelope at this node: hop 0 means we are asked as coordinator, hop 1 as owner. Never throws. */
+  private handleEnvelope(
+    state: TypeState,
+    envelope: ShardingEnvelope,
+    sender: ActorRef<unknown> | null,
+    origin: UniqueAddress | null,
+  ): void {
+    const typed = typedOf(envelope);
+    let delivery: Delivery = { envelope, sender, typed: typed?.value };
+    try {
+      if (envelope.settingsKey !== state.provider.settings.key) {
+        throw new ClusterShardingConfigurationError(
+          `Entity type ${envelope.entityType} received incompatible sharding settings; init it with identical settings on every node`,
+          "settingsKey",
+        );
+      }
+      if (envelope.kind === "User" && typed === undefined) {
+        delivery = { envelope, sender, typed: this.codec.decode(envelope.message!) };
+      }
+      if (envelope.hopCount === 0) this.routeAsCoordinator(state, delivery);
+      else this.receiveAsOwner(state, delivery, origin);
+    } catch (error) {
+      this.reject(delivery, asError(error));
+    }
+  }
+
+  private routeAsCoordinator(state: TypeState, d: Delivery): void {
+    const { envelope } = d;
+    const settings = state.provider.settings;
+    const expected = settings.partitioner.shardFor(envelope.entityType, envelope.entityId, settings.shardCount);
+    if (expected !== envelope.shardId) {
+      throw new ClusterShardingConfigurationError(
+        `Envelope shard ${envelope.shardId} does not match entity shard ${expected}`,
+        "shardId",
+      );
+    }
+    const shard = envelope.shardId;
+    const snap = this.membership.snapshot();
+    const coordinator = electCoordinator(snap);
+    if (coordinator === null || !coordinator.equals(this.self)) throw new NoShardOwnerError(envelope.entityType, shard);
+    if (!this.isAuthor(state)) this.reconcile(state);
+    if (!this.isAuthor(state)) throw new NoShardOwnerError(envelope.entityType, shard);
+    if (this.joinBarrier(state, shard, d)) return;
+    if (this.bufferInHandoff(state, shard, d)) return;
+    let owner = state.plan.allocations.get(shard);
+    if (owner === undefined) throw new NoShardOwnerError(envelope.entityType, shard);
+    if (!this.isUp(snap, owner)) {
+      this.reconcile(state);
+      if (this.bufferInHandoff(state, shard, d)) return;
+      owner = state.plan.allocations.get(shard);
+      if (owner === undefined || !this.isUp(this.membership.snapshot(), owner)) {
+        throw new NoShardOwnerError(envelope.entityType, shard);
+      }
+    }
+    this.dispatch(state, d, owner);
+  }
+
+  /** Sends an accepted delivery to `owner`: locally, or one hop to its daemon. */
+  private dispatch(state: TypeState, d: Delivery, owner: UniqueAddress): void {
+    if (owner.equals(this.self)) {
+      this.deliverOrQueue(state, d);
+      return;
+    }
+    this.counters.forwards++;
+    const forwarded = d.envelope.forwarded(this.self, d.sender === null);
+    if (d.envelope.kind === "User") attachTyped(forwarded, d.typed);
+    // The original asker's ref travels as sender, so reply, failure, timeout and cancel all stay between the asker
+    // and the owner (two network legs at most), and a three-node hop keeps the caller's actor path.
+    this.daemonOf(owner).tell(forwarded, d.sender);
+  }
+
+  private receiveAsOwner(state: TypeState, d: Delivery, origin: UniqueAddress | null): void {
+    const { envelope } = d;
+    const coordinator = electCoordinator(this.membership.snapshot());
+    const fromCoordinator =
+      coordinator !== null &&
+      envelope.hopCount === 1 &&
+      envelope.coordinator === coordinator.toString() &&
+      (origin === null ? coordinator.equals(this.self) : origin.equals(coordinator));
+    if (!fromCoordinator || !this.authorizedShard(state, envelope.shardId, coordinator)) {
+      throw new ClusterShardingConfigurationError("Sharding delivery was not authorized by the current coordinator");
+    }
+    if (this.joinBarrier(state, envelope.shardId, d)) return;
+    this.deliverOrQueue(state, d);
+  }
+
+  private authorizedShard(state: TypeState, shard: number, coordinator: UniqueAddress): boolean {
+    if (state.prepared.get(shard) === coordinator.toString()) return true;
+    return (
+      state.plan.author !== null &&
+      state.plan.author.equals(coordinator) &&
+      state.plan.allocations.get(shard)?.equals(this.self) === true
+    );
+  }
+
+  /** Delivers locally; a transient admission failure opens the shard's retry barrier. */
+  private deliverOrQueue(state: TypeState, d: Delivery): void {
+    const outcome = this.deliverLocal(state, d);
+    if (outcome === "delivered") return;
+    if (typeof outcome === "object") {
+      this.reject(d, outcome.error);
+      return;
+    }
+    const shard = d.envelope.shardId;
+    const result = state.barrier.failed(shard, d, d.envelope.deliveryAttempt, outcome, this.system.scheduler.now());
+    this.applyBarrier(state, shard, result);
+  }
+
+  private deliverLocal(state: TypeState, d: Delivery): AttemptOutcome {
+    const { envelope } = d;
+    const provider = state.provider;
+    try {
+      provider.authorizeShard(envelope.shardId);
+      switch (envelope.kind) {
+        case "User":
+          provider.deliver(envelope.shardId, envelope.entityId, d.typed, d.envelope.senderless ? null : d.sender);
+          break;
+        case "Activate": {
+          const created = provider.activate(envelope.shardId, envelope.entityId);
+          d.sender?.tell(new ShardingControlAck(created));
+          break;
+        }
+        case "Passivate":
+          if (provider.passivate(envelope.entityId)) this.counters.explicitPassivations++;
+          break;
+      }
+      return "delivered";
+    } catch (error) {
+      if (error instanceof ShardLeaseUnavailableError) return "lease";
+      if (error instanceof ShardHandoffInProgressError) return "handoff";
+      return { error: asError(error) };
+    }
+  }
+
+  // ---------------------------------------------------------------------------------------------------------------
+  // Retry barrier shell (REFERENCE §3.9): one timer per shard queue, never one per message
+
+  private joinBarrier(state: TypeState, shard: number, d: Delivery): boolean {
+    if (!state.barrier.has(shard)) return false;
+    const joined = state.barrier.join(shard, d);
+    if (!joined.queued && joined.error !== null) this.reject(d, joined.error);
+    return true;
+  }
+
+  private applyBarrier(
+    state: TypeState,
+    shard: number,
+    result: { rejected: { item: Delivery; error: Error }[]; leaseRetries: number; next: "tick" | "yield" | "none" },
+  ): void {
+    this.counters.leaseRetries += result.leaseRetries;
+    for (const r of result.rejected) this.reject(r.item, r.error);
+    if (result.next === "none") return;
+    const delay = result.next === "tick" ? leaseRetryIntervalMs : 0;
+    state.barrierTimers.get(shard)?.cancel();
+    state.barrierTimers.set(
+      shard,
+      this.system.scheduler.scheduleOnce(delay, () => {
+        state.barrierTimers.delete(shard);
+        if (this.stopped) return;
+        const coordinator = electCoordinator(this.membership.snapshot());
+        const authorized = coordinator !== null && this.authorizedShard(state, shard, coordinator);
+        this.applyBarrier(
+          state,
+          shard,
+          state.barrier.drain(shard, this.system.scheduler.now(), authorized, (d) => this.deliverLocal(state, d)),
+        );
+      }),
+    );
+  }
+
+  // ---------------------------------------------------------------------------------------------------------------
+  // Coordinator: plan reconcile, snapshots, distribution (REFERENCE §3.5)
+
+  private isAuthor(state: TypeState): boolean {
+    return state.plan.author !== null && state.plan.author.equals(this.self);
+  }
+
+  private isUp(snap: ShardingClusterSnapshot, node: UniqueAddress): boolean {
+    return snap.members.some((m) => m.uniqueAddress.equals(node) && m.status === "Up");
+  }
+
+  /** Members placement may use for `state`: those that registered the type with our settings (and self). */
+  private placementMembers(state: TypeState, snap: ShardingClusterSnapshot): ShardingMember[] {
+    const key = state.provider.settings.key;
+    return snap.members.filter(
+      (m) => m.uniqueAddress.equals(this.self) || state.registrations.get(m.uniqueAddress.toString()) === key,
+    );
+  }
+
+  private reconcile(state: TypeState): void {
+    if (this.stopped) return;
+    const snap = this.membership.snapshot();
+    const coordinator = electCoordinator(snap);
+    if (coordinator === null || !coordinator.equals(this.self)) return;
+    const peers = snap.members
+      .filter((m) => m.status === "Up" && !m.uniqueAddress.equals(this.self))
+      .map((m) => m.uniqueAddress)
+      .sort(UniqueAddress.compare);
+    const [plan, effects] = reconcilePlan(state.plan, {
+      self: this.self,
+      coordinator,
+      members: this.placementMembers(state, snap),
+      snapshotPeers: peers,
+      planner: state.planner,
+      handoffs: new Set(state.handoffs.keys()),
+      nowMs: this.system.scheduler.now(),
+    });
+    if (plan !== state.plan) {
+      const authored = plan.generation !== state.plan.generation;
+      state.plan = plan;
+      if (authored) this.afterPlanStored(state);
+    }
+    for (const effect of effects) this.performPlanEffect(state, effect);
+  }
+
+  private performPlanEffect(state: TypeState, effect: PlanEffect): void {
+    switch (effect.kind) {
+      case "requestSnapshots": {
+        const request = new PlanSnapshotRequest(state.provider.name, state.provider.settings.key, this.self.toString());
+        for (const peer of effect.peers) this.daemonOf(peer).tell(request, this.daemon);
+        break;
+      }
+      case "broadcast":
+        this.broadcastPlan(state);
+        break;
+      case "startHandoff":
+        this.startHandoff(state, effect.shardId, effect.previous, effect.next);
+        break;
+      case "scheduleReconcile":
+        this.scheduleReconcile(state, effect.afterMs);
+        break;
+    }
+  }
+
+  private scheduleReconcile(state: TypeState, afterMs = reconcileIntervalMs): void {
+    if (state.reconcileTimer !== null || this.stopped) return;
+    state.reconcileTimer = this.system.scheduler.scheduleOnce(afterMs, () => {
+      state.reconcileTimer = null;
+      this.reconcile(state);
+    });
+  }
+
+  private planUpdateOf(state: TypeState): PlanUpdate {
+    return new PlanUpdate(
+      state.provider.name,
+      state.provider.settings.key,
+      this.self.toString(),
+      state.plan.generation,
+      toAssignments(state.plan.allocations),
+    );
+  }
+
+  private broadcastPlan(state: TypeState): void {
+    if (!this.isAuthor(state)) {
+      throw new ClusterShardingConfigurationError(
+        "Only the current coordinator may publish its authoritative sharding plan",
+      );
+    }
+    const update = this.planUpdateOf(state);
+    // Leaving and Exiting members get the plan too: the membership leader may be a leaving node, and its departure
+    // guard reads its own plan view to learn that no shard is left on it.
+    const targets = this.membership
+      .snapshot()
+      .members.filter((m) => !m.uniqueAddress.equals(this.self) && departingOrUp(m.status))
+      .map((m) => m.uniqueAddress);
+    for (const peer of targets) this.daemonOf(peer).tell(update, this.daemon);
+  }
+
+  /** After any stored plan: keep only locally planned or prepared shards, clear prepared shards now planned here. */
+  private afterPlanStored(state: TypeState): void {
+    const author = state.plan.author?.toString() ?? null;
+    const keep = new Set<number>();
+    for (const [shard, owner] of state.plan.allocations) {
+      if (owner.equals(this.self)) {
+        keep.add(shard);
+        state.prepared.delete(shard);
+      }
+    }
+    for (const [shard, by] of state.prepared) if (by === author) keep.add(shard);
+    state.provider.retainShards(keep);
+  }
+
+  private onPlanRequest(request: PlanRequest, origin: UniqueAddress | null): void {
+    const state = this.requireType(request.entityType);
+    if (origin === null || request.requester !== origin.toString()) {
+      throw new ClusterShardingConfigurationError("Sharding plan request has mismatched sender identity");
+    }
+    if (request.settingsKey !== state.provider.settings.key) {
+      throw new ClusterShardingConfigurationError(
+        `Entity type ${request.entityType} received incompatible sharding settings; init it with identical settings on every node`,
+        "settingsKey",
+      );
+    }
+    const known = state.registrations.get(request.requester);
+    state.registrations.set(request.requester, request.settingsKey);
+    const coordinator = electCoordinator(this.membership.snapshot());
+    if (coordinator === null || !coordinator.equals(this.self)) return;
+    if (!this.isAuthor(state)) this.reconcile(state);
+    // A newly registered member may change placement.
+    else if (known === undefined) this.scheduleReconcile(state, 0);
+    if (this.isAuthor(state)) this.daemonOf(origin).tell(this.planUpdateOf(state), this.daemon);
+  }
+
+  private onPlanSnapshotRequest(request: PlanSnapshotRequest, origin: UniqueAddress | null): void {
+    const state = this.requireType(request.entityType);
+    if (origin === null || request.coordinator !== origin.toString()) {
+      throw new ClusterShardingConfigurationError("Sharding plan snapshot request has mismatched sender identity");
+    }
+    if (request.settingsKey !== state.provider.settings.key) {
+      throw new ClusterShardingConfigurationError(
+        `Entity type ${request.entityType} received incompatible sharding settings`,
+        "settingsKey",
+      );
+    }
+    if (state.plan.generation > 0) this.daemonOf(origin).tell(this.snapshotOf(state), this.daemon);
+    else this.daemonOf(origin).tell(this.planRequestOf(state), this.daemon);
+  }
+
+  private snapshotOf(state: TypeState): PlanSnapshot {
+    return new PlanSnapshot(
+      state.provider.name,
+      state.provider.settings.key,
+      state.plan.author?.toString() ?? this.self.toString(),
+      state.plan.generation,
+      toAssignments(state.plan.allocations),
+    );
+  }
+
+  private planRequestOf(state: TypeState): PlanRequest {
+    return new PlanRequest(state.provider.name, state.provider.settings.key, this.self.toString());
+  }
+
+  private onPlanSnapshot(snapshot: PlanSnapshot, origin: UniqueAddress | null): void {
+    const state = this.requireType(snapshot.entityType);
+    if (snapshot.settingsKey !== state.provider.settings.key) {
+      throw new ClusterShardingConfigurationError(
+        `Entity type ${snapshot.entityType} received incompatible sharding settings`,
+        "settingsKey",
+      );
+    }
+    const snap = this.membership.snapshot();
+    if (origin !== null) state.registrations.set(origin.toString(), snapshot.settingsKey);
+    const originIsUpMember = origin !== null && this.isUp(snap, origin);
+    if (state.plan.bootstrap !== null) {
+      const [next, accepted] = acceptSnapshot(
+        state.plan,
+        { allocations: snapshot.allocations(), generation: snapshot.generation },
+        { origin, originIsUpMember, nowMs: this.system.scheduler.now() },
+      );
+      state.plan = next;
+      if (!accepted) this.counters.rejectedEnvelopes++;
+      return;
+    }
+    // Outside bootstrap: a member holding a generation at or above ours missed our bootstrap; publish above it so
+    // that it (and everyone) accepts the authoritative plan instead of rejecting it as stale forever.
+    if (originIsUpMember && this.isAuthor(state) && snapshot.generation >= state.plan.generation) {
+      state.plan = { ...state.plan, generation: snapshot.generation + 1 };
+      this.broadcastPlan(state);
+    }
+  }
+
+  private onPlanUpdate(update: PlanUpdate, origin: UniqueAddress | null): void {
+    const state = this.requireType(update.entityType);
+    if (update.settingsKey !== state.provider.settings.key) {
+      throw new ClusterShardingConfigurationError(
+        `Entity type ${update.entityType} received incompatible sharding settings`,
+        "settingsKey",
+      );
+    }
+    const coordinator = electCoordinator(this.membership.snapshot());
+    let outcome: string;
+    try {
+      [state.plan, outcome] = acceptPlanUpdate(
+        state.plan,
+        { coordinator: update.author(), generation: update.generation, allocations: update.allocations() },
+        { coordinator, origin, self: this.self, shardCount: state.provider.settings.shardCount },
+      );
+    } catch (error) {
+      if (error instanceof ClusterShardingConfigurationError && error.field === "generation" && origin !== null) {
+        this.daemonOf(origin).tell(this.snapshotOf(state), this.daemon);
+      }
+      throw error;
+    }
+    if (outcome === "stored") this.afterPlanStored(state);
+    else if (outcome === "stale") {
+      this.counters.rejectedEnvelopes++;
+      if (origin !== null) this.daemonOf(origin).tell(this.snapshotOf(state), this.daemon);
+    }
+  }
+
+  /** Non-coordinators ask the coordinator for the plan now and every 250 ms; the coordinator reconciles. */
+  private syncPlan(state: TypeState): void {
+    if (this.stopped) return;
+    const coordinator = electCoordinator(this.membership.snapshot());
+    if (coordinator !== null && coordinator.equals(this.self)) this.reconcile(state);
+    else if (coordinator !== null) this.daemonOf(coordinator).tell(this.planRequestOf(state), this.daemon);
+    if (state.planSyncTimer === null) {
+      state.planSyncTimer = this.system.scheduler.scheduleOnce(planSyncIntervalMs, () => {
+        state.planSyncTimer = null;
+        this.syncPlan(state);
+      });
+    }
+  }
+
+  private onMembershipChange(): void {
+    if (this.stopped) return;
+    const snap = this.membership.snapshot();
+    const coordinator = electCoordinator(snap);
+    const coordinatorText = coordinator?.toString() ?? null;
+    const changed = coordinatorText !== this.lastCoordinator;
+    this.lastCoordinator = coordinatorText;
+    const selfStatus = snap.members.find((m) => m.uniqueAddress.equals(this.self))?.status;
+    for (const state of this.types.values()) {
+      // Forget registrations of members that left for good.
+      for (const key of [...state.registrations.keys()]) {
+        if (!snap.members.some((m) => m.uniqueAddress.toString() === key)) state.registrations.delete(key);
+      }
+      if (coordinator === null) {
+        // Reachability alone never relocates, but ownership is no longer safe: stop local entities (REFERENCE §3.11).
+        if (snap.unreachable.length > 0) state.provider.suspendOwnership(false);
+        else if (selfStatus === "Exiting" || selfStatus === "Down" || selfStatus === "Removed") {
+          state.provider.suspendOwnership(true);
+        }
+        continue;
+      }
+      for (const [shard, by] of [...state.prepared]) if (by !== coordinatorText) state.prepared.delete(shard);
+      if (changed) this.afterPlanStored(state);
+      this.syncPlan(state);
+    }
+  }
+
+  private departureReady(member: ShardingMember): boolean {
+    for (const state of this.types.values()) {
+      for (const owner of state.plan.allocations.values()) if (owner.equals(member.uniqueAddress)) return false;
+    }
+    return true;
+  }
+
+  // ---------------------------------------------------------------------------------------------------------------
+  // Handoff shell (REFERENCE §3.8)
+
+  private bufferInHandoff(state: TypeState, shard: number, d: Delivery): boolean {
+    if (!state.handoffs.has(shard)) return false;
+    this.feedHandoff(state, shard, { kind: "buffer", delivery: d });
+    return true;
+  }
+
+  private startHandoff(
+    state: TypeState,
+    shard: number,
+    previous: UniqueAddress | null,
+    next: UniqueAddress | null,
+  ): void {
+    if (state.handoffs.has(shard)) return;
+    state.handoffs.set(shard, { state: newHandoff<Delivery>(state.provider.name, shard, previous, next), token: {} });
+    this.feedHandoff(state, shard, this.attemptInput(state, previous, next));
+  }
+
+  private attemptInput(
+    state: TypeState,
+    previous: UniqueAddress | null,
+    next: UniqueAddress | null,
+  ): HandoffInput<Delivery> {
+    const snap = this.membership.snapshot();
+    const coordinator = electCoordinator(snap);
+    const prev = previous === null ? undefined : snap.members.find((m) => m.uniqueAddress.equals(previous));
+    return {
+      kind: "attempt",
+      stillCoordinator: coordinator !== null && coordinator.equals(this.self) && this.isAuthor(state),
+      nextOwnerUp: next === null || this.isUp(snap, next),
+      previousReachable: prev !== undefined && prev.status !== "Down" && prev.status !== "Removed",
+    };
+  }
+
+  private feedHandoff(state: TypeState, shard: number, input: HandoffInput<Delivery>): void {
+    const running = state.handoffs.get(shard);
+    if (running === undefined) {
+      if (input.kind === "buffer") this.reject(input.delivery, new NoShardOwnerError(state.provider.name, shard));
+      return;
+    }
+    const [next, effects] = handoffStep(running.state, input);
+    running.state = next;
+    for (const effect of effects) this.performHandoffEffect(state, shard, running, effect);
+  }
+
+  private performHandoffEffect(
+    state: TypeState,
+    shard: number,
+    running: RunningHandoff,
+    effect: HandoffEffect<Delivery>,
+  ): void {
+    const current = () => state.handoffs.get(shard) === running;
+    const reply = (input: HandoffInput<Delivery>) => {
+      if (current() && !this.stopped) this.feedHandoff(state, shard, input);
+    };
+    const name = state.provider.name;
+    const key = state.provider.settings.key;
+    switch (effect.kind) {
+      case "passivate": {
+        const message = new PassivateShard(name, key, shard, this.self.toString(), effect.next?.toString() ?? null);
+        this.controlAsk(effect.owner, message, () => this.drainLocally(state, shard)).then(
+          () => reply({ kind: "passivated" }),
+          (error: unknown) => reply({ kind: "failed", error: asError(error) }),
+        );
+        break;
+      }
+      case "prepare": {
+        const message = new PrepareShard(name, key, shard, this.self.toString());
+        this.controlAsk(effect.owner, message, () => this.prepareLocally(state, shard, this.self)).then(
+          () => reply({ kind: "prepared" }),
+          (error: unknown) => reply({ kind: "failed", error: asError(error) }),
+        );
+        break;
+      }
+      case "complete": {
+        try {
+          const coordinator = electCoordinator(this.membership.snapshot());
+          state.plan = completeHandoffInPlan(state.plan, shard, effect.next, this.self, coordinator);
+          this.afterPlanStored(state);
+        } catch (error) {
+          this.feedHandoff(state, shard, { kind: "abort" });
+          this.system.log.warn({ error: asError(error).message, shard, type: name }, "handoff could not complete");
+          return;
+        }
+        this.feedHandoff(state, shard, { kind: "completed" });
+        break;
+      }
+      case "dispatch":
+        this.dispatch(state, effect.delivery, effect.owner);
+        break;
+      case "reject":
+        this.reject(effect.delivery, effect.error);
+        break;
+      case "scheduleAttempt":
+        this.system.scheduler.scheduleOnce(effect.afterMs, () => {
+          if (!current() || this.stopped) return;
+          this.feedHandoff(state, shard, this.attemptInput(state, running.state.previous, running.state.next));
+        });
+        break;
+      case "scheduleReconcile":
+        this.scheduleReconcile(state, effect.afterMs);
+        break;
+      case "failedAttempt":
+        if (isLeaseUnavailable(effect.error)) this.counters.leaseRetries++;
+        this.system.log.warn(
+          { error: effect.error.message, shard, type: name },
+          "sharding handoff step failed; retrying",
+        );
+        break;
+      case "finished":
+        if (current()) state.handoffs.delete(shard);
+        if (effect.outcome === "done") {
+          this.counters.handoffShards++;
+          this.counters.rebalanceMoves++;
+          if (this.isAuthor(state)) this.broadcastPlan(state);
+        }
+        break;
+    }
+  }
+
+  /** A PassivateShard/PrepareShard ask: to another node's daemon, or run locally when that node is us. */
+  private controlAsk(node: UniqueAddress, message: object, local: () => Promise<void>): Promise<unknown> {
+    if (node.equals(this.self)) return local();
+    return askVia(this.system, this.daemonOf(node), message, ShardingControlAck, handoffTimeoutMs);
+  }
+
+  private checkControl(
+    state: TypeState,
+    settingsKey: string,
+    coordinatorText: string,
+    origin: UniqueAddress | null,
+  ): UniqueAddress {
+    if (settingsKey !== state.provider.settings.key) {
+      throw new ClusterShardingConfigurationError(
+        `Entity type ${state.provider.name} received incompatible sharding settings`,
+        "settingsKey",
+      );
+    }
+    const coordinator = electCoordinator(this.membership.snapshot());
+    const ok =
+      coordinator !== null &&
+      coordinatorText === coordinator.toString() &&
+      (origin === null ? coordinator.equals(this.self) : origin.equals(coordinator));
+    if (!ok)
+      throw new ClusterShardingConfigurationError("Sharding control was not authorized by the current coordinator");
+    return coordinator;
+  }
+
+  private onPassivateShard(
+    message: PassivateShard,
+    sender: ActorRef<unknown> | null,
+    origin: UniqueAddress | null,
+  ): void {
+    const state = this.requireType(message.entityType);
+    this.checkControl(state, message.settingsKey, message.coordinator, origin);
+    this.drainLocally(state, message.shardId).then(
+      () => sender?.tell(new ShardingControlAck(true)),
+      (error: unknown) => sender?.failAsk?.(asError(error)),
+    );
+  }
+
+  private onPrepareShard(message: PrepareShard, sender: ActorRef<unknown> | null, origin: UniqueAddress | null): void {
+    const state = this.requireType(message.entityType);
+    const coordinator = this.checkControl(state, message.settingsKey, message.coordinator, origin);
+    this.prepareLocally(state, message.shardId, coordinator).then(
+      () => sender?.tell(new ShardingControlAck(true)),
+      (error: unknown) => sender?.failAsk?.(asError(error)),
+    );
+  }
+
+  /** Waits for the shard's retry queue to empty, then drains its entities (concurrent drains share one). */
+  private drainLocally(state: TypeState, shard: number): Promise<void> {
+    const running = state.drains.get(shard);
+    if (running !== undefined) return running;
+    const drain = (async () => {
+      while (state.barrier.has(shard) && !this.stopped) {
+        await new Promise<void>((resolve) => this.system.scheduler.scheduleOnce(1, resolve));
+      }
+      await state.provider.drainShard(shard);
+    })().finally(() => state.drains.delete(shard));
+    state.drains.set(shard, drain);
+    return drain;
+  }
+
+  private async prepareLocally(state: TypeState, shard: number, coordinator: UniqueAddress): Promise<void> {
+    await state.provider.prepareShard(shard);
+    state.prepared.set(shard, coordinator.toString());
+  }
+
+  // ---------------------------------------------------------------------------------------------------------------
+  // Passivation sweep, entity lifecycle, rejection, stop
+
+  private scheduleIdleSweep(state: TypeState, idleTimeoutMs: number): void {
+    const every = idleTimeoutMs < idleSweepHalvingFloorMs ? idleTimeoutMs : idleTimeoutMs / 2;
+    state.idleTimer = this.system.scheduler.scheduleOnce(every, () => {
+      if (this.stopped) return;
+      try {
+        this.counters.idlePassivations += state.provider.passivateIdle(this.system.scheduler.now(), idleTimeoutMs);
+      } catch (error) {
+        this.system.log.warn(
+          { error: asError(error).message, type: state.provider.name },
+          "idle sweep failed; stopped",
+        );
+        return;
+      }
+      this.scheduleIdleSweep(state, idleTimeoutMs);
+    });
+  }
+
+  private onEntityTerminated(signal: Terminated): void {
+    for (const state of this.types.values()) state.provider.entityTerminated(signal.ref);
+  }
+
+  private reject(d: Delivery, error: Error): void {
+    this.counters.rejectedEnvelopes++;
+    if (d.envelope.askTimeoutMs !== null) d.sender?.failAsk?.(error);
+    else this.system.log.debug?.({ error: error.message, type: d.envelope.entityType }, "sharded tell rejected");
+  }
+
+  private requireType(name: string): TypeState {
+    const state = this.types.get(name);
+    if (state === undefined) {
+      throw new ClusterShardingConfigurationError(
+        `Entity type ${name} is not registered on this node; call sharding.init("${name}", …) first`,
+      );
+    }
+    return state;
+  }
+
+  private requireDaemonContext(): ActorContext<unknown> {
+    // The daemon's preStart runs on its first dispatch, possibly after the first route; its cell is its context
+    // from the moment it exists, so entities can be spawned under it at once.
+    return this.daemonContext ?? (this.daemon as LocalActorRef<unknown>).cell;
+  }
+
+  /** Stops every entity, timer and subscription (the actor system calls this when it terminates). */
+  async stop(): Promise<void> {
+    if (this.stopped) return;
+    this.stopped = true;
+    this.unsubscribe();
+    this.membership.unregisterDepartureGuard(departureGuardName);
+    for (const state of this.types.values()) {
+      state.reconcileTimer?.cancel();
+      state.planSyncTimer?.cancel();
+      state.idleTimer?.cancel();
+      for (const t of state.barrierTimers.values()) t.cancel();
+      for (const d of state.barrier.clear())
+        this.reject(d, new NoShardOwnerError(state.provider.name, d.envelope.shardId));
+      for (const running of state.handoffs.values()) {
+        for (const d of running.state.buffer)
+          this.reject(d, new NoShardOwnerError(state.provider.name, d.envelope.shardId));
+      }
+      state.handoffs.clear();
+    }
+    await Promise.all([...this.types.values()].map((s) => s.provider.stopAll()));
+    this.types.clear();
+    this.daemon.sendSystem(STOP);
+  }
+}
+
+/** The extension id; `create` fails the way REFERENCE §2 says when remoting or cluster is missing. */
+function shardingExtensionId(runtime: () => ShardingRuntime): ExtensionId<ClusterSharding> {
+  return {
+    key: "movie.cluster-sharding",
+    create: (system) => new ClusterSharding(system, runtime()),
+  };
+}
+
+/** A caller's entry to the coordinator logic on this node: `tell` runs it synchronously (the routing "mutex"). */
+class LocalCoordinatorEntry implements ActorRef<unknown> {
+  constructor(
+    private readonly daemon: ActorRef<unknown>,
+    private readonly handle: (message: unknown, sender: ActorRef<unknown> | null) => void,
+  ) {}
+  get path() {
+    return this.daemon.path;
+  }
+  tell(message: unknown, sender?: ActorRef<unknown> | null): void {
+    this.handle(message, sender ?? null);
+  }
+  ask<R>(): Promise<R> {
+    return Promise.reject(new InvalidMessageError("use askVia"));
+  }
+  sendSystem(): void {}
+}
+
+function departingOrUp(status: string): boolean {
+  return status === "Up" || status === "Leaving" || status === "Exiting";
+}
+
+function asError(error: unknown): Error {
+  return error instanceof Error ? error : new Error(String(error));
+}
+
+function expectsReply(message: unknown): boolean {
+  return (
+    message instanceof PassivateShard ||
+    message instanceof PrepareShard ||
+    (message instanceof ShardingEnvelope && message.askTimeoutMs !== null)
+  );
+}
+
+function isLeaseUnavailable(error: Error): boolean {
+  return (
+    error instanceof ShardLeaseUnavailableError ||
+    (error as { remoteClass?: string }).remoteClass === "ShardLeaseUnavailableError"
+  );
+}

@@ -1,0 +1,83 @@
+import type { MessageRegistry } from "../remote/index.ts";
+import {
+  PassivateShard,
+  PlanRequest,
+  PlanSnapshot,
+  PlanSnapshotRequest,
+  PlanUpdate,
+  PrepareShard,
+  ShardingControlAck,
+  ShardingEnvelope,
+  type WireMessage,
+  wireNames,
+} from "./coordinator/messages.ts";
+import { ClusterShardingConfigurationError } from "./errors.ts";
+
+/**
+ * Turns a user message into its wire form inside an envelope and back. The remoting message registry implements it
+ * for real clusters; a message that is not registered fails at the caller (REFERENCE §2.4: even on one node, because
+ * the envelope always carries a serialized payload).
+ */
+export interface PayloadCodec {
+  /** @throws when the message's class is not registered */
+  encode(message: unknown): WireMessage;
+  /** @throws when the tag is unknown or the payload invalid */
+  decode(wire: WireMessage): unknown;
+}
+
+// The typed value travels beside its envelope inside one process, so local hops never decode (REFERENCE §2.4).
+const typedValues = new WeakMap<object, { value: unknown }>();
+
+/** Remembers the typed message of an envelope (process-local; not serialized). */
+export function attachTyped(envelope: object, value: unknown): void {
+  typedValues.set(envelope, { value });
+}
+
+/** The typed message attached to `envelope`, if it never left this process. */
+export function typedOf(envelope: object): { value: unknown } | undefined {
+  return typedValues.get(envelope);
+}
+
+/** A codec for a process without remoting: it tags by class name and can only resolve values attached locally. */
+export const inProcessCodec: PayloadCodec = {
+  encode(message: unknown): WireMessage {
+    const type = (message as object)?.constructor?.name ?? typeof message;
+    return { type, payload: null };
+  },
+  decode(wire: WireMessage): unknown {
+    throw new ClusterShardingConfigurationError(
+      `Sharded message ${wire.type} cannot be decoded without remoting; register it with MessageRegistry`,
+      "message",
+    );
+  },
+};
+
+/**
+ * The codec of a real cluster: the message's registered wire name, and the message itself as payload (the remoting
+ * writer serializes it inside the envelope in the same pass, so no intermediate payload string is built).
+ */
+export class RegistryCodec implements PayloadCodec {
+  constructor(private readonly registry: MessageRegistry) {}
+
+  /** @throws UnknownMessageTypeError when the message's class is not registered */
+  encode(message: unknown): WireMessage {
+    return { type: this.registry.registrationOf(message).name, payload: message };
+  }
+
+  /** @throws EnvelopeDecodeError for an unknown tag or an invalid payload */
+  decode(wire: WireMessage): unknown {
+    return this.registry.decode(wire.type, wire.payload);
+  }
+}
+
+/** Registers the sharding protocol classes under their stable dotted names (idempotent). */
+export function registerShardingWireTypes(registry: MessageRegistry): void {
+  registry.register(ShardingEnvelope, { name: wireNames.envelope });
+  registry.register(ShardingControlAck, { name: wireNames.controlAck });
+  registry.register(PlanRequest, { name: wireNames.planRequest });
+  registry.register(PlanSnapshotRequest, { name: wireNames.planSnapshotRequest });
+  registry.register(PlanSnapshot, { name: wireNames.planSnapshot });
+  registry.register(PlanUpdate, { name: wireNames.planUpdate });
+  registry.register(PassivateShard, { name: wireNames.passivateShard });
+  registry.register(PrepareShard, { name: wireNames.prepareShard });
+}

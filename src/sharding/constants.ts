@@ -1,0 +1,45 @@
+/**
+ * Timing and capacity constants of cluster sharding (REFERENCE §3.13). Relations between them are asserted when this
+ * module loads, so a change that breaks one fails at once rather than in a rare interleaving.
+ */
+import assert from "node:assert/strict";
+
+/** Tick of the per-shard delivery retry barrier (REFERENCE LEASE_RETRY_INTERVAL), ms. */
+export const leaseRetryIntervalMs = 25;
+/** Delay between coordinator reconciles, and before a failed handoff is retried (RECONCILE_INTERVAL), ms. */
+export const reconcileIntervalMs = 100;
+/** Period of a non-coordinator's plan poll (PLAN_SYNC_INTERVAL), ms. */
+export const planSyncIntervalMs = 250;
+/** Timeout of the PassivateShard and PrepareShard asks of a handoff (HANDOFF_TIMEOUT), ms. */
+export const handoffTimeoutMs = 2_000;
+/** Accepted deliveries buffered per moving shard at the coordinator; also the cap of a shard's retry queue. */
+export const handoffBufferCountMax = 1_024;
+/** Deliveries the retry barrier makes before it yields the event loop (DELIVERY_RETRY_DRAIN_BATCH). */
+export const deliveryRetryDrainBatch = 64;
+/** How long a newly elected coordinator collects plan snapshots before it publishes, ms. */
+export const bootstrapSnapshotWindowMs = 500;
+/** Default timeout of `ShardedEntityRef.ask`, ms. */
+export const askTimeoutDefaultMs = 30_000;
+/** Default timeout of `ClusterSharding.activate`, ms. */
+export const activateTimeoutDefaultMs = 2_000;
+/** Below this idle timeout the idle sweep runs every idleTimeout instead of every idleTimeout / 2, ms. */
+export const idleSweepHalvingFloorMs = 20;
+/** Default shard lease duration (ordinary entities carry it too: it is part of the settings key), ms. */
+export const leaseDurationDefaultMs = 10_000;
+/** Default shard lease renewal interval, ms. */
+export const leaseRenewIntervalDefaultMs = 3_000;
+/** Default number of shards per entity type. */
+export const shardCountDefault = 256;
+
+// The barrier must tick several times within the shortest sensible lease window, or a retry is a single shot.
+assert.ok(leaseRetryIntervalMs * 4 <= reconcileIntervalMs);
+// Non-coordinators poll less often than the coordinator reconciles, so a poll usually finds a settled plan.
+assert.ok(planSyncIntervalMs > reconcileIntervalMs);
+// A bootstrap must span several reconcile rounds so snapshot requests can be re-sent before it publishes.
+assert.ok(bootstrapSnapshotWindowMs >= 2 * reconcileIntervalMs);
+// A handoff step that times out is retried after one reconcile interval, which must be the shorter of the two.
+assert.ok(handoffTimeoutMs > reconcileIntervalMs);
+// A batch drains strictly fewer deliveries than a full queue holds, so a full queue always yields at least once.
+assert.ok(deliveryRetryDrainBatch < handoffBufferCountMax);
+// Default leases renew well inside their duration (the same rule settings validation enforces).
+assert.ok(leaseRenewIntervalDefaultMs < leaseDurationDefaultMs);

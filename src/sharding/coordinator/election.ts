@@ -1,0 +1,35 @@
+import { UniqueAddress } from "../../actor/index.ts";
+import type { ShardingMember } from "../allocation/strategy.ts";
+
+/** The part of a cluster snapshot the election reads; a cluster `ClusterSnapshot` satisfies it. */
+export interface ElectionSnapshot {
+  readonly self: UniqueAddress;
+  readonly members: readonly ShardingMember[];
+  readonly unreachable: readonly UniqueAddress[];
+  readonly converged: boolean;
+}
+
+/**
+ * The sharding coordinator seen from `snapshot`: null unless membership has converged and no member is unreachable,
+ * else the lowest UniqueAddress among `Up` members (Leaving does not count, REFERENCE §3.4). Every node computes this
+ * from its own view; there is no election protocol, and plans carry the author so receivers can check it.
+ */
+export function electCoordinator(snapshot: ElectionSnapshot): UniqueAddress | null {
+  if (!snapshot.converged || snapshot.unreachable.length > 0) return null;
+  let best: UniqueAddress | null = null;
+  for (const m of snapshot.members) {
+    if (m.status !== "Up") continue;
+    if (best === null || UniqueAddress.compare(m.uniqueAddress, best) < 0) best = m.uniqueAddress;
+  }
+  return best;
+}
+
+/**
+ * The coordinator this node may route through: {@link electCoordinator} when the node itself is also `Up`, else
+ * null, in which case routing fails closed with `NoShardOwnerError("cluster", -1)`.
+ */
+export function routingCoordinator(snapshot: ElectionSnapshot): UniqueAddress | null {
+  const self = snapshot.members.find((m) => m.uniqueAddress.equals(snapshot.self));
+  if (self === undefined || self.status !== "Up") return null;
+  return electCoordinator(snapshot);
+}

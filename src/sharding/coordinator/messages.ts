@@ -1,0 +1,322 @@
+/**
+ * The sharding wire protocol (REFERENCE §3.7). Every class has plain-JSON fields and a `static fromJSON` that
+ * validates what arrived and rebuilds the instance, so a malformed or hostile message becomes a typed
+ * ClusterShardingConfigurationError rather than a crash. Who sends what:
+ *
+ * - `ShardingEnvelope` (User / Activate / Passivate): caller → coordinator (hop 0), coordinator → owner (hop 1).
+ * - `PlanRequest`: non-coordinator → coordinator; answered with a `PlanUpdate` to the requester.
+ * - `PlanSnapshotRequest`: bootstrapping coordinator → every Up peer; answered with a `PlanSnapshot` if it has a plan.
+ * - `PlanUpdate`: coordinator → every Up member (broadcast after each generation).
+ * - `PassivateShard`: coordinator → previous owner (ask); the owner drains the shard and replies `ShardingControlAck`.
+ * - `PrepareShard`: coordinator → next owner (ask); replies `ShardingControlAck`.
+ * - `ShardingControlAck`: the reply of Activate, PassivateShard and PrepareShard.
+ */
+import { UniqueAddress } from "../../actor/index.ts";
+import { ClusterShardingConfigurationError } from "../errors.ts";
+
+/** Kinds of routed envelopes. */
+export type EnvelopeKind = "User" | "Activate" | "Passivate";
+
+/** A registered user message as it travels inside an envelope: its registry tag, then its JSON. */
+export interface WireMessage {
+  readonly type: string;
+  readonly payload: unknown;
+}
+
+/** Tag of the empty message control envelopes carry. */
+export const emptyMessageType = "movie.cluster.sharding.control.empty.v1";
+
+/** Wire names of the sharding messages (registered with remoting). */
+export const wireNames = {
+  envelope: "movie.cluster.sharding.envelope.v1",
+  controlAck: "movie.cluster.sharding.control-ack.v1",
+  planRequest: "movie.cluster.sharding.plan-request.v1",
+  planSnapshotRequest: "movie.cluster.sharding.plan-snapshot-request.v1",
+  planSnapshot: "movie.cluster.sharding.plan-snapshot.v1",
+  planUpdate: "movie.cluster.sharding.plan-update.v1",
+  passivateShard: "movie.cluster.sharding.passivate-shard.v1",
+  prepareShard: "movie.cluster.sharding.prepare-shard.v1",
+} as const;
+
+/** One shard's owner in a plan message. */
+export interface Assignment {
+  readonly shardId: number;
+  /** UniqueAddress string. */
+  readonly owner: string;
+}
+
+/** A user message, activation or passivation routed to an entity. */
+export class ShardingEnvelope {
+  constructor(
+    readonly kind: EnvelopeKind,
+    readonly entityType: string,
+    readonly entityId: string,
+    readonly shardId: number,
+    readonly settingsKey: string,
+    /** 0 from the caller to the coordinator, 1 from the coordinator to the owner. */
+    readonly hopCount: number,
+    /** The coordinator that forwarded it (hop 1), as a UniqueAddress string; null at hop 0. */
+    readonly coordinator: string | null,
+    /** Timeout of the original ask, ms; null for a tell. */
+    readonly askTimeoutMs: number | null,
+    /** True when the original tell had no sender (the owner then shows none). */
+    readonly senderless: boolean,
+    /** The user message (User kind) or null (control kinds). */
+    readonly message: WireMessage | null,
+    /** Retry attempts made by the delivery barrier so far. */
+    readonly deliveryAttempt = 0,
+  ) {}
+
+  /** A copy for the hop from the coordinator to the owner. */
+  forwarded(coordinator: UniqueAddress, senderless: boolean): ShardingEnvelope {
+    return new ShardingEnvelope(
+      this.kind,
+      this.entityType,
+      this.entityId,
+      this.shardId,
+      this.settingsKey,
+      this.hopCount + 1,
+      coordinator.toString(),
+      this.askTimeoutMs,
+      this.senderless || senderless,
+      this.message,
+      this.deliveryAttempt,
+    );
+  }
+
+  /**
+   * Rebuilds an envelope from its JSON.
+   * @throws ClusterShardingConfigurationError naming the malformed field
+   */
+  static fromJSON(json: unknown): ShardingEnvelope {
+    const o = object(json, "ShardingEnvelope");
+    const kind = str(o, "kind");
+    if (kind !== "User" && kind !== "Activate" && kind !== "Passivate") bad("kind", `unknown kind ${kind}`);
+    const coordinator = optStr(o, "coordinator");
+    if (coordinator !== null) address(coordinator, "coordinator");
+    let message: WireMessage | null = null;
+    if (o.message !== null && o.message !== undefined) {
+      const m = object(o.message, "message");
+      message = { type: str(m, "type"), payload: m.payload };
+    }
+    if (kind === "User" && message === null) bad("message", "a User envelope needs a message");
+    const askTimeoutMs =
+      o.askTimeoutMs === null || o.askTimeoutMs === undefined ? null : nonNegative(o, "askTimeoutMs");
+    return new ShardingEnvelope(
+      kind,
+      nonEmpty(o, "entityType"),
+      nonEmpty(o, "entityId"),
+      int(o, "shardId", 0),
+      str(o, "settingsKey"),
+      int(o, "hopCount", 0),
+      coordinator,
+      askTimeoutMs,
+      bool(o, "senderless"),
+      message,
+      o.deliveryAttempt === undefined ? 0 : int(o, "deliveryAttempt", 0),
+    );
+  }
+}
+
+/** Reply of Activate, PassivateShard and PrepareShard. `accepted` on Activate: this call created the actor. */
+export class ShardingControlAck {
+  constructor(readonly accepted: boolean) {}
+
+  /** @throws ClusterShardingConfigurationError when `accepted` is not a boolean */
+  static fromJSON(json: unknown): ShardingControlAck {
+    return new ShardingControlAck(bool(object(json, "ShardingControlAck"), "accepted"));
+  }
+}
+
+/** A non-coordinator asks the coordinator for the current plan of a type. */
+export class PlanRequest {
+  constructor(
+    readonly entityType: string,
+    readonly settingsKey: string,
+    /** The requester's UniqueAddress string; must equal the transport identity. */
+    readonly requester: string,
+  ) {}
+
+  /** @throws ClusterShardingConfigurationError naming the malformed field */
+  static fromJSON(json: unknown): PlanRequest {
+    const o = object(json, "PlanRequest");
+    const requester = str(o, "requester");
+    address(requester, "requester");
+    return new PlanRequest(nonEmpty(o, "entityType"), str(o, "settingsKey"), requester);
+  }
+}
+
+/** A bootstrapping coordinator asks a peer for the plan it holds. */
+export class PlanSnapshotRequest {
+  constructor(
+    readonly entityType: string,
+    readonly settingsKey: string,
+    /** The requesting coordinator's UniqueAddress string; must equal the transport identity. */
+    readonly coordinator: string,
+  ) {}
+
+  /** @throws ClusterShardingConfigurationError naming the malformed field */
+  static fromJSON(json: unknown): PlanSnapshotRequest {
+    const o = object(json, "PlanSnapshotRequest");
+    const coordinator = str(o, "coordinator");
+    address(coordinator, "coordinator");
+    return new PlanSnapshotRequest(nonEmpty(o, "entityType"), str(o, "settingsKey"), coordinator);
+  }
+}
+
+/** A plan with its author and generation: the body of PlanUpdate and PlanSnapshot. */
+abstract class PlanBody {
+  constructor(
+    readonly entityType: string,
+    readonly settingsKey: string,
+    /** The author of the plan, as a UniqueAddress string. */
+    readonly coordinator: string,
+    readonly generation: number,
+    /** Sorted by shard id, no duplicates. */
+    readonly assignments: readonly Assignment[],
+  ) {}
+
+  /** The assignments as a map (validated by fromJSON). */
+  allocations(): Map<number, UniqueAddress> {
+    return new Map(this.assignments.map((a) => [a.shardId, UniqueAddress.parse(a.owner)]));
+  }
+
+  /** The author as a UniqueAddress. */
+  author(): UniqueAddress {
+    return UniqueAddress.parse(this.coordinator);
+  }
+
+  protected static parts(json: unknown, what: string): [string, string, string, number, Assignment[]] {
+    const o = object(json, what);
+    const coordinator = str(o, "coordinator");
+    address(coordinator, "coordinator");
+    const generation = int(o, "generation", 0);
+    if (!Array.isArray(o.assignments)) bad("assignments", "expected an array");
+    const seen = new Set<number>();
+    const assignments = (o.assignments as unknown[]).map((a) => {
+      const ao = object(a, "assignment");
+      const shardId = int(ao, "shardId", 0);
+      if (seen.has(shardId)) bad("assignments", `duplicate shard ${shardId}`);
+      seen.add(shardId);
+      const owner = str(ao, "owner");
+      address(owner, "assignments.owner");
+      return { shardId, owner };
+    });
+    assignments.sort((a, b) => a.shardId - b.shardId);
+    return [nonEmpty(o, "entityType"), str(o, "settingsKey"), coordinator, generation, assignments];
+  }
+}
+
+/** Turns a plan map into sorted assignments. */
+export function toAssignments(allocations: ReadonlyMap<number, UniqueAddress>): Assignment[] {
+  return [...allocations].sort((a, b) => a[0] - b[0]).map(([shardId, owner]) => ({ shardId, owner: owner.toString() }));
+}
+
+/** The coordinator's authoritative plan of a type (broadcast, or the answer to a PlanRequest). */
+export class PlanUpdate extends PlanBody {
+  /** @throws ClusterShardingConfigurationError naming the malformed field */
+  static fromJSON(json: unknown): PlanUpdate {
+    return new PlanUpdate(...PlanBody.parts(json, "PlanUpdate"));
+  }
+}
+
+/** A peer's stored plan, sent to a bootstrapping coordinator. */
+export class PlanSnapshot extends PlanBody {
+  /** @throws ClusterShardingConfigurationError naming the malformed field */
+  static fromJSON(json: unknown): PlanSnapshot {
+    return new PlanSnapshot(...PlanBody.parts(json, "PlanSnapshot"));
+  }
+}
+
+/** The coordinator asks the previous owner to drain a shard (DRAIN_AND_STOP its entities) and ack. */
+export class PassivateShard {
+  constructor(
+    readonly entityType: string,
+    readonly settingsKey: string,
+    readonly shardId: number,
+    readonly coordinator: string,
+    readonly nextOwner: string | null,
+  ) {}
+
+  /** @throws ClusterShardingConfigurationError naming the malformed field */
+  static fromJSON(json: unknown): PassivateShard {
+    const o = object(json, "PassivateShard");
+    const coordinator = str(o, "coordinator");
+    address(coordinator, "coordinator");
+    const nextOwner = optStr(o, "nextOwner");
+    if (nextOwner !== null) address(nextOwner, "nextOwner");
+    return new PassivateShard(
+      nonEmpty(o, "entityType"),
+      str(o, "settingsKey"),
+      int(o, "shardId", 0),
+      coordinator,
+      nextOwner,
+    );
+  }
+}
+
+/** The coordinator asks the next owner to prepare a shard before the buffered traffic is forwarded. */
+export class PrepareShard {
+  constructor(
+    readonly entityType: string,
+    readonly settingsKey: string,
+    readonly shardId: number,
+    readonly coordinator: string,
+  ) {}
+
+  /** @throws ClusterShardingConfigurationError naming the malformed field */
+  static fromJSON(json: unknown): PrepareShard {
+    const o = object(json, "PrepareShard");
+    const coordinator = str(o, "coordinator");
+    address(coordinator, "coordinator");
+    return new PrepareShard(nonEmpty(o, "entityType"), str(o, "settingsKey"), int(o, "shardId", 0), coordinator);
+  }
+}
+
+type Json = Record<string, unknown>;
+
+function bad(field: string, detail: string): never {
+  throw new ClusterShardingConfigurationError(`Malformed sharding message: ${field}: ${detail}`, field);
+}
+function object(value: unknown, what: string): Json {
+  if (value === null || typeof value !== "object" || Array.isArray(value)) bad(what, "expected an object");
+  return value as Json;
+}
+function str(o: Json, field: string): string {
+  const v = o[field];
+  if (typeof v !== "string") bad(field, "expected a string");
+  return v;
+}
+function nonEmpty(o: Json, field: string): string {
+  const v = str(o, field);
+  if (v.length === 0) bad(field, "must not be empty");
+  return v;
+}
+function optStr(o: Json, field: string): string | null {
+  const v = o[field];
+  if (v === null || v === undefined) return null;
+  if (typeof v !== "string") bad(field, "expected a string or null");
+  return v;
+}
+function int(o: Json, field: string, min: number): number {
+  const v = o[field];
+  if (typeof v !== "number" || !Number.isSafeInteger(v) || v < min) bad(field, `expected an integer of ${min} or more`);
+  return v;
+}
+function nonNegative(o: Json, field: string): number {
+  const v = o[field];
+  if (typeof v !== "number" || !Number.isFinite(v) || v < 0) bad(field, "expected a non-negative number");
+  return v;
+}
+function bool(o: Json, field: string): boolean {
+  const v = o[field];
+  if (typeof v !== "boolean") bad(field, "expected a boolean");
+  return v;
+}
+function address(text: string, field: string): void {
+  try {
+    UniqueAddress.parse(text);
+  } catch {
+    bad(field, `not a unique address: ${text}`);
+  }
+}

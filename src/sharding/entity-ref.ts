@@ -1,0 +1,69 @@
+import type { ActorRef, AskOptions, Class, SystemMessage } from "../actor/index.ts";
+
+/** The typed handle `init` returns: only the name, so it can be passed around and compared cheaply. */
+export class ShardedEntityType<T> {
+  /** Phantom field carrying the message type; never set. */
+  declare readonly messageType?: T;
+  constructor(
+    /** The routing name given to `init`. */
+    readonly name: string,
+  ) {}
+}
+
+/** The routing operations a {@link ShardedEntityRef} delegates to (implemented by `ClusterSharding`). */
+export interface EntityRouter {
+  route(entityType: string, entityId: string, message: unknown, sender: ActorRef<unknown> | null): void;
+  routeAsk<R>(
+    entityType: string,
+    entityId: string,
+    message: unknown,
+    replyType: Class<R>,
+    timeoutMs: number,
+    options?: AskOptions,
+  ): Promise<R>;
+  passivate(entityType: string, entityId: string, message: SystemMessage): void;
+}
+
+/**
+ * A logical reference to one entity: it names (type, id), never a physical actor, so it stays valid across
+ * passivation and relocation. Every call routes through the sharding coordinator (REFERENCE §2.4, §3.6).
+ */
+export class ShardedEntityRef<T> {
+  constructor(
+    readonly entityType: string,
+    readonly entityId: string,
+    private readonly router: EntityRouter,
+  ) {}
+
+  /**
+   * Sends `message` to the entity, at most once; `sender` becomes the entity's `context.sender`.
+   * @throws NoShardOwnerError when there is no converged coordinator (fail closed)
+   * @throws InvalidMessageError for undefined or null, or the codec's error for an unregistered message class
+   */
+  tell(message: T, sender: ActorRef<unknown> | null = null): void {
+    this.router.route(this.entityType, this.entityId, message, sender);
+  }
+
+  /**
+   * Sends `message` and resolves with the entity's reply of type `replyType`. Rejects with NoShardOwnerError (no
+   * owner), AskTimeoutError after `timeoutMs` (default 30,000), AskCancelledError when `options.signal` aborts, the
+   * entity's error when it fails (RemoteAskError across nodes), and ClusterShardingConfigurationError for full
+   * handoff buffers or incompatible settings.
+   */
+  ask<R>(message: T, replyType: Class<R>, timeoutMs = 30_000, options?: AskOptions): Promise<R> {
+    return this.router.routeAsk(this.entityType, this.entityId, message, replyType, timeoutMs, options);
+  }
+
+  /**
+   * `STOP` passivates the entity on its owner; the next message activates a fresh actor through this same ref.
+   * @throws UnsupportedSystemMessageError for any other system message
+   * @throws NoShardOwnerError when there is no converged coordinator
+   */
+  sendSystem(message: SystemMessage): void {
+    this.router.passivate(this.entityType, this.entityId, message);
+  }
+
+  toString(): string {
+    return `ShardedEntityRef(${this.entityType}/${this.entityId})`;
+  }
+}

@@ -1,0 +1,81 @@
+/**
+ * Errors raised by cluster sharding (REFERENCE §3.14). Each has a stable `name` (it is also what a remote caller sees
+ * as `RemoteAskError.remoteClass`) and carries the fields a caller acts on. Messages start with the original
+ * implementation's text and then say what to do.
+ */
+
+/**
+ * A sharding setting is invalid, two nodes or two `init` calls disagree on settings, or an envelope or control
+ * message was not authorized. `field` names the offending setting when there is one.
+ */
+export class ClusterShardingConfigurationError extends Error {
+  override readonly name = "ClusterShardingConfigurationError";
+  constructor(
+    message: string,
+    /** The setting or envelope field at fault, or null when the error is about authorization or state. */
+    readonly field: string | null = null,
+  ) {
+    super(message);
+  }
+
+  /** True when `error` is (or, after remoting, was) a ClusterShardingConfigurationError. */
+  static is(error: unknown): error is ClusterShardingConfigurationError {
+    return error instanceof ClusterShardingConfigurationError;
+  }
+}
+
+/**
+ * No owner can take the message: no converged coordinator (entityType "cluster", shardId -1), a member is
+ * unreachable, the shard has no eligible owner, or a handoff aborted.
+ */
+export class NoShardOwnerError extends Error {
+  override readonly name = "NoShardOwnerError";
+  constructor(
+    readonly entityType: string,
+    readonly shardId: number,
+  ) {
+    super(
+      `No eligible owner for ${entityType} shard ${shardId}; ` +
+        (shardId < 0
+          ? "the cluster has no converged coordinator (not converged or a member is unreachable): retry later or down the unreachable member"
+          : "retry once an eligible member is Up and has registered the entity type"),
+    );
+  }
+
+  /** The error used while there is no converged coordinator. */
+  static noCoordinator(): NoShardOwnerError {
+    return new NoShardOwnerError("cluster", -1);
+  }
+}
+
+/** A persistent shard's lease is held by another owner (or cannot be taken yet); delivery is retried in its window. */
+export class ShardLeaseUnavailableError extends Error {
+  override readonly name = "ShardLeaseUnavailableError";
+  constructor(
+    readonly entityType: string,
+    readonly shardId: number,
+  ) {
+    super(
+      `Persistent shard ${entityType}/${shardId} is fenced by another owner; it becomes available when the other lease expires`,
+    );
+  }
+}
+
+/** The shard is draining on its previous owner during a handoff; new local activations wait behind the barrier. */
+export class ShardHandoffInProgressError extends Error {
+  override readonly name = "ShardHandoffInProgressError";
+  constructor(
+    readonly entityType: string,
+    readonly shardId: number,
+  ) {
+    super(`Shard ${entityType}/${shardId} is draining on its previous owner; retry after the handoff completes`);
+  }
+}
+
+/** A sharded entity ref was sent a system message other than STOP. */
+export class UnsupportedSystemMessageError extends Error {
+  override readonly name = "UnsupportedSystemMessageError";
+  constructor(readonly messageKind: string) {
+    super(`Sharded entity references only support Stop (got ${messageKind}); send STOP to passivate`);
+  }
+}

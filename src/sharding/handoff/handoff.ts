@@ -1,0 +1,155 @@
+import type { UniqueAddress } from "../../actor/index.ts";
+import { handoffBufferCountMax, reconcileIntervalMs } from "../constants.ts";
+import { ClusterShardingConfigurationError, NoShardOwnerError } from "../errors.ts";
+
+/**
+ * The coordinator's handoff of one shard (REFERENCE §3.8), as a pure state machine over deliveries of type `D`:
+ *
+ *   passivating ──passivated──▶ preparing ──prepared──▶ completing ──completed──▶ done (buffer flushed FIFO)
+ *        │                          │                        │
+ *        └──────── failed ──────────┴───────── failed ───────┴──▶ waiting (retry after 100 ms) ──attempt──▶ …
+ *   any phase ──abort (coordinator changed / next owner not Up)──▶ aborted (buffer rejected: NoShardOwnerError)
+ *
+ * While it runs, new traffic for the shard is buffered here (at most 1,024 deliveries; more are rejected), so no
+ * message reaches two owners and per-entity order survives the move.
+ */
+export type HandoffPhase = "passivating" | "preparing" | "completing" | "waiting" | "done" | "aborted";
+
+/** One running handoff. */
+export interface HandoffState<D> {
+  readonly entityType: string;
+  readonly shardId: number;
+  readonly previous: UniqueAddress | null;
+  readonly next: UniqueAddress | null;
+  readonly phase: HandoffPhase;
+  /** Accepted deliveries waiting for the new owner, oldest first. */
+  readonly buffer: readonly D[];
+  /** Attempts started (1 after the first). */
+  readonly attempts: number;
+}
+
+/** What the shell learns before each attempt. */
+export interface AttemptCheck {
+  /** This node is still the coordinator (and author of the plan). */
+  readonly stillCoordinator: boolean;
+  /** The next owner is null or an Up member. */
+  readonly nextOwnerUp: boolean;
+  /** The previous owner is a member that is not Down or Removed (else passivation is skipped). */
+  readonly previousReachable: boolean;
+}
+
+/** Inputs of {@link handoffStep}. */
+export type HandoffInput<D> =
+  | ({ readonly kind: "attempt" } & AttemptCheck)
+  | { readonly kind: "buffer"; readonly delivery: D }
+  | { readonly kind: "passivated" }
+  | { readonly kind: "prepared" }
+  | { readonly kind: "completed" }
+  | { readonly kind: "failed"; readonly error: Error }
+  | { readonly kind: "abort" };
+
+/** Effects of {@link handoffStep}. */
+export type HandoffEffect<D> =
+  | { readonly kind: "passivate"; readonly owner: UniqueAddress; readonly next: UniqueAddress | null }
+  | { readonly kind: "prepare"; readonly owner: UniqueAddress }
+  | { readonly kind: "complete"; readonly next: UniqueAddress | null }
+  | { readonly kind: "dispatch"; readonly delivery: D; readonly owner: UniqueAddress }
+  | { readonly kind: "reject"; readonly delivery: D; readonly error: Error }
+  | { readonly kind: "scheduleAttempt"; readonly afterMs: number }
+  | { readonly kind: "scheduleReconcile"; readonly afterMs: number }
+  | { readonly kind: "failedAttempt"; readonly error: Error }
+  | { readonly kind: "finished"; readonly outcome: "done" | "aborted" };
+
+/** A handoff that has not started its first attempt (the shell sends it `attempt` at once). */
+export function newHandoff<D>(
+  entityType: string,
+  shardId: number,
+  previous: UniqueAddress | null,
+  next: UniqueAddress | null,
+): HandoffState<D> {
+  return { entityType, shardId, previous, next, phase: "waiting", buffer: [], attempts: 0 };
+}
+
+/** True while the handoff still holds its shard (it buffers traffic and blocks another handoff of the shard). */
+export function isActive(state: HandoffState<unknown>): boolean {
+  return state.phase !== "done" && state.phase !== "aborted";
+}
+
+/** Advances a handoff by one input. Inputs that do not fit the phase are ignored (stale replies of an old attempt). */
+export function handoffStep<D>(state: HandoffState<D>, input: HandoffInput<D>): [HandoffState<D>, HandoffEffect<D>[]] {
+  if (!isActive(state)) {
+    if (input.kind === "buffer") {
+      return [state, [{ kind: "reject", delivery: input.delivery, error: noOwner(state) }]];
+    }
+    return [state, []];
+  }
+  switch (input.kind) {
+    case "buffer": {
+      if (state.buffer.length >= handoffBufferCountMax) {
+        const error = new ClusterShardingConfigurationError(
+          `Shard handoff buffer is full for ${state.entityType}/${state.shardId}; slow down or retry after the handoff`,
+        );
+        return [state, [{ kind: "reject", delivery: input.delivery, error }]];
+      }
+      return [{ ...state, buffer: [...state.buffer, input.delivery] }, []];
+    }
+    case "attempt": {
+      if (state.phase !== "waiting") return [state, []];
+      if (!input.stillCoordinator || !input.nextOwnerUp) return abort(state);
+      const attempts = state.attempts + 1;
+      if (state.previous !== null && input.previousReachable) {
+        return [
+          { ...state, phase: "passivating", attempts },
+          [{ kind: "passivate", owner: state.previous, next: state.next }],
+        ];
+      }
+      return prepareOrComplete({ ...state, attempts });
+    }
+    case "passivated":
+      if (state.phase !== "passivating") return [state, []];
+      return prepareOrComplete(state);
+    case "prepared":
+      if (state.phase !== "preparing") return [state, []];
+      return [{ ...state, phase: "completing" }, [{ kind: "complete", next: state.next }]];
+    case "completed": {
+      if (state.phase !== "completing") return [state, []];
+      const effects: HandoffEffect<D>[] = state.buffer.map((delivery) =>
+        state.next === null
+          ? { kind: "reject", delivery, error: noOwner(state) }
+          : { kind: "dispatch", delivery, owner: state.next },
+      );
+      effects.push({ kind: "finished", outcome: "done" }, { kind: "scheduleReconcile", afterMs: reconcileIntervalMs });
+      return [{ ...state, phase: "done", buffer: [] }, effects];
+    }
+    case "failed":
+      if (state.phase === "waiting") return [state, []];
+      return [
+        { ...state, phase: "waiting" },
+        [
+          { kind: "failedAttempt", error: input.error },
+          { kind: "scheduleAttempt", afterMs: reconcileIntervalMs },
+        ],
+      ];
+    case "abort":
+      return abort(state);
+  }
+}
+
+function prepareOrComplete<D>(state: HandoffState<D>): [HandoffState<D>, HandoffEffect<D>[]] {
+  if (state.next !== null) return [{ ...state, phase: "preparing" }, [{ kind: "prepare", owner: state.next }]];
+  return [{ ...state, phase: "completing" }, [{ kind: "complete", next: null }]];
+}
+
+function abort<D>(state: HandoffState<D>): [HandoffState<D>, HandoffEffect<D>[]] {
+  const effects: HandoffEffect<D>[] = state.buffer.map((delivery) => ({
+    kind: "reject",
+    delivery,
+    error: noOwner(state),
+  }));
+  effects.push({ kind: "finished", outcome: "aborted" }, { kind: "scheduleReconcile", afterMs: reconcileIntervalMs });
+  return [{ ...state, phase: "aborted", buffer: [] }, effects];
+}
+
+function noOwner(state: HandoffState<unknown>): NoShardOwnerError {
+  return new NoShardOwnerError(state.entityType, state.shardId);
+}

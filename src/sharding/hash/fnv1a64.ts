@@ -1,0 +1,96 @@
+/**
+ * 64-bit FNV-1a kept as two unsigned 32-bit halves. A BigInt version is simpler but allocates a BigInt per byte and
+ * measured about 20x slower (bench/sharding.ts, "partitioner"); the halves stay exact because every intermediate
+ * product is below 2^53.
+ */
+
+const offsetHi = 0xcbf29ce4;
+const offsetLo = 0x84222325;
+// prime = 2^40 + 0x1b3, so h * prime = h * 0x1b3 + (h << 40) (mod 2^64).
+const primeLow = 0x1b3;
+const two32 = 0x1_0000_0000;
+
+/** A streaming FNV-1a 64 hasher (offset basis 14695981039346656037, prime 1099511628211); reusable via `reset`. */
+export class Fnv1a64 {
+  /** High 32 bits of the current hash, unsigned. */
+  hi = offsetHi;
+  /** Low 32 bits of the current hash, unsigned. */
+  lo = offsetLo;
+
+  /** Restarts from the offset basis. */
+  reset(): this {
+    this.hi = offsetHi;
+    this.lo = offsetLo;
+    return this;
+  }
+
+  /** Mixes one byte (0..255). */
+  byte(value: number): this {
+    const lo = (this.lo ^ value) >>> 0;
+    const lowProduct = lo * primeLow;
+    const carry = Math.floor(lowProduct / two32);
+    this.lo = lowProduct >>> 0;
+    this.hi = (this.hi * primeLow + carry + ((lo << 8) >>> 0)) >>> 0;
+    return this;
+  }
+
+  /** Mixes the UTF-8 bytes of `text` (a lone surrogate encodes as U+FFFD, as TextEncoder does). */
+  utf8(text: string): this {
+    for (let i = 0; i < text.length; i++) {
+      let code = text.charCodeAt(i);
+      if (code < 0x80) {
+        this.byte(code);
+        continue;
+      }
+      if (code < 0x800) {
+        this.byte(0xc0 | (code >> 6)).byte(0x80 | (code & 0x3f));
+        continue;
+      }
+      if (code >= 0xd800 && code <= 0xdfff) {
+        const next = i + 1 < text.length ? text.charCodeAt(i + 1) : 0;
+        if (code <= 0xdbff && next >= 0xdc00 && next <= 0xdfff) {
+          code = 0x10000 + ((code - 0xd800) << 10) + (next - 0xdc00);
+          i++;
+          this.byte(0xf0 | (code >> 18))
+            .byte(0x80 | ((code >> 12) & 0x3f))
+            .byte(0x80 | ((code >> 6) & 0x3f))
+            .byte(0x80 | (code & 0x3f));
+          continue;
+        }
+        code = 0xfffd;
+      }
+      this.byte(0xe0 | (code >> 12))
+        .byte(0x80 | ((code >> 6) & 0x3f))
+        .byte(0x80 | (code & 0x3f));
+    }
+    return this;
+  }
+
+  /** Mixes an unsigned 32-bit integer as 4 little-endian bytes. */
+  u32le(value: number): this {
+    const v = value >>> 0;
+    return this.byte(v & 0xff)
+      .byte((v >>> 8) & 0xff)
+      .byte((v >>> 16) & 0xff)
+      .byte(v >>> 24);
+  }
+
+  /** The hash modulo `divisor` (a positive integer below 2^31), as unsigned 64-bit arithmetic would give it. */
+  mod(divisor: number): number {
+    // (hi * 2^32 + lo) mod d, splitting 2^32 into 2^16 * 2^16 so that every product stays below 2^53.
+    let r = this.hi % divisor;
+    r = (r * 0x10000) % divisor;
+    r = (r * 0x10000) % divisor;
+    return (r + (this.lo % divisor)) % divisor;
+  }
+
+  /** The hash as a BigInt (for tests and diagnostics). */
+  toBigInt(): bigint {
+    return (BigInt(this.hi) << 32n) | BigInt(this.lo);
+  }
+
+  /** Compares two hashes as unsigned 64-bit numbers: negative, zero or positive. */
+  static compare(aHi: number, aLo: number, bHi: number, bLo: number): number {
+    return aHi !== bHi ? aHi - bHi : aLo - bLo;
+  }
+}

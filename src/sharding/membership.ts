@@ -1,0 +1,24 @@
+import type { UniqueAddress } from "../actor/index.ts";
+import type { ShardingMember } from "./allocation/strategy.ts";
+import type { ElectionSnapshot } from "./coordinator/election.ts";
+
+/** A membership view as sharding needs it; `ClusterSnapshot` of cluster membership satisfies it. */
+export interface ShardingClusterSnapshot extends ElectionSnapshot {
+  readonly members: readonly ShardingMember[];
+}
+
+/**
+ * What sharding uses of cluster membership (REFERENCE §6): the local view, change notifications and departure
+ * guards. The `Cluster` extension satisfies it; tests may pass a fake.
+ */
+export interface ShardingMembership {
+  /** This node's identity. */
+  readonly selfAddress: UniqueAddress;
+  /** The current local view. */
+  snapshot(): ShardingClusterSnapshot;
+  /** Calls `listener` on every membership change (a current-state event first); returns the unsubscribe function. */
+  subscribe(listener: (event: unknown) => void): () => void;
+  /** Leaving → Exiting waits until every guard returns true for the member. */
+  registerDepartureGuard(name: string, guard: (member: ShardingMember) => boolean): void;
+  unregisterDepartureGuard(name: string): void;
+}

@@ -1,0 +1,141 @@
+import { LeastLoadedAllocation } from "./allocation/least-loaded.ts";
+import type { ShardAllocationStrategy } from "./allocation/strategy.ts";
+import { leaseDurationDefaultMs, leaseRenewIntervalDefaultMs, shardCountDefault } from "./constants.ts";
+import { ClusterShardingConfigurationError } from "./errors.ts";
+import { type EntityPartitioner, requireShardCount, StableHashPartitioner } from "./partitioner.ts";
+import type { RebalancePolicy } from "./rebalance/policy.ts";
+import { RateLimitedRebalance } from "./rebalance/rate-limited.ts";
+
+/** Options of `ClusterSharding.init`; every field is optional. Durations are milliseconds. */
+export interface ShardingSettingsOptions {
+  /** Number of shards; default 256. A compatibility boundary: never change it in place for a live type. */
+  shardCount?: number;
+  /** Entity → shard mapping; default {@link StableHashPartitioner}. */
+  partitioner?: EntityPartitioner;
+  /** Shard → owner placement; default {@link LeastLoadedAllocation}. */
+  allocation?: ShardAllocationStrategy;
+  /** Voluntary-move policy; default `RateLimitedRebalance({ threshold: 1, maxConcurrent: 4 })`. */
+  rebalance?: RebalancePolicy;
+  /** Shard lease duration for persistent entities, ms; default 10,000. Part of the settings key for every type. */
+  leaseDuration?: number;
+  /** Lease renewal interval, ms; default 3,000, must be below `leaseDuration`. */
+  leaseRenewInterval?: number;
+  /** Passivate an entity after this long without messages, ms; default null (never). */
+  idleTimeout?: number | null;
+}
+
+/** The fields {@link ShardingSettings.incompatibleField} can name. */
+export type ShardingSettingsField =
+  | "shardCount"
+  | "partitioner"
+  | "allocation"
+  | "rebalance"
+  | "leaseDuration"
+  | "leaseRenewInterval"
+  | "idleTimeout";
+
+/** Validated, immutable sharding settings of one entity type (REFERENCE §2.2). */
+export class ShardingSettings {
+  readonly shardCount: number;
+  readonly partitioner: EntityPartitioner;
+  readonly allocation: ShardAllocationStrategy;
+  readonly rebalance: RebalancePolicy;
+  /** Milliseconds. */
+  readonly leaseDuration: number;
+  /** Milliseconds. */
+  readonly leaseRenewInterval: number;
+  /** Milliseconds, or null when idle passivation is off. */
+  readonly idleTimeout: number | null;
+  /**
+   * Deterministic text identical on every node with the same settings; every envelope carries it and a receiver with
+   * another key rejects the envelope.
+   */
+  readonly key: string;
+
+  private constructor(options: ShardingSettingsOptions) {
+    this.shardCount = requireShardCount(options.shardCount ?? shardCountDefault);
+    this.partitioner = requireKeyed(options.partitioner ?? new StableHashPartitioner(), "partitioner");
+    this.allocation = requireKeyed(options.allocation ?? new LeastLoadedAllocation(), "allocation");
+    this.rebalance = requireKeyed(options.rebalance ?? new RateLimitedRebalance(), "rebalance");
+    this.leaseDuration = options.leaseDuration ?? leaseDurationDefaultMs;
+    if (!isPositive(this.leaseDuration)) {
+      throw new ClusterShardingConfigurationError(
+        `shard lease duration must be positive (got ${String(this.leaseDuration)} ms)`,
+        "leaseDuration",
+      );
+    }
+    this.leaseRenewInterval = options.leaseRenewInterval ?? leaseRenewIntervalDefaultMs;
+    if (!isPositive(this.leaseRenewInterval) || this.leaseRenewInterval >= this.leaseDuration) {
+      throw new ClusterShardingConfigurationError(
+        `shard lease renewal interval must be positive and shorter than its duration (got ${String(this.leaseRenewInterval)} ms for a ${this.leaseDuration} ms lease)`,
+        "leaseRenewInterval",
+      );
+    }
+    const idle = options.idleTimeout ?? null;
+    if (idle !== null && !isPositive(idle)) {
+      throw new ClusterShardingConfigurationError(
+        `entity idle timeout must be positive (got ${String(idle)} ms); pass null to disable idle passivation`,
+        "idleTimeout",
+      );
+    }
+    this.idleTimeout = idle;
+    this.key = [
+      this.shardCount,
+      this.partitioner.configurationKey,
+      this.allocation.configurationKey,
+      this.rebalance.configurationKey,
+      this.leaseDuration,
+      this.leaseRenewInterval,
+      this.idleTimeout ?? "none",
+    ].join("|");
+  }
+
+  /**
+   * Validates `options` over the defaults.
+   * @throws ClusterShardingConfigurationError naming the invalid field (shard count < 1, non-positive durations,
+   * renewal not below the lease duration, a strategy without a configuration key)
+   */
+  static create(options: ShardingSettingsOptions = {}): ShardingSettings {
+    if (options === null || typeof options !== "object") {
+      throw new ClusterShardingConfigurationError("sharding settings must be an object", null);
+    }
+    return new ShardingSettings(options);
+  }
+
+  /** The first field that differs from `other` (in settings-key order), or null when both are compatible. */
+  incompatibleField(other: ShardingSettings): ShardingSettingsField | null {
+    if (this.shardCount !== other.shardCount) return "shardCount";
+    if (this.partitioner.configurationKey !== other.partitioner.configurationKey) return "partitioner";
+    if (this.allocation.configurationKey !== other.allocation.configurationKey) return "allocation";
+    if (this.rebalance.configurationKey !== other.rebalance.configurationKey) return "rebalance";
+    if (this.leaseDuration !== other.leaseDuration) return "leaseDuration";
+    if (this.leaseRenewInterval !== other.leaseRenewInterval) return "leaseRenewInterval";
+    if (this.idleTimeout !== other.idleTimeout) return "idleTimeout";
+    return null;
+  }
+
+  /** True when every field of the compatibility key matches `other`. */
+  isCompatible(other: ShardingSettings): boolean {
+    return this.incompatibleField(other) === null;
+  }
+}
+
+function isPositive(ms: number): boolean {
+  return typeof ms === "number" && Number.isFinite(ms) && ms > 0;
+}
+
+function requireKeyed<T extends { readonly configurationKey: string }>(value: T, field: ShardingSettingsField): T {
+  if (value === null || typeof value !== "object" || typeof value.configurationKey !== "string") {
+    throw new ClusterShardingConfigurationError(
+      `sharding ${field} must be an object with a string configurationKey`,
+      field,
+    );
+  }
+  if (value.configurationKey.length === 0 || value.configurationKey.includes("|")) {
+    throw new ClusterShardingConfigurationError(
+      `sharding ${field} configurationKey must be non-empty and must not contain "|" (got "${value.configurationKey}")`,
+      field,
+    );
+  }
+  return value;
+}

@@ -1,0 +1,60 @@
+/**
+ * The 15 sharding counters of REFERENCE §7, process-wide for one actor system and summed over entity types.
+ * Exposed as a frozen snapshot; the extension increments a private mutable copy.
+ */
+export interface ShardingStats {
+  /** `tell`/`ask` calls on a sharded ref (caller node); activate and passivate do not count. */
+  readonly routes: number;
+  /** User messages handed to a local entity (owner node). */
+  readonly localDeliveries: number;
+  /** Routes and activations sent to a coordinator on another node (caller node). */
+  readonly remoteRoutes: number;
+  /** Envelopes the coordinator forwarded to a remote owner. */
+  readonly forwards: number;
+  /** Entity actors created (owner node). */
+  readonly activations: number;
+  /** `sendSystem(STOP)` calls on sharded refs (caller node). */
+  readonly passivationRequests: number;
+  /** Explicit passivations that stopped a live entity (owner node). */
+  readonly explicitPassivations: number;
+  /** Entities stopped by the idle sweep. */
+  readonly idlePassivations: number;
+  /** Completed handoffs (coordinator). */
+  readonly handoffShards: number;
+  /** Completed moves, forced or voluntary (coordinator); equal to handoffShards, as in the original. */
+  readonly rebalanceMoves: number;
+  /** Persistent shard leases newly acquired. */
+  readonly leaseAcquisitions: number;
+  /** Persistent shard lease renewals. */
+  readonly leaseRenewals: number;
+  /** Persistent shard leases lost (renewal failure, or suspension without release). */
+  readonly leaseLosses: number;
+  /** Deliveries or handoffs retried because a lease was unavailable. */
+  readonly leaseRetries: number;
+  /** Every rejection: no owner, unauthorized or invalid envelopes, full buffers, stale plans, failed relays. */
+  readonly rejectedEnvelopes: number;
+}
+
+/** Mutable counters behind {@link ShardingStats}. */
+export type MutableShardingStats = { -readonly [K in keyof ShardingStats]: number };
+
+/** All counters at zero. */
+export function zeroStats(): MutableShardingStats {
+  return {
+    routes: 0,
+    localDeliveries: 0,
+    remoteRoutes: 0,
+    forwards: 0,
+    activations: 0,
+    passivationRequests: 0,
+    explicitPassivations: 0,
+    idlePassivations: 0,
+    handoffShards: 0,
+    rebalanceMoves: 0,
+    leaseAcquisitions: 0,
+    leaseRenewals: 0,
+    leaseLosses: 0,
+    leaseRetries: 0,
+    rejectedEnvelopes: 0,
+  };
+}

@@ -1,0 +1,282 @@
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import { randomInt } from "node:crypto";
+import { after, before, describe, test } from "node:test";
+import {
+  CircuitOpenError,
+  ConcurrentWriteError,
+  CorruptPersistentRecordError,
+  MigrationChecksumMismatchError,
+  PersistenceConfigurationError,
+  PersistenceConnectionError,
+  PersistenceTimeoutError,
+  StaleShardOwnerError,
+  UnsupportedSchemaVersionError,
+} from "../../src/persistence/index.ts";
+import { PostgresStore, postgresMigrationSql, validatePostgresUri } from "../../src/persistence/postgres/index.ts";
+import { eventually } from "../fixtures/eventually.ts";
+import { dropSchema, freshPostgresStore, postgresTestUrl, rawClient, uniqueSchema } from "./pg-fixture.ts";
+
+const ev = (n: number) => ({ manifest: "test.Event", payload: JSON.stringify({ n }) });
+
+test("postgres: connection URI validation gives typed configuration errors", async () => {
+  assert.throws(() => validatePostgresUri(""), PersistenceConfigurationError);
+  assert.throws(() => validatePostgresUri("not a url"), PersistenceConfigurationError);
+  assert.throws(() => validatePostgresUri("mysql://u@h/db"), /postgres:\/\/ or postgresql:\/\//);
+  assert.equal(validatePostgresUri("postgresql://u@h:5432/db"), "postgresql://u@h:5432/db");
+  await assert.rejects(PostgresStore.connect({ connectionUri: "http://x" }), PersistenceConfigurationError);
+  await assert.rejects(
+    PostgresStore.connect({ connectionUri: "postgres://u@h/db", schema: "Bad-Name" }),
+    PersistenceConfigurationError,
+  );
+});
+
+test("postgres: migration SQL can be printed", () => {
+  const sql = postgresMigrationSql();
+  for (const name of ["core-persistence-schema", "cluster-shard-fencing-schema", "shard_lease", "pg_advisory_lock"]) {
+    assert.ok(sql.includes(name), name);
+  }
+});
+
+describe("postgres-only behaviour", () => {
+  let ctx: Awaited<ReturnType<typeof freshPostgresStore>>;
+  before(async () => {
+    ctx = await freshPostgresStore("pgonly", { applicationName: "movie-pgonly" });
+  });
+  after(async () => {
+    await ctx.dispose();
+  });
+
+  test("two concurrent writers at one revision: exactly one wins", async () => {
+    for (let i = 0; i < 10; i++) {
+      const pid = `race-${i}`;
+      await ctx.store.appendEvents({
+        persistenceId: pid,
+        expectedRevision: 0,
+        operationId: `seed-${i}`,
+        events: [ev(0)],
+      });
+      const results = await Promise.allSettled([
+        ctx.store.appendEvents({ persistenceId: pid, expectedRevision: 1, operationId: `a-${i}`, events: [ev(1)] }),
+        ctx.store.appendEvents({ persistenceId: pid, expectedRevision: 1, operationId: `b-${i}`, events: [ev(2)] }),
+      ]);
+      assert.equal(results.filter((r) => r.status === "fulfilled").length, 1);
+      const lost = results.find((r) => r.status === "rejected") as PromiseRejectedResult;
+      assert.ok(lost.reason instanceof ConcurrentWriteError, String(lost.reason));
+      assert.equal(lost.reason.actualRevision, 2);
+      assert.equal(await ctx.store.loadRevision(pid), 2);
+      assert.equal((await ctx.store.loadEvents(pid)).length, 2);
+    }
+    // New streams race on the stream-row insert instead.
+    const results = await Promise.allSettled([
+      ctx.store.appendEvents({ persistenceId: "race-new", expectedRevision: 0, operationId: "a", events: [ev(1)] }),
+      ctx.store.appendEvents({ persistenceId: "race-new", expectedRevision: 0, operationId: "b", events: [ev(2)] }),
+    ]);
+    assert.equal(results.filter((r) => r.status === "fulfilled").length, 1);
+  });
+
+  test("a fenced write is serialised before a lease transfer, which then gets epoch + 1", async () => {
+    const raw = await rawClient(ctx.url, ctx.schema);
+    const holder = await rawClient(ctx.url, ctx.schema);
+    const lockKey = randomInt(1, 2 ** 40);
+    try {
+      await raw.query(`CREATE OR REPLACE FUNCTION hold_write() RETURNS trigger LANGUAGE plpgsql AS
+        $$ BEGIN PERFORM pg_advisory_xact_lock(${lockKey}); RETURN NEW; END $$`);
+      await raw.query(`CREATE TRIGGER hold_write BEFORE INSERT ON event_journal FOR EACH ROW
+        WHEN (NEW.persistence_id = 'held') EXECUTE FUNCTION hold_write()`);
+      await holder.query("SELECT pg_advisory_lock($1)", [lockKey]);
+      const key = { clusterName: "c", entityType: "Held", shardId: 1 };
+      const old = (await ctx.store.acquireShardLease(key, "node-a", 300))!;
+      let appended = false;
+      const append = ctx.store
+        .appendEvents({ persistenceId: "held", expectedRevision: 0, operationId: "w", events: [ev(1)], fence: old })
+        .finally(() => {
+          appended = true;
+        });
+      const waiting = async (pattern: string, event: string) =>
+        (
+          await raw.query(
+            "SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = 'movie-pgonly' AND wait_event_type = 'Lock' AND wait_event = $2 AND query LIKE $1",
+            [pattern, event],
+          )
+        ).rows[0].n === 1;
+      await eventually(() => waiting("%movie_append_events%", "advisory"), {
+        what: "the write to block in its trigger",
+      });
+      await eventually(
+        async () =>
+          (
+            await raw.query(
+              "SELECT lease_until_epoch_ms <= movie_now_ms() AS expired FROM shard_lease WHERE entity_type = 'Held'",
+            )
+          ).rows[0].expired === true,
+        { what: "the lease to expire on the database clock" },
+      );
+      let transferred = false;
+      const transfer = ctx.store.acquireShardLease(key, "node-b", 30_000).finally(() => {
+        transferred = true;
+      });
+      await eventually(() => waiting("%INSERT INTO shard_lease%", "transactionid"), {
+        what: "the transfer to wait on the fenced write's row lock",
+      });
+      assert.equal(transferred, false);
+      assert.equal(appended, false);
+      await holder.query("SELECT pg_advisory_unlock($1)", [lockKey]);
+      assert.deepEqual(await append, { revision: 1, duplicate: false });
+      const next = await transfer;
+      assert.equal(next?.owner, "node-b");
+      assert.equal(next?.epoch, old.epoch + 1);
+      await assert.rejects(
+        ctx.store.appendEvents({
+          persistenceId: "held",
+          expectedRevision: 1,
+          operationId: "w2",
+          events: [ev(2)],
+          fence: old,
+        }),
+        StaleShardOwnerError,
+      );
+    } finally {
+      await raw.query("DROP TRIGGER IF EXISTS hold_write ON event_journal");
+      await raw.end();
+      await holder.end();
+    }
+  });
+
+  test("a corrupt stored row is a typed error naming persistence id and sequence", async () => {
+    await ctx.store.appendEvents({
+      persistenceId: "corrupt",
+      expectedRevision: 0,
+      operationId: "c",
+      events: [ev(1), ev(2)],
+    });
+    const raw = await rawClient(ctx.url, ctx.schema);
+    await raw.query("UPDATE event_journal SET manifest = '' WHERE persistence_id = 'corrupt' AND sequence_nr = 2");
+    await raw.end();
+    await assert.rejects(
+      ctx.store.loadEvents("corrupt"),
+      (e: unknown) => e instanceof CorruptPersistentRecordError && e.persistenceId === "corrupt" && e.sequenceNr === 2,
+    );
+  });
+});
+
+describe("postgres faults", () => {
+  test("pg_terminate_backend during an operation fails it; the next request succeeds; retries hide it", async () => {
+    const ctx = await freshPostgresStore("term", { applicationName: "movie-term", resilience: { maxRetries: 0 } });
+    const retrying = await PostgresStore.connect({
+      connectionUri: ctx.url,
+      schema: ctx.schema,
+      applicationName: "movie-term-retry",
+    });
+    const raw = await rawClient(ctx.url, ctx.schema);
+    try {
+      const blockedPid = async (app: string) =>
+        (
+          await raw.query("SELECT pid FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'", [
+            app,
+          ])
+        ).rows[0]?.pid as number | undefined;
+      await raw.query("BEGIN; LOCK TABLE event_stream IN ACCESS EXCLUSIVE MODE");
+      const pending = ctx.store.loadRevision("t");
+      pending.catch(() => {});
+      await eventually(async () => (await blockedPid("movie-term")) !== undefined, { what: "the read to block" });
+      await raw.query("SELECT pg_terminate_backend($1)", [await blockedPid("movie-term")]);
+      await assert.rejects(pending, PersistenceConnectionError);
+
+      const append = retrying.appendEvents({
+        persistenceId: "t",
+        expectedRevision: 0,
+        operationId: "t1",
+        events: [ev(1)],
+      });
+      await eventually(async () => (await blockedPid("movie-term-retry")) !== undefined, {
+        what: "the append to block",
+      });
+      await raw.query("SELECT pg_terminate_backend($1)", [await blockedPid("movie-term-retry")]);
+      await eventually(async () => retrying.resilienceStats.retries >= 1, {
+        what: "a retry after the lost connection",
+      });
+      await raw.query("ROLLBACK");
+      assert.deepEqual(await append, { revision: 1, duplicate: false });
+      assert.equal(await ctx.store.loadRevision("t"), 1);
+      // The retried append is idempotent: the same id again is a duplicate.
+      assert.deepEqual(
+        await retrying.appendEvents({ persistenceId: "t", expectedRevision: 0, operationId: "t1", events: [ev(1)] }),
+        { revision: 1, duplicate: true },
+      );
+    } finally {
+      await raw.query("ROLLBACK").catch(() => {});
+      await raw.end();
+      await retrying.close();
+      await ctx.dispose();
+    }
+  });
+
+  test("an operation timeout, then the circuit breaker opens, fails fast and closes again", async () => {
+    const ctx = await freshPostgresStore("breaker", {
+      poolSize: 4,
+      resilience: { operationTimeoutMs: 100, failureThreshold: 2, resetTimeoutMs: 200, maxRetries: 0 },
+    });
+    const raw = await rawClient(ctx.url, ctx.schema);
+    try {
+      await raw.query("BEGIN; LOCK TABLE event_stream IN ACCESS EXCLUSIVE MODE");
+      await assert.rejects(ctx.store.loadRevision("b"), PersistenceTimeoutError);
+      await assert.rejects(ctx.store.loadRevision("b"), PersistenceTimeoutError);
+      assert.equal(ctx.store.circuitMode, "open");
+      await assert.rejects(ctx.store.loadRevision("b"), CircuitOpenError);
+      await raw.query("ROLLBACK");
+      await eventually(
+        async () => {
+          try {
+            return (await ctx.store.loadRevision("b")) === 0;
+          } catch {
+            return false;
+          }
+        },
+        { what: "the breaker to half-open and close" },
+      );
+      assert.equal(ctx.store.circuitMode, "closed");
+      assert.ok(ctx.store.resilienceStats.circuitRejections >= 1);
+    } finally {
+      await raw.query("ROLLBACK").catch(() => {});
+      await raw.end();
+      await ctx.dispose();
+    }
+  });
+
+  test("two OS processes migrating at once: both succeed, the history has each version once", async () => {
+    const url = await postgresTestUrl();
+    const schema = uniqueSchema("mig");
+    try {
+      const run = () =>
+        new Promise<string>((resolve, reject) => {
+          const child = spawn(process.execPath, ["--import", "tsx", "test/persistence/migrate-child.ts", url, schema], {
+            stdio: ["ignore", "pipe", "pipe"],
+          });
+          let out = "";
+          child.stdout.on("data", (d) => (out += d));
+          child.stderr.on("data", (d) => (out += d));
+          child.on("exit", (code) => (code === 0 ? resolve(out) : reject(new Error(`child exited ${code}: ${out}`))));
+        });
+      const outputs = await Promise.all([run(), run()]);
+      assert.deepEqual(
+        outputs.map((o) => o.trim()),
+        ["migrated", "migrated"],
+      );
+      const raw = await rawClient(url, schema);
+      const rows = (await raw.query("SELECT version FROM movie_schema_migration ORDER BY version")).rows;
+      assert.deepEqual(
+        rows.map((r) => r.version),
+        [1, 2, 3, 4],
+      );
+      await raw.query("INSERT INTO movie_schema_migration (version, name, checksum) VALUES (5, 'future', 'x')");
+      await assert.rejects(PostgresStore.connect({ connectionUri: url, schema }), UnsupportedSchemaVersionError);
+      await raw.query("DELETE FROM movie_schema_migration WHERE version = 5");
+      await raw.query("UPDATE movie_schema_migration SET checksum = 'edited' WHERE version = 3");
+      await assert.rejects(PostgresStore.connect({ connectionUri: url, schema }), MigrationChecksumMismatchError);
+      await raw.end();
+    } finally {
+      await dropSchema(url, schema);
+    }
+  });
+});

@@ -1,0 +1,123 @@
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import {
+  type HandoffEffect,
+  type HandoffState,
+  handoffStep,
+  isActive,
+  newHandoff,
+} from "../../src/sharding/handoff/handoff.ts";
+import { ClusterShardingConfigurationError, NoShardOwnerError } from "../../src/sharding/index.ts";
+import { addr } from "./fixtures/members.ts";
+
+const a = addr("a");
+const b = addr("b");
+const ok = { stillCoordinator: true, nextOwnerUp: true, previousReachable: true };
+
+function run(state: HandoffState<string>, ...inputs: Parameters<typeof handoffStep<string>>[1][]) {
+  const all: HandoffEffect<string>[] = [];
+  for (const input of inputs) {
+    const [next, effects] = handoffStep(state, input);
+    state = next;
+    all.push(...effects);
+  }
+  return { state, effects: all };
+}
+
+test("handoff steps: passivate previous, prepare next, complete, then flush the buffer in FIFO order", () => {
+  let h = newHandoff<string>("Order", 5, a, b);
+  let r = run(h, { kind: "attempt", ...ok }, { kind: "buffer", delivery: "m1" }, { kind: "buffer", delivery: "m2" });
+  assert.deepEqual(r.effects, [{ kind: "passivate", owner: a, next: b }]);
+  assert.equal(r.state.phase, "passivating");
+  r = run(r.state, { kind: "prepared" }); // out of phase: ignored
+  assert.equal(r.state.phase, "passivating");
+  r = run(r.state, { kind: "passivated" }, { kind: "buffer", delivery: "m3" });
+  assert.deepEqual(r.effects, [{ kind: "prepare", owner: b }]);
+  r = run(r.state, { kind: "prepared" });
+  assert.deepEqual(r.effects, [{ kind: "complete", next: b }]);
+  h = r.state;
+  r = run(h, { kind: "buffer", delivery: "m4" }, { kind: "completed" });
+  assert.deepEqual(
+    r.effects.filter((e) => e.kind === "dispatch").map((e) => (e.kind === "dispatch" ? e.delivery : "")),
+    ["m1", "m2", "m3", "m4"],
+  );
+  assert.ok(r.effects.some((e) => e.kind === "finished" && e.outcome === "done"));
+  assert.equal(isActive(r.state), false);
+  // after it finished, a late buffer is rejected rather than kept
+  const late = run(r.state, { kind: "buffer", delivery: "m5" });
+  assert.ok(late.effects[0]?.kind === "reject" && late.effects[0].error instanceof NoShardOwnerError);
+});
+
+test("handoff skips passivation of a missing, Down or Removed previous owner, and preparation with no next owner", () => {
+  let r = run(newHandoff<string>("Order", 1, a, b), { kind: "attempt", ...ok, previousReachable: false });
+  assert.deepEqual(r.effects, [{ kind: "prepare", owner: b }]);
+  r = run(
+    newHandoff<string>("Order", 1, a, null),
+    { kind: "attempt", ...ok },
+    { kind: "buffer", delivery: "x" },
+    { kind: "passivated" },
+  );
+  assert.deepEqual(
+    r.effects.map((e) => e.kind),
+    ["passivate", "complete"],
+  );
+  r = run(r.state, { kind: "completed" });
+  assert.ok(
+    r.effects[0]?.kind === "reject" && r.effects[0].error instanceof NoShardOwnerError,
+    "no next owner: buffer rejected",
+  );
+});
+
+test("a failed step retries the whole handoff after 100 ms; the buffer keeps waiting", () => {
+  let r = run(newHandoff<string>("Order", 1, a, b), { kind: "attempt", ...ok }, { kind: "buffer", delivery: "x" });
+  r = run(r.state, { kind: "failed", error: new Error("ask timed out") });
+  assert.deepEqual(
+    r.effects.map((e) => e.kind),
+    ["failedAttempt", "scheduleAttempt"],
+  );
+  assert.deepEqual(r.effects[1], { kind: "scheduleAttempt", afterMs: 100 });
+  assert.equal(r.state.phase, "waiting");
+  r = run(r.state, { kind: "passivated" }); // a stale reply of the failed attempt
+  assert.deepEqual(r.effects, []);
+  r = run(r.state, { kind: "attempt", ...ok });
+  assert.deepEqual(r.effects, [{ kind: "passivate", owner: a, next: b }]);
+  assert.equal(r.state.attempts, 2);
+  assert.deepEqual(r.state.buffer, ["x"]);
+});
+
+test("abort when the coordinator changed or the next owner is not Up: every buffered delivery is rejected", () => {
+  for (const check of [
+    { ...ok, stillCoordinator: false },
+    { ...ok, nextOwnerUp: false },
+  ]) {
+    let r = run(
+      newHandoff<string>("Order", 1, a, b),
+      { kind: "attempt", ...ok },
+      { kind: "buffer", delivery: "x" },
+      { kind: "buffer", delivery: "y" },
+    );
+    r = run(r.state, { kind: "failed", error: new Error("boom") }, { kind: "attempt", ...check });
+    const rejects = r.effects.filter((e) => e.kind === "reject");
+    assert.deepEqual(
+      rejects.map((e) => (e.kind === "reject" ? e.delivery : "")),
+      ["x", "y"],
+    );
+    for (const e of rejects) assert.ok(e.kind === "reject" && e.error instanceof NoShardOwnerError);
+    assert.ok(r.effects.some((e) => e.kind === "finished" && e.outcome === "aborted"));
+    assert.ok(r.effects.some((e) => e.kind === "scheduleReconcile"));
+  }
+});
+
+test("the handoff buffer holds 1,024 deliveries; the next is rejected with the REFERENCE text", () => {
+  let state: HandoffState<number> = handoffStep(newHandoff<number>("Order", 3, a, b), { kind: "attempt", ...ok })[0];
+  for (let i = 0; i < 1024; i++) {
+    const [next, effects] = handoffStep(state, { kind: "buffer", delivery: i });
+    assert.deepEqual(effects, []);
+    state = next;
+  }
+  const [, effects] = handoffStep(state, { kind: "buffer", delivery: 1024 });
+  assert.equal(effects.length, 1);
+  const e = effects[0]!;
+  assert.ok(e.kind === "reject" && e.error instanceof ClusterShardingConfigurationError);
+  assert.match(e.error.message, /^Shard handoff buffer is full for Order\/3/);
+});

@@ -1,0 +1,151 @@
+import assert from "node:assert/strict";
+import { after, test } from "node:test";
+import { AskCancelledError, AskTimeoutError, DRAIN_AND_STOP, STOP } from "../../src/actor/index.ts";
+import {
+  ClusterShardingConfigurationError,
+  NoShardOwnerError,
+  RendezvousAllocation,
+  UnsupportedSystemMessageError,
+} from "../../src/sharding/index.ts";
+import { eventually } from "../fixtures/eventually.ts";
+import { FakeCluster } from "./fixtures/fake-cluster.ts";
+import {
+  DeliverOrder,
+  GetOrder,
+  OrderBehavior,
+  OrderCommand,
+  OrderReply,
+  orderClasses,
+  SlowOrder,
+  started,
+} from "./fixtures/order.ts";
+
+const cluster = new FakeCluster(orderClasses);
+after(() => cluster.shutdown());
+const node = cluster.addNode("solo");
+const sharding = node.sharding;
+const orders = sharding.init(
+  "Order",
+  OrderCommand,
+  { shardCount: 16, idleTimeout: 200 },
+  (id) => new OrderBehavior(id),
+);
+
+test("one node: first message activates, ask gets the reply, stats count it", async () => {
+  await eventually(() => sharding.allocations(orders).size === 16, { what: "a plan" });
+  const order = sharding.entityRefFor(orders, "order-42");
+  assert.equal(sharding.localEntityCount, 0, "nothing before the first message");
+  order.tell(new DeliverOrder("parcel-7"));
+  const reply = await order.ask(new GetOrder(), OrderReply, 3_000);
+  assert.deepEqual(reply.parcels, ["parcel-7"]);
+  assert.equal(sharding.localEntityCount, 1);
+  assert.equal(started.filter((s) => s === "solo:order-42").length, 1);
+  const stats = sharding.stats;
+  assert.equal(stats.routes, 2);
+  assert.equal(stats.localDeliveries, 2);
+  assert.equal(stats.activations, 1);
+  assert.equal(stats.remoteRoutes, 0);
+  assert.ok(sharding.ownerFor(orders, "order-42")!.equals(node.address));
+  assert.equal(sharding.shardOf(orders, "order-42"), 68 % 16, "the published vector, modulo 16");
+});
+
+test("STOP passivates; the next message re-activates through the same ref", async () => {
+  const order = sharding.entityRefFor(orders, "order-stop");
+  order.tell(new DeliverOrder("a"));
+  await order.ask(new GetOrder(), OrderReply, 3_000);
+  const before = sharding.stats;
+  order.sendSystem(STOP);
+  await eventually(() => sharding.stats.explicitPassivations === before.explicitPassivations + 1, {
+    what: "passivation",
+  });
+  assert.equal(sharding.stats.passivationRequests, before.passivationRequests + 1);
+  const reply = await order.ask(new GetOrder(), OrderReply, 3_000);
+  assert.deepEqual(reply.parcels, [], "a fresh actor");
+  assert.equal(started.filter((s) => s === "solo:order-stop").length, 2);
+  assert.throws(() => order.sendSystem(DRAIN_AND_STOP), UnsupportedSystemMessageError);
+});
+
+test("idle entities are passivated by the sweep", async () => {
+  const order = sharding.entityRefFor(orders, "order-idle");
+  order.tell(new DeliverOrder("x"));
+  await eventually(() => sharding.stats.idlePassivations > 0 && sharding.localEntityCount === 0, {
+    what: "idle passivation",
+    describe: () => sharding.stats,
+  });
+});
+
+test("activate resolves accepted only when it created the actor", async () => {
+  const first = await sharding.activate(orders, "order-eager");
+  const second = await sharding.activate(orders, "order-eager");
+  assert.equal(first.accepted, true);
+  assert.equal(second.accepted, false);
+});
+
+test("ask timeout and cancellation reach the caller", async () => {
+  const order = sharding.entityRefFor(orders, "order-slow");
+  await assert.rejects(order.ask(new SlowOrder(), OrderReply, 30), AskTimeoutError);
+  const controller = new AbortController();
+  const pending = order.ask(new SlowOrder(), OrderReply, 5_000, { signal: controller.signal });
+  controller.abort();
+  await assert.rejects(pending, AskCancelledError);
+});
+
+test("init is idempotent for equal settings and names the mismatching field otherwise", () => {
+  const again = sharding.init(
+    "Order",
+    OrderCommand,
+    { shardCount: 16, idleTimeout: 200 },
+    (id) => new OrderBehavior(id),
+  );
+  assert.equal(again.name, "Order");
+  const mismatch = (options: object, field: string) =>
+    assert.throws(
+      () => sharding.init("Order", OrderCommand, options, (id) => new OrderBehavior(id)),
+      (e: unknown) =>
+        e instanceof ClusterShardingConfigurationError &&
+        e.field === field &&
+        /already registered with incompatible settings/.test(e.message),
+    );
+  mismatch({ shardCount: 32, idleTimeout: 200 }, "shardCount");
+  mismatch({ shardCount: 16, idleTimeout: 300 }, "idleTimeout");
+  mismatch({ shardCount: 16, idleTimeout: 200, allocation: new RendezvousAllocation() }, "allocation");
+  mismatch({ shardCount: 16 }, "idleTimeout");
+  assert.throws(
+    () =>
+      sharding.init("Order", OrderReply as never, { shardCount: 16, idleTimeout: 200 }, (id) => new OrderBehavior(id)),
+    /messageType differs/,
+  );
+  assert.throws(
+    () => sharding.init("Bad", OrderCommand, { shardCount: 0 }, (id) => new OrderBehavior(id)),
+    /shard count must be positive/,
+  );
+  assert.throws(
+    () => sharding.init("", OrderCommand, {}, (id) => new OrderBehavior(id)),
+    /entity type name must not be empty/,
+  );
+  assert.throws(() => sharding.entityRefFor("Nope", "x"), /not registered on this node/);
+  assert.throws(() => sharding.entityRefFor(orders, ""), /entity id must not be empty/);
+});
+
+test("an unregistered message class fails at the caller", () => {
+  class Unregistered extends OrderCommand {}
+  assert.throws(() => sharding.entityRefFor(orders, "x").tell(new Unregistered()), /not registered/);
+});
+
+test("without a converged coordinator, tells throw and asks reject with NoShardOwnerError", async () => {
+  node.setConverged(false);
+  try {
+    const order = sharding.entityRefFor(orders, "order-42");
+    const rejected = sharding.stats.rejectedEnvelopes;
+    assert.throws(
+      () => order.tell(new DeliverOrder("p")),
+      (e: unknown) => e instanceof NoShardOwnerError && e.entityType === "cluster" && e.shardId === -1,
+    );
+    await assert.rejects(order.ask(new GetOrder(), OrderReply, 1000), NoShardOwnerError);
+    await assert.rejects(sharding.activate(orders, "x"), NoShardOwnerError);
+    assert.equal(sharding.stats.rejectedEnvelopes, rejected + 3);
+    assert.equal(sharding.ownerFor(orders, "order-42"), null);
+  } finally {
+    node.setConverged(true);
+  }
+});

@@ -1,0 +1,235 @@
+// Cluster sharding over real loopback TCP: three systems in one process.
+import assert from "node:assert/strict";
+import { after, before, test } from "node:test";
+import {
+  ActorSystem,
+  AskCancelledError,
+  AskTimeoutError,
+  Behaviors,
+  silentLogger,
+  UniqueAddress,
+} from "../../src/actor/index.ts";
+import { RemoteAskError } from "../../src/remote/index.ts";
+import {
+  ClusterSharding,
+  ClusterShardingConfigurationError,
+  NoShardOwnerError,
+  registerShardingWireTypes,
+  ShardingEnvelope,
+  ShardingSettings,
+} from "../../src/sharding/index.ts";
+import { eventually } from "../fixtures/eventually.ts";
+import {
+  DeliverOrder,
+  FailOrder,
+  GetOrder,
+  OrderBehavior,
+  OrderCommand,
+  OrderReply,
+  SenderReply,
+  SlowOrder,
+  WhoSent,
+} from "./fixtures/order.ts";
+import {
+  describeNodes,
+  planSettled,
+  type ShardingNode,
+  settled,
+  startShardingNodes,
+  terminateAll,
+} from "./fixtures/tcp-nodes.ts";
+
+let nodes: ShardingNode[] = [];
+before(async () => {
+  nodes = await startShardingNodes(3);
+  for (const n of nodes) n.sharding.init("Order", OrderCommand, { shardCount: 32 }, (id) => new OrderBehavior(id));
+  await eventually(() => nodes.every((n) => settled(n, 3)), { what: "3 nodes Up and converged" });
+  await eventually(() => planSettled(nodes, "Order", 32), {
+    what: "a balanced plan everywhere",
+    describe: describeNodes(nodes, "Order"),
+  });
+});
+after(() => terminateAll(nodes));
+
+test("ClusterSharding.get requires remoting and cluster membership", async () => {
+  const plain = ActorSystem.create("plain");
+  try {
+    assert.throws(
+      () => ClusterSharding.get(plain),
+      (e: unknown) => e instanceof ClusterShardingConfigurationError && /requires remoting/.test(e.message),
+    );
+    await plain.enableRemoting({ host: "127.0.0.1", port: 0 });
+    assert.throws(() => ClusterSharding.get(plain), /requires cluster membership/);
+  } finally {
+    await plain.terminate();
+  }
+});
+
+test("the seed's Order example end to end from every node, with placement spread over all three", async () => {
+  const ids = Array.from({ length: 30 }, (_, i) => `order-${i}`);
+  for (const [i, id] of ids.entries())
+    nodes[i % 3]!.sharding.entityRefFor<OrderCommand>("Order", id).tell(new DeliverOrder(`parcel-${i}`));
+  for (const [i, id] of ids.entries()) {
+    // Order holds per sender: the node that told asks first; once that reply is in, any node sees the parcel.
+    const first = await nodes[i % 3]!.sharding.entityRefFor<OrderCommand>("Order", id).ask(
+      new GetOrder(),
+      OrderReply,
+      3_000,
+    );
+    assert.deepEqual(first.parcels, [`parcel-${i}`]);
+    const reply = await nodes[(i + 1) % 3]!.sharding.entityRefFor<OrderCommand>("Order", id).ask(
+      new GetOrder(),
+      OrderReply,
+      3_000,
+    );
+    assert.deepEqual(reply.parcels, [`parcel-${i}`]);
+    const owner = nodes[0]!.sharding.ownerFor("Order", id)!;
+    assert.equal(reply.host, nodes.find((n) => n.cluster.selfAddress.equals(owner))!.system.name);
+  }
+  const total = nodes.reduce((sum, n) => sum + n.sharding.localEntityCount, 0);
+  assert.equal(total, 30);
+  assert.ok(
+    nodes.every((n) => n.sharding.localEntityCount > 0),
+    "LeastLoaded spreads shards over all nodes",
+  );
+  const coordinator = [...nodes].sort((a, b) =>
+    UniqueAddress.compare(a.cluster.selfAddress, b.cluster.selfAddress),
+  )[0]!;
+  assert.ok(coordinator.sharding.stats.forwards > 0);
+  assert.ok(nodes.filter((n) => n !== coordinator).every((n) => n.sharding.stats.remoteRoutes > 0));
+});
+
+/** Coordinator, a caller that is not the coordinator, and an entity id owned by the third node. */
+function threeNodeHop(prefix: string) {
+  const sorted = [...nodes].sort((a, b) => UniqueAddress.compare(a.cluster.selfAddress, b.cluster.selfAddress));
+  const [coordinator, caller, owner] = sorted as [ShardingNode, ShardingNode, ShardingNode];
+  for (let i = 0; ; i++) {
+    const id = `${prefix}-${i}`;
+    if (coordinator.sharding.ownerFor("Order", id)?.equals(owner.cluster.selfAddress))
+      return { coordinator, caller, owner, id };
+  }
+}
+
+test("asks across three nodes: reply, failure, timeout and cancellation reach the caller", async () => {
+  const { caller, owner, id } = threeNodeHop("ask");
+  const ref = caller.sharding.entityRefFor<OrderCommand>("Order", id);
+  const reply = await ref.ask(new GetOrder(), OrderReply, 3_000);
+  assert.equal(reply.host, owner.system.name);
+  await assert.rejects(ref.ask(new FailOrder(), OrderReply, 3_000), (e: unknown) => {
+    assert.ok(e instanceof RemoteAskError, String(e));
+    assert.match(e.message, /refused/);
+    return true;
+  });
+  await assert.rejects(ref.ask(new SlowOrder(), OrderReply, 50), AskTimeoutError);
+  const controller = new AbortController();
+  const pending = ref.ask(new SlowOrder(), OrderReply, 5_000, { signal: controller.signal });
+  controller.abort();
+  await assert.rejects(pending, AskCancelledError);
+  // The entity survived its failure (restarted) and still answers.
+  assert.equal((await ref.ask(new GetOrder(), OrderReply, 3_000)).host, owner.system.name);
+});
+
+test("a three-node hop keeps the original sender path", async () => {
+  const { caller, owner, id } = threeNodeHop("sender");
+  const seen: string[] = [];
+  const probe = caller.system.spawn(
+    Behaviors.receive<unknown>((message) => {
+      if (message instanceof SenderReply) seen.push(message.senderPath ?? "none");
+    }),
+    "probe",
+  );
+  caller.sharding.entityRefFor<OrderCommand>("Order", id).tell(new WhoSent(), probe);
+  await eventually(() => seen.length === 1, { what: "the entity's answer to the probe" });
+  assert.equal(seen[0], probe.path.toString());
+  assert.ok(owner.sharding.stats.localDeliveries > 0);
+});
+
+test("forwarded traffic from an impostor (not the coordinator) is rejected and counted", async () => {
+  const { coordinator, owner, id } = threeNodeHop("impostor");
+  const impostor = ActorSystem.create("movie", { logger: silentLogger });
+  try {
+    const remoting = await impostor.enableRemoting({ host: "127.0.0.1", port: 0 });
+    registerShardingWireTypes(remoting.registry);
+    const settingsKey = ShardingSettings.create({ shardCount: 32 }).key;
+    const shardId = owner.sharding.shardOf("Order", id);
+    const forged = new ShardingEnvelope(
+      "User",
+      "Order",
+      id,
+      shardId,
+      settingsKey,
+      1,
+      coordinator.cluster.selfAddress.toString(),
+      null,
+      false,
+      {
+        type: "DeliverOrder",
+        payload: { parcel: "forged" },
+      },
+    );
+    const before = owner.sharding.stats;
+    impostor.actorSelection(`${owner.cluster.selfAddress.address}/system/sharding`).tell(forged);
+    await eventually(() => owner.sharding.stats.rejectedEnvelopes > before.rejectedEnvelopes, {
+      what: "the rejection",
+    });
+    assert.equal(owner.sharding.stats.localDeliveries, before.localDeliveries);
+    const reply = await owner.sharding.entityRefFor<OrderCommand>("Order", id).ask(new GetOrder(), OrderReply, 3_000);
+    assert.ok(!reply.parcels.includes("forged"));
+    // a forged ask is failed back to the impostor with the authorization error
+    const ask = impostor.actorSelection(`${owner.cluster.selfAddress.address}/system/sharding`).ask(
+      new ShardingEnvelope(
+        "User",
+        "Order",
+        id,
+        shardId,
+        settingsKey,
+        1,
+        coordinator.cluster.selfAddress.toString(),
+        1000,
+        false,
+        {
+          type: "GetOrder",
+          payload: {},
+        },
+      ),
+      OrderReply,
+      2_000,
+    );
+    await assert.rejects(
+      ask,
+      (e: unknown) => e instanceof RemoteAskError && e.remoteClass === "ClusterShardingConfigurationError",
+    );
+  } finally {
+    await impostor.terminate();
+  }
+});
+
+test("routing fails closed while a member is unreachable, and recovers when it is reachable again", async () => {
+  const [a, b, c] = nodes as [ShardingNode, ShardingNode, ShardingNode];
+  a.remoting.blackhole(c.remoting.selfAddress);
+  try {
+    await eventually(() => a.cluster.snapshot().unreachable.length > 0, {
+      what: "c unreachable from a",
+      timeoutMs: 5_000,
+    });
+    const ref = a.sharding.entityRefFor<OrderCommand>("Order", "order-1");
+    assert.throws(() => ref.tell(new DeliverOrder("lost")), NoShardOwnerError);
+    await assert.rejects(ref.ask(new GetOrder(), OrderReply, 1_000), NoShardOwnerError);
+    assert.equal(a.sharding.ownerFor("Order", "order-1"), null);
+  } finally {
+    a.remoting.unblackhole(c.remoting.selfAddress);
+  }
+  await eventually(() => nodes.every((n) => settled(n, 3)), { what: "reachable again", timeoutMs: 5_000 });
+  await eventually(
+    async () => {
+      try {
+        await a.sharding.entityRefFor<OrderCommand>("Order", "order-1").ask(new GetOrder(), OrderReply, 1_000);
+        return true;
+      } catch {
+        return false;
+      }
+    },
+    { what: "routing works again", describe: describeNodes(nodes, "Order") },
+  );
+  assert.ok(b.sharding.stats.routes >= 0);
+});
