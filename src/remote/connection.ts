@@ -55,6 +55,8 @@ export class Connection {
   failure: Error | null = null;
   /** @internal The receive path's cache of the last user envelope header (consecutive frames usually share it). */
   headerCache: object | null = null;
+  /** Scheduler time of the last bytes received (heartbeats watch it). */
+  lastReceivedMs: number;
 
   constructor(
     readonly socket: Socket,
@@ -66,6 +68,7 @@ export class Connection {
     private readonly expectedSystem: string | null,
   ) {
     this.decoder = new FrameDecoder(context.maxFrameBytes);
+    this.lastReceivedMs = context.scheduler.now();
     socket.setNoDelay(true);
     this.timer = context.scheduler.scheduleOnce(context.handshakeTimeoutMs, () => {
       if (this.state === "connecting" || this.state === "handshaking") {
@@ -109,6 +112,7 @@ export class Connection {
     if (this.state === "closed") return;
     const stats = this.context.stats;
     stats.bytesIn += chunk.length;
+    this.lastReceivedMs = this.context.scheduler.now();
     let frames: Buffer[];
     try {
       frames = this.decoder.push(chunk);

@@ -622,19 +622,22 @@ export class Remoting implements Extension {
 
   private onFrame(connection: Connection, frame: Buffer): void {
     const peer = connection.peer!;
+    const kind = frame[0];
+    // Liveness probes are transport, not traffic: a blackholed peer stays connected, like a partitioned-but-open link.
+    if (kind === FrameKind.heartbeat) {
+      connection.writer.writeFrame(heartbeatReplyFrame);
+      return;
+    }
+    if (kind === FrameKind.heartbeatReply) return;
     if (this.blackholed.size > 0 && this.blackholed.has(peer.address.hostPort)) {
       this.stats_.droppedBlackholed++;
       return;
     }
-    const kind = frame[0];
     try {
       if (kind === FrameKind.user) this.onUser(connection, peer, frame);
       else if (kind === FrameKind.askFailure) this.onAskFailure(frame);
       else if (kind === FrameKind.system) this.onSystem(connection, peer, frame);
       else if (kind === FrameKind.ack) this.onAck(peer, frame);
-      else if (kind === FrameKind.heartbeat)
-        connection.writer.writeFrame(encodeControlFrame(FrameKind.heartbeatReply, {}));
-      else if (kind === FrameKind.heartbeatReply) return;
       else {
         this.stats_.rejected.unexpected++;
         this.connectionContext.warn({ peer: peer.toString(), kind }, "dropped a frame of unknown kind");
@@ -845,6 +848,7 @@ export class Remoting implements Extension {
 }
 
 const remotingKey = "movie.remoting";
+const heartbeatReplyFrame = encodeControlFrame(FrameKind.heartbeatReply, {});
 
 /** The extension id under which remoting registers (creating it needs settings, so use enableRemoting). */
 export const remotingId: ExtensionId<Remoting> = {
