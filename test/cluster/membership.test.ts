@@ -236,3 +236,14 @@ test("a removed member's record is never resurrected by delayed or repeated goss
     for (const n of sim.live()) assert.equal(n.state.members.get(String(d.self))?.status, "Removed");
   }
 });
+
+test("a join that would exceed maxMembers is refused whole and counted", () => {
+  const sim = new Sim({ maxMembers: 2 });
+  const [a, b] = startCluster(sim, 2) as [SimNode, SimNode];
+  assert.ok(sim.until(() => sim.allUp([a, b])));
+  const c = sim.start(2560, [2551]);
+  sim.advance(500);
+  assert.ok(a.stats.capacityRejections > 0);
+  assert.equal(sim.snapshot(c).selfStatus, "Joining");
+  assert.equal(sim.snapshot(a).members.length, 2);
+});
