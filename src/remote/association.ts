@@ -113,8 +113,9 @@ export class Association implements ConnectionOwner {
     this.timer = null;
     this.heartbeatTimer?.cancel();
     this.heartbeatTimer = null;
+    // What was accepted before stopping still goes out (a leaving node's last gossip, for one).
+    this.connection?.shutdown();
     this.writer.discard();
-    this.connection?.close();
   }
 
   private connect(): void {

@@ -108,6 +108,20 @@ export class Connection {
     this.owner.closed(this, opened);
   }
 
+  /** Flushes what is queued, then closes gracefully (FIN after the data); forced closed after 500 ms. */
+  shutdown(): void {
+    if (this.state === "closed") return;
+    const opened = this.state === "open";
+    if (opened) this.writer.flush();
+    this.state = "closed";
+    this.timer?.cancel();
+    this.timer = null;
+    const socket = this.socket;
+    socket.end();
+    this.context.scheduler.scheduleOnce(500, () => socket.destroy());
+    this.owner.closed(this, opened);
+  }
+
   private onData(chunk: Buffer): void {
     if (this.state === "closed") return;
     const stats = this.context.stats;

@@ -100,6 +100,12 @@ export function resolveRemotingSettings(settings: RemotingSettings): ResolvedRem
   };
 }
 
+/** The loud warning to log for `settings`, or null: a non-loopback bind without a shared secret accepts anyone. */
+export function insecureBindingWarning(settings: ResolvedRemotingSettings): string | null {
+  if (settings.secret !== null || isLoopbackHost(settings.host)) return null;
+  return `REMOTING IS OPEN: bound to ${settings.host} without a shared secret; any host that reaches this port can send to every actor. Set enableRemoting({ secret }) (and tls) on every node.`;
+}
+
 /** True for hosts that only this machine can reach (no secret needed there). */
 export function isLoopbackHost(host: string): boolean {
   return host === "localhost" || host === "::1" || host.startsWith("127.");
