@@ -360,6 +360,17 @@ function receive(
   }
   const from = input.origin!;
   if (message instanceof ClusterJoin) return receiveJoin(state, from, message, effects, nowMs, context);
+  const fromRemoved = state.members.get(from.toString())?.status === "Removed";
+  if (
+    fromRemoved &&
+    (message instanceof ClusterGossip || message instanceof ClusterLeave || message instanceof ClusterDown)
+  ) {
+    // A removed incarnation is out for good: its view and requests no longer count. Heartbeats are still answered
+    // and acks still read, so a leaver that has not yet seen its removal keeps its leader reachable until the final
+    // gossip reaches it.
+    effects.push({ kind: "count", stat: "messagesFromRemovedDropped" });
+    return state;
+  }
   if (message instanceof ClusterWelcome) return receiveWelcome(state, from, message, effects, nowMs);
   if (message instanceof ClusterGossip) return receiveGossip(state, from, message, effects, nowMs);
   if (message instanceof ClusterGossipAck) {

@@ -232,6 +232,19 @@ test("a removed member's record is never resurrected by delayed or repeated goss
     );
     sim.input(a, { kind: "message", origin: b.self, senderPath: `${b.self.address}/system/cluster`, message: stale });
     assert.equal(a.state.members.get(String(d.self))?.status, "Removed");
+    // The removed node itself comes back (it was only paused): its gossip is dropped, not merged.
+    const fromRemoved = new ClusterGossip("sim-cluster", String(d.self), String(a.self), 9, d.state.digest, [
+      ...[...d.state.members.values()].map(memberToJSON),
+    ]);
+    const dropped = a.stats.messagesFromRemovedDropped;
+    sim.input(a, {
+      kind: "message",
+      origin: d.self,
+      senderPath: `${d.self.address}/system/cluster`,
+      message: fromRemoved,
+    });
+    assert.equal(a.stats.messagesFromRemovedDropped, dropped + 1);
+    assert.equal(a.state.members.get(String(d.self))?.status, "Removed");
     sim.advance(500);
     for (const n of sim.live()) assert.equal(n.state.members.get(String(d.self))?.status, "Removed");
   }
