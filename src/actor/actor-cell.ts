@@ -4,7 +4,7 @@ import type { ActorSystem } from "./actor-system.ts";
 import type { UniqueAddress } from "./address.ts";
 import { askVia } from "./ask.ts";
 import type { AbstractBehavior, BehaviorSource } from "./behavior.ts";
-import type { Cancellable } from "./clock.ts";
+import type { Cancellable, TimeoutTarget } from "./clock.ts";
 import type { Runnable } from "./dispatcher.ts";
 import { InvalidMessageError, requireDurationMs } from "./errors.ts";
 import type { Logger } from "./logger.ts";
@@ -40,11 +40,17 @@ class TimerFire extends InternalFire {
 
 /** A receive-timeout firing; stale ones (from before the latest setReceiveTimeout) are recognised by generation. */
 class ReceiveTimeoutFire extends InternalFire {
-  constructor(
-    readonly generation: number,
-    /** The actor's message count when it fired: a message handled since then makes the firing stale. */
-    readonly messageCount: number,
-  ) {
+  constructor(readonly generation: number) {
+    super();
+  }
+}
+
+/**
+ * A watched actor's termination, queued behind the messages already in the mailbox, so a watcher sees everything the
+ * watched actor sent before it stopped first, then `Terminated`.
+ */
+class TerminatedFire extends InternalFire {
+  constructor(readonly signal: Terminated) {
     super();
   }
 }
@@ -89,10 +95,8 @@ class CellExtras {
   timerGeneration = 0;
   receiveTimeoutMs: number | null = null;
   receiveTimeoutHandle: Cancellable | null = null;
+  /** Bumped by every handled message and every setReceiveTimeout: a firing from an older generation is stale. */
   receiveTimeoutGeneration = 0;
-  lastActivityMs = 0;
-  /** Messages handled while a receive timeout is set; tells a stale ReceiveTimeoutFire from a current one. */
-  messageCount = 0;
   restartTimesMs: number[] | null = null;
   terminatedWaiters: (() => void)[] | null = null;
   origin: UniqueAddress | null = null;
@@ -110,7 +114,7 @@ function asError(value: unknown): Error {
  * The running state of one local actor: mailbox, behavior, flags, and (rarely) children, watchers and timers. It is
  * also the behavior's {@link ActorContext}, so an idle actor costs this object, its ref and its name.
  */
-export class ActorCell<T> implements Runnable, ActorContext<T> {
+export class ActorCell<T> implements Runnable, ActorContext<T>, TimeoutTarget {
   readonly ref: LocalActorRef<T>;
   private flags = stateNew;
   private behavior: AbstractBehavior<T> | null = null;
@@ -238,13 +242,14 @@ export class ActorCell<T> implements Runnable, ActorContext<T> {
     if (timeoutMs !== null) requireDurationMs("receive timeout", timeoutMs, { positive: true });
     if (timeoutMs === null && this.rare === null) return;
     const extras = this.extras();
-    extras.receiveTimeoutHandle?.cancel();
-    extras.receiveTimeoutHandle = null;
     extras.receiveTimeoutGeneration++;
     extras.receiveTimeoutMs = timeoutMs;
-    if (timeoutMs === null) return;
-    extras.lastActivityMs = this.system.scheduler.now();
-    this.armReceiveTimeout(timeoutMs);
+    if (timeoutMs === null) {
+      extras.receiveTimeoutHandle?.cancel();
+      extras.receiveTimeoutHandle = null;
+      return;
+    }
+    this.armReceiveTimeout(extras);
   }
 
   startSingleTimer(key: string, message: T, delayMs: number): void {
@@ -361,7 +366,13 @@ export class ActorCell<T> implements Runnable, ActorContext<T> {
   private start(): void {
     this.setState(stateRunning);
     this.behavior = this.instantiate();
-    this.invoke(() => this.behavior!.preStart?.(this), null, "preStart");
+    this.runPreStart();
+  }
+
+  private runPreStart(): void {
+    const behavior = this.behavior!;
+    // Most behaviors have no preStart: skip the closure then (spawning a million actors notices).
+    if (behavior.preStart !== undefined) this.invoke(() => behavior.preStart!(this), null, "preStart");
   }
 
   private instantiate(): AbstractBehavior<T> {
@@ -388,10 +399,8 @@ export class ActorCell<T> implements Runnable, ActorContext<T> {
       } else if (message instanceof Unwatch) {
         extras.watchers?.delete(message.watcher.path.toString());
       } else if (message instanceof Terminated) {
-        const key = message.ref.path.toString();
-        if (extras.watching?.delete(key) === true && this.state === stateRunning) {
-          this.deliverSignal(message);
-          if (this.busy) return true;
+        if (extras.watching?.has(message.ref.path.toString()) === true && this.state === stateRunning) {
+          this.enqueue(new TerminatedFire(message), null, null);
         }
       }
     }
@@ -420,10 +429,7 @@ export class ActorCell<T> implements Runnable, ActorContext<T> {
       rare = this.extras();
       rare.origin = origin;
     }
-    if (rare !== null && rare.receiveTimeoutMs !== null) {
-      rare.lastActivityMs = this.system.scheduler.now();
-      rare.messageCount++;
-    }
+    if (rare !== null && rare.receiveTimeoutMs !== null) rare.receiveTimeoutGeneration++;
     this.currentSender = sender;
     let result: void | Promise<void>;
     try {
@@ -467,10 +473,14 @@ export class ActorCell<T> implements Runnable, ActorContext<T> {
       if (entry.intervalMs === null) extras.timers!.delete(fire.key);
       return entry.message;
     }
+    if (fire instanceof TerminatedFire) {
+      // Still watched? An unwatch after the termination was queued drops it.
+      if (extras.watching?.delete(fire.signal.ref.path.toString()) === true) this.deliverSignal(fire.signal);
+      return noMessage;
+    }
     if (
       fire instanceof ReceiveTimeoutFire &&
       fire.generation === extras.receiveTimeoutGeneration &&
-      fire.messageCount === extras.messageCount &&
       extras.receiveTimeoutMs !== null
     ) {
       this.deliverSignal(RECEIVE_TIMEOUT);
@@ -484,7 +494,7 @@ export class ActorCell<T> implements Runnable, ActorContext<T> {
     if (rare !== null) {
       rare.origin = null;
       // Idle time counts from the end of a message, so a long async receive is not mistaken for idleness.
-      if (rare.receiveTimeoutMs !== null) rare.lastActivityMs = this.system.scheduler.now();
+      if (rare.receiveTimeoutMs !== null) this.armReceiveTimeout(rare);
       this.afterMessage();
     }
   }
@@ -569,7 +579,7 @@ export class ActorCell<T> implements Runnable, ActorContext<T> {
       this.flags &= ~flagRestarting;
       if (this.state !== stateRunning) return;
       this.behavior = this.instantiate();
-      this.invoke(() => this.behavior!.preStart?.(this), null, "preStart");
+      this.runPreStart();
       this.scheduleRun();
     };
     if (children.length === 0) {
@@ -691,26 +701,26 @@ export class ActorCell<T> implements Runnable, ActorContext<T> {
     extras.timers = null;
   }
 
-  private armReceiveTimeout(afterMs: number): void {
-    const extras = this.extras();
-    const generation = extras.receiveTimeoutGeneration;
-    extras.receiveTimeoutHandle = this.system.scheduler.scheduleOnce(afterMs, () => {
-      const timeoutMs = extras.receiveTimeoutMs;
-      if (generation !== extras.receiveTimeoutGeneration || timeoutMs === null) return;
-      // Messages only stamp lastActivityMs (no timer churn per message); the timer re-arms for the remainder.
-      const idleMs = this.system.scheduler.now() - extras.lastActivityMs;
-      if (this.busy) {
-        this.armReceiveTimeout(timeoutMs);
-        return;
-      }
-      if (idleMs + 0.5 < timeoutMs) {
-        this.armReceiveTimeout(timeoutMs - idleMs);
-        return;
-      }
-      extras.lastActivityMs = this.system.scheduler.now();
-      this.armReceiveTimeout(timeoutMs);
-      this.enqueue(new ReceiveTimeoutFire(generation, extras.messageCount), null, null);
-    });
+  /**
+   * (Re)starts the receive timeout from now. It runs on the system's TimeoutQueue, so every actor with the same
+   * timeout shares one scheduler timer and re-arming after each message is a list link, not a setTimeout.
+   */
+  private armReceiveTimeout(extras: CellExtras): void {
+    // Add the new deadline before cancelling the old one, so the shared lane never empties in between.
+    const previous = extras.receiveTimeoutHandle;
+    extras.receiveTimeoutHandle = this.system.timeouts.schedule(extras.receiveTimeoutMs!, this);
+    previous?.cancel();
+  }
+
+  /** @internal The receive timeout's deadline passed (the cell is its own {@link TimeoutTarget}: no closure). */
+  onTimeout(): void {
+    const extras = this.rare;
+    if (extras === null) return;
+    extras.receiveTimeoutHandle = null;
+    if (extras.receiveTimeoutMs === null) return;
+    // Inside a message is not idleness: the message's end re-arms; an async hook (preStart) re-arms here.
+    this.armReceiveTimeout(extras);
+    if (!this.busy) this.enqueue(new ReceiveTimeoutFire(extras.receiveTimeoutGeneration), null, null);
   }
 }
 

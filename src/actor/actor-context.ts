@@ -35,7 +35,10 @@ export interface ActorContext<T> {
   stop(child: ActorRef<unknown>): void;
   /** The live children. */
   readonly children: readonly ActorRef<unknown>[];
-  /** Delivers a `Terminated` signal to `receiveSignal` when `ref` stops (at once if it already has). */
+  /**
+   * Delivers a `Terminated` signal to `receiveSignal` when `ref` stops (at once if it already has), queued behind the
+   * messages already in this actor's mailbox, so whatever `ref` sent before it stopped arrives first.
+   */
   watch(ref: ActorRef<unknown>): void;
   /** Stops watching `ref`; a `Terminated` already queued is dropped. */
   unwatch(ref: ActorRef<unknown>): void;

@@ -1,6 +1,6 @@
 import type { ActorRef, AskOptions, Class } from "./actor-ref.ts";
 import type { ActorSystem } from "./actor-system.ts";
-import type { Cancellable } from "./clock.ts";
+import type { Cancellable, TimeoutTarget } from "./clock.ts";
 import {
   AskCancelledError,
   AskReplyTypeError,
@@ -17,8 +17,9 @@ import type { SystemMessage } from "./system-messages.ts";
  * the ask settles, however it settles. It gets a name under `/temp` (so a reply can find it by path, also from other
  * nodes) only when someone reads its path; a purely local ask never pays for the name or the registration.
  */
-export class PromiseActorRef<R> implements ActorRef<unknown> {
+export class PromiseActorRef<R> implements ActorRef<unknown>, TimeoutTarget {
   private settled = false;
+  private timeoutMs = 0;
   private name: string | null = null;
   private timer: Cancellable | null = null;
   private signal: AbortSignal | null = null;
@@ -53,13 +54,17 @@ export class PromiseActorRef<R> implements ActorRef<unknown> {
 
   /** @internal Starts the timeout and listens to the signal. */
   arm(timeoutMs: number, signal: AbortSignal | undefined): void {
-    this.timer = this.system.timeouts.schedule(timeoutMs, () =>
-      this.reject(new AskTimeoutError(this.targetText(), typeNameOf(this.message), timeoutMs)),
-    );
+    this.timeoutMs = timeoutMs;
+    this.timer = this.system.timeouts.schedule(timeoutMs, this);
     if (signal !== undefined) {
       this.signal = signal;
       signal.addEventListener("abort", this, { once: true });
     }
+  }
+
+  /** @internal The ask's deadline passed. */
+  onTimeout(): void {
+    this.reject(new AskTimeoutError(this.targetText(), typeNameOf(this.message), this.timeoutMs));
   }
 
   /** @internal The AbortSignal's listener. */

@@ -54,22 +54,36 @@ export class RealScheduler implements Scheduler {
   }
 }
 
-interface ManualTimer {
-  readonly dueMs: number;
-  readonly seq: number;
-  readonly callback: () => void;
-  cancelled: boolean;
+/** A virtual timer: pending until it runs or is cancelled. */
+class ManualTimer implements Cancellable {
+  pending = true;
+  constructor(
+    private readonly owner: ManualScheduler,
+    readonly dueMs: number,
+    readonly seq: number,
+    readonly callback: () => void,
+  ) {}
+  cancel(): void {
+    if (!this.pending) return;
+    this.pending = false;
+    this.owner.timerCancelled();
+  }
+}
+
+function runsBefore(a: ManualTimer, b: ManualTimer): boolean {
+  return a.dueMs < b.dueMs || (a.dueMs === b.dueMs && a.seq < b.seq);
 }
 
 /**
  * A virtual clock for deterministic tests: time moves only when {@link ManualScheduler.advance} is called, and due
  * timers run in (due time, scheduling order) order. Timers scheduled by a running timer for a time inside the advanced
- * window run in the same `advance` call.
+ * window run in the same `advance` call. Timers sit in a binary heap; cancelled ones are dropped lazily.
  */
 export class ManualScheduler implements Scheduler {
   private nowMs: number;
   private seq = 0;
-  private timers: ManualTimer[] = [];
+  private heap: ManualTimer[] = [];
+  private live = 0;
 
   constructor(
     startMs = 0,
@@ -86,61 +100,109 @@ export class ManualScheduler implements Scheduler {
   }
 
   scheduleOnce(delayMs: number, callback: () => void): Cancellable {
-    const timer: ManualTimer = {
-      dueMs: this.nowMs + Math.max(0, delayMs),
-      seq: this.seq++,
-      callback,
-      cancelled: false,
-    };
-    this.timers.push(timer);
-    return {
-      cancel: () => {
-        timer.cancelled = true;
-      },
-    };
+    const timer = new ManualTimer(this, this.nowMs + Math.max(0, delayMs), this.seq++, callback);
+    this.push(timer);
+    this.live++;
+    return timer;
   }
 
   /** Number of timers that are scheduled and not cancelled. */
   get pendingTimers(): number {
-    return this.timers.filter((t) => !t.cancelled).length;
+    return this.live;
   }
 
   /** Moves time forward by `ms`, running every timer that falls due on the way, in order. */
   advance(ms: number): void {
     const targetMs = this.nowMs + ms;
     for (;;) {
-      const next = this.nextDue(targetMs);
+      const next = this.popDue(targetMs);
       if (next === undefined) break;
       this.nowMs = Math.max(this.nowMs, next.dueMs);
-      next.cancelled = true;
+      next.pending = false;
+      this.live--;
       next.callback();
     }
     this.nowMs = targetMs;
-    this.timers = this.timers.filter((t) => !t.cancelled);
   }
 
-  private nextDue(limitMs: number): ManualTimer | undefined {
-    let best: ManualTimer | undefined;
-    for (const t of this.timers) {
-      if (t.cancelled || t.dueMs > limitMs) continue;
-      if (best === undefined || t.dueMs < best.dueMs || (t.dueMs === best.dueMs && t.seq < best.seq)) best = t;
+  /** @internal */
+  timerCancelled(): void {
+    this.live--;
+    // Keep the heap proportional to the live timers even when most are cancelled before they fall due.
+    if (this.heap.length > 64 && this.heap.length > 2 * this.live) {
+      const kept = this.heap.filter((t) => t.pending);
+      this.heap = [];
+      for (const t of kept) this.push(t);
     }
-    return best;
+  }
+
+  private popDue(limitMs: number): ManualTimer | undefined {
+    for (;;) {
+      const top = this.heap[0];
+      if (top === undefined) return undefined;
+      if (top.pending && top.dueMs > limitMs) return undefined;
+      this.popTop();
+      if (top.pending) return top;
+    }
+  }
+
+  private push(timer: ManualTimer): void {
+    const heap = this.heap;
+    let at = heap.length;
+    heap.push(timer);
+    while (at > 0) {
+      const parent = (at - 1) >> 1;
+      if (!runsBefore(timer, heap[parent]!)) break;
+      heap[at] = heap[parent]!;
+      at = parent;
+    }
+    heap[at] = timer;
+  }
+
+  private popTop(): void {
+    const heap = this.heap;
+    const last = heap.pop()!;
+    if (heap.length === 0) return;
+    let at = 0;
+    for (;;) {
+      const left = 2 * at + 1;
+      if (left >= heap.length) break;
+      const right = left + 1;
+      const child = right < heap.length && runsBefore(heap[right]!, heap[left]!) ? right : left;
+      if (!runsBefore(heap[child]!, last)) break;
+      heap[at] = heap[child]!;
+      at = child;
+    }
+    heap[at] = last;
   }
 }
 
-/** One deadline of a {@link TimeoutQueue}: a node in its lane's doubly linked list, so cancelling is O(1). */
+/** Something a {@link TimeoutQueue} calls back without a closure per deadline (an ask, an actor's receive timeout). */
+export interface TimeoutTarget {
+  /** Runs when the deadline passes. */
+  onTimeout(): void;
+}
+
+/**
+ * One deadline of a {@link TimeoutQueue}: a node in its lane's doubly linked list, so cancelling is O(1). Five fields:
+ * a million idle actors with a receive timeout hold a million of these.
+ */
 class Deadline implements Cancellable {
   prev: Deadline | null = null;
   next: Deadline | null = null;
-  linked = true;
   constructor(
-    readonly lane: TimeoutLane,
+    /** Null once it ran or was cancelled. */
+    public lane: TimeoutLane | null,
     readonly dueMs: number,
-    readonly callback: () => void,
+    readonly target: TimeoutTarget | (() => void),
   ) {}
   cancel(): void {
-    if (this.linked) this.lane.unlink(this);
+    this.lane?.unlink(this);
+  }
+  run(): void {
+    const target = this.target;
+    if (typeof target === "function") target();
+    else target.onTimeout();
   }
 }
 
@@ -157,8 +219,9 @@ class TimeoutLane {
     private readonly onIdle: (lane: TimeoutLane) => void,
   ) {}
 
-  add(callback: () => void): Deadline {
-    const deadline = new Deadline(this, this.scheduler.now() + this.delayMs, callback);
+  add(target: TimeoutTarget | (() => void)): Deadline {
+    // Whole milliseconds (never early) keep the due time a small integer rather than a boxed double.
+    const deadline = new Deadline(this, Math.ceil(this.scheduler.now() + this.delayMs), target);
     const wasEmpty = this.tail === null;
     if (this.tail === null) this.head = deadline;
     else {
@@ -172,7 +235,7 @@ class TimeoutLane {
   }
 
   unlink(deadline: Deadline): void {
-    deadline.linked = false;
+    deadline.lane = null;
     if (deadline.prev === null) this.head = deadline.next;
     else deadline.prev.next = deadline.next;
     if (deadline.next === null) this.tail = deadline.prev;
@@ -199,14 +262,19 @@ class TimeoutLane {
     this.timer = null;
     const nowMs = this.scheduler.now();
     // Bounded by the lane's length; callbacks may add deadlines, which fall due later (delayMs > 0) or now (0).
-    let head = this.head;
-    while (head !== null && head.dueMs <= nowMs) {
-      this.unlink(head);
-      head.callback();
-      head = this.head;
+    try {
+      let head = this.head;
+      while (head !== null && head.dueMs <= nowMs) {
+        this.unlink(head);
+        head.run();
+        head = this.head;
+      }
+    } finally {
+      // Even if a callback threw, the deadlines behind it keep their timer.
+      const head = this.head;
+      if (head === null) this.onIdle(this);
+      else if (this.timer === null) this.arm(head.dueMs);
     }
-    if (head === null) this.onIdle(this);
-    else if (this.timer === null) this.arm(head.dueMs);
   }
 }
 
@@ -225,10 +293,10 @@ export class TimeoutQueue {
   constructor(private readonly scheduler: Scheduler) {}
 
   /**
-   * Runs `callback` once after `delayMs` milliseconds (0 or more; fractions round up to the next millisecond) unless
-   * the returned handle is cancelled first.
+   * Runs `callback` (a function or a {@link TimeoutTarget}) once after `delayMs` milliseconds (0 or more; fractions
+   * round up to the next millisecond) unless the returned handle is cancelled first.
    */
-  schedule(delayMs: number, callback: () => void): Cancellable {
+  schedule(delayMs: number, callback: TimeoutTarget | (() => void)): Cancellable {
     const laneMs = Math.max(0, Math.ceil(delayMs));
     let lane = this.lanes.get(laneMs);
     if (lane === undefined) {

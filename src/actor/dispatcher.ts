@@ -15,7 +15,9 @@ const runsPerTurnMax = 4096;
  * `setImmediate` so sockets and timers are never starved by busy actors.
  */
 export class Dispatcher {
+  // A ring whose capacity is a power of two, so wrapping is a mask.
   private queue: (Runnable | undefined)[] = new Array(64);
+  private mask = 63;
   private head = 0;
   private count = 0;
   private scheduled = false;
@@ -26,9 +28,10 @@ export class Dispatcher {
     this.runTurn();
   };
 
+  /** Queues `runnable` to run on a coming turn; the caller makes sure it is queued at most once at a time. */
   schedule(runnable: Runnable): void {
-    if (this.count === this.queue.length) this.grow();
-    this.queue[(this.head + this.count) % this.queue.length] = runnable;
+    if (this.count > this.mask) this.grow();
+    this.queue[(this.head + this.count) & this.mask] = runnable;
     this.count++;
     if (!this.scheduled) {
       this.scheduled = true;
@@ -46,7 +49,7 @@ export class Dispatcher {
     while (this.count > 0 && runs < runsPerTurnMax) {
       const runnable = this.queue[this.head]!;
       this.queue[this.head] = undefined;
-      this.head = (this.head + 1) % this.queue.length;
+      this.head = (this.head + 1) & this.mask;
       this.count--;
       runs++;
       runnable.run();
@@ -60,8 +63,9 @@ export class Dispatcher {
 
   private grow(): void {
     const next: (Runnable | undefined)[] = new Array(this.queue.length * 2);
-    for (let i = 0; i < this.count; i++) next[i] = this.queue[(this.head + i) % this.queue.length];
+    for (let i = 0; i < this.count; i++) next[i] = this.queue[(this.head + i) & this.mask];
     this.queue = next;
+    this.mask = next.length - 1;
     this.head = 0;
   }
 }

@@ -5,7 +5,14 @@ export { ActorSystem, type ActorSystemOptions, type RemoteRefResolver } from "./
 export { Address, compareStrings, InvalidAddressError, UniqueAddress } from "./address.ts";
 export { askVia } from "./ask.ts";
 export { AbstractBehavior, type BehaviorSource, Behaviors } from "./behavior.ts";
-export { type Cancellable, ManualScheduler, RealScheduler, type Scheduler, TimeoutQueue } from "./clock.ts";
+export {
+  type Cancellable,
+  ManualScheduler,
+  RealScheduler,
+  type Scheduler,
+  TimeoutQueue,
+  type TimeoutTarget,
+} from "./clock.ts";
 export type { DeadLetter } from "./dead-letters.ts";
 export {
   ActorSystemTerminatedError,

@@ -72,3 +72,54 @@ test("TimeoutQueue on the real scheduler fires and does not hold the process for
   idle.cancel(); // the armed 60 s timer is unref'd: this test file still exits at once
   await new Promise<void>((resolve) => queue.schedule(1, resolve));
 });
+
+test("ManualScheduler keeps (due, order) order across many timers, cancellations and nested scheduling", () => {
+  let seed = 42;
+  const random = (n: number): number => {
+    seed = (seed * 1_103_515_245 + 12_345) % 2_147_483_648;
+    return seed % n;
+  };
+  const clock = new ManualScheduler();
+  const expected: { dueMs: number; seq: number }[] = [];
+  const ran: { dueMs: number; seq: number }[] = [];
+  let seq = 0;
+  const handles: { cancel(): void; entry: { dueMs: number; seq: number } }[] = [];
+  for (let i = 0; i < 2_000; i++) {
+    const entry = { dueMs: random(500), seq: seq++ };
+    const handle = clock.scheduleOnce(entry.dueMs, () => {
+      ran.push(entry);
+      if (entry.seq % 7 === 0) {
+        const nested = { dueMs: clock.now() + random(50), seq: seq++ };
+        expected.push(nested);
+        clock.scheduleOnce(nested.dueMs - clock.now(), () => ran.push(nested));
+      }
+    });
+    handles.push({ cancel: () => handle.cancel(), entry });
+    expected.push(entry);
+  }
+  for (const h of handles) {
+    if (random(3) === 0) {
+      h.cancel();
+      expected.splice(expected.indexOf(h.entry), 1);
+    }
+  }
+  clock.advance(1_000);
+  const order = (a: { dueMs: number; seq: number }, b: { dueMs: number; seq: number }) =>
+    a.dueMs - b.dueMs || a.seq - b.seq;
+  assert.deepEqual(ran, [...expected].sort(order));
+  assert.equal(clock.pendingTimers, 0);
+});
+
+test("a TimeoutQueue callback that throws does not strand the deadlines behind it", () => {
+  const clock = new ManualScheduler();
+  const queue = new TimeoutQueue(clock);
+  const fired: string[] = [];
+  queue.schedule(10, () => {
+    throw new Error("callback bug");
+  });
+  clock.advance(1);
+  queue.schedule(10, () => fired.push("second"));
+  assert.throws(() => clock.advance(9), /callback bug/);
+  clock.advance(1);
+  assert.deepEqual(fired, ["second"]);
+});

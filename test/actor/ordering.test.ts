@@ -95,3 +95,36 @@ test("a message an actor tells itself is handled after what was already queued",
   await ref.ask(new Ping(), Pong, 10_000);
   assert.deepEqual(seen, ["a", "b", "self"]);
 });
+
+test("context.sender stays the asker across awaits inside an async receive", async (t) => {
+  const system = testSystem(t);
+  const ref = system.spawn(
+    Behaviors.receive<Ping>(async (_message, context) => {
+      await new Promise((resolve) => setImmediate(resolve));
+      context.sender?.tell(new Pong());
+    }),
+  );
+  const replies = await Promise.all([ref.ask(new Ping(), Pong, 10_000), ref.ask(new Ping(), Pong, 10_000)]);
+  assert.equal(replies.length, 2);
+  assert.equal(system.pendingAskCount, 0);
+});
+
+test("messages wait until an async preStart has finished", async (t) => {
+  const system = testSystem(t);
+  const seen: string[] = [];
+  const ref = system.spawn(
+    new (class extends AbstractBehavior<Msg> {
+      override async preStart(): Promise<void> {
+        await new Promise((resolve) => setImmediate(resolve));
+        seen.push("started");
+      }
+      receive(message: Msg, context: ActorContext<Msg>): void {
+        if (message instanceof Ping) context.sender?.tell(new Pong());
+        else seen.push(`message ${message}`);
+      }
+    })(),
+  );
+  ref.tell(1);
+  await ref.ask(new Ping(), Pong, 10_000);
+  assert.deepEqual(seen, ["started", "message 1"]);
+});

@@ -9,7 +9,7 @@ import {
   type ExtensionId,
 } from "../../src/actor/index.ts";
 import { eventually } from "../fixtures/eventually.ts";
-import { testSystem } from "./support.ts";
+import { CapturingLogger, testSystem } from "./support.ts";
 
 /** Spawns the given children (names, nested) and records its postStop in `log`. */
 class Node extends AbstractBehavior<never> {
@@ -100,4 +100,22 @@ test("terminate waits for an async receive in progress before that actor's postS
   await new Promise((resolve) => setImmediate(resolve));
   await system.terminate();
   assert.deepEqual(log, ["handled m", "postStop"]);
+});
+
+test("a postStop that throws is logged and does not stop terminate from finishing", async (t) => {
+  const logger = new CapturingLogger();
+  const system = testSystem(t, { logger });
+  system.spawn(
+    new (class extends AbstractBehavior<never> {
+      receive(): void {}
+      override postStop(): void {
+        throw new Error("cleanup failed");
+      }
+    })(),
+    "clumsy",
+  );
+  await eventually(() => system.findLocal(["user", "clumsy"]) !== null);
+  await system.terminate();
+  assert.ok(system.isTerminated);
+  assert.ok(logger.records.some((r) => r.level === "warn" && r.message === "postStop failed"));
 });

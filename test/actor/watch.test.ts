@@ -11,7 +11,7 @@ import {
   Terminated,
 } from "../../src/actor/index.ts";
 import { eventually } from "../fixtures/eventually.ts";
-import { Ping, Pong, testSystem } from "./support.ts";
+import { gate, Ping, Pong, testSystem } from "./support.ts";
 
 class WatchCmd {
   constructor(
@@ -131,4 +131,42 @@ test("an actor can stop itself with context.stop(context.self)", async (t) => {
   );
   ref.tell("go");
   await eventually(() => system.findLocal(["user", "self-stopper"]) === null, { what: "the actor to stop itself" });
+});
+
+test("Terminated comes after the messages the watched actor sent before it stopped", async (t) => {
+  const system = testSystem(t);
+  const seen: string[] = [];
+  class Recorder extends AbstractBehavior<string> {
+    override receiveSignal(signal: Signal): void {
+      if (signal instanceof Terminated) seen.push(`Terminated ${signal.ref.path.name}`);
+    }
+    receive(message: string): void | Promise<void> {
+      if (message === "hold") return hold.promise;
+      seen.push(message);
+    }
+  }
+  const hold = gate();
+  let watcherRef: ActorRef<string> | null = null;
+  const speaker = system.spawn(
+    Behaviors.receive<string>((message, context) => {
+      watcherRef!.tell(`last words: ${message}`);
+      context.stop(context.self);
+    }),
+    "speaker",
+  );
+  watcherRef = system.spawn(
+    new (class extends Recorder {
+      override preStart(context: ActorContext<string>): void {
+        context.watch(speaker);
+      }
+    })(),
+  );
+  await eventually(() => system.findLocal(["user", watcherRef!.path.name]) !== null);
+  await new Promise((resolve) => setImmediate(resolve)); // the watch is registered
+  watcherRef.tell("hold"); // the watcher is busy while the speaker talks and stops
+  speaker.tell("bye");
+  await eventually(() => system.findLocal(["user", "speaker"]) === null, { what: "the speaker to stop" });
+  hold.open();
+  await eventually(() => seen.length === 2, { what: "the last words and Terminated", describe: () => seen });
+  assert.deepEqual(seen, ["last words: bye", "Terminated speaker"]);
 });
