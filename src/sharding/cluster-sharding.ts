@@ -124,6 +124,7 @@ export interface ShardingRuntime {
 
 const daemonName = "sharding";
 const departureGuardName = "cluster-sharding";
+const daemonRefCacheMax = 10_000;
 
 /**
  * Cluster sharding for one actor system (the seed's `ClusterSharding.get(system)`): register entity types with
@@ -134,6 +135,7 @@ const departureGuardName = "cluster-sharding";
  */
 export class ClusterSharding implements Extension, EntityRouter {
   private readonly types = new Map<string, TypeState>();
+  private readonly daemonRefs = new Map<string, ActorRef<unknown>>();
   private readonly counters: MutableShardingStats = zeroStats();
   private readonly codec: PayloadCodec;
   private readonly membership: ShardingMembership;
@@ -470,8 +472,17 @@ export class ClusterSharding implements Extension, EntityRouter {
     );
   }
 
+  // One ref per node incarnation (REFERENCE §5): a remote ref binds the uid it first reaches, so a restarted node at
+  // the same address (new uid) gets a new entry instead of a ref that fails fast.
   private daemonOf(node: UniqueAddress): ActorRef<unknown> {
-    return this.system.actorSelection(`${node.address}/system/${daemonName}`);
+    const key = node.toString();
+    let ref = this.daemonRefs.get(key);
+    if (ref === undefined) {
+      if (this.daemonRefs.size >= daemonRefCacheMax) this.daemonRefs.clear();
+      ref = this.system.actorSelection(`${node.address}/system/${daemonName}`);
+      this.daemonRefs.set(key, ref);
+    }
+    return ref;
   }
 
   // ---------------------------------------------------------------------------------------------------------------
