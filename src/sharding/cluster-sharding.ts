@@ -62,6 +62,7 @@ import {
   type PlanEffect,
   type PlanState,
   reconcilePlan,
+  sameAllocations,
 } from "./coordinator/plan.ts";
 import { ShardingDaemon } from "./daemon.ts";
 import { type EntityRouter, ShardedEntityRef, ShardedEntityType } from "./entity-ref.ts";
@@ -880,7 +881,11 @@ export class ClusterSharding implements Extension, EntityRouter {
     }
     // Outside bootstrap: a member holding a generation at or above ours missed our bootstrap; publish above it so
     // that it (and everyone) accepts the authoritative plan instead of rejecting it as stale forever.
-    if (originIsUpMember && this.isAuthor(state) && snapshot.generation >= state.plan.generation) {
+    const ahead =
+      snapshot.generation > state.plan.generation ||
+      (snapshot.generation === state.plan.generation &&
+        !sameAllocations(snapshot.allocations(), state.plan.allocations));
+    if (originIsUpMember && this.isAuthor(state) && ahead) {
       state.plan = { ...state.plan, generation: snapshot.generation + 1 };
       this.broadcastPlan(state);
     }
