@@ -262,8 +262,42 @@ export class ClusterSharding implements Extension, EntityRouter {
     return new ShardedEntityType<T>(name);
   }
 
-  /** @internal Registers a provider (ordinary now; persistent providers later use the same path). */
-  register(provider: ShardingProvider): void {
+  /**
+   * Registers a provider under its routing name (`provider.name`): the path `init` takes for ordinary entities and
+   * persistent initializers take with a `routingName` facade over a persistence entity type. Idempotent like `init`:
+   * an equal message type and compatible settings keep the existing provider and return its type.
+   * @throws ClusterShardingConfigurationError naming the mismatching field
+   */
+  registerProvider<T>(provider: ShardingProvider): ShardedEntityType<T> {
+    const existing = this.types.get(provider.name);
+    if (existing !== undefined) {
+      const field =
+        existing.provider.messageTypeName !== provider.messageTypeName
+          ? "messageType"
+          : existing.provider.settings.incompatibleField(provider.settings);
+      if (field !== null) {
+        throw new ClusterShardingConfigurationError(
+          `Entity type ${provider.name} is already registered with incompatible settings (${field} differs); use the same settings on every init`,
+          field,
+        );
+      }
+      return new ShardedEntityType<T>(provider.name);
+    }
+    this.register(provider);
+    return new ShardedEntityType<T>(provider.name);
+  }
+
+  /** @internal The daemon's context, under which providers spawn their entity actors. */
+  get entityHost(): ActorContext<unknown> {
+    return this.requireDaemonContext();
+  }
+
+  /** @internal The counters providers increment (activations, local deliveries, lease counters). */
+  get mutableStats(): MutableShardingStats {
+    return this.counters;
+  }
+
+  private register(provider: ShardingProvider): void {
     const settings = provider.settings;
     const state: TypeState = {
       provider,
