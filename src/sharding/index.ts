@@ -16,7 +16,12 @@ export { type MemberWeight, WeightedLeastLoadedAllocation } from "./allocation/w
 export { ClusterSharding, type ShardingRuntime } from "./cluster-sharding.ts";
 export { inProcessCodec, type PayloadCodec, RegistryCodec, registerShardingWireTypes } from "./codec.ts";
 export * as shardingConstants from "./constants.ts";
-export { type ElectionSnapshot, electCoordinator, routingCoordinator } from "./coordinator/election.ts";
+export {
+  acceptingCoordinator,
+  type ElectionSnapshot,
+  electCoordinator,
+  routingCoordinator,
+} from "./coordinator/election.ts";
 export type { WireMessage } from "./coordinator/messages.ts";
 export {
   PassivateShard,

@@ -12,6 +12,7 @@ import {
 } from "../../src/sharding/coordinator/plan.ts";
 import {
   AllocationPlanner,
+  acceptingCoordinator,
   ClusterShardingConfigurationError,
   electCoordinator,
   LeastLoadedAllocation,
@@ -52,6 +53,13 @@ test("election: lowest Up address once converged with nobody unreachable; else n
   };
   assert.ok(electCoordinator(snap)!.equals(older));
   assert.ok(!electCoordinator(snap)!.equals(newer));
+});
+
+test("owners accept the lowest Up member while merely unconverged, never while a member is unreachable", () => {
+  const members = [member("b"), member("c")];
+  assert.ok(acceptingCoordinator({ self: c, members, unreachable: [], converged: false })!.equals(b));
+  assert.equal(acceptingCoordinator({ self: c, members, unreachable: [b], converged: true }), null);
+  assert.equal(acceptingCoordinator({ self: c, members, unreachable: [c], converged: false }), null);
 });
 
 test("election is independent of member order", () => {

@@ -44,7 +44,7 @@ before(async () => {
   nodes = await startShardingNodes(3);
   for (const n of nodes) n.sharding.init("Order", OrderCommand, { shardCount: 32 }, (id) => new OrderBehavior(id));
   await eventually(() => nodes.every((n) => settled(n, 3)), { what: "3 nodes Up and converged" });
-  await eventually(() => planSettled(nodes, "Order", 32), {
+  await eventually(() => planSettled(nodes, "Order", { shardCount: 32 }), {
     what: "a balanced plan everywhere",
     describe: describeNodes(nodes, "Order"),
   });
@@ -76,7 +76,7 @@ test("the seed's Order example end to end from every node, with placement spread
       OrderReply,
       3_000,
     );
-    assert.deepEqual(first.parcels, [`parcel-${i}`]);
+    assert.deepEqual(first.parcels, [`parcel-${i}`], JSON.stringify(describeNodes(nodes, "Order")()));
     const reply = await nodes[(i + 1) % 3]!.sharding.entityRefFor<OrderCommand>("Order", id).ask(
       new GetOrder(),
       OrderReply,
@@ -84,7 +84,7 @@ test("the seed's Order example end to end from every node, with placement spread
     );
     assert.deepEqual(reply.parcels, [`parcel-${i}`]);
     const owner = nodes[0]!.sharding.ownerFor("Order", id)!;
-    assert.equal(reply.host, nodes.find((n) => n.cluster.selfAddress.equals(owner))!.system.name);
+    assert.equal(reply.host, nodes.find((n) => n.cluster.selfAddress.equals(owner))!.system.address.toString());
   }
   const total = nodes.reduce((sum, n) => sum + n.sharding.localEntityCount, 0);
   assert.equal(total, 30);
@@ -114,7 +114,7 @@ test("asks across three nodes: reply, failure, timeout and cancellation reach th
   const { caller, owner, id } = threeNodeHop("ask");
   const ref = caller.sharding.entityRefFor<OrderCommand>("Order", id);
   const reply = await ref.ask(new GetOrder(), OrderReply, 3_000);
-  assert.equal(reply.host, owner.system.name);
+  assert.equal(reply.host, owner.system.address.toString());
   await assert.rejects(ref.ask(new FailOrder(), OrderReply, 3_000), (e: unknown) => {
     assert.ok(e instanceof RemoteAskError, String(e));
     assert.match(e.message, /refused/);
@@ -126,7 +126,7 @@ test("asks across three nodes: reply, failure, timeout and cancellation reach th
   controller.abort();
   await assert.rejects(pending, AskCancelledError);
   // The entity survived its failure (restarted) and still answers.
-  assert.equal((await ref.ask(new GetOrder(), OrderReply, 3_000)).host, owner.system.name);
+  assert.equal((await ref.ask(new GetOrder(), OrderReply, 3_000)).host, owner.system.address.toString());
 });
 
 test("a three-node hop keeps the original sender path", async () => {

@@ -33,3 +33,16 @@ export function routingCoordinator(snapshot: ElectionSnapshot): UniqueAddress | 
   if (self === undefined || self.status !== "Up") return null;
   return electCoordinator(snapshot);
 }
+
+/**
+ * The coordinator whose forwarded traffic, control messages and plans this node accepts: {@link electCoordinator},
+ * or, while gossip is merely re-converging after a membership change (no member unreachable), the lowest Up member
+ * anyway. Routing decisions still need full convergence; this only keeps an owner from dropping traffic that the
+ * coordinator it already follows sent a moment before its own view re-converged. An unreachable member still
+ * removes the coordinator (fail closed).
+ */
+export function acceptingCoordinator(snapshot: ElectionSnapshot): UniqueAddress | null {
+  const elected = electCoordinator(snapshot);
+  if (elected !== null || snapshot.unreachable.length > 0) return elected;
+  return electCoordinator({ ...snapshot, converged: true });
+}

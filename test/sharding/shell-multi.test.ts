@@ -1,0 +1,242 @@
+// Multi-node behaviour over the in-process fake cluster (membership driven by the test, network simulated).
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import { UniqueAddress } from "../../src/actor/index.ts";
+import {
+  ClusterShardingConfigurationError,
+  LeastLoadedAllocation,
+  NoRebalance,
+  PlanRequest,
+  PlanUpdate,
+  ShardingControlAck,
+  ShardingEnvelope,
+  ShardingSettings,
+} from "../../src/sharding/index.ts";
+import { eventually } from "../fixtures/eventually.ts";
+import { FakeCluster, type Node } from "./fixtures/fake-cluster.ts";
+import {
+  GetOrder,
+  OrderCommand,
+  OrderReply,
+  orderClasses,
+  Seq,
+  SequenceBehavior,
+  sequenceSink,
+} from "./fixtures/order.ts";
+
+function sortedNodes(nodes: Node[]): Node[] {
+  return [...nodes].sort((a, b) => UniqueAddress.compare(a.address, b.address));
+}
+
+test("handoff buffer: 1,024 deliveries wait while the old owner cannot drain, the next is rejected, then FIFO flush", async () => {
+  const cluster = new FakeCluster(orderClasses);
+  try {
+    const [a, b] = sortedNodes([cluster.addNode("a-node"), cluster.addNode("b-node")]) as [Node, Node];
+    const settings = { shardCount: 4, allocation: new LeastLoadedAllocation(), rebalance: new NoRebalance() };
+    for (const n of [a, b]) n.sharding.init("Buf", OrderCommand, settings, (id) => new SequenceBehavior(id));
+    await eventually(
+      () => [a, b].every((n) => new Set([...n.sharding.allocations("Buf").values()].map(String)).size === 2),
+      {
+        what: "a plan over both nodes",
+        describe: () =>
+          [a, b].map((n) => [...n.sharding.allocations("Buf")].map(([s, o]) => `${s}:${o.address.system}`)),
+      },
+    );
+    let id = "buf-0";
+    for (let i = 0; !a.sharding.ownerFor("Buf", id)?.equals(b.address); i++) id = `buf-${i}`;
+    const shard = a.sharding.shardOf("Buf", id);
+    cluster.blackhole(a, b);
+    b.setStatus("Leaving");
+    await eventually(() => a.sharding.handoffInProgress("Buf", shard), { what: "the handoff of b's shard" });
+    const ref = a.sharding.entityRefFor<OrderCommand>("Buf", id);
+    for (let n = 0; n < 1024; n++) ref.tell(new Seq(n));
+    const rejected = a.sharding.stats.rejectedEnvelopes;
+    await assert.rejects(ref.ask(new GetOrder(), OrderReply, 1_000), (e: unknown) => {
+      assert.ok(e instanceof ClusterShardingConfigurationError, String(e));
+      assert.match(e.message, new RegExp(`^Shard handoff buffer is full for Buf/${shard}`));
+      return true;
+    });
+    ref.tell(new Seq(99_999)); // also over the limit: rejected and counted
+    assert.equal(a.sharding.stats.rejectedEnvelopes, rejected + 2);
+    assert.equal(a.sharding.handoffsInProgress, 2, "both of b's shards are moving");
+    cluster.unblackhole(a, b);
+    await eventually(() => (sequenceSink.get(id)?.length ?? 0) === 1024, {
+      what: "the buffered messages delivered to the new owner",
+      timeoutMs: 15_000,
+      describe: () => ({
+        got: sequenceSink.get(id)?.length,
+        handoffs: a.sharding.handoffsInProgress,
+        stats: a.sharding.stats,
+      }),
+    });
+    assert.deepEqual(
+      sequenceSink.get(id),
+      Array.from({ length: 1024 }, (_, i) => i),
+      "FIFO",
+    );
+    assert.ok(a.sharding.ownerFor("Buf", id)!.equals(a.address));
+    assert.equal(a.sharding.handoffInProgress("Buf", shard), false);
+    assert.ok(a.guardsAllow(b), "the departure guard lets b go once no shard is left on it");
+  } finally {
+    await cluster.shutdown();
+  }
+});
+
+test("nodes with different settings for a type reject each other's envelopes", async () => {
+  const cluster = new FakeCluster(orderClasses);
+  try {
+    const [a, b] = sortedNodes([cluster.addNode("a-node"), cluster.addNode("b-node")]) as [Node, Node];
+    a.sharding.init("Mixed", OrderCommand, { shardCount: 8 }, (id) => new SequenceBehavior(id));
+    b.sharding.init("Mixed", OrderCommand, { shardCount: 8, idleTimeout: 60_000 }, (id) => new SequenceBehavior(id));
+    await eventually(() => a.sharding.allocations("Mixed").size === 8, { what: "a's plan" });
+    const before = a.sharding.stats.rejectedEnvelopes;
+    await assert.rejects(
+      b.sharding.entityRefFor<OrderCommand>("Mixed", "x").ask(new GetOrder(), OrderReply, 1_000),
+      (e: unknown) => {
+        // The fake network hands the asker's own ref across, so the error arrives unwrapped (TCP wraps it).
+        assert.ok(e instanceof ClusterShardingConfigurationError, String(e));
+        assert.match((e as Error).message, /received incompatible sharding settings/);
+        return true;
+      },
+    );
+    assert.ok(a.sharding.stats.rejectedEnvelopes > before);
+    // b never registered a's settings, so the coordinator never places shards on it
+    for (const owner of a.sharding.allocations("Mixed").values()) assert.ok(owner.equals(a.address));
+  } finally {
+    await cluster.shutdown();
+  }
+});
+
+test("a node that has not registered the type is not eligible and rejects envelopes for it", async () => {
+  const cluster = new FakeCluster(orderClasses);
+  try {
+    const [a, b] = sortedNodes([cluster.addNode("a-node"), cluster.addNode("b-node")]) as [Node, Node];
+    a.sharding.init("OnlyA", OrderCommand, { shardCount: 8 }, (id) => new SequenceBehavior(id));
+    await eventually(() => a.sharding.allocations("OnlyA").size === 8, { what: "a's plan" });
+    for (const owner of a.sharding.allocations("OnlyA").values()) assert.ok(owner.equals(a.address));
+    const reply = await a.sharding.entityRefFor<OrderCommand>("OnlyA", "x").ask(new GetOrder(), OrderReply, 1_000);
+    assert.equal(reply.host, a.system.address.toString());
+    assert.throws(() => b.sharding.entityRefFor("OnlyA", "x"), /not registered on this node/);
+  } finally {
+    await cluster.shutdown();
+  }
+});
+
+test("a coordinator change bootstraps from the members' snapshots and publishes a higher generation", async () => {
+  const cluster = new FakeCluster(orderClasses);
+  try {
+    const [a, b, c] = sortedNodes([
+      cluster.addNode("a-node"),
+      cluster.addNode("b-node"),
+      cluster.addNode("c-node"),
+    ]) as [Node, Node, Node];
+    for (const n of [a, b, c])
+      n.sharding.init("Boot", OrderCommand, { shardCount: 12 }, (id) => new SequenceBehavior(id));
+    await eventually(
+      () =>
+        [b, c].every(
+          (n) =>
+            n.sharding.allocations("Boot").size === 12 &&
+            n.sharding.planGeneration("Boot") === a.sharding.planGeneration("Boot"),
+        ) && a.sharding.handoffsInProgress === 0,
+      {
+        what: "everyone follows a's plan",
+      },
+    );
+    const generation = a.sharding.planGeneration("Boot");
+    a.setStatus("Down");
+    await eventually(
+      () =>
+        [b, c].every(
+          (n) =>
+            n.sharding.planGeneration("Boot") > generation &&
+            n.sharding.allocations("Boot").size === 12 &&
+            [...n.sharding.allocations("Boot").values()].every((o) => !o.equals(a.address)),
+        ),
+      {
+        what: "b publishes a higher generation without a",
+        timeoutMs: 5_000,
+        describe: () => [b, c].map((n) => n.sharding.planGeneration("Boot")),
+      },
+    );
+    const reply = await c.sharding.entityRefFor<OrderCommand>("Boot", "y").ask(new GetOrder(), OrderReply, 1_000);
+    assert.notEqual(reply.host, a.system.address.toString());
+  } finally {
+    await cluster.shutdown();
+  }
+});
+
+test("bad control input is rejected, counted, and never breaks the node", async () => {
+  const cluster = new FakeCluster(orderClasses);
+  try {
+    const [a, b] = sortedNodes([cluster.addNode("a-node"), cluster.addNode("b-node")]) as [Node, Node];
+    for (const n of [a, b]) n.sharding.init("Bad", OrderCommand, { shardCount: 4 }, (id) => new SequenceBehavior(id));
+    await eventually(
+      () =>
+        b.sharding.planGeneration("Bad") > 0 && b.sharding.planGeneration("Bad") === a.sharding.planGeneration("Bad"),
+      {
+        what: "b follows a",
+      },
+    );
+    const key = ShardingSettings.create({ shardCount: 4 }).key;
+    const daemonOfA = b.system.actorSelection(`${a.address.address}/system/sharding`);
+    const daemonOfB = a.system.actorSelection(`${b.address.address}/system/sharding`);
+    const rejectedA = a.sharding.stats.rejectedEnvelopes;
+    const rejectedB = b.sharding.stats.rejectedEnvelopes;
+    // a plan request whose requester is not the sender's authenticated identity
+    daemonOfA.tell(new PlanRequest("Bad", key, a.address.toString()));
+    // a message of an unknown kind
+    daemonOfA.tell(new ShardingControlAck(true));
+    // a plan update from a node that is not the coordinator, and a stale one from the coordinator
+    const generation = b.sharding.planGeneration("Bad");
+    daemonOfA.tell(
+      new PlanUpdate("Bad", key, b.address.toString(), generation + 5, [{ shardId: 0, owner: b.address.toString() }]),
+    );
+    daemonOfB.tell(new PlanUpdate("Bad", key, a.address.toString(), 1, [{ shardId: 0, owner: b.address.toString() }]));
+    // an envelope for a type the node does not know, and one with another settings key
+    daemonOfA.tell(
+      new ShardingEnvelope("User", "Nope", "x", 0, key, 0, null, null, false, { type: "Seq", payload: { n: 1 } }),
+    );
+    daemonOfA.tell(
+      new ShardingEnvelope("User", "Bad", "x", 0, "other-key", 0, null, null, false, {
+        type: "Seq",
+        payload: { n: 1 },
+      }),
+    );
+    // a hop-0 envelope whose shard does not match the partitioner
+    daemonOfA.tell(
+      new ShardingEnvelope("User", "Bad", "x", 3, key, 0, null, null, false, { type: "Seq", payload: { n: 1 } }),
+    );
+    // a forwarded envelope from b, which is not the coordinator
+    daemonOfA.tell(
+      new ShardingEnvelope(
+        "User",
+        "Bad",
+        "x",
+        a.sharding.shardOf("Bad", "x"),
+        key,
+        1,
+        a.address.toString(),
+        null,
+        false,
+        { type: "Seq", payload: { n: 1 } },
+      ),
+    );
+    await eventually(
+      () => a.sharding.stats.rejectedEnvelopes >= rejectedA + 7 && b.sharding.stats.rejectedEnvelopes >= rejectedB + 1,
+      {
+        what: "every bad input counted",
+        describe: () => [
+          a.sharding.stats.rejectedEnvelopes - rejectedA,
+          b.sharding.stats.rejectedEnvelopes - rejectedB,
+        ],
+      },
+    );
+    assert.equal(b.sharding.planGeneration("Bad"), generation, "the stale update changed nothing");
+    assert.equal(sequenceSink.get("x"), undefined, "no bad envelope reached an entity");
+    const reply = await b.sharding.entityRefFor<OrderCommand>("Bad", "y").ask(new GetOrder(), OrderReply, 1_000);
+    assert.ok(reply.host.length > 0, "both nodes still route");
+  } finally {
+    await cluster.shutdown();
+  }
+});

@@ -1,0 +1,141 @@
+// Handoff over real loopback TCP: rebalance after a join, graceful leave under continuous traffic.
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import { UniqueAddress } from "../../src/actor/index.ts";
+import { RemoteAskError } from "../../src/remote/index.ts";
+import { LeastLoadedAllocation, NoShardOwnerError, RateLimitedRebalance } from "../../src/sharding/index.ts";
+import { eventually } from "../fixtures/eventually.ts";
+import { GetOrder, OrderCommand, OrderReply, Seq, SequenceBehavior, sequenceSink } from "./fixtures/order.ts";
+import {
+  describeNodes,
+  planSettled,
+  type ShardingNode,
+  settled,
+  startShardingNode,
+  startShardingNodes,
+  terminateAll,
+} from "./fixtures/tcp-nodes.ts";
+
+const settingsFor = (maxConcurrent: number) => ({
+  shardCount: 16,
+  allocation: new LeastLoadedAllocation(),
+  rebalance: new RateLimitedRebalance({ threshold: 1, maxConcurrent }),
+});
+
+test("a join rebalances with RateLimitedRebalance, at most maxConcurrent handoffs at a time", async () => {
+  const nodes = await startShardingNodes(2);
+  try {
+    for (const n of nodes) n.sharding.init("Join", OrderCommand, settingsFor(2), (id) => new SequenceBehavior(id));
+    await eventually(() => nodes.every((n) => settled(n, 2)) && planSettled(nodes, "Join", settingsFor(2)), {
+      what: "two nodes with a balanced plan",
+      describe: describeNodes(nodes, "Join"),
+    });
+    const before = nodes.map((n) => n.sharding.planGeneration("Join"))[0]!;
+    const movesBefore = nodes.reduce((sum, n) => sum + n.sharding.stats.handoffShards, 0);
+    let maxInFlight = 0;
+    const sampler = setInterval(() => {
+      for (const n of nodes) maxInFlight = Math.max(maxInFlight, n.sharding.handoffsInProgress);
+    }, 1);
+    const third = await startShardingNode(nodes[0]!.port);
+    third.sharding.init("Join", OrderCommand, settingsFor(2), (id) => new SequenceBehavior(id));
+    nodes.push(third);
+    try {
+      await eventually(() => nodes.every((n) => settled(n, 3)) && planSettled(nodes, "Join", settingsFor(2)), {
+        what: "three nodes with a balanced plan",
+        describe: describeNodes(nodes, "Join"),
+        timeoutMs: 15_000,
+      });
+    } finally {
+      clearInterval(sampler);
+    }
+    assert.ok(maxInFlight <= 2, `at most 2 handoffs in flight, saw ${maxInFlight}`);
+    const coordinator = [...nodes].sort((a, b) =>
+      UniqueAddress.compare(a.cluster.selfAddress, b.cluster.selfAddress),
+    )[0]!;
+    const moves = nodes.reduce((sum, n) => sum + n.sharding.stats.handoffShards, 0) - movesBefore;
+    // The new node needs at least 5 of 16 shards; LeastLoaded's round-robin target differs from the old plan on 10.
+    assert.ok(moves >= 5 && moves <= 10, `between 5 and 10 moves, saw ${moves}`);
+    assert.equal(coordinator.sharding.stats.rebalanceMoves, coordinator.sharding.stats.handoffShards);
+    // One generation per completed handoff (plus one per bootstrap if the new node became coordinator).
+    assert.ok(coordinator.sharding.planGeneration("Join") - before >= moves);
+    const reply = await third.sharding.entityRefFor<OrderCommand>("Join", "x").ask(new GetOrder(), OrderReply, 3_000);
+    assert.ok(typeof reply.host === "string");
+  } finally {
+    await terminateAll(nodes);
+  }
+});
+
+test("graceful leave under continuous traffic: shards move, per-entity FIFO holds and no accepted message is lost", async () => {
+  const nodes = await startShardingNodes(3);
+  try {
+    for (const n of nodes) n.sharding.init("Leave", OrderCommand, settingsFor(4), (id) => new SequenceBehavior(id));
+    await eventually(() => nodes.every((n) => settled(n, 3)) && planSettled(nodes, "Leave", settingsFor(4)), {
+      what: "a balanced plan",
+      describe: describeNodes(nodes, "Leave"),
+    });
+    const sorted = [...nodes].sort((a, b) => UniqueAddress.compare(a.cluster.selfAddress, b.cluster.selfAddress));
+    const [coordinator, caller, leaver] = sorted as [ShardingNode, ShardingNode, ShardingNode];
+    const ids = Array.from({ length: 24 }, (_, i) => `leave-${i}`);
+    assert.ok(ids.some((id) => coordinator.sharding.ownerFor("Leave", id)?.equals(leaver.cluster.selfAddress)));
+    // Asks, so that every message's fate is known: a reply means processed, NoShardOwnerError means rejected
+    // (fail closed while membership re-converges), and a timeout would mean an accepted message was lost.
+    const next = new Map<string, number>(ids.map((id) => [id, 0]));
+    const replied = new Map<string, number[]>(ids.map((id) => [id, []]));
+    const failures: Error[] = [];
+    const inFlight = new Set<Promise<void>>();
+    let running = true;
+    const traffic = (async () => {
+      while (running) {
+        for (const id of ids) {
+          const n = next.get(id)!;
+          next.set(id, n + 1);
+          const p = caller.sharding
+            .entityRefFor<OrderCommand>("Leave", id)
+            .ask(new Seq(n), OrderReply, 5_000)
+            .then(
+              () => void replied.get(id)!.push(n),
+              (error: Error) => void failures.push(error),
+            );
+          inFlight.add(p);
+          void p.finally(() => inFlight.delete(p));
+        }
+        await new Promise((resolve) => setTimeout(resolve, 2));
+      }
+    })();
+    await eventually(() => [...replied.values()].every((r) => r.length > 20), { what: "traffic flowing" });
+    await leaver.cluster.leave();
+    await eventually(() => coordinator.cluster.snapshot().members.length === 2, { what: "leaver removed" });
+    const atRemoval = new Map(ids.map((id) => [id, replied.get(id)!.length]));
+    await eventually(() => ids.every((id) => replied.get(id)!.length > atRemoval.get(id)! + 50), {
+      what: "traffic reaching the new owners after the leave",
+    });
+    running = false;
+    await traffic;
+    await Promise.all([...inFlight]);
+    assert.ok(
+      failures.every(
+        (e) => e instanceof NoShardOwnerError || (e instanceof RemoteAskError && e.remoteClass === "NoShardOwnerError"),
+      ),
+      `only fail-closed rejections, got ${[...new Set(failures.map((e) => `${e.name}:${(e as RemoteAskError).remoteClass}:${e.message}`))]}`,
+    );
+    for (const id of ids) {
+      const processed = sequenceSink.get(id)!;
+      for (let i = 1; i < processed.length; i++) assert.ok(processed[i]! > processed[i - 1]!, `FIFO for ${id}`);
+      const acked = [...replied.get(id)!].sort((x, y) => x - y);
+      assert.deepEqual(processed, acked, `every processed message of ${id} was acknowledged and vice versa`);
+    }
+    const totalSent = [...next.values()].reduce((x, y) => x + y, 0);
+    const totalProcessed = ids.reduce((sum, id) => sum + sequenceSink.get(id)!.length, 0);
+    assert.equal(totalProcessed + failures.length, totalSent, "every message was either processed or rejected");
+    const plan = coordinator.sharding.allocations("Leave");
+    assert.equal(plan.size, 16);
+    assert.ok(
+      [...plan.values()].every((o) => !o.equals(leaver.cluster.selfAddress)),
+      "no shard left on the leaver",
+    );
+    assert.equal(leaver.sharding.localEntityCount, 0, "the leaver passivated its entities");
+    assert.ok(coordinator.sharding.stats.handoffShards > 0);
+  } finally {
+    await terminateAll(nodes);
+  }
+});
