@@ -2,7 +2,7 @@
 // entities, with and without fencing, against a ceiling of plain single-row INSERT transactions of the same payload
 // through `pg` at the same concurrency, measured in the same run; plus recovery time of a 10k-event entity.
 // Usage: npm run bench:persistence  (MOVIE_POSTGRES_TEST_URL overrides the local server; MOVIE_BENCH_SECONDS the
-// duration of each measured case, default 1.5).
+// duration of each measured case, default 0.4; MOVIE_BENCH_ROUNDS the interleaved rounds, default 3).
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -23,8 +23,9 @@ import { SqliteStore } from "../src/persistence/sqlite/index.ts";
 
 const clock = new RealScheduler();
 const url = process.env.MOVIE_POSTGRES_TEST_URL ?? "postgres://postgres@127.0.0.1:5432/test";
-const caseMs = Number(process.env.MOVIE_BENCH_SECONDS ?? "1.5") * 1000;
-const warmupMs = 300;
+const caseMs = Number(process.env.MOVIE_BENCH_SECONDS ?? "0.4") * 1000;
+const rounds = Number(process.env.MOVIE_BENCH_ROUNDS ?? "3");
+const warmupMs = 150;
 const concurrencies = [1, 4, 64];
 const payload = JSON.stringify({ kind: "ItemAdded", sku: "sku-000042", quantity: 3, note: "x".repeat(64) });
 const manifest = "bench.ItemAdded";
@@ -36,6 +37,8 @@ interface Row {
   opsPerSec: number;
   p50Ms: number;
   p99Ms: number;
+  /** Benchmark-process CPU (user + system) per operation, in microseconds. */
+  clientCpuUsPerOp: number;
   ops: number;
   ratioToCeiling: number | null;
 }
@@ -60,13 +63,16 @@ async function measure(concurrency: number, op: (worker: number, i: number) => P
   };
   await Promise.all(counters.map((_, w) => worker(w)));
   recording = true;
+  const cpuBefore = process.cpuUsage();
   const started = clock.now();
   phaseEnd = started + caseMs;
   await Promise.all(counters.map((_, w) => worker(w)));
   const elapsedMs = clock.now() - started;
+  const cpu = process.cpuUsage(cpuBefore);
   latencies.sort((a, b) => a - b);
   return {
     ops: latencies.length,
+    clientCpuUsPerOp: (cpu.user + cpu.system) / Math.max(1, latencies.length),
     opsPerSec: (latencies.length * 1000) / elapsedMs,
     p50Ms: percentile(latencies, 50),
     p99Ms: percentile(latencies, 99),
@@ -77,40 +83,37 @@ async function appendCase(
   store: PersistenceStore,
   label: string,
   concurrency: number,
-  fence: ShardLeaseToken | null,
+  fences: readonly ShardLeaseToken[] | null,
 ): Promise<Omit<Row, "backend" | "mode" | "ratioToCeiling">> {
   const revisions = new Array<number>(concurrency).fill(0);
-  const run = `${label}-${concurrency}-${fence === null ? "u" : "f"}`;
+  const run = `${label}-${concurrency}-${fences === null ? "u" : `f${fences.length}`}`;
   const result = await measure(concurrency, async (w, i) => {
     const r = await store.appendEvents({
       persistenceId: `bench-${run}-${w}`,
       expectedRevision: revisions[w]!,
       operationId: `${run}-${w}-${i}`,
       events: [{ manifest, payload }],
-      fence,
+      fence: fences === null ? null : fences[w % fences.length]!,
     });
     revisions[w] = r.revision;
   });
   return { concurrency, ...result };
 }
 
-async function pgCeiling(schema: string, concurrency: number) {
-  const pool = new pg.Pool({ connectionString: url, max: concurrency, options: `-c search_path=${schema}` });
+let ceilingRun = 0;
+// The ceiling runs on the store's own pool (same connections, same concurrency).
+async function pgCeiling(pool: pg.Pool, concurrency: number) {
   await pool.query(`CREATE TABLE IF NOT EXISTS bench_ceiling (persistence_id TEXT NOT NULL, sequence_nr BIGINT NOT NULL,
     manifest TEXT NOT NULL, payload TEXT NOT NULL, created_at TIMESTAMPTZ NOT NULL DEFAULT now(),
     PRIMARY KEY (persistence_id, sequence_nr))`);
-  const run = `c${concurrency}`;
-  try {
-    return await measure(concurrency, (w, i) =>
-      pool.query({
-        name: "bench_ceiling_insert",
-        text: "INSERT INTO bench_ceiling (persistence_id, sequence_nr, manifest, payload) VALUES ($1, $2, $3, $4)",
-        values: [`${run}-${w}`, i, manifest, payload],
-      }),
-    );
-  } finally {
-    await pool.end();
-  }
+  const run = `c${concurrency}-${++ceilingRun}`;
+  return measure(concurrency, (w, i) =>
+    pool.query({
+      name: "bench_ceiling_insert",
+      text: "INSERT INTO bench_ceiling (persistence_id, sequence_nr, manifest, payload) VALUES ($1, $2, $3, $4)",
+      values: [`${run}-${w}`, i, manifest, payload],
+    }),
+  );
 }
 
 function sqliteCeiling(path: string, concurrency: number) {
@@ -120,7 +123,7 @@ function sqliteCeiling(path: string, concurrency: number) {
   db.exec(`CREATE TABLE IF NOT EXISTS bench_ceiling (persistence_id TEXT NOT NULL, sequence_nr INTEGER NOT NULL,
     manifest TEXT NOT NULL, payload TEXT NOT NULL, PRIMARY KEY (persistence_id, sequence_nr))`);
   const insert = db.prepare("INSERT INTO bench_ceiling VALUES (?, ?, ?, ?)");
-  const run = `c${concurrency}`;
+  const run = `c${concurrency}-${++ceilingRun}`;
   return measure(concurrency, async (w, i) => insert.run(`${run}-${w}`, i, manifest, payload)).finally(() =>
     db.close(),
   );
@@ -177,6 +180,56 @@ async function recoveryCase(store: PersistenceStore, backend: string, events: nu
   return out;
 }
 
+/** Median of each measured field over rounds. */
+function median(results: Awaited<ReturnType<typeof measure>>[]) {
+  const mid = (xs: number[]) => xs.sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
+  return {
+    opsPerSec: mid(results.map((r) => r.opsPerSec)),
+    p50Ms: mid(results.map((r) => r.p50Ms)),
+    p99Ms: mid(results.map((r) => r.p99Ms)),
+    clientCpuUsPerOp: mid(results.map((r) => r.clientCpuUsPerOp)),
+    ops: results.reduce((n, r) => n + r.ops, 0),
+  };
+}
+
+// The machine may be shared: ceiling and appends run interleaved, round after round, and each is reported as the
+// median over rounds, so that load drifting during the run affects both sides alike.
+async function compare(
+  backend: string,
+  concurrency: number,
+  ceiling: () => Promise<Awaited<ReturnType<typeof measure>>>,
+  store: PersistenceStore,
+): Promise<Row[]> {
+  // Fenced appends two ways: every entity in one shard (all writers lock one lease row: the worst case), and each
+  // entity in its own shard (as 64 entities hashed over 256 shards mostly are).
+  const lease = (shardId: number) =>
+    store.acquireShardLease({ clusterName: "bench", entityType: `B${concurrency}`, shardId }, "bench", 600_000);
+  const oneShard = [(await lease(0))!];
+  const ownShards: ShardLeaseToken[] = [];
+  for (let w = 0; w < concurrency; w++) ownShards.push((await lease(w + 1))!);
+  const samples: Record<string, Awaited<ReturnType<typeof measure>>[]> = { ceiling: [], append: [], one: [], own: [] };
+  for (let round = 0; round < rounds; round++) {
+    samples.ceiling!.push(await ceiling());
+    samples.append!.push(await appendCase(store, `${backend}${round}`, concurrency, null));
+    samples.one!.push(await appendCase(store, `${backend}${round}one`, concurrency, oneShard));
+    samples.own!.push(await appendCase(store, `${backend}${round}own`, concurrency, ownShards));
+  }
+  const c = median(samples.ceiling!);
+  const row = (mode: string, m: ReturnType<typeof median>): Row => ({
+    backend,
+    mode,
+    concurrency,
+    ...m,
+    ratioToCeiling: m.opsPerSec / c.opsPerSec,
+  });
+  return [
+    row("ceiling: raw INSERT", c),
+    row("append", median(samples.append!)),
+    row("fenced, shard each", median(samples.own!)),
+    row("fenced, one shard", median(samples.one!)),
+  ];
+}
+
 async function main(): Promise<void> {
   const rows: Row[] = [];
   const schema = `movie_bench_${process.pid}`;
@@ -188,41 +241,15 @@ async function main(): Promise<void> {
   await setup.end();
   try {
     for (const concurrency of concurrencies) {
-      const ceiling = await pgCeiling(schema, concurrency);
-      rows.push({ backend: "postgres", mode: "ceiling: raw INSERT", ...ceiling, concurrency, ratioToCeiling: 1 });
       const store = await PostgresStore.connect({ connectionUri: url, schema, poolSize: concurrency });
-      const fence = (await store.acquireShardLease(
-        { clusterName: "bench", entityType: "B", shardId: concurrency },
-        "bench",
-        600_000,
-      ))!;
-      for (const [mode, f] of [
-        ["append", null],
-        ["append fenced", fence],
-      ] as const) {
-        const r = await appendCase(store, "pg", concurrency, f);
-        rows.push({ backend: "postgres", mode, ...r, ratioToCeiling: r.opsPerSec / ceiling.opsPerSec });
-      }
+      rows.push(...(await compare("postgres", concurrency, () => pgCeiling(store.pool, concurrency), store)));
       if (concurrency === 1) recovery.push(...(await recoveryCase(store, "postgres", 10_000)));
       await store.close();
     }
     for (const concurrency of concurrencies) {
       const path = join(dir, `bench-${concurrency}.sqlite3`);
-      const ceiling = await sqliteCeiling(path, concurrency);
-      rows.push({ backend: "sqlite", mode: "ceiling: raw INSERT", ...ceiling, concurrency, ratioToCeiling: 1 });
       const store = SqliteStore.open({ dbPath: path });
-      const fence = (await store.acquireShardLease(
-        { clusterName: "bench", entityType: "B", shardId: 0 },
-        "bench",
-        600_000,
-      ))!;
-      for (const [mode, f] of [
-        ["append", null],
-        ["append fenced", fence],
-      ] as const) {
-        const r = await appendCase(store, "sq", concurrency, f);
-        rows.push({ backend: "sqlite", mode, ...r, ratioToCeiling: r.opsPerSec / ceiling.opsPerSec });
-      }
+      rows.push(...(await compare("sqlite", concurrency, () => sqliteCeiling(path, concurrency), store)));
       if (concurrency === 1) recovery.push(...(await recoveryCase(store, "sqlite", 10_000)));
       await store.close();
     }
@@ -235,16 +262,16 @@ async function main(): Promise<void> {
   }
 
   const pad = (s: string, n: number) => s.padEnd(n);
-  console.log(`payload ${payload.length} B, ${caseMs} ms per case`);
+  console.log(`payload ${payload.length} B, ${caseMs} ms per case, median of ${rounds} interleaved rounds`);
   console.log(
-    `${pad("backend", 10)}${pad("mode", 22)}${pad("conc", 6)}${pad("ops/s", 10)}${pad("p50 ms", 9)}${pad("p99 ms", 9)}vs ceiling`,
+    `${pad("backend", 10)}${pad("mode", 22)}${pad("conc", 6)}${pad("ops/s", 10)}${pad("p50 ms", 9)}${pad("p99 ms", 9)}${pad("client µs", 11)}vs ceiling`,
   );
   for (const r of rows) {
     console.log(
       `${pad(r.backend, 10)}${pad(r.mode, 22)}${pad(String(r.concurrency), 6)}${pad(r.opsPerSec.toFixed(0), 10)}${pad(
         r.p50Ms.toFixed(2),
         9,
-      )}${pad(r.p99Ms.toFixed(2), 9)}${r.ratioToCeiling === null ? "" : `${(r.ratioToCeiling * 100).toFixed(0)}%`}`,
+      )}${pad(r.p99Ms.toFixed(2), 9)}${pad(r.clientCpuUsPerOp.toFixed(0), 11)}${r.ratioToCeiling === null ? "" : `${(r.ratioToCeiling * 100).toFixed(0)}%`}`,
     );
   }
   console.log("recovery of a 10k-event entity:");
@@ -255,7 +282,7 @@ async function main(): Promise<void> {
   mkdirSync("bench/results", { recursive: true });
   writeFileSync(
     "bench/results/persistence.json",
-    `${JSON.stringify({ payloadBytes: payload.length, caseMs, appends: rows, recovery }, null, 2)}\n`,
+    `${JSON.stringify({ payloadBytes: payload.length, caseMs, rounds, appends: rows, recovery }, null, 2)}\n`,
   );
 }
 

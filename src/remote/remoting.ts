@@ -49,7 +49,7 @@ import { FrameWriter } from "./frame-writer.ts";
 import { type MessageRegistration, MessageRegistry } from "./message-registry.ts";
 import { RemoteActorRef } from "./remote-actor-ref.ts";
 import {
-  isLoopbackHost,
+  insecureBindingWarning,
   type RemotingSettings,
   type ResolvedRemotingSettings,
   resolveRemotingSettings,
@@ -195,14 +195,15 @@ export class Remoting implements Extension {
     const bound = server.address();
     const port = typeof bound === "object" && bound !== null ? bound.port : settings.port;
     remoting = new Remoting(system, settings, server, port, options.registry ?? new MessageRegistry());
-    if (settings.secret === null && !isLoopbackHost(settings.host)) {
-      system.log.warn(
-        { host: settings.host, port },
-        "REMOTING IS OPEN: bound to a non-loopback host without a shared secret; any host that reaches this port can send to every actor. Set enableRemoting({ secret }) (and tls) on every node.",
-      );
-    }
+    const warning = insecureBindingWarning(settings);
+    if (warning !== null) system.log.warn({ host: settings.host, port }, warning);
     const created = remoting;
-    system.extension({ key: remotingKey, create: () => created });
+    try {
+      system.extension({ key: remotingKey, create: () => created });
+    } catch (error) {
+      server.close();
+      throw error;
+    }
     system.enableRemoteAddressing(remoting.selfAddress.address, (path) => created.refFor(path));
     return remoting;
   }
@@ -315,7 +316,7 @@ export class Remoting implements Extension {
     if (this.stopped) return;
     this.stopped = true;
     for (const association of this.associations.values()) association.stop();
-    for (const connection of this.inbound) connection.close();
+    for (const connection of this.inbound) connection.shutdown();
     await new Promise<void>((resolve) => this.server.close(() => resolve()));
   }
 
@@ -502,7 +503,10 @@ export class Remoting implements Extension {
     }
     if (this.stopped) return;
     const association = this.associationFor(target.path.address);
-    if (target.uid === null) target.uid = association.uid;
+    if (target.uid === null) {
+      if (association.state === "up") target.uid = association.uid;
+      else association.bindOnConnect(target);
+    }
     if (target.uid !== null && this.isStale(target.path.address, target.uid)) {
       this.stats_.droppedStaleUid++;
       if (message instanceof Watch) message.watcher.sendSystem(new Terminated(target, true));
@@ -622,19 +626,22 @@ export class Remoting implements Extension {
 
   private onFrame(connection: Connection, frame: Buffer): void {
     const peer = connection.peer!;
+    const kind = frame[0];
+    // Liveness probes are transport, not traffic: a blackholed peer stays connected, like a partitioned-but-open link.
+    if (kind === FrameKind.heartbeat) {
+      connection.writer.writeFrame(heartbeatReplyFrame);
+      return;
+    }
+    if (kind === FrameKind.heartbeatReply) return;
     if (this.blackholed.size > 0 && this.blackholed.has(peer.address.hostPort)) {
       this.stats_.droppedBlackholed++;
       return;
     }
-    const kind = frame[0];
     try {
       if (kind === FrameKind.user) this.onUser(connection, peer, frame);
       else if (kind === FrameKind.askFailure) this.onAskFailure(frame);
       else if (kind === FrameKind.system) this.onSystem(connection, peer, frame);
       else if (kind === FrameKind.ack) this.onAck(peer, frame);
-      else if (kind === FrameKind.heartbeat)
-        connection.writer.writeFrame(encodeControlFrame(FrameKind.heartbeatReply, {}));
-      else if (kind === FrameKind.heartbeatReply) return;
       else {
         this.stats_.rejected.unexpected++;
         this.connectionContext.warn({ peer: peer.toString(), kind }, "dropped a frame of unknown kind");
@@ -845,6 +852,7 @@ export class Remoting implements Extension {
 }
 
 const remotingKey = "movie.remoting";
+const heartbeatReplyFrame = encodeControlFrame(FrameKind.heartbeatReply, {});
 
 /** The extension id under which remoting registers (creating it needs settings, so use enableRemoting). */
 export const remotingId: ExtensionId<Remoting> = {

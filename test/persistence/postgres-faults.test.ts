@@ -41,7 +41,10 @@ test("postgres: migration SQL can be printed", () => {
 describe("postgres-only behaviour", () => {
   let ctx: Awaited<ReturnType<typeof freshPostgresStore>>;
   before(async () => {
-    ctx = await freshPostgresStore("pgonly", { applicationName: "movie-pgonly" });
+    ctx = await freshPostgresStore("pgonly", {
+      applicationName: "movie-pgonly",
+      resilience: { operationTimeoutMs: 60_000 },
+    });
   });
   after(async () => {
     await ctx.dispose();
@@ -100,8 +103,9 @@ describe("postgres-only behaviour", () => {
             [pattern, event],
           )
         ).rows[0].n === 1;
-      await eventually(() => waiting("%movie_append_events%", "advisory"), {
+      await eventually(() => waiting("INSERT INTO event_journal%", "advisory"), {
         what: "the write to block in its trigger",
+        describe: () => ({ appended }),
       });
       await eventually(
         async () =>
@@ -137,9 +141,60 @@ describe("postgres-only behaviour", () => {
         StaleShardOwnerError,
       );
     } finally {
+      await holder.end();
       await raw.query("DROP TRIGGER IF EXISTS hold_write ON event_journal");
       await raw.end();
+    }
+  });
+
+  test("a fenced write that waits behind a lease release re-reads the row and commits nothing", async () => {
+    const raw = await rawClient(ctx.url, ctx.schema);
+    const holder = await rawClient(ctx.url, ctx.schema);
+    const lockKey = randomInt(1, 2 ** 40);
+    try {
+      await raw.query(`CREATE OR REPLACE FUNCTION hold_release() RETURNS trigger LANGUAGE plpgsql AS
+        $$ BEGIN PERFORM pg_advisory_xact_lock(${lockKey}); RETURN NEW; END $$`);
+      await raw.query(`CREATE TRIGGER hold_release BEFORE UPDATE ON shard_lease FOR EACH ROW
+        WHEN (NEW.entity_type = 'Release') EXECUTE FUNCTION hold_release()`);
+      const key = { clusterName: "c", entityType: "Release", shardId: 1 };
+      const token = (await ctx.store.acquireShardLease(key, "node-a", 30_000))!;
+      await ctx.store.appendEvents({
+        persistenceId: "moving",
+        expectedRevision: 0,
+        operationId: "m1",
+        events: [ev(1)],
+        fence: token,
+      });
+      const waiting = async (pattern: string, events: string[]) =>
+        (
+          await raw.query(
+            "SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = 'movie-pgonly' AND wait_event = ANY($2) AND query LIKE $1",
+            [pattern, events],
+          )
+        ).rows[0].n === 1;
+      await holder.query("SELECT pg_advisory_lock($1)", [lockKey]);
+      // The release holds the lease row (its UPDATE waits in the trigger); the committed row still says "valid".
+      const release = ctx.store.releaseShardLease(token);
+      await eventually(() => waiting("%UPDATE shard_lease%", ["advisory"]), { what: "the release to hold the row" });
+      const write = ctx.store.appendEvents({
+        persistenceId: "moving",
+        expectedRevision: 1,
+        operationId: "m2",
+        events: [ev(2)],
+        fence: token,
+      });
+      write.catch(() => {});
+      await eventually(() => waiting("INSERT INTO event_journal%", ["transactionid", "tuple"]), {
+        what: "the fenced write to wait on the lease row",
+      });
+      await holder.query("SELECT pg_advisory_unlock($1)", [lockKey]);
+      assert.equal(await release, true);
+      await assert.rejects(write, StaleShardOwnerError);
+      assert.equal(await ctx.store.loadRevision("moving"), 1);
+    } finally {
       await holder.end();
+      await raw.query("DROP TRIGGER IF EXISTS hold_release ON shard_lease");
+      await raw.end();
     }
   });
 
@@ -176,7 +231,7 @@ describe("postgres faults", () => {
             app,
           ])
         ).rows[0]?.pid as number | undefined;
-      await raw.query("BEGIN; LOCK TABLE event_stream IN ACCESS EXCLUSIVE MODE");
+      await raw.query("BEGIN; LOCK TABLE event_journal IN ACCESS EXCLUSIVE MODE");
       const pending = ctx.store.loadRevision("t");
       pending.catch(() => {});
       await eventually(async () => (await blockedPid("movie-term")) !== undefined, { what: "the read to block" });
@@ -219,7 +274,7 @@ describe("postgres faults", () => {
     });
     const raw = await rawClient(ctx.url, ctx.schema);
     try {
-      await raw.query("BEGIN; LOCK TABLE event_stream IN ACCESS EXCLUSIVE MODE");
+      await raw.query("BEGIN; LOCK TABLE event_journal IN ACCESS EXCLUSIVE MODE");
       await assert.rejects(ctx.store.loadRevision("b"), PersistenceTimeoutError);
       await assert.rejects(ctx.store.loadRevision("b"), PersistenceTimeoutError);
       assert.equal(ctx.store.circuitMode, "open");

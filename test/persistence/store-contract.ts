@@ -109,6 +109,80 @@ export function storeContract(backend: string, factory: StoreFactory): void {
         (e: unknown) => e instanceof OperationConflictError && e.operationId === "op" && e.persistenceId === id,
       );
       assert.equal(await store.loadRevision(id), 3);
+      // A retry at a newer expected revision is still recognised by its operation id.
+      assert.deepEqual(
+        await store.appendEvents({ persistenceId: id, expectedRevision: 3, operationId: "op2", events: [ev(3)] }),
+        { revision: 3, duplicate: true },
+      );
+      // Operation ids of empty appends count too.
+      assert.deepEqual(
+        await store.appendEvents({ persistenceId: id, expectedRevision: 3, operationId: "e0", events: [] }),
+        {
+          revision: 3,
+          duplicate: false,
+        },
+      );
+      assert.deepEqual(
+        await store.appendEvents({ persistenceId: id, expectedRevision: 3, operationId: "e0", events: [] }),
+        {
+          revision: 3,
+          duplicate: true,
+        },
+      );
+      await assert.rejects(
+        store.appendEvents({ persistenceId: id, expectedRevision: 3, operationId: "e0", events: [ev(4)] }),
+        OperationConflictError,
+      );
+      assert.equal(await store.loadRevision(id), 3);
+    });
+
+    test("a batch that overlaps a newer write, or a writer ahead of the stream, commits nothing", async () => {
+      const id = pid("overlap");
+      await store.appendEvents({ persistenceId: id, expectedRevision: 0, operationId: "o1", events: [ev(1)] });
+      await store.appendEvents({ persistenceId: id, expectedRevision: 1, operationId: "o2", events: [ev(2)] });
+      await assert.rejects(
+        store.appendEvents({ persistenceId: id, expectedRevision: 1, operationId: "o3", events: [ev(3), ev(4)] }),
+        (e: unknown) => e instanceof ConcurrentWriteError && e.actualRevision === 2,
+      );
+      await assert.rejects(
+        store.appendEvents({ persistenceId: id, expectedRevision: 7, operationId: "o4", events: [ev(5)] }),
+        (e: unknown) => e instanceof ConcurrentWriteError && e.actualRevision === 2,
+      );
+      assert.equal(await store.loadRevision(id), 2);
+      assert.deepEqual(
+        (await store.loadEvents(id)).map((e) => e.sequenceNr),
+        [1, 2],
+      );
+    });
+
+    test("retention of every event keeps the revision and the operation ids", async () => {
+      const id = pid("retain-all");
+      await store.appendEvents({ persistenceId: id, expectedRevision: 0, operationId: "k1", events: [ev(1), ev(2)] });
+      await store.appendEvents({ persistenceId: id, expectedRevision: 2, operationId: "k2", events: [] });
+      await store.saveSnapshot(id, { sequenceNr: 2, manifest: "S", payload: "{}" });
+      assert.deepEqual(await store.deleteEventsTo(id, 2), { deletedEvents: 2, throughSeq: 2 });
+      assert.deepEqual(await store.loadEvents(id), []);
+      assert.equal(await store.loadRevision(id), 2);
+      assert.deepEqual(
+        await store.appendEvents({ persistenceId: id, expectedRevision: 0, operationId: "k1", events: [ev(1), ev(2)] }),
+        { revision: 2, duplicate: true },
+      );
+      await assert.rejects(
+        store.appendEvents({ persistenceId: id, expectedRevision: 2, operationId: "k1", events: [ev(9)] }),
+        OperationConflictError,
+      );
+      await assert.rejects(
+        store.appendEvents({ persistenceId: id, expectedRevision: 1, operationId: "k3", events: [ev(3)] }),
+        ConcurrentWriteError,
+      );
+      assert.deepEqual(
+        await store.appendEvents({ persistenceId: id, expectedRevision: 2, operationId: "k3", events: [ev(3)] }),
+        { revision: 3, duplicate: false },
+      );
+      await assert.rejects(
+        store.appendEvents({ persistenceId: id, expectedRevision: 2, operationId: "k4", events: [ev(4)] }),
+        ConcurrentWriteError,
+      );
     });
 
     test("invalid requests are typed errors", async () => {

@@ -22,6 +22,7 @@ import { OperationId } from "../operation-id.ts";
 import { defaultResilience, type ResilienceSettings, type ResilienceStats, Resilient } from "../resilience.ts";
 import {
   type AppendEventsRequest,
+  type CheckedAppend,
   checkAppend,
   checkFence,
   checkPersistenceId,
@@ -38,7 +39,7 @@ import {
   TOMBSTONE_MANIFEST,
   type WriteResult,
 } from "../store.ts";
-import { MIGRATION_LOCK_KEY, postgresMigrations, REVISION_MISMATCH_SQLSTATE } from "./schema.ts";
+import { APPEND_ONE_SQL, MIGRATION_LOCK_KEY, postgresMigrations, REVISION_MISMATCH_SQLSTATE } from "./schema.ts";
 
 /** Options of {@link PostgresStore.connect}. */
 export interface PostgresStoreOptions {
@@ -57,6 +58,8 @@ export interface PostgresStoreOptions {
   /** Called with pool-level errors of idle connections (a terminated backend); default ignore. */
   onPoolError?: (error: Error) => void;
 }
+
+const UNIQUE_VIOLATION = "23505";
 
 const schemaPattern = /^[a-z_][a-z0-9_]{0,62}$/;
 
@@ -146,15 +149,6 @@ export class PostgresStore implements PersistenceStore {
       throw new PersistenceConfigurationError("poolSize", `${String(poolSize)}; expected a whole number 1..1000`);
     }
     const resilience = { ...defaultResilience, ...options.resilience };
-    if (schema !== null) {
-      const admin = new pg.Client({ connectionString: uri });
-      await admin.connect();
-      try {
-        await admin.query(`CREATE SCHEMA IF NOT EXISTS ${schema}`);
-      } finally {
-        await admin.end();
-      }
-    }
     const pool = new pg.Pool({
       connectionString: uri,
       max: poolSize,
@@ -165,7 +159,7 @@ export class PostgresStore implements PersistenceStore {
     // An idle connection killed by the server surfaces here; without a listener it would crash the process.
     pool.on("error", onPoolError);
     try {
-      await migrate(pool);
+      await migrate(pool, schema);
     } catch (error) {
       await pool.end();
       throw error;
@@ -187,17 +181,77 @@ export class PostgresStore implements PersistenceStore {
     this.open();
     const a = checkAppend(request);
     const fingerprint = eventsFingerprint(a.events);
-    const manifests = a.events.map((e) => e.manifest);
-    const payloads = a.events.map((e) => e.payload);
+    if (a.events.length === 1) return this.appendOne(a, fingerprint);
+    // The first event goes as plain text parameters and only further ones as arrays: array literals cost
+    // escaping on both sides, and most appends carry one event.
+    const first = a.events[0];
+    const more = a.events.length > 1 ? a.events.slice(1) : null;
     const row = await this.writeCall(
       "appendEvents",
       "movie_append",
-      "SELECT status, revision FROM movie_append_events($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
-      [a.persistenceId, a.expectedRevision, a.operationId, fingerprint, manifests, payloads, ...fenceArgs(a.fence)],
+      "SELECT movie_append_events($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) AS outcome",
+      [
+        a.persistenceId,
+        a.expectedRevision,
+        a.operationId,
+        fingerprint,
+        first?.manifest ?? null,
+        first?.payload ?? null,
+        more?.map((e) => e.manifest) ?? null,
+        more?.map((e) => e.payload) ?? null,
+        ...fenceArgs(a.fence),
+      ],
       a.persistenceId,
       a.expectedRevision,
-    );
+    ).catch((error: unknown) => {
+      if ((error as { code?: string }).code !== UNIQUE_VIOLATION) throw error;
+      return this.resolveAppend(a.persistenceId, a.operationId, fingerprint, a.expectedRevision);
+    });
     return this.writeOutcome(row, a.persistenceId, a.operationId, a.fence);
+  }
+
+  private async appendOne(a: CheckedAppend, fingerprint: string): Promise<WriteResult> {
+    const event = a.events[0]!;
+    const values = [a.persistenceId, a.expectedRevision, event.manifest, event.payload, a.operationId, fingerprint];
+    // A resolve answer of -1 means a concurrent write committed between the two statements: try again, a bounded
+    // number of times (each retry sees a newer committed state).
+    for (let attempt = 0; ; attempt++) {
+      const inserted = await this.query("appendEvents", "movie_append_one", APPEND_ONE_SQL, [
+        ...values,
+        ...fenceArgs(a.fence),
+      ]).then(
+        (result) => result.rowCount === 1,
+        (error: unknown) => {
+          if ((error as { code?: string }).code === UNIQUE_VIOLATION) return false;
+          throw error;
+        },
+      );
+      if (inserted) return { revision: a.expectedRevision + 1, duplicate: false };
+      const row = await this.writeCall(
+        "appendEvents",
+        "movie_append_one_resolve",
+        "SELECT movie_append_one_resolve($1, $2, $3, $4, $5, $6, $7, $8, $9) AS outcome",
+        [a.persistenceId, a.expectedRevision, a.operationId, fingerprint, ...fenceArgs(a.fence)],
+        a.persistenceId,
+        a.expectedRevision,
+      );
+      if (row.status >= 0 || attempt >= 3) {
+        if (row.status < 0) throw new ConcurrentWriteError(a.persistenceId, a.expectedRevision, a.expectedRevision);
+        return this.writeOutcome(row, a.persistenceId, a.operationId, a.fence);
+      }
+    }
+  }
+
+  /** The append wrote nothing: ask the database whether it was a retry or a concurrent write. */
+  private resolveAppend(pid: string, op: string, fingerprint: string, expected: number): Promise<StatusRow> {
+    return this.writeCall(
+      "appendEvents",
+      "movie_append_resolve",
+      "SELECT movie_append_resolve($1, $2, $3) AS outcome",
+      [pid, op, fingerprint],
+      pid,
+      expected,
+    );
   }
 
   async loadEvents(persistenceId: string, afterSeq = 0): Promise<StoredEvent[]> {
@@ -221,10 +275,10 @@ export class PostgresStore implements PersistenceStore {
     const result = await this.query(
       "loadRevision",
       "movie_load_revision",
-      "SELECT revision FROM event_stream WHERE persistence_id = $1",
+      "SELECT movie_stream_revision($1) AS revision",
       [persistenceId],
     );
-    return result.rows.length === 0 ? 0 : Number(result.rows[0].revision);
+    return Number(result.rows[0].revision);
   }
 
   async saveSnapshot(
@@ -409,7 +463,7 @@ export class PostgresStore implements PersistenceStore {
     const row = await this.writeCall(
       deleted ? "deleteState" : "saveState",
       "movie_write_state",
-      "SELECT status, revision FROM movie_write_state($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+      "SELECT movie_write_state($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) AS outcome",
       [
         request.persistenceId,
         request.expectedRevision,
@@ -449,7 +503,10 @@ export class PostgresStore implements PersistenceStore {
   ): Promise<StatusRow> {
     try {
       const result = await this.query(operation, name, text, values);
-      return result.rows[0] as StatusRow;
+      // revision * 4 + status, see movie_outcome in schema.ts.
+      const outcome = Number(result.rows[0].outcome);
+      if (outcome < 0) return { status: -1, revision: "0" };
+      return { status: outcome % 4, revision: String(Math.floor(outcome / 4)) };
     } catch (error) {
       if ((error as { code?: string }).code === REVISION_MISMATCH_SQLSTATE) {
         throw new ConcurrentWriteError(pid, expected, Number((error as Error).message));
@@ -498,12 +555,14 @@ function leaseToken(key: ShardLeaseKey, row: Record<string, unknown>): ShardLeas
   };
 }
 
-async function migrate(pool: Queryable & Pick<pg.Pool, "connect">): Promise<void> {
+async function migrate(pool: Queryable & Pick<pg.Pool, "connect">, schema: string | null): Promise<void> {
   const client = await pool.connect();
   try {
     // Session-level lock: two nodes starting at once migrate one after the other (REFERENCE §4.4).
     await client.query("SELECT pg_advisory_lock($1::bigint)", [MIGRATION_LOCK_KEY.toString()]);
     try {
+      // Under the lock: concurrent CREATE SCHEMA IF NOT EXISTS can still collide on the catalog's unique index.
+      if (schema !== null) await client.query(`CREATE SCHEMA IF NOT EXISTS ${schema}`);
       await client.query(`CREATE TABLE IF NOT EXISTS movie_schema_migration (version INTEGER PRIMARY KEY,
         name TEXT NOT NULL, checksum TEXT NOT NULL, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())`);
       const applied = (await client.query("SELECT version, name, checksum FROM movie_schema_migration"))

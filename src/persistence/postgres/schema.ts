@@ -12,25 +12,34 @@ export const REVISION_MISMATCH_SQLSTATE = "MV001";
 // operation-id row inserted earlier in the same statement rolls back. The fence row is locked FOR SHARE: writers on
 // one shard do not queue behind each other, but a transfer or renewal (an UPDATE of that row) waits for every
 // in-flight fenced write to commit, which is what REFERENCE §4.6 requires of the lock.
-const fenceCheck = `
+const fenceCheckWith = (stale: string) => `
   IF p_owner IS NOT NULL THEN
     PERFORM 1 FROM shard_lease
       WHERE cluster_name = p_cluster AND entity_type = p_type AND shard_id = p_shard AND owner = p_owner
         AND epoch = p_epoch AND lease_until_epoch_ms > movie_now_ms()
       FOR SHARE;
     IF NOT FOUND THEN
-      RETURN QUERY SELECT 3, 0::bigint; RETURN;
+      ${stale}
     END IF;
   END IF;`;
+const fenceCheck = fenceCheckWith("status := 3; revision := 0; RETURN;");
+const fenceCheckScalar = fenceCheckWith("RETURN movie_outcome(3, 0);");
 
 const fenceParams = "p_cluster text, p_type text, p_shard bigint, p_owner text, p_epoch bigint";
 
 /** The PostgreSQL migrations 1..4. */
 export const postgresMigrations: readonly Migration[] = buildMigrations([
   [
+    // The first journal row of an append also carries its operation id, fingerprint and resulting revision, so
+    // that an append is one heap row per event plus index entries (see movie_append_events). Operation ids of empty
+    // appends, and of rows removed by retention, live in journal_operation; event_stream keeps the revision across
+    // retention.
     `CREATE TABLE IF NOT EXISTS event_journal (persistence_id TEXT NOT NULL, sequence_nr BIGINT NOT NULL,
       manifest TEXT NOT NULL, payload TEXT NOT NULL, created_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+      operation_id TEXT NULL, fingerprint TEXT NULL, operation_revision BIGINT NULL,
       PRIMARY KEY (persistence_id, sequence_nr))`,
+    `CREATE UNIQUE INDEX IF NOT EXISTS event_journal_operation_idx ON event_journal (persistence_id, operation_id)
+      WHERE operation_id IS NOT NULL`,
     `CREATE TABLE IF NOT EXISTS event_stream (persistence_id TEXT PRIMARY KEY, revision BIGINT NOT NULL)`,
     `CREATE TABLE IF NOT EXISTS journal_operation (persistence_id TEXT NOT NULL, operation_id TEXT NOT NULL,
       fingerprint TEXT NOT NULL, revision BIGINT NOT NULL, PRIMARY KEY (persistence_id, operation_id))`,
@@ -65,65 +74,143 @@ export const postgresMigrations: readonly Migration[] = buildMigrations([
     // The database clock (REFERENCE §4.5): clock_timestamp() moves within a transaction, unlike now().
     `CREATE OR REPLACE FUNCTION movie_now_ms() RETURNS bigint LANGUAGE sql VOLATILE AS
       $$ SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint $$`,
-    `CREATE OR REPLACE FUNCTION movie_append_events(p_pid text, p_expected bigint, p_op text, p_fingerprint text,
-        p_manifests text[], p_payloads text[], ${fenceParams})
-      RETURNS TABLE (status int, revision bigint) LANGUAGE plpgsql AS $$
+    // The hot write functions return one bigint, revision * 4 + status, rather than a record: a set-returning call
+    // in FROM materialises a tuplestore per call, a scalar in the target list does not.
+    `CREATE OR REPLACE FUNCTION movie_outcome(p_status int, p_revision bigint) RETURNS bigint LANGUAGE sql IMMUTABLE AS
+      $$ SELECT p_revision * 4 + p_status $$`,
+    `CREATE OR REPLACE FUNCTION movie_stream_revision(p_pid text) RETURNS bigint LANGUAGE sql STABLE AS
+      $$ SELECT greatest(
+        (SELECT max(sequence_nr) FROM event_journal WHERE persistence_id = p_pid),
+        (SELECT revision FROM event_stream WHERE persistence_id = p_pid), 0) $$`,
+    // After an append wrote nothing: a duplicate or conflicting retry of this operation id, or else the revision
+    // moved (MV001 with the current revision).
+    `CREATE OR REPLACE FUNCTION movie_append_resolve(p_pid text, p_op text, p_fingerprint text) RETURNS bigint
+      LANGUAGE plpgsql AS $$
       DECLARE
-        v_count bigint := coalesce(array_length(p_manifests, 1), 0);
-        v_revision bigint := p_expected + v_count;
-        v_previous record;
+        v_fingerprint text;
+        v_previous bigint;
         v_actual bigint;
       BEGIN
-        ${fenceCheck}
-        INSERT INTO journal_operation (persistence_id, operation_id, fingerprint, revision)
-          VALUES (p_pid, p_op, p_fingerprint, v_revision) ON CONFLICT DO NOTHING;
+        SELECT j.fingerprint, j.operation_revision INTO v_fingerprint, v_previous FROM event_journal j
+          WHERE j.persistence_id = p_pid AND j.operation_id = p_op;
         IF NOT FOUND THEN
-          SELECT o.fingerprint, o.revision INTO v_previous FROM journal_operation o
+          SELECT o.fingerprint, o.revision INTO v_fingerprint, v_previous FROM journal_operation o
             WHERE o.persistence_id = p_pid AND o.operation_id = p_op;
-          IF v_previous.fingerprint = p_fingerprint THEN
-            RETURN QUERY SELECT 1, v_previous.revision; RETURN;
-          END IF;
-          RETURN QUERY SELECT 2, v_previous.revision; RETURN;
+        END IF;
+        IF FOUND THEN
+          RETURN movie_outcome(CASE WHEN v_fingerprint = p_fingerprint THEN 1 ELSE 2 END, v_previous);
+        END IF;
+        v_actual := movie_stream_revision(p_pid);
+        RAISE EXCEPTION USING ERRCODE = '${REVISION_MISMATCH_SQLSTATE}', MESSAGE = v_actual::text;
+      END $$`,
+    // After the single-statement append (see APPEND_ONE_SQL) inserted nothing: a stale fence (checked first, so a
+    // stale owner never learns of a duplicate), a duplicate or conflicting operation id, or a moved revision (MV001).
+    // -1 means none of these holds any more (a concurrent write committed meanwhile): the client tries again.
+    `CREATE OR REPLACE FUNCTION movie_append_one_resolve(p_pid text, p_expected bigint, p_op text, p_fingerprint text,
+        ${fenceParams})
+      RETURNS bigint LANGUAGE plpgsql AS $$
+      DECLARE
+        v_fingerprint text;
+        v_previous bigint;
+        v_actual bigint;
+      BEGIN
+        ${fenceCheckScalar}
+        SELECT j.fingerprint, j.operation_revision INTO v_fingerprint, v_previous FROM event_journal j
+          WHERE j.persistence_id = p_pid AND j.operation_id = p_op;
+        IF NOT FOUND THEN
+          SELECT o.fingerprint, o.revision INTO v_fingerprint, v_previous FROM journal_operation o
+            WHERE o.persistence_id = p_pid AND o.operation_id = p_op;
+        END IF;
+        IF FOUND THEN
+          RETURN movie_outcome(CASE WHEN v_fingerprint = p_fingerprint THEN 1 ELSE 2 END, v_previous);
+        END IF;
+        v_actual := movie_stream_revision(p_pid);
+        IF v_actual = p_expected THEN
+          RETURN -1;
+        END IF;
+        RAISE EXCEPTION USING ERRCODE = '${REVISION_MISMATCH_SQLSTATE}', MESSAGE = v_actual::text;
+      END $$`,
+    // Optimistic concurrency comes from the journal's primary key: the append inserts sequence numbers
+    // expected+1.., and a unique violation says someone else got there first (or this operation id already
+    // exists: its partial unique index). The gap check makes sure row `expected` exists (or
+    // retention recorded that revision), so a writer ahead of the stream cannot leave a hole.
+    `CREATE OR REPLACE FUNCTION movie_append_events(p_pid text, p_expected bigint, p_op text, p_fingerprint text,
+        p_manifest text, p_payload text, p_more_manifests text[], p_more_payloads text[], ${fenceParams})
+      RETURNS bigint LANGUAGE plpgsql AS $$
+      DECLARE
+        v_count bigint := CASE WHEN p_manifest IS NULL THEN 0 ELSE 1 + coalesce(array_length(p_more_manifests, 1), 0) END;
+        v_revision bigint := p_expected + v_count;
+        v_fingerprint text;
+        v_previous bigint;
+        v_actual bigint;
+        v_contiguous boolean;
+      BEGIN
+        ${fenceCheckScalar}
+        -- One statement (each costs an executor run): operation ids kept outside the journal, and the gap check.
+        SELECT o.fingerprint, o.revision,
+            p_expected = 0
+            OR EXISTS (SELECT 1 FROM event_journal j WHERE j.persistence_id = p_pid AND j.sequence_nr = p_expected)
+            OR EXISTS (SELECT 1 FROM event_stream s WHERE s.persistence_id = p_pid AND s.revision = p_expected)
+          INTO v_fingerprint, v_previous, v_contiguous
+          FROM (SELECT 1) AS one
+          LEFT JOIN journal_operation o ON o.persistence_id = p_pid AND o.operation_id = p_op;
+        IF v_fingerprint IS NOT NULL THEN
+          RETURN movie_outcome(CASE WHEN v_fingerprint = p_fingerprint THEN 1 ELSE 2 END, v_previous);
         END IF;
         IF v_count = 0 THEN
-          SELECT s.revision INTO v_actual FROM event_stream s WHERE s.persistence_id = p_pid;
-          IF coalesce(v_actual, 0) <> p_expected THEN
-            RAISE EXCEPTION USING ERRCODE = '${REVISION_MISMATCH_SQLSTATE}', MESSAGE = coalesce(v_actual, 0)::text;
+          SELECT j.fingerprint, j.operation_revision INTO v_fingerprint, v_previous FROM event_journal j
+            WHERE j.persistence_id = p_pid AND j.operation_id = p_op;
+          IF FOUND THEN
+            RETURN movie_outcome(CASE WHEN v_fingerprint = p_fingerprint THEN 1 ELSE 2 END, v_previous);
           END IF;
-          RETURN QUERY SELECT 0, p_expected; RETURN;
+          v_actual := movie_stream_revision(p_pid);
+          IF v_actual <> p_expected THEN
+            RAISE EXCEPTION USING ERRCODE = '${REVISION_MISMATCH_SQLSTATE}', MESSAGE = v_actual::text;
+          END IF;
+          INSERT INTO journal_operation (persistence_id, operation_id, fingerprint, revision)
+            VALUES (p_pid, p_op, p_fingerprint, p_expected) ON CONFLICT DO NOTHING;
+          IF NOT FOUND THEN
+            SELECT o.fingerprint, o.revision INTO v_fingerprint, v_previous FROM journal_operation o
+              WHERE o.persistence_id = p_pid AND o.operation_id = p_op;
+            RETURN movie_outcome(CASE WHEN v_fingerprint = p_fingerprint THEN 1 ELSE 2 END, v_previous);
+          END IF;
+          RETURN movie_outcome(0, p_expected);
         END IF;
-        IF p_expected = 0 THEN
-          INSERT INTO event_stream AS s (persistence_id, revision) VALUES (p_pid, v_revision)
-            ON CONFLICT (persistence_id) DO UPDATE SET revision = EXCLUDED.revision WHERE s.revision = 0;
-        ELSE
-          UPDATE event_stream s SET revision = v_revision WHERE s.persistence_id = p_pid AND s.revision = p_expected;
+        IF v_contiguous THEN
+          -- A plain INSERT (no ON CONFLICT: speculative insertion costs an extra WAL record and index pass). A
+          -- unique violation, on sequence expected+1 or on the operation id, aborts the statement and the client
+          -- asks movie_append_resolve what happened. Once the first row is ours, no writer can claim a later
+          -- sequence, since their gap check cannot see this uncommitted row.
+          INSERT INTO event_journal (persistence_id, sequence_nr, manifest, payload, operation_id, fingerprint,
+              operation_revision)
+            VALUES (p_pid, p_expected + 1, p_manifest, p_payload, p_op, p_fingerprint, v_revision);
+          IF v_count > 1 THEN
+            INSERT INTO event_journal (persistence_id, sequence_nr, manifest, payload)
+              SELECT p_pid, p_expected + 1 + t.i, t.m, t.p
+                FROM unnest(p_more_manifests, p_more_payloads) WITH ORDINALITY AS t(m, p, i);
+          END IF;
+          RETURN movie_outcome(0, v_revision);
         END IF;
-        IF NOT FOUND THEN
-          SELECT s.revision INTO v_actual FROM event_stream s WHERE s.persistence_id = p_pid;
-          RAISE EXCEPTION USING ERRCODE = '${REVISION_MISMATCH_SQLSTATE}', MESSAGE = coalesce(v_actual, 0)::text;
-        END IF;
-        INSERT INTO event_journal (persistence_id, sequence_nr, manifest, payload)
-          SELECT p_pid, p_expected + t.i, t.m, t.p FROM unnest(p_manifests, p_payloads) WITH ORDINALITY AS t(m, p, i);
-        RETURN QUERY SELECT 0, v_revision;
+        RETURN movie_append_resolve(p_pid, p_op, p_fingerprint);
       END $$`,
     `CREATE OR REPLACE FUNCTION movie_write_state(p_pid text, p_expected bigint, p_op text, p_fingerprint text,
         p_manifest text, p_payload text, p_deleted bigint, ${fenceParams})
-      RETURNS TABLE (status int, revision bigint) LANGUAGE plpgsql AS $$
+      RETURNS bigint LANGUAGE plpgsql AS $$
       DECLARE
         v_revision bigint := p_expected + 1;
         v_previous record;
         v_actual bigint;
       BEGIN
-        ${fenceCheck}
+        ${fenceCheckScalar}
         INSERT INTO state_operation (persistence_id, operation_id, fingerprint, revision)
           VALUES (p_pid, p_op, p_fingerprint, v_revision) ON CONFLICT DO NOTHING;
         IF NOT FOUND THEN
           SELECT o.fingerprint, o.revision INTO v_previous FROM state_operation o
             WHERE o.persistence_id = p_pid AND o.operation_id = p_op;
           IF v_previous.fingerprint = p_fingerprint THEN
-            RETURN QUERY SELECT 1, v_previous.revision; RETURN;
+            RETURN movie_outcome(1, v_previous.revision);
           END IF;
-          RETURN QUERY SELECT 2, v_previous.revision; RETURN;
+          RETURN movie_outcome(2, v_previous.revision);
         END IF;
         IF p_expected = 0 THEN
           INSERT INTO durable_state (persistence_id, revision, manifest, payload, deleted)
@@ -137,11 +224,11 @@ export const postgresMigrations: readonly Migration[] = buildMigrations([
           SELECT d.revision INTO v_actual FROM durable_state d WHERE d.persistence_id = p_pid;
           RAISE EXCEPTION USING ERRCODE = '${REVISION_MISMATCH_SQLSTATE}', MESSAGE = coalesce(v_actual, 0)::text;
         END IF;
-        RETURN QUERY SELECT 0, v_revision;
+        RETURN movie_outcome(0, v_revision);
       END $$`,
     `CREATE OR REPLACE FUNCTION movie_save_snapshot(p_pid text, p_seq bigint, p_manifest text, p_payload text,
-        ${fenceParams})
-      RETURNS TABLE (status int, revision bigint) LANGUAGE plpgsql AS $$
+        ${fenceParams}, OUT status int, OUT revision bigint)
+      LANGUAGE plpgsql AS $$
       BEGIN
         ${fenceCheck}
         INSERT INTO snapshot_store AS s (persistence_id, sequence_nr, manifest, payload)
@@ -149,18 +236,18 @@ export const postgresMigrations: readonly Migration[] = buildMigrations([
           ON CONFLICT (persistence_id) DO UPDATE SET sequence_nr = EXCLUDED.sequence_nr, manifest = EXCLUDED.manifest,
             payload = EXCLUDED.payload, updated_at = now()
           WHERE EXCLUDED.sequence_nr >= s.sequence_nr;
-        RETURN QUERY SELECT 0, (CASE WHEN FOUND THEN 1 ELSE 0 END)::bigint;
+        status := 0; revision := (CASE WHEN FOUND THEN 1 ELSE 0 END)::bigint;
       END $$`,
-    `CREATE OR REPLACE FUNCTION movie_delete_snapshot(p_pid text, ${fenceParams})
-      RETURNS TABLE (status int, revision bigint) LANGUAGE plpgsql AS $$
+    `CREATE OR REPLACE FUNCTION movie_delete_snapshot(p_pid text, ${fenceParams}, OUT status int, OUT revision bigint)
+      LANGUAGE plpgsql AS $$
       BEGIN
         ${fenceCheck}
         DELETE FROM snapshot_store WHERE persistence_id = p_pid;
-        RETURN QUERY SELECT 0, (CASE WHEN FOUND THEN 1 ELSE 0 END)::bigint;
+        status := 0; revision := (CASE WHEN FOUND THEN 1 ELSE 0 END)::bigint;
       END $$`,
     // Status 4: no snapshot covers the requested sequence (revision carries the snapshot's sequence, or -1).
-    `CREATE OR REPLACE FUNCTION movie_delete_events_to(p_pid text, p_seq bigint, ${fenceParams})
-      RETURNS TABLE (status int, revision bigint) LANGUAGE plpgsql AS $$
+    `CREATE OR REPLACE FUNCTION movie_delete_events_to(p_pid text, p_seq bigint, ${fenceParams}, OUT status int, OUT revision bigint)
+      LANGUAGE plpgsql AS $$
       DECLARE
         v_snapshot bigint;
         v_deleted bigint;
@@ -168,12 +255,19 @@ export const postgresMigrations: readonly Migration[] = buildMigrations([
         ${fenceCheck}
         SELECT s.sequence_nr INTO v_snapshot FROM snapshot_store s WHERE s.persistence_id = p_pid FOR SHARE;
         IF v_snapshot IS NULL OR v_snapshot < p_seq THEN
-          RETURN QUERY SELECT 4, coalesce(v_snapshot, -1); RETURN;
+          status := 4; revision := coalesce(v_snapshot, -1); RETURN;
         END IF;
+        -- Keep what the deleted rows carried: the stream revision and their operation ids.
+        INSERT INTO event_stream AS s (persistence_id, revision) VALUES (p_pid, movie_stream_revision(p_pid))
+          ON CONFLICT (persistence_id) DO UPDATE SET revision = greatest(s.revision, EXCLUDED.revision);
+        INSERT INTO journal_operation (persistence_id, operation_id, fingerprint, revision)
+          SELECT j.persistence_id, j.operation_id, j.fingerprint, j.operation_revision FROM event_journal j
+            WHERE j.persistence_id = p_pid AND j.sequence_nr <= p_seq AND j.operation_id IS NOT NULL
+          ON CONFLICT DO NOTHING;
         DELETE FROM event_journal WHERE persistence_id = p_pid AND sequence_nr <= p_seq;
         GET DIAGNOSTICS v_deleted = ROW_COUNT;
         DELETE FROM event_feed WHERE persistence_id = p_pid AND sequence_nr <= p_seq;
-        RETURN QUERY SELECT 0, v_deleted;
+        status := 0; revision := v_deleted;
       END $$`,
   ],
 ]);
@@ -197,3 +291,20 @@ export function postgresMigrationSql(): string {
   lines.push(`SELECT pg_advisory_unlock(${MIGRATION_LOCK_KEY});`);
   return `${lines.join("\n")}\n`;
 }
+
+/**
+ * The hot path: a one-event append as a single plain INSERT ... SELECT (no PL/pgSQL call). Its WHERE clause is the
+ * fence check (the lease row locked FOR SHARE, so a transfer waits for this write to commit), the check that the
+ * operation id is not among those kept outside the journal, and the gap check; the journal's unique indexes catch
+ * a concurrent write at the same revision and a reused operation id. Inserting no row, or a unique violation,
+ * sends the client to movie_append_one_resolve.
+ */
+export const APPEND_ONE_SQL = `INSERT INTO event_journal (persistence_id, sequence_nr, manifest, payload, operation_id,
+    fingerprint, operation_revision)
+  SELECT $1, $2::bigint + 1, $3, $4, $5, $6, $2::bigint + 1
+  WHERE ($7::text IS NULL OR EXISTS (SELECT 1 FROM shard_lease l WHERE l.cluster_name = $7 AND l.entity_type = $8
+      AND l.shard_id = $9 AND l.owner = $10 AND l.epoch = $11 AND l.lease_until_epoch_ms > movie_now_ms() FOR SHARE))
+    AND NOT EXISTS (SELECT 1 FROM journal_operation o WHERE o.persistence_id = $1 AND o.operation_id = $5)
+    AND ($2::bigint = 0
+      OR EXISTS (SELECT 1 FROM event_journal j WHERE j.persistence_id = $1 AND j.sequence_nr = $2::bigint)
+      OR EXISTS (SELECT 1 FROM event_stream s WHERE s.persistence_id = $1 AND s.revision = $2::bigint))`;
