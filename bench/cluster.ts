@@ -85,23 +85,29 @@ async function remoteRoundTripMs(): Promise<number> {
   return median(samples);
 }
 
-const convergenceSettings = (n: number): ClusterSettings => ({
+// Gossip and joins every 10 ms with fanout n, as the original's cluster benchmark does. Its 20 ms / 250 ms detector
+// is not used here: ten systems in one 2-core process lag their event loops past 250 ms while connecting, and the
+// resulting false unreachables (counted below) would dominate what is measured.
+const convergenceSettings = (n: number, gossipIntervalMs = 10, fanout = n): ClusterSettings => ({
   joinRetryInterval: 10,
-  gossipInterval: 10,
-  gossipFanout: n,
-  failureDetector: { heartbeatInterval: 20, heartbeatTimeout: 250 },
+  gossipInterval: gossipIntervalMs,
+  gossipFanout: fanout,
+  failureDetector: { heartbeatInterval: 100, heartbeatTimeout: 2_000 },
 });
 
-async function convergence(n: number): Promise<number> {
+async function convergence(
+  n: number,
+  settings = convergenceSettings(n),
+): Promise<{ ms: number; falseUnreachable: number }> {
   const start = clock.now();
-  const settings = convergenceSettings(n);
   const first = await startNode(null, settings);
   const rest = await Promise.all(Array.from({ length: n - 1 }, () => startNode(first.port, settings)));
   const nodes = [first, ...rest];
   await waitFor(() => allUp(nodes, n), 30_000);
   const elapsed = clock.now() - start;
+  const falseUnreachable = nodes.reduce((sum, x) => sum + x.cluster.stats.heartbeatTimeouts, 0);
   await terminate(nodes);
-  return elapsed;
+  return { ms: elapsed, falseUnreachable };
 }
 
 async function detection(heartbeatIntervalMs: number, heartbeatTimeoutMs: number): Promise<number> {
@@ -137,11 +143,17 @@ async function gossipBytes(n: number, gossipIntervalMs: number, windowMs: number
   await waitFor(() => allUp(nodes, n), 30_000);
   await sleep(gossipIntervalMs * 2);
   const gossip0 = nodes.map((x) => x.cluster.stats.gossipBytesSent);
+  const rounds0 = nodes.map((x) => x.cluster.stats.gossipRounds);
   const wire0 = nodes.map((x) => x.remoting.stats.bytesOut);
   const t = clock.now();
   await sleep(windowMs);
   const seconds = (clock.now() - t) / 1000;
-  const gossipPerNode = nodes.map((x, i) => (x.cluster.stats.gossipBytesSent - gossip0[i]!) / seconds);
+  // Per round, then times the nominal rounds per second: a window holds a whole number of rounds, so bytes over
+  // the window alone would be off by up to one round.
+  const gossipPerNode = nodes.map((x, i) => {
+    const rounds = Math.max(1, x.cluster.stats.gossipRounds - rounds0[i]!);
+    return ((x.cluster.stats.gossipBytesSent - gossip0[i]!) / rounds) * (1000 / gossipIntervalMs);
+  });
   const wirePerNode = nodes.map((x, i) => (x.remoting.stats.bytesOut - wire0[i]!) / seconds);
   await terminate(nodes);
   return { gossipBytesPerSecond: median(gossipPerNode), wireBytesPerSecond: median(wirePerNode) };
@@ -159,14 +171,42 @@ rows.push({ measure: "remote ask round trip (ceiling)", value: rttMs.toFixed(3),
 const convergenceResults: Record<string, unknown>[] = [];
 for (const n of [3, 5, 10]) {
   const runs: number[] = [];
-  for (let i = 0; i < 3; i++) runs.push(await convergence(n));
+  let falseUnreachable = 0;
+  for (let i = 0; i < 5; i++) {
+    const r = await convergence(n);
+    runs.push(r.ms);
+    falseUnreachable += r.falseUnreachable;
+  }
   const ms = median(runs);
-  convergenceResults.push({ nodes: n, medianMs: ms, runsMs: runs, gossipIntervalMs: 10, joinRetryIntervalMs: 10 });
+  convergenceResults.push({
+    nodes: n,
+    medianMs: ms,
+    runsMs: runs,
+    gossipIntervalMs: 10,
+    joinRetryIntervalMs: 10,
+    heartbeatIntervalMs: 100,
+    heartbeatTimeoutMs: 2_000,
+    falseUnreachable,
+  });
   rows.push({
     measure: `start to converged Up, ${n} nodes (gossip 10 ms, fanout ${n})`,
     value: ms.toFixed(1),
     unit: "ms",
-    ratio: `${(ms / rttMs).toFixed(0)}x rtt, ${(ms / 10).toFixed(1)} rounds`,
+    ratio: `${(ms / rttMs).toFixed(0)}x rtt, ${(ms / 10).toFixed(1)} rounds, median of 5`,
+  });
+}
+{
+  // The same at a more ordinary pace: gossip every 100 ms to 3 peers, where the digest acks of all 9 peers take
+  // several rounds to collect.
+  const runs: number[] = [];
+  for (let i = 0; i < 3; i++) runs.push((await convergence(10, convergenceSettings(10, 100, 3))).ms);
+  const ms = median(runs);
+  convergenceResults.push({ nodes: 10, medianMs: ms, runsMs: runs, gossipIntervalMs: 100, gossipFanout: 3 });
+  rows.push({
+    measure: "start to converged Up, 10 nodes (gossip 100 ms, fanout 3)",
+    value: ms.toFixed(1),
+    unit: "ms",
+    ratio: `${(ms / rttMs).toFixed(0)}x rtt, ${(ms / 100).toFixed(1)} rounds, median of 3`,
   });
 }
 results.convergence = convergenceResults;
@@ -192,7 +232,7 @@ results.detection = detectionResults;
 
 const gossipResults: Record<string, unknown>[] = [];
 for (const n of [5, 10]) {
-  const r = await gossipBytes(n, 1_000, 3_000);
+  const r = await gossipBytes(n, 1_000, 4_000);
   gossipResults.push({ nodes: n, gossipIntervalMs: 1000, heartbeatIntervalMs: 1000, ...r });
   rows.push({
     measure: `steady-state gossip per node, ${n} nodes (gossip 1 s, fanout 3)`,

@@ -2,7 +2,7 @@
 // entities, with and without fencing, against a ceiling of plain single-row INSERT transactions of the same payload
 // through `pg` at the same concurrency, measured in the same run; plus recovery time of a 10k-event entity.
 // Usage: npm run bench:persistence  (MOVIE_POSTGRES_TEST_URL overrides the local server; MOVIE_BENCH_SECONDS the
-// duration of each measured case, default 0.6; MOVIE_BENCH_ROUNDS the interleaved rounds, default 3).
+// duration of each measured case, default 0.4; MOVIE_BENCH_ROUNDS the interleaved rounds, default 3).
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -23,7 +23,7 @@ import { SqliteStore } from "../src/persistence/sqlite/index.ts";
 
 const clock = new RealScheduler();
 const url = process.env.MOVIE_POSTGRES_TEST_URL ?? "postgres://postgres@127.0.0.1:5432/test";
-const caseMs = Number(process.env.MOVIE_BENCH_SECONDS ?? "0.6") * 1000;
+const caseMs = Number(process.env.MOVIE_BENCH_SECONDS ?? "0.4") * 1000;
 const rounds = Number(process.env.MOVIE_BENCH_ROUNDS ?? "3");
 const warmupMs = 150;
 const concurrencies = [1, 4, 64];
@@ -37,6 +37,8 @@ interface Row {
   opsPerSec: number;
   p50Ms: number;
   p99Ms: number;
+  /** Benchmark-process CPU (user + system) per operation, in microseconds. */
+  clientCpuUsPerOp: number;
   ops: number;
   ratioToCeiling: number | null;
 }
@@ -61,13 +63,16 @@ async function measure(concurrency: number, op: (worker: number, i: number) => P
   };
   await Promise.all(counters.map((_, w) => worker(w)));
   recording = true;
+  const cpuBefore = process.cpuUsage();
   const started = clock.now();
   phaseEnd = started + caseMs;
   await Promise.all(counters.map((_, w) => worker(w)));
   const elapsedMs = clock.now() - started;
+  const cpu = process.cpuUsage(cpuBefore);
   latencies.sort((a, b) => a - b);
   return {
     ops: latencies.length,
+    clientCpuUsPerOp: (cpu.user + cpu.system) / Math.max(1, latencies.length),
     opsPerSec: (latencies.length * 1000) / elapsedMs,
     p50Ms: percentile(latencies, 50),
     p99Ms: percentile(latencies, 99),
@@ -78,17 +83,17 @@ async function appendCase(
   store: PersistenceStore,
   label: string,
   concurrency: number,
-  fence: ShardLeaseToken | null,
+  fences: readonly ShardLeaseToken[] | null,
 ): Promise<Omit<Row, "backend" | "mode" | "ratioToCeiling">> {
   const revisions = new Array<number>(concurrency).fill(0);
-  const run = `${label}-${concurrency}-${fence === null ? "u" : "f"}`;
+  const run = `${label}-${concurrency}-${fences === null ? "u" : `f${fences.length}`}`;
   const result = await measure(concurrency, async (w, i) => {
     const r = await store.appendEvents({
       persistenceId: `bench-${run}-${w}`,
       expectedRevision: revisions[w]!,
       operationId: `${run}-${w}-${i}`,
       events: [{ manifest, payload }],
-      fence,
+      fence: fences === null ? null : fences[w % fences.length]!,
     });
     revisions[w] = r.revision;
   });
@@ -182,6 +187,7 @@ function median(results: Awaited<ReturnType<typeof measure>>[]) {
     opsPerSec: mid(results.map((r) => r.opsPerSec)),
     p50Ms: mid(results.map((r) => r.p50Ms)),
     p99Ms: mid(results.map((r) => r.p99Ms)),
+    clientCpuUsPerOp: mid(results.map((r) => r.clientCpuUsPerOp)),
     ops: results.reduce((n, r) => n + r.ops, 0),
   };
 }
@@ -193,13 +199,20 @@ async function compare(
   concurrency: number,
   ceiling: () => Promise<Awaited<ReturnType<typeof measure>>>,
   store: PersistenceStore,
-  fence: ShardLeaseToken,
 ): Promise<Row[]> {
-  const samples: Record<string, Awaited<ReturnType<typeof measure>>[]> = { ceiling: [], append: [], fenced: [] };
+  // Fenced appends two ways: every entity in one shard (all writers lock one lease row: the worst case), and each
+  // entity in its own shard (as 64 entities hashed over 256 shards mostly are).
+  const lease = (shardId: number) =>
+    store.acquireShardLease({ clusterName: "bench", entityType: `B${concurrency}`, shardId }, "bench", 600_000);
+  const oneShard = [(await lease(0))!];
+  const ownShards: ShardLeaseToken[] = [];
+  for (let w = 0; w < concurrency; w++) ownShards.push((await lease(w + 1))!);
+  const samples: Record<string, Awaited<ReturnType<typeof measure>>[]> = { ceiling: [], append: [], one: [], own: [] };
   for (let round = 0; round < rounds; round++) {
     samples.ceiling!.push(await ceiling());
     samples.append!.push(await appendCase(store, `${backend}${round}`, concurrency, null));
-    samples.fenced!.push(await appendCase(store, `${backend}${round}`, concurrency, fence));
+    samples.one!.push(await appendCase(store, `${backend}${round}one`, concurrency, oneShard));
+    samples.own!.push(await appendCase(store, `${backend}${round}own`, concurrency, ownShards));
   }
   const c = median(samples.ceiling!);
   const row = (mode: string, m: ReturnType<typeof median>): Row => ({
@@ -212,7 +225,8 @@ async function compare(
   return [
     row("ceiling: raw INSERT", c),
     row("append", median(samples.append!)),
-    row("append fenced", median(samples.fenced!)),
+    row("fenced, shard each", median(samples.own!)),
+    row("fenced, one shard", median(samples.one!)),
   ];
 }
 
@@ -228,24 +242,14 @@ async function main(): Promise<void> {
   try {
     for (const concurrency of concurrencies) {
       const store = await PostgresStore.connect({ connectionUri: url, schema, poolSize: concurrency });
-      const fence = (await store.acquireShardLease(
-        { clusterName: "bench", entityType: "B", shardId: concurrency },
-        "bench",
-        600_000,
-      ))!;
-      rows.push(...(await compare("postgres", concurrency, () => pgCeiling(store.pool, concurrency), store, fence)));
+      rows.push(...(await compare("postgres", concurrency, () => pgCeiling(store.pool, concurrency), store)));
       if (concurrency === 1) recovery.push(...(await recoveryCase(store, "postgres", 10_000)));
       await store.close();
     }
     for (const concurrency of concurrencies) {
       const path = join(dir, `bench-${concurrency}.sqlite3`);
       const store = SqliteStore.open({ dbPath: path });
-      const fence = (await store.acquireShardLease(
-        { clusterName: "bench", entityType: "B", shardId: 0 },
-        "bench",
-        600_000,
-      ))!;
-      rows.push(...(await compare("sqlite", concurrency, () => sqliteCeiling(path, concurrency), store, fence)));
+      rows.push(...(await compare("sqlite", concurrency, () => sqliteCeiling(path, concurrency), store)));
       if (concurrency === 1) recovery.push(...(await recoveryCase(store, "sqlite", 10_000)));
       await store.close();
     }
@@ -260,14 +264,14 @@ async function main(): Promise<void> {
   const pad = (s: string, n: number) => s.padEnd(n);
   console.log(`payload ${payload.length} B, ${caseMs} ms per case, median of ${rounds} interleaved rounds`);
   console.log(
-    `${pad("backend", 10)}${pad("mode", 22)}${pad("conc", 6)}${pad("ops/s", 10)}${pad("p50 ms", 9)}${pad("p99 ms", 9)}vs ceiling`,
+    `${pad("backend", 10)}${pad("mode", 22)}${pad("conc", 6)}${pad("ops/s", 10)}${pad("p50 ms", 9)}${pad("p99 ms", 9)}${pad("client µs", 11)}vs ceiling`,
   );
   for (const r of rows) {
     console.log(
       `${pad(r.backend, 10)}${pad(r.mode, 22)}${pad(String(r.concurrency), 6)}${pad(r.opsPerSec.toFixed(0), 10)}${pad(
         r.p50Ms.toFixed(2),
         9,
-      )}${pad(r.p99Ms.toFixed(2), 9)}${r.ratioToCeiling === null ? "" : `${(r.ratioToCeiling * 100).toFixed(0)}%`}`,
+      )}${pad(r.p99Ms.toFixed(2), 9)}${pad(r.clientCpuUsPerOp.toFixed(0), 11)}${r.ratioToCeiling === null ? "" : `${(r.ratioToCeiling * 100).toFixed(0)}%`}`,
     );
   }
   console.log("recovery of a 10k-event entity:");

@@ -4,21 +4,29 @@
 // bench/results/remote.json. Counts are bounded so the whole run takes well under a minute.
 import { spawn } from "node:child_process";
 import { mkdirSync, writeFileSync } from "node:fs";
-import { connect, createServer, type Socket } from "node:net";
 import { cpus } from "node:os";
 import { createInterface } from "node:readline";
-import { AbstractBehavior, type ActorContext, type ActorRef, ActorSystem, RealScheduler } from "../src/actor/index.ts";
-import { FrameKind, userEnvelopeBytesBound, userHeaderEnd, writeUserEnvelope } from "../src/remote/envelope.ts";
-import { FrameDecoder, MessageRegistry, type RemoteActorRef } from "../src/remote/index.ts";
+import { AbstractBehavior, type ActorContext, type ActorRef, ActorSystem } from "../src/actor/index.ts";
+import { MessageRegistry, type RemoteActorRef } from "../src/remote/index.ts";
+import {
+  clock,
+  envelopeFrame,
+  headerOf,
+  listenLoopback,
+  payloadText,
+  pct,
+  rawEchoServer,
+  rawRoundTrips,
+  rawSinkServer,
+  rawTell,
+} from "./support/raw-frames.ts";
 
-const clock = new RealScheduler();
 const tellCount = Number(process.env.MOVIE_BENCH_TELLS ?? 300_000);
 const tellWindow = 50_000;
 const ackEvery = 10_000;
 const sequentialAsks = Number(process.env.MOVIE_BENCH_ASKS ?? 5_000);
 const parallelAsks = Number(process.env.MOVIE_BENCH_PARALLEL_ASKS ?? 50_000);
 const inFlight = 100;
-const payloadText = "x".repeat(64);
 
 /** The benchmark's wire types (64-byte payload, as the original's standard lane). */
 class Tick {
@@ -64,133 +72,20 @@ async function child(): Promise<void> {
   system.spawn(new Sink(), "sink");
   system.spawn(new Responder(), "responder");
   // Raw sink: counts frames, answers a 4-byte count every ackEvery frames. The JSON variant also parses each
-  // payload, the serialization floor any JSON wire format pays.
-  const sinkServer = (parse: boolean) =>
-    createServer((socket) => {
-      socket.setNoDelay(true);
-      const decoder = new FrameDecoder();
-      let count = 0;
-      socket.on("data", (chunk: Buffer) => {
-        for (const frame of decoder.push(chunk)) {
-          if (parse) JSON.parse(frame.toString("utf8", userHeaderEnd(frame)));
-          if (++count % ackEvery === 0) {
-            const out = Buffer.allocUnsafe(4);
-            out.writeUInt32BE(count);
-            socket.write(out);
-          }
-        }
-      });
-    });
-  const rawSink = sinkServer(false);
-  const rawJsonSink = sinkServer(true);
-  // Raw echo: sends every frame straight back (the raw round trip).
-  const rawEcho = createServer((socket) => {
-    socket.setNoDelay(true);
-    const decoder = new FrameDecoder();
-    socket.on("data", (chunk: Buffer) => {
-      const frames = decoder.push(chunk);
-      if (frames.length === 0) return;
-      const out: Buffer[] = [];
-      for (const frame of frames) {
-        const header = Buffer.allocUnsafe(4);
-        header.writeUInt32BE(frame.length);
-        out.push(header, Buffer.from(frame));
-      }
-      socket.write(Buffer.concat(out));
-    });
-  });
-  await Promise.all([
-    new Promise<void>((r) => rawSink.listen(0, "127.0.0.1", r)),
-    new Promise<void>((r) => rawJsonSink.listen(0, "127.0.0.1", r)),
-    new Promise<void>((r) => rawEcho.listen(0, "127.0.0.1", r)),
+  // payload, the serialization floor any JSON wire format pays. Raw echo: sends every frame straight back.
+  const [rawSink, rawJsonSink, rawEcho] = await Promise.all([
+    listenLoopback(rawSinkServer(false, ackEvery)),
+    listenLoopback(rawSinkServer(true, ackEvery)),
+    listenLoopback(rawEchoServer()),
   ]);
-  const port = (s: typeof rawSink): number => (s.address() as { port: number }).port;
   process.stdout.write(
-    `${JSON.stringify({ address: remoting.selfAddress.address.toString(), rawSink: port(rawSink), rawJsonSink: port(rawJsonSink), rawEcho: port(rawEcho) })}\n`,
+    `${JSON.stringify({ address: remoting.selfAddress.address.toString(), rawSink, rawJsonSink, rawEcho })}\n`,
   );
   process.stdin.resume();
   process.stdin.on("end", () => process.exit(0));
 }
 
 // ---------------------------------------------------------------- parent process
-
-function envelopeFrame(recipient: string, sender: string, senderUid: string, type: string, payload: string): Buffer {
-  const recipientBytes = Buffer.from(recipient);
-  const buf = Buffer.alloc(userEnvelopeBytesBound(recipientBytes, sender, senderUid, type, payload));
-  const end = writeUserEnvelope(buf, 0, FrameKind.user, recipientBytes, sender, senderUid, type, payload);
-  return Buffer.from(buf.subarray(0, end));
-}
-
-async function openSocket(port: number): Promise<Socket> {
-  const socket = connect({ host: "127.0.0.1", port });
-  socket.setNoDelay(true);
-  await new Promise<void>((r) => socket.once("connect", () => r()));
-  return socket;
-}
-
-/**
- * Raw ceiling for tells: frames packed into 64 KiB writes, respecting socket backpressure. With `header`, every frame
- * is built from a freshly stringified Tick behind that header (the JSON floor) instead of copying `frame`.
- */
-async function rawTell(port: number, frame: Buffer, count: number, header: Buffer | null = null): Promise<number> {
-  const socket = await openSocket(port);
-  let acked = 0;
-  let waiter: (() => void) | null = null;
-  let pendingAck = Buffer.alloc(0);
-  socket.on("data", (chunk: Buffer) => {
-    pendingAck = Buffer.concat([pendingAck, chunk]);
-    while (pendingAck.length >= 4) {
-      acked = pendingAck.readUInt32BE(0);
-      pendingAck = pendingAck.subarray(4);
-    }
-    waiter?.();
-  });
-  const perChunk = Math.floor((64 * 1024) / frame.length);
-  const started = clock.now();
-  let sent = 0;
-  while (sent < count) {
-    const n = Math.min(perChunk, count - sent);
-    const chunk = Buffer.allocUnsafe(n * frame.length + 1024);
-    let o = 0;
-    for (let i = 0; i < n; i++) {
-      if (header === null) {
-        o += frame.copy(chunk, o);
-      } else {
-        const at = o;
-        o += 4;
-        o += header.copy(chunk, o);
-        o += chunk.write(JSON.stringify(new Tick(sent + i, payloadText)), o, "utf8");
-        chunk.writeUInt32BE(o - at - 4, at);
-      }
-    }
-    sent += n;
-    if (!socket.write(chunk.subarray(0, o))) await new Promise<void>((r) => socket.once("drain", () => r()));
-  }
-  while (acked < count) await new Promise<void>((r) => (waiter = r));
-  const elapsedMs = clock.now() - started;
-  socket.destroy();
-  return (count / elapsedMs) * 1000;
-}
-
-/** Raw round trip: one frame out, the same frame back, in series. Returns sorted latencies in ms. */
-async function rawRoundTrips(port: number, frame: Buffer, count: number): Promise<number[]> {
-  const socket = await openSocket(port);
-  const decoder = new FrameDecoder();
-  let resolve: (() => void) | null = null;
-  socket.on("data", (chunk: Buffer) => {
-    if (decoder.push(chunk).length > 0) resolve?.();
-  });
-  const latencies: number[] = [];
-  for (let i = 0; i < count; i++) {
-    const t0 = clock.now();
-    const done = new Promise<void>((r) => (resolve = r));
-    socket.write(frame);
-    await done;
-    latencies.push(clock.now() - t0);
-  }
-  socket.destroy();
-  return latencies.sort((x, y) => x - y);
-}
 
 class AckCollector extends AbstractBehavior<unknown> {
   acked = 0;
@@ -246,8 +141,9 @@ async function movieParallelAsks(responder: ActorRef<unknown>, count: number, pa
   return { rate: (count / (clock.now() - started)) * 1000, latencies: latencies.sort((x, y) => x - y) };
 }
 
-function pct(sorted: number[], p: number): number {
-  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] ?? Number.NaN;
+function median(values: number[]): number {
+  const sorted = [...values].sort((x, y) => x - y);
+  return sorted[Math.floor(sorted.length / 2)] ?? Number.NaN;
 }
 
 async function parent(): Promise<void> {
@@ -277,7 +173,10 @@ async function parent(): Promise<void> {
     "bench.tick",
     JSON.stringify(new Tick(123456, payloadText)),
   );
-  const tickHeader = tickFrame.subarray(4, 4 + userHeaderEnd(tickFrame.subarray(4)));
+  const tickJson = {
+    header: headerOf(tickFrame),
+    payload: (seq: number) => JSON.stringify(new Tick(seq, payloadText)),
+  };
   const reqFrame = envelopeFrame(
     (responder as RemoteActorRef).path.localPart,
     `${system.address}/temp/$abc`,
@@ -288,20 +187,40 @@ async function parent(): Promise<void> {
 
   // Warm up both paths (JIT, connections).
   await rawTell(info.rawSink, tickFrame, 50_000);
-  await rawTell(info.rawJsonSink, tickFrame, 50_000, tickHeader);
+  await rawTell(info.rawJsonSink, tickFrame, 50_000, tickJson);
   await movieTell(sink, acks, ackRef, 50_000);
   await rawRoundTrips(info.rawEcho, reqFrame, 500);
   await movieSequentialAsks(responder, 500);
 
-  const rawTellRate = await rawTell(info.rawSink, tickFrame, tellCount);
-  const rawJsonTellRate = await rawTell(info.rawJsonSink, tickFrame, tellCount, tickHeader);
-  const movieTellRate = await movieTell(sink, acks, ackRef, tellCount);
-  const rawRtt = await rawRoundTrips(info.rawEcho, reqFrame, sequentialAsks);
-  const seq = await movieSequentialAsks(responder, sequentialAsks);
+  // Alternate ceiling and Movie in rounds and keep medians, so load from other processes on the host hits both alike.
+  const rounds = Number(process.env.MOVIE_BENCH_ROUNDS ?? 5);
+  // Receivers acknowledge every ackEvery messages, so each round is a whole number of those.
+  const perRound = Math.max(1, Math.ceil(tellCount / rounds / ackEvery)) * ackEvery;
+  const rawTells: number[] = [];
+  const rawJsonTells: number[] = [];
+  const movieTells: number[] = [];
+  let rawRtt: number[] = [];
+  let seqLatencies: number[] = [];
+  const seqRates: number[] = [];
+  for (let round = 0; round < rounds; round++) {
+    rawTells.push(await rawTell(info.rawSink, tickFrame, perRound));
+    rawJsonTells.push(await rawTell(info.rawJsonSink, tickFrame, perRound, tickJson));
+    movieTells.push(await movieTell(sink, acks, ackRef, perRound));
+    rawRtt = rawRtt.concat(await rawRoundTrips(info.rawEcho, reqFrame, Math.ceil(sequentialAsks / rounds)));
+    const seqRound = await movieSequentialAsks(responder, Math.ceil(sequentialAsks / rounds));
+    seqLatencies = seqLatencies.concat(seqRound.latencies);
+    seqRates.push(seqRound.rate);
+  }
+  rawRtt.sort((x, y) => x - y);
+  seqLatencies.sort((x, y) => x - y);
+  const rawTellRate = median(rawTells);
+  const rawJsonTellRate = median(rawJsonTells);
+  const movieTellRate = median(movieTells);
+  const seq = { rate: median(seqRates), latencies: seqLatencies };
   const par = await movieParallelAsks(responder, parallelAsks, inFlight);
   const stats = remoting.stats;
 
-  const rawRttRate = (sequentialAsks / rawRtt.reduce((s, x) => s + x, 0)) * 1000;
+  const rawRttRate = (rawRtt.length / rawRtt.reduce((sum, x) => sum + x, 0)) * 1000;
   const rows = [
     { metric: "raw frames tell (ceiling)", value: Math.round(rawTellRate), unit: "msg/s", ratio: "1.00" },
     {
@@ -372,6 +291,7 @@ async function parent(): Promise<void> {
         cpus: cpus().length,
         workload: { tellCount, tellWindow, sequentialAsks, parallelAsks, inFlight, frameBytes: tickFrame.length },
         rows,
+        rounds: { rawTells, rawJsonTells, movieTells, seqRates },
         targets,
         stats,
       },

@@ -76,7 +76,7 @@ export type MembershipInput =
       readonly kind: "message";
       /** The transport-authenticated sender, null for a message from this process. */
       readonly origin: UniqueAddress | null;
-      /** The path of the sending actor, when known. */
+      /** The path of the sending actor; it must be the sender's `/system/cluster`. */
       readonly senderPath: string | null;
       readonly message: ClusterMessage;
     }
@@ -336,8 +336,8 @@ export function authenticate(
   if (origin === null) return "not received over an authenticated association";
   if (origin.toString() !== message.from)
     return `claimed sender ${message.from} is not the transport identity ${origin}`;
-  if (senderPath !== null && senderPath !== `${origin.address}/system/cluster`) {
-    return `sender path ${senderPath} is not ${origin.address}/system/cluster`;
+  if (senderPath !== `${origin.address}/system/cluster`) {
+    return `sender path ${senderPath ?? "(none)"} is not ${origin.address}/system/cluster`;
   }
   if ("to" in message && message.to !== self.toString()) return `addressed to ${message.to}, not to ${self}`;
   return null;
@@ -360,6 +360,17 @@ function receive(
   }
   const from = input.origin!;
   if (message instanceof ClusterJoin) return receiveJoin(state, from, message, effects, nowMs, context);
+  const fromRemoved = state.members.get(from.toString())?.status === "Removed";
+  if (
+    fromRemoved &&
+    (message instanceof ClusterGossip || message instanceof ClusterLeave || message instanceof ClusterDown)
+  ) {
+    // A removed incarnation is out for good: its view and requests no longer count. Heartbeats are still answered
+    // and acks still read, so a leaver that has not yet seen its removal keeps its leader reachable until the final
+    // gossip reaches it.
+    effects.push({ kind: "count", stat: "messagesFromRemovedDropped" });
+    return state;
+  }
   if (message instanceof ClusterWelcome) return receiveWelcome(state, from, message, effects, nowMs);
   if (message instanceof ClusterGossip) return receiveGossip(state, from, message, effects, nowMs);
   if (message instanceof ClusterGossipAck) {

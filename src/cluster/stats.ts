@@ -28,6 +28,8 @@ export interface ClusterStats {
   reachabilityRestorations: number;
   /** Inbound messages refused: wrong cluster name, unauthenticated, identity mismatch, malformed, misaddressed. */
   protocolRejections: number;
+  /** Gossip, leave and down requests from a node whose record here is Removed (dropped). */
+  messagesFromRemovedDropped: number;
   leaveRequestsAccepted: number;
   leaveRequestsRejected: number;
   downRequestsAccepted: number;
@@ -62,6 +64,7 @@ export function emptyClusterStats(): ClusterStats {
     heartbeatTimeouts: 0,
     reachabilityRestorations: 0,
     protocolRejections: 0,
+    messagesFromRemovedDropped: 0,
     leaveRequestsAccepted: 0,
     leaveRequestsRejected: 0,
     downRequestsAccepted: 0,

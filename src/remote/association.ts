@@ -62,6 +62,7 @@ export class Association implements ConnectionOwner {
   private lostOnce = false;
   private attempt = 0;
   private timer: Cancellable | null = null;
+  private heartbeatTimer: Cancellable | null = null;
   private upOnce = false;
   /** Refs whose first messages wait for the first connection; they are bound to the uid that answers. */
   private awaitingUid: { uid: string | null }[] = [];
@@ -110,8 +111,11 @@ export class Association implements ConnectionOwner {
     this.state = "stopped";
     this.timer?.cancel();
     this.timer = null;
+    this.heartbeatTimer?.cancel();
+    this.heartbeatTimer = null;
+    // What was accepted before stopping still goes out (a leaving node's last gossip, for one).
+    this.connection?.shutdown();
     this.writer.discard();
-    this.connection?.close();
   }
 
   private connect(): void {
@@ -163,8 +167,39 @@ export class Association implements ConnectionOwner {
     for (const ref of this.awaitingUid) if (ref.uid === null) ref.uid = peer.uid;
     this.awaitingUid = [];
     this.resendSystem();
+    this.armHeartbeat(connection);
     this.host.changed(this, "connected");
     return null;
+  }
+
+  /**
+   * Probes the peer every heartbeat interval; a peer that sent nothing for the heartbeat timeout (paused, half-open
+   * socket) has its connection closed, so the association reconnects with backoff (REFERENCE §5: 1 s / 5 s).
+   */
+  private armHeartbeat(connection: Connection): void {
+    const { heartbeatIntervalMs, heartbeatTimeoutMs } = this.host.settings;
+    const scheduler = this.host.connectionContext.scheduler;
+    this.heartbeatTimer = scheduler.scheduleOnce(heartbeatIntervalMs, () => {
+      this.heartbeatTimer = null;
+      if (connection !== this.connection || this.state !== "up") return;
+      if (scheduler.now() - connection.lastReceivedMs > heartbeatTimeoutMs) {
+        // Timers run before the event loop polls sockets: after a long stall of this process the peer's bytes may be
+        // waiting unread. Look again once the loop has polled before calling the peer silent.
+        this.heartbeatTimer = scheduler.scheduleOnce(0, () => {
+          this.heartbeatTimer = null;
+          if (connection !== this.connection || this.state !== "up") return;
+          if (scheduler.now() - connection.lastReceivedMs > heartbeatTimeoutMs) {
+            this.host.stats.heartbeatTimeouts++;
+            connection.close(new Error(`no frame from ${connection.peer} within ${heartbeatTimeoutMs} ms`));
+          } else {
+            this.armHeartbeat(connection);
+          }
+        });
+        return;
+      }
+      this.writer.writeFrame(heartbeatFrame);
+      this.armHeartbeat(connection);
+    });
   }
 
   /** Writes every unacknowledged system message again (after a reconnect, an unblackhole, or a gap report). */
@@ -189,6 +224,8 @@ export class Association implements ConnectionOwner {
   closed(connection: Connection, opened: boolean): void {
     if (connection !== this.connection) return;
     this.connection = null;
+    this.heartbeatTimer?.cancel();
+    this.heartbeatTimer = null;
     const dropped = this.writer.discard();
     this.host.stats.droppedWhileDisconnected += dropped;
     this.writer = new FrameWriter(this.host.stats);
@@ -204,6 +241,8 @@ export class Association implements ConnectionOwner {
     });
   }
 }
+
+const heartbeatFrame = encodeControlFrame(FrameKind.heartbeat, {});
 
 function systemFrame(seq: number, body: Record<string, unknown>): Buffer {
   return encodeControlFrame(FrameKind.system, { seq, ...body });

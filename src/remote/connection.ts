@@ -55,6 +55,8 @@ export class Connection {
   failure: Error | null = null;
   /** @internal The receive path's cache of the last user envelope header (consecutive frames usually share it). */
   headerCache: object | null = null;
+  /** Scheduler time of the last bytes received (heartbeats watch it). */
+  lastReceivedMs: number;
 
   constructor(
     readonly socket: Socket,
@@ -66,6 +68,7 @@ export class Connection {
     private readonly expectedSystem: string | null,
   ) {
     this.decoder = new FrameDecoder(context.maxFrameBytes);
+    this.lastReceivedMs = context.scheduler.now();
     socket.setNoDelay(true);
     this.timer = context.scheduler.scheduleOnce(context.handshakeTimeoutMs, () => {
       if (this.state === "connecting" || this.state === "handshaking") {
@@ -105,10 +108,25 @@ export class Connection {
     this.owner.closed(this, opened);
   }
 
+  /** Flushes what is queued, then closes gracefully (FIN after the data); forced closed after 500 ms. */
+  shutdown(): void {
+    if (this.state === "closed") return;
+    const opened = this.state === "open";
+    if (opened) this.writer.flush();
+    this.state = "closed";
+    this.timer?.cancel();
+    this.timer = null;
+    const socket = this.socket;
+    socket.end();
+    this.context.scheduler.scheduleOnce(500, () => socket.destroy());
+    this.owner.closed(this, opened);
+  }
+
   private onData(chunk: Buffer): void {
     if (this.state === "closed") return;
     const stats = this.context.stats;
     stats.bytesIn += chunk.length;
+    this.lastReceivedMs = this.context.scheduler.now();
     let frames: Buffer[];
     try {
       frames = this.decoder.push(chunk);

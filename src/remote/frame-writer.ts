@@ -2,6 +2,8 @@
 export interface WritableSink {
   write(chunk: Buffer): boolean;
   readonly writableLength: number;
+  cork?(): void;
+  uncork?(): void;
 }
 
 /** Counters a writer bumps. */
@@ -105,14 +107,21 @@ export class FrameWriter {
     if (this.sink === null) return;
     this.retireChunk();
     if (this.held.length === 0) return;
-    const out = this.held.length === 1 ? this.held[0]! : Buffer.concat(this.held, this.heldBytes);
+    const held = this.held;
     this.counters.writes++;
     this.counters.framesOut += this.heldFrames;
-    this.counters.bytesOut += out.length;
+    this.counters.bytesOut += this.heldBytes;
     this.held = [];
     this.heldBytes = 0;
     this.heldFrames = 0;
-    this.sink.write(out);
+    if (held.length === 1) {
+      this.sink.write(held[0]!);
+      return;
+    }
+    // Several pieces (a chunk boundary was crossed): one vectored write instead of copying them together.
+    this.sink.cork?.();
+    for (const piece of held) this.sink.write(piece);
+    this.sink.uncork?.();
   }
 
   private retireChunk(): void {

@@ -170,11 +170,6 @@ export function checkConfirm(
   return { ok: true };
 }
 
-/** Parses an incoming hello document into the typed form (after {@link answerHello} accepted it). */
-export function asHello(doc: unknown): Hello {
-  return doc as Hello;
-}
-
 function checkCommon(local: HandshakeIdentity, doc: Record<string, unknown>): StepResult<never> | null {
   if (doc.version !== protocolVersion) {
     return fail("version", `peer speaks protocol ${String(doc.version)}, this node ${protocolVersion}`);

@@ -27,6 +27,8 @@ export class RemoteActorRef<T = unknown> implements ActorRef<T> {
     readonly path: ActorPath,
     /** @internal The node uid this ref is bound to, or null until known. */
     public uid: string | null,
+    /** True for a ref that never binds to one incarnation (it follows restarts of the peer). */
+    readonly anyIncarnation = false,
   ) {
     this.recipientBytes = Buffer.from(path.localPart, "utf8");
     this.text = path.toString();

@@ -49,7 +49,7 @@ import { FrameWriter } from "./frame-writer.ts";
 import { type MessageRegistration, MessageRegistry } from "./message-registry.ts";
 import { RemoteActorRef } from "./remote-actor-ref.ts";
 import {
-  isLoopbackHost,
+  insecureBindingWarning,
   type RemotingSettings,
   type ResolvedRemotingSettings,
   resolveRemotingSettings,
@@ -195,14 +195,15 @@ export class Remoting implements Extension {
     const bound = server.address();
     const port = typeof bound === "object" && bound !== null ? bound.port : settings.port;
     remoting = new Remoting(system, settings, server, port, options.registry ?? new MessageRegistry());
-    if (settings.secret === null && !isLoopbackHost(settings.host)) {
-      system.log.warn(
-        { host: settings.host, port },
-        "REMOTING IS OPEN: bound to a non-loopback host without a shared secret; any host that reaches this port can send to every actor. Set enableRemoting({ secret }) (and tls) on every node.",
-      );
-    }
+    const warning = insecureBindingWarning(settings);
+    if (warning !== null) system.log.warn({ host: settings.host, port }, warning);
     const created = remoting;
-    system.extension({ key: remotingKey, create: () => created });
+    try {
+      system.extension({ key: remotingKey, create: () => created });
+    } catch (error) {
+      server.close();
+      throw error;
+    }
     system.enableRemoteAddressing(remoting.selfAddress.address, (path) => created.refFor(path));
     return remoting;
   }
@@ -225,12 +226,15 @@ export class Remoting implements Extension {
 
   /**
    * A ref for `path` (text or parsed): the local actor for this node's own address, else a remote ref bound to
-   * `uid` when given (or to the peer's current incarnation once known).
+   * `uid` when given, else to the incarnation known now or reached first (afterwards a restarted peer makes it fail
+   * fast). `{ anyIncarnation: true }` gives a ref that is never bound: it reaches whichever incarnation listens at
+   * that address (seed-node contact, for example).
    * @throws InvalidAddressError for text that is not an actor path
    */
-  refFor(path: string | ActorPath, uid?: string): ActorRef<unknown> {
+  refFor(path: string | ActorPath, uid?: string | { anyIncarnation: true }): ActorRef<unknown> {
     const parsed = typeof path === "string" ? Path.parse(path) : path;
     if (this.system.isLocalAddress(parsed.address)) return this.system.actorSelection(parsed);
+    if (typeof uid === "object" && uid !== null) return new RemoteActorRef(this, parsed, null, true);
     return new RemoteActorRef(this, parsed, uid ?? this.incarnations.get(parsed.address.hostPort) ?? null);
   }
 
@@ -315,7 +319,7 @@ export class Remoting implements Extension {
     if (this.stopped) return;
     this.stopped = true;
     for (const association of this.associations.values()) association.stop();
-    for (const connection of this.inbound) connection.close();
+    for (const connection of this.inbound) connection.shutdown();
     await new Promise<void>((resolve) => this.server.close(() => resolve()));
   }
 
@@ -379,7 +383,7 @@ export class Remoting implements Extension {
       this.dropped(target, message, sender, "disconnected");
       return null;
     }
-    if (target.uid === null) {
+    if (target.uid === null && !target.anyIncarnation) {
       if (mode === "write") target.uid = association.uid;
       else association.bindOnConnect(target);
     }
@@ -414,35 +418,40 @@ export class Remoting implements Extension {
       }
     }
     // Consecutive envelopes on one association mostly share recipient, sender and type: reuse the header bytes.
-    let header = association.header;
-    if (
-      header === null ||
-      header.recipient !== target.recipientBytes ||
-      header.sender !== senderPath ||
-      header.senderUid !== senderUid ||
-      header.typeName !== typeName ||
-      header.kind !== kind
-    ) {
-      const scratch = Buffer.allocUnsafe(
-        userEnvelopeBytesBound(target.recipientBytes, senderPath, senderUid, typeName, ""),
-      );
-      const end = writeUserHeader(scratch, 0, kind, target.recipientBytes, senderPath, senderUid, typeName);
-      header = {
-        bytes: scratch.subarray(0, end),
-        kind,
-        recipient: target.recipientBytes,
-        sender: senderPath,
-        senderUid,
-        typeName,
-      };
-      association.header = header;
-    }
+    const header = association.header;
     const writer = association.writer;
-    const headerBytes = header.bytes;
-    const buf = writer.reserve(frameHeaderBytes + headerBytes.length + 3 * payload.length);
-    const at = writer.offset;
-    let o = at + frameHeaderBytes;
-    o += headerBytes.copy(buf, o);
+    let buf: Buffer;
+    let at: number;
+    let o: number;
+    if (
+      header !== null &&
+      header.recipient === target.recipientBytes &&
+      header.sender === senderPath &&
+      header.senderUid === senderUid &&
+      header.typeName === typeName &&
+      header.kind === kind
+    ) {
+      buf = writer.reserve(frameHeaderBytes + header.bytes.length + 3 * payload.length);
+      at = writer.offset;
+      o = at + frameHeaderBytes;
+      o += header.bytes.copy(buf, o);
+    } else {
+      buf = writer.reserve(userEnvelopeBytesBound(target.recipientBytes, senderPath, senderUid, typeName, payload));
+      at = writer.offset;
+      const headerAt = at + frameHeaderBytes;
+      o = writeUserHeader(buf, headerAt, kind, target.recipientBytes, senderPath, senderUid, typeName);
+      // An ask's reply actor (as sender or recipient) never repeats: do not pay for caching its header.
+      if (!isTempPath(senderPath) && target.path.elements[0] !== "temp") {
+        association.header = {
+          bytes: Buffer.from(buf.subarray(headerAt, o)),
+          kind,
+          recipient: target.recipientBytes,
+          sender: senderPath,
+          senderUid,
+          typeName,
+        };
+      }
+    }
     o += buf.write(payload, o, "utf8");
     const frameBytes = o - at - frameHeaderBytes;
     if (frameBytes > max) throw new MessageTooLargeError(typeName, frameBytes, max);
@@ -502,7 +511,10 @@ export class Remoting implements Extension {
     }
     if (this.stopped) return;
     const association = this.associationFor(target.path.address);
-    if (target.uid === null) target.uid = association.uid;
+    if (target.uid === null && !target.anyIncarnation) {
+      if (association.state === "up") target.uid = association.uid;
+      else association.bindOnConnect(target);
+    }
     if (target.uid !== null && this.isStale(target.path.address, target.uid)) {
       this.stats_.droppedStaleUid++;
       if (message instanceof Watch) message.watcher.sendSystem(new Terminated(target, true));
@@ -622,19 +634,22 @@ export class Remoting implements Extension {
 
   private onFrame(connection: Connection, frame: Buffer): void {
     const peer = connection.peer!;
+    const kind = frame[0];
+    // Liveness probes are transport, not traffic: a blackholed peer stays connected, like a partitioned-but-open link.
+    if (kind === FrameKind.heartbeat) {
+      connection.writer.writeFrame(heartbeatReplyFrame);
+      return;
+    }
+    if (kind === FrameKind.heartbeatReply) return;
     if (this.blackholed.size > 0 && this.blackholed.has(peer.address.hostPort)) {
       this.stats_.droppedBlackholed++;
       return;
     }
-    const kind = frame[0];
     try {
       if (kind === FrameKind.user) this.onUser(connection, peer, frame);
       else if (kind === FrameKind.askFailure) this.onAskFailure(frame);
       else if (kind === FrameKind.system) this.onSystem(connection, peer, frame);
       else if (kind === FrameKind.ack) this.onAck(peer, frame);
-      else if (kind === FrameKind.heartbeat)
-        connection.writer.writeFrame(encodeControlFrame(FrameKind.heartbeatReply, {}));
-      else if (kind === FrameKind.heartbeatReply) return;
       else {
         this.stats_.rejected.unexpected++;
         this.connectionContext.warn({ peer: peer.toString(), kind }, "dropped a frame of unknown kind");
@@ -655,14 +670,21 @@ export class Remoting implements Extension {
     let cache = connection.headerCache as InboundHeader | null;
     if (cache === null || cache.bytes.length !== at || frame.compare(cache.bytes, 0, at, 0, at) !== 0) {
       const header = readUserHeader(frame);
-      cache = {
-        bytes: Buffer.from(frame.subarray(0, at)),
+      const fresh: InboundHeader = {
+        bytes: frame,
         header,
         registration: this.registry.lookupName(header.typeName),
         sender: header.sender === null ? null : this.senderRef(header.sender, header.senderUid, peer),
         recipient: null,
       };
-      connection.headerCache = cache;
+      // Headers naming an ask's reply actor never repeat; only the others are worth keeping. An unknown type is not
+      // kept either, so a registration made later takes effect on the next frame.
+      if (fresh.registration === undefined || header.recipient.startsWith("/temp/") || isTempPath(header.sender)) {
+        cache = fresh;
+      } else {
+        cache = { ...fresh, bytes: Buffer.from(frame.subarray(0, at)) };
+        connection.headerCache = cache;
+      }
     }
     const { header, registration } = cache;
     if (registration === undefined) {
@@ -707,6 +729,7 @@ export class Remoting implements Extension {
   }
 
   private recipientRef(recipient: string): ActorRef<unknown> | null {
+    if (recipient.startsWith("/temp/")) return this.system.findLocal(["temp", recipient.slice(6)]);
     const cached = this.recipients.get(recipient);
     if (cached !== undefined) {
       if (!(cached as LocalActorRef<unknown>).cell.isTerminated) return cached;
@@ -845,6 +868,7 @@ export class Remoting implements Extension {
 }
 
 const remotingKey = "movie.remoting";
+const heartbeatReplyFrame = encodeControlFrame(FrameKind.heartbeatReply, {});
 
 /** The extension id under which remoting registers (creating it needs settings, so use enableRemoting). */
 export const remotingId: ExtensionId<Remoting> = {
@@ -853,6 +877,10 @@ export const remotingId: ExtensionId<Remoting> = {
     throw new RemotingNotEnabledError(system.name);
   },
 };
+
+function isTempPath(path: string | null): boolean {
+  return path !== null && path.includes("/temp/");
+}
 
 function peerKey(peer: UniqueAddress | string): string {
   return typeof peer === "string" ? peer : peer.address.hostPort;

@@ -21,6 +21,10 @@ export interface RemotingSettings {
   handshakeTimeout?: number;
   /** Bytes that may wait for one peer's socket before new messages to it are dropped (counted); default 64 MiB. */
   maxBufferedBytes?: number;
+  /** Milliseconds between liveness probes on an idle or busy outbound connection; default 1,000 (REFERENCE §5). */
+  heartbeatInterval?: number;
+  /** Milliseconds without any frame from the peer after which its connection is closed and re-dialled; default 5,000. */
+  heartbeatTimeout?: number;
   /** Registry for this system (falls back to the process-wide default); default a fresh one over the default. */
   registry?: MessageRegistry;
 }
@@ -35,6 +39,8 @@ export interface ResolvedRemotingSettings {
   readonly clusterName: string;
   readonly handshakeTimeoutMs: number;
   readonly maxBufferedBytes: number;
+  readonly heartbeatIntervalMs: number;
+  readonly heartbeatTimeoutMs: number;
 }
 
 /**
@@ -67,6 +73,17 @@ export function resolveRemotingSettings(settings: RemotingSettings): ResolvedRem
   if (!Number.isInteger(maxBufferedBytes) || maxBufferedBytes < maxFrameBytes) {
     throw new InvalidArgumentError("maxBufferedBytes", `${String(maxBufferedBytes)}; use at least maxFrameBytes`);
   }
+  const heartbeatIntervalMs = settings.heartbeatInterval ?? 1_000;
+  const heartbeatTimeoutMs = settings.heartbeatTimeout ?? 5_000;
+  if (!(heartbeatIntervalMs > 0) || !Number.isFinite(heartbeatIntervalMs)) {
+    throw new InvalidArgumentError("heartbeatInterval", `${String(heartbeatIntervalMs)} ms; use a positive number`);
+  }
+  if (!(heartbeatTimeoutMs > heartbeatIntervalMs) || !Number.isFinite(heartbeatTimeoutMs)) {
+    throw new InvalidArgumentError(
+      "heartbeatTimeout",
+      `${String(heartbeatTimeoutMs)} ms; use more than heartbeatInterval`,
+    );
+  }
   const clusterName = settings.clusterName ?? "";
   if (typeof clusterName !== "string") throw new InvalidArgumentError("clusterName", "use a string");
   return {
@@ -78,7 +95,15 @@ export function resolveRemotingSettings(settings: RemotingSettings): ResolvedRem
     clusterName,
     handshakeTimeoutMs,
     maxBufferedBytes,
+    heartbeatIntervalMs,
+    heartbeatTimeoutMs,
   };
+}
+
+/** The loud warning to log for `settings`, or null: a non-loopback bind without a shared secret accepts anyone. */
+export function insecureBindingWarning(settings: ResolvedRemotingSettings): string | null {
+  if (settings.secret !== null || isLoopbackHost(settings.host)) return null;
+  return `REMOTING IS OPEN: bound to ${settings.host} without a shared secret; any host that reaches this port can send to every actor. Set enableRemoting({ secret }) (and tls) on every node.`;
 }
 
 /** True for hosts that only this machine can reach (no secret needed there). */

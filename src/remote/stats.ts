@@ -29,6 +29,8 @@ export interface RemotingStats {
   connectAttempts: number;
   /** Associations re-established after a loss. */
   reconnects: number;
+  /** Outbound connections closed because the peer sent nothing within `heartbeatTimeout`. */
+  heartbeatTimeouts: number;
   /** Peer incarnations lost for good (uid changed or quarantined). */
   associationsLost: number;
   systemSent: number;
@@ -56,6 +58,7 @@ export function emptyStats(): RemotingStats {
     handshakesFailed: 0,
     connectAttempts: 0,
     reconnects: 0,
+    heartbeatTimeouts: 0,
     associationsLost: 0,
     systemSent: 0,
     systemResent: 0,

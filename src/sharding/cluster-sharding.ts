@@ -62,6 +62,7 @@ import {
   type PlanEffect,
   type PlanState,
   reconcilePlan,
+  sameAllocations,
 } from "./coordinator/plan.ts";
 import { ShardingDaemon } from "./daemon.ts";
 import { type EntityRouter, ShardedEntityRef, ShardedEntityType } from "./entity-ref.ts";
@@ -124,6 +125,7 @@ export interface ShardingRuntime {
 
 const daemonName = "sharding";
 const departureGuardName = "cluster-sharding";
+const daemonRefCacheMax = 10_000;
 
 /**
  * Cluster sharding for one actor system (the seed's `ClusterSharding.get(system)`): register entity types with
@@ -134,6 +136,7 @@ const departureGuardName = "cluster-sharding";
  */
 export class ClusterSharding implements Extension, EntityRouter {
   private readonly types = new Map<string, TypeState>();
+  private readonly daemonRefs = new Map<string, ActorRef<unknown>>();
   private readonly counters: MutableShardingStats = zeroStats();
   private readonly codec: PayloadCodec;
   private readonly membership: ShardingMembership;
@@ -259,8 +262,42 @@ export class ClusterSharding implements Extension, EntityRouter {
     return new ShardedEntityType<T>(name);
   }
 
-  /** @internal Registers a provider (ordinary now; persistent providers later use the same path). */
-  register(provider: ShardingProvider): void {
+  /**
+   * Registers a provider under its routing name (`provider.name`): the path `init` takes for ordinary entities and
+   * persistent initializers take with a `routingName` facade over a persistence entity type. Idempotent like `init`:
+   * an equal message type and compatible settings keep the existing provider and return its type.
+   * @throws ClusterShardingConfigurationError naming the mismatching field
+   */
+  registerProvider<T>(provider: ShardingProvider): ShardedEntityType<T> {
+    const existing = this.types.get(provider.name);
+    if (existing !== undefined) {
+      const field =
+        existing.provider.messageTypeName !== provider.messageTypeName
+          ? "messageType"
+          : existing.provider.settings.incompatibleField(provider.settings);
+      if (field !== null) {
+        throw new ClusterShardingConfigurationError(
+          `Entity type ${provider.name} is already registered with incompatible settings (${field} differs); use the same settings on every init`,
+          field,
+        );
+      }
+      return new ShardedEntityType<T>(provider.name);
+    }
+    this.register(provider);
+    return new ShardedEntityType<T>(provider.name);
+  }
+
+  /** @internal The daemon's context, under which providers spawn their entity actors. */
+  get entityHost(): ActorContext<unknown> {
+    return this.requireDaemonContext();
+  }
+
+  /** @internal The counters providers increment (activations, local deliveries, lease counters). */
+  get mutableStats(): MutableShardingStats {
+    return this.counters;
+  }
+
+  private register(provider: ShardingProvider): void {
     const settings = provider.settings;
     const state: TypeState = {
       provider,
@@ -470,8 +507,17 @@ export class ClusterSharding implements Extension, EntityRouter {
     );
   }
 
+  // One ref per node incarnation (REFERENCE §5): a remote ref binds the uid it first reaches, so a restarted node at
+  // the same address (new uid) gets a new entry instead of a ref that fails fast.
   private daemonOf(node: UniqueAddress): ActorRef<unknown> {
-    return this.system.actorSelection(`${node.address}/system/${daemonName}`);
+    const key = node.toString();
+    let ref = this.daemonRefs.get(key);
+    if (ref === undefined) {
+      if (this.daemonRefs.size >= daemonRefCacheMax) this.daemonRefs.clear();
+      ref = this.system.actorSelection(`${node.address}/system/${daemonName}`);
+      this.daemonRefs.set(key, ref);
+    }
+    return ref;
   }
 
   // ---------------------------------------------------------------------------------------------------------------
@@ -869,7 +915,11 @@ export class ClusterSharding implements Extension, EntityRouter {
     }
     // Outside bootstrap: a member holding a generation at or above ours missed our bootstrap; publish above it so
     // that it (and everyone) accepts the authoritative plan instead of rejecting it as stale forever.
-    if (originIsUpMember && this.isAuthor(state) && snapshot.generation >= state.plan.generation) {
+    const ahead =
+      snapshot.generation > state.plan.generation ||
+      (snapshot.generation === state.plan.generation &&
+        !sameAllocations(snapshot.allocations(), state.plan.allocations));
+    if (originIsUpMember && this.isAuthor(state) && ahead) {
       state.plan = { ...state.plan, generation: snapshot.generation + 1 };
       this.broadcastPlan(state);
     }

@@ -31,14 +31,17 @@ test("a departure guard on the leader holds a leaving member in Leaving until it
     const leaver = nodes.find((n) => n !== leader)!;
     let ready = false;
     const asked: string[] = [];
-    leader.cluster.registerDepartureGuard("test", (member) => {
-      asked.push(member.status);
-      return ready;
-    });
-    leader.cluster.registerDepartureGuard("throws", () => {
-      if (!ready) throw new Error("not yet");
-      return true;
-    });
+    // Every node registers the guard (as sharding does): whichever node leads applies it.
+    for (const n of nodes) {
+      n.cluster.registerDepartureGuard("test", (member) => {
+        asked.push(member.status);
+        return ready;
+      });
+      n.cluster.registerDepartureGuard("throws", () => {
+        if (!ready) throw new Error("not yet");
+        return true;
+      });
+    }
     const leaving = leaver.cluster.leave();
     await eventually(() => leader.cluster.snapshot().members.some((m) => m.status === "Leaving"), { what: "Leaving" });
     await eventually(() => asked.length >= 3, { what: "the guard was consulted on several rounds" });
@@ -46,8 +49,10 @@ test("a departure guard on the leader holds a leaving member in Leaving until it
     assert.equal(leaver.cluster.snapshot().selfStatus, "Leaving");
     ready = true;
     await leaving;
-    leader.cluster.unregisterDepartureGuard("test");
-    leader.cluster.unregisterDepartureGuard("throws");
+    for (const n of nodes) {
+      n.cluster.unregisterDepartureGuard("test");
+      n.cluster.unregisterDepartureGuard("throws");
+    }
     await eventually(() => nodes.filter((n) => n !== leaver).every((n) => allUp(n, 2)), { what: "2 left" });
   } finally {
     await terminateAll(nodes);

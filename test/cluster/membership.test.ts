@@ -159,7 +159,7 @@ test("a restarted node on the same port joins with a new uid; the old uid cannot
   assert.equal(a.state.members.get(String(c.self))?.status, "Removed");
   const rejectsBefore = a.stats.joinRejections;
   const join = new ClusterJoin("sim-cluster", String(c.self), memberToJSON(c.state.members.get(String(c.self))!));
-  sim.input(a, { kind: "message", origin: c.self, senderPath: null, message: join });
+  sim.input(a, { kind: "message", origin: c.self, senderPath: `${c.self.address}/system/cluster`, message: join });
   assert.equal(a.stats.joinRejections, rejectsBefore + 1);
   assert.ok(a.rejects.at(-1)?.includes("cannot rejoin with the same uid"));
   assert.equal(a.state.members.get(String(c.self))?.status, "Removed");
@@ -177,12 +177,18 @@ test("messages with a wrong cluster name, a forged sender or another incarnation
   assert.equal(sim.snapshot(a).members.length, 2);
   const gossip = new ClusterGossip("sim-cluster", String(b.self), String(a.self), 1, a.state.digest, []);
   const rejectsBefore = a.stats.protocolRejections;
-  sim.input(a, { kind: "message", origin: other.self, senderPath: null, message: gossip });
+  sim.input(a, {
+    kind: "message",
+    origin: other.self,
+    senderPath: `${other.self.address}/system/cluster`,
+    message: gossip,
+  });
   sim.input(a, { kind: "message", origin: null, senderPath: null, message: gossip });
   sim.input(a, { kind: "message", origin: b.self, senderPath: `${b.self.address}/user/x`, message: gossip });
   const stale = new ClusterGossip("sim-cluster", String(b.self), `${a.self.address}#olduid`, 1, a.state.digest, []);
-  sim.input(a, { kind: "message", origin: b.self, senderPath: null, message: stale });
-  assert.equal(a.stats.protocolRejections, rejectsBefore + 4);
+  sim.input(a, { kind: "message", origin: b.self, senderPath: `${b.self.address}/system/cluster`, message: stale });
+  sim.input(a, { kind: "message", origin: b.self, senderPath: null, message: gossip });
+  assert.equal(a.stats.protocolRejections, rejectsBefore + 5);
   assert.equal(snapshotOf(a.state).members.length, 2);
 });
 
@@ -224,9 +230,33 @@ test("a removed member's record is never resurrected by delayed or repeated goss
       sim.until(() => sim.allUp([a, b, nodes[2]!], 3)),
       `seed ${seed}`,
     );
-    sim.input(a, { kind: "message", origin: b.self, senderPath: null, message: stale });
+    sim.input(a, { kind: "message", origin: b.self, senderPath: `${b.self.address}/system/cluster`, message: stale });
+    assert.equal(a.state.members.get(String(d.self))?.status, "Removed");
+    // The removed node itself comes back (it was only paused): its gossip is dropped, not merged.
+    const fromRemoved = new ClusterGossip("sim-cluster", String(d.self), String(a.self), 9, d.state.digest, [
+      ...[...d.state.members.values()].map(memberToJSON),
+    ]);
+    const dropped = a.stats.messagesFromRemovedDropped;
+    sim.input(a, {
+      kind: "message",
+      origin: d.self,
+      senderPath: `${d.self.address}/system/cluster`,
+      message: fromRemoved,
+    });
+    assert.equal(a.stats.messagesFromRemovedDropped, dropped + 1);
     assert.equal(a.state.members.get(String(d.self))?.status, "Removed");
     sim.advance(500);
     for (const n of sim.live()) assert.equal(n.state.members.get(String(d.self))?.status, "Removed");
   }
+});
+
+test("a join that would exceed maxMembers is refused whole and counted", () => {
+  const sim = new Sim({ maxMembers: 2 });
+  const [a, b] = startCluster(sim, 2) as [SimNode, SimNode];
+  assert.ok(sim.until(() => sim.allUp([a, b])));
+  const c = sim.start(2560, [2551]);
+  sim.advance(500);
+  assert.ok(a.stats.capacityRejections > 0);
+  assert.equal(sim.snapshot(c).selfStatus, "Joining");
+  assert.equal(sim.snapshot(a).members.length, 2);
 });

@@ -167,3 +167,97 @@ test("invalid settings are refused with InvalidArgumentError", async () => {
   await assert.rejects(system.enableRemoting({ host: "127.0.0.1", port: 0, secret: "" }), InvalidArgumentError);
   await system.terminate();
 });
+
+test("a connection that never completes the handshake is closed after handshakeTimeout and counted", async () => {
+  const strict = await startNode("strict", { handshakeTimeout: 100 });
+  try {
+    const raw = await rawPeer(strict, { handshake: false });
+    await raw.closed;
+    assert.equal(strict.remoting.stats.handshakesFailed, 1);
+  } finally {
+    await strict.system.terminate();
+  }
+});
+
+test("binding a non-loopback host without a secret is a loud warning; loopback or a secret is not", async () => {
+  const { insecureBindingWarning, resolveRemotingSettings } = await import("../../src/remote/settings.ts");
+  assert.match(
+    insecureBindingWarning(resolveRemotingSettings({ host: "10.1.2.3", port: 1 })) ?? "",
+    /REMOTING IS OPEN/,
+  );
+  assert.equal(insecureBindingWarning(resolveRemotingSettings({ host: "10.1.2.3", port: 1, secret: "s" })), null);
+  assert.equal(insecureBindingWarning(resolveRemotingSettings({ host: "127.0.0.1", port: 1 })), null);
+  assert.equal(insecureBindingWarning(resolveRemotingSettings({ host: "localhost", port: 1 })), null);
+});
+
+test("system messages: a duplicate sequence number is acknowledged but applied once; a gap is reported", async () => {
+  const { encodeControlFrame, readControlFrame } = await import("../../src/remote/envelope.ts");
+  const { FrameDecoder } = await import("../../src/remote/frame.ts");
+  let stops = 0;
+  const { AbstractBehavior } = await import("../../src/actor/index.ts");
+  class Victim extends AbstractBehavior<unknown> {
+    receive(): void {}
+    override postStop(): void {
+      stops++;
+    }
+  }
+  b.system.spawn(new Victim(), "victim");
+  const raw = await rawPeer(b, { handshake: true, port: 3 });
+  const acks: number[] = [];
+  const decoder = new FrameDecoder();
+  raw.socket.on("data", (chunk: Buffer) => {
+    for (const f of decoder.push(chunk)) if (f[0] === FrameKind.ack) acks.push(readControlFrame(f).seq as number);
+  });
+  const stop = encodeControlFrame(FrameKind.system, { seq: 1, sys: "stop", to: "/user/victim" });
+  const dup0 = b.remoting.stats.systemDuplicates;
+  raw.socket.write(stop);
+  raw.socket.write(stop);
+  await eventually(() => acks.length === 2, { what: "two acks" });
+  assert.deepEqual(acks, [1, 1]);
+  await eventually(() => stops === 1, { what: "victim stopped" });
+  assert.equal(b.remoting.stats.systemDuplicates, dup0 + 1);
+  // A gap (seq 3 before 2) is not applied; the ack reports the gap so the sender re-sends.
+  raw.socket.write(encodeControlFrame(FrameKind.system, { seq: 3, sys: "stop", to: "/user/none" }));
+  await eventually(() => acks.length === 3, { what: "gap ack" });
+  assert.equal(acks[2], 1);
+  raw.socket.destroy();
+});
+
+test("a port in use rejects enableRemoting with the listen error and leaves the system without remoting", async () => {
+  const { ActorSystem } = await import("../../src/actor/index.ts");
+  const { Remoting, RemotingNotEnabledError } = await import("../../src/remote/index.ts");
+  const system = ActorSystem.create("busy");
+  try {
+    const port = b.remoting.selfAddress.address.port!;
+    await assert.rejects(system.enableRemoting({ host: "127.0.0.1", port }), (e: unknown) => {
+      return (e as NodeJS.ErrnoException).code === "EADDRINUSE";
+    });
+    assert.throws(() => Remoting.get(system), RemotingNotEnabledError);
+    const remoting = await system.enableRemoting({ host: "127.0.0.1", port: 0 });
+    assert.equal(Remoting.get(system), remoting);
+  } finally {
+    await system.terminate();
+  }
+});
+
+test("a type registered after frames of it were rejected is accepted from the next frame on", async () => {
+  class LateType {
+    constructor(readonly v: number) {}
+  }
+  const late = await startNode("late", { registry: new MessageRegistry() });
+  const sender = await startNode("late-sender", { registry: new MessageRegistry() });
+  try {
+    sender.remoting.registry.register(LateType, { name: "test.late" });
+    const got: unknown[] = [];
+    late.system.spawn(new Collector(got), "inbox");
+    const ref = sender.system.actorSelection(`${late.system.address}/user/inbox`);
+    ref.tell(new LateType(1));
+    await eventually(() => late.remoting.stats.rejected.unknownType === 1, { what: "first one rejected" });
+    late.remoting.registry.register(LateType, { name: "test.late" });
+    ref.tell(new LateType(2));
+    await eventually(() => got.length === 1, { what: "the second one delivered" });
+    assert.equal((got[0] as LateType).v, 2);
+  } finally {
+    await Promise.all([late.system.terminate(), sender.system.terminate()]);
+  }
+});

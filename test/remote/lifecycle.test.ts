@@ -184,3 +184,68 @@ test("quarantine closes the incarnation for good and tells watchers", async () =
     await Promise.all([a.system.terminate(), b.system.terminate()]);
   }
 });
+
+test("terminating a system still sends what was told just before", async () => {
+  const a = await startNode("fin-a");
+  const b = await startNode("fin-b");
+  try {
+    const got: unknown[] = [];
+    b.system.spawn(new Collector(got), "inbox");
+    const ref = a.system.actorSelection(`${b.system.address}/user/inbox`);
+    ref.tell(new Ping(0));
+    await eventually(() => got.length === 1, { what: "connected" });
+    for (let i = 1; i <= 100; i++) ref.tell(new Ping(i));
+    await a.system.terminate();
+    await eventually(() => got.length === 101, { what: "the last 100 messages", describe: () => got.length });
+  } finally {
+    await Promise.all([a.system.terminate(), b.system.terminate()]);
+  }
+});
+
+test("a system message lost to the receiver's blackhole is re-sent when the next one reveals the gap", async () => {
+  const a = await startNode("gap-a");
+  const b = await startNode("gap-b");
+  try {
+    const one = b.system.spawn(new EchoBehavior(), "one");
+    const two = b.system.spawn(new EchoBehavior(), "two");
+    const remoteOne = a.system.actorSelection(one.path.toString());
+    const remoteTwo = a.system.actorSelection(two.path.toString());
+    await remoteOne.ask(new Ping(1), Pong, 3000);
+    b.remoting.blackhole(a.remoting.selfAddress);
+    remoteOne.sendSystem(STOP);
+    await eventually(() => b.remoting.stats.droppedBlackholed >= 1, { what: "STOP dropped at B" });
+    b.remoting.unblackhole(a.remoting.selfAddress);
+    remoteTwo.sendSystem(STOP);
+    await eventually(
+      () => b.system.findLocal(["user", "one"]) === null && b.system.findLocal(["user", "two"]) === null,
+      {
+        what: "both stopped",
+        describe: () => b.remoting.stats,
+      },
+    );
+    await eventually(() => a.remoting.peerInfo(b.remoting.selfAddress)?.pendingSystemMessages === 0, {
+      what: "all acknowledged",
+    });
+  } finally {
+    await Promise.all([a.system.terminate(), b.system.terminate()]);
+  }
+});
+
+test("a ref made with anyIncarnation follows a restarted peer instead of failing fast", async () => {
+  const a = await startNode("any-a");
+  let b = await startNode("any-b");
+  const port = b.remoting.selfAddress.address.port!;
+  try {
+    b.system.spawn(new EchoBehavior(), "echo");
+    const floating = a.remoting.refFor(`${b.system.address}/user/echo`, { anyIncarnation: true });
+    assert.equal((await floating.ask(new Ping(1), Pong, 3000)).n, 1);
+    await b.system.terminate();
+    b = await startNode("any-b", { port });
+    b.system.spawn(new EchoBehavior(), "echo");
+    await eventually(async () => (await floating.ask(new Ping(2), Pong, 300).catch(() => null))?.n === 2, {
+      what: "the same ref reaching the new incarnation",
+    });
+  } finally {
+    await Promise.all([a.system.terminate(), b.system.terminate()]);
+  }
+});

@@ -45,3 +45,49 @@ test("a second OS process: ask both ways, kill -9, drops counted, restart on the
     await local.system.terminate();
   }
 });
+
+test("heartbeats: a SIGSTOPped peer's connection is closed after the timeout and re-made after SIGCONT", async () => {
+  const local = await startNode("hb-parent", { heartbeatInterval: 50, heartbeatTimeout: 300, handshakeTimeout: 300 });
+  const child = await startChild("hb-child");
+  try {
+    const remoteEcho = local.system.actorSelection(`${child.uniqueAddress.address}/user/echo`);
+    assert.equal((await remoteEcho.ask(new Ping(1), Pong, 5000)).n, 1);
+    child.process.kill("SIGSTOP");
+    await eventually(() => local.remoting.stats.heartbeatTimeouts >= 1, { what: "heartbeat timeout" });
+    assert.notEqual(local.remoting.peerInfo(child.uniqueAddress)?.state, "up");
+    child.process.kill("SIGCONT");
+    await eventually(async () => (await remoteEcho.ask(new Ping(2), Pong, 300).catch(() => null))?.n === 2, {
+      what: "traffic after SIGCONT",
+      describe: () => local.remoting.peers(),
+    });
+    // Same incarnation: no loss reported.
+    assert.equal(local.remoting.stats.associationsLost, 0);
+  } finally {
+    child.process.kill("SIGCONT");
+    child.process.kill("SIGKILL");
+    await local.system.terminate();
+  }
+});
+
+test("backpressure: when a paused peer stops reading, messages beyond maxBufferedBytes are dropped and counted", async () => {
+  const local = await startNode("bp-parent", { maxFrameBytes: 64 * 1024, maxBufferedBytes: 256 * 1024 });
+  const child = await startChild("bp-child");
+  try {
+    const remoteEcho = local.system.actorSelection(`${child.uniqueAddress.address}/user/echo`);
+    assert.equal((await remoteEcho.ask(new Ping(1), Pong, 5000)).n, 1);
+    child.process.kill("SIGSTOP");
+    const text = "y".repeat(1000);
+    let sent = 0;
+    while (local.remoting.stats.droppedOverflow === 0 && sent < 200_000) {
+      for (let i = 0; i < 1000; i++) remoteEcho.tell(new Ping(i, text));
+      sent += 1000;
+      await new Promise((resolve) => setImmediate(resolve));
+    }
+    assert.ok(local.remoting.stats.droppedOverflow > 0, `sent ${sent} without overflow`);
+    assert.equal(local.remoting.peerInfo(child.uniqueAddress)?.state, "up");
+  } finally {
+    child.process.kill("SIGCONT");
+    child.process.kill("SIGKILL");
+    await local.system.terminate();
+  }
+});

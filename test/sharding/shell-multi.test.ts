@@ -2,7 +2,16 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { UniqueAddress } from "../../src/actor/index.ts";
-import { ClusterShardingConfigurationError, LeastLoadedAllocation, NoRebalance } from "../../src/sharding/index.ts";
+import {
+  ClusterShardingConfigurationError,
+  LeastLoadedAllocation,
+  NoRebalance,
+  PlanRequest,
+  PlanUpdate,
+  ShardingControlAck,
+  ShardingEnvelope,
+  ShardingSettings,
+} from "../../src/sharding/index.ts";
 import { eventually } from "../fixtures/eventually.ts";
 import { FakeCluster, type Node } from "./fixtures/fake-cluster.ts";
 import {
@@ -152,6 +161,81 @@ test("a coordinator change bootstraps from the members' snapshots and publishes 
     );
     const reply = await c.sharding.entityRefFor<OrderCommand>("Boot", "y").ask(new GetOrder(), OrderReply, 1_000);
     assert.notEqual(reply.host, a.system.address.toString());
+  } finally {
+    await cluster.shutdown();
+  }
+});
+
+test("bad control input is rejected, counted, and never breaks the node", async () => {
+  const cluster = new FakeCluster(orderClasses);
+  try {
+    const [a, b] = sortedNodes([cluster.addNode("a-node"), cluster.addNode("b-node")]) as [Node, Node];
+    for (const n of [a, b]) n.sharding.init("Bad", OrderCommand, { shardCount: 4 }, (id) => new SequenceBehavior(id));
+    await eventually(
+      () =>
+        b.sharding.planGeneration("Bad") > 0 && b.sharding.planGeneration("Bad") === a.sharding.planGeneration("Bad"),
+      {
+        what: "b follows a",
+      },
+    );
+    const key = ShardingSettings.create({ shardCount: 4 }).key;
+    const daemonOfA = b.system.actorSelection(`${a.address.address}/system/sharding`);
+    const daemonOfB = a.system.actorSelection(`${b.address.address}/system/sharding`);
+    const rejectedA = a.sharding.stats.rejectedEnvelopes;
+    const rejectedB = b.sharding.stats.rejectedEnvelopes;
+    // a plan request whose requester is not the sender's authenticated identity
+    daemonOfA.tell(new PlanRequest("Bad", key, a.address.toString()));
+    // a message of an unknown kind
+    daemonOfA.tell(new ShardingControlAck(true));
+    // a plan update from a node that is not the coordinator, and a stale one from the coordinator
+    const generation = b.sharding.planGeneration("Bad");
+    daemonOfA.tell(
+      new PlanUpdate("Bad", key, b.address.toString(), generation + 5, [{ shardId: 0, owner: b.address.toString() }]),
+    );
+    daemonOfB.tell(new PlanUpdate("Bad", key, a.address.toString(), 1, [{ shardId: 0, owner: b.address.toString() }]));
+    // an envelope for a type the node does not know, and one with another settings key
+    daemonOfA.tell(
+      new ShardingEnvelope("User", "Nope", "x", 0, key, 0, null, null, false, { type: "Seq", payload: { n: 1 } }),
+    );
+    daemonOfA.tell(
+      new ShardingEnvelope("User", "Bad", "x", 0, "other-key", 0, null, null, false, {
+        type: "Seq",
+        payload: { n: 1 },
+      }),
+    );
+    // a hop-0 envelope whose shard does not match the partitioner
+    daemonOfA.tell(
+      new ShardingEnvelope("User", "Bad", "x", 3, key, 0, null, null, false, { type: "Seq", payload: { n: 1 } }),
+    );
+    // a forwarded envelope from b, which is not the coordinator
+    daemonOfA.tell(
+      new ShardingEnvelope(
+        "User",
+        "Bad",
+        "x",
+        a.sharding.shardOf("Bad", "x"),
+        key,
+        1,
+        a.address.toString(),
+        null,
+        false,
+        { type: "Seq", payload: { n: 1 } },
+      ),
+    );
+    await eventually(
+      () => a.sharding.stats.rejectedEnvelopes >= rejectedA + 7 && b.sharding.stats.rejectedEnvelopes >= rejectedB + 1,
+      {
+        what: "every bad input counted",
+        describe: () => [
+          a.sharding.stats.rejectedEnvelopes - rejectedA,
+          b.sharding.stats.rejectedEnvelopes - rejectedB,
+        ],
+      },
+    );
+    assert.equal(b.sharding.planGeneration("Bad"), generation, "the stale update changed nothing");
+    assert.equal(sequenceSink.get("x"), undefined, "no bad envelope reached an entity");
+    const reply = await b.sharding.entityRefFor<OrderCommand>("Bad", "y").ask(new GetOrder(), OrderReply, 1_000);
+    assert.ok(reply.host.length > 0, "both nodes still route");
   } finally {
     await cluster.shutdown();
   }

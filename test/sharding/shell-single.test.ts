@@ -3,8 +3,10 @@ import { after, test } from "node:test";
 import { AskCancelledError, AskTimeoutError, DRAIN_AND_STOP, STOP } from "../../src/actor/index.ts";
 import {
   ClusterShardingConfigurationError,
+  EntityProvider,
   NoShardOwnerError,
   RendezvousAllocation,
+  ShardingSettings,
   UnsupportedSystemMessageError,
 } from "../../src/sharding/index.ts";
 import { eventually } from "../fixtures/eventually.ts";
@@ -148,4 +150,23 @@ test("without a converged coordinator, tells throw and asks reject with NoShardO
   } finally {
     node.setConverged(true);
   }
+});
+
+test("registerProvider (the persistent facade's path) is idempotent and checks compatibility", () => {
+  const make = (idleTimeout: number | null) =>
+    new EntityProvider<OrderCommand>(
+      "Facade",
+      OrderCommand.name,
+      ShardingSettings.create({ shardCount: 4, idleTimeout }),
+      (id) => () => new OrderBehavior(id),
+      sharding.entityHost,
+      node.system.scheduler,
+      sharding.mutableStats,
+    );
+  assert.equal(sharding.registerProvider(make(null)).name, "Facade");
+  assert.equal(sharding.registerProvider(make(null)).name, "Facade");
+  assert.throws(
+    () => sharding.registerProvider(make(1_000)),
+    (e: unknown) => e instanceof ClusterShardingConfigurationError && e.field === "idleTimeout",
+  );
 });

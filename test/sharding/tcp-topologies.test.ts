@@ -2,10 +2,17 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { STOP } from "../../src/actor/index.ts";
-import { RendezvousAllocation, RoleAwareAllocation } from "../../src/sharding/index.ts";
+import { NoShardOwnerError, RendezvousAllocation, RoleAwareAllocation } from "../../src/sharding/index.ts";
 import { eventually } from "../fixtures/eventually.ts";
 import { DeliverOrder, GetOrder, OrderBehavior, OrderCommand, OrderReply, started } from "./fixtures/order.ts";
-import { describeNodes, planSettled, settled, startShardingNodes, terminateAll } from "./fixtures/tcp-nodes.ts";
+import {
+  describeNodes,
+  planSettled,
+  settled,
+  startShardingNode,
+  startShardingNodes,
+  terminateAll,
+} from "./fixtures/tcp-nodes.ts";
 
 test("RoleAwareAllocation keeps entities off the frontend node, which still routes", async () => {
   const nodes = await startShardingNodes(3, [["frontend"], ["backend"], ["backend"]]);
@@ -87,5 +94,28 @@ test("two systems: activation only on the first message, STOP from the other nod
     assert.equal((await b.sharding.activate("Order", "two-eager")).accepted, false);
   } finally {
     await terminateAll(nodes);
+  }
+});
+
+test("before membership converges (a node still Joining), routes fail closed", async () => {
+  // The seed port is free: the node never gets in, so it never sees a converged coordinator.
+  const probe = await startShardingNodes(1);
+  const freePort = probe[0]!.port;
+  await terminateAll(probe);
+  const lonely = await startShardingNode(freePort);
+  try {
+    lonely.sharding.init("Order", OrderCommand, { shardCount: 8 }, (id) => new OrderBehavior(id));
+    assert.equal(lonely.cluster.snapshot().selfStatus, "Joining");
+    const ref = lonely.sharding.entityRefFor<OrderCommand>("Order", "early");
+    assert.throws(
+      () => ref.tell(new DeliverOrder("p")),
+      (e: unknown) => e instanceof NoShardOwnerError && e.shardId === -1,
+    );
+    await assert.rejects(ref.ask(new GetOrder(), OrderReply, 500), NoShardOwnerError);
+    assert.equal(lonely.sharding.allocations("Order").size, 0);
+    assert.equal(lonely.sharding.ownerFor("Order", "early"), null);
+    assert.equal(lonely.sharding.localEntityCount, 0);
+  } finally {
+    await lonely.system.terminate();
   }
 });

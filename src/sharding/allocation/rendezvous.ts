@@ -19,7 +19,23 @@ export class RendezvousAllocation implements ShardAllocationStrategy {
     const eligible = eligibleMembers(members);
     const plan = new Map<number, UniqueAddress>();
     if (eligible.length === 0) return plan;
-    for (let shard = 0; shard < shardCount; shard++) plan.set(shard, this.pick(shard, eligible)!);
+    // The member part of every score is the same bytes for every shard: encode it once per member.
+    const suffixes = eligible.map((m) => memberBytes(m.uniqueAddress));
+    const h = this.hasher;
+    for (let shard = 0; shard < shardCount; shard++) {
+      let best = 0;
+      let bestHi = 0;
+      let bestLo = 0;
+      for (let i = 0; i < eligible.length; i++) {
+        h.reset().u32le(shard).bytes(suffixes[i]!);
+        if (i === 0 || Fnv1a64.compare(h.hi, h.lo, bestHi, bestLo) >= 0) {
+          best = i;
+          bestHi = h.hi;
+          bestLo = h.lo;
+        }
+      }
+      plan.set(shard, eligible[best]!.uniqueAddress);
+    }
     return plan;
   }
 
@@ -61,4 +77,34 @@ export class RendezvousAllocation implements ShardAllocationStrategy {
     }
     return best;
   }
+}
+
+const encoder = new TextEncoder();
+
+/** protocol 0x00 system 0x00 host 0x00 port(u32 LE) uid 0x00: the member part of a rendezvous score. */
+function memberBytes(member: UniqueAddress): Uint8Array {
+  const a = member.address;
+  const parts = [
+    encoder.encode(a.protocol),
+    Uint8Array.of(0),
+    encoder.encode(a.system),
+    Uint8Array.of(0),
+    encoder.encode(a.host ?? ""),
+    Uint8Array.of(0),
+    Uint8Array.of(
+      (a.port ?? 0) & 0xff,
+      ((a.port ?? 0) >>> 8) & 0xff,
+      ((a.port ?? 0) >>> 16) & 0xff,
+      (a.port ?? 0) >>> 24,
+    ),
+    encoder.encode(member.uid),
+    Uint8Array.of(0),
+  ];
+  const out = new Uint8Array(parts.reduce((n, p) => n + p.length, 0));
+  let at = 0;
+  for (const p of parts) {
+    out.set(p, at);
+    at += p.length;
+  }
+  return out;
 }

@@ -117,17 +117,16 @@ function initPersistent<T>(
     messageTypeName: entityType.commandClass.name,
     settings,
     behaviorFor: (entityId, fence) => behaviorFor(entityId, fence) as BehaviorSource<T>,
-    host: internals.requireDaemonContext(),
+    host: sharding.entityHost,
     scheduler: system.scheduler,
-    stats: internals.counters,
+    stats: sharding.mutableStats,
     leases: Database.get(system),
     clusterName: clusterNameOf(sharding),
     owner: membership.selfAddress.toString(),
     safeToOwn: () => safeToOwn({ ...membership.snapshot(), self: membership.selfAddress }),
     log: system.log,
   });
-  sharding.register(provider);
-  return new ShardedEntityType<T>(routingName);
+  return sharding.registerProvider<T>(provider);
 }
 
 function clusterNameOf(sharding: ClusterSharding): string {

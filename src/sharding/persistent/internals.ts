@@ -1,21 +1,18 @@
-import type { ActorContext, ActorSystem } from "../../actor/index.ts";
+import type { ActorSystem } from "../../actor/index.ts";
 import type { ClusterSharding } from "../cluster-sharding.ts";
 import type { ShardingMembership } from "../membership.ts";
 import type { ShardingProvider } from "../provider.ts";
-import type { MutableShardingStats } from "../stats.ts";
 
 /**
- * The parts of the sharding extension a persistent provider needs and ordinary code does not: the host context
- * entity actors are spawned under, the shared counters, the membership view and the registered types.
- * `ClusterSharding` keeps them private; until it offers a provider-registration hook that hands them over, this one
- * place reads them (the lead reconciles the two branches).
+ * The parts of the sharding extension a persistent provider needs that `ClusterSharding` keeps private: its actor
+ * system, the membership view (for the safe-to-own rule) and the registered types (for the idempotency check by
+ * kind and entity type). The host context and counters come from its `entityHost` and `mutableStats`. Until it
+ * exposes these three as well, this one place reads them.
  */
 export interface ShardingInternals {
   readonly system: ActorSystem;
-  readonly counters: MutableShardingStats;
   readonly membership: ShardingMembership;
   readonly types: ReadonlyMap<string, { readonly provider: ShardingProvider }>;
-  requireDaemonContext(): ActorContext<unknown>;
 }
 
 /**
@@ -24,13 +21,7 @@ export interface ShardingInternals {
  */
 export function shardingInternals(sharding: ClusterSharding): ShardingInternals {
   const internals = sharding as unknown as Partial<ShardingInternals>;
-  if (
-    internals.system === undefined ||
-    internals.counters === undefined ||
-    internals.membership === undefined ||
-    !(internals.types instanceof Map) ||
-    typeof internals.requireDaemonContext !== "function"
-  ) {
+  if (internals.system === undefined || internals.membership === undefined || !(internals.types instanceof Map)) {
     throw new Error("ClusterSharding internals changed: update src/sharding/persistent/internals.ts");
   }
   return internals as ShardingInternals;
