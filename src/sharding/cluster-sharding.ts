@@ -22,7 +22,7 @@ import {
   UniqueAddress,
 } from "../actor/index.ts";
 import { Cluster } from "../cluster/index.ts";
-import { Remoting } from "../remote/index.ts";
+import { Remoting, remotingId } from "../remote/index.ts";
 import { AllocationPlanner } from "./allocation/planner.ts";
 import type { ShardingMember } from "./allocation/strategy.ts";
 import {
@@ -126,6 +126,8 @@ export interface ShardingRuntime {
 const daemonName = "sharding";
 const departureGuardName = "cluster-sharding";
 const daemonRefCacheMax = 10_000;
+/** Upper bound of one assignment's bytes in a PlanUpdate (shard id plus an owner address of up to ~200 bytes). */
+const planBytesPerShardMax = 256;
 
 /**
  * Cluster sharding for one actor system (the seed's `ClusterSharding.get(system)`): register entity types with
@@ -299,6 +301,14 @@ export class ClusterSharding implements Extension, EntityRouter {
 
   private register(provider: ShardingProvider): void {
     const settings = provider.settings;
+    // The whole plan travels in one PlanUpdate frame; a shard count whose plan cannot fit would fail every publish.
+    const maxFrameBytes = this.system.hasExtension(remotingId)?.settings.maxFrameBytes;
+    if (maxFrameBytes !== undefined && settings.shardCount * planBytesPerShardMax > maxFrameBytes) {
+      throw new ClusterShardingConfigurationError(
+        `Entity type ${provider.name}: a plan of ${settings.shardCount} shards may not fit in one remoting frame of ${maxFrameBytes} bytes; lower shardCount or raise the remoting maxFrameBytes`,
+        "shardCount",
+      );
+    }
     const state: TypeState = {
       provider,
       planner: new AllocationPlanner(settings.shardCount, settings.allocation, settings.rebalance),
@@ -628,7 +638,13 @@ export class ClusterSharding implements Extension, EntityRouter {
     if (d.envelope.kind === "User") attachTyped(forwarded, d.typed);
     // The original asker's ref travels as sender, so reply, failure, timeout and cancel all stay between the asker
     // and the owner (two network legs at most), and a three-node hop keeps the caller's actor path.
-    this.daemonOf(owner).tell(forwarded, d.sender);
+    try {
+      this.daemonOf(owner).tell(forwarded, d.sender);
+    } catch (error) {
+      // A send can refuse synchronously (MessageTooLargeError, …); this may run inside a handoff flush, where a throw
+      // would leave the rest of the buffer unsent, so the one delivery is rejected instead.
+      this.reject(d, asError(error));
+    }
   }
 
   private receiveAsOwner(state: TypeState, d: Delivery, origin: UniqueAddress | null): void {
@@ -825,7 +841,17 @@ export class ClusterSharding implements Extension, EntityRouter {
       .snapshot()
       .members.filter((m) => !m.uniqueAddress.equals(this.self) && departingOrUp(m.status))
       .map((m) => m.uniqueAddress);
-    for (const peer of targets) this.daemonOf(peer).tell(update, this.daemon);
+    for (const peer of targets) {
+      try {
+        this.daemonOf(peer).tell(update, this.daemon);
+      } catch (error) {
+        this.counters.rejectedEnvelopes++;
+        this.system.log.error(
+          { error: asError(error).message, peer: peer.toString(), type: state.provider.name },
+          "sharding plan could not be sent",
+        );
+      }
+    }
   }
 
   /** After any stored plan: keep only locally planned or prepared shards, clear prepared shards now planned here. */
@@ -1057,7 +1083,13 @@ export class ClusterSharding implements Extension, EntityRouter {
   ): void {
     const current = () => state.handoffs.get(shard) === running;
     const reply = (input: HandoffInput<Delivery>) => {
-      if (current() && !this.stopped) this.feedHandoff(state, shard, input);
+      if (!current() || this.stopped) return;
+      try {
+        this.feedHandoff(state, shard, input);
+      } catch (error) {
+        // Runs in a Promise callback: a throw here would be an unhandled rejection that ends the process.
+        this.system.log.error({ error: asError(error).message, shard, type: name }, "sharding handoff step threw");
+      }
     };
     const name = state.provider.name;
     const key = state.provider.settings.key;
