@@ -30,6 +30,8 @@ class DemoNode {
   private waiters: { type: string; resolve: (reply: Reply) => void }[] = [];
   last: Status | null = null;
   exited = false;
+  /** Resolves with the node's first message, sent once it has joined (registered at fork: it may come early). */
+  readonly ready: Promise<{ node: string; hostPort: string }>;
 
   constructor(
     readonly name: string,
@@ -48,6 +50,7 @@ class DemoNode {
     this.process.on("exit", () => {
       this.exited = true;
     });
+    this.ready = this.request<{ node: string; hostPort: string }>({ type: "noop" }, "ready");
   }
 
   request<T = Reply>(command: object & { type: string }, replyType: string, timeoutMs = 15_000): Promise<T> {
@@ -100,7 +103,7 @@ function printSummary(nodes: DemoNode[]): void {
 }
 
 const frontend = new DemoNode("frontend", "frontend", "self");
-const ready = await frontend.request<{ node: string; hostPort: string }>({ type: "noop" }, "ready").catch(() => null);
+const ready = await frontend.ready.catch(() => null);
 if (ready === null) throw new Error("frontend did not start");
 labels.set(ready.node, "frontend");
 say(`frontend is up at ${ready.node} (the seed node; role frontend, so it hosts no entities)`);
@@ -110,7 +113,7 @@ const backends = [
 ];
 const nodes = [frontend, ...backends];
 for (const backend of backends) {
-  const up = await backend.request<{ node: string }>({ type: "noop" }, "ready");
+  const up = await backend.ready;
   labels.set(up.node, backend.name);
   say(`${backend.name} is up at ${up.node} (role backend)`);
 }
