@@ -1,5 +1,7 @@
 // Sharding over real loopback TCP with two, three (roles) and five systems.
+
 import assert from "node:assert/strict";
+import { type AddressInfo, createServer } from "node:net";
 import { test } from "node:test";
 import { STOP } from "../../src/actor/index.ts";
 import { NoShardOwnerError, RendezvousAllocation, RoleAwareAllocation } from "../../src/sharding/index.ts";
@@ -98,11 +100,12 @@ test("two systems: activation only on the first message, STOP from the other nod
 });
 
 test("before membership converges (a node still Joining), routes fail closed", async () => {
-  // The seed port is free: the node never gets in, so it never sees a converged coordinator.
-  const probe = await startShardingNodes(1);
-  const freePort = probe[0]!.port;
-  await terminateAll(probe);
-  const lonely = await startShardingNode(freePort);
+  // The seed is a socket that accepts and never answers the handshake: the node never gets in, so it never sees a
+  // converged coordinator. (A freed port would not do: the kernel may hand it to the node itself, making it a seed.)
+  const silentSeed = createServer(() => {});
+  await new Promise<void>((resolve) => silentSeed.listen(0, "127.0.0.1", resolve));
+  const seedPort = (silentSeed.address() as AddressInfo).port;
+  const lonely = await startShardingNode(seedPort);
   try {
     lonely.sharding.init("Order", OrderCommand, { shardCount: 8 }, (id) => new OrderBehavior(id));
     assert.equal(lonely.cluster.snapshot().selfStatus, "Joining");
@@ -117,5 +120,6 @@ test("before membership converges (a node still Joining), routes fail closed", a
     assert.equal(lonely.sharding.localEntityCount, 0);
   } finally {
     await lonely.system.terminate();
+    silentSeed.close();
   }
 });
