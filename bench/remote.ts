@@ -28,8 +28,14 @@ class Tick {
   ) {}
 }
 class Ack {
-  constructor(readonly count: number) {}
+  constructor(
+    readonly count: number,
+    /** The receiver's CPU time (user + system) when it acknowledged, in µs. */
+    readonly cpuMicros: number,
+  ) {}
 }
+/** Asks the sink for its count and CPU time now (the baseline of a round). */
+class Probe {}
 class Req {
   constructor(
     readonly seq: number,
@@ -41,19 +47,27 @@ class Res {
 }
 MessageRegistry.register(Tick, { name: "bench.tick" });
 MessageRegistry.register(Ack, { name: "bench.ack" });
+MessageRegistry.register(Probe, { name: "bench.probe" });
 MessageRegistry.register(Req, { name: "bench.req" });
 MessageRegistry.register(Res, { name: "bench.res" });
 
 class Sink extends AbstractBehavior<unknown> {
   private count = 0;
-  receive(_message: unknown, ctx: ActorContext<unknown>): void {
-    if (++this.count % ackEvery === 0) ctx.sender?.tell(new Ack(this.count));
+  receive(message: unknown, ctx: ActorContext<unknown>): void {
+    if (message instanceof Probe) ctx.sender?.tell(new Ack(this.count, cpuMicros()));
+    else if (++this.count % ackEvery === 0) ctx.sender?.tell(new Ack(this.count, cpuMicros()));
   }
 }
 class Responder extends AbstractBehavior<unknown> {
   receive(message: unknown, ctx: ActorContext<unknown>): void {
     if (message instanceof Req) ctx.sender?.tell(new Res(message.seq));
   }
+}
+
+/** This process's CPU time so far (user + system), in µs: per-message cost that host load does not distort much. */
+function cpuMicros(): number {
+  const { user, system } = process.cpuUsage();
+  return user + system;
 }
 
 // ---------------------------------------------------------------- child process
@@ -74,8 +88,9 @@ async function child(): Promise<void> {
         for (const frame of decoder.push(chunk)) {
           if (parse) JSON.parse(frame.toString("utf8", userHeaderEnd(frame)));
           if (++count % ackEvery === 0) {
-            const out = Buffer.allocUnsafe(4);
+            const out = Buffer.allocUnsafe(8);
             out.writeUInt32BE(count);
+            out.writeUInt32BE(cpuMicros() % 2 ** 32, 4);
             socket.write(out);
           }
         }
@@ -132,21 +147,26 @@ async function openSocket(port: number): Promise<Socket> {
  * Raw ceiling for tells: frames packed into 64 KiB writes, respecting socket backpressure. With `header`, every frame
  * is built from a freshly stringified Tick behind that header (the JSON floor) instead of copying `frame`.
  */
-async function rawTell(port: number, frame: Buffer, count: number, header: Buffer | null = null): Promise<number> {
+async function rawTell(port: number, frame: Buffer, count: number, header: Buffer | null = null): Promise<TellRound> {
   const socket = await openSocket(port);
   let acked = 0;
+  let serverCpu = 0;
+  let serverCpu0 = 0;
   let waiter: (() => void) | null = null;
   let pendingAck = Buffer.alloc(0);
   socket.on("data", (chunk: Buffer) => {
     pendingAck = Buffer.concat([pendingAck, chunk]);
-    while (pendingAck.length >= 4) {
+    while (pendingAck.length >= 8) {
       acked = pendingAck.readUInt32BE(0);
-      pendingAck = pendingAck.subarray(4);
+      serverCpu = pendingAck.readUInt32BE(4);
+      if (acked === ackEvery) serverCpu0 = serverCpu;
+      pendingAck = pendingAck.subarray(8);
     }
     waiter?.();
   });
   const perChunk = Math.floor((64 * 1024) / frame.length);
   const started = clock.now();
+  const clientCpu0 = cpuMicros();
   let sent = 0;
   while (sent < count) {
     const n = Math.min(perChunk, count - sent);
@@ -168,8 +188,11 @@ async function rawTell(port: number, frame: Buffer, count: number, header: Buffe
   }
   while (acked < count) await new Promise<void>((r) => (waiter = r));
   const elapsedMs = clock.now() - started;
+  const clientCpu = cpuMicros() - clientCpu0;
   socket.destroy();
-  return (count / elapsedMs) * 1000;
+  // The server's first acknowledgement of this socket comes after ackEvery frames: scale its CPU to the whole round.
+  const serverPerMsg = (serverCpu - serverCpu0) / (count - ackEvery);
+  return { rate: (count / elapsedMs) * 1000, clientCpuPerMsg: clientCpu / count, serverCpuPerMsg: serverPerMsg };
 }
 
 /** Raw round trip: one frame out, the same frame back, in series. Returns sorted latencies in ms. */
@@ -192,19 +215,38 @@ async function rawRoundTrips(port: number, frame: Buffer, count: number): Promis
   return latencies.sort((x, y) => x - y);
 }
 
+/** One tell round: throughput, and CPU µs per message on the sending and the receiving process. */
+interface TellRound {
+  rate: number;
+  clientCpuPerMsg: number;
+  serverCpuPerMsg: number;
+}
+
 class AckCollector extends AbstractBehavior<unknown> {
   acked = 0;
+  cpuMicros = 0;
   waiter: (() => void) | null = null;
   receive(message: unknown): void {
     if (message instanceof Ack) {
       this.acked = message.count;
+      this.cpuMicros = message.cpuMicros;
       this.waiter?.();
     }
   }
 }
 
-async function movieTell(sink: ActorRef<unknown>, acks: AckCollector, ackRef: ActorRef<unknown>, count: number) {
+async function movieTell(
+  sink: ActorRef<unknown>,
+  acks: AckCollector,
+  ackRef: ActorRef<unknown>,
+  count: number,
+): Promise<TellRound> {
+  const probed = new Promise<void>((r) => (acks.waiter = r));
+  sink.tell(new Probe(), ackRef);
+  await probed;
   const base = acks.acked;
+  const serverCpu0 = acks.cpuMicros;
+  const clientCpu0 = cpuMicros();
   const started = clock.now();
   let sent = 0;
   while (sent < count) {
@@ -215,7 +257,12 @@ async function movieTell(sink: ActorRef<unknown>, acks: AckCollector, ackRef: Ac
     await new Promise<void>((r) => (acks.waiter = r));
   }
   while (acks.acked - base < count) await new Promise<void>((r) => (acks.waiter = r));
-  return (count / (clock.now() - started)) * 1000;
+  const rate = (count / (clock.now() - started)) * 1000;
+  return {
+    rate,
+    clientCpuPerMsg: (cpuMicros() - clientCpu0) / count,
+    serverCpuPerMsg: (acks.cpuMicros - serverCpu0) / count,
+  };
 }
 
 async function movieSequentialAsks(responder: ActorRef<unknown>, count: number) {
@@ -302,9 +349,9 @@ async function parent(): Promise<void> {
   const rounds = Number(process.env.MOVIE_BENCH_ROUNDS ?? 5);
   // Receivers acknowledge every ackEvery messages, so each round is a whole number of those.
   const perRound = Math.max(1, Math.ceil(tellCount / rounds / ackEvery)) * ackEvery;
-  const rawTells: number[] = [];
-  const rawJsonTells: number[] = [];
-  const movieTells: number[] = [];
+  const rawTells: TellRound[] = [];
+  const rawJsonTells: TellRound[] = [];
+  const movieTells: TellRound[] = [];
   let rawRtt: number[] = [];
   let seqLatencies: number[] = [];
   const seqRates: number[] = [];
@@ -319,9 +366,12 @@ async function parent(): Promise<void> {
   }
   rawRtt.sort((x, y) => x - y);
   seqLatencies.sort((x, y) => x - y);
-  const rawTellRate = median(rawTells);
-  const rawJsonTellRate = median(rawJsonTells);
-  const movieTellRate = median(movieTells);
+  const rates = (rounds: TellRound[]) => median(rounds.map((r) => r.rate));
+  const cpu = (rounds: TellRound[], side: "clientCpuPerMsg" | "serverCpuPerMsg") =>
+    +median(rounds.map((r) => r[side])).toFixed(3);
+  const rawTellRate = rates(rawTells);
+  const rawJsonTellRate = rates(rawJsonTells);
+  const movieTellRate = rates(movieTells);
   const seq = { rate: median(seqRates), latencies: seqLatencies };
   const par = await movieParallelAsks(responder, parallelAsks, inFlight);
   const stats = remoting.stats;
@@ -341,6 +391,17 @@ async function parent(): Promise<void> {
       unit: "msg/s",
       ratio: (movieTellRate / rawTellRate).toFixed(2),
     },
+    { metric: "CPU per tell, sender: raw", value: cpu(rawTells, "clientCpuPerMsg"), unit: "µs", ratio: "" },
+    { metric: "CPU per tell, sender: raw + JSON", value: cpu(rawJsonTells, "clientCpuPerMsg"), unit: "µs", ratio: "" },
+    { metric: "CPU per tell, sender: movie", value: cpu(movieTells, "clientCpuPerMsg"), unit: "µs", ratio: "" },
+    { metric: "CPU per tell, receiver: raw", value: cpu(rawTells, "serverCpuPerMsg"), unit: "µs", ratio: "" },
+    {
+      metric: "CPU per tell, receiver: raw + JSON",
+      value: cpu(rawJsonTells, "serverCpuPerMsg"),
+      unit: "µs",
+      ratio: "",
+    },
+    { metric: "CPU per tell, receiver: movie", value: cpu(movieTells, "serverCpuPerMsg"), unit: "µs", ratio: "" },
     { metric: "raw round trip p50 (ceiling)", value: +pct(rawRtt, 50).toFixed(3), unit: "ms", ratio: "1.00" },
     { metric: "raw round trip p99", value: +pct(rawRtt, 99).toFixed(3), unit: "ms", ratio: "" },
     { metric: "raw round trips, 1 in flight", value: Math.round(rawRttRate), unit: "rt/s", ratio: "" },
