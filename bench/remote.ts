@@ -195,8 +195,12 @@ async function rawTell(port: number, frame: Buffer, count: number, header: Buffe
   return { rate: (count / elapsedMs) * 1000, clientCpuPerMsg: clientCpu / count, serverCpuPerMsg: serverPerMsg };
 }
 
-/** Raw round trip: one frame out, the same frame back, in series. Returns sorted latencies in ms. */
-async function rawRoundTrips(port: number, frame: Buffer, count: number): Promise<number[]> {
+/** Raw round trip: one frame out, the same frame back, in series. Returns sorted latencies in ms and CPU µs per trip. */
+async function rawRoundTrips(
+  port: number,
+  frame: Buffer,
+  count: number,
+): Promise<{ latencies: number[]; cpuPerTrip: number }> {
   const socket = await openSocket(port);
   const decoder = new FrameDecoder();
   let resolve: (() => void) | null = null;
@@ -204,6 +208,7 @@ async function rawRoundTrips(port: number, frame: Buffer, count: number): Promis
     if (decoder.push(chunk).length > 0) resolve?.();
   });
   const latencies: number[] = [];
+  const cpu0 = cpuMicros();
   for (let i = 0; i < count; i++) {
     const t0 = clock.now();
     const done = new Promise<void>((r) => (resolve = r));
@@ -211,8 +216,9 @@ async function rawRoundTrips(port: number, frame: Buffer, count: number): Promis
     await done;
     latencies.push(clock.now() - t0);
   }
+  const cpuPerTrip = (cpuMicros() - cpu0) / count;
   socket.destroy();
-  return latencies.sort((x, y) => x - y);
+  return { latencies: latencies.sort((x, y) => x - y), cpuPerTrip };
 }
 
 /** One tell round: throughput, and CPU µs per message on the sending and the receiving process. */
@@ -267,6 +273,7 @@ async function movieTell(
 
 async function movieSequentialAsks(responder: ActorRef<unknown>, count: number) {
   const latencies: number[] = [];
+  const cpu0 = cpuMicros();
   const started = clock.now();
   for (let i = 0; i < count; i++) {
     const t0 = clock.now();
@@ -274,7 +281,7 @@ async function movieSequentialAsks(responder: ActorRef<unknown>, count: number) 
     latencies.push(clock.now() - t0);
   }
   const rate = (count / (clock.now() - started)) * 1000;
-  return { rate, latencies: latencies.sort((x, y) => x - y) };
+  return { rate, latencies: latencies.sort((x, y) => x - y), cpuPerAsk: (cpuMicros() - cpu0) / count };
 }
 
 async function movieParallelAsks(responder: ActorRef<unknown>, count: number, parallel: number) {
@@ -355,14 +362,19 @@ async function parent(): Promise<void> {
   let rawRtt: number[] = [];
   let seqLatencies: number[] = [];
   const seqRates: number[] = [];
+  const rawTripCpu: number[] = [];
+  const askCpu: number[] = [];
   for (let round = 0; round < rounds; round++) {
     rawTells.push(await rawTell(info.rawSink, tickFrame, perRound));
     rawJsonTells.push(await rawTell(info.rawJsonSink, tickFrame, perRound, tickHeader));
     movieTells.push(await movieTell(sink, acks, ackRef, perRound));
-    rawRtt = rawRtt.concat(await rawRoundTrips(info.rawEcho, reqFrame, Math.ceil(sequentialAsks / rounds)));
+    const trips = await rawRoundTrips(info.rawEcho, reqFrame, Math.ceil(sequentialAsks / rounds));
+    rawRtt = rawRtt.concat(trips.latencies);
+    rawTripCpu.push(trips.cpuPerTrip);
     const seqRound = await movieSequentialAsks(responder, Math.ceil(sequentialAsks / rounds));
     seqLatencies = seqLatencies.concat(seqRound.latencies);
     seqRates.push(seqRound.rate);
+    askCpu.push(seqRound.cpuPerAsk);
   }
   rawRtt.sort((x, y) => x - y);
   seqLatencies.sort((x, y) => x - y);
@@ -411,6 +423,8 @@ async function parent(): Promise<void> {
       unit: "ms",
       ratio: (pct(seq.latencies, 50) / pct(rawRtt, 50)).toFixed(2),
     },
+    { metric: "CPU per round trip, caller: raw", value: +median(rawTripCpu).toFixed(2), unit: "µs", ratio: "" },
+    { metric: "CPU per ask, caller: movie", value: +median(askCpu).toFixed(2), unit: "µs", ratio: "" },
     { metric: "movie ask p99 (1 in flight)", value: +pct(seq.latencies, 99).toFixed(3), unit: "ms", ratio: "" },
     {
       metric: "movie ask, 1 in flight",
@@ -458,7 +472,7 @@ async function parent(): Promise<void> {
         cpus: cpus().length,
         workload: { tellCount, tellWindow, sequentialAsks, parallelAsks, inFlight, frameBytes: tickFrame.length },
         rows,
-        rounds: { rawTells, rawJsonTells, movieTells, seqRates },
+        rounds: { rawTells, rawJsonTells, movieTells, seqRates, rawTripCpu, askCpu },
         targets,
         stats,
       },
