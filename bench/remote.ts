@@ -4,21 +4,29 @@
 // bench/results/remote.json. Counts are bounded so the whole run takes well under a minute.
 import { spawn } from "node:child_process";
 import { mkdirSync, writeFileSync } from "node:fs";
-import { connect, createServer, type Socket } from "node:net";
 import { cpus } from "node:os";
 import { createInterface } from "node:readline";
-import { AbstractBehavior, type ActorContext, type ActorRef, ActorSystem, RealScheduler } from "../src/actor/index.ts";
-import { FrameKind, userEnvelopeBytesBound, userHeaderEnd, writeUserEnvelope } from "../src/remote/envelope.ts";
-import { FrameDecoder, MessageRegistry, type RemoteActorRef } from "../src/remote/index.ts";
+import { AbstractBehavior, type ActorContext, type ActorRef, ActorSystem } from "../src/actor/index.ts";
+import { MessageRegistry, type RemoteActorRef } from "../src/remote/index.ts";
+import {
+  clock,
+  envelopeFrame,
+  headerOf,
+  listenLoopback,
+  payloadText,
+  pct,
+  rawEchoServer,
+  rawRoundTrips,
+  rawSinkServer,
+  rawTell,
+} from "./support/raw-frames.ts";
 
-const clock = new RealScheduler();
 const tellCount = Number(process.env.MOVIE_BENCH_TELLS ?? 300_000);
 const tellWindow = 50_000;
 const ackEvery = 10_000;
 const sequentialAsks = Number(process.env.MOVIE_BENCH_ASKS ?? 5_000);
 const parallelAsks = Number(process.env.MOVIE_BENCH_PARALLEL_ASKS ?? 50_000);
 const inFlight = 100;
-const payloadText = "x".repeat(64);
 
 /** The benchmark's wire types (64-byte payload, as the original's standard lane). */
 class Tick {
@@ -34,7 +42,7 @@ class Ack {
     readonly cpuMicros: number,
   ) {}
 }
-/** Asks the sink for its count and CPU time now (the baseline of a round). */
+/** Asks the sink for its count and its process's CPU time now (the baseline and end of a measured round). */
 class Probe {}
 class Req {
   constructor(
@@ -78,155 +86,20 @@ async function child(): Promise<void> {
   system.spawn(new Sink(), "sink");
   system.spawn(new Responder(), "responder");
   // Raw sink: counts frames, answers a 4-byte count every ackEvery frames. The JSON variant also parses each
-  // payload, the serialization floor any JSON wire format pays.
-  const sinkServer = (parse: boolean) =>
-    createServer((socket) => {
-      socket.setNoDelay(true);
-      const decoder = new FrameDecoder();
-      let count = 0;
-      socket.on("data", (chunk: Buffer) => {
-        for (const frame of decoder.push(chunk)) {
-          if (parse) JSON.parse(frame.toString("utf8", userHeaderEnd(frame)));
-          if (++count % ackEvery === 0) {
-            const out = Buffer.allocUnsafe(8);
-            out.writeUInt32BE(count);
-            out.writeUInt32BE(cpuMicros() % 2 ** 32, 4);
-            socket.write(out);
-          }
-        }
-      });
-    });
-  const rawSink = sinkServer(false);
-  const rawJsonSink = sinkServer(true);
-  // Raw echo: sends every frame straight back (the raw round trip).
-  const rawEcho = createServer((socket) => {
-    socket.setNoDelay(true);
-    const decoder = new FrameDecoder();
-    socket.on("data", (chunk: Buffer) => {
-      const frames = decoder.push(chunk);
-      if (frames.length === 0) return;
-      const out: Buffer[] = [];
-      for (const frame of frames) {
-        const header = Buffer.allocUnsafe(4);
-        header.writeUInt32BE(frame.length);
-        out.push(header, Buffer.from(frame));
-      }
-      socket.write(Buffer.concat(out));
-    });
-  });
-  await Promise.all([
-    new Promise<void>((r) => rawSink.listen(0, "127.0.0.1", r)),
-    new Promise<void>((r) => rawJsonSink.listen(0, "127.0.0.1", r)),
-    new Promise<void>((r) => rawEcho.listen(0, "127.0.0.1", r)),
+  // payload, the serialization floor any JSON wire format pays. Raw echo: sends every frame straight back.
+  const [rawSink, rawJsonSink, rawEcho] = await Promise.all([
+    listenLoopback(rawSinkServer(false, ackEvery)),
+    listenLoopback(rawSinkServer(true, ackEvery)),
+    listenLoopback(rawEchoServer()),
   ]);
-  const port = (s: typeof rawSink): number => (s.address() as { port: number }).port;
   process.stdout.write(
-    `${JSON.stringify({ address: remoting.selfAddress.address.toString(), rawSink: port(rawSink), rawJsonSink: port(rawJsonSink), rawEcho: port(rawEcho) })}\n`,
+    `${JSON.stringify({ address: remoting.selfAddress.address.toString(), rawSink, rawJsonSink, rawEcho })}\n`,
   );
   process.stdin.resume();
   process.stdin.on("end", () => process.exit(0));
 }
 
 // ---------------------------------------------------------------- parent process
-
-function envelopeFrame(recipient: string, sender: string, senderUid: string, type: string, payload: string): Buffer {
-  const recipientBytes = Buffer.from(recipient);
-  const buf = Buffer.alloc(userEnvelopeBytesBound(recipientBytes, sender, senderUid, type, payload));
-  const end = writeUserEnvelope(buf, 0, FrameKind.user, recipientBytes, sender, senderUid, type, payload);
-  return Buffer.from(buf.subarray(0, end));
-}
-
-async function openSocket(port: number): Promise<Socket> {
-  const socket = connect({ host: "127.0.0.1", port });
-  socket.setNoDelay(true);
-  await new Promise<void>((r) => socket.once("connect", () => r()));
-  return socket;
-}
-
-/**
- * Raw ceiling for tells: frames packed into 64 KiB writes, respecting socket backpressure. With `header`, every frame
- * is built from a freshly stringified Tick behind that header (the JSON floor) instead of copying `frame`.
- */
-async function rawTell(port: number, frame: Buffer, count: number, header: Buffer | null = null): Promise<TellRound> {
-  const socket = await openSocket(port);
-  let acked = 0;
-  let serverCpu = 0;
-  let serverCpu0 = 0;
-  let waiter: (() => void) | null = null;
-  let pendingAck = Buffer.alloc(0);
-  socket.on("data", (chunk: Buffer) => {
-    pendingAck = Buffer.concat([pendingAck, chunk]);
-    while (pendingAck.length >= 8) {
-      acked = pendingAck.readUInt32BE(0);
-      serverCpu = pendingAck.readUInt32BE(4);
-      if (acked === ackEvery) serverCpu0 = serverCpu;
-      pendingAck = pendingAck.subarray(8);
-    }
-    waiter?.();
-  });
-  const perChunk = Math.floor((64 * 1024) / frame.length);
-  const started = clock.now();
-  const clientCpu0 = cpuMicros();
-  let sent = 0;
-  while (sent < count) {
-    const n = Math.min(perChunk, count - sent);
-    const chunk = Buffer.allocUnsafe(n * frame.length + 1024);
-    let o = 0;
-    for (let i = 0; i < n; i++) {
-      if (header === null) {
-        o += frame.copy(chunk, o);
-      } else {
-        const at = o;
-        o += 4;
-        o += header.copy(chunk, o);
-        o += chunk.write(JSON.stringify(new Tick(sent + i, payloadText)), o, "utf8");
-        chunk.writeUInt32BE(o - at - 4, at);
-      }
-    }
-    sent += n;
-    if (!socket.write(chunk.subarray(0, o))) await new Promise<void>((r) => socket.once("drain", () => r()));
-  }
-  while (acked < count) await new Promise<void>((r) => (waiter = r));
-  const elapsedMs = clock.now() - started;
-  const clientCpu = cpuMicros() - clientCpu0;
-  socket.destroy();
-  // The server's first acknowledgement of this socket comes after ackEvery frames: scale its CPU to the whole round.
-  const serverPerMsg = (serverCpu - serverCpu0) / (count - ackEvery);
-  return { rate: (count / elapsedMs) * 1000, clientCpuPerMsg: clientCpu / count, serverCpuPerMsg: serverPerMsg };
-}
-
-/** Raw round trip: one frame out, the same frame back, in series. Returns sorted latencies in ms and CPU µs per trip. */
-async function rawRoundTrips(
-  port: number,
-  frame: Buffer,
-  count: number,
-): Promise<{ latencies: number[]; cpuPerTrip: number }> {
-  const socket = await openSocket(port);
-  const decoder = new FrameDecoder();
-  let resolve: (() => void) | null = null;
-  socket.on("data", (chunk: Buffer) => {
-    if (decoder.push(chunk).length > 0) resolve?.();
-  });
-  const latencies: number[] = [];
-  const cpu0 = cpuMicros();
-  for (let i = 0; i < count; i++) {
-    const t0 = clock.now();
-    const done = new Promise<void>((r) => (resolve = r));
-    socket.write(frame);
-    await done;
-    latencies.push(clock.now() - t0);
-  }
-  const cpuPerTrip = (cpuMicros() - cpu0) / count;
-  socket.destroy();
-  return { latencies: latencies.sort((x, y) => x - y), cpuPerTrip };
-}
-
-/** One tell round: throughput, and CPU µs per message on the sending and the receiving process. */
-interface TellRound {
-  rate: number;
-  clientCpuPerMsg: number;
-  serverCpuPerMsg: number;
-}
 
 class AckCollector extends AbstractBehavior<unknown> {
   acked = 0;
@@ -241,18 +114,38 @@ class AckCollector extends AbstractBehavior<unknown> {
   }
 }
 
-async function movieTell(
-  sink: ActorRef<unknown>,
-  acks: AckCollector,
-  ackRef: ActorRef<unknown>,
+/** A round's result with the CPU µs per message it cost this process (client) and the other one (server). */
+interface Measured<T> {
+  value: T;
+  clientCpuPerMsg: number;
+  serverCpuPerMsg: number;
+}
+
+/**
+ * Runs one round of `count` messages and charges it the CPU time both processes spent meanwhile; the server's comes
+ * from a Probe before and after (two tiny messages, negligible beside a round).
+ */
+async function measured<T>(
+  probe: { sink: ActorRef<unknown>; acks: AckCollector; ackRef: ActorRef<unknown> },
   count: number,
-): Promise<TellRound> {
-  const probed = new Promise<void>((r) => (acks.waiter = r));
-  sink.tell(new Probe(), ackRef);
-  await probed;
+  run: () => Promise<T>,
+): Promise<Measured<T>> {
+  const serverCpu = async (): Promise<number> => {
+    const answered = new Promise<void>((r) => (probe.acks.waiter = r));
+    probe.sink.tell(new Probe(), probe.ackRef);
+    await answered;
+    return probe.acks.cpuMicros;
+  };
+  const server0 = await serverCpu();
+  const client0 = cpuMicros();
+  const value = await run();
+  const client = cpuMicros() - client0;
+  const server = (await serverCpu()) - server0;
+  return { value, clientCpuPerMsg: client / count, serverCpuPerMsg: server / count };
+}
+
+async function movieTell(sink: ActorRef<unknown>, acks: AckCollector, ackRef: ActorRef<unknown>, count: number) {
   const base = acks.acked;
-  const serverCpu0 = acks.cpuMicros;
-  const clientCpu0 = cpuMicros();
   const started = clock.now();
   let sent = 0;
   while (sent < count) {
@@ -263,17 +156,11 @@ async function movieTell(
     await new Promise<void>((r) => (acks.waiter = r));
   }
   while (acks.acked - base < count) await new Promise<void>((r) => (acks.waiter = r));
-  const rate = (count / (clock.now() - started)) * 1000;
-  return {
-    rate,
-    clientCpuPerMsg: (cpuMicros() - clientCpu0) / count,
-    serverCpuPerMsg: (acks.cpuMicros - serverCpu0) / count,
-  };
+  return (count / (clock.now() - started)) * 1000;
 }
 
 async function movieSequentialAsks(responder: ActorRef<unknown>, count: number) {
   const latencies: number[] = [];
-  const cpu0 = cpuMicros();
   const started = clock.now();
   for (let i = 0; i < count; i++) {
     const t0 = clock.now();
@@ -281,7 +168,7 @@ async function movieSequentialAsks(responder: ActorRef<unknown>, count: number) 
     latencies.push(clock.now() - t0);
   }
   const rate = (count / (clock.now() - started)) * 1000;
-  return { rate, latencies: latencies.sort((x, y) => x - y), cpuPerAsk: (cpuMicros() - cpu0) / count };
+  return { rate, latencies: latencies.sort((x, y) => x - y) };
 }
 
 async function movieParallelAsks(responder: ActorRef<unknown>, count: number, parallel: number) {
@@ -303,10 +190,6 @@ async function movieParallelAsks(responder: ActorRef<unknown>, count: number, pa
 function median(values: number[]): number {
   const sorted = [...values].sort((x, y) => x - y);
   return sorted[Math.floor(sorted.length / 2)] ?? Number.NaN;
-}
-
-function pct(sorted: number[], p: number): number {
-  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] ?? Number.NaN;
 }
 
 async function parent(): Promise<void> {
@@ -336,7 +219,10 @@ async function parent(): Promise<void> {
     "bench.tick",
     JSON.stringify(new Tick(123456, payloadText)),
   );
-  const tickHeader = tickFrame.subarray(4, 4 + userHeaderEnd(tickFrame.subarray(4)));
+  const tickJson = {
+    header: headerOf(tickFrame),
+    payload: (seq: number) => JSON.stringify(new Tick(seq, payloadText)),
+  };
   const reqFrame = envelopeFrame(
     (responder as RemoteActorRef).path.localPart,
     `${system.address}/temp/$abc`,
@@ -347,7 +233,7 @@ async function parent(): Promise<void> {
 
   // Warm up both paths (JIT, connections).
   await rawTell(info.rawSink, tickFrame, 50_000);
-  await rawTell(info.rawJsonSink, tickFrame, 50_000, tickHeader);
+  await rawTell(info.rawJsonSink, tickFrame, 50_000, tickJson);
   await movieTell(sink, acks, ackRef, 50_000);
   await rawRoundTrips(info.rawEcho, reqFrame, 500);
   await movieSequentialAsks(responder, 500);
@@ -356,34 +242,42 @@ async function parent(): Promise<void> {
   const rounds = Number(process.env.MOVIE_BENCH_ROUNDS ?? 5);
   // Receivers acknowledge every ackEvery messages, so each round is a whole number of those.
   const perRound = Math.max(1, Math.ceil(tellCount / rounds / ackEvery)) * ackEvery;
-  const rawTells: TellRound[] = [];
-  const rawJsonTells: TellRound[] = [];
-  const movieTells: TellRound[] = [];
+  const rawTells: number[] = [];
+  const rawJsonTells: number[] = [];
+  const movieTells: number[] = [];
   let rawRtt: number[] = [];
   let seqLatencies: number[] = [];
   const seqRates: number[] = [];
-  const rawTripCpu: number[] = [];
-  const askCpu: number[] = [];
+  // CPU µs per message of each round: [client, server].
+  const cpu = { raw: [] as number[][], rawJson: [] as number[][], movie: [] as number[][], trip: [] as number[][] };
+  const ask: number[][] = [];
+  const probe = { sink, acks, ackRef };
+  const perAsk = Math.ceil(sequentialAsks / rounds);
   for (let round = 0; round < rounds; round++) {
-    rawTells.push(await rawTell(info.rawSink, tickFrame, perRound));
-    rawJsonTells.push(await rawTell(info.rawJsonSink, tickFrame, perRound, tickHeader));
-    movieTells.push(await movieTell(sink, acks, ackRef, perRound));
-    const trips = await rawRoundTrips(info.rawEcho, reqFrame, Math.ceil(sequentialAsks / rounds));
-    rawRtt = rawRtt.concat(trips.latencies);
-    rawTripCpu.push(trips.cpuPerTrip);
-    const seqRound = await movieSequentialAsks(responder, Math.ceil(sequentialAsks / rounds));
-    seqLatencies = seqLatencies.concat(seqRound.latencies);
-    seqRates.push(seqRound.rate);
-    askCpu.push(seqRound.cpuPerAsk);
+    const raw = await measured(probe, perRound, () => rawTell(info.rawSink, tickFrame, perRound));
+    rawTells.push(raw.value);
+    cpu.raw.push([raw.clientCpuPerMsg, raw.serverCpuPerMsg]);
+    const rawJson = await measured(probe, perRound, () => rawTell(info.rawJsonSink, tickFrame, perRound, tickJson));
+    rawJsonTells.push(rawJson.value);
+    cpu.rawJson.push([rawJson.clientCpuPerMsg, rawJson.serverCpuPerMsg]);
+    const movie = await measured(probe, perRound, () => movieTell(sink, acks, ackRef, perRound));
+    movieTells.push(movie.value);
+    cpu.movie.push([movie.clientCpuPerMsg, movie.serverCpuPerMsg]);
+    const trips = await measured(probe, perAsk, () => rawRoundTrips(info.rawEcho, reqFrame, perAsk));
+    rawRtt = rawRtt.concat(trips.value);
+    cpu.trip.push([trips.clientCpuPerMsg, trips.serverCpuPerMsg]);
+    const seqRound = await measured(probe, perAsk, () => movieSequentialAsks(responder, perAsk));
+    seqLatencies = seqLatencies.concat(seqRound.value.latencies);
+    seqRates.push(seqRound.value.rate);
+    ask.push([seqRound.clientCpuPerMsg, seqRound.serverCpuPerMsg]);
   }
+  const cpuMedian = (samples: number[][], side: 0 | 1, digits = 3) =>
+    +median(samples.map((s) => s[side]!)).toFixed(digits);
   rawRtt.sort((x, y) => x - y);
   seqLatencies.sort((x, y) => x - y);
-  const rates = (rounds: TellRound[]) => median(rounds.map((r) => r.rate));
-  const cpu = (rounds: TellRound[], side: "clientCpuPerMsg" | "serverCpuPerMsg") =>
-    +median(rounds.map((r) => r[side])).toFixed(3);
-  const rawTellRate = rates(rawTells);
-  const rawJsonTellRate = rates(rawJsonTells);
-  const movieTellRate = rates(movieTells);
+  const rawTellRate = median(rawTells);
+  const rawJsonTellRate = median(rawJsonTells);
+  const movieTellRate = median(movieTells);
   const seq = { rate: median(seqRates), latencies: seqLatencies };
   const par = await movieParallelAsks(responder, parallelAsks, inFlight);
   const stats = remoting.stats;
@@ -403,17 +297,12 @@ async function parent(): Promise<void> {
       unit: "msg/s",
       ratio: (movieTellRate / rawTellRate).toFixed(2),
     },
-    { metric: "CPU per tell, sender: raw", value: cpu(rawTells, "clientCpuPerMsg"), unit: "µs", ratio: "" },
-    { metric: "CPU per tell, sender: raw + JSON", value: cpu(rawJsonTells, "clientCpuPerMsg"), unit: "µs", ratio: "" },
-    { metric: "CPU per tell, sender: movie", value: cpu(movieTells, "clientCpuPerMsg"), unit: "µs", ratio: "" },
-    { metric: "CPU per tell, receiver: raw", value: cpu(rawTells, "serverCpuPerMsg"), unit: "µs", ratio: "" },
-    {
-      metric: "CPU per tell, receiver: raw + JSON",
-      value: cpu(rawJsonTells, "serverCpuPerMsg"),
-      unit: "µs",
-      ratio: "",
-    },
-    { metric: "CPU per tell, receiver: movie", value: cpu(movieTells, "serverCpuPerMsg"), unit: "µs", ratio: "" },
+    { metric: "CPU per tell, sender: raw", value: cpuMedian(cpu.raw, 0), unit: "µs", ratio: "" },
+    { metric: "CPU per tell, sender: raw + JSON", value: cpuMedian(cpu.rawJson, 0), unit: "µs", ratio: "" },
+    { metric: "CPU per tell, sender: movie", value: cpuMedian(cpu.movie, 0), unit: "µs", ratio: "" },
+    { metric: "CPU per tell, receiver: raw", value: cpuMedian(cpu.raw, 1), unit: "µs", ratio: "" },
+    { metric: "CPU per tell, receiver: raw + JSON", value: cpuMedian(cpu.rawJson, 1), unit: "µs", ratio: "" },
+    { metric: "CPU per tell, receiver: movie", value: cpuMedian(cpu.movie, 1), unit: "µs", ratio: "" },
     { metric: "raw round trip p50 (ceiling)", value: +pct(rawRtt, 50).toFixed(3), unit: "ms", ratio: "1.00" },
     { metric: "raw round trip p99", value: +pct(rawRtt, 99).toFixed(3), unit: "ms", ratio: "" },
     { metric: "raw round trips, 1 in flight", value: Math.round(rawRttRate), unit: "rt/s", ratio: "" },
@@ -423,8 +312,18 @@ async function parent(): Promise<void> {
       unit: "ms",
       ratio: (pct(seq.latencies, 50) / pct(rawRtt, 50)).toFixed(2),
     },
-    { metric: "CPU per round trip, caller: raw", value: +median(rawTripCpu).toFixed(2), unit: "µs", ratio: "" },
-    { metric: "CPU per ask, caller: movie", value: +median(askCpu).toFixed(2), unit: "µs", ratio: "" },
+    {
+      metric: "CPU per round trip, caller / echo: raw",
+      value: `${cpuMedian(cpu.trip, 0, 1)} / ${cpuMedian(cpu.trip, 1, 1)}`,
+      unit: "µs",
+      ratio: "",
+    },
+    {
+      metric: "CPU per ask, caller / responder: movie",
+      value: `${cpuMedian(ask, 0, 1)} / ${cpuMedian(ask, 1, 1)}`,
+      unit: "µs",
+      ratio: "",
+    },
     { metric: "movie ask p99 (1 in flight)", value: +pct(seq.latencies, 99).toFixed(3), unit: "ms", ratio: "" },
     {
       metric: "movie ask, 1 in flight",
@@ -472,7 +371,7 @@ async function parent(): Promise<void> {
         cpus: cpus().length,
         workload: { tellCount, tellWindow, sequentialAsks, parallelAsks, inFlight, frameBytes: tickFrame.length },
         rows,
-        rounds: { rawTells, rawJsonTells, movieTells, seqRates, rawTripCpu, askCpu },
+        rounds: { rawTells, rawJsonTells, movieTells, seqRates, cpuPerMessage: { ...cpu, ask } },
         targets,
         stats,
       },

@@ -1,364 +1,542 @@
-// Cluster sharding benchmark (`npm run bench:sharding`). Three actor systems in one process over real loopback TCP
-// (remoting + cluster + sharding each), plus the pure cores. The ceiling of the routed figures is a plain remote
-// tell/ask between two of the same systems, measured in the same run. Results go to bench/results/sharding.json.
-// Counts are bounded so the whole run stays well under a minute.
+// Cluster sharding benchmark (`npm run bench:sharding`): real node processes on loopback, driven over IPC.
+//  1. allocation cost of the pure planner, 4,096 shards × 100 members (this process);
+//  2. memory per active entity, 100k entities on a single-node cluster (a child with --expose-gc);
+//  3. three nodes: sharded tell and ask when the caller is the coordinator, the owner, or a third node, and
+//     activations per second; beside them the remote ceiling between the same processes in the same run (raw
+//     length-prefixed frames over a plain socket, and a plain Movie remote tell and ask);
+//  4. two nodes: handoff of 256 shards holding 10k active entities when their owner leaves gracefully.
+// Figures are measurements, never assertions. Counts are bounded; results go to bench/results/sharding.json.
+import { type ChildProcess, fork } from "node:child_process";
 import { mkdirSync, writeFileSync } from "node:fs";
 import { cpus } from "node:os";
-import {
-  AbstractBehavior,
-  type ActorContext,
-  ActorSystem,
-  RealScheduler,
-  silentLogger,
-  UniqueAddress,
-} from "../src/actor/index.ts";
-import "../src/cluster/index.ts";
-import { MessageRegistry } from "../src/remote/index.ts";
-import { Fnv1a64 } from "../src/sharding/hash/fnv1a64.ts";
+import { fileURLToPath } from "node:url";
+import { Address, UniqueAddress } from "../src/actor/index.ts";
 import {
   AllocationPlanner,
-  ClusterSharding,
   LeastLoadedAllocation,
   RateLimitedRebalance,
   RendezvousAllocation,
+  type ShardAllocationStrategy,
   type ShardingMember,
-  StableHashPartitioner,
+  WeightedLeastLoadedAllocation,
 } from "../src/sharding/index.ts";
+import { clock } from "./support/raw-frames.ts";
 
-const clock = new RealScheduler();
-const tells = Number(process.env.MOVIE_BENCH_SHARDING_TELLS ?? 30_000);
-const asks = Number(process.env.MOVIE_BENCH_SHARDING_ASKS ?? 2_000);
-const entities = Number(process.env.MOVIE_BENCH_SHARDING_ENTITIES ?? 100_000);
+const env = (name: string, fallback: number): number => Number(process.env[name] ?? fallback);
+const entitiesPerRun = 16;
+const tells = env("MOVIE_BENCH_SHARDED_TELLS", 64_000);
+const tellWindow = 20_000;
+const tellRounds = 3;
+/** Tells per round: a whole number of acknowledgements (500) on each of the entities. */
+const tellRound = Math.max(1, Math.ceil(tells / tellRounds / (entitiesPerRun * 500))) * entitiesPerRun * 500;
+const sequentialAsks = env("MOVIE_BENCH_SHARDED_ASKS", 2_000);
+const parallelAsks = env("MOVIE_BENCH_SHARDED_PARALLEL_ASKS", 20_000);
 const inFlight = 100;
+const rawTells = env("MOVIE_BENCH_RAW_TELLS", 200_000);
+const activations = env("MOVIE_BENCH_ACTIVATIONS", 20_000);
+const memoryEntities = env("MOVIE_BENCH_MEMORY_ENTITIES", 100_000);
+const handoffEntities = env("MOVIE_BENCH_HANDOFF_ENTITIES", 10_000);
+const handoffShards = 256;
+const planShards = 4_096;
+const planMembers = 100;
 
-abstract class Cmd {}
-class Tick extends Cmd {
-  constructor(readonly n: number) {
-    super();
-  }
-}
-class Ping extends Cmd {}
-class Pong {}
-MessageRegistry.register(Tick, { name: "bench.sharding.tick" });
-MessageRegistry.register(Ping, { name: "bench.sharding.ping" });
-MessageRegistry.register(Pong, { name: "bench.sharding.pong" });
+const nodeScript = fileURLToPath(new URL("./sharding-node.ts", import.meta.url));
+const runStarted = clock.now();
+/** Progress on stderr, so the table on stdout stays clean. */
+const say = (text: string): void => {
+  process.stderr.write(`${((clock.now() - runStarted) / 1000).toFixed(1).padStart(5)}s  ${text}\n`);
+};
 
-let received = 0;
-class Counter extends AbstractBehavior<Cmd> {
-  receive(message: Cmd, ctx: ActorContext<Cmd>): void {
-    if (message instanceof Tick) received++;
-    else ctx.sender?.tell(new Pong());
+interface Ready {
+  node: string;
+  hostPort: string;
+  address: string;
+  rawSink: number;
+  rawEcho: number;
+}
+interface Status {
+  node: string;
+  coordinator: string | null;
+  converged: boolean;
+  up: number;
+  planned: number;
+  owners: Record<string, number>;
+  entities: number;
+  handoffs: number;
+}
+type Reply = Record<string, unknown> & { id: number; error?: string };
+
+/** One node process and its request/reply channel. */
+class BenchNode {
+  private readonly process: ChildProcess;
+  private readonly pending = new Map<number, { resolve: (r: Reply) => void; reject: (e: Error) => void }>();
+  private nextId = 1;
+  readonly ready: Promise<Ready>;
+
+  constructor(
+    readonly label: string,
+    seed: string,
+    nodeArgs: string[] = [],
+  ) {
+    // MOVIE_BENCH_PROFILE=<dir> writes a CPU profile per node process (to find hot paths).
+    const profile = process.env.MOVIE_BENCH_PROFILE;
+    const profileArgs = profile === undefined ? [] : ["--cpu-prof", `--cpu-prof-dir=${profile}/${label}`];
+    this.process = fork(nodeScript, [label, seed], {
+      execArgv: [...nodeArgs, ...profileArgs, "--import", "tsx"],
+      stdio: ["ignore", "inherit", "inherit", "ipc"],
+      env: { ...process.env, MOVIE_LOG_LEVEL: "error" },
+    });
+    this.ready = new Promise((resolve, reject) => {
+      this.pending.set(0, { resolve: (r) => resolve(r as unknown as Ready), reject });
+    });
+    this.process.on("message", (reply: Reply) => {
+      const waiter = this.pending.get(reply.id);
+      if (waiter === undefined) return;
+      this.pending.delete(reply.id);
+      if (reply.error !== undefined) waiter.reject(new Error(reply.error));
+      else waiter.resolve(reply);
+    });
+    this.process.on("exit", (code) => {
+      for (const w of this.pending.values()) w.reject(new Error(`${label} exited (${code}) with a request pending`));
+      this.pending.clear();
+    });
+  }
+
+  request<T>(command: { type: string; [field: string]: unknown }, timeoutMs = 60_000): Promise<T> {
+    const id = this.nextId++;
+    return new Promise<T>((resolve, reject) => {
+      const timer = clock.scheduleOnce(timeoutMs, () => {
+        this.pending.delete(id);
+        reject(new Error(`${this.label} did not answer ${command.type} within ${timeoutMs} ms`));
+      });
+      this.pending.set(id, {
+        resolve: (r) => {
+          timer.cancel();
+          resolve(r as unknown as T);
+        },
+        reject: (e) => {
+          timer.cancel();
+          reject(e);
+        },
+      });
+      this.process.send({ ...command, id });
+    });
+  }
+
+  status(name = "Bench"): Promise<Status> {
+    return this.request<Status>({ type: "status", name });
+  }
+
+  /** Terminates the node's actor system and waits for the process to exit; the terminate time in ms. */
+  async shutdown(): Promise<number> {
+    if (this.process.exitCode !== null) return Number.NaN;
+    const exited = new Promise((r) => this.process.once("exit", r));
+    const reply = await this.request<{ terminateMs: number }>({ type: "shutdown" }, 30_000).catch(() => {
+      this.process.kill();
+      return { terminateMs: Number.NaN };
+    });
+    await exited;
+    return reply.terminateMs;
   }
 }
-class PlainSink extends AbstractBehavior<unknown> {
-  receive(message: unknown, ctx: ActorContext<unknown>): void {
-    if (message instanceof Tick) received++;
-    else ctx.sender?.tell(new Pong());
+
+function median(values: readonly number[]): number {
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted[Math.floor(sorted.length / 2)] ?? Number.NaN;
+}
+
+async function sleep(ms: number): Promise<void> {
+  await new Promise<void>((r) => clock.scheduleOnce(ms, r));
+}
+
+async function until(what: string, condition: () => Promise<boolean>, timeoutMs = 30_000): Promise<void> {
+  const started = clock.now();
+  while (!(await condition())) {
+    if (clock.now() - started > timeoutMs) throw new Error(`sharding bench: timed out waiting for ${what}`);
+    await sleep(50);
   }
 }
+
+async function converged(nodes: BenchNode[]): Promise<Status[]> {
+  let statuses: Status[] = [];
+  await until(`${nodes.length} Up members`, async () => {
+    statuses = await Promise.all(nodes.map((n) => n.status("")));
+    const coordinator = statuses[0]!.coordinator;
+    return statuses.every((s) => s.converged && s.up === nodes.length && s.coordinator === coordinator);
+  });
+  return statuses;
+}
+
+/** Inits `name` on the non-coordinators first, so the coordinator's bootstrap plan already covers every node. */
+async function initEverywhere(nodes: BenchNode[], coordinator: BenchNode, name: string, allocation = "default") {
+  for (const n of nodes) if (n !== coordinator) await n.request({ type: "init", name, allocation });
+  await coordinator.request({ type: "init", name, allocation });
+  await until(`a full plan of ${name} on every node`, async () => {
+    const statuses = await Promise.all(nodes.map((n) => n.status(name)));
+    return statuses.every((s) => s.planned === 256 && s.handoffs === 0);
+  });
+}
+
+// ---------------------------------------------------------------- rows
 
 interface Row {
-  name: string;
+  figure: string;
   value: number;
   unit: string;
-  ceiling?: number;
-  ratio?: number;
+  ceiling: number | null;
+  ceilingOf: string;
+  ratio: number | null;
 }
 const rows: Row[] = [];
-const row = (name: string, value: number, unit: string, ceiling?: number) =>
+function row(figure: string, value: number, unit: string, ceiling: number | null = null, ceilingOf = ""): void {
+  if (ceiling === null) ceilingOf = "";
+  const round = (x: number) => +x.toFixed(x >= 100 ? 0 : x >= 1 ? 2 : 3);
   rows.push({
-    name,
-    value: Math.round(value),
+    figure,
+    value: round(value),
     unit,
-    ...(ceiling === undefined ? {} : { ceiling: Math.round(ceiling), ratio: value / ceiling }),
+    ceiling: ceiling === null ? null : round(ceiling),
+    ceilingOf,
+    ratio: ceiling === null ? null : +(value / ceiling).toFixed(2),
   });
-
-async function waitFor(condition: () => boolean, timeoutMs = 30_000): Promise<void> {
-  const start = clock.now();
-  while (!condition()) {
-    if (clock.now() - start > timeoutMs) throw new Error("benchmark condition timed out");
-    await new Promise((resolve) => setImmediate(resolve));
-  }
 }
 
-// ------------------------------------------------------------------ pure cores
+// ---------------------------------------------------------------- 1. allocation cost (pure planner)
 
-function benchPartitioner(): void {
-  const p = new StableHashPartitioner();
-  const ids = Array.from({ length: 100_000 }, (_, i) => `order-${i}`);
-  let sink = 0;
-  let start = clock.now();
-  for (const id of ids) sink += p.shardFor("Order", id, 256);
-  const halves = ids.length / ((clock.now() - start) / 1000);
-  start = clock.now();
-  const enc = new TextEncoder();
-  for (const id of ids) {
-    let h = 14695981039346656037n;
-    for (const b of [...enc.encode("Order"), 0, ...enc.encode(id)])
-      h = ((h ^ BigInt(b)) * 1099511628211n) & 0xffff_ffff_ffff_ffffn;
-    sink += Number(h % 256n);
-  }
-  const bigint = ids.length / ((clock.now() - start) / 1000);
-  if (sink < 0) console.log(sink);
-  row("partitioner shardFor (two 32-bit halves)", halves, "ops/s");
-  row("partitioner shardFor (BigInt reference)", bigint, "ops/s");
-  void Fnv1a64;
-}
-
-function benchAllocation(): void {
-  const members: ShardingMember[] = Array.from({ length: 100 }, (_, i) => ({
-    uniqueAddress: UniqueAddress.parse(`movie.tcp://movie@10.0.${Math.floor(i / 250)}.${i % 250}:2551#uid${i}`),
+function planMembersOf(count: number): ShardingMember[] {
+  return Array.from({ length: count }, (_, i) => ({
+    uniqueAddress: new UniqueAddress(
+      Address.tcp("shop", `10.0.${i >> 8}.${i & 255}`, 2551 + i),
+      ((i + 1) * 2654435761).toString(16),
+    ),
     status: "Up",
-    roles: [],
+    roles: i % 4 === 0 ? ["large"] : [],
   }));
-  for (const [name, allocation] of [
+}
+
+/** Median ms of `run` after one warm-up call: at least 5 samples, more while under 300 ms (at most 50). */
+function medianMs(run: () => unknown): number {
+  run();
+  const samples: number[] = [];
+  const started = clock.now();
+  while (samples.length < 5 || (clock.now() - started < 300 && samples.length < 50)) {
+    const t0 = clock.now();
+    run();
+    samples.push(clock.now() - t0);
+  }
+  samples.sort((a, b) => a - b);
+  return samples[Math.floor(samples.length / 2)]!;
+}
+
+function allocationCost(): void {
+  const members = planMembersOf(planMembers);
+  const withoutOne = members.slice(1);
+  // The ceiling: filling a shard → owner Map round robin, the least any full plan costs.
+  const ceiling = medianMs(() => {
+    const plan = new Map<number, UniqueAddress>();
+    for (let s = 0; s < planShards; s++) plan.set(s, members[s % members.length]!.uniqueAddress);
+    return plan;
+  });
+  const strategies: [string, ShardAllocationStrategy][] = [
     ["LeastLoaded", new LeastLoadedAllocation()],
     ["Rendezvous", new RendezvousAllocation()],
-  ] as const) {
-    const planner = new AllocationPlanner(4096, allocation, new RateLimitedRebalance());
-    const start = clock.now();
-    const plan = planner.initial(members);
-    const initialMs = clock.now() - start;
-    const t2 = clock.now();
-    planner.reconcile(plan, members.slice(1));
-    const reconcileMs = clock.now() - t2;
-    row(`${name} plan 4,096 shards x 100 members`, initialMs, "ms");
-    row(`${name} reconcile after a member left`, reconcileMs, "ms");
-  }
-}
-
-// ------------------------------------------------------------------ three systems over loopback
-
-async function startNode(seedPort: number | null) {
-  const system = ActorSystem.create("bench", { logger: silentLogger });
-  const remoting = await system.enableRemoting({ host: "127.0.0.1", port: 0 });
-  const port = remoting.selfAddress.address.port!;
-  const cluster = await system.enableCluster({
-    seedNodes: [`127.0.0.1:${seedPort ?? port}`],
-    joinRetryInterval: 30,
-    gossipInterval: 50,
-    failureDetector: { heartbeatInterval: 200, heartbeatTimeout: 5_000 },
-  });
-  const sharding = ClusterSharding.get(system);
-  sharding.init("Bench", Cmd, { shardCount: 64 }, () => new Counter());
-  return { system, remoting, cluster, sharding, port };
-}
-
-/** Messages the sharding layer rejected (fail closed) across the running nodes; they never arrive. */
-let rejectedNow: () => number = () => 0;
-let lostTells = 0;
-
-async function throughput(send: (i: number) => void, count: number): Promise<number> {
-  const target = received + count;
-  const rejectedBefore = rejectedNow();
-  const start = clock.now();
-  for (let i = 0; i < count; i++) {
-    try {
-      send(i);
-    } catch {
-      lostTells++;
-    }
-    if (i % 1_000 === 999) await new Promise((resolve) => setImmediate(resolve));
-  }
-  await waitFor(() => received + (rejectedNow() - rejectedBefore) + lostTells >= target);
-  return (count - (target - received)) / ((clock.now() - start) / 1000);
-}
-
-async function askLatency(
-  ask: () => Promise<unknown>,
-  count: number,
-): Promise<{ perSec: number; p50: number; p99: number }> {
-  const latencies: number[] = [];
-  const start = clock.now();
-  let next = 0;
-  const worker = async () => {
-    while (next < count) {
-      next++;
-      const t = clock.now();
-      await ask();
-      latencies.push(clock.now() - t);
-    }
-  };
-  await Promise.all(Array.from({ length: Math.min(inFlight, count) }, worker));
-  latencies.sort((a, b) => a - b);
-  return {
-    perSec: count / ((clock.now() - start) / 1000),
-    p50: latencies[Math.floor(latencies.length * 0.5)]!,
-    p99: latencies[Math.floor(latencies.length * 0.99)]!,
-  };
-}
-
-async function benchCluster(): Promise<void> {
-  const first = await startNode(null);
-  const nodes = [first, await startNode(first.port), await startNode(first.port)];
-  rejectedNow = () => nodes.reduce((sum, n) => sum + n.sharding.stats.rejectedEnvelopes, 0);
-  try {
-    await waitFor(() =>
-      nodes.every((n) => {
-        const s = n.cluster.snapshot();
-        return (
-          s.converged &&
-          s.members.filter((m) => m.status === "Up").length === 3 &&
-          n.sharding.allocations("Bench").size === 64
-        );
-      }),
-    );
-    await waitFor(() => nodes.every((n) => n.sharding.handoffsInProgress === 0));
-    const sorted = [...nodes].sort((a, b) => UniqueAddress.compare(a.cluster.selfAddress, b.cluster.selfAddress));
-    const [coordinator, caller, owner] = sorted as [(typeof nodes)[0], (typeof nodes)[0], (typeof nodes)[0]];
-    const ownedBy = (node: (typeof nodes)[0]) => {
-      for (let i = 0; ; i++)
-        if (coordinator.sharding.ownerFor("Bench", `e-${i}`)?.equals(node.cluster.selfAddress)) return `e-${i}`;
-    };
-    // ceiling: plain remote tell/ask from caller to an actor on owner
-    const sink = owner.system.spawn(() => new PlainSink(), "sink");
-    const remoteSink = caller.system.actorSelection(sink.path.toString());
-    // Warm up both paths (JIT, connections) before anything is measured.
-    await throughput(() => remoteSink.tell(new Tick(1)), 5_000);
-    await askLatency(() => remoteSink.ask(new Ping(), Pong, 10_000), 500);
-    const warm = coordinator.sharding.entityRefFor<Cmd>("Bench", ownedBy(owner));
-    await throughput(() => warm.tell(new Tick(1)), 5_000);
-    await askLatency(() => warm.ask(new Ping(), Pong, 10_000), 500);
-    const ceilingTell = await throughput(() => remoteSink.tell(new Tick(1)), tells);
-    const ceilingAsk = await askLatency(() => remoteSink.ask(new Ping(), Pong, 10_000), asks);
-    row("ceiling: plain remote tell (caller -> owner)", ceilingTell, "msg/s");
-    row("ceiling: plain remote ask, 100 in flight", ceilingAsk.perSec, "asks/s");
-    const cases: [string, (typeof nodes)[0], string][] = [
-      ["caller is the coordinator (owner remote, 1 hop)", coordinator, ownedBy(owner)],
-      ["caller is the owner (coordinator remote, 2 legs)", owner, ownedBy(owner)],
-      ["caller is a third node (caller -> coordinator -> owner)", caller, ownedBy(owner)],
-      ["caller, coordinator and owner on one node (local)", coordinator, ownedBy(coordinator)],
-    ];
-    for (const [label, from, id] of cases) {
-      const ref = from.sharding.entityRefFor<Cmd>("Bench", id);
-      await ref.ask(new Ping(), Pong, 10_000);
-      const t = await throughput(() => ref.tell(new Tick(1)), tells);
-      row(`sharded tell, ${label}`, t, "msg/s", ceilingTell);
-      const a = await askLatency(() => ref.ask(new Ping(), Pong, 10_000), asks);
-      row(`sharded ask, ${label}`, a.perSec, "asks/s", ceilingAsk.perSec);
-      row(`sharded ask p50, ${label}`, a.p50 * 1000, "us");
-      row(`sharded ask p99, ${label}`, a.p99 * 1000, "us");
-    }
-    // activations per second on the coordinator-owned shards through activate()
-    const local = coordinator.sharding;
-    const before = local.stats.activations;
-    const start = clock.now();
-    const ids: string[] = [];
-    for (let i = 0; ids.length < 2_000; i++)
-      if (local.ownerFor("Bench", `act-${i}`)?.equals(coordinator.cluster.selfAddress)) ids.push(`act-${i}`);
-    for (const id of ids) local.entityRefFor<Cmd>("Bench", id).tell(new Tick(1));
-    await waitFor(() => local.stats.activations - before >= ids.length);
-    row("activations (first message, local owner)", ids.length / ((clock.now() - start) / 1000), "entities/s");
-  } finally {
-    await Promise.all(nodes.map((n) => n.system.terminate()));
-  }
-}
-
-// ------------------------------------------------------------------ memory per entity (one node)
-
-async function benchMemory(): Promise<void> {
-  const node = await startNode(null);
-  try {
-    await waitFor(() => node.sharding.allocations("Bench").size === 64);
-    global.gc?.();
-    const heapBefore = process.memoryUsage().heapUsed;
-    const start = clock.now();
-    for (let i = 0; i < entities; i++) {
-      node.sharding.entityRefFor<Cmd>("Bench", `m-${i}`).tell(new Tick(i));
-      if (i % 5_000 === 4_999) await new Promise((resolve) => setImmediate(resolve));
-    }
-    await waitFor(() => node.sharding.localEntityCount >= entities, 60_000);
-    const elapsed = clock.now() - start;
-    global.gc?.();
-    const heapAfter = process.memoryUsage().heapUsed;
+    ["WeightedLeastLoaded", new WeightedLeastLoadedAllocation((m) => (Array.from(m.roles).includes("large") ? 3 : 1))],
+  ];
+  for (const [name, strategy] of strategies) {
+    const planner = new AllocationPlanner(planShards, strategy, new RateLimitedRebalance());
+    const initial = planner.initial(members);
     row(
-      `activations, ${entities.toLocaleString("en")} entities on one node`,
-      entities / (elapsed / 1000),
-      "entities/s",
-    );
-    row("heap per active entity", (heapAfter - heapBefore) / entities, "bytes");
-  } finally {
-    await node.system.terminate();
-  }
-}
-
-// ------------------------------------------------------------------ handoff of 256 shards with 10k entities
-
-async function benchHandoff(): Promise<void> {
-  const first = await startNode(null);
-  const second = await startNode(first.port);
-  const nodes = [first, second];
-  try {
-    for (const n of nodes) n.sharding.init("Move", Cmd, { shardCount: 256 }, () => new Counter());
-    await waitFor(() =>
-      nodes.every(
-        (n) =>
-          n.cluster.snapshot().converged &&
-          n.sharding.allocations("Move").size === 256 &&
-          n.sharding.handoffsInProgress === 0,
-      ),
-    );
-    const planner = new AllocationPlanner(256, new LeastLoadedAllocation(), new RateLimitedRebalance());
-    await waitFor(() => {
-      const plan = first.sharding.allocations("Move");
-      return (
-        nodes.every(
-          (n) =>
-            n.sharding.handoffsInProgress === 0 &&
-            n.sharding.planGeneration("Move") === first.sharding.planGeneration("Move"),
-        ) &&
-        planner.reconcile(plan, first.cluster.snapshot().members).moved.length === 0 &&
-        new Set([...plan.values()].map(String)).size === 2
-      );
-    });
-    const [stay, leave] = [...nodes].sort((a, b) =>
-      UniqueAddress.compare(a.cluster.selfAddress, b.cluster.selfAddress),
-    ) as [(typeof nodes)[0], (typeof nodes)[0]];
-    const target = received + 10_000;
-    for (let i = 0; i < 10_000; i++) {
-      stay.sharding.entityRefFor<Cmd>("Move", `h-${i}`).tell(new Tick(i));
-      if (i % 1_000 === 999) await new Promise((resolve) => setImmediate(resolve));
-    }
-    await waitFor(() => received >= target);
-    const moving = [...stay.sharding.allocations("Move").values()].filter((o) =>
-      o.equals(leave.cluster.selfAddress),
-    ).length;
-    const entitiesOnLeaver = leave.sharding.localEntityCount;
-    const start = clock.now();
-    const left = leave.cluster.leave().catch(() => {});
-    await waitFor(
-      () =>
-        stay.sharding.handoffsInProgress === 0 &&
-        [...stay.sharding.allocations("Move").values()].every((o) => !o.equals(leave.cluster.selfAddress)),
-      60_000,
-    );
-    row(
-      `handoff of ${moving} shards with ${entitiesOnLeaver.toLocaleString("en")} entities (graceful leave)`,
-      clock.now() - start,
+      `plan ${name}, ${planShards} shards × ${planMembers} members`,
+      medianMs(() => planner.initial(members)),
       "ms",
+      ceiling,
+      "Map fill",
     );
-  } finally {
-    await Promise.all(nodes.map((n) => n.system.terminate()));
+    row(
+      `reconcile ${name} after one member left`,
+      medianMs(() => planner.reconcile(initial, withoutOne)),
+      "ms",
+      ceiling,
+      "Map fill",
+    );
   }
 }
 
-benchPartitioner();
-benchAllocation();
-await benchCluster();
-await benchHandoff();
-await benchMemory();
+// ---------------------------------------------------------------- 2. memory per entity (single node)
 
-const width = Math.max(...rows.map((r) => r.name.length));
-console.log(`cluster sharding benchmark (${cpus().length} CPUs, node ${process.version})`);
-for (const r of rows) {
-  const ratio =
-    r.ratio === undefined ? "" : `   ${(r.ratio * 100).toFixed(1)}% of ceiling ${r.ceiling!.toLocaleString("en")}`;
-  console.log(`${r.name.padEnd(width)}  ${r.value.toLocaleString("en").padStart(12)} ${r.unit}${ratio}`);
+async function memory(): Promise<Record<string, number>> {
+  const node = new BenchNode("memory", "self", ["--expose-gc"]);
+  await node.ready;
+  await converged([node]);
+  say("memory node up");
+  await initEverywhere([node], node, "Bench");
+  const m = await node.request<Record<string, number>>({ type: "memory", name: "Bench", count: memoryEntities });
+  const terminateMs = await node.shutdown();
+  row(`heap per active entity (${m.entities} on one node)`, m.bytesPerEntity!, "bytes", m.plainBytes!, "plain Map");
+  row("activations/s, single node (caller = coordinator = owner)", m.activationRate!, "/s", m.spawnRate!, "spawn");
+  row(`terminate a node with ${m.entities} entities`, terminateMs, "ms");
+  return { ...m, terminateMs };
 }
-if (lostTells > 0) console.log(`(${lostTells} tells failed closed during the run and are not counted)`);
-mkdirSync("bench/results", { recursive: true });
-writeFileSync(
-  "bench/results/sharding.json",
-  JSON.stringify({ cpus: cpus().length, node: process.version, rows }, null, 2),
+
+// ---------------------------------------------------------------- 3. three nodes: routing
+
+async function routing(): Promise<Record<string, unknown>> {
+  const first = new BenchNode("n1", "self");
+  const seed = (await first.ready).hostPort;
+  const others = [new BenchNode("n2", seed), new BenchNode("n3", seed)];
+  const nodes = [first, ...others];
+  const ready = await Promise.all(nodes.map((n) => n.ready));
+  const statuses = await converged(nodes);
+  const coordinatorText = statuses[0]!.coordinator!;
+  const index = ready.findIndex((r) => r.node === coordinatorText);
+  const coordinator = nodes[index]!;
+  const [owner, third] = nodes.filter((n) => n !== coordinator) as [BenchNode, BenchNode];
+  const info = (n: BenchNode) => ready[nodes.indexOf(n)]!;
+  say("three nodes converged");
+  await initEverywhere(nodes, coordinator, "Bench");
+  say("plan ready; ceilings");
+
+  // The ceiling: third node → owner, straight over one connection (raw frames), and a plain Movie remote tell/ask.
+  const target = info(owner);
+  await third.request({ type: "rawTell", address: target.address, port: target.rawSink, count: 50_000 });
+  await third.request({ type: "plainTell", address: target.address, count: 16_000, window: tellWindow });
+  // Ceiling rounds before, between and after the scenarios; medians, so host load hits ceiling and figures alike.
+  const rawRates: number[] = [];
+  const plainRates: number[] = [];
+  let frameBytes = 0;
+  const ceilingRound = async (): Promise<void> => {
+    const r = await third.request<{ rate: number; frameBytes: number }>({
+      type: "rawTell",
+      address: target.address,
+      port: target.rawSink,
+      count: rawTells,
+    });
+    rawRates.push(r.rate);
+    frameBytes = r.frameBytes;
+    const p = await third.request<{ rate: number }>({
+      type: "plainTell",
+      address: target.address,
+      count: tellRound,
+      window: tellWindow,
+    });
+    plainRates.push(p.rate);
+  };
+  await ceilingRound();
+  const rawRtt = await third.request<{ rate: number; p50: number; p99: number }>({
+    type: "rawRtt",
+    address: target.address,
+    port: target.rawEcho,
+    count: sequentialAsks,
+  });
+  await third.request({ type: "plainAsk", address: target.address, count: 500, inFlight: 1 });
+  const plainAsk1 = await third.request<{ rate: number; p50: number; p99: number }>({
+    type: "plainAsk",
+    address: target.address,
+    count: sequentialAsks,
+    inFlight: 1,
+  });
+  const plainAskN = await third.request<{ rate: number; p50: number; p99: number }>({
+    type: "plainAsk",
+    address: target.address,
+    count: parallelAsks,
+    inFlight,
+  });
+  const scenarios: [string, BenchNode, BenchNode][] = [
+    ["caller = coordinator = owner (no network)", coordinator, coordinator],
+    ["caller = coordinator, owner remote (1 hop)", coordinator, owner],
+    ["caller = owner, via coordinator (2 hops)", owner, owner],
+    ["caller = third node (2 hops)", third, owner],
+  ];
+  const results: Record<string, unknown> = {
+    rawRates,
+    plainRates,
+    rawRtt,
+    plainAsk1,
+    plainAskN,
+    coordinator: coordinatorText,
+    owner: info(owner).node,
+    third: info(third).node,
+  };
+  const measured: {
+    name: string;
+    local: boolean;
+    tell: { rate: number };
+    ask1: { p50: number; p99: number };
+    askN: { rate: number };
+  }[] = [];
+  for (const [i, [name, caller, entityOwner]] of scenarios.entries()) {
+    say(name);
+    const { ids } = await caller.request<{ ids: string[] }>({
+      type: "pick",
+      name: "Bench",
+      owner: info(entityOwner).node,
+      prefix: `s${i}`,
+      count: entitiesPerRun,
+    });
+    await caller.request({ type: "shardedTell", name: "Bench", ids, count: 16_000, window: tellWindow });
+    const tellRates: number[] = [];
+    for (let round = 0; round < tellRounds; round++) {
+      const r = await caller.request<{ rate: number }>({
+        type: "shardedTell",
+        name: "Bench",
+        ids,
+        count: tellRound,
+        window: tellWindow,
+      });
+      tellRates.push(r.rate);
+    }
+    const tell = { rate: median(tellRates), rounds: tellRates };
+    await caller.request({ type: "shardedAsk", name: "Bench", ids, count: 500, inFlight: 1 });
+    const ask1 = await caller.request<{ rate: number; p50: number; p99: number }>({
+      type: "shardedAsk",
+      name: "Bench",
+      ids,
+      count: sequentialAsks,
+      inFlight: 1,
+    });
+    const askN = await caller.request<{ rate: number; p50: number; p99: number }>({
+      type: "shardedAsk",
+      name: "Bench",
+      ids,
+      count: parallelAsks,
+      inFlight,
+    });
+    results[name] = { tell, ask1, askN };
+    measured.push({ name, local: caller === entityOwner && caller === coordinator, tell, ask1, askN });
+    if (i === 1 || i === scenarios.length - 1) await ceilingRound();
+  }
+  const act = await coordinator.request<{ rate: number }>({
+    type: "activate",
+    name: "Bench",
+    owner: info(owner).node,
+    prefix: "act",
+    count: activations,
+    window: 2_000,
+  });
+  const raw = median(rawRates);
+  const plain = median(plainRates);
+  row(`raw frames tell, third → owner, ${frameBytes}-byte frames (ceiling)`, raw, "msg/s", raw, "raw");
+  row("movie remote tell, third → owner", plain, "msg/s", raw, "raw");
+  row("raw round trip p50 (ceiling)", rawRtt.p50, "ms", rawRtt.p50, "raw rtt");
+  row("movie remote ask p50 (1 in flight)", plainAsk1.p50, "ms", rawRtt.p50, "raw rtt");
+  row("movie remote ask p99 (1 in flight)", plainAsk1.p99, "ms");
+  row(`movie remote ask, ${inFlight} in flight`, plainAskN.rate, "asks/s");
+  for (const m of measured) {
+    // The in-process case has no network ceiling to stand beside.
+    const [tellCeiling, askCeiling, rttCeiling] = m.local ? [null, null, null] : [raw, plainAskN.rate, rawRtt.p50];
+    row(`sharded tell, ${m.name}`, m.tell.rate, "msg/s", tellCeiling, "raw");
+    row(`sharded ask, ${m.name}, ${inFlight} in flight`, m.askN.rate, "asks/s", askCeiling, "remote ask");
+    row(`sharded ask p50, ${m.name}, 1 in flight`, m.ask1.p50, "ms", rttCeiling, "raw rtt");
+    row(`sharded ask p99, ${m.name}, 1 in flight`, m.ask1.p99, "ms");
+  }
+  row("activations/s, caller = coordinator, owner remote", act.rate, "/s", plain, "remote tell");
+  results.activations = act;
+  results.stats = await Promise.all(nodes.map((n) => n.status()));
+  await Promise.all(nodes.map((n) => n.shutdown()));
+  return results;
+}
+
+// ---------------------------------------------------------------- 4. two nodes: handoff
+
+async function handoff(): Promise<Record<string, unknown>> {
+  const first = new BenchNode("h1", "self");
+  const second = new BenchNode("h2", (await first.ready).hostPort);
+  const nodes = [first, second];
+  const ready = await Promise.all(nodes.map((n) => n.ready));
+  const statuses = await converged(nodes);
+  const coordinator = nodes[ready.findIndex((r) => r.node === statuses[0]!.coordinator)]!;
+  const owner = nodes.find((n) => n !== coordinator)!;
+  const coordinatorNode = ready[nodes.indexOf(coordinator)]!.node;
+  const ownerNode = ready[nodes.indexOf(owner)]!.node;
+  // Every shard on the highest address, which is never the coordinator: it stays put while the owner leaves.
+  say("two nodes converged");
+  await initEverywhere(nodes, coordinator, "Parcel", "highest");
+  await until(
+    "every Parcel shard on the owner",
+    async () => (await coordinator.status("Parcel")).owners[ownerNode] === 256,
+  );
+  await coordinator.request({
+    type: "activate",
+    name: "Parcel",
+    owner: ownerNode,
+    prefix: "p",
+    count: handoffEntities,
+    window: 2_000,
+  });
+  const before = await owner.status("Parcel");
+  say(`${before.entities} entities active on the owner; it leaves`);
+  const watch = coordinator.request<{ ms: number; handoffShards: number }>({
+    type: "watchHandoff",
+    name: "Parcel",
+    owner: coordinatorNode,
+    shards: handoffShards,
+    timeoutMs: 30_000,
+  });
+  const left = owner.request<{ ms: number }>({ type: "leave" });
+  const [moved, leave] = await Promise.all([watch, left]);
+  row(`handoff of ${handoffShards} shards, ${before.entities} active entities (owner leaves)`, moved.ms, "ms");
+  row("owner's graceful leave, until removed", leave.ms, "ms");
+  await Promise.all(nodes.map((n) => n.shutdown()));
+  return { entitiesBefore: before.entities, moved, leave };
+}
+
+// ---------------------------------------------------------------- main
+
+say("allocation cost");
+allocationCost();
+say("memory per entity");
+const memoryResult = await memory();
+say("three nodes: routing");
+const routingResult = await routing();
+say("two nodes: handoff");
+const handoffResult = await handoff();
+const totalSeconds = (clock.now() - runStarted) / 1000;
+
+console.log(
+  `cluster sharding, node processes on loopback; ${cpus().length} CPUs, Node ${process.version}; ${tellRounds} × ${tellRound} tells over ` +
+    `${entitiesPerRun} entities per scenario, ${sequentialAsks} sequential asks, ${parallelAsks} asks at ${inFlight} ` +
+    `in flight; ratio = value / ceiling (same run); total ${totalSeconds.toFixed(1)} s`,
 );
-process.exit(0);
+console.table(
+  rows.map((r) => ({
+    figure: r.figure,
+    value: r.value,
+    unit: r.unit,
+    ceiling: r.ceiling === null ? "" : `${r.ceiling} (${r.ceilingOf})`,
+    ratio: r.ratio === null ? "" : r.ratio.toFixed(2),
+  })),
+);
+mkdirSync(new URL("./results/", import.meta.url), { recursive: true });
+writeFileSync(
+  new URL("./results/sharding.json", import.meta.url),
+  `${JSON.stringify(
+    {
+      bench: "sharding",
+      node: process.version,
+      cpus: cpus().length,
+      totalSeconds,
+      workload: {
+        entitiesPerRun,
+        tellRounds,
+        tellRound,
+        tellWindow,
+        sequentialAsks,
+        parallelAsks,
+        inFlight,
+        rawTells,
+        activations,
+        memoryEntities,
+        handoffEntities,
+        handoffShards,
+        planShards,
+        planMembers,
+      },
+      rows,
+      memory: memoryResult,
+      routing: routingResult,
+      handoff: handoffResult,
+    },
+    null,
+    2,
+  )}\n`,
+);

@@ -25,17 +25,19 @@ export interface PayloadCodec {
   decode(wire: WireMessage): unknown;
 }
 
-// The typed value travels beside its envelope inside one process, so local hops never decode (REFERENCE §2.4).
-const typedValues = new WeakMap<object, { value: unknown }>();
+// The typed value travels beside its envelope inside one process, so local hops never decode (REFERENCE §2.4). A
+// symbol-keyed field is invisible to JSON.stringify (so it never reaches the wire) and cheaper than a WeakMap.
+const typedKey: unique symbol = Symbol("movie.sharding.typed");
+type WithTyped = { [typedKey]?: { value: unknown } };
 
 /** Remembers the typed message of an envelope (process-local; not serialized). */
 export function attachTyped(envelope: object, value: unknown): void {
-  typedValues.set(envelope, { value });
+  (envelope as WithTyped)[typedKey] = { value };
 }
 
 /** The typed message attached to `envelope`, if it never left this process. */
 export function typedOf(envelope: object): { value: unknown } | undefined {
-  return typedValues.get(envelope);
+  return (envelope as WithTyped)[typedKey];
 }
 
 /** A codec for a process without remoting: it tags by class name and can only resolve values attached locally. */

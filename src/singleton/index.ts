@@ -1,5 +1,6 @@
-/** Cluster singleton: one instance cluster-wide on a one-shard sharding facade (pure parts so far). */
+/** Cluster singleton: one instance cluster-wide on a one-shard sharding facade (REFERENCE §3.15). */
 export { isActivationCoordinator } from "./activation-coordinator.ts";
+export { ClusterSingleton, ClusterSingletonRef } from "./cluster-singleton.ts";
 export { ClusterSingletonConfigurationError } from "./errors.ts";
 export {
   type ClusterSingletonOptions,

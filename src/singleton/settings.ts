@@ -107,7 +107,8 @@ export function resolvePersistentSingletonSettings(
 
 /** The deterministic text of the singleton settings (not the lease), identical on every node with the same settings. */
 export function singletonSettingsKey(settings: ClusterSingletonSettings): string {
-  return `roles=${JSON.stringify(settings.roles)}|activationInterval=${settings.activationIntervalMs}|activationTimeout=${settings.activationTimeoutMs}`;
+  // No "|": the sharding settings key that embeds this joins its parts with it.
+  return `roles=${JSON.stringify(settings.roles)};activationInterval=${settings.activationIntervalMs};activationTimeout=${settings.activationTimeoutMs}`;
 }
 
 function positiveMs(name: string, field: string, value: number | undefined, fallback: number): number {

@@ -24,7 +24,7 @@ export interface SingletonBackingIdentity {
 
 /**
  * Encodes the identity as length-prefixed fields (`<length>:<text>` each), so that no choice of names can make two
- * different identities print the same.
+ * different identities print the same; `|` (the sharding settings key's separator) is escaped.
  */
 export function encodeBackingIdentity(identity: SingletonBackingIdentity): string {
   const lease =
@@ -38,7 +38,9 @@ export function encodeBackingIdentity(identity: SingletonBackingIdentity): strin
     lease,
   ]
     .map((field) => `${field.length}:${field}`)
-    .join("");
+    .join("")
+    .replaceAll("%", "%25")
+    .replaceAll("|", "%7C");
 }
 
 /**

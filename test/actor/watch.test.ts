@@ -170,3 +170,20 @@ test("Terminated comes after the messages the watched actor sent before it stopp
   await eventually(() => seen.length === 2, { what: "the last words and Terminated", describe: () => seen });
   assert.deepEqual(seen, ["last words: bye", "Terminated speaker"]);
 });
+
+test("a watcher of thousands of actors stopped in one burst gets each Terminated exactly once", async (t) => {
+  // The system queue drains by index (no shift per message); every queued Terminated must still run once.
+  const system = testSystem(t);
+  const [watcher, watcherRef] = spawnWatcher(system);
+  const targets = Array.from({ length: 5_000 }, (_, i) => system.spawn(Behaviors.ignore<unknown>(), `burst-${i}`));
+  for (const target of targets) watcherRef.tell(new WatchCmd(target));
+  await watcherRef.ask(new Ping(), Pong, 5_000);
+  for (const target of targets) target.sendSystem(STOP);
+  await eventually(() => watcher.terminated.length >= targets.length, {
+    what: "a Terminated per stopped actor",
+    describe: () => `${watcher.terminated.length} of ${targets.length}`,
+  });
+  await watcherRef.ask(new Ping(), Pong, 5_000);
+  assert.equal(watcher.terminated.length, targets.length);
+  assert.deepEqual(new Set(watcher.terminated), new Set(targets.map((r) => r.path.toString())));
+});

@@ -16,5 +16,6 @@ export {
   type StopReason,
   step,
 } from "./lease-book.ts";
+export { LeaseKeeper, type LeaseKeeperHooks, type LeaseStore } from "./lease-keeper.ts";
 export { type ShardLeaseKey, type ShardLeaseToken, sameKey, sameLease } from "./lease-token.ts";
 export { type OwnershipSnapshot, safeToOwn } from "./safe-to-own.ts";

@@ -116,6 +116,8 @@ export type LeaseInput =
   | { readonly kind: "acquireFailed"; readonly callId: number; readonly shardId: number; readonly error: string }
   /** The renewal timer of `shardId` at `epoch` fired; `safeToOwn` is the rule evaluated on the live snapshot. */
   | { readonly kind: "renewTick"; readonly shardId: number; readonly epoch: number; readonly safeToOwn: boolean }
+  /** Something suggests the lease may be gone (an entity stopped after a fenced write): renew now to find out. */
+  | { readonly kind: "verify"; readonly shardId: number }
   /** The renew call `callId` returned the reloaded token, or `null` when the lease is no longer ours. */
   | {
       readonly kind: "renewed";
@@ -371,6 +373,15 @@ export function step(state: LeaseBookState, input: LeaseInput, nowMs: number): [
     case "renewTick":
       renewTick(d, input.shardId, input.epoch, input.safeToOwn);
       break;
+    case "verify": {
+      const lease = d.shards.get(input.shardId);
+      if (d.safe && lease?.phase === "held" && lease.renewCallId === null && d.nowMs < lease.validUntilMs) {
+        const callId = d.callId();
+        d.shards.set(input.shardId, { ...lease, renewCallId: callId, renewIssuedAtMs: d.nowMs });
+        d.effects.push({ kind: "renew", callId, token: lease.token, leaseDurationMs: d.config.leaseDurationMs });
+      }
+      break;
+    }
     case "renewed":
       renewed(d, input.callId, input.shardId, input.token);
       break;
@@ -522,7 +533,11 @@ function renewTick(d: Draft, shardId: number, epoch: number, safeToOwn: boolean)
   }
   const lease = d.shards.get(shardId);
   if (lease?.phase !== "held" || lease.token.epoch !== epoch || lease.renewCallId !== null) return;
-  if (d.nowMs < lease.renewDueMs) return;
+  if (d.nowMs < lease.renewDueMs) {
+    // Timers may fire a little early on a real clock: wait for the rest rather than renew early or stall.
+    d.effects.push({ kind: "scheduleRenewal", shardId, epoch, afterMs: lease.renewDueMs - d.nowMs });
+    return;
+  }
   if (d.nowMs >= lease.validUntilMs) {
     d.lose(shardId);
     return;

@@ -210,8 +210,8 @@ describe("acquiring", () => {
 describe("renewing", () => {
   test("a due tick renews; the answer counts a renewal, extends validity and schedules the next", () => {
     const s = holding();
-    const [, none] = step(s, { kind: "renewTick", shardId: 7, epoch: 1, safeToOwn: true }, 2_999);
-    assert.deepEqual(none, []);
+    const [, early] = step(s, { kind: "renewTick", shardId: 7, epoch: 1, safeToOwn: true }, 2_990);
+    assert.deepEqual(early, [{ kind: "scheduleRenewal", shardId: 7, epoch: 1, afterMs: 10 }], "early: wait the rest");
     const [s1, e1] = step(s, { kind: "renewTick", shardId: 7, epoch: 1, safeToOwn: true }, 3_000);
     assert.deepEqual(e1, [{ kind: "renew", callId: 2, token: token(7, 1), leaseDurationMs: 10_000 }]);
     const [, dup] = step(s1, { kind: "renewTick", shardId: 7, epoch: 1, safeToOwn: true }, 3_001);
@@ -223,6 +223,17 @@ describe("renewing", () => {
     ]);
     assert.deepEqual(liveToken(s2, 7, 12_999), token(7, 1, 2_000_000));
     assert.equal(liveToken(s2, 7, 13_000), null);
+  });
+
+  test("verify renews at once when held and idle, and does nothing otherwise", () => {
+    const [s1, e1] = step(holding(), { kind: "verify", shardId: 7 }, 500);
+    assert.deepEqual(e1, [{ kind: "renew", callId: 2, token: token(7, 1), leaseDurationMs: 10_000 }]);
+    const [, e2] = step(s1, { kind: "verify", shardId: 7 }, 600);
+    assert.deepEqual(e2, [], "a renewal is already in flight");
+    const [, e3] = step(holding(), { kind: "verify", shardId: 8 }, 600);
+    assert.deepEqual(e3, []);
+    const [, lost] = step(s1, { kind: "renewed", callId: 2, shardId: 7, token: null }, 650);
+    assert.deepEqual(counts(lost), ["leaseLosses+1"]);
   });
 
   test("a tick for another epoch is ignored", () => {

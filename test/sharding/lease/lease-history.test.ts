@@ -283,7 +283,9 @@ function runHistory(seed: number, totals: Totals): void {
       feed(node, { kind: "safeToOwn", safe: node.safe });
     } else if (roll < 0.82) {
       feed(node, { kind: "stopAll" });
-    } else if (roll < 0.84) {
+    } else if (roll < 0.83) {
+      feed(node, { kind: "verify", shardId });
+    } else if (roll < 0.85) {
       // A crash, or a restart after stopAll: the process comes back as a new owner with an empty book.
       node.generation++;
       node.owner = `node-${node.index}#${node.generation}`;

@@ -1,0 +1,162 @@
+// The remote ceiling shared by the benchmarks: length-prefixed frames carrying Movie's own envelope bytes over a
+// plain socket, with no actor runtime in the way. A sink counts frames and acknowledges every `ackEvery`; an echo
+// sends every frame straight back. Loopback only; every listener binds port 0.
+import { connect, createServer, type Server, type Socket } from "node:net";
+import { RealScheduler } from "../../src/actor/index.ts";
+import { FrameKind, userEnvelopeBytesBound, userHeaderEnd, writeUserEnvelope } from "../../src/remote/envelope.ts";
+import { FrameDecoder } from "../../src/remote/index.ts";
+
+/** The wall clock of every benchmark measurement (ms). */
+export const clock = new RealScheduler();
+
+/** The 64-byte payload of the standard lane. */
+export const payloadText = "x".repeat(64);
+
+/** The exact bytes (length prefix included) Movie writes for one user message with these header fields. */
+export function envelopeFrame(
+  recipient: string,
+  sender: string,
+  senderUid: string,
+  type: string,
+  payload: string,
+): Buffer {
+  const recipientBytes = Buffer.from(recipient);
+  const buf = Buffer.alloc(userEnvelopeBytesBound(recipientBytes, sender, senderUid, type, payload));
+  const end = writeUserEnvelope(buf, 0, FrameKind.user, recipientBytes, sender, senderUid, type, payload);
+  return Buffer.from(buf.subarray(0, end));
+}
+
+/** The envelope header of `frame` (without the length prefix and the payload). */
+export function headerOf(frame: Buffer): Buffer {
+  return frame.subarray(4, 4 + userHeaderEnd(frame.subarray(4)));
+}
+
+/**
+ * A sink that counts frames and writes the running count (u32 BE) every `ackEvery` frames. With `parse`, it also
+ * parses each payload as JSON, the serialization floor any JSON wire format pays.
+ */
+export function rawSinkServer(parse: boolean, ackEvery: number): Server {
+  return createServer((socket) => {
+    socket.setNoDelay(true);
+    const decoder = new FrameDecoder();
+    let count = 0;
+    socket.on("data", (chunk: Buffer) => {
+      for (const frame of decoder.push(chunk)) {
+        if (parse) JSON.parse(frame.toString("utf8", userHeaderEnd(frame)));
+        if (++count % ackEvery === 0) {
+          const out = Buffer.allocUnsafe(4);
+          out.writeUInt32BE(count);
+          socket.write(out);
+        }
+      }
+    });
+  });
+}
+
+/** An echo that sends every frame straight back (the raw round trip). */
+export function rawEchoServer(): Server {
+  return createServer((socket) => {
+    socket.setNoDelay(true);
+    const decoder = new FrameDecoder();
+    socket.on("data", (chunk: Buffer) => {
+      const frames = decoder.push(chunk);
+      if (frames.length === 0) return;
+      const out: Buffer[] = [];
+      for (const frame of frames) {
+        const header = Buffer.allocUnsafe(4);
+        header.writeUInt32BE(frame.length);
+        out.push(header, Buffer.from(frame));
+      }
+      socket.write(Buffer.concat(out));
+    });
+  });
+}
+
+/** Starts `server` on an ephemeral loopback port and returns the port. */
+export async function listenLoopback(server: Server): Promise<number> {
+  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+  return (server.address() as { port: number }).port;
+}
+
+/** A connected loopback socket with Nagle off. */
+export async function openSocket(port: number): Promise<Socket> {
+  const socket = connect({ host: "127.0.0.1", port });
+  socket.setNoDelay(true);
+  await new Promise<void>((r) => socket.once("connect", () => r()));
+  return socket;
+}
+
+/**
+ * Raw ceiling for tells (msg/s): `count` frames packed into 64 KiB writes to a {@link rawSinkServer}, respecting
+ * socket backpressure, until the sink acknowledged all. With `json`, every frame is `header` plus a freshly built
+ * payload `json(seq)` (the JSON floor) instead of a copy of `frame`.
+ */
+export async function rawTell(
+  port: number,
+  frame: Buffer,
+  count: number,
+  json: { header: Buffer; payload: (seq: number) => string } | null = null,
+): Promise<number> {
+  const socket = await openSocket(port);
+  let acked = 0;
+  let waiter: (() => void) | null = null;
+  let pendingAck = Buffer.alloc(0);
+  socket.on("data", (chunk: Buffer) => {
+    pendingAck = Buffer.concat([pendingAck, chunk]);
+    while (pendingAck.length >= 4) {
+      acked = pendingAck.readUInt32BE(0);
+      pendingAck = pendingAck.subarray(4);
+    }
+    waiter?.();
+  });
+  const perChunk = Math.floor((64 * 1024) / frame.length);
+  const started = clock.now();
+  let sent = 0;
+  while (sent < count) {
+    const n = Math.min(perChunk, count - sent);
+    const chunk = Buffer.allocUnsafe(n * frame.length + 1024);
+    let o = 0;
+    for (let i = 0; i < n; i++) {
+      if (json === null) {
+        o += frame.copy(chunk, o);
+      } else {
+        const at = o;
+        o += 4;
+        o += json.header.copy(chunk, o);
+        o += chunk.write(json.payload(sent + i), o, "utf8");
+        chunk.writeUInt32BE(o - at - 4, at);
+      }
+    }
+    sent += n;
+    if (!socket.write(chunk.subarray(0, o))) await new Promise<void>((r) => socket.once("drain", () => r()));
+  }
+  while (acked < count) await new Promise<void>((r) => (waiter = r));
+  const elapsedMs = clock.now() - started;
+  socket.destroy();
+  return (count / elapsedMs) * 1000;
+}
+
+/** Raw round trips to a {@link rawEchoServer}: one frame out, the same frame back, in series. Sorted ms. */
+export async function rawRoundTrips(port: number, frame: Buffer, count: number): Promise<number[]> {
+  const socket = await openSocket(port);
+  const decoder = new FrameDecoder();
+  let resolve: (() => void) | null = null;
+  socket.on("data", (chunk: Buffer) => {
+    if (decoder.push(chunk).length > 0) resolve?.();
+  });
+  const latencies: number[] = [];
+  for (let i = 0; i < count; i++) {
+    const t0 = clock.now();
+    const done = new Promise<void>((r) => (resolve = r));
+    socket.write(frame);
+    await done;
+    latencies.push(clock.now() - t0);
+  }
+  socket.destroy();
+  return latencies.sort((x, y) => x - y);
+}
+
+/** The `p`th percentile of ascending `sorted` (nearest rank, NaN when empty). */
+export function pct(sorted: readonly number[], p: number): number {
+  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] ?? Number.NaN;
+}

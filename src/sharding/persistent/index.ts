@@ -1,0 +1,10 @@
+/**
+ * Persistent sharded entities (event-sourced and durable-state) fenced by PostgreSQL shard leases. A module of its
+ * own so that ordinary sharding never loads persistence code.
+ */
+export { initDurableState, initEventSourced, type PersistentShardingOptions } from "./init-persistent.ts";
+export {
+  PersistentEntityProvider,
+  type PersistentKind,
+  type PersistentProviderOptions,
+} from "./persistent-provider.ts";

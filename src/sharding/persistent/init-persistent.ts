@@ -1,0 +1,138 @@
+import type { BehaviorSource } from "../../actor/index.ts";
+import { Cluster } from "../../cluster/index.ts";
+import { Database } from "../../persistence/database.ts";
+import { DurableState } from "../../persistence/durable-state.ts";
+import type { EntityType } from "../../persistence/entity-type.ts";
+import { EventSourcing } from "../../persistence/event-sourcing.ts";
+import type { ClusterSharding } from "../cluster-sharding.ts";
+import { ShardedEntityType } from "../entity-ref.ts";
+import { ClusterShardingConfigurationError } from "../errors.ts";
+import { safeToOwn } from "../lease/safe-to-own.ts";
+import { ShardingSettings, type ShardingSettingsOptions } from "../settings.ts";
+import { shardingInternals } from "./internals.ts";
+import { PersistentEntityProvider, type PersistentKind } from "./persistent-provider.ts";
+
+/** Settings of a persistent sharded type: the ordinary ones plus `routingName`. Durations in milliseconds. */
+export interface PersistentShardingOptions extends ShardingSettingsOptions {
+  /**
+   * The sharding facade's name (and the lease key's entity type); default the entity type's name. Persistence ids
+   * stay `"<EntityType>:<id>"` whatever it is; two routing names over one entity type are two independent facades.
+   * Every node must use the same value.
+   */
+  routingName?: string;
+}
+
+/** Cluster name of the lease key when no cluster extension is running (tests over a fake membership). */
+const defaultClusterName = "movie-cluster";
+
+/**
+ * Shards the event-sourced entity type `entityType` (from `EventSourcing.get(system).registerEntity`) across the
+ * cluster, fenced by PostgreSQL shard leases (REFERENCE §2.3, §3.12). Idempotent when every setting matches.
+ * @throws ClusterShardingConfigurationError when the backend is not PostgreSQL, the routing name is empty, the
+ *   settings are invalid, or an earlier init of the same routing name differs (naming the field)
+ */
+export function initEventSourced<T>(
+  sharding: ClusterSharding,
+  entityType: EntityType<T>,
+  options: PersistentShardingOptions = {},
+): ShardedEntityType<T> {
+  return initPersistent(sharding, entityType, options, "event-sourced");
+}
+
+/**
+ * Shards the durable-state entity type `entityType` (from `DurableState.get(system).registerEntity`); otherwise as
+ * {@link initEventSourced}.
+ * @throws ClusterShardingConfigurationError as {@link initEventSourced}
+ */
+export function initDurableState<T>(
+  sharding: ClusterSharding,
+  entityType: EntityType<T>,
+  options: PersistentShardingOptions = {},
+): ShardedEntityType<T> {
+  return initPersistent(sharding, entityType, options, "durable-state");
+}
+
+function initPersistent<T>(
+  sharding: ClusterSharding,
+  entityType: EntityType<T>,
+  options: PersistentShardingOptions,
+  kind: PersistentKind,
+): ShardedEntityType<T> {
+  const internals = shardingInternals(sharding);
+  const system = internals.system;
+  if (entityType === null || typeof entityType !== "object" || typeof entityType.name !== "string") {
+    throw new ClusterShardingConfigurationError(
+      `init of a ${kind} sharded type needs the EntityType that registerEntity returned`,
+      "entityType",
+    );
+  }
+  if (entityType.kind !== kind) {
+    throw new ClusterShardingConfigurationError(
+      `${entityType.name} is a ${entityType.kind} entity type; shard it with ${entityType.kind === "event-sourced" ? "initEventSourced" : "initDurableState"}`,
+      "entityType",
+    );
+  }
+  const { routingName = entityType.name, ...settingsOptions } = options;
+  if (typeof routingName !== "string" || routingName.length === 0) {
+    throw new ClusterShardingConfigurationError("persistent sharding name must not be empty", "routingName");
+  }
+  // SQLite's file-local ownership cannot fence writers on different nodes, so it is refused even on one node (§4.7).
+  const backend = Database.get(system).backendName;
+  if (backend !== "postgres") {
+    throw new ClusterShardingConfigurationError(
+      `clustered persistent entities require the PostgreSQL backend (this system uses ${backend}); configure Database.get(system) with backend "postgres"`,
+      "backend",
+    );
+  }
+  const settings = ShardingSettings.create(settingsOptions);
+  const existing = internals.types.get(routingName)?.provider;
+  if (existing !== undefined) {
+    const field =
+      !(existing instanceof PersistentEntityProvider) || existing.kind !== kind
+        ? "kind"
+        : existing.entityTypeName !== entityType.name
+          ? "entityType"
+          : existing.messageTypeName !== entityType.commandClass.name
+            ? "messageType"
+            : existing.settings.incompatibleField(settings);
+    if (field !== null) {
+      throw new ClusterShardingConfigurationError(
+        `Entity type ${routingName} is already registered with incompatible settings (${field} differs); use the same settings on every init`,
+        field,
+      );
+    }
+    return new ShardedEntityType<T>(routingName);
+  }
+  const behaviorFor =
+    kind === "event-sourced"
+      ? (entityId: string, fence: Parameters<EventSourcing["entityBehavior"]>[1]) =>
+          EventSourcing.get(system).entityBehavior<T>(entityType.id(entityId), fence)
+      : (entityId: string, fence: Parameters<DurableState["entityBehavior"]>[1]) =>
+          DurableState.get(system).entityBehavior<T>(entityType.id(entityId), fence);
+  const membership = internals.membership;
+  const provider = new PersistentEntityProvider<T>({
+    name: routingName,
+    entityTypeName: entityType.name,
+    kind,
+    messageTypeName: entityType.commandClass.name,
+    settings,
+    behaviorFor: (entityId, fence) => behaviorFor(entityId, fence) as BehaviorSource<T>,
+    host: sharding.entityHost,
+    scheduler: system.scheduler,
+    stats: sharding.mutableStats,
+    leases: Database.get(system),
+    clusterName: clusterNameOf(sharding),
+    owner: membership.selfAddress.toString(),
+    safeToOwn: () => safeToOwn({ ...membership.snapshot(), self: membership.selfAddress }),
+    log: system.log,
+  });
+  return sharding.registerProvider<T>(provider);
+}
+
+function clusterNameOf(sharding: ClusterSharding): string {
+  try {
+    return Cluster.get(shardingInternals(sharding).system).settings.clusterName;
+  } catch {
+    return defaultClusterName;
+  }
+}

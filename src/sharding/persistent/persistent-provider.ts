@@ -1,0 +1,271 @@
+import {
+  type ActorContext,
+  type ActorRef,
+  type BehaviorSource,
+  DRAIN_AND_STOP,
+  type Logger,
+  type Scheduler,
+  STOP,
+} from "../../actor/index.ts";
+import { ShardHandoffInProgressError } from "../errors.ts";
+import { bindEntity } from "../lease/entity-epoch.ts";
+import type { LeaseCounter } from "../lease/lease-book.ts";
+import { LeaseKeeper, type LeaseStore } from "../lease/lease-keeper.ts";
+import type { ShardLeaseToken } from "../lease/lease-token.ts";
+import type { ShardingProvider } from "../provider.ts";
+import type { ShardingSettings } from "../settings.ts";
+import type { MutableShardingStats } from "../stats.ts";
+
+/** Which persistence extension backs a provider. */
+export type PersistentKind = "event-sourced" | "durable-state";
+
+/** Everything a {@link PersistentEntityProvider} is built from. */
+export interface PersistentProviderOptions<T> {
+  /** The routing name (sharding type name and lease key entity type). */
+  readonly name: string;
+  /** The persistence entity type's name (persistence ids are `<name>:<id>` whatever the routing name). */
+  readonly entityTypeName: string;
+  readonly kind: PersistentKind;
+  readonly messageTypeName: string;
+  readonly settings: ShardingSettings;
+  /** The entity actor's behavior for an entity id, bound to the lease it writes under. */
+  readonly behaviorFor: (entityId: string, fence: ShardLeaseToken) => BehaviorSource<T>;
+  readonly host: ActorContext<unknown>;
+  readonly scheduler: Scheduler;
+  readonly stats: MutableShardingStats;
+  readonly leases: LeaseStore;
+  readonly clusterName: string;
+  /** This node's `UniqueAddress` string (the lease owner). */
+  readonly owner: string;
+  /** The safe-to-own rule on the live membership view. */
+  readonly safeToOwn: () => boolean;
+  readonly log: Logger;
+}
+
+interface PersistentEntity {
+  readonly ref: ActorRef<unknown>;
+  readonly shardId: number;
+  /** The lease epoch the actor was activated under; every write it makes carries it. */
+  readonly epoch: number;
+  lastActivityMs: number;
+}
+
+/**
+ * Hosts the event-sourced or durable-state entity actors of one routing name on one node (REFERENCE §3.12). A
+ * delivery needs the shard's lease: without one the shard's retry barrier retries it while the lease is acquired.
+ * Each actor is bound to the epoch it was activated under and replaced when the lease's epoch changes, so a write
+ * from an older ownership is fenced by the database.
+ */
+export class PersistentEntityProvider<T> implements ShardingProvider {
+  readonly name: string;
+  readonly messageTypeName: string;
+  readonly settings: ShardingSettings;
+  readonly entityTypeName: string;
+  readonly kind: PersistentKind;
+  /** The shard leases of this provider. */
+  readonly keeper: LeaseKeeper;
+  private readonly entities = new Map<string, PersistentEntity>();
+  private readonly byRef = new Map<string, string>();
+  private readonly draining = new Set<number>();
+  /** Shards whose handoff prepare is acquiring the lease; the shell marks them prepared only once that is done. */
+  private readonly preparing = new Map<number, number>();
+  private readonly terminationWaiters = new Map<string, (() => void)[]>();
+  private counter = 0;
+
+  /** @throws ClusterShardingConfigurationError for invalid lease settings */
+  constructor(private readonly options: PersistentProviderOptions<T>) {
+    this.name = options.name;
+    this.messageTypeName = options.messageTypeName;
+    this.settings = options.settings;
+    this.entityTypeName = options.entityTypeName;
+    this.kind = options.kind;
+    const stats = options.stats;
+    this.keeper = new LeaseKeeper(
+      {
+        clusterName: options.clusterName,
+        entityType: options.name,
+        owner: options.owner,
+        leaseDurationMs: options.settings.leaseDuration,
+        leaseRenewIntervalMs: options.settings.leaseRenewInterval,
+      },
+      options.leases,
+      options.scheduler,
+      {
+        stopEntities: (shardId) => this.stopShardEntities(shardId, STOP),
+        count: (counter: LeaseCounter, by: number) => {
+          stats[counter] += by;
+        },
+        safeToOwn: options.safeToOwn,
+        log: options.log,
+      },
+    );
+  }
+
+  get entityCount(): number {
+    return this.entities.size;
+  }
+
+  /** The epoch a live entity actor writes under, or null when none is active here. */
+  entityEpoch(entityId: string): number | null {
+    return this.entities.get(entityId)?.epoch ?? null;
+  }
+
+  authorizeShard(shardId: number): void {
+    this.keeper.own(shardId);
+  }
+
+  async prepareShard(shardId: number): Promise<void> {
+    this.draining.delete(shardId);
+    this.keeper.own(shardId);
+    this.preparing.set(shardId, (this.preparing.get(shardId) ?? 0) + 1);
+    try {
+      await this.keeper.acquire(shardId);
+    } finally {
+      const left = (this.preparing.get(shardId) ?? 1) - 1;
+      if (left === 0) this.preparing.delete(shardId);
+      else this.preparing.set(shardId, left);
+    }
+  }
+
+  deliver(shardId: number, entityId: string, message: unknown, sender: ActorRef<unknown> | null): void {
+    const entity = this.entityFor(shardId, entityId).entity;
+    entity.lastActivityMs = this.options.scheduler.now();
+    entity.ref.tell(message, sender);
+    this.options.stats.localDeliveries++;
+  }
+
+  activate(shardId: number, entityId: string): boolean {
+    const { entity, created } = this.entityFor(shardId, entityId);
+    entity.lastActivityMs = this.options.scheduler.now();
+    return created;
+  }
+
+  passivate(entityId: string): boolean {
+    const entity = this.entities.get(entityId);
+    if (entity === undefined) return false;
+    this.forget(entityId, entity);
+    entity.ref.sendSystem(STOP);
+    return true;
+  }
+
+  async drainShard(shardId: number): Promise<void> {
+    this.draining.add(shardId);
+    // Accepted mailbox work finishes under the old lease first; only then is the lease released.
+    await this.stopShardEntities(shardId, DRAIN_AND_STOP);
+    await this.keeper.drain(shardId);
+  }
+
+  retainShards(planned: ReadonlySet<number>): void {
+    // A plan stored while a prepare is still acquiring does not list that shard yet: releasing it there would
+    // cost the handoff an extra epoch (release, then acquire again).
+    const shardIds = new Set([...planned, ...this.preparing.keys()]);
+    this.keeper.retain(shardIds);
+    for (const [id, entity] of [...this.entities]) {
+      if (shardIds.has(entity.shardId)) continue;
+      this.forget(id, entity);
+      entity.ref.sendSystem(STOP);
+    }
+    for (const shard of [...this.draining]) if (shardIds.has(shard)) this.draining.delete(shard);
+  }
+
+  suspendOwnership(release: boolean): void {
+    // Without release the leases are left to expire: a possibly active partition must not get them early.
+    if (release) this.keeper.retain([]);
+    else this.keeper.suspend();
+    for (const [id, entity] of [...this.entities]) {
+      this.forget(id, entity);
+      entity.ref.sendSystem(STOP);
+    }
+  }
+
+  passivateIdle(nowMs: number, idleTimeoutMs: number): number {
+    let stopped = 0;
+    for (const [id, entity] of [...this.entities]) {
+      if (nowMs - entity.lastActivityMs < idleTimeoutMs) continue;
+      this.forget(id, entity);
+      entity.ref.sendSystem(STOP);
+      stopped++;
+    }
+    return stopped;
+  }
+
+  entityTerminated(ref: ActorRef<unknown>): void {
+    const key = ref.path.toString();
+    const id = this.byRef.get(key);
+    this.byRef.delete(key);
+    const entity = id === undefined ? undefined : this.entities.get(id);
+    if (id !== undefined && entity?.ref === ref) {
+      this.entities.delete(id);
+      // It stopped on its own, which is what a fenced write does on StaleShardOwnerError: check the lease now
+      // rather than at the next renewal, so that no new actor is started under an epoch that is gone.
+      this.keeper.verify(entity.shardId);
+    }
+    const waiters = this.terminationWaiters.get(key);
+    this.terminationWaiters.delete(key);
+    for (const w of waiters ?? []) w();
+  }
+
+  async stopAll(): Promise<void> {
+    const waits = [...this.entities.values()].map((e) => this.terminationOf(e.ref));
+    for (const [id, entity] of [...this.entities]) {
+      this.forget(id, entity);
+      entity.ref.sendSystem(STOP);
+    }
+    await Promise.all(waits);
+    await this.keeper.stopAll();
+  }
+
+  /**
+   * The live actor for `entityId` under the shard's current lease, created (or replaced, when it belongs to another
+   * epoch) as needed.
+   * @throws ShardHandoffInProgressError while the shard drains; ShardLeaseUnavailableError without a valid lease
+   */
+  private entityFor(shardId: number, entityId: string): { entity: PersistentEntity; created: boolean } {
+    if (this.draining.has(shardId)) throw new ShardHandoffInProgressError(this.name, shardId);
+    const token = this.keeper.requireToken(shardId);
+    const existing = this.entities.get(entityId);
+    const binding = bindEntity(existing?.epoch ?? null, token.epoch);
+    if (binding.kind === "reuse" && existing !== undefined) return { entity: existing, created: false };
+    if (existing !== undefined) {
+      this.forget(entityId, existing);
+      existing.ref.sendSystem(STOP);
+    }
+    return { entity: this.create(shardId, entityId, token), created: true };
+  }
+
+  private create(shardId: number, entityId: string, token: ShardLeaseToken): PersistentEntity {
+    const name = `${(this.counter++).toString(36)}-${encodeURIComponent(entityId).slice(0, 180)}@${token.epoch}`;
+    const ref = this.options.host.spawn(this.options.behaviorFor(entityId, token), name) as ActorRef<unknown>;
+    this.options.host.watch(ref);
+    const entity: PersistentEntity = { ref, shardId, epoch: token.epoch, lastActivityMs: this.options.scheduler.now() };
+    this.entities.set(entityId, entity);
+    this.byRef.set(ref.path.toString(), entityId);
+    this.options.stats.activations++;
+    return entity;
+  }
+
+  private stopShardEntities(shardId: number, signal: typeof STOP | typeof DRAIN_AND_STOP): Promise<void> {
+    const waits: Promise<void>[] = [];
+    for (const [id, entity] of [...this.entities]) {
+      if (entity.shardId !== shardId) continue;
+      this.forget(id, entity);
+      waits.push(this.terminationOf(entity.ref));
+      entity.ref.sendSystem(signal);
+    }
+    return Promise.all(waits).then(() => undefined);
+  }
+
+  private forget(entityId: string, entity: PersistentEntity): void {
+    if (this.entities.get(entityId) === entity) this.entities.delete(entityId);
+  }
+
+  private terminationOf(ref: ActorRef<unknown>): Promise<void> {
+    const key = ref.path.toString();
+    if (!this.byRef.has(key)) return Promise.resolve();
+    return new Promise((resolve) => {
+      const list = this.terminationWaiters.get(key) ?? [];
+      list.push(resolve);
+      this.terminationWaiters.set(key, list);
+    });
+  }
+}

@@ -1,0 +1,138 @@
+// The cluster singleton over the in-process fake cluster (sharding's test fixture).
+import assert from "node:assert/strict";
+import { after, test } from "node:test";
+import { AbstractBehavior, type ActorContext, STOP } from "../../src/actor/index.ts";
+import { ClusterSingleton, ClusterSingletonConfigurationError } from "../../src/singleton/index.ts";
+import { eventually } from "../fixtures/eventually.ts";
+import { FakeCluster } from "../sharding/fixtures/fake-cluster.ts";
+
+abstract class TickerCommand {}
+class Tick extends TickerCommand {}
+class WhereAreYou extends TickerCommand {}
+class TickerReply {
+  constructor(
+    readonly host: string,
+    readonly ticks: number,
+    readonly incarnation: number,
+  ) {}
+}
+abstract class OtherCommand {}
+
+const created: string[] = [];
+
+class Ticker extends AbstractBehavior<TickerCommand> {
+  private ticks = 0;
+  private readonly incarnation: number;
+  constructor(private readonly host: string) {
+    super();
+    created.push(host);
+    this.incarnation = created.length;
+  }
+  receive(message: TickerCommand, ctx: ActorContext<TickerCommand>): void {
+    if (message instanceof Tick) this.ticks++;
+    else if (message instanceof WhereAreYou) ctx.sender?.tell(new TickerReply(this.host, this.ticks, this.incarnation));
+  }
+}
+
+const cluster = new FakeCluster([Tick, WhereAreYou, TickerReply]);
+after(() => cluster.shutdown());
+const a = cluster.addNode("single-a");
+const b = cluster.addNode("single-b", { roles: ["worker"] });
+const options = { activationInterval: 20 };
+const refA = ClusterSingleton.get(a.system).init("ticker", TickerCommand, options, () => new Ticker("single-a"));
+const refB = ClusterSingleton.get(b.system).init("ticker", TickerCommand, options, () => new Ticker("single-b"));
+
+test("one instance cluster-wide, activated eagerly by the lowest node, reached through the ref from every node", async () => {
+  await eventually(() => created.length === 1, { what: "eager activation", describe: () => created });
+  assert.deepEqual(created, ["single-a"], "the lowest Up node owns it");
+  assert.equal(ClusterSingleton.get(a.system).stats.activations, 1);
+  refB.tell(new Tick());
+  refA.tell(new Tick());
+  await eventually(async () => (await refB.ask(new WhereAreYou(), TickerReply, 3_000)).ticks === 2, { what: "ticks" });
+  const reply = await refA.ask(new WhereAreYou(), TickerReply, 3_000);
+  assert.deepEqual(reply, new TickerReply("single-a", 2, 1));
+  assert.ok(refB.owner()!.equals(a.address));
+  assert.equal(refA.isLocallyOwned(), true);
+  assert.equal(refB.isLocallyOwned(), false);
+  assert.equal(created.length, 1, "still one");
+  const stats = ClusterSingleton.get(b.system).stats;
+  assert.equal(stats.registrations, 1);
+  assert.equal(stats.asks >= 1 && stats.tells === 1, true);
+});
+
+test("init returns the same ref for the same settings and refuses different ones", () => {
+  const again = ClusterSingleton.get(a.system).init("ticker", TickerCommand, options, () => new Ticker("x"));
+  assert.equal(again, refA);
+  assert.throws(
+    () =>
+      ClusterSingleton.get(a.system).init("ticker", TickerCommand, { activationInterval: 30 }, () => new Ticker("x")),
+    (e: unknown) => e instanceof ClusterSingletonConfigurationError && e.field === "settings",
+  );
+  assert.throws(
+    () =>
+      ClusterSingleton.get(a.system).init(
+        "ticker",
+        OtherCommand as unknown as typeof TickerCommand,
+        options,
+        () => new Ticker("x"),
+      ),
+    (e: unknown) => e instanceof ClusterSingletonConfigurationError && e.field === "messageType",
+  );
+  assert.throws(() => ClusterSingleton.get(a.system).init("x", TickerCommand, { roles: [""] }, () => new Ticker("x")), {
+    name: "ClusterSingletonConfigurationError",
+  });
+});
+
+test("STOP passivates it and the activation loop re-creates it behind the same ref", async () => {
+  const before = created.length;
+  refB.sendSystem(STOP);
+  await eventually(() => created.length === before + 1, { what: "re-creation" });
+  const reply = await refB.ask(new WhereAreYou(), TickerReply, 3_000);
+  assert.equal(reply.ticks, 0, "a fresh instance");
+  assert.equal(reply.incarnation, before + 1);
+  await eventually(() => ClusterSingleton.get(a.system).stats.reactivations >= 1, { what: "counted" });
+  assert.equal(ClusterSingleton.get(b.system).stats.stopRequests, 1);
+});
+
+test("roles constrain the owner", async () => {
+  const workers: string[] = [];
+  class Worker extends Ticker {
+    constructor(host: string) {
+      super(host);
+      workers.push(host);
+    }
+  }
+  const roles = { roles: ["worker"], activationInterval: 20 };
+  const wa = ClusterSingleton.get(a.system).init("worker", TickerCommand, roles, () => new Worker("single-a"));
+  ClusterSingleton.get(b.system).init("worker", TickerCommand, roles, () => new Worker("single-b"));
+  await eventually(() => workers.length === 1, { what: "activation on the worker" });
+  assert.deepEqual(workers, ["single-b"]);
+  assert.equal((await wa.ask(new WhereAreYou(), TickerReply, 3_000)).host, "single-b");
+});
+
+test("a node that disagrees on the message type has its envelopes rejected with the sharding error", async () => {
+  const c = cluster.addNode("single-c");
+  const refC = ClusterSingleton.get(c.system).init(
+    "ticker",
+    OtherCommand as unknown as typeof TickerCommand,
+    options,
+    () => new Ticker("single-c"),
+  );
+  await assert.rejects(refC.ask(new WhereAreYou(), TickerReply, 3_000), (e: unknown) => {
+    const error = e as { name: string; remoteClass?: string };
+    return (error.remoteClass ?? error.name) === "ClusterShardingConfigurationError";
+  });
+  assert.ok(ClusterSingleton.get(c.system).stats.routingRejections >= 1);
+  c.setStatus("Removed");
+});
+
+test("the owner leaving gracefully moves it; the ref keeps working", async () => {
+  const before = created.length;
+  a.setStatus("Leaving");
+  await eventually(() => refB.owner()?.equals(b.address) === true, { what: "the plan to move it", timeoutMs: 10_000 });
+  await eventually(() => created.length === before + 1, { what: "re-created on b" });
+  assert.equal(created.at(-1), "single-b");
+  const reply = await refB.ask(new WhereAreYou(), TickerReply, 3_000);
+  assert.equal(reply.host, "single-b");
+  assert.ok(ClusterSingleton.get(b.system).stats.ownerChanges >= 1);
+});

@@ -1,0 +1,115 @@
+// A persistent (event-sourced) singleton on the real PostgreSQL over the fake cluster: its lease key, and its state
+// surviving the owner's graceful leave.
+import assert from "node:assert/strict";
+import { after, test } from "node:test";
+import {
+  Database,
+  Effect,
+  type EntityContext,
+  EventSourcedBehavior,
+  EventSourcing,
+  MemoryStore,
+  type PersistenceStore,
+} from "../../src/persistence/index.ts";
+import { ClusterShardingConfigurationError } from "../../src/sharding/errors.ts";
+import { ClusterSingleton, ClusterSingletonConfigurationError } from "../../src/singleton/index.ts";
+import { eventually } from "../fixtures/eventually.ts";
+import { freshPostgresStore, rawClient } from "../persistence/pg-fixture.ts";
+import { FakeCluster, type Node } from "../sharding/fixtures/fake-cluster.ts";
+
+abstract class LedgerCommand {}
+class Record extends LedgerCommand {
+  constructor(
+    readonly entry: string,
+    readonly op: string,
+  ) {
+    super();
+  }
+}
+class ReadLedger extends LedgerCommand {}
+class LedgerView {
+  constructor(
+    readonly entries: string[],
+    readonly epoch: number,
+  ) {}
+}
+class Recorded {
+  constructor(readonly entry: string) {}
+}
+
+class Ledger extends EventSourcedBehavior<LedgerCommand, Recorded, { entries: string[] }> {
+  emptyState() {
+    return { entries: [] as string[] };
+  }
+  applyEvent(state: { entries: string[] }, event: Recorded) {
+    return { entries: [...state.entries, event.entry] };
+  }
+  handleCommand(state: { entries: string[] }, command: LedgerCommand, ctx: EntityContext<LedgerCommand>) {
+    const reply = (s: { entries: string[] }) => ctx.sender?.tell(new LedgerView(s.entries, ctx.fence?.epoch ?? 0));
+    if (command instanceof Record) {
+      return Effect.persist<Recorded, { entries: string[] }>(new Recorded(command.entry), command.op).thenRun(reply);
+    }
+    return Effect.none<Recorded, { entries: string[] }>().thenRun(() => reply(state));
+  }
+}
+
+const cluster = new FakeCluster([Record, ReadLedger, LedgerView]);
+const pg = await freshPostgresStore("persistent_singleton");
+after(async () => {
+  await cluster.shutdown();
+  await pg.dispose();
+});
+
+const options = { entityId: "main", activationInterval: 20, leaseDuration: 2_000, leaseRenewInterval: 500 };
+
+async function start(
+  name: string,
+  store: PersistenceStore = pg.store,
+): Promise<{ node: Node; type: ReturnType<typeof register> }> {
+  const node = cluster.addNode(name);
+  await Database.get(node.system).use(store);
+  Database.get(node.system).codec.register(Recorded);
+  return { node, type: register(node) };
+}
+
+function register(node: Node) {
+  return EventSourcing.get(node.system).registerEntity(Ledger, LedgerCommand, () => new Ledger(), { name: "Ledger" });
+}
+
+test("a persistent singleton needs PostgreSQL and valid lease settings", async () => {
+  const { node, type } = await start("ps-memory", new MemoryStore());
+  assert.throws(
+    () => ClusterSingleton.get(node.system).initEventSourced("ledger", type, options),
+    ClusterShardingConfigurationError,
+  );
+  assert.throws(
+    () => ClusterSingleton.get(node.system).initEventSourced("ledger2", type, { ...options, entityId: "" }),
+    ClusterSingletonConfigurationError,
+  );
+  node.setStatus("Removed");
+});
+
+test("it is activated eagerly under the lease (cluster, movie.singleton.<name>, 0) and keeps its state across a leave", async () => {
+  const a = await start("ps-a");
+  const b = await start("ps-b");
+  const refA = ClusterSingleton.get(a.node.system).initEventSourced("ledger", a.type, options);
+  const refB = ClusterSingleton.get(b.node.system).initEventSourced("ledger", b.type, options);
+  assert.equal(ClusterSingleton.get(a.node.system).initEventSourced("ledger", a.type, options), refA);
+  await eventually(() => ClusterSingleton.get(a.node.system).stats.activations === 1, { what: "eager activation" });
+  const first = await refB.ask(new Record("opened", "op-1"), LedgerView, 5_000);
+  assert.deepEqual(first, new LedgerView(["opened"], 1));
+  const client = await rawClient(pg.url, pg.schema);
+  try {
+    const rows = await client.query("SELECT entity_type, shard_id, owner, epoch FROM shard_lease");
+    assert.deepEqual(
+      rows.rows.map((r) => [r.entity_type, Number(r.shard_id), r.owner, Number(r.epoch)]),
+      [["movie.singleton.ledger", 0, a.node.address.toString(), 1]],
+    );
+  } finally {
+    await client.end();
+  }
+  a.node.setStatus("Leaving");
+  await eventually(() => refB.owner()?.equals(b.node.address) === true, { what: "the move", timeoutMs: 10_000 });
+  const after = await refB.ask(new ReadLedger(), LedgerView, 5_000);
+  assert.deepEqual(after, new LedgerView(["opened"], 2), "recovered on b from the journal, at the next epoch");
+});
