@@ -36,8 +36,14 @@ class Tick {
   ) {}
 }
 class Ack {
-  constructor(readonly count: number) {}
+  constructor(
+    readonly count: number,
+    /** The receiver's CPU time (user + system) when it acknowledged, in µs. */
+    readonly cpuMicros: number,
+  ) {}
 }
+/** Asks the sink for its count and its process's CPU time now (the baseline and end of a measured round). */
+class Probe {}
 class Req {
   constructor(
     readonly seq: number,
@@ -49,19 +55,27 @@ class Res {
 }
 MessageRegistry.register(Tick, { name: "bench.tick" });
 MessageRegistry.register(Ack, { name: "bench.ack" });
+MessageRegistry.register(Probe, { name: "bench.probe" });
 MessageRegistry.register(Req, { name: "bench.req" });
 MessageRegistry.register(Res, { name: "bench.res" });
 
 class Sink extends AbstractBehavior<unknown> {
   private count = 0;
-  receive(_message: unknown, ctx: ActorContext<unknown>): void {
-    if (++this.count % ackEvery === 0) ctx.sender?.tell(new Ack(this.count));
+  receive(message: unknown, ctx: ActorContext<unknown>): void {
+    if (message instanceof Probe) ctx.sender?.tell(new Ack(this.count, cpuMicros()));
+    else if (++this.count % ackEvery === 0) ctx.sender?.tell(new Ack(this.count, cpuMicros()));
   }
 }
 class Responder extends AbstractBehavior<unknown> {
   receive(message: unknown, ctx: ActorContext<unknown>): void {
     if (message instanceof Req) ctx.sender?.tell(new Res(message.seq));
   }
+}
+
+/** This process's CPU time so far (user + system), in µs: per-message cost that host load does not distort much. */
+function cpuMicros(): number {
+  const { user, system } = process.cpuUsage();
+  return user + system;
 }
 
 // ---------------------------------------------------------------- child process
@@ -89,13 +103,45 @@ async function child(): Promise<void> {
 
 class AckCollector extends AbstractBehavior<unknown> {
   acked = 0;
+  cpuMicros = 0;
   waiter: (() => void) | null = null;
   receive(message: unknown): void {
     if (message instanceof Ack) {
       this.acked = message.count;
+      this.cpuMicros = message.cpuMicros;
       this.waiter?.();
     }
   }
+}
+
+/** A round's result with the CPU µs per message it cost this process (client) and the other one (server). */
+interface Measured<T> {
+  value: T;
+  clientCpuPerMsg: number;
+  serverCpuPerMsg: number;
+}
+
+/**
+ * Runs one round of `count` messages and charges it the CPU time both processes spent meanwhile; the server's comes
+ * from a Probe before and after (two tiny messages, negligible beside a round).
+ */
+async function measured<T>(
+  probe: { sink: ActorRef<unknown>; acks: AckCollector; ackRef: ActorRef<unknown> },
+  count: number,
+  run: () => Promise<T>,
+): Promise<Measured<T>> {
+  const serverCpu = async (): Promise<number> => {
+    const answered = new Promise<void>((r) => (probe.acks.waiter = r));
+    probe.sink.tell(new Probe(), probe.ackRef);
+    await answered;
+    return probe.acks.cpuMicros;
+  };
+  const server0 = await serverCpu();
+  const client0 = cpuMicros();
+  const value = await run();
+  const client = cpuMicros() - client0;
+  const server = (await serverCpu()) - server0;
+  return { value, clientCpuPerMsg: client / count, serverCpuPerMsg: server / count };
 }
 
 async function movieTell(sink: ActorRef<unknown>, acks: AckCollector, ackRef: ActorRef<unknown>, count: number) {
@@ -202,15 +248,31 @@ async function parent(): Promise<void> {
   let rawRtt: number[] = [];
   let seqLatencies: number[] = [];
   const seqRates: number[] = [];
+  // CPU µs per message of each round: [client, server].
+  const cpu = { raw: [] as number[][], rawJson: [] as number[][], movie: [] as number[][], trip: [] as number[][] };
+  const ask: number[][] = [];
+  const probe = { sink, acks, ackRef };
+  const perAsk = Math.ceil(sequentialAsks / rounds);
   for (let round = 0; round < rounds; round++) {
-    rawTells.push(await rawTell(info.rawSink, tickFrame, perRound));
-    rawJsonTells.push(await rawTell(info.rawJsonSink, tickFrame, perRound, tickJson));
-    movieTells.push(await movieTell(sink, acks, ackRef, perRound));
-    rawRtt = rawRtt.concat(await rawRoundTrips(info.rawEcho, reqFrame, Math.ceil(sequentialAsks / rounds)));
-    const seqRound = await movieSequentialAsks(responder, Math.ceil(sequentialAsks / rounds));
-    seqLatencies = seqLatencies.concat(seqRound.latencies);
-    seqRates.push(seqRound.rate);
+    const raw = await measured(probe, perRound, () => rawTell(info.rawSink, tickFrame, perRound));
+    rawTells.push(raw.value);
+    cpu.raw.push([raw.clientCpuPerMsg, raw.serverCpuPerMsg]);
+    const rawJson = await measured(probe, perRound, () => rawTell(info.rawJsonSink, tickFrame, perRound, tickJson));
+    rawJsonTells.push(rawJson.value);
+    cpu.rawJson.push([rawJson.clientCpuPerMsg, rawJson.serverCpuPerMsg]);
+    const movie = await measured(probe, perRound, () => movieTell(sink, acks, ackRef, perRound));
+    movieTells.push(movie.value);
+    cpu.movie.push([movie.clientCpuPerMsg, movie.serverCpuPerMsg]);
+    const trips = await measured(probe, perAsk, () => rawRoundTrips(info.rawEcho, reqFrame, perAsk));
+    rawRtt = rawRtt.concat(trips.value);
+    cpu.trip.push([trips.clientCpuPerMsg, trips.serverCpuPerMsg]);
+    const seqRound = await measured(probe, perAsk, () => movieSequentialAsks(responder, perAsk));
+    seqLatencies = seqLatencies.concat(seqRound.value.latencies);
+    seqRates.push(seqRound.value.rate);
+    ask.push([seqRound.clientCpuPerMsg, seqRound.serverCpuPerMsg]);
   }
+  const cpuMedian = (samples: number[][], side: 0 | 1, digits = 3) =>
+    +median(samples.map((s) => s[side]!)).toFixed(digits);
   rawRtt.sort((x, y) => x - y);
   seqLatencies.sort((x, y) => x - y);
   const rawTellRate = median(rawTells);
@@ -235,6 +297,12 @@ async function parent(): Promise<void> {
       unit: "msg/s",
       ratio: (movieTellRate / rawTellRate).toFixed(2),
     },
+    { metric: "CPU per tell, sender: raw", value: cpuMedian(cpu.raw, 0), unit: "µs", ratio: "" },
+    { metric: "CPU per tell, sender: raw + JSON", value: cpuMedian(cpu.rawJson, 0), unit: "µs", ratio: "" },
+    { metric: "CPU per tell, sender: movie", value: cpuMedian(cpu.movie, 0), unit: "µs", ratio: "" },
+    { metric: "CPU per tell, receiver: raw", value: cpuMedian(cpu.raw, 1), unit: "µs", ratio: "" },
+    { metric: "CPU per tell, receiver: raw + JSON", value: cpuMedian(cpu.rawJson, 1), unit: "µs", ratio: "" },
+    { metric: "CPU per tell, receiver: movie", value: cpuMedian(cpu.movie, 1), unit: "µs", ratio: "" },
     { metric: "raw round trip p50 (ceiling)", value: +pct(rawRtt, 50).toFixed(3), unit: "ms", ratio: "1.00" },
     { metric: "raw round trip p99", value: +pct(rawRtt, 99).toFixed(3), unit: "ms", ratio: "" },
     { metric: "raw round trips, 1 in flight", value: Math.round(rawRttRate), unit: "rt/s", ratio: "" },
@@ -243,6 +311,18 @@ async function parent(): Promise<void> {
       value: +pct(seq.latencies, 50).toFixed(3),
       unit: "ms",
       ratio: (pct(seq.latencies, 50) / pct(rawRtt, 50)).toFixed(2),
+    },
+    {
+      metric: "CPU per round trip, caller / echo: raw",
+      value: `${cpuMedian(cpu.trip, 0, 1)} / ${cpuMedian(cpu.trip, 1, 1)}`,
+      unit: "µs",
+      ratio: "",
+    },
+    {
+      metric: "CPU per ask, caller / responder: movie",
+      value: `${cpuMedian(ask, 0, 1)} / ${cpuMedian(ask, 1, 1)}`,
+      unit: "µs",
+      ratio: "",
     },
     { metric: "movie ask p99 (1 in flight)", value: +pct(seq.latencies, 99).toFixed(3), unit: "ms", ratio: "" },
     {
@@ -291,7 +371,7 @@ async function parent(): Promise<void> {
         cpus: cpus().length,
         workload: { tellCount, tellWindow, sequentialAsks, parallelAsks, inFlight, frameBytes: tickFrame.length },
         rows,
-        rounds: { rawTells, rawJsonTells, movieTells, seqRates },
+        rounds: { rawTells, rawJsonTells, movieTells, seqRates, cpuPerMessage: { ...cpu, ask } },
         targets,
         stats,
       },

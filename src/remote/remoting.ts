@@ -434,7 +434,9 @@ export class Remoting implements Extension {
       buf = writer.reserve(frameHeaderBytes + header.bytes.length + 3 * payload.length);
       at = writer.offset;
       o = at + frameHeaderBytes;
-      o += header.bytes.copy(buf, o);
+      // TypedArray#set is a plain memcpy; Buffer#copy validates its arguments in JS first.
+      buf.set(header.bytes, o);
+      o += header.bytes.length;
     } else {
       buf = writer.reserve(userEnvelopeBytesBound(target.recipientBytes, senderPath, senderUid, typeName, payload));
       at = writer.offset;
@@ -665,10 +667,12 @@ export class Remoting implements Extension {
   }
 
   private onUser(connection: Connection, peer: UniqueAddress, frame: Buffer): void {
-    const at = userHeaderEnd(frame);
-    // Consecutive frames on a connection usually share their header: compare bytes instead of decoding strings.
+    // Consecutive frames on a connection usually share their header: compare bytes instead of decoding strings. Bytes
+    // equal to a complete cached header end where it ends, so a hit needs no header walk either.
     let cache = connection.headerCache as InboundHeader | null;
-    if (cache === null || cache.bytes.length !== at || frame.compare(cache.bytes, 0, at, 0, at) !== 0) {
+    let at = cache === null ? 0 : cache.bytes.length;
+    if (cache === null || frame.length < at || frame.compare(cache.bytes, 0, at, 0, at) !== 0) {
+      at = userHeaderEnd(frame);
       const header = readUserHeader(frame);
       const fresh: InboundHeader = {
         bytes: frame,
