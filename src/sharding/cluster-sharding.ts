@@ -1070,8 +1070,14 @@ export class ClusterSharding implements Extension, EntityRouter {
       if (input.kind === "buffer") this.reject(input.delivery, new NoShardOwnerError(state.provider.name, shard));
       return;
     }
+    const wasAborted = running.state.phase === "aborted";
     const [next, effects] = handoffStep(running.state, input);
     running.state = next;
+    if (next.phase === "aborted" && !wasAborted) {
+      // Buffered deliveries were accepted: rejecting them is worth an operator's attention (and tests watch for it).
+      const rejected = effects.filter((e) => e.kind === "reject").length;
+      this.system.log.warn({ shard, type: state.provider.name, rejected }, "sharding handoff aborted");
+    }
     for (const effect of effects) this.performHandoffEffect(state, shard, running, effect);
   }
 

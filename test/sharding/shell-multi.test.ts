@@ -59,6 +59,7 @@ test("handoff buffer: 1,024 deliveries wait while the old owner cannot drain, th
     ref.tell(new Seq(99_999)); // also over the limit: rejected and counted
     assert.equal(a.sharding.stats.rejectedEnvelopes, rejected + 2);
     assert.equal(a.sharding.handoffsInProgress, 2, "both of b's shards are moving");
+    assert.ok(!a.guardsAllow(b), "the departure guard holds b while its shards are still on it");
     cluster.unblackhole(a, b);
     await eventually(() => (sequenceSink.get(id)?.length ?? 0) === 1024, {
       what: "the buffered messages delivered to the new owner",
@@ -76,7 +77,15 @@ test("handoff buffer: 1,024 deliveries wait while the old owner cannot drain, th
     );
     assert.ok(a.sharding.ownerFor("Buf", id)!.equals(a.address));
     assert.equal(a.sharding.handoffInProgress("Buf", shard), false);
-    assert.ok(a.guardsAllow(b), "the departure guard lets b go once no shard is left on it");
+    // b's other shard may still be in flight: wait for both handoffs before the guard may let b go
+    await eventually(() => a.guardsAllow(b), {
+      what: "the departure guard letting b go once no shard is left on it",
+      describe: () => ({
+        handoffs: a.sharding.handoffsInProgress,
+        plan: [...a.sharding.allocations("Buf")].map(String),
+      }),
+    });
+    assert.equal(a.sharding.handoffsInProgress, 0);
   } finally {
     await cluster.shutdown();
   }

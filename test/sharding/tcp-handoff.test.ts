@@ -9,6 +9,7 @@ import { GetOrder, OrderCommand, OrderReply, Seq, SequenceBehavior, sequenceSink
 import {
   describeNodes,
   planSettled,
+  recordingLogger,
   type ShardingNode,
   settled,
   startShardingNode,
@@ -66,7 +67,8 @@ test("a join rebalances with RateLimitedRebalance, at most maxConcurrent handoff
 });
 
 test("graceful leave under continuous traffic: shards move, per-entity FIFO holds and no accepted message is lost", async () => {
-  const nodes = await startShardingNodes(3);
+  const logger = recordingLogger();
+  const nodes = await startShardingNodes(3, [], logger);
   try {
     for (const n of nodes) n.sharding.init("Leave", OrderCommand, settingsFor(4), (id) => new SequenceBehavior(id));
     await eventually(() => nodes.every((n) => settled(n, 3)) && planSettled(nodes, "Leave", settingsFor(4)), {
@@ -112,6 +114,12 @@ test("graceful leave under continuous traffic: shards move, per-entity FIFO hold
     running = false;
     await traffic;
     await Promise.all([...inFlight]);
+    // NoShardOwnerError alone does not prove fail-closed routing: an aborted handoff rejects deliveries it had already
+    // accepted into its buffer with the same error. A graceful leave must never abort one that held deliveries.
+    const lossyAborts = logger.warnings.filter(
+      (w) => w.message === "sharding handoff aborted" && (w.context as { rejected: number }).rejected > 0,
+    );
+    assert.deepEqual(lossyAborts, [], "no handoff aborted with accepted deliveries in its buffer");
     assert.ok(
       failures.every(
         (e) => e instanceof NoShardOwnerError || (e instanceof RemoteAskError && e.remoteClass === "NoShardOwnerError"),

@@ -28,6 +28,7 @@ import {
   OrderReply,
   SenderReply,
   SlowOrder,
+  started,
   WhoSent,
 } from "./fixtures/order.ts";
 import {
@@ -67,6 +68,8 @@ test("ClusterSharding.get requires remoting and cluster membership", async () =>
 
 test("the seed's Order example end to end from every node, with placement spread over all three", async () => {
   const ids = Array.from({ length: 30 }, (_, i) => `order-${i}`);
+  const startedBefore = started.length;
+  const hosted: string[] = [];
   for (const [i, id] of ids.entries())
     nodes[i % 3]!.sharding.entityRefFor<OrderCommand>("Order", id).tell(new DeliverOrder(`parcel-${i}`));
   for (const [i, id] of ids.entries()) {
@@ -85,13 +88,19 @@ test("the seed's Order example end to end from every node, with placement spread
     assert.deepEqual(reply.parcels, [`parcel-${i}`]);
     const owner = nodes[0]!.sharding.ownerFor("Order", id)!;
     assert.equal(reply.host, nodes.find((n) => n.cluster.selfAddress.equals(owner))!.system.address.toString());
+    hosted.push(reply.host);
   }
-  const total = nodes.reduce((sum, n) => sum + n.sharding.localEntityCount, 0);
-  assert.equal(total, 30);
-  assert.ok(
-    nodes.every((n) => n.sharding.localEntityCount > 0),
-    "LeastLoaded spreads shards over all nodes",
-  );
+  // Live entity counts are not asserted: under load a failure-detector blip (suspendOwnership) or a late handoff may
+  // legitimately stop entities after their asks were answered. What must hold is that each entity was activated
+  // exactly once, on the node that answered for it, and that placement used all three nodes.
+  const starts = started.slice(startedBefore);
+  const hosts = new Set<string>();
+  for (const [i, id] of ids.entries()) {
+    const of = starts.filter((s) => s.endsWith(`:${id}`));
+    assert.deepEqual(of, [`${hosted[i]}:${id}`], `${id} activated once, on its owner`);
+    hosts.add(hosted[i]!);
+  }
+  assert.equal(hosts.size, 3, "LeastLoaded spreads shards over all nodes");
   const coordinator = [...nodes].sort((a, b) =>
     UniqueAddress.compare(a.cluster.selfAddress, b.cluster.selfAddress),
   )[0]!;
@@ -231,5 +240,8 @@ test("routing fails closed while a member is unreachable, and recovers when it i
     },
     { what: "routing works again", describe: describeNodes(nodes, "Order") },
   );
-  assert.ok(b.sharding.stats.routes >= 0);
+  // b routes again too: one tell counts exactly one route on b.
+  const routes = b.sharding.stats.routes;
+  b.sharding.entityRefFor<OrderCommand>("Order", "order-1").tell(new DeliverOrder("after-recovery"));
+  assert.equal(b.sharding.stats.routes, routes + 1);
 });
