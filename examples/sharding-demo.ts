@@ -260,16 +260,19 @@ async function runDemo(): Promise<boolean> {
   await Promise.all([frontend, staying].map((n) => n.status()));
   printSummary(nodes);
 
-  // Each moved shard must now be held by the staying node under exactly the next epoch: that is the fence that makes
-  // any late write of the old owner fail with StaleShardOwnerError.
+  // Each moved shard must now be held by the staying node under a higher epoch: that is the fence that makes any late
+  // write of the old owner fail with StaleShardOwnerError. One transfer is one epoch; a shard the staying node also
+  // lost and re-took while membership changed shows one epoch per acquisition.
   const leasesAfter = await leaseRows();
   const stayingAddress = staying.last?.node ?? "";
   let movedOk = 0;
+  let movedTwice = 0;
   const movedBad: string[] = [];
   for (const before of held) {
     const after = leasesAfter.get(before.shard);
     if (after === undefined || after.owner !== stayingAddress) continue; // not used again since the move
     if (after.epoch === before.epoch + 1) movedOk++;
+    else if (after.epoch > before.epoch + 1) movedTwice++;
     else movedBad.push(`shard ${before.shard}: ${before.epoch} -> ${after.epoch}`);
   }
   const examples = held
@@ -280,7 +283,9 @@ async function runDemo(): Promise<boolean> {
     .join(", ");
   say(
     `epochs of the moved shards, now held by ${staying.name}: ${examples || "none re-acquired"}; ` +
-      `${movedOk} advanced by exactly one, ${movedBad.length} did not${movedBad.length > 0 ? ` (${movedBad.join(", ")})` : ""}`,
+      `${movedOk} advanced by exactly one` +
+      (movedTwice > 0 ? `, ${movedTwice} by more (${staying.name} re-took them after a lease loss)` : "") +
+      (movedBad.length > 0 ? `, ${movedBad.length} did NOT advance (${movedBad.join(", ")})` : ""),
   );
   const waits = nodes.reduce((sum, n) => sum + (n.last?.handoffWaits ?? 0), 0);
   say(`handoff steps retried (waiting for a lease to free up or for the coordinator): ${waits}`);
@@ -329,7 +334,7 @@ async function runDemo(): Promise<boolean> {
   const ok = verified.failed.length === 0 && wrong === 0 && lost === 0 && movedBad.length === 0;
   say(
     ok
-      ? "OK: every order's event-sourced state survived the move intact, and every moved shard's epoch advanced by one"
+      ? "OK: every order's event-sourced state survived the move intact, and every moved shard's epoch advanced"
       : "MISMATCH: see the counts above",
   );
   for (const node of [frontend, staying]) node.process.send({ type: "shutdown" });
