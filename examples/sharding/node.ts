@@ -1,29 +1,23 @@
-// One demo node, run as a child process by examples/demo.ts and driven over IPC.
+// One demo node, run as a child process by examples/sharding-demo.ts and driven over IPC.
 // Usage: node --import tsx examples/sharding/node.ts <label> <role> <seedHostPort|self>
+// with MOVIE_DEMO_PG_URL and MOVIE_DEMO_PG_SCHEMA set (the demo's database and its per-run schema).
 // Every node runs an actor system named "shop": seed nodes are host:port of the same system name.
-import { ActorSystem } from "../../src/index.ts";
+import { ActorSystem, ConsoleLogger, type Logger } from "../../src/index.ts";
 import "../../src/cluster/index.ts";
+import { Database, EventSourcing } from "../../src/persistence/index.ts";
 import {
   ClusterSharding,
   RateLimitedRebalance,
   RendezvousAllocation,
   RoleAwareAllocation,
 } from "../../src/sharding/index.ts";
-import {
-  DeliverOrder,
-  DeliveryAck,
-  DeliveryLedger,
-  GetOrder,
-  OrderBehavior,
-  OrderCommand,
-  OrderReply,
-} from "./orders.ts";
+import { initEventSourced } from "../../src/sharding/persistent/index.ts";
+import { DeliverOrder, DeliveryAck, GetOrder, OrderBehavior, OrderCommand, OrderReply, ParcelAdded } from "./orders.ts";
 
 type Command =
   | { type: "stream"; orders: number; pauseMs: number }
   | { type: "stop-stream" }
   | { type: "status" }
-  | { type: "ledger" }
   | { type: "verify" }
   | { type: "leave" }
   | { type: "shutdown" };
@@ -32,8 +26,36 @@ const [label = "node", role = "backend", seed = "self"] = process.argv.slice(2);
 const send = (message: object): void => {
   process.send?.(message);
 };
+// A node never outlives the demo that drives it (a crashed or interrupted demo closes the IPC channel).
+process.on("disconnect", () => process.exit(1));
 
-const system = ActorSystem.create("shop");
+/**
+ * The console logger, except that a handoff step that must be retried (waiting for a lease to free up, or sent while
+ * the coordinator changed) is counted rather than printed: it is expected while shards move and is retried every few
+ * hundred ms, so printing it would bury the demo's own lines.
+ */
+let handoffWaits = 0;
+const console_ = new ConsoleLogger();
+const logger: Logger = {
+  debug: (context, message) => console_.debug(context, message),
+  info: (context, message) => console_.info(context, message),
+  warn: (context, message) => {
+    if (message.startsWith("sharding handoff step failed") || message.startsWith("handoff could not complete"))
+      handoffWaits++;
+    else console_.warn(context, message);
+  },
+  error: (context, message) => console_.error(context, message),
+};
+const system = ActorSystem.create("shop", { logger });
+// Every node (the frontend too) configures the same PostgreSQL: persistent sharding checks the backend on init.
+const database = Database.get(system);
+await database.configure({
+  backend: "postgres",
+  connectionUri: process.env.MOVIE_DEMO_PG_URL!,
+  schema: process.env.MOVIE_DEMO_PG_SCHEMA!,
+  poolSize: 4,
+});
+database.codec.register(ParcelAdded, { manifest: "demo.ParcelAdded" });
 const remoting = await system.enableRemoting({ host: "127.0.0.1", port: 0 });
 const self = remoting.selfAddress;
 const cluster = await system.enableCluster({
@@ -42,19 +64,19 @@ const cluster = await system.enableCluster({
   gossipInterval: 200,
   failureDetector: { heartbeatInterval: 200, heartbeatTimeout: 3_000 },
 });
-const ledger = new DeliveryLedger();
+const orderType = EventSourcing.get(system).registerEntity(OrderBehavior, OrderCommand, () => new OrderBehavior(), {
+  name: "Order",
+});
 const sharding = ClusterSharding.get(system);
-const orders = sharding.init(
-  "Order",
-  OrderCommand,
-  {
-    shardCount: 64,
-    allocation: new RoleAwareAllocation(new RendezvousAllocation(), ["backend"]),
-    rebalance: new RateLimitedRebalance({ threshold: 1, maxConcurrent: 4 }),
-    idleTimeout: 120_000,
-  },
-  (entityId) => new OrderBehavior(entityId, ledger),
-);
+const orders = initEventSourced(sharding, orderType, {
+  shardCount: 64,
+  allocation: new RoleAwareAllocation(new RendezvousAllocation(), ["backend"]),
+  rebalance: new RateLimitedRebalance({ threshold: 1, maxConcurrent: 4 }),
+  idleTimeout: 120_000,
+  // Shorter than the 10 s default so that a lease the leaving node lets expire frees up quickly in the demo.
+  leaseDuration: 3_000,
+  leaseRenewInterval: 1_000,
+});
 
 /**
  * The frontend's order stream: one sender loop per order, each waiting for the acknowledgement of parcel n before it
@@ -64,6 +86,8 @@ const orders = sharding.init(
 let streaming: {
   active: boolean;
   acked: Map<string, number>;
+  /** Orders whose last attempt failed and was not retried successfully: that parcel may or may not be committed. */
+  unresolved: Set<string>;
   delivered: number;
   retries: number;
   loops: Promise<void>[];
@@ -71,13 +95,17 @@ let streaming: {
 
 async function orderLoop(orderId: string, pauseMs: number): Promise<void> {
   const ref = sharding.entityRefFor(orders, orderId);
-  while (streaming?.active === true) {
+  let finalRetries = 0;
+  // After the stop, a failed parcel is still retried a few times so that "acknowledged" and "persisted" match.
+  while (streaming !== null && (streaming.active || (streaming.unresolved.has(orderId) && finalRetries++ < 5))) {
     const seq = (streaming.acked.get(orderId) ?? 0) + 1;
     try {
-      await ref.ask(new DeliverOrder(`parcel-${seq}`, seq), DeliveryAck, 2_000);
+      await ref.ask(new DeliverOrder(`parcel-${seq}`, seq), DeliveryAck, 3_000);
       streaming.acked.set(orderId, seq);
+      streaming.unresolved.delete(orderId);
       streaming.delivered++;
     } catch {
+      streaming.unresolved.add(orderId);
       streaming.retries++;
     }
     await new Promise((resolve) => setTimeout(resolve, pauseMs));
@@ -108,7 +136,7 @@ function status(): object {
     shardsPerNode,
     entities: sharding.localEntityCount,
     stats: sharding.stats,
-    delivered: ledger.delivered,
+    handoffWaits,
     stream: streaming === null ? null : { delivered: streaming.delivered, retries: streaming.retries },
   };
 }
@@ -116,7 +144,7 @@ function status(): object {
 process.on("message", async (command: Command) => {
   switch (command.type) {
     case "stream":
-      streaming = { active: true, acked: new Map(), delivered: 0, retries: 0, loops: [] };
+      streaming = { active: true, acked: new Map(), unresolved: new Set(), delivered: 0, retries: 0, loops: [] };
       for (let i = 0; i < command.orders; i++) streaming.loops.push(orderLoop(`order-${i}`, command.pauseMs));
       break;
     case "stop-stream":
@@ -129,34 +157,32 @@ process.on("message", async (command: Command) => {
         delivered: streaming?.delivered ?? 0,
         retries: streaming?.retries ?? 0,
         acked: Object.fromEntries(streaming?.acked ?? []),
+        unresolved: [...(streaming?.unresolved ?? [])],
       });
       break;
     case "status":
       send(status());
       break;
-    case "ledger":
-      send({ type: "ledger", ledger: ledger.toJSON() });
-      break;
     case "verify": {
-      // Ask every order for its parcels through the sharded ref: the reply says which node hosts it now.
-      let asked = 0;
-      let failed = 0;
+      // Ask every order for its parcels through the sharded ref: the reply is its persisted state and its host.
+      const parcels: Record<string, string[]> = {};
+      const failed: string[] = [];
       const hosts: Record<string, number> = {};
       for (const orderId of streaming?.acked.keys() ?? []) {
         try {
-          const reply = await sharding.entityRefFor(orders, orderId).ask(new GetOrder(), OrderReply, 3_000);
+          const reply = await sharding.entityRefFor(orders, orderId).ask(new GetOrder(), OrderReply, 5_000);
           hosts[reply.host] = (hosts[reply.host] ?? 0) + 1;
-          asked++;
+          parcels[orderId] = reply.parcels;
         } catch {
-          failed++;
+          failed.push(orderId);
         }
       }
-      send({ type: "verified", asked, failed, hosts });
+      send({ type: "verified", parcels, failed, hosts });
       break;
     }
     case "leave":
       await cluster.leave();
-      send({ type: "left", delivered: ledger.delivered, ledger: ledger.toJSON() });
+      send({ type: "left", stats: sharding.stats });
       break;
     case "shutdown":
       await system.terminate();

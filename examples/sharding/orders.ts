@@ -1,11 +1,12 @@
-// The seed's Order example, shared by every demo node: the entity's commands, its replies and its behavior.
-import { AbstractBehavior, type ActorContext } from "../../src/index.ts";
+// The seed's persistent Order example, shared by every demo node: an event-sourced entity on PostgreSQL, its
+// commands, its event and its replies.
+import { Effect, type EntityContext, type EventEffect, EventSourcedBehavior } from "../../src/persistence/index.ts";
 import { MessageRegistry } from "../../src/remote/index.ts";
 
-/** The entity's message type (its runtime identity for `sharding.init`). */
+/** The entity's message type (its runtime identity for `registerEntity`). */
 export abstract class OrderCommand {}
 
-/** Adds parcel number `seq` to an order; the sender gets a {@link DeliveryAck}. */
+/** Adds parcel number `seq` to an order; the sender gets a {@link DeliveryAck} once the event is committed. */
 export class DeliverOrder extends OrderCommand {
   constructor(
     readonly parcel: string,
@@ -18,17 +19,32 @@ export class DeliverOrder extends OrderCommand {
 /** Asks for the order's parcels. */
 export class GetOrder extends OrderCommand {}
 
-/** The reply to {@link GetOrder}: what this actor instance holds and where it runs. */
+/** The reply to {@link GetOrder}: the parcels in the order's persisted state, where it runs, and its shard epoch. */
 export class OrderReply {
   constructor(
     readonly parcels: string[],
     readonly host: string,
+    readonly epoch: number,
   ) {}
 }
 
-/** Confirms that parcel `seq` was applied (or had already been: a retried delivery is acknowledged again). */
+/** Confirms that parcel `seq` is committed (a retried delivery is acknowledged again, never applied twice). */
 export class DeliveryAck {
   constructor(readonly seq: number) {}
+}
+
+/** The order's only event: one parcel was added. */
+export class ParcelAdded {
+  constructor(
+    readonly parcel: string,
+    readonly seq: number,
+  ) {}
+}
+
+/** An order's state: the fold of its ParcelAdded events. */
+export interface OrderState {
+  parcels: string[];
+  lastSeq: number;
 }
 
 MessageRegistry.register(DeliverOrder, { name: "demo.DeliverOrder" });
@@ -36,50 +52,34 @@ MessageRegistry.register(GetOrder, { name: "demo.GetOrder" });
 MessageRegistry.register(OrderReply, { name: "demo.OrderReply" });
 MessageRegistry.register(DeliveryAck, { name: "demo.DeliveryAck" });
 
-/**
- * What one node saw of each order across every actor instance it hosted. An ordinary entity keeps its state in
- * memory, so a moved order starts empty on its new node; the ledger is how the demo proves nothing was lost.
- */
-export class DeliveryLedger {
-  /** Per order, the parcel numbers applied on this node, in arrival order. */
-  readonly seqs = new Map<string, number[]>();
-  delivered = 0;
-
-  record(orderId: string, seq: number): void {
-    let list = this.seqs.get(orderId);
-    if (list === undefined) this.seqs.set(orderId, (list = []));
-    list.push(seq);
-    this.delivered++;
+/** One event-sourced order: each parcel is persisted once, in sequence, and acknowledged after the commit. */
+export class OrderBehavior extends EventSourcedBehavior<OrderCommand, ParcelAdded, OrderState> {
+  emptyState(): OrderState {
+    return { parcels: [], lastSeq: 0 };
   }
 
-  toJSON(): Record<string, number[]> {
-    return Object.fromEntries(this.seqs);
-  }
-}
-
-/** One order entity: applies each parcel once, in sequence, and acknowledges it. */
-export class OrderBehavior extends AbstractBehavior<OrderCommand> {
-  private readonly parcels: string[] = [];
-  private lastSeq = 0;
-
-  constructor(
-    readonly entityId: string,
-    private readonly ledger?: DeliveryLedger,
-  ) {
-    super();
+  applyEvent(state: OrderState, event: ParcelAdded): OrderState {
+    return { parcels: [...state.parcels, event.parcel], lastSeq: event.seq };
   }
 
-  receive(message: OrderCommand, context: ActorContext<OrderCommand>): void {
-    if (message instanceof DeliverOrder) {
-      // A retry of a parcel this instance already applied is acknowledged again but not applied twice.
-      if (message.seq > this.lastSeq) {
-        this.lastSeq = message.seq;
-        this.parcels.push(message.parcel);
-        this.ledger?.record(this.entityId, message.seq);
-      }
-      context.sender?.tell(new DeliveryAck(message.seq));
-    } else if (message instanceof GetOrder) {
-      context.sender?.tell(new OrderReply([...this.parcels], context.system.address.toString()));
+  handleCommand(
+    state: OrderState,
+    command: OrderCommand,
+    context: EntityContext<OrderCommand>,
+  ): EventEffect<ParcelAdded, OrderState> {
+    if (command instanceof DeliverOrder) {
+      const ack = () => context.sender?.tell(new DeliveryAck(command.seq));
+      // Already in the state: the earlier ack was lost on the way back, so acknowledge again without a write.
+      if (command.seq <= state.lastSeq) return Effect.none<ParcelAdded, OrderState>().thenRun(ack);
+      // The OperationId is derived from order id + seq, so a retry whose first attempt did commit is recognised
+      // by the store as a duplicate instead of adding the parcel twice.
+      const op = `${context.entityId.id}:parcel-${command.seq}`;
+      return Effect.persist<ParcelAdded, OrderState>(new ParcelAdded(command.parcel, command.seq), op).thenRun(ack);
     }
+    return Effect.none<ParcelAdded, OrderState>().thenRun((s) =>
+      context.sender?.tell(
+        new OrderReply([...s.parcels], context.system.address.toString(), context.fence?.epoch ?? 0),
+      ),
+    );
   }
 }

@@ -31,6 +31,11 @@ export interface DemoPostgresOptions {
   readonly probeTimeoutMs?: number;
   /** Where the choice is printed; default `console.log`. */
   readonly log?: (line: string) => void;
+  /**
+   * Do not try the local server (exercises the throwaway fallback on a machine that has one); default true when
+   * `MOVIE_DEMO_SKIP_LOCAL=1` is in the environment.
+   */
+  readonly skipLocal?: boolean;
   /** Stop a throwaway server when the process exits or gets SIGINT/SIGTERM; default true. */
   readonly stopOnExit?: boolean;
 }
@@ -66,7 +71,8 @@ async function choose(
       stop: async () => {},
     };
   }
-  const probe = await answers(localUrl, probeTimeoutMs);
+  const skipLocal = options.skipLocal ?? env.MOVIE_DEMO_SKIP_LOCAL === "1";
+  const probe = skipLocal ? "skipped: MOVIE_DEMO_SKIP_LOCAL=1" : await answers(localUrl, probeTimeoutMs);
   if (probe === null) {
     return { url: localUrl, description: `local server (${maskUrl(localUrl)})`, source: "local", stop: async () => {} };
   }
