@@ -215,12 +215,19 @@ test("forwarded traffic from an impostor (not the coordinator) is rejected and c
 
 test("routing fails closed while a member is unreachable, and recovers when it is reachable again", async () => {
   const [a, b, c] = nodes as [ShardingNode, ShardingNode, ShardingNode];
+  // The earlier tests left entities on every node; suspending ownership must stop them.
+  assert.ok(a.sharding.localEntityCount > 0 && c.sharding.localEntityCount > 0);
   a.remoting.blackhole(c.remoting.selfAddress);
   try {
     await eventually(() => a.cluster.snapshot().unreachable.length > 0, {
       what: "c unreachable from a",
       timeoutMs: 5_000,
     });
+    // Reachability alone never relocates, but a node that sees an unreachable member stops its local entities.
+    await eventually(
+      () => [a, c].every((n) => n.cluster.snapshot().unreachable.length > 0 && n.sharding.localEntityCount === 0),
+      { what: "a and c stop their entities while the other is unreachable", describe: describeNodes(nodes, "Order") },
+    );
     const ref = a.sharding.entityRefFor<OrderCommand>("Order", "order-1");
     assert.throws(() => ref.tell(new DeliverOrder("lost")), NoShardOwnerError);
     await assert.rejects(ref.ask(new GetOrder(), OrderReply, 1_000), NoShardOwnerError);
