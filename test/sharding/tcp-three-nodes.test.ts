@@ -14,7 +14,10 @@ import {
   ClusterSharding,
   ClusterShardingConfigurationError,
   NoShardOwnerError,
+  PassivateShard,
+  PrepareShard,
   registerShardingWireTypes,
+  ShardingControlAck,
   ShardingEnvelope,
   ShardingSettings,
 } from "../../src/sharding/index.ts";
@@ -208,6 +211,33 @@ test("forwarded traffic from an impostor (not the coordinator) is rejected and c
       ask,
       (e: unknown) => e instanceof RemoteAskError && e.remoteClass === "ClusterShardingConfigurationError",
     );
+    // Forged shard control claiming the coordinator's identity: a PassivateShard would drain the shard, a
+    // PrepareShard would let the owner accept it from anyone. Both are refused, counted, and the entity keeps its state.
+    const ownerRef = owner.sharding.entityRefFor<OrderCommand>("Order", id);
+    ownerRef.tell(new DeliverOrder("kept"));
+    assert.ok((await ownerRef.ask(new GetOrder(), OrderReply, 3_000)).parcels.includes("kept"));
+    const startsBefore = started.length;
+    const entities = owner.sharding.localEntityCount;
+    const daemon = impostor.actorSelection(`${owner.cluster.selfAddress.address}/system/sharding`);
+    const coordinatorText = coordinator.cluster.selfAddress.toString();
+    for (const control of [
+      new PassivateShard("Order", settingsKey, shardId, coordinatorText, null),
+      new PrepareShard("Order", settingsKey, shardId, coordinatorText),
+    ]) {
+      const rejected = owner.sharding.stats.rejectedEnvelopes;
+      await assert.rejects(
+        daemon.ask(control, ShardingControlAck, 2_000),
+        (e: unknown) =>
+          e instanceof RemoteAskError &&
+          e.remoteClass === "ClusterShardingConfigurationError" &&
+          /not authorized by the current coordinator/.test(e.message),
+        control.constructor.name,
+      );
+      assert.equal(owner.sharding.stats.rejectedEnvelopes, rejected + 1, control.constructor.name);
+    }
+    assert.equal(owner.sharding.localEntityCount, entities, "no entity was drained");
+    assert.ok((await ownerRef.ask(new GetOrder(), OrderReply, 3_000)).parcels.includes("kept"), "same actor");
+    assert.equal(started.length, startsBefore, "nothing re-activated");
   } finally {
     await impostor.terminate();
   }
