@@ -249,3 +249,51 @@ test("bad control input is rejected, counted, and never breaks the node", async 
     await cluster.shutdown();
   }
 });
+
+test("the genuine coordinator forwarding a shard the receiver neither owns nor has prepared is rejected and counted", async () => {
+  const cluster = new FakeCluster(orderClasses);
+  try {
+    const [a, b] = sortedNodes([cluster.addNode("a-node"), cluster.addNode("b-node")]) as [Node, Node];
+    const settings = { shardCount: 8, allocation: new LeastLoadedAllocation(), rebalance: new NoRebalance() };
+    for (const n of [a, b]) n.sharding.init("Auth", OrderCommand, settings, (id) => new SequenceBehavior(id));
+    await eventually(
+      () =>
+        b.sharding.planGeneration("Auth") > 0 &&
+        b.sharding.planGeneration("Auth") === a.sharding.planGeneration("Auth") &&
+        new Set([...b.sharding.allocations("Auth").values()].map(String)).size === 2,
+      { what: "b follows a's plan over both nodes" },
+    );
+    // an entity whose shard a (the coordinator) owns, so b has neither ownership nor a preparation for it
+    let id = "auth-0";
+    for (let i = 0; !b.sharding.ownerFor("Auth", id)?.equals(a.address); i++) id = `auth-${i}`;
+    const key = ShardingSettings.create(settings).key;
+    const rejected = b.sharding.stats.rejectedEnvelopes;
+    const deliveries = b.sharding.stats.localDeliveries;
+    a.system.actorSelection(`${b.address.address}/system/sharding`).tell(
+      new ShardingEnvelope(
+        "User",
+        "Auth",
+        id,
+        b.sharding.shardOf("Auth", id),
+        key,
+        1,
+        a.address.toString(),
+        null,
+        false,
+        {
+          type: "Seq",
+          payload: { n: 1 },
+        },
+      ),
+    );
+    await eventually(() => b.sharding.stats.rejectedEnvelopes === rejected + 1, {
+      what: "b's rejection",
+      describe: () => b.sharding.stats,
+    });
+    assert.equal(b.sharding.stats.localDeliveries, deliveries);
+    assert.equal(b.sharding.localEntityCount, 0, "no entity activated on b");
+    assert.equal(sequenceSink.get(id), undefined, "the envelope reached no entity");
+  } finally {
+    await cluster.shutdown();
+  }
+});
