@@ -122,6 +122,29 @@ function threeNodeHop(prefix: string) {
   }
 }
 
+test("one tell from a third node counts exactly once at each hop", async () => {
+  const { coordinator, caller, owner, id } = threeNodeHop("count");
+  const before = {
+    caller: caller.sharding.stats,
+    coordinator: coordinator.sharding.stats,
+    owner: owner.sharding.stats,
+  };
+  caller.sharding.entityRefFor<OrderCommand>("Order", id).tell(new DeliverOrder("counted"));
+  await eventually(() => owner.sharding.stats.localDeliveries === before.owner.localDeliveries + 1, {
+    what: "the delivery on the owner",
+    describe: describeNodes(nodes, "Order"),
+  });
+  assert.equal(caller.sharding.stats.routes, before.caller.routes + 1, "routes on the caller");
+  assert.equal(caller.sharding.stats.remoteRoutes, before.caller.remoteRoutes + 1, "remoteRoutes on the caller");
+  assert.equal(coordinator.sharding.stats.forwards, before.coordinator.forwards + 1, "forwards on the coordinator");
+  assert.equal(owner.sharding.stats.activations, before.owner.activations + 1, "activations on the owner");
+  assert.equal(
+    coordinator.sharding.stats.localDeliveries,
+    before.coordinator.localDeliveries,
+    "nothing delivered there",
+  );
+});
+
 test("asks across three nodes: reply, failure, timeout and cancellation reach the caller", async () => {
   const { caller, owner, id } = threeNodeHop("ask");
   const ref = caller.sharding.entityRefFor<OrderCommand>("Order", id);
