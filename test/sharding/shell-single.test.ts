@@ -118,6 +118,16 @@ test("init is idempotent for equal settings and names the mismatching field othe
     () => sharding.init("Order", OrderReply as never, { shardCount: 16 }, (id) => new OrderBehavior(id)),
     /messageType differs/,
   );
+  // another class that merely shares the name is another type
+  const SameName = (() => {
+    abstract class OrderCommand {}
+    return OrderCommand;
+  })();
+  assert.equal(SameName.name, OrderCommand.name);
+  assert.throws(
+    () => sharding.init("Order", SameName as never, { shardCount: 16 }, (id) => new OrderBehavior(id)),
+    (e: unknown) => e instanceof ClusterShardingConfigurationError && e.field === "messageType",
+  );
   assert.throws(
     () => sharding.init("Bad", OrderCommand, { shardCount: 0 }, (id) => new OrderBehavior(id)),
     /shard count must be positive/,
