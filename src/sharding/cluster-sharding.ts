@@ -38,6 +38,7 @@ import {
   handoffTimeoutMs,
   idleSweepHalvingFloorMs,
   leaseRetryIntervalMs,
+  planSnapshotGenerationMax,
   planSyncIntervalMs,
   reconcileIntervalMs,
 } from "./constants.ts";
@@ -933,6 +934,12 @@ export class ClusterSharding implements Extension, EntityRouter {
       throw new ClusterShardingConfigurationError(
         `Entity type ${snapshot.entityType} received incompatible sharding settings`,
         "settingsKey",
+      );
+    }
+    if (snapshot.generation > planSnapshotGenerationMax) {
+      throw new ClusterShardingConfigurationError(
+        `Plan snapshot generation ${snapshot.generation} of ${snapshot.entityType} exceeds ${planSnapshotGenerationMax}; a genuine plan never gets there, so the snapshot is refused`,
+        "generation",
       );
     }
     const snap = this.membership.snapshot();

@@ -7,6 +7,7 @@ import {
   LeastLoadedAllocation,
   NoRebalance,
   PlanRequest,
+  PlanSnapshot,
   PlanUpdate,
   ShardingControlAck,
   ShardingEnvelope,
@@ -293,6 +294,32 @@ test("the genuine coordinator forwarding a shard the receiver neither owns nor h
     assert.equal(b.sharding.stats.localDeliveries, deliveries);
     assert.equal(b.sharding.localEntityCount, 0, "no entity activated on b");
     assert.equal(sequenceSink.get(id), undefined, "the envelope reached no entity");
+  } finally {
+    await cluster.shutdown();
+  }
+});
+
+test("a plan snapshot with an absurd generation is refused and counted, so the coordinator's generation stays usable", async () => {
+  const cluster = new FakeCluster(orderClasses);
+  try {
+    const [a, b] = sortedNodes([cluster.addNode("a-node"), cluster.addNode("b-node")]) as [Node, Node];
+    for (const n of [a, b]) n.sharding.init("Gen", OrderCommand, { shardCount: 4 }, (id) => new SequenceBehavior(id));
+    await eventually(
+      () =>
+        b.sharding.planGeneration("Gen") > 0 && b.sharding.planGeneration("Gen") === a.sharding.planGeneration("Gen"),
+      { what: "b follows a" },
+    );
+    const generation = a.sharding.planGeneration("Gen");
+    const key = ShardingSettings.create({ shardCount: 4 }).key;
+    const rejected = a.sharding.stats.rejectedEnvelopes;
+    const owners = [...a.sharding.allocations("Gen")].map(([shardId, o]) => ({ shardId, owner: o.toString() }));
+    b.system
+      .actorSelection(`${a.address.address}/system/sharding`)
+      .tell(new PlanSnapshot("Gen", key, b.address.toString(), Number.MAX_SAFE_INTEGER, owners));
+    await eventually(() => a.sharding.stats.rejectedEnvelopes === rejected + 1, { what: "the refusal" });
+    assert.equal(a.sharding.planGeneration("Gen"), generation, "the generation did not jump");
+    const reply = await b.sharding.entityRefFor<OrderCommand>("Gen", "y").ask(new GetOrder(), OrderReply, 1_000);
+    assert.ok(reply.host.length > 0, "plans still flow");
   } finally {
     await cluster.shutdown();
   }
