@@ -191,56 +191,53 @@ test("bad control input is rejected, counted, and never breaks the node", async 
     const key = ShardingSettings.create({ shardCount: 4 }).key;
     const daemonOfA = b.system.actorSelection(`${a.address.address}/system/sharding`);
     const daemonOfB = a.system.actorSelection(`${b.address.address}/system/sharding`);
-    const rejectedA = a.sharding.stats.rejectedEnvelopes;
-    const rejectedB = b.sharding.stats.rejectedEnvelopes;
-    // a plan request whose requester is not the sender's authenticated identity
-    daemonOfA.tell(new PlanRequest("Bad", key, a.address.toString()));
-    // a message of an unknown kind
-    daemonOfA.tell(new ShardingControlAck(true));
-    // a plan update from a node that is not the coordinator, and a stale one from the coordinator
+    // Each bad input on its own: exactly one rejection on the receiving node, counted before the next is sent.
+    const rejectedOnce = async (node: Node, what: string, send: () => void) => {
+      const before = node.sharding.stats.rejectedEnvelopes;
+      send();
+      await eventually(() => node.sharding.stats.rejectedEnvelopes >= before + 1, { what });
+      assert.equal(node.sharding.stats.rejectedEnvelopes, before + 1, what);
+    };
+    const seq = { type: "Seq", payload: { n: 1 } };
+    await rejectedOnce(a, "a plan request whose requester is not the sender's authenticated identity", () =>
+      daemonOfA.tell(new PlanRequest("Bad", key, a.address.toString())),
+    );
+    await rejectedOnce(a, "a message of an unknown kind", () => daemonOfA.tell(new ShardingControlAck(true)));
     const generation = b.sharding.planGeneration("Bad");
-    daemonOfA.tell(
-      new PlanUpdate("Bad", key, b.address.toString(), generation + 5, [{ shardId: 0, owner: b.address.toString() }]),
-    );
-    daemonOfB.tell(new PlanUpdate("Bad", key, a.address.toString(), 1, [{ shardId: 0, owner: b.address.toString() }]));
-    // an envelope for a type the node does not know, and one with another settings key
-    daemonOfA.tell(
-      new ShardingEnvelope("User", "Nope", "x", 0, key, 0, null, null, false, { type: "Seq", payload: { n: 1 } }),
-    );
-    daemonOfA.tell(
-      new ShardingEnvelope("User", "Bad", "x", 0, "other-key", 0, null, null, false, {
-        type: "Seq",
-        payload: { n: 1 },
-      }),
-    );
-    // a hop-0 envelope whose shard does not match the partitioner
-    daemonOfA.tell(
-      new ShardingEnvelope("User", "Bad", "x", 3, key, 0, null, null, false, { type: "Seq", payload: { n: 1 } }),
-    );
-    // a forwarded envelope from b, which is not the coordinator
-    daemonOfA.tell(
-      new ShardingEnvelope(
-        "User",
-        "Bad",
-        "x",
-        a.sharding.shardOf("Bad", "x"),
-        key,
-        1,
-        a.address.toString(),
-        null,
-        false,
-        { type: "Seq", payload: { n: 1 } },
+    await rejectedOnce(a, "a plan update from a node that is not the coordinator", () =>
+      daemonOfA.tell(
+        new PlanUpdate("Bad", key, b.address.toString(), generation + 5, [{ shardId: 0, owner: b.address.toString() }]),
       ),
     );
-    await eventually(
-      () => a.sharding.stats.rejectedEnvelopes >= rejectedA + 7 && b.sharding.stats.rejectedEnvelopes >= rejectedB + 1,
-      {
-        what: "every bad input counted",
-        describe: () => [
-          a.sharding.stats.rejectedEnvelopes - rejectedA,
-          b.sharding.stats.rejectedEnvelopes - rejectedB,
-        ],
-      },
+    await rejectedOnce(b, "a stale plan update from the coordinator", () =>
+      daemonOfB.tell(
+        new PlanUpdate("Bad", key, a.address.toString(), 1, [{ shardId: 0, owner: b.address.toString() }]),
+      ),
+    );
+    await rejectedOnce(a, "an envelope for a type the node does not know", () =>
+      daemonOfA.tell(new ShardingEnvelope("User", "Nope", "x", 0, key, 0, null, null, false, seq)),
+    );
+    await rejectedOnce(a, "an envelope with another settings key", () =>
+      daemonOfA.tell(new ShardingEnvelope("User", "Bad", "x", 0, "other-key", 0, null, null, false, seq)),
+    );
+    await rejectedOnce(a, "a hop-0 envelope whose shard does not match the partitioner", () =>
+      daemonOfA.tell(new ShardingEnvelope("User", "Bad", "x", 3, key, 0, null, null, false, seq)),
+    );
+    await rejectedOnce(a, "a forwarded envelope from b, which is not the coordinator", () =>
+      daemonOfA.tell(
+        new ShardingEnvelope(
+          "User",
+          "Bad",
+          "x",
+          a.sharding.shardOf("Bad", "x"),
+          key,
+          1,
+          a.address.toString(),
+          null,
+          false,
+          seq,
+        ),
+      ),
     );
     assert.equal(b.sharding.planGeneration("Bad"), generation, "the stale update changed nothing");
     assert.equal(sequenceSink.get("x"), undefined, "no bad envelope reached an entity");
