@@ -38,6 +38,7 @@ import {
   handoffTimeoutMs,
   idleSweepHalvingFloorMs,
   leaseRetryIntervalMs,
+  planSnapshotGenerationMax,
   planSyncIntervalMs,
   reconcileIntervalMs,
 } from "./constants.ts";
@@ -138,6 +139,8 @@ const planBytesPerShardMax = 256;
  */
 export class ClusterSharding implements Extension, EntityRouter {
   private readonly types = new Map<string, TypeState>();
+  /** Entity type name → the message class `init` registered it with (compared by identity on a repeated init). */
+  private readonly messageClasses = new Map<string, Class<unknown>>();
   private readonly daemonRefs = new Map<string, ActorRef<unknown>>();
   private readonly counters: MutableShardingStats = zeroStats();
   private readonly codec: PayloadCodec;
@@ -238,10 +241,16 @@ export class ClusterSharding implements Extension, EntityRouter {
     const resolved = settings instanceof ShardingSettings ? settings : ShardingSettings.create(settings ?? {});
     const existing = this.types.get(name);
     if (existing !== undefined) {
-      const field =
-        existing.provider.messageTypeName !== messageType.name
-          ? "messageType"
-          : existing.provider.settings.incompatibleField(resolved);
+      // Compare the class itself: two different classes may share a name. A type registered through
+      // registerProvider (persistent entities) has no class here, so only its name can be compared.
+      const known = this.messageClasses.get(name);
+      const field = (
+        known !== undefined
+          ? known !== messageType
+          : existing.provider.messageTypeName !== messageType.name
+      )
+        ? "messageType"
+        : existing.provider.settings.incompatibleField(resolved);
       if (field !== null) {
         throw new ClusterShardingConfigurationError(
           `Entity type ${name} is already registered with incompatible settings (${field} differs); use the same settings on every init`,
@@ -261,6 +270,7 @@ export class ClusterSharding implements Extension, EntityRouter {
       this.counters,
     );
     this.register(provider);
+    this.messageClasses.set(name, messageType);
     return new ShardedEntityType<T>(name);
   }
 
@@ -924,6 +934,12 @@ export class ClusterSharding implements Extension, EntityRouter {
       throw new ClusterShardingConfigurationError(
         `Entity type ${snapshot.entityType} received incompatible sharding settings`,
         "settingsKey",
+      );
+    }
+    if (snapshot.generation > planSnapshotGenerationMax) {
+      throw new ClusterShardingConfigurationError(
+        `Plan snapshot generation ${snapshot.generation} of ${snapshot.entityType} exceeds ${planSnapshotGenerationMax}; a genuine plan never gets there, so the snapshot is refused`,
+        "generation",
       );
     }
     const snap = this.membership.snapshot();

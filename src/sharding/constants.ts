@@ -32,6 +32,13 @@ export const leaseRenewIntervalDefaultMs = 3_000;
 export const shardCountDefault = 256;
 
 // The barrier must tick several times within the shortest sensible lease window, or a retry is a single shot.
+/**
+ * Highest plan generation a peer's PlanSnapshot may carry. Legitimate generations grow by one per handoff or
+ * bootstrap and never come near 2^40; the bound stops a member from pushing the coordinator to 2^53, where the next
+ * generation no longer fits a safe integer and every later PlanUpdate would fail to decode.
+ */
+export const planSnapshotGenerationMax = 2 ** 40;
+
 assert.ok(leaseRetryIntervalMs * 4 <= reconcileIntervalMs);
 // Non-coordinators poll less often than the coordinator reconciles, so a poll usually finds a settled plan.
 assert.ok(planSyncIntervalMs > reconcileIntervalMs);

@@ -16,6 +16,8 @@ import { gate, manualSystem, range, testSystem } from "./support.ts";
 class Worker extends AbstractBehavior<number> {
   stopped = false;
   timeouts = 0;
+  /** Set once message 0 is being handled (its receive is awaiting the hold). */
+  inProgress = false;
   constructor(
     readonly handled: number[],
     readonly hold: Promise<void>,
@@ -23,7 +25,10 @@ class Worker extends AbstractBehavior<number> {
     super();
   }
   async receive(message: number): Promise<void> {
-    if (message === 0) await this.hold;
+    if (message === 0) {
+      this.inProgress = true;
+      await this.hold;
+    }
     this.handled.push(message);
   }
   override receiveSignal(_signal: Signal): void {
@@ -102,10 +107,10 @@ test("DRAIN_AND_STOP sent while a message is in progress does not drain messages
   const letters = collectDeadLetters(system);
   const handled: number[] = [];
   const hold = gate();
-  const ref = system.spawn(new Worker(handled, hold.promise), "busy");
+  const worker = new Worker(handled, hold.promise);
+  const ref = system.spawn(worker, "busy");
   ref.tell(0);
-  await eventually(() => system.findLocal(["user", "busy"]) !== null);
-  await new Promise((resolve) => setImmediate(resolve)); // message 0 is now in progress
+  await eventually(() => worker.inProgress, { what: "message 0 in progress" });
   ref.tell(1);
   ref.sendSystem(DRAIN_AND_STOP);
   ref.tell(2);
@@ -137,10 +142,10 @@ test("a drain whose mailbox ends with a queued receive timeout still stops", asy
       context.setReceiveTimeout(10);
     }
   }
-  const ref = system.spawn(new TimingWorker(handled, hold.promise), "rt");
+  const worker = new TimingWorker(handled, hold.promise);
+  const ref = system.spawn(worker, "rt");
   ref.tell(0);
-  await eventually(() => system.findLocal(["user", "rt"]) !== null);
-  await new Promise((resolve) => setImmediate(resolve)); // message 0 is in progress
+  await eventually(() => worker.inProgress, { what: "message 0 in progress" });
   clock.advance(10); // queues a receive timeout behind message 0
   ref.sendSystem(DRAIN_AND_STOP);
   hold.open();

@@ -41,7 +41,10 @@ test("handoff steps: passivate previous, prepare next, complete, then flush the 
     r.effects.filter((e) => e.kind === "dispatch").map((e) => (e.kind === "dispatch" ? e.delivery : "")),
     ["m1", "m2", "m3", "m4"],
   );
-  assert.ok(r.effects.some((e) => e.kind === "finished" && e.outcome === "done"));
+  // The shell publishes the plan on `finished`, so it must come after every flushed delivery.
+  const finished = r.effects.findIndex((e) => e.kind === "finished" && e.outcome === "done");
+  const lastDispatch = r.effects.map((e) => e.kind).lastIndexOf("dispatch");
+  assert.ok(finished > lastDispatch && lastDispatch >= 0, `finished at ${finished}, last dispatch at ${lastDispatch}`);
   assert.equal(isActive(r.state), false);
   // after it finished, a late buffer is rejected rather than kept
   const late = run(r.state, { kind: "buffer", delivery: "m5" });

@@ -7,6 +7,7 @@ import {
   LeastLoadedAllocation,
   NoRebalance,
   PlanRequest,
+  PlanSnapshot,
   PlanUpdate,
   ShardingControlAck,
   ShardingEnvelope,
@@ -190,61 +191,132 @@ test("bad control input is rejected, counted, and never breaks the node", async 
     const key = ShardingSettings.create({ shardCount: 4 }).key;
     const daemonOfA = b.system.actorSelection(`${a.address.address}/system/sharding`);
     const daemonOfB = a.system.actorSelection(`${b.address.address}/system/sharding`);
-    const rejectedA = a.sharding.stats.rejectedEnvelopes;
-    const rejectedB = b.sharding.stats.rejectedEnvelopes;
-    // a plan request whose requester is not the sender's authenticated identity
-    daemonOfA.tell(new PlanRequest("Bad", key, a.address.toString()));
-    // a message of an unknown kind
-    daemonOfA.tell(new ShardingControlAck(true));
-    // a plan update from a node that is not the coordinator, and a stale one from the coordinator
+    // Each bad input on its own: exactly one rejection on the receiving node, counted before the next is sent.
+    const rejectedOnce = async (node: Node, what: string, send: () => void) => {
+      const before = node.sharding.stats.rejectedEnvelopes;
+      send();
+      await eventually(() => node.sharding.stats.rejectedEnvelopes >= before + 1, { what });
+      assert.equal(node.sharding.stats.rejectedEnvelopes, before + 1, what);
+    };
+    const seq = { type: "Seq", payload: { n: 1 } };
+    await rejectedOnce(a, "a plan request whose requester is not the sender's authenticated identity", () =>
+      daemonOfA.tell(new PlanRequest("Bad", key, a.address.toString())),
+    );
+    await rejectedOnce(a, "a message of an unknown kind", () => daemonOfA.tell(new ShardingControlAck(true)));
     const generation = b.sharding.planGeneration("Bad");
-    daemonOfA.tell(
-      new PlanUpdate("Bad", key, b.address.toString(), generation + 5, [{ shardId: 0, owner: b.address.toString() }]),
-    );
-    daemonOfB.tell(new PlanUpdate("Bad", key, a.address.toString(), 1, [{ shardId: 0, owner: b.address.toString() }]));
-    // an envelope for a type the node does not know, and one with another settings key
-    daemonOfA.tell(
-      new ShardingEnvelope("User", "Nope", "x", 0, key, 0, null, null, false, { type: "Seq", payload: { n: 1 } }),
-    );
-    daemonOfA.tell(
-      new ShardingEnvelope("User", "Bad", "x", 0, "other-key", 0, null, null, false, {
-        type: "Seq",
-        payload: { n: 1 },
-      }),
-    );
-    // a hop-0 envelope whose shard does not match the partitioner
-    daemonOfA.tell(
-      new ShardingEnvelope("User", "Bad", "x", 3, key, 0, null, null, false, { type: "Seq", payload: { n: 1 } }),
-    );
-    // a forwarded envelope from b, which is not the coordinator
-    daemonOfA.tell(
-      new ShardingEnvelope(
-        "User",
-        "Bad",
-        "x",
-        a.sharding.shardOf("Bad", "x"),
-        key,
-        1,
-        a.address.toString(),
-        null,
-        false,
-        { type: "Seq", payload: { n: 1 } },
+    await rejectedOnce(a, "a plan update from a node that is not the coordinator", () =>
+      daemonOfA.tell(
+        new PlanUpdate("Bad", key, b.address.toString(), generation + 5, [{ shardId: 0, owner: b.address.toString() }]),
       ),
     );
-    await eventually(
-      () => a.sharding.stats.rejectedEnvelopes >= rejectedA + 7 && b.sharding.stats.rejectedEnvelopes >= rejectedB + 1,
-      {
-        what: "every bad input counted",
-        describe: () => [
-          a.sharding.stats.rejectedEnvelopes - rejectedA,
-          b.sharding.stats.rejectedEnvelopes - rejectedB,
-        ],
-      },
+    await rejectedOnce(b, "a stale plan update from the coordinator", () =>
+      daemonOfB.tell(
+        new PlanUpdate("Bad", key, a.address.toString(), 1, [{ shardId: 0, owner: b.address.toString() }]),
+      ),
+    );
+    await rejectedOnce(a, "an envelope for a type the node does not know", () =>
+      daemonOfA.tell(new ShardingEnvelope("User", "Nope", "x", 0, key, 0, null, null, false, seq)),
+    );
+    await rejectedOnce(a, "an envelope with another settings key", () =>
+      daemonOfA.tell(new ShardingEnvelope("User", "Bad", "x", 0, "other-key", 0, null, null, false, seq)),
+    );
+    await rejectedOnce(a, "a hop-0 envelope whose shard does not match the partitioner", () =>
+      daemonOfA.tell(new ShardingEnvelope("User", "Bad", "x", 3, key, 0, null, null, false, seq)),
+    );
+    await rejectedOnce(a, "a forwarded envelope from b, which is not the coordinator", () =>
+      daemonOfA.tell(
+        new ShardingEnvelope(
+          "User",
+          "Bad",
+          "x",
+          a.sharding.shardOf("Bad", "x"),
+          key,
+          1,
+          a.address.toString(),
+          null,
+          false,
+          seq,
+        ),
+      ),
     );
     assert.equal(b.sharding.planGeneration("Bad"), generation, "the stale update changed nothing");
     assert.equal(sequenceSink.get("x"), undefined, "no bad envelope reached an entity");
     const reply = await b.sharding.entityRefFor<OrderCommand>("Bad", "y").ask(new GetOrder(), OrderReply, 1_000);
     assert.ok(reply.host.length > 0, "both nodes still route");
+  } finally {
+    await cluster.shutdown();
+  }
+});
+
+test("the genuine coordinator forwarding a shard the receiver neither owns nor has prepared is rejected and counted", async () => {
+  const cluster = new FakeCluster(orderClasses);
+  try {
+    const [a, b] = sortedNodes([cluster.addNode("a-node"), cluster.addNode("b-node")]) as [Node, Node];
+    const settings = { shardCount: 8, allocation: new LeastLoadedAllocation(), rebalance: new NoRebalance() };
+    for (const n of [a, b]) n.sharding.init("Auth", OrderCommand, settings, (id) => new SequenceBehavior(id));
+    await eventually(
+      () =>
+        b.sharding.planGeneration("Auth") > 0 &&
+        b.sharding.planGeneration("Auth") === a.sharding.planGeneration("Auth") &&
+        new Set([...b.sharding.allocations("Auth").values()].map(String)).size === 2,
+      { what: "b follows a's plan over both nodes" },
+    );
+    // an entity whose shard a (the coordinator) owns, so b has neither ownership nor a preparation for it
+    let id = "auth-0";
+    for (let i = 0; !b.sharding.ownerFor("Auth", id)?.equals(a.address); i++) id = `auth-${i}`;
+    const key = ShardingSettings.create(settings).key;
+    const rejected = b.sharding.stats.rejectedEnvelopes;
+    const deliveries = b.sharding.stats.localDeliveries;
+    a.system.actorSelection(`${b.address.address}/system/sharding`).tell(
+      new ShardingEnvelope(
+        "User",
+        "Auth",
+        id,
+        b.sharding.shardOf("Auth", id),
+        key,
+        1,
+        a.address.toString(),
+        null,
+        false,
+        {
+          type: "Seq",
+          payload: { n: 1 },
+        },
+      ),
+    );
+    await eventually(() => b.sharding.stats.rejectedEnvelopes === rejected + 1, {
+      what: "b's rejection",
+      describe: () => b.sharding.stats,
+    });
+    assert.equal(b.sharding.stats.localDeliveries, deliveries);
+    assert.equal(b.sharding.localEntityCount, 0, "no entity activated on b");
+    assert.equal(sequenceSink.get(id), undefined, "the envelope reached no entity");
+  } finally {
+    await cluster.shutdown();
+  }
+});
+
+test("a plan snapshot with an absurd generation is refused and counted, so the coordinator's generation stays usable", async () => {
+  const cluster = new FakeCluster(orderClasses);
+  try {
+    const [a, b] = sortedNodes([cluster.addNode("a-node"), cluster.addNode("b-node")]) as [Node, Node];
+    for (const n of [a, b]) n.sharding.init("Gen", OrderCommand, { shardCount: 4 }, (id) => new SequenceBehavior(id));
+    await eventually(
+      () =>
+        b.sharding.planGeneration("Gen") > 0 && b.sharding.planGeneration("Gen") === a.sharding.planGeneration("Gen"),
+      { what: "b follows a" },
+    );
+    const generation = a.sharding.planGeneration("Gen");
+    const key = ShardingSettings.create({ shardCount: 4 }).key;
+    const rejected = a.sharding.stats.rejectedEnvelopes;
+    const owners = [...a.sharding.allocations("Gen")].map(([shardId, o]) => ({ shardId, owner: o.toString() }));
+    b.system
+      .actorSelection(`${a.address.address}/system/sharding`)
+      .tell(new PlanSnapshot("Gen", key, b.address.toString(), Number.MAX_SAFE_INTEGER, owners));
+    await eventually(() => a.sharding.stats.rejectedEnvelopes === rejected + 1, { what: "the refusal" });
+    assert.equal(a.sharding.planGeneration("Gen"), generation, "the generation did not jump");
+    const reply = await b.sharding.entityRefFor<OrderCommand>("Gen", "y").ask(new GetOrder(), OrderReply, 1_000);
+    assert.ok(reply.host.length > 0, "plans still flow");
   } finally {
     await cluster.shutdown();
   }

@@ -4,6 +4,7 @@ import { AskCancelledError, AskTimeoutError, DRAIN_AND_STOP, STOP } from "../../
 import {
   ClusterShardingConfigurationError,
   EntityProvider,
+  NoRebalance,
   NoShardOwnerError,
   RendezvousAllocation,
   ShardingSettings,
@@ -112,11 +113,29 @@ test("init is idempotent for equal settings and names the mismatching field othe
   mismatch({ shardCount: 32 }, "shardCount");
   mismatch({ shardCount: 16, idleTimeout: 300 }, "idleTimeout");
   mismatch({ shardCount: 16, allocation: new RendezvousAllocation() }, "allocation");
+  const otherPartitioner = {
+    configurationKey: "ModuloLength",
+    shardFor: (_type: string, id: string, count: number) => id.length % count,
+  };
+  mismatch({ shardCount: 16, partitioner: otherPartitioner }, "partitioner");
+  mismatch({ shardCount: 16, rebalance: new NoRebalance() }, "rebalance");
+  mismatch({ shardCount: 16, leaseDuration: 20_000 }, "leaseDuration");
+  mismatch({ shardCount: 16, leaseRenewInterval: 2_000 }, "leaseRenewInterval");
   mismatch({ shardCount: 16 }, "idleTimeout", "IdleOrder");
   mismatch({ shardCount: 16, idleTimeout: 300 }, "idleTimeout", "IdleOrder");
   assert.throws(
     () => sharding.init("Order", OrderReply as never, { shardCount: 16 }, (id) => new OrderBehavior(id)),
     /messageType differs/,
+  );
+  // another class that merely shares the name is another type
+  const SameName = (() => {
+    abstract class OrderCommand {}
+    return OrderCommand;
+  })();
+  assert.equal(SameName.name, OrderCommand.name);
+  assert.throws(
+    () => sharding.init("Order", SameName as never, { shardCount: 16 }, (id) => new OrderBehavior(id)),
+    (e: unknown) => e instanceof ClusterShardingConfigurationError && e.field === "messageType",
   );
   assert.throws(
     () => sharding.init("Bad", OrderCommand, { shardCount: 0 }, (id) => new OrderBehavior(id)),

@@ -14,7 +14,10 @@ import {
   ClusterSharding,
   ClusterShardingConfigurationError,
   NoShardOwnerError,
+  PassivateShard,
+  PrepareShard,
   registerShardingWireTypes,
+  ShardingControlAck,
   ShardingEnvelope,
   ShardingSettings,
 } from "../../src/sharding/index.ts";
@@ -119,6 +122,29 @@ function threeNodeHop(prefix: string) {
   }
 }
 
+test("one tell from a third node counts exactly once at each hop", async () => {
+  const { coordinator, caller, owner, id } = threeNodeHop("count");
+  const before = {
+    caller: caller.sharding.stats,
+    coordinator: coordinator.sharding.stats,
+    owner: owner.sharding.stats,
+  };
+  caller.sharding.entityRefFor<OrderCommand>("Order", id).tell(new DeliverOrder("counted"));
+  await eventually(() => owner.sharding.stats.localDeliveries === before.owner.localDeliveries + 1, {
+    what: "the delivery on the owner",
+    describe: describeNodes(nodes, "Order"),
+  });
+  assert.equal(caller.sharding.stats.routes, before.caller.routes + 1, "routes on the caller");
+  assert.equal(caller.sharding.stats.remoteRoutes, before.caller.remoteRoutes + 1, "remoteRoutes on the caller");
+  assert.equal(coordinator.sharding.stats.forwards, before.coordinator.forwards + 1, "forwards on the coordinator");
+  assert.equal(owner.sharding.stats.activations, before.owner.activations + 1, "activations on the owner");
+  assert.equal(
+    coordinator.sharding.stats.localDeliveries,
+    before.coordinator.localDeliveries,
+    "nothing delivered there",
+  );
+});
+
 test("asks across three nodes: reply, failure, timeout and cancellation reach the caller", async () => {
   const { caller, owner, id } = threeNodeHop("ask");
   const ref = caller.sharding.entityRefFor<OrderCommand>("Order", id);
@@ -208,6 +234,33 @@ test("forwarded traffic from an impostor (not the coordinator) is rejected and c
       ask,
       (e: unknown) => e instanceof RemoteAskError && e.remoteClass === "ClusterShardingConfigurationError",
     );
+    // Forged shard control claiming the coordinator's identity: a PassivateShard would drain the shard, a
+    // PrepareShard would let the owner accept it from anyone. Both are refused, counted, and the entity keeps its state.
+    const ownerRef = owner.sharding.entityRefFor<OrderCommand>("Order", id);
+    ownerRef.tell(new DeliverOrder("kept"));
+    assert.ok((await ownerRef.ask(new GetOrder(), OrderReply, 3_000)).parcels.includes("kept"));
+    const startsBefore = started.length;
+    const entities = owner.sharding.localEntityCount;
+    const daemon = impostor.actorSelection(`${owner.cluster.selfAddress.address}/system/sharding`);
+    const coordinatorText = coordinator.cluster.selfAddress.toString();
+    for (const control of [
+      new PassivateShard("Order", settingsKey, shardId, coordinatorText, null),
+      new PrepareShard("Order", settingsKey, shardId, coordinatorText),
+    ]) {
+      const rejected = owner.sharding.stats.rejectedEnvelopes;
+      await assert.rejects(
+        daemon.ask(control, ShardingControlAck, 2_000),
+        (e: unknown) =>
+          e instanceof RemoteAskError &&
+          e.remoteClass === "ClusterShardingConfigurationError" &&
+          /not authorized by the current coordinator/.test(e.message),
+        control.constructor.name,
+      );
+      assert.equal(owner.sharding.stats.rejectedEnvelopes, rejected + 1, control.constructor.name);
+    }
+    assert.equal(owner.sharding.localEntityCount, entities, "no entity was drained");
+    assert.ok((await ownerRef.ask(new GetOrder(), OrderReply, 3_000)).parcels.includes("kept"), "same actor");
+    assert.equal(started.length, startsBefore, "nothing re-activated");
   } finally {
     await impostor.terminate();
   }
@@ -215,12 +268,19 @@ test("forwarded traffic from an impostor (not the coordinator) is rejected and c
 
 test("routing fails closed while a member is unreachable, and recovers when it is reachable again", async () => {
   const [a, b, c] = nodes as [ShardingNode, ShardingNode, ShardingNode];
+  // The earlier tests left entities on every node; suspending ownership must stop them.
+  assert.ok(a.sharding.localEntityCount > 0 && c.sharding.localEntityCount > 0);
   a.remoting.blackhole(c.remoting.selfAddress);
   try {
     await eventually(() => a.cluster.snapshot().unreachable.length > 0, {
       what: "c unreachable from a",
       timeoutMs: 5_000,
     });
+    // Reachability alone never relocates, but a node that sees an unreachable member stops its local entities.
+    await eventually(
+      () => [a, c].every((n) => n.cluster.snapshot().unreachable.length > 0 && n.sharding.localEntityCount === 0),
+      { what: "a and c stop their entities while the other is unreachable", describe: describeNodes(nodes, "Order") },
+    );
     const ref = a.sharding.entityRefFor<OrderCommand>("Order", "order-1");
     assert.throws(() => ref.tell(new DeliverOrder("lost")), NoShardOwnerError);
     await assert.rejects(ref.ask(new GetOrder(), OrderReply, 1_000), NoShardOwnerError);
