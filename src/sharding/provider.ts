@@ -1,5 +1,6 @@
 import type { ActorContext, ActorRef, BehaviorSource, Scheduler } from "../actor/index.ts";
 import { DRAIN_AND_STOP, STOP } from "../actor/index.ts";
+import { EntityTable, type TableEntity } from "./entity-table.ts";
 import { ShardHandoffInProgressError } from "./errors.ts";
 import type { ShardingSettings } from "./settings.ts";
 import type { MutableShardingStats } from "./stats.ts";
@@ -45,19 +46,12 @@ export interface ShardingProvider {
   stopAll(): Promise<void>;
 }
 
-interface Entity {
-  readonly ref: ActorRef<unknown>;
-  readonly shardId: number;
-  lastActivityMs: number;
-}
+type Entity = TableEntity;
 
 /** The provider of ordinary entities: actors spawned under the sharding daemon, one per entity id. */
 export class EntityProvider<T> implements ShardingProvider {
-  private readonly entities = new Map<string, Entity>();
-  private readonly byRef = new Map<string, string>();
+  private readonly entities = new EntityTable<Entity>();
   private readonly draining = new Set<number>();
-  private readonly terminationWaiters = new Map<string, (() => void)[]>();
-  private counter = 0;
 
   constructor(
     readonly name: string,
@@ -99,91 +93,44 @@ export class EntityProvider<T> implements ShardingProvider {
   passivate(entityId: string): boolean {
     const entity = this.entities.get(entityId);
     if (entity === undefined) return false;
-    this.forget(entityId, entity);
-    entity.ref.sendSystem(STOP);
+    this.entities.stop(entityId, entity);
     return true;
   }
 
   async drainShard(shardId: number): Promise<void> {
     this.draining.add(shardId);
-    const waits: Promise<void>[] = [];
-    for (const [id, entity] of [...this.entities]) {
-      if (entity.shardId !== shardId) continue;
-      this.entities.delete(id);
-      waits.push(this.terminationOf(entity.ref));
-      entity.ref.sendSystem(DRAIN_AND_STOP);
-    }
-    await Promise.all(waits);
+    await this.entities.stopWhere((e) => e.shardId === shardId, DRAIN_AND_STOP, true).terminated;
   }
 
   retainShards(shardIds: ReadonlySet<number>): void {
-    for (const [id, entity] of [...this.entities]) {
-      if (shardIds.has(entity.shardId)) continue;
-      this.forget(id, entity);
-      entity.ref.sendSystem(STOP);
-    }
+    this.entities.stopWhere((e) => !shardIds.has(e.shardId));
     for (const shard of [...this.draining]) if (shardIds.has(shard)) this.draining.delete(shard);
   }
 
   suspendOwnership(): void {
-    for (const [id, entity] of [...this.entities]) {
-      this.forget(id, entity);
-      entity.ref.sendSystem(STOP);
-    }
+    this.entities.stopWhere(() => true);
   }
 
   passivateIdle(nowMs: number, idleTimeoutMs: number): number {
-    let stopped = 0;
-    for (const [id, entity] of [...this.entities]) {
-      if (nowMs - entity.lastActivityMs < idleTimeoutMs) continue;
-      this.forget(id, entity);
-      entity.ref.sendSystem(STOP);
-      stopped++;
-    }
-    return stopped;
+    return this.entities.stopWhere((e) => nowMs - e.lastActivityMs >= idleTimeoutMs).stopped;
   }
 
   entityTerminated(ref: ActorRef<unknown>): void {
-    const key = ref.path.toString();
-    const id = this.byRef.get(key);
-    this.byRef.delete(key);
-    // A restarted or replaced entity keeps its id with a new ref: only drop the mapping that is still this ref.
-    if (id !== undefined && this.entities.get(id)?.ref === ref) this.entities.delete(id);
-    const waiters = this.terminationWaiters.get(key);
-    this.terminationWaiters.delete(key);
-    for (const w of waiters ?? []) w();
+    this.entities.terminated(ref);
   }
 
   async stopAll(): Promise<void> {
-    const waits = [...this.entities.values()].map((e) => this.terminationOf(e.ref));
-    this.suspendOwnership();
-    await Promise.all(waits);
+    await this.entities.stopWhere(() => true, STOP, true).terminated;
   }
 
   private create(shardId: number, entityId: string): Entity {
     if (this.draining.has(shardId)) throw new ShardHandoffInProgressError(this.name, shardId);
-    const name = `${(this.counter++).toString(36)}-${encodeURIComponent(entityId).slice(0, 200)}`;
     const source = this.factory(entityId);
-    const ref = this.host.spawn(source, name) as ActorRef<unknown>;
+    const ref = this.host.spawn(source, this.entities.childName(entityId, 200)) as ActorRef<unknown>;
     this.host.watch(ref);
     const entity: Entity = { ref, shardId, lastActivityMs: this.scheduler.now() };
-    this.entities.set(entityId, entity);
-    this.byRef.set(ref.path.toString(), entityId);
+    this.entities.add(entityId, entity);
     this.stats.activations++;
     return entity;
-  }
-
-  private forget(entityId: string, entity: Entity): void {
-    if (this.entities.get(entityId) === entity) this.entities.delete(entityId);
-  }
-
-  private terminationOf(ref: ActorRef<unknown>): Promise<void> {
-    const key = ref.path.toString();
-    if (!this.byRef.has(key)) return Promise.resolve();
-    return new Promise((resolve) => {
-      const list = this.terminationWaiters.get(key) ?? [];
-      list.push(resolve);
-      this.terminationWaiters.set(key, list);
-    });
   }
 }

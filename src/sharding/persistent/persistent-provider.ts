@@ -7,6 +7,7 @@ import {
   type Scheduler,
   STOP,
 } from "../../actor/index.ts";
+import { EntityTable, type TableEntity } from "../entity-table.ts";
 import { ShardHandoffInProgressError } from "../errors.ts";
 import { bindEntity } from "../lease/entity-epoch.ts";
 import type { LeaseCounter } from "../lease/lease-book.ts";
@@ -42,12 +43,9 @@ export interface PersistentProviderOptions<T> {
   readonly log: Logger;
 }
 
-interface PersistentEntity {
-  readonly ref: ActorRef<unknown>;
-  readonly shardId: number;
+interface PersistentEntity extends TableEntity {
   /** The lease epoch the actor was activated under; every write it makes carries it. */
   readonly epoch: number;
-  lastActivityMs: number;
 }
 
 /**
@@ -64,13 +62,10 @@ export class PersistentEntityProvider<T> implements ShardingProvider {
   readonly kind: PersistentKind;
   /** The shard leases of this provider. */
   readonly keeper: LeaseKeeper;
-  private readonly entities = new Map<string, PersistentEntity>();
-  private readonly byRef = new Map<string, string>();
+  private readonly entities = new EntityTable<PersistentEntity>();
   private readonly draining = new Set<number>();
   /** Shards whose handoff prepare is acquiring the lease; the shell marks them prepared only once that is done. */
   private readonly preparing = new Map<number, number>();
-  private readonly terminationWaiters = new Map<string, (() => void)[]>();
-  private counter = 0;
 
   /** @throws ClusterShardingConfigurationError for invalid lease settings */
   constructor(private readonly options: PersistentProviderOptions<T>) {
@@ -91,7 +86,7 @@ export class PersistentEntityProvider<T> implements ShardingProvider {
       options.leases,
       options.scheduler,
       {
-        stopEntities: (shardId) => this.stopShardEntities(shardId, STOP),
+        stopEntities: (shardId) => this.entities.stopWhere((e) => e.shardId === shardId, STOP, true).terminated,
         count: (counter: LeaseCounter, by: number) => {
           stats[counter] += by;
         },
@@ -143,15 +138,14 @@ export class PersistentEntityProvider<T> implements ShardingProvider {
   passivate(entityId: string): boolean {
     const entity = this.entities.get(entityId);
     if (entity === undefined) return false;
-    this.forget(entityId, entity);
-    entity.ref.sendSystem(STOP);
+    this.entities.stop(entityId, entity);
     return true;
   }
 
   async drainShard(shardId: number): Promise<void> {
     this.draining.add(shardId);
     // Accepted mailbox work finishes under the old lease first; only then is the lease released.
-    await this.stopShardEntities(shardId, DRAIN_AND_STOP);
+    await this.entities.stopWhere((e) => e.shardId === shardId, DRAIN_AND_STOP, true).terminated;
     await this.keeper.drain(shardId);
   }
 
@@ -160,11 +154,7 @@ export class PersistentEntityProvider<T> implements ShardingProvider {
     // cost the handoff an extra epoch (release, then acquire again).
     const shardIds = new Set([...planned, ...this.preparing.keys()]);
     this.keeper.retain(shardIds);
-    for (const [id, entity] of [...this.entities]) {
-      if (shardIds.has(entity.shardId)) continue;
-      this.forget(id, entity);
-      entity.ref.sendSystem(STOP);
-    }
+    this.entities.stopWhere((e) => !shardIds.has(e.shardId));
     for (const shard of [...this.draining]) if (shardIds.has(shard)) this.draining.delete(shard);
   }
 
@@ -172,46 +162,22 @@ export class PersistentEntityProvider<T> implements ShardingProvider {
     // Without release the leases are left to expire: a possibly active partition must not get them early.
     if (release) this.keeper.retain([]);
     else this.keeper.suspend();
-    for (const [id, entity] of [...this.entities]) {
-      this.forget(id, entity);
-      entity.ref.sendSystem(STOP);
-    }
+    this.entities.stopWhere(() => true);
   }
 
   passivateIdle(nowMs: number, idleTimeoutMs: number): number {
-    let stopped = 0;
-    for (const [id, entity] of [...this.entities]) {
-      if (nowMs - entity.lastActivityMs < idleTimeoutMs) continue;
-      this.forget(id, entity);
-      entity.ref.sendSystem(STOP);
-      stopped++;
-    }
-    return stopped;
+    return this.entities.stopWhere((e) => nowMs - e.lastActivityMs >= idleTimeoutMs).stopped;
   }
 
   entityTerminated(ref: ActorRef<unknown>): void {
-    const key = ref.path.toString();
-    const id = this.byRef.get(key);
-    this.byRef.delete(key);
-    const entity = id === undefined ? undefined : this.entities.get(id);
-    if (id !== undefined && entity?.ref === ref) {
-      this.entities.delete(id);
-      // It stopped on its own, which is what a fenced write does on StaleShardOwnerError: check the lease now
-      // rather than at the next renewal, so that no new actor is started under an epoch that is gone.
-      this.keeper.verify(entity.shardId);
-    }
-    const waiters = this.terminationWaiters.get(key);
-    this.terminationWaiters.delete(key);
-    for (const w of waiters ?? []) w();
+    // Still the live one means it stopped on its own, which is what a fenced write does on StaleShardOwnerError:
+    // check the lease now rather than at the next renewal, so that no new actor starts under an epoch that is gone.
+    const entity = this.entities.terminated(ref);
+    if (entity !== undefined) this.keeper.verify(entity.shardId);
   }
 
   async stopAll(): Promise<void> {
-    const waits = [...this.entities.values()].map((e) => this.terminationOf(e.ref));
-    for (const [id, entity] of [...this.entities]) {
-      this.forget(id, entity);
-      entity.ref.sendSystem(STOP);
-    }
-    await Promise.all(waits);
+    await this.entities.stopWhere(() => true, STOP, true).terminated;
     await this.keeper.stopAll();
   }
 
@@ -226,46 +192,17 @@ export class PersistentEntityProvider<T> implements ShardingProvider {
     const existing = this.entities.get(entityId);
     const binding = bindEntity(existing?.epoch ?? null, token.epoch);
     if (binding.kind === "reuse" && existing !== undefined) return { entity: existing, created: false };
-    if (existing !== undefined) {
-      this.forget(entityId, existing);
-      existing.ref.sendSystem(STOP);
-    }
+    if (existing !== undefined) this.entities.stop(entityId, existing);
     return { entity: this.create(shardId, entityId, token), created: true };
   }
 
   private create(shardId: number, entityId: string, token: ShardLeaseToken): PersistentEntity {
-    const name = `${(this.counter++).toString(36)}-${encodeURIComponent(entityId).slice(0, 180)}@${token.epoch}`;
+    const name = this.entities.childName(entityId, 180, `@${token.epoch}`);
     const ref = this.options.host.spawn(this.options.behaviorFor(entityId, token), name) as ActorRef<unknown>;
     this.options.host.watch(ref);
     const entity: PersistentEntity = { ref, shardId, epoch: token.epoch, lastActivityMs: this.options.scheduler.now() };
-    this.entities.set(entityId, entity);
-    this.byRef.set(ref.path.toString(), entityId);
+    this.entities.add(entityId, entity);
     this.options.stats.activations++;
     return entity;
-  }
-
-  private stopShardEntities(shardId: number, signal: typeof STOP | typeof DRAIN_AND_STOP): Promise<void> {
-    const waits: Promise<void>[] = [];
-    for (const [id, entity] of [...this.entities]) {
-      if (entity.shardId !== shardId) continue;
-      this.forget(id, entity);
-      waits.push(this.terminationOf(entity.ref));
-      entity.ref.sendSystem(signal);
-    }
-    return Promise.all(waits).then(() => undefined);
-  }
-
-  private forget(entityId: string, entity: PersistentEntity): void {
-    if (this.entities.get(entityId) === entity) this.entities.delete(entityId);
-  }
-
-  private terminationOf(ref: ActorRef<unknown>): Promise<void> {
-    const key = ref.path.toString();
-    if (!this.byRef.has(key)) return Promise.resolve();
-    return new Promise((resolve) => {
-      const list = this.terminationWaiters.get(key) ?? [];
-      list.push(resolve);
-      this.terminationWaiters.set(key, list);
-    });
   }
 }
