@@ -163,10 +163,10 @@ test("timer firings while an actor drains are dropped silently, not dead letters
     }
   }
   const handled: number[] = [];
-  const ref = system.spawn(new TimerWorker(handled, hold.promise), "tw");
+  const worker = new TimerWorker(handled, hold.promise);
+  const ref = system.spawn(worker, "tw");
   ref.tell(0);
-  await eventually(() => system.findLocal(["user", "tw"]) !== null);
-  await new Promise((resolve) => setImmediate(resolve));
+  await eventually(() => worker.inProgress, { what: "message 0 in progress" });
   ref.sendSystem(DRAIN_AND_STOP);
   clock.advance(30);
   hold.open();

@@ -84,9 +84,11 @@ test("after terminate, spawning throws ActorSystemTerminatedError and tells are 
 test("terminate waits for an async receive in progress before that actor's postStop", async (t) => {
   const system = testSystem(t);
   const log: string[] = [];
+  let started = false;
   const ref = system.spawn(
     new (class extends AbstractBehavior<string> {
       async receive(message: string): Promise<void> {
+        started = true;
         await new Promise((resolve) => setImmediate(resolve));
         log.push(`handled ${message}`);
       }
@@ -96,8 +98,7 @@ test("terminate waits for an async receive in progress before that actor's postS
     })(),
   );
   ref.tell("m");
-  await eventually(() => system.findLocal(["user", ref.path.name]) !== null);
-  await new Promise((resolve) => setImmediate(resolve));
+  await eventually(() => started, { what: "the receive of m in progress" });
   await system.terminate();
   assert.deepEqual(log, ["handled m", "postStop"]);
 });
