@@ -338,7 +338,9 @@ export class Cluster implements Extension {
     let ref = this.refs.get(key);
     if (ref === undefined) {
       if (this.refs.size >= refCacheMax) this.refs.clear();
-      ref = this.remoting.refFor(`${to}/system/cluster`, uid ?? undefined);
+      // A message without a recipient uid (join to a seed, leave/down to a leader) must reach whichever incarnation
+      // listens there now: a ref bound to the first one reached would fail fast forever after that process restarts.
+      ref = this.remoting.refFor(`${to}/system/cluster`, uid ?? { anyIncarnation: true });
       this.refs.set(key, ref);
     }
     if (message instanceof ClusterGossip) this.counters.gossipBytesSent += Buffer.byteLength(JSON.stringify(message));

@@ -204,6 +204,27 @@ test("a node restarted on the same port joins with a new uid once its old incarn
   }
 });
 
+test("a joining node reaches a seed that restarted on the same port with a new uid", async () => {
+  // The first process on the seed port belongs to another cluster, so it refuses the join; the joiner keeps retrying.
+  const wrongSeed = await startClusterNode([], { settings: { clusterName: "other-cluster" } });
+  const seedPort = wrongSeed.port;
+  const joiner = await startClusterNode([seedPort]);
+  const all: ClusterNode[] = [wrongSeed, joiner];
+  try {
+    await eventually(() => wrongSeed.cluster.stats.protocolRejections > 0, { what: "first join refused" });
+    await wrongSeed.system.terminate();
+    const seed = await startClusterNode([], { port: seedPort });
+    all.push(seed);
+    // Join retries must not stay bound to the refused incarnation: they reach whoever listens at the seed address.
+    await eventually(() => allUp(seed, 2) && allUp(joiner, 2), {
+      what: "joiner Up through the restarted seed",
+      describe: describe([seed, joiner]),
+    });
+  } finally {
+    await terminateAll(all.filter((n) => !n.system.isTerminated));
+  }
+});
+
 test("a node of another cluster name is refused and counted", async () => {
   const a = await startClusterNode([]);
   const stranger = await startClusterNode([a], { settings: { clusterName: "other-cluster" } });
