@@ -10,14 +10,15 @@ import {
 } from "./errors.ts";
 
 /** The schema version this build writes and understands. */
-export const CURRENT_SCHEMA_VERSION = 4;
+export const CURRENT_SCHEMA_VERSION = 5;
 
-/** The names of migrations 1..4, shared by both SQL backends. */
+/** The names of migrations 1..5, shared by both SQL backends. */
 export const MIGRATION_NAMES: readonly string[] = [
   "core-persistence-schema",
   "event-query-and-projection-schema",
   "transactional-outbox-schema",
   "cluster-shard-fencing-schema",
+  "append-hot-path-without-stream-read",
 ];
 
 /** One migration: version, name, checksum and the SQL statements it runs in one transaction. */

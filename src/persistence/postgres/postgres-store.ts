@@ -212,14 +212,40 @@ export class PostgresStore implements PersistenceStore {
 
   private async appendOne(a: CheckedAppend, fingerprint: string): Promise<WriteResult> {
     const event = a.events[0]!;
-    const values = [a.persistenceId, a.expectedRevision, event.manifest, event.payload, a.operationId, fingerprint];
-    // A resolve answer of -1 means a concurrent write committed between the two statements: try again, a bounded
+    const f = a.fence;
+    // One array per call, built in place: this is the hot path and the settle call reuses it.
+    const values: unknown[] =
+      f === null
+        ? [
+            a.persistenceId,
+            a.expectedRevision,
+            event.manifest,
+            event.payload,
+            a.operationId,
+            fingerprint,
+            null,
+            null,
+            null,
+            null,
+            null,
+          ]
+        : [
+            a.persistenceId,
+            a.expectedRevision,
+            event.manifest,
+            event.payload,
+            a.operationId,
+            fingerprint,
+            f.key.clusterName,
+            f.key.entityType,
+            f.key.shardId,
+            f.owner,
+            f.epoch,
+          ];
+    // A settle answer of -1 means a concurrent write committed between the two statements: try again, a bounded
     // number of times (each retry sees a newer committed state).
     for (let attempt = 0; ; attempt++) {
-      const inserted = await this.query("appendEvents", "movie_append_one", APPEND_ONE_SQL, [
-        ...values,
-        ...fenceArgs(a.fence),
-      ]).then(
+      const inserted = await this.query("appendEvents", "movie_append_one", APPEND_ONE_SQL, values).then(
         (result) => result.rowCount === 1,
         (error: unknown) => {
           if ((error as { code?: string }).code === UNIQUE_VIOLATION) return false;
@@ -229,9 +255,9 @@ export class PostgresStore implements PersistenceStore {
       if (inserted) return { revision: a.expectedRevision + 1, duplicate: false };
       const row = await this.writeCall(
         "appendEvents",
-        "movie_append_one_resolve",
-        "SELECT movie_append_one_resolve($1, $2, $3, $4, $5, $6, $7, $8, $9) AS outcome",
-        [a.persistenceId, a.expectedRevision, a.operationId, fingerprint, ...fenceArgs(a.fence)],
+        "movie_append_one_settle",
+        "SELECT movie_append_one_settle($1, $2, $5, $6, $3, $4, $7, $8, $9, $10, $11) AS outcome",
+        values,
         a.persistenceId,
         a.expectedRevision,
       );

@@ -27,7 +27,7 @@ const fenceCheckScalar = fenceCheckWith("RETURN movie_outcome(3, 0);");
 
 const fenceParams = "p_cluster text, p_type text, p_shard bigint, p_owner text, p_epoch bigint";
 
-/** The PostgreSQL migrations 1..4. */
+/** The PostgreSQL migrations 1..5. */
 export const postgresMigrations: readonly Migration[] = buildMigrations([
   [
     // The first journal row of an append also carries its operation id, fingerprint and resulting revision, so
@@ -270,12 +270,54 @@ export const postgresMigrations: readonly Migration[] = buildMigrations([
         status := 0; revision := v_deleted;
       END $$`,
   ],
+  [
+    // The one-event hot path (APPEND_ONE_SQL) no longer reads event_stream: every relation a statement names costs
+    // a lock and an index open per execution, and event_stream only matters once retention has removed row
+    // `expected`. That rare case lands here, where the append is written under the same fence lock.
+    `CREATE OR REPLACE FUNCTION movie_append_one_settle(p_pid text, p_expected bigint, p_op text, p_fingerprint text,
+        p_manifest text, p_payload text, ${fenceParams})
+      RETURNS bigint LANGUAGE plpgsql AS $$
+      DECLARE
+        v_fingerprint text;
+        v_previous bigint;
+        v_actual bigint;
+      BEGIN
+        ${fenceCheckScalar}
+        SELECT j.fingerprint, j.operation_revision INTO v_fingerprint, v_previous FROM event_journal j
+          WHERE j.persistence_id = p_pid AND j.operation_id = p_op;
+        IF NOT FOUND THEN
+          SELECT o.fingerprint, o.revision INTO v_fingerprint, v_previous FROM journal_operation o
+            WHERE o.persistence_id = p_pid AND o.operation_id = p_op;
+        END IF;
+        IF FOUND THEN
+          RETURN movie_outcome(CASE WHEN v_fingerprint = p_fingerprint THEN 1 ELSE 2 END, v_previous);
+        END IF;
+        v_actual := movie_stream_revision(p_pid);
+        IF v_actual <> p_expected THEN
+          RAISE EXCEPTION USING ERRCODE = '${REVISION_MISMATCH_SQLSTATE}', MESSAGE = v_actual::text;
+        END IF;
+        IF p_expected = 0 OR EXISTS (SELECT 1 FROM event_journal j WHERE j.persistence_id = p_pid
+            AND j.sequence_nr = p_expected) THEN
+          -- Row \`expected\` is visible now: a concurrent write committed after the hot path looked. Try again.
+          RETURN -1;
+        END IF;
+        -- Retention removed row \`expected\`; event_stream vouches for the revision.
+        BEGIN
+          INSERT INTO event_journal (persistence_id, sequence_nr, manifest, payload, operation_id, fingerprint,
+              operation_revision)
+            VALUES (p_pid, p_expected + 1, p_manifest, p_payload, p_op, p_fingerprint, p_expected + 1);
+        EXCEPTION WHEN unique_violation THEN
+          RETURN -1;
+        END;
+        RETURN movie_outcome(0, p_expected + 1);
+      END $$`,
+  ],
 ]);
 
 /** Every migration's SQL as one script, for review or manual application (`movie persistence migrate --print`). */
 export function postgresMigrationSql(): string {
   const lines = [
-    "-- movie persistence schema (PostgreSQL), versions 1..4",
+    "-- movie persistence schema (PostgreSQL), versions 1..5",
     `SELECT pg_advisory_lock(${MIGRATION_LOCK_KEY});`,
     `CREATE TABLE IF NOT EXISTS movie_schema_migration (version INTEGER PRIMARY KEY, name TEXT NOT NULL,
   checksum TEXT NOT NULL, applied_at TIMESTAMPTZ NOT NULL DEFAULT now());`,
@@ -295,9 +337,10 @@ export function postgresMigrationSql(): string {
 /**
  * The hot path: a one-event append as a single plain INSERT ... SELECT (no PL/pgSQL call). Its WHERE clause is the
  * fence check (the lease row locked FOR SHARE, so a transfer waits for this write to commit), the check that the
- * operation id is not among those kept outside the journal, and the gap check; the journal's unique indexes catch
- * a concurrent write at the same revision and a reused operation id. Inserting no row, or a unique violation,
- * sends the client to movie_append_one_resolve.
+ * operation id is not among those kept outside the journal, and the gap check (row `expected` exists); the journal's
+ * unique indexes catch a concurrent write at the same revision and a reused operation id. Inserting no row, or a
+ * unique violation, sends the client to movie_append_one_settle, which also writes the append when retention removed
+ * row `expected`.
  */
 export const APPEND_ONE_SQL = `INSERT INTO event_journal (persistence_id, sequence_nr, manifest, payload, operation_id,
     fingerprint, operation_revision)
@@ -306,5 +349,4 @@ export const APPEND_ONE_SQL = `INSERT INTO event_journal (persistence_id, sequen
       AND l.shard_id = $9 AND l.owner = $10 AND l.epoch = $11 AND l.lease_until_epoch_ms > movie_now_ms() FOR SHARE))
     AND NOT EXISTS (SELECT 1 FROM journal_operation o WHERE o.persistence_id = $1 AND o.operation_id = $5)
     AND ($2::bigint = 0
-      OR EXISTS (SELECT 1 FROM event_journal j WHERE j.persistence_id = $1 AND j.sequence_nr = $2::bigint)
-      OR EXISTS (SELECT 1 FROM event_stream s WHERE s.persistence_id = $1 AND s.revision = $2::bigint))`;
+      OR EXISTS (SELECT 1 FROM event_journal j WHERE j.persistence_id = $1 AND j.sequence_nr = $2::bigint))`;
