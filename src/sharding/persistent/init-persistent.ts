@@ -85,7 +85,7 @@ function initPersistent<T>(
     );
   }
   const settings = ShardingSettings.create(settingsOptions);
-  const existing = internals.types.get(routingName)?.provider;
+  const existing = internals.provider(routingName);
   if (existing !== undefined) {
     const field =
       !(existing instanceof PersistentEntityProvider) || existing.kind !== kind
