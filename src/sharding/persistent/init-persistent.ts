@@ -124,6 +124,7 @@ function initPersistent<T>(
     clusterName: clusterNameOf(sharding),
     owner: membership.selfAddress.toString(),
     safeToOwn: () => safeToOwn({ ...membership.snapshot(), self: membership.selfAddress }),
+    onDeadLetter: (listener) => system.onDeadLetter(listener),
     log: system.log,
   });
   return sharding.registerProvider<T>(provider);
