@@ -22,7 +22,10 @@ const url = process.env.MOVIE_POSTGRES_TEST_URL ?? "postgres://postgres@127.0.0.
 const caseMs = Number(process.env.MOVIE_BENCH_CASE_MS ?? 1_000);
 const warmupMs = 300;
 const rounds = Number(process.env.MOVIE_BENCH_ROUNDS ?? 3);
-const leases = (process.env.MOVIE_BENCH_LEASES ?? "1000,3000,10000").split(",").map(Number);
+const leases = (process.env.MOVIE_BENCH_LEASES ?? "1000,3000,10000")
+  .split(",")
+  .map(Number)
+  .filter((ms) => ms > 0);
 const concurrencies = [1, 16, 256];
 const nodeScript = fileURLToPath(new URL("./persistent-sharding-node.ts", import.meta.url));
 const schema = `movie_bench_ps_${process.pid}_${randomBytes(3).toString("hex")}`;
