@@ -1,185 +1,392 @@
-// Persistent sharding benchmark: sharded event-sourced commands per second and p50/p99 latency at concurrency 1, 16
-// and 256 entities on the local PostgreSQL, each command an ask through the sharding coordinator that appends one
-// fenced event; beside it the same asks to ordinary (in-memory) sharded entities, and as the ceiling plain
-// single-row INSERT transactions on the same connection pool at the same concurrency, measured in the same run.
-// One node over real loopback TCP (remoting + cluster + sharding in one process); the issue's three-process runs and
-// failover timings are not measured here yet.
-// Usage: npm run bench:persistent-sharding  (MOVIE_POSTGRES_TEST_URL overrides the local server;
-// MOVIE_BENCH_SECONDS the duration of each measured case, default 1).
+// Persistent sharding benchmark (`npm run bench:persistent-sharding`): three node processes on loopback and the local
+// PostgreSQL, driven over IPC (bench/persistent-sharding-node.ts).
+//  1. persistent sharded commands (an ask that appends one fenced event) per second with p50/p99 at concurrency 1, 16
+//     and 256 entities, the caller on the shard owner and on a third node; beside them, in the same run and rounds,
+//     the ceiling (raw single-row INSERT transactions at the same concurrency from the owner's process) and the
+//     ordinary (in-memory) sharded ask;
+//  2. failover: time until a third node's command succeeds again after the owner leaves gracefully, and after it is
+//     killed (SIGKILL) and downed, for several leaseDuration values.
+// Rounds interleave the cases; the table reports medians. Figures are measurements, never assertions.
+// MOVIE_POSTGRES_TEST_URL overrides the local server; MOVIE_BENCH_CASE_MS (default 1000) the measured time per case,
+// MOVIE_BENCH_ROUNDS (default 3), MOVIE_BENCH_LEASES (default "1000,3000,10000") the failover lease durations.
+import { type ChildProcess, fork } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { mkdirSync, writeFileSync } from "node:fs";
+import { loadavg } from "node:os";
+import { fileURLToPath } from "node:url";
 import pg from "pg";
-import { AbstractBehavior, type ActorContext, ActorSystem, RealScheduler, silentLogger } from "../src/actor/index.ts";
-import "../src/cluster/index.ts";
-import { Database, Effect, type EntityContext, EventSourcedBehavior, EventSourcing } from "../src/persistence/index.ts";
 import { PostgresStore } from "../src/persistence/postgres/index.ts";
-import { MessageRegistry } from "../src/remote/index.ts";
-import { ClusterSharding } from "../src/sharding/index.ts";
-import { initEventSourced } from "../src/sharding/persistent/index.ts";
+import { clock } from "./support/raw-frames.ts";
 
-const clock = new RealScheduler();
 const url = process.env.MOVIE_POSTGRES_TEST_URL ?? "postgres://postgres@127.0.0.1:5432/test";
-const caseMs = Number(process.env.MOVIE_BENCH_SECONDS ?? "1") * 1000;
-const warmupMs = 500; // covers lease acquisition and recovery of each new entity
+const caseMs = Number(process.env.MOVIE_BENCH_CASE_MS ?? 1_000);
+const warmupMs = 300;
+const rounds = Number(process.env.MOVIE_BENCH_ROUNDS ?? 3);
+const leases = (process.env.MOVIE_BENCH_LEASES ?? "1000,3000,10000")
+  .split(",")
+  .map(Number)
+  .filter((ms) => ms > 0);
 const concurrencies = [1, 16, 256];
-const poolSize = 16;
-
-abstract class BenchCommand {}
-class Bump extends BenchCommand {
-  constructor(readonly op: string) {
-    super();
-  }
-}
-class BumpReply {
-  constructor(readonly n: number) {}
-}
-class Bumped {
-  constructor(readonly at: number) {}
-}
-for (const c of [Bump, BumpReply]) MessageRegistry.register(c);
-
-class PersistentCounter extends EventSourcedBehavior<BenchCommand, Bumped, { n: number }> {
-  emptyState() {
-    return { n: 0 };
-  }
-  applyEvent(state: { n: number }) {
-    return { n: state.n + 1 };
-  }
-  handleCommand(_state: { n: number }, command: BenchCommand, ctx: EntityContext<BenchCommand>) {
-    const op = command instanceof Bump ? command.op : "none";
-    return Effect.persist<Bumped, { n: number }>(new Bumped(1), op).thenRun((s) =>
-      ctx.sender?.tell(new BumpReply(s.n)),
-    );
-  }
-}
-
-class MemoryCounter extends AbstractBehavior<BenchCommand> {
-  private n = 0;
-  receive(_message: BenchCommand, ctx: ActorContext<BenchCommand>): void {
-    ctx.sender?.tell(new BumpReply(++this.n));
-  }
-}
-
-function percentile(sorted: number[], p: number): number {
-  if (sorted.length === 0) return 0;
-  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]!;
-}
-
-/** Runs `concurrency` loops of `op(worker, i)` for a warm-up, then for `caseMs`; returns throughput and latency. */
-async function measure(concurrency: number, op: (worker: number, i: number) => Promise<unknown>) {
-  const latencies: number[] = [];
-  const counters = new Array<number>(concurrency).fill(0);
-  let phaseEnd = clock.now() + warmupMs;
-  let recording = false;
-  const worker = async (w: number) => {
-    while (clock.now() < phaseEnd) {
-      const start = clock.now();
-      await op(w, counters[w]!++);
-      if (recording) latencies.push(clock.now() - start);
-    }
-  };
-  await Promise.all(counters.map((_, w) => worker(w)));
-  recording = true;
-  const started = clock.now();
-  phaseEnd = started + caseMs;
-  await Promise.all(counters.map((_, w) => worker(w)));
-  const elapsedMs = clock.now() - started;
-  latencies.sort((a, b) => a - b);
-  return {
-    ops: latencies.length,
-    opsPerSec: Math.round((latencies.length * 1000) / elapsedMs),
-    p50Ms: Number(percentile(latencies, 50).toFixed(2)),
-    p99Ms: Number(percentile(latencies, 99).toFixed(2)),
-  };
-}
-
+const nodeScript = fileURLToPath(new URL("./persistent-sharding-node.ts", import.meta.url));
 const schema = `movie_bench_ps_${process.pid}_${randomBytes(3).toString("hex")}`;
-const store = await PostgresStore.connect({ connectionUri: url, schema, poolSize });
-const system = ActorSystem.create("bench", { logger: silentLogger });
-const remoting = await system.enableRemoting({ host: "127.0.0.1", port: 0 });
-const cluster = await system.enableCluster({ seedNodes: [`127.0.0.1:${remoting.selfAddress.address.port}`] });
-await new Promise<void>((resolve) => {
-  const check = () => {
-    const s = cluster.snapshot();
-    if (s.converged && s.members.some((m) => m.status === "Up")) resolve();
-    else clock.scheduleOnce(10, check);
-  };
-  check();
-});
-await Database.get(system).use(store);
-Database.get(system).codec.register(Bumped);
-const sharding = ClusterSharding.get(system);
-const counters = EventSourcing.get(system).registerEntity(
-  PersistentCounter,
-  BenchCommand,
-  () => new PersistentCounter(),
-  {
-    name: "BenchCounter",
-  },
-);
-const persistent = initEventSourced(sharding, counters, { shardCount: 64 });
-const ordinary = sharding.init("MemoryCounter", BenchCommand, { shardCount: 64 }, () => new MemoryCounter());
+const runStarted = clock.now();
+const say = (text: string): void => {
+  process.stderr.write(`${((clock.now() - runStarted) / 1000).toFixed(1).padStart(5)}s  ${text}\n`);
+};
 
-await store.pool.query(`CREATE TABLE IF NOT EXISTS bench_ceiling (persistence_id TEXT NOT NULL,
-  sequence_nr BIGINT NOT NULL, manifest TEXT NOT NULL, payload TEXT NOT NULL, PRIMARY KEY (persistence_id, sequence_nr))`);
-const payload = JSON.stringify(new Bumped(1));
-
-interface Row {
-  case: string;
-  concurrency: number;
-  opsPerSec: number;
-  p50Ms: number;
-  p99Ms: number;
-  ops: number;
-  ratioToCeiling: number | null;
+type Reply = Record<string, unknown> & { id: number; error?: string };
+interface Status {
+  node: string;
+  coordinator: string | null;
+  converged: boolean;
+  up: number;
+  planned: number;
+  handoffs: number;
+  stats: Record<string, number>;
 }
-const rows: Row[] = [];
-let run = 0;
-try {
-  for (const concurrency of concurrencies) {
-    run++;
-    // One single-row INSERT per transaction (autocommit: one round trip), as the fenced append is one statement.
-    const ceiling = await measure(concurrency, (w, i) =>
-      store.pool.query({
-        name: "bench_ceiling_insert",
-        text: "INSERT INTO bench_ceiling VALUES ($1, $2, $3, $4)",
-        values: [`r${run}-${w}`, i, "bench.Bumped", payload],
-      }),
-    );
-    rows.push({ case: "raw INSERT transaction (ceiling)", concurrency, ...ceiling, ratioToCeiling: 1 });
-    const persisted = await measure(concurrency, (w, i) =>
-      sharding.entityRefFor(persistent, `c${run}-${w}`).ask(new Bump(`r${run}-${w}-${i}`), BumpReply, 30_000),
-    );
-    rows.push({
-      case: "persistent sharded ask (fenced append)",
-      concurrency,
-      ...persisted,
-      ratioToCeiling: Number((persisted.opsPerSec / ceiling.opsPerSec).toFixed(3)),
+interface Loop {
+  rate: number;
+  p50: number;
+  p99: number;
+  ops: number;
+}
+
+/** One node process and its request/reply channel. */
+class BenchNode {
+  readonly process: ChildProcess;
+  private readonly pending = new Map<number, { resolve: (r: Reply) => void; reject: (e: Error) => void }>();
+  private nextId = 1;
+  readonly ready: Promise<{ node: string; hostPort: string }>;
+
+  constructor(
+    readonly label: string,
+    seed: string,
+  ) {
+    const profile = process.env.MOVIE_BENCH_PROFILE;
+    const profileArgs = profile === undefined ? [] : ["--cpu-prof", `--cpu-prof-dir=${profile}/${label}`];
+    this.process = fork(nodeScript, [label, seed], {
+      execArgv: [...profileArgs, "--import", "tsx"],
+      stdio: ["ignore", "inherit", "inherit", "ipc"],
+      env: { ...process.env, MOVIE_BENCH_PG_URL: url, MOVIE_BENCH_PG_SCHEMA: schema },
     });
-    const plain = await measure(concurrency, (w) =>
-      sharding.entityRefFor(ordinary, `m${run}-${w}`).ask(new Bump("x"), BumpReply, 30_000),
-    );
-    rows.push({ case: "ordinary sharded ask (in memory)", concurrency, ...plain, ratioToCeiling: null });
+    this.ready = new Promise((resolve, reject) => {
+      this.pending.set(0, { resolve: (r) => resolve(r as unknown as { node: string; hostPort: string }), reject });
+    });
+    this.process.on("message", (reply: Reply) => {
+      const waiter = this.pending.get(reply.id);
+      if (waiter === undefined) return;
+      this.pending.delete(reply.id);
+      if (reply.error !== undefined) waiter.reject(new Error(reply.error));
+      else waiter.resolve(reply);
+    });
+    this.process.on("exit", (code, signal) => {
+      for (const w of this.pending.values()) w.reject(new Error(`${label} exited (${code ?? signal}) mid-request`));
+      this.pending.clear();
+    });
   }
-  const stats = sharding.stats;
+
+  request<T>(command: { type: string; [field: string]: unknown }, timeoutMs = 120_000): Promise<T> {
+    const id = this.nextId++;
+    return new Promise<T>((resolve, reject) => {
+      const timer = clock.scheduleOnce(timeoutMs, () => {
+        this.pending.delete(id);
+        reject(new Error(`${this.label} did not answer ${command.type} within ${timeoutMs} ms`));
+      });
+      this.pending.set(id, {
+        resolve: (r) => {
+          timer.cancel();
+          resolve(r as unknown as T);
+        },
+        reject: (e) => {
+          timer.cancel();
+          reject(e);
+        },
+      });
+      this.process.send({ ...command, id });
+    });
+  }
+
+  status(name = ""): Promise<Status> {
+    return this.request<Status>({ type: "status", name });
+  }
+
+  get alive(): boolean {
+    return this.process.exitCode === null && this.process.signalCode === null;
+  }
+
+  async shutdown(): Promise<void> {
+    if (!this.alive) return;
+    const exited = new Promise((r) => this.process.once("exit", r));
+    await this.request({ type: "shutdown" }, 30_000).catch(() => this.process.kill("SIGKILL"));
+    await exited;
+  }
+}
+
+async function sleep(ms: number): Promise<void> {
+  await new Promise<void>((r) => clock.scheduleOnce(ms, r));
+}
+
+async function until(what: string, condition: () => Promise<boolean>, timeoutMs = 60_000): Promise<void> {
+  const started = clock.now();
+  while (!(await condition())) {
+    if (clock.now() - started > timeoutMs) throw new Error(`persistent sharding bench: timed out waiting for ${what}`);
+    await sleep(50);
+  }
+}
+
+async function converged(nodes: BenchNode[]): Promise<Status[]> {
+  let statuses: Status[] = [];
+  await until(`${nodes.length} Up members`, async () => {
+    statuses = await Promise.all(nodes.map((n) => n.status()));
+    const coordinator = statuses[0]!.coordinator;
+    return statuses.every((s) => s.converged && s.up === nodes.length && s.coordinator === coordinator);
+  });
+  return statuses;
+}
+
+/** Inits on the non-coordinators first, so the coordinator's bootstrap plan covers every node. */
+async function initEverywhere(
+  nodes: BenchNode[],
+  name: string,
+  kind: string,
+  leaseDuration = 10_000,
+  rebalance = false,
+) {
+  const statuses = await converged(nodes);
+  const coordinator = nodes[statuses.findIndex((s) => s.node === s.coordinator)]!;
+  for (const n of nodes) if (n !== coordinator) await n.request({ type: "init", name, kind, leaseDuration, rebalance });
+  await coordinator.request({ type: "init", name, kind, leaseDuration, rebalance });
+  await until(`a full plan of ${name}`, async () => {
+    const all = await Promise.all(nodes.map((n) => n.status(name)));
+    return all.every((s) => s.planned === 64 && s.handoffs === 0);
+  });
+  return { coordinator, statuses };
+}
+
+function median(values: readonly number[]): number {
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted[Math.floor(sorted.length / 2)] ?? Number.NaN;
+}
+
+const nodes: BenchNode[] = [];
+let exitCode = 0;
+try {
+  // The schema once, before the nodes connect, so that three migrations do not race.
+  await (await PostgresStore.connect({ connectionUri: url, schema, poolSize: 1 })).close();
+  const first = new BenchNode("n1", "self");
+  nodes.push(first);
+  const seed = (await first.ready).hostPort;
+  nodes.push(new BenchNode("n2", seed), new BenchNode("n3", seed));
+  await Promise.all(nodes.map((n) => n.ready));
+  const { coordinator, statuses } = await initEverywhere(nodes, "Persistent", "persistent");
+  await initEverywhere(nodes, "Memory", "memory");
+  // The owner and the third node are the two non-coordinators: a caller on the owner goes owner → coordinator →
+  // owner; one on the third node goes third → coordinator → owner.
+  const [owner, third] = nodes.filter((n) => n !== coordinator) as [BenchNode, BenchNode];
+  const ownerAddress = statuses[nodes.indexOf(owner)]!.node;
+  say(`coordinator ${coordinator.label}, owner ${owner.label}, third node ${third.label}`);
+  const idsOf = async (name: string) =>
+    (await owner.request<{ ids: string[] }>({ type: "pick", name, owner: ownerAddress, prefix: "e", count: 256 })).ids;
+  const persistentIds = await idsOf("Persistent");
+  const memoryIds = await idsOf("Memory");
+
+  const samples = new Map<string, Loop[]>();
+  const record = (key: string, loop: Loop) => samples.set(key, [...(samples.get(key) ?? []), loop]);
+  for (let round = 1; round <= rounds; round++) {
+    for (const c of concurrencies) {
+      const run = `r${round}c${c}`;
+      const common = { warmupMs, ms: caseMs };
+      record(`ceiling/${c}`, await owner.request<Loop>({ type: "rawInsert", concurrency: c, run, ...common }));
+      for (const [where, caller] of [
+        ["owner", owner],
+        ["third", third],
+      ] as const) {
+        const ids = persistentIds.slice(0, c);
+        record(
+          `persistent-${where}/${c}`,
+          await caller.request<Loop>({ type: "ask", name: "Persistent", ids, run: `${run}${where}`, ...common }),
+        );
+        record(
+          `memory-${where}/${c}`,
+          await caller.request<Loop>({ type: "ask", name: "Memory", ids: memoryIds.slice(0, c), run, ...common }),
+        );
+      }
+      say(`round ${round}, concurrency ${c} done`);
+    }
+  }
+
+  interface Row {
+    figure: string;
+    concurrency: number;
+    opsPerSec: number;
+    p50Ms: number;
+    p99Ms: number;
+    ceilingOpsPerSec: number | null;
+    ratio: number | null;
+  }
+  const rows: Row[] = [];
+  const figures: [string, string][] = [
+    ["ceiling", "raw single-row INSERT transaction (ceiling)"],
+    ["persistent-owner", "persistent sharded ask, caller on the owner"],
+    ["persistent-third", "persistent sharded ask, caller on a third node"],
+    ["memory-owner", "ordinary sharded ask, caller on the owner"],
+    ["memory-third", "ordinary sharded ask, caller on a third node"],
+  ];
+  for (const c of concurrencies) {
+    const ceiling = median(samples.get(`ceiling/${c}`)!.map((l) => l.rate));
+    for (const [key, figure] of figures) {
+      const loops = samples.get(`${key}/${c}`)!;
+      const rate = median(loops.map((l) => l.rate));
+      const persistent = key.startsWith("persistent");
+      rows.push({
+        figure,
+        concurrency: c,
+        opsPerSec: Math.round(rate),
+        p50Ms: +median(loops.map((l) => l.p50)).toFixed(2),
+        p99Ms: +median(loops.map((l) => l.p99)).toFixed(2),
+        ceilingOpsPerSec: persistent ? Math.round(ceiling) : null,
+        // Per round, against that round's ceiling, then the median.
+        ratio: persistent
+          ? +median(loops.map((l, i) => l.rate / samples.get(`ceiling/${c}`)![i]!.rate)).toFixed(2)
+          : null,
+      });
+    }
+  }
   console.table(rows);
-  console.log(
-    `lease acquisitions ${stats.leaseAcquisitions}, renewals ${stats.leaseRenewals}, losses ${stats.leaseLosses}, retries ${stats.leaseRetries}`,
-  );
-  const at16 = rows.find((r) => r.case.startsWith("persistent") && r.concurrency === 16)!;
-  console.log(
-    `persistent commands at concurrency 16: ${at16.opsPerSec}/s = ${(100 * at16.ratioToCeiling!).toFixed(0)}% of the raw INSERT ceiling (target >= 50%)`,
-  );
+
+  // Failover: a fresh victim process owns the probe's shard; the third node's probe measures until it answers again.
+  interface Failover {
+    mode: "graceful leave" | "SIGKILL + down";
+    leaseDurationMs: number;
+    recoveryMs: number;
+    epochBefore: number;
+    epochAfter: number;
+    failedAttempts: number;
+  }
+  const failovers: Failover[] = [];
+  const survivors = [coordinator, owner, third];
+  let victims = 0;
+  for (const leaseDuration of leases) {
+    for (const mode of ["graceful leave", "SIGKILL + down"] as const) {
+      const victim = new BenchNode(`v${++victims}`, seed);
+      const live = [...survivors, victim];
+      nodes.push(victim);
+      const victimAddress = (await victim.ready).node;
+      const name = `Failover${victims}`;
+      say(`victim ${victim.label} up`);
+      await initEverywhere(live, name, "persistent", leaseDuration, true);
+      say(`${name} planned`);
+      let probe: string | null = null;
+      await until(`a shard of ${name} on the victim`, async () => {
+        probe = (
+          await coordinator.request<{ entityId: string | null }>({
+            type: "pickOne",
+            name,
+            owner: victimAddress,
+            prefix: "p",
+          })
+        ).entityId;
+        return probe !== null;
+      });
+      // Let rebalancing settle, so that only the failover moves the probe's shard.
+      await until("no handoff running", async () => (await coordinator.status(name)).handoffs === 0);
+      const before = await third.request<{ epoch: number }>({
+        type: "askUntilOk",
+        name,
+        entityId: probe,
+        op: "before",
+        timeoutMs: 30_000,
+      });
+      let t0: number;
+      if (mode === "graceful leave") {
+        t0 = clock.now();
+        await victim.request({ type: "leave" });
+      } else {
+        const exited = new Promise((r) => victim.process.once("exit", r));
+        victim.process.kill("SIGKILL");
+        await exited;
+        t0 = clock.now();
+        // The operator's step: down the dead node through a survivor (forwarded to the leader).
+        await coordinator.request({ type: "down", node: victimAddress });
+      }
+      const recovery = third.request<{ epoch: number; failures: number }>({
+        type: "askUntilOk",
+        name,
+        entityId: probe,
+        op: "after",
+        timeoutMs: leaseDuration * 3 + 30_000,
+      });
+      if (mode !== "graceful leave") {
+        // Repeated until membership shows it gone (a down may arrive before the leader has the node's state).
+        await until("the down to take effect", async () => {
+          const s = await third.status();
+          if (s.up === survivors.length && s.converged) return true;
+          await coordinator.request({ type: "down", node: victimAddress }).catch(() => undefined);
+          return false;
+        });
+      }
+      const after = await recovery;
+      const recoveryMs = clock.now() - t0;
+      failovers.push({
+        mode,
+        leaseDurationMs: leaseDuration,
+        recoveryMs: Math.round(recoveryMs),
+        epochBefore: before.epoch,
+        epochAfter: after.epoch,
+        failedAttempts: after.failures,
+      });
+      say(`failover ${mode}, lease ${leaseDuration} ms: ${Math.round(recoveryMs)} ms`);
+      if (mode === "graceful leave") {
+        await until("the victim removed", async () => (await third.status()).up === survivors.length);
+        await victim.shutdown();
+      }
+      await converged(survivors);
+    }
+  }
+  console.table(failovers);
+
+  const at16 = rows.filter((r) => r.concurrency === 16 && r.ratio !== null);
+  for (const r of at16) {
+    console.log(
+      `${r.figure} at concurrency 16: ${r.opsPerSec}/s = ${(100 * r.ratio!).toFixed(0)}% of the raw INSERT ceiling (target >= 50%)`,
+    );
+  }
+  const load = loadavg().map((x) => +x.toFixed(2));
+  console.log(`load average ${load.join(" ")}; ${rounds} interleaved rounds of ${caseMs} ms per case`);
+  const stats = await Promise.all(survivors.map((n) => n.status()));
   mkdirSync("bench/results", { recursive: true });
   writeFileSync(
     "bench/results/persistent-sharding.json",
-    JSON.stringify({ caseMs, poolSize, rows, stats, measuredAt: new Date(clock.wallNow()).toISOString() }, null, 2),
+    JSON.stringify(
+      {
+        processes: 3,
+        caseMs,
+        rounds,
+        poolSizePerNode: 16,
+        loadAverage: load,
+        rows,
+        failovers,
+        leaseCounters: stats.map((s) => ({
+          node: s.node,
+          acquisitions: s.stats.leaseAcquisitions,
+          renewals: s.stats.leaseRenewals,
+          losses: s.stats.leaseLosses,
+          retries: s.stats.leaseRetries,
+        })),
+        measuredAt: new Date(clock.wallNow()).toISOString(),
+      },
+      null,
+      2,
+    ),
   );
+} catch (error) {
+  console.error(error);
+  exitCode = 1;
 } finally {
-  await system.terminate();
+  await Promise.all(nodes.map((n) => n.shutdown().catch(() => undefined)));
   const client = new pg.Client({ connectionString: url });
   await client.connect();
   await client.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
   await client.end();
-  await store.close().catch(() => undefined);
+  process.exit(exitCode);
 }

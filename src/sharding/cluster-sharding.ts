@@ -81,6 +81,7 @@ import {
   handoffStep,
   newHandoff,
 } from "./handoff/handoff.ts";
+import { type ShardingInternalView, shardingInternalsKey } from "./internal-view.ts";
 import type { ShardingClusterSnapshot, ShardingMembership } from "./membership.ts";
 import { EntityProvider, type ShardingProvider } from "./provider.ts";
 import { type AttemptOutcome, RetryBarrier } from "./retry-barrier.ts";
@@ -307,6 +308,11 @@ export class ClusterSharding implements Extension, EntityRouter {
   /** @internal The counters providers increment (activations, local deliveries, lease counters). */
   get mutableStats(): MutableShardingStats {
     return this.counters;
+  }
+
+  /** @internal Not public API: the private parts sharding's persistent module and the singleton read (internal-view.ts). */
+  [shardingInternalsKey](): ShardingInternalView {
+    return { system: this.system, membership: this.membership, provider: (name) => this.types.get(name)?.provider };
   }
 
   private register(provider: ShardingProvider): void {

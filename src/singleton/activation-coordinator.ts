@@ -8,7 +8,7 @@ import { type OwnershipSnapshot, safeToOwn } from "../sharding/lease/safe-to-own
  * converged, fully reachable cluster, so activations are not sent from several nodes at once.
  */
 export function isActivationCoordinator(snapshot: OwnershipSnapshot): boolean {
-  if (!safeToOwn(snapshot)) return false;
+  if (!snapshot.converged || !safeToOwn(snapshot)) return false;
   let lowest: UniqueAddress | null = null;
   for (const member of snapshot.members) {
     if (member.status !== "Up") continue;

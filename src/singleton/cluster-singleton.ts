@@ -10,13 +10,11 @@ import type {
   SystemMessage,
   UniqueAddress,
 } from "../actor/index.ts";
-import type { EntityType } from "../persistence/entity-type.ts";
 import { LeastLoadedAllocation } from "../sharding/allocation/least-loaded.ts";
 import { RoleAwareAllocation } from "../sharding/allocation/role-aware.ts";
 import { ClusterSharding } from "../sharding/cluster-sharding.ts";
 import type { ShardedEntityRef } from "../sharding/entity-ref.ts";
-import { initDurableState, initEventSourced } from "../sharding/persistent/init-persistent.ts";
-import { shardingInternals } from "../sharding/persistent/internals.ts";
+import { shardingInternalsKey } from "../sharding/internal-view.ts";
 import { NoRebalance } from "../sharding/rebalance/no-rebalance.ts";
 import { isActivationCoordinator } from "./activation-coordinator.ts";
 import { ClusterSingletonConfigurationError } from "./errors.ts";
@@ -24,8 +22,6 @@ import {
   type ClusterSingletonOptions,
   type ClusterSingletonSettings,
   firstActivationDelayMs,
-  type PersistentSingletonOptions,
-  resolvePersistentSingletonSettings,
   resolveSingletonSettings,
   singletonSettingsKey,
 } from "./settings.ts";
@@ -85,110 +81,53 @@ export class ClusterSingleton implements Extension {
     options: ClusterSingletonOptions,
     factory: () => AbstractBehavior<T>,
   ): ClusterSingletonRef<T> {
-    const typeName = singletonTypeName(name);
     const settings = resolveSingletonSettings(name, options);
     const settingsKey = singletonSettingsKey(settings);
-    const existing = this.registrations.get(name);
-    if (existing !== undefined) {
-      if (existing.messageTypeName !== messageType.name || existing.settingsKey !== settingsKey) {
-        throw new ClusterSingletonConfigurationError(
-          name,
-          existing.messageTypeName !== messageType.name ? "messageType" : "settings",
-          "is already registered with different settings; use the same message type and settings on every init",
-        );
-      }
-      return existing.ref as ClusterSingletonRef<T>;
-    }
-    const partitioner = new SingletonPartitioner({
-      kind: "Behavior",
-      persistenceEntityType: "",
-      messageType: messageType.name,
-      entityId: ordinarySingletonEntityId,
-      settingsKey,
-      lease: null,
+    const backing = { messageTypeName: messageType.name, settingsKey, entityId: ordinarySingletonEntityId };
+    return this.registerBacked<T>(name, backing, settings, (sharding, typeName) => {
+      const partitioner = new SingletonPartitioner({
+        kind: "Behavior",
+        persistenceEntityType: "",
+        messageType: messageType.name,
+        entityId: ordinarySingletonEntityId,
+        settingsKey,
+        lease: null,
+      });
+      sharding.init(
+        typeName,
+        messageType,
+        { shardCount: 1, partitioner, allocation: allocationFor(settings), rebalance: new NoRebalance() },
+        () => factory(),
+      );
     });
-    this.sharding.init(
-      typeName,
-      messageType,
-      {
-        shardCount: 1,
-        partitioner,
-        allocation: allocationFor(settings),
-        rebalance: new NoRebalance(),
-      },
-      () => factory(),
-    );
-    return this.remember(name, typeName, ordinarySingletonEntityId, messageType.name, settingsKey, settings);
   }
 
   /**
-   * Registers a persistent singleton backed by the event-sourced entity `options.entityId` of `entityType`, fenced by
-   * the PostgreSQL lease `(cluster, "movie.singleton.<name>", 0)`; it survives its owner's leave with its state.
-   * @throws ClusterSingletonConfigurationError for invalid settings, or a mismatch with an earlier init
-   * @throws ClusterShardingConfigurationError when the persistence backend is not PostgreSQL
+   * @internal For `movie/singleton/persistent`: registers singleton `name` whose sharding type (`typeName`, entity
+   * `entityId`) `initSharding` creates; the same ref comes back when `messageTypeName` and `settingsKey` match an
+   * earlier registration.
+   * @throws ClusterSingletonConfigurationError on a mismatch with an earlier init
    */
-  initEventSourced<T>(
+  registerBacked<T>(
     name: string,
-    entityType: EntityType<T>,
-    options: PersistentSingletonOptions,
-  ): ClusterSingletonRef<T> {
-    return this.initPersistent(name, entityType, options, "EventSourced");
-  }
-
-  /**
-   * Registers a persistent singleton backed by a durable-state entity; otherwise as {@link initEventSourced}.
-   * @throws ClusterSingletonConfigurationError, ClusterShardingConfigurationError as {@link initEventSourced}
-   */
-  initDurableState<T>(
-    name: string,
-    entityType: EntityType<T>,
-    options: PersistentSingletonOptions,
-  ): ClusterSingletonRef<T> {
-    return this.initPersistent(name, entityType, options, "DurableState");
-  }
-
-  private initPersistent<T>(
-    name: string,
-    entityType: EntityType<T>,
-    options: PersistentSingletonOptions,
-    kind: "EventSourced" | "DurableState",
+    backing: { readonly messageTypeName: string; readonly settingsKey: string; readonly entityId: string },
+    settings: ClusterSingletonSettings,
+    initSharding: (sharding: ClusterSharding, typeName: string) => void,
   ): ClusterSingletonRef<T> {
     const typeName = singletonTypeName(name);
-    const settings = resolvePersistentSingletonSettings(name, options);
-    const lease = { leaseDurationMs: settings.leaseDurationMs, leaseRenewIntervalMs: settings.leaseRenewIntervalMs };
-    const settingsKey = `${kind};${entityType.name};${settings.entityId};${singletonSettingsKey(settings)};${lease.leaseDurationMs}/${lease.leaseRenewIntervalMs}`;
-    const messageTypeName = entityType.commandClass.name;
     const existing = this.registrations.get(name);
     if (existing !== undefined) {
-      if (existing.messageTypeName !== messageTypeName || existing.settingsKey !== settingsKey) {
+      if (existing.messageTypeName !== backing.messageTypeName || existing.settingsKey !== backing.settingsKey) {
         throw new ClusterSingletonConfigurationError(
           name,
-          existing.messageTypeName !== messageTypeName ? "messageType" : "settings",
-          "is already registered with different settings; use the same entity type and settings on every init",
+          existing.messageTypeName !== backing.messageTypeName ? "messageType" : "settings",
+          "is already registered with different settings; use the same message or entity type and settings on every init",
         );
       }
       return existing.ref as ClusterSingletonRef<T>;
     }
-    const partitioner = new SingletonPartitioner({
-      kind,
-      persistenceEntityType: entityType.name,
-      messageType: messageTypeName,
-      entityId: settings.entityId,
-      settingsKey: singletonSettingsKey(settings),
-      lease,
-    });
-    const shardingOptions = {
-      routingName: typeName,
-      shardCount: 1,
-      partitioner,
-      allocation: allocationFor(settings),
-      rebalance: new NoRebalance(),
-      leaseDuration: lease.leaseDurationMs,
-      leaseRenewInterval: lease.leaseRenewIntervalMs,
-    };
-    if (kind === "EventSourced") initEventSourced(this.sharding, entityType, shardingOptions);
-    else initDurableState(this.sharding, entityType, shardingOptions);
-    return this.remember(name, typeName, settings.entityId, messageTypeName, settingsKey, settings);
+    initSharding(this.sharding, typeName);
+    return this.remember(name, typeName, backing.entityId, backing.messageTypeName, backing.settingsKey, settings);
   }
 
   private remember<T>(
@@ -226,7 +165,7 @@ export class ClusterSingleton implements Extension {
 
   /** True when this node owns singleton `name`. */
   isLocallyOwned(name: string): boolean {
-    return this.owner(name)?.equals(shardingInternals(this.sharding).membership.selfAddress) === true;
+    return this.owner(name)?.equals(this.sharding[shardingInternalsKey]().membership.selfAddress) === true;
   }
 
   /** True while singleton `name`'s shard is being handed off (meaningful on the sharding coordinator). */
@@ -277,7 +216,7 @@ export class ClusterSingleton implements Extension {
   /** One eager activation attempt, sent only by the activation coordinator (so never from several nodes at once). */
   private attempt(r: Registration, settings: ClusterSingletonSettings): void {
     if (this.stopped) return;
-    const membership = shardingInternals(this.sharding).membership;
+    const membership = this.sharding[shardingInternalsKey]().membership;
     if (!isActivationCoordinator({ ...membership.snapshot(), self: membership.selfAddress })) return;
     const name = r.ref.name;
     this.counters.increment("activationAttempts");
@@ -292,7 +231,8 @@ export class ClusterSingleton implements Extension {
   }
 }
 
-function allocationFor(settings: ClusterSingletonSettings) {
+/** @internal The singleton's placement: least loaded, constrained to `roles` when there are any. */
+export function allocationFor(settings: ClusterSingletonSettings) {
   const leastLoaded = new LeastLoadedAllocation();
   return settings.roles.length === 0 ? leastLoaded : new RoleAwareAllocation(leastLoaded, settings.roles);
 }

@@ -13,6 +13,7 @@ import {
 } from "../../src/persistence/index.ts";
 import { ClusterShardingConfigurationError } from "../../src/sharding/errors.ts";
 import { ClusterSingleton, ClusterSingletonConfigurationError } from "../../src/singleton/index.ts";
+import { initEventSourcedSingleton } from "../../src/singleton/persistent/index.ts";
 import { eventually } from "../fixtures/eventually.ts";
 import { freshPostgresStore, rawClient } from "../persistence/pg-fixture.ts";
 import { FakeCluster, type Node } from "../sharding/fixtures/fake-cluster.ts";
@@ -79,11 +80,11 @@ function register(node: Node) {
 test("a persistent singleton needs PostgreSQL and valid lease settings", async () => {
   const { node, type } = await start("ps-memory", new MemoryStore());
   assert.throws(
-    () => ClusterSingleton.get(node.system).initEventSourced("ledger", type, options),
+    () => initEventSourcedSingleton(ClusterSingleton.get(node.system), "ledger", type, options),
     ClusterShardingConfigurationError,
   );
   assert.throws(
-    () => ClusterSingleton.get(node.system).initEventSourced("ledger2", type, { ...options, entityId: "" }),
+    () => initEventSourcedSingleton(ClusterSingleton.get(node.system), "ledger2", type, { ...options, entityId: "" }),
     ClusterSingletonConfigurationError,
   );
   node.setStatus("Removed");
@@ -92,9 +93,9 @@ test("a persistent singleton needs PostgreSQL and valid lease settings", async (
 test("it is activated eagerly under the lease (cluster, movie.singleton.<name>, 0) and keeps its state across a leave", async () => {
   const a = await start("ps-a");
   const b = await start("ps-b");
-  const refA = ClusterSingleton.get(a.node.system).initEventSourced("ledger", a.type, options);
-  const refB = ClusterSingleton.get(b.node.system).initEventSourced("ledger", b.type, options);
-  assert.equal(ClusterSingleton.get(a.node.system).initEventSourced("ledger", a.type, options), refA);
+  const refA = initEventSourcedSingleton(ClusterSingleton.get(a.node.system), "ledger", a.type, options);
+  const refB = initEventSourcedSingleton(ClusterSingleton.get(b.node.system), "ledger", b.type, options);
+  assert.equal(initEventSourcedSingleton(ClusterSingleton.get(a.node.system), "ledger", a.type, options), refA);
   await eventually(() => ClusterSingleton.get(a.node.system).stats.activations === 1, { what: "eager activation" });
   const first = await refB.ask(new Record("opened", "op-1"), LedgerView, 5_000);
   assert.deepEqual(first, new LedgerView(["opened"], 1));

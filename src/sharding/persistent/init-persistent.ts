@@ -85,7 +85,7 @@ function initPersistent<T>(
     );
   }
   const settings = ShardingSettings.create(settingsOptions);
-  const existing = internals.types.get(routingName)?.provider;
+  const existing = internals.provider(routingName);
   if (existing !== undefined) {
     const field =
       !(existing instanceof PersistentEntityProvider) || existing.kind !== kind
@@ -124,6 +124,7 @@ function initPersistent<T>(
     clusterName: clusterNameOf(sharding),
     owner: membership.selfAddress.toString(),
     safeToOwn: () => safeToOwn({ ...membership.snapshot(), self: membership.selfAddress }),
+    onDeadLetter: (listener) => system.onDeadLetter(listener),
     log: system.log,
   });
   return sharding.registerProvider<T>(provider);

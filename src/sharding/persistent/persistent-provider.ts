@@ -2,13 +2,14 @@ import {
   type ActorContext,
   type ActorRef,
   type BehaviorSource,
+  type DeadLetter,
   DRAIN_AND_STOP,
   type Logger,
   type Scheduler,
   STOP,
 } from "../../actor/index.ts";
 import { EntityTable, type TableEntity } from "../entity-table.ts";
-import { ShardHandoffInProgressError } from "../errors.ts";
+import { ShardHandoffInProgressError, ShardLeaseUnavailableError } from "../errors.ts";
 import { bindEntity } from "../lease/entity-epoch.ts";
 import type { LeaseCounter } from "../lease/lease-book.ts";
 import { LeaseKeeper, type LeaseStore } from "../lease/lease-keeper.ts";
@@ -40,6 +41,8 @@ export interface PersistentProviderOptions<T> {
   readonly owner: string;
   /** The safe-to-own rule on the live membership view. */
   readonly safeToOwn: () => boolean;
+  /** Subscribes to the actor system's dead letters (`system.onDeadLetter`); returns the unsubscribe function. */
+  readonly onDeadLetter: (listener: (letter: DeadLetter) => void) => () => void;
   readonly log: Logger;
 }
 
@@ -66,6 +69,9 @@ export class PersistentEntityProvider<T> implements ShardingProvider {
   private readonly draining = new Set<number>();
   /** Shards whose handoff prepare is acquiring the lease; the shell marks them prepared only once that is done. */
   private readonly preparing = new Map<number, number>();
+  /** Entity actor path → shard, from activation until its Terminated arrives (dead letters name the path). */
+  private readonly shardByPath = new Map<string, number>();
+  private readonly unsubscribeDeadLetters: () => void;
 
   /** @throws ClusterShardingConfigurationError for invalid lease settings */
   constructor(private readonly options: PersistentProviderOptions<T>) {
@@ -94,6 +100,7 @@ export class PersistentEntityProvider<T> implements ShardingProvider {
         log: options.log,
       },
     );
+    this.unsubscribeDeadLetters = options.onDeadLetter((letter) => this.onDeadLetter(letter));
   }
 
   get entityCount(): number {
@@ -172,6 +179,7 @@ export class PersistentEntityProvider<T> implements ShardingProvider {
   entityTerminated(ref: ActorRef<unknown>): void {
     // Still the live one means it stopped on its own, which is what a fenced write does on StaleShardOwnerError:
     // check the lease now rather than at the next renewal, so that no new actor starts under an epoch that is gone.
+    this.shardByPath.delete(ref.path.toString());
     const entity = this.entities.terminated(ref);
     if (entity !== undefined) this.keeper.verify(entity.shardId);
   }
@@ -179,6 +187,24 @@ export class PersistentEntityProvider<T> implements ShardingProvider {
   async stopAll(): Promise<void> {
     await this.entities.stopWhere(() => true, STOP, true).terminated;
     await this.keeper.stopAll();
+    this.unsubscribeDeadLetters();
+  }
+
+  /**
+   * A command that was in one of our entities' mailboxes (or reached it while it stopped) when the entity stopped:
+   * a fenced write's StaleShardOwnerError stops it with the rest of its mailbox unprocessed, as does a passivation.
+   * None of them ran, so an ask is rejected at once with the barrier's typed error (safe to retry) rather than
+   * left to time out; a tell is dropped (at most once) and counted.
+   */
+  private onDeadLetter(letter: DeadLetter): void {
+    const shardId = this.shardByPath.get(letter.recipient);
+    if (shardId === undefined) return;
+    this.options.stats.rejectedEnvelopes++;
+    const sender = letter.sender;
+    // Only an ask's reply actor lives under /temp; failing any other sender would send it a stray failure.
+    if (sender?.failAsk !== undefined && sender.path.elements[0] === "temp") {
+      sender.failAsk(new ShardLeaseUnavailableError(this.name, shardId));
+    }
   }
 
   /**
@@ -200,6 +226,7 @@ export class PersistentEntityProvider<T> implements ShardingProvider {
     const name = this.entities.childName(entityId, 180, `@${token.epoch}`);
     const ref = this.options.host.spawn(this.options.behaviorFor(entityId, token), name) as ActorRef<unknown>;
     this.options.host.watch(ref);
+    this.shardByPath.set(ref.path.toString(), shardId);
     const entity: PersistentEntity = { ref, shardId, epoch: token.epoch, lastActivityMs: this.options.scheduler.now() };
     this.entities.add(entityId, entity);
     this.options.stats.activations++;

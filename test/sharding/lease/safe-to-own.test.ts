@@ -19,12 +19,21 @@ function snapshot(patch: Partial<OwnershipSnapshot> = {}): OwnershipSnapshot {
   };
 }
 
-test("safe to own only when self is Up, membership converged and nobody is unreachable", () => {
+test("safe to own when self is Up (or Leaving/Exiting while handing off) and nobody is unreachable", () => {
   assert.equal(safeToOwn(snapshot()), true);
-  assert.equal(safeToOwn(snapshot({ converged: false })), false);
+  assert.equal(safeToOwn(snapshot({ converged: false })), true, "a convergence flicker with everyone reachable");
   assert.equal(safeToOwn(snapshot({ unreachable: [b] })), false);
   assert.equal(safeToOwn(snapshot({ unreachable: [a] })), false);
-  for (const status of ["Joining", "Leaving", "Exiting", "Down", "Removed"]) {
+  assert.equal(safeToOwn(snapshot({ unreachable: [b], converged: false })), false);
+  for (const status of ["Leaving", "Exiting"]) {
+    const members = [
+      { uniqueAddress: a, status },
+      { uniqueAddress: b, status: "Up" },
+    ];
+    assert.equal(safeToOwn(snapshot({ members })), true, `${status}: the handoff releases the leases`);
+    assert.equal(safeToOwn(snapshot({ members, unreachable: [b] })), false, `${status} with b unreachable`);
+  }
+  for (const status of ["Joining", "WeaklyUp", "Down", "Removed"]) {
     const members = [
       { uniqueAddress: a, status },
       { uniqueAddress: b, status: "Up" },

@@ -134,3 +134,47 @@ test("the 1,025th delivery queued behind one shard's lease is rejected", async (
     (e: unknown) => e instanceof ClusterShardingConfigurationError && /retry buffer is full/i.test(e.message),
   );
 });
+
+test("asks behind a write fenced by StaleShardOwnerError are rejected at once with the typed error, not timed out", async () => {
+  const facade = initEventSourced(node.sharding, logs, {
+    shardCount: 1,
+    leaseDuration: 3_000,
+    leaseRenewInterval: 1_000,
+    routingName: "Log-stale",
+  });
+  await eventually(() => node.sharding.allocations(facade).size === 1, { what: "a plan" });
+  const ref = node.sharding.entityRefFor(facade, "log-stale");
+  assert.deepEqual((await ref.ask(new Append(0, "stale-0"), LogView, 5_000)).lines, [0]);
+  // Another owner takes the lease behind this node's back (as after a pause): the cached token is still valid here.
+  const client = await rawClient(pg.url, pg.schema);
+  try {
+    await client.query(
+      `UPDATE shard_lease SET owner = 'movie.tcp://elsewhere@127.0.0.1:9#z', epoch = epoch + 1,
+         lease_until_epoch_ms = movie_now_ms() + 60000 WHERE entity_type = 'Log-stale'`,
+    );
+  } finally {
+    await client.end();
+  }
+  const rejectedBefore = node.sharding.stats.rejectedEnvelopes;
+  // The first write fails on the fence and stops the entity with the other four still in its mailbox.
+  const outcomes = await Promise.allSettled(
+    [1, 2, 3, 4, 5].map((line) => ref.ask(new Append(line, `stale-${line}`), LogView, 30_000)),
+  );
+  const names = outcomes.map((o) => (o.status === "rejected" ? (o.reason as Error).name : "fulfilled"));
+  assert.equal(names[0], "StaleShardOwnerError", `the fenced write: ${names}`);
+  assert.ok(
+    names.every((n) => n === "StaleShardOwnerError" || n === "ShardLeaseUnavailableError"),
+    `every ask rejected with a typed error, none timed out: ${names}`,
+  );
+  assert.ok(names.includes("ShardLeaseUnavailableError"), `the queued ones got the barrier's error: ${names}`);
+  assert.ok(node.sharding.stats.rejectedEnvelopes >= rejectedBefore + names.filter((n) => n !== names[0]).length);
+  const check = await rawClient(pg.url, pg.schema);
+  try {
+    const rows = await check.query(
+      "SELECT count(*)::int AS n FROM event_journal WHERE persistence_id = 'Log:log-stale'",
+    );
+    assert.equal(rows.rows[0].n, 1, "nothing after the transfer was committed");
+  } finally {
+    await check.end();
+  }
+});

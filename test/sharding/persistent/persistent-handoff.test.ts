@@ -126,6 +126,20 @@ test("a graceful leave under traffic moves every shard with its lease at epoch +
   assert.equal(before.size, 4);
   assert.ok([...before.values()].every((r) => r.owner === a.address.toString() && r.epoch === 1 && r.live));
 
+  // Every change to a lease row, as the database saw it: the release is an update by the old owner at its epoch
+  // that ends the lease at once (lease_until_epoch_ms = 0), before the new owner's transfer.
+  const audit = await rawClient(pg.url, pg.schema);
+  try {
+    await audit.query(`CREATE TABLE lease_audit (id BIGSERIAL PRIMARY KEY, shard_id INT, old_owner TEXT, old_epoch BIGINT,
+        new_owner TEXT, new_epoch BIGINT, new_until BIGINT);
+      CREATE FUNCTION lease_audit_row() RETURNS trigger AS $$ BEGIN
+        INSERT INTO lease_audit (shard_id, old_owner, old_epoch, new_owner, new_epoch, new_until)
+          VALUES (NEW.shard_id, OLD.owner, OLD.epoch, NEW.owner, NEW.epoch, NEW.lease_until_epoch_ms);
+        RETURN NEW; END $$ LANGUAGE plpgsql;
+      CREATE TRIGGER lease_audit AFTER UPDATE ON shard_lease FOR EACH ROW EXECUTE FUNCTION lease_audit_row();`);
+  } finally {
+    await audit.end();
+  }
   const b = await start("ledger-b");
   // Traffic from b (a Leaving node routes nothing) while a leaves; each entity's credits are sent in order.
   let stop = false;
@@ -155,6 +169,26 @@ test("a graceful leave under traffic moves every shard with its lease at epoch +
   for (const [shard, row] of after) {
     assert.equal(row.owner, b.address.toString(), `shard ${shard} owned by b`);
     assert.equal(row.epoch, 2, `shard ${shard} moved once, so exactly one epoch higher`);
+  }
+  const changes = await rawClient(pg.url, pg.schema);
+  try {
+    const rows = (
+      await changes.query(
+        "SELECT shard_id, old_owner, old_epoch, new_owner, new_epoch, new_until FROM lease_audit WHERE old_epoch <> new_epoch OR new_until = 0 ORDER BY id",
+      )
+    ).rows.map(
+      (r) =>
+        `${r.shard_id}:${r.old_owner === a.address.toString() ? "a" : "b"}@${r.old_epoch}->${r.new_owner === a.address.toString() ? "a" : "b"}@${r.new_epoch}${Number(r.new_until) === 0 ? " released" : ""}`,
+    );
+    for (const shard of after.keys()) {
+      assert.deepEqual(
+        rows.filter((r) => r.startsWith(`${shard}:`)),
+        [`${shard}:a@1->a@1 released`, `${shard}:a@1->b@2`],
+        `shard ${shard}: a released its lease, then b took it at epoch 2 (all changes: ${rows})`,
+      );
+    }
+  } finally {
+    await changes.end();
   }
   for (const id of ids) {
     const statement = await b.sharding

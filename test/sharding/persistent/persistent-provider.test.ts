@@ -116,7 +116,7 @@ async function registerOn(node: Node, store: PersistenceStore) {
 }
 
 function providerOf(sharding: ClusterSharding, name: string): PersistentEntityProvider<unknown> {
-  const provider = shardingInternals(sharding).types.get(name)?.provider;
+  const provider = shardingInternals(sharding).provider(name);
   assert.ok(provider instanceof PersistentEntityProvider);
   return provider;
 }
