@@ -56,6 +56,8 @@ export class EnvelopeDecodeError extends Error {
   constructor(
     readonly reason: "undecodable" | "unknownType" | "schemaInvalid",
     detail: string,
+    /** The registered wire name of the message that failed to decode, when the registry knew it. */
+    readonly typeName: string | null = null,
   ) {
     super(`Dropped an inbound envelope (${reason}): ${detail}`);
   }

@@ -121,6 +121,7 @@ function rebuild(entry: MessageRegistration, json: unknown): unknown {
       throw new EnvelopeDecodeError(
         "schemaInvalid",
         `schema of "${entry.name}" is asynchronous; use a synchronous one`,
+        entry.name,
       );
     }
     const settled = result as Exclude<typeof result, Promise<unknown>>;
@@ -129,6 +130,7 @@ function rebuild(entry: MessageRegistration, json: unknown): unknown {
       throw new EnvelopeDecodeError(
         "schemaInvalid",
         `"${entry.name}" failed its schema: ${first === undefined ? "invalid" : first.message}`,
+        entry.name,
       );
     }
     value = settled.value;
@@ -142,19 +144,24 @@ function rebuild(entry: MessageRegistration, json: unknown): unknown {
       throw new EnvelopeDecodeError(
         "undecodable",
         `${entry.name}.fromJSON threw ${error instanceof Error ? `${error.name}: ${error.message}` : String(error)}`,
+        entry.name,
       );
     }
     if (!(built instanceof entry.type)) {
-      throw new EnvelopeDecodeError("undecodable", `${entry.name}.fromJSON did not return an instance of its class`);
+      throw new EnvelopeDecodeError(
+        "undecodable",
+        `${entry.name}.fromJSON did not return an instance of its class`,
+        entry.name,
+      );
     }
     return built;
   }
   if (value === null || typeof value !== "object" || Array.isArray(value)) {
-    throw new EnvelopeDecodeError("undecodable", `payload of "${entry.name}" is not a JSON object`);
+    throw new EnvelopeDecodeError("undecodable", `payload of "${entry.name}" is not a JSON object`, entry.name);
   }
   // Object.assign would run the __proto__ setter and swap the instance's prototype.
   if (Object.hasOwn(value, "__proto__")) {
-    throw new EnvelopeDecodeError("undecodable", `payload of "${entry.name}" has a __proto__ field`);
+    throw new EnvelopeDecodeError("undecodable", `payload of "${entry.name}" has a __proto__ field`, entry.name);
   }
   return Object.assign(Object.create(entry.type.prototype as object) as object, value);
 }

@@ -57,6 +57,15 @@ import {
 import { emptyStats, type RemotingStats } from "./stats.ts";
 import { SystemInbox } from "./system-channel.ts";
 
+/** An inbound envelope remoting dropped as undecodable, for `remoting.onInboundRejected`. */
+export interface InboundRejection {
+  /** The authenticated peer that sent it. */
+  readonly peer: UniqueAddress;
+  readonly reason: "undecodable" | "unknownType" | "schemaInvalid";
+  /** Its registered wire name, when the type was known. */
+  readonly typeName: string | null;
+}
+
 /** Something that happened to an association, for `remoting.subscribe`. */
 export type AssociationEvent =
   | { readonly kind: "connected"; readonly peer: UniqueAddress }
@@ -117,6 +126,7 @@ export class Remoting implements Extension {
   private readonly blackholed = new Set<string>();
   private readonly inbox = new SystemInbox();
   private readonly listeners = new Set<(event: AssociationEvent) => void>();
+  private readonly rejectionListeners = new Set<(rejection: InboundRejection) => void>();
   private readonly recipients = new Map<string, ActorRef<unknown>>();
   private readonly senders = new Map<string, ActorRef<unknown>>();
   /** Remote actors watched by local ones: watchee path text → watchee ref and its local watchers. */
@@ -242,6 +252,15 @@ export class Remoting implements Extension {
   subscribe(listener: (event: AssociationEvent) => void): () => void {
     this.listeners.add(listener);
     return () => this.listeners.delete(listener);
+  }
+
+  /**
+   * Calls `listener` for every inbound envelope dropped because it could not be decoded (after `stats.rejected`
+   * counted it), so a layer above can count rejections of its own wire types; returns the unsubscribe function.
+   */
+  onInboundRejected(listener: (rejection: InboundRejection) => void): () => void {
+    this.rejectionListeners.add(listener);
+    return () => this.rejectionListeners.delete(listener);
   }
 
   /** Calls `listener` when a peer incarnation is gone for good (uid changed or quarantined); returns unsubscribe. */
@@ -660,6 +679,17 @@ export class Remoting implements Extension {
       if (error instanceof EnvelopeDecodeError) {
         this.stats_.rejected[error.reason]++;
         this.connectionContext.warn({ peer: peer.toString(), error }, "dropped an inbound envelope");
+        if (this.rejectionListeners.size > 0) {
+          const rejection: InboundRejection = { peer, reason: error.reason, typeName: error.typeName };
+          for (const listener of this.rejectionListeners) {
+            try {
+              listener(rejection);
+            } catch (listenerError) {
+              // Counting above must not turn into a dropped connection because an observer failed.
+              this.connectionContext.warn({ error: listenerError }, "an inbound-rejection listener threw");
+            }
+          }
+        }
         return;
       }
       throw error;

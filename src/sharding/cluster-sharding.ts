@@ -54,6 +54,7 @@ import {
   ShardingControlAck,
   ShardingEnvelope,
   toAssignments,
+  wireNames,
 } from "./coordinator/messages.ts";
 import {
   acceptPlanUpdate,
@@ -86,7 +87,13 @@ import type { ShardingClusterSnapshot, ShardingMembership } from "./membership.t
 import { EntityProvider, type ShardingProvider } from "./provider.ts";
 import { type AttemptOutcome, RetryBarrier } from "./retry-barrier.ts";
 import { ShardingSettings, type ShardingSettingsOptions } from "./settings.ts";
-import { type MutableShardingStats, type ShardingStats, zeroStats } from "./stats.ts";
+import {
+  type MalformedReason,
+  type MutableShardingStats,
+  type ShardingStats,
+  snapshotStats,
+  zeroStats,
+} from "./stats.ts";
 
 /** One accepted routed message on its way: the envelope, the sender to reply to, and the typed value. */
 interface Delivery {
@@ -123,7 +130,21 @@ interface TypeState {
 export interface ShardingRuntime {
   readonly membership: ShardingMembership;
   readonly codec?: PayloadCodec;
+  /**
+   * Subscribes to inbound envelopes the transport dropped as undecodable (remoting's `onInboundRejected`), so the
+   * sharding ones count here too; returns the unsubscribe function.
+   */
+  readonly inboundRejections?: (listener: (rejection: TransportRejection) => void) => () => void;
 }
+
+/** An inbound message the transport could not decode (see {@link ShardingRuntime.inboundRejections}). */
+export interface TransportRejection {
+  readonly peer: UniqueAddress;
+  readonly reason: "undecodable" | "unknownType" | "schemaInvalid";
+  readonly typeName: string | null;
+}
+
+const shardingWireNames: ReadonlySet<string> = new Set(Object.values(wireNames));
 
 const daemonName = "sharding";
 const departureGuardName = "cluster-sharding";
@@ -150,6 +171,7 @@ export class ClusterSharding implements Extension, EntityRouter {
   private daemonContext: ActorContext<unknown> | null = null;
   private readonly daemon: ActorRef<unknown>;
   private readonly unsubscribe: () => void;
+  private readonly unsubscribeRejections: () => void;
   private stopped = false;
   private lastCoordinator: string | null = null;
 
@@ -175,6 +197,22 @@ export class ClusterSharding implements Extension, EntityRouter {
     );
     this.membership.registerDepartureGuard(departureGuardName, (member) => this.departureReady(member));
     this.unsubscribe = this.membership.subscribe(() => this.onMembershipChange());
+    this.unsubscribeRejections = runtime.inboundRejections?.((r) => this.onTransportRejection(r)) ?? (() => {});
+  }
+
+  private onTransportRejection(rejection: TransportRejection): void {
+    if (rejection.typeName === null || !shardingWireNames.has(rejection.typeName)) return;
+    if (rejection.reason === "unknownType") return;
+    this.countMalformed(rejection.reason);
+    this.system.log.warn(
+      { peer: rejection.peer.toString(), type: rejection.typeName, reason: rejection.reason },
+      "sharding rejected an undecodable message",
+    );
+  }
+
+  private countMalformed(reason: MalformedReason): void {
+    this.counters.rejectedEnvelopes++;
+    this.counters.malformedEnvelopes[reason]++;
   }
 
   /**
@@ -202,7 +240,11 @@ export class ClusterSharding implements Extension, EntityRouter {
           );
         }
         registerShardingWireTypes(remoting.registry);
-        return { membership: cluster, codec: new RegistryCodec(remoting.registry) };
+        return {
+          membership: cluster,
+          codec: new RegistryCodec(remoting.registry),
+          inboundRejections: (listener) => remoting.onInboundRejected(listener),
+        };
       }),
     );
   }
@@ -404,7 +446,7 @@ export class ClusterSharding implements Extension, EntityRouter {
 
   /** A snapshot of the 15 counters (REFERENCE §7), summed over types. */
   get stats(): ShardingStats {
-    return Object.freeze({ ...this.counters });
+    return snapshotStats(this.counters);
   }
 
   /**
@@ -481,7 +523,8 @@ export class ClusterSharding implements Extension, EntityRouter {
     this.counters.passivationRequests++;
     const envelope = this.envelopeFor(state, "Passivate", entityId, null, null);
     const coordinator = this.coordinatorOrThrow();
-    this.entryRef(coordinator, state).tell(envelope, null);
+    // REFERENCE §7: remoteRoutes counts routes and activations sent to a remote coordinator, not passivations.
+    this.entryRef(coordinator, state, false).tell(envelope, null);
   }
 
   private envelopeFor(
@@ -523,9 +566,9 @@ export class ClusterSharding implements Extension, EntityRouter {
   }
 
   /** Where a caller hands its envelope: the local coordinator logic, or the remote coordinator's daemon. */
-  private entryRef(coordinator: UniqueAddress, state: TypeState): ActorRef<unknown> {
+  private entryRef(coordinator: UniqueAddress, state: TypeState, countsRemoteRoute = true): ActorRef<unknown> {
     if (!coordinator.equals(this.self)) {
-      this.counters.remoteRoutes++;
+      if (countsRemoteRoute) this.counters.remoteRoutes++;
       return this.daemonOf(coordinator);
     }
     return new LocalCoordinatorEntry(this.daemon, (envelope, sender) =>
@@ -603,7 +646,14 @@ export class ClusterSharding implements Extension, EntityRouter {
         );
       }
       if (envelope.kind === "User" && typed === undefined) {
-        delivery = { envelope, sender, typed: this.codec.decode(envelope.message!) };
+        let value: unknown;
+        try {
+          value = this.codec.decode(envelope.message!);
+        } catch (error) {
+          this.counters.malformedEnvelopes.payload++;
+          throw error;
+        }
+        delivery = { envelope, sender, typed: value };
       }
       if (envelope.hopCount === 0) this.routeAsCoordinator(state, delivery);
       else this.receiveAsOwner(state, delivery, origin);
@@ -706,9 +756,16 @@ export class ClusterSharding implements Extension, EntityRouter {
     try {
       provider.authorizeShard(envelope.shardId);
       switch (envelope.kind) {
-        case "User":
-          provider.deliver(envelope.shardId, envelope.entityId, d.typed, d.envelope.senderless ? null : d.sender);
+        case "User": {
+          let sender = envelope.senderless ? null : d.sender;
+          // A relayed ask that fails at the entity is a rejection (REFERENCE §7 "failed relayed asks"); the asker
+          // hears of it straight from the owner, so the owner is where it can be counted.
+          if (sender !== null && envelope.hopCount === 1 && envelope.askTimeoutMs !== null) {
+            sender = new RelayedAskSender(sender, this.counters);
+          }
+          provider.deliver(envelope.shardId, envelope.entityId, d.typed, sender);
           break;
+        }
         case "Activate": {
           const created = provider.activate(envelope.shardId, envelope.entityId);
           d.sender?.tell(new ShardingControlAck(created));
@@ -1076,14 +1133,28 @@ export class ClusterSharding implements Extension, EntityRouter {
     next: UniqueAddress | null,
   ): HandoffInput<Delivery> {
     const snap = this.membership.snapshot();
-    const coordinator = electCoordinator(snap);
+    const term = this.handoffTerm(state, snap);
     const prev = previous === null ? undefined : snap.members.find((m) => m.uniqueAddress.equals(previous));
     return {
       kind: "attempt",
-      stillCoordinator: coordinator !== null && coordinator.equals(this.self) && this.isAuthor(state),
+      stillCoordinator: term === "current",
+      settling: term === "settling",
       nextOwnerUp: next === null || this.isUp(snap, next),
       previousReachable: prev !== undefined && prev.status !== "Down" && prev.status !== "Removed",
     };
+  }
+
+  /**
+   * Whether this node may drive handoffs: "current" as the elected coordinator and plan author; "settling" when only
+   * convergence is missing (no member unreachable, still the lowest Up member and author), as while a leave or a
+   * status change spreads by gossip; "lost" otherwise (an unreachable member or another coordinator: fail closed).
+   */
+  private handoffTerm(state: TypeState, snap: ShardingClusterSnapshot): "current" | "settling" | "lost" {
+    if (!this.isAuthor(state)) return "lost";
+    const elected = electCoordinator(snap);
+    if (elected !== null) return elected.equals(this.self) ? "current" : "lost";
+    const accepting = acceptingCoordinator(snap);
+    return accepting !== null && accepting.equals(this.self) ? "settling" : "lost";
   }
 
   private feedHandoff(state: TypeState, shard: number, input: HandoffInput<Delivery>): void {
@@ -1139,8 +1210,14 @@ export class ClusterSharding implements Extension, EntityRouter {
         break;
       }
       case "complete": {
+        const snap = this.membership.snapshot();
+        if (this.handoffTerm(state, snap) === "settling") {
+          // Buffered deliveries were accepted in this term: wait for gossip instead of rejecting them.
+          this.feedHandoff(state, shard, { kind: "settling" });
+          return;
+        }
         try {
-          const coordinator = electCoordinator(this.membership.snapshot());
+          const coordinator = electCoordinator(snap);
           state.plan = completeHandoffInPlan(state.plan, shard, effect.next, this.self, coordinator);
           this.afterPlanStored(state);
         } catch (error) {
@@ -1161,6 +1238,12 @@ export class ClusterSharding implements Extension, EntityRouter {
         this.system.scheduler.scheduleOnce(effect.afterMs, () => {
           if (!current() || this.stopped) return;
           this.feedHandoff(state, shard, this.attemptInput(state, running.state.previous, running.state.next));
+        });
+        break;
+      case "scheduleRetryComplete":
+        this.system.scheduler.scheduleOnce(effect.afterMs, () => {
+          if (!current() || this.stopped) return;
+          this.feedHandoff(state, shard, { kind: "retryComplete" });
         });
         break;
       case "scheduleReconcile":
@@ -1304,6 +1387,7 @@ export class ClusterSharding implements Extension, EntityRouter {
     if (this.stopped) return;
     this.stopped = true;
     this.unsubscribe();
+    this.unsubscribeRejections();
     this.membership.unregisterDepartureGuard(departureGuardName);
     for (const state of this.types.values()) {
       state.reconcileTimer?.cancel();
@@ -1348,6 +1432,37 @@ class LocalCoordinatorEntry implements ActorRef<unknown> {
     return Promise.reject(new InvalidMessageError("use askVia"));
   }
   sendSystem(): void {}
+}
+
+/**
+ * The asker's ref as an entity sees it on the owner for a relayed ask: the same path and replies, but a failure of
+ * the ask (the entity threw, or refused it) also counts one rejected envelope on this node.
+ */
+class RelayedAskSender implements ActorRef<unknown> {
+  private failed = false;
+  constructor(
+    private readonly asker: ActorRef<unknown>,
+    private readonly counters: MutableShardingStats,
+  ) {}
+  get path() {
+    return this.asker.path;
+  }
+  tell(message: unknown, sender?: ActorRef<unknown> | null): void {
+    this.asker.tell(message, sender);
+  }
+  ask<R>(message: unknown, replyType: Class<R>, timeoutMs: number, options?: AskOptions): Promise<R> {
+    return this.asker.ask(message, replyType, timeoutMs, options);
+  }
+  sendSystem(message: SystemMessage): void {
+    this.asker.sendSystem(message);
+  }
+  failAsk(error: Error): void {
+    if (!this.failed) {
+      this.failed = true;
+      this.counters.rejectedEnvelopes++;
+    }
+    this.asker.failAsk?.(error);
+  }
 }
 
 function departingOrUp(status: string): boolean {

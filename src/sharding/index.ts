@@ -13,7 +13,7 @@ export {
   type ShardingMemberStatus,
 } from "./allocation/strategy.ts";
 export { type MemberWeight, WeightedLeastLoadedAllocation } from "./allocation/weighted-least-loaded.ts";
-export { ClusterSharding, type ShardingRuntime } from "./cluster-sharding.ts";
+export { ClusterSharding, type ShardingRuntime, type TransportRejection } from "./cluster-sharding.ts";
 export { inProcessCodec, type PayloadCodec, RegistryCodec, registerShardingWireTypes } from "./codec.ts";
 export * as shardingConstants from "./constants.ts";
 export {
@@ -50,4 +50,4 @@ export type { AllocationSnapshot, RebalancePolicy } from "./rebalance/policy.ts"
 export { RateLimitedRebalance, type RateLimitedRebalanceOptions } from "./rebalance/rate-limited.ts";
 export { RetryBarrier } from "./retry-barrier.ts";
 export { ShardingSettings, type ShardingSettingsField, type ShardingSettingsOptions } from "./settings.ts";
-export type { ShardingStats } from "./stats.ts";
+export type { MalformedReason, ShardingStats } from "./stats.ts";

@@ -1,5 +1,5 @@
 /**
- * The 15 sharding counters of REFERENCE §7, process-wide for one actor system and summed over entity types.
+ * The 15 sharding counters of REFERENCE §7 (plus a breakdown of malformed envelopes), process-wide for one actor system and summed over entity types.
  * Exposed as a frozen snapshot; the extension increments a private mutable copy.
  */
 export interface ShardingStats {
@@ -33,10 +33,26 @@ export interface ShardingStats {
   readonly leaseRetries: number;
   /** Every rejection: no owner, unauthorized or invalid envelopes, full buffers, stale plans, failed relays. */
   readonly rejectedEnvelopes: number;
+  /**
+   * The part of `rejectedEnvelopes` that could not even be decoded, by reason: a sharding frame remoting could not
+   * rebuild (`undecodable`: a field failed validation; `schemaInvalid`), or a valid envelope whose user payload has
+   * an unregistered type or an invalid body (`payload`).
+   */
+  readonly malformedEnvelopes: Readonly<Record<MalformedReason, number>>;
 }
 
+/** Why an inbound sharding envelope could not be decoded (see {@link ShardingStats.malformedEnvelopes}). */
+export type MalformedReason = "undecodable" | "schemaInvalid" | "payload";
+
 /** Mutable counters behind {@link ShardingStats}. */
-export type MutableShardingStats = { -readonly [K in keyof ShardingStats]: number };
+export type MutableShardingStats = {
+  -readonly [K in Exclude<keyof ShardingStats, "malformedEnvelopes">]: number;
+} & { readonly malformedEnvelopes: Record<MalformedReason, number> };
+
+/** A frozen copy of `counters`. */
+export function snapshotStats(counters: MutableShardingStats): ShardingStats {
+  return Object.freeze({ ...counters, malformedEnvelopes: Object.freeze({ ...counters.malformedEnvelopes }) });
+}
 
 /** All counters at zero. */
 export function zeroStats(): MutableShardingStats {
@@ -56,5 +72,6 @@ export function zeroStats(): MutableShardingStats {
     leaseLosses: 0,
     leaseRetries: 0,
     rejectedEnvelopes: 0,
+    malformedEnvelopes: { undecodable: 0, schemaInvalid: 0, payload: 0 },
   };
 }

@@ -124,3 +124,55 @@ test("the handoff buffer holds 1,024 deliveries; the next is rejected with the R
   assert.ok(e.kind === "reject" && e.error instanceof ClusterShardingConfigurationError);
   assert.match(e.error.message, /^Shard handoff buffer is full for Order\/3/);
 });
+
+test("settling (gossip re-converging in the same term) makes the handoff wait instead of aborting; lost still aborts", () => {
+  // an attempt while settling: no abort, no rejection, a new attempt later; the buffer is kept
+  let r = run(
+    newHandoff<string>("Order", 2, a, b),
+    { kind: "buffer", delivery: "m1" },
+    {
+      kind: "attempt",
+      ...ok,
+      stillCoordinator: false,
+      settling: true,
+    },
+  );
+  assert.deepEqual(r.effects, [{ kind: "scheduleAttempt", afterMs: 100 }]);
+  assert.equal(r.state.phase, "waiting");
+  assert.deepEqual(r.state.buffer, ["m1"]);
+  // settling does not excuse a next owner that is no longer Up
+  const gone = run(r.state, { kind: "attempt", ...ok, stillCoordinator: false, settling: true, nextOwnerUp: false });
+  assert.equal(gone.state.phase, "aborted");
+  // converged again: the handoff proceeds
+  r = run(r.state, { kind: "attempt", ...ok }, { kind: "passivated" }, { kind: "prepared" });
+  assert.equal(r.state.phase, "completing");
+  // the shell could not complete while settling: it waits, then tries the completion again, buffer intact
+  r = run(r.state, { kind: "buffer", delivery: "m2" }, { kind: "settling" });
+  assert.deepEqual(r.effects, [{ kind: "scheduleRetryComplete", afterMs: 100 }]);
+  assert.equal(r.state.phase, "completing");
+  r = run(r.state, { kind: "retryComplete" });
+  assert.deepEqual(r.effects, [{ kind: "complete", next: b }]);
+  r = run(r.state, { kind: "completed" });
+  assert.deepEqual(
+    r.effects.filter((e) => e.kind === "dispatch").map((e) => (e.kind === "dispatch" ? e.delivery : "")),
+    ["m1", "m2"],
+  );
+  // out of phase, both are ignored
+  assert.deepEqual(
+    run(newHandoff<string>("Order", 2, a, b), { kind: "settling" }, { kind: "retryComplete" }).effects,
+    [],
+  );
+  // not settling and not coordinator (unreachable member, another coordinator): abort and reject the buffer
+  const lost = run(
+    newHandoff<string>("Order", 2, a, b),
+    { kind: "buffer", delivery: "x" },
+    {
+      kind: "attempt",
+      ...ok,
+      stillCoordinator: false,
+      settling: false,
+    },
+  );
+  assert.equal(lost.state.phase, "aborted");
+  assert.ok(lost.effects.some((e) => e.kind === "reject" && e.delivery === "x"));
+});

@@ -9,6 +9,7 @@ import { ClusterShardingConfigurationError, NoShardOwnerError } from "../errors.
  *        │                          │                        │
  *        └──────── failed ──────────┴───────── failed ───────┴──▶ waiting (retry after 100 ms) ──attempt──▶ …
  *   any phase ──abort (coordinator changed / next owner not Up)──▶ aborted (buffer rejected: NoShardOwnerError)
+ *   waiting / completing ──settling (gossip re-converging, still our term)──▶ same phase, checked again in 100 ms
  *
  * While it runs, new traffic for the shard is buffered here (at most 1,024 deliveries; more are rejected), so no
  * message reaches two owners and per-entity order survives the move.
@@ -32,6 +33,13 @@ export interface HandoffState<D> {
 export interface AttemptCheck {
   /** This node is still the coordinator (and author of the plan). */
   readonly stillCoordinator: boolean;
+  /**
+   * Not the elected coordinator only because gossip has not re-converged yet (no member unreachable, this node is
+   * still the lowest Up member and author of the plan), as happens while a leave spreads. The handoff then waits
+   * instead of aborting, so accepted deliveries are not rejected over a brief flicker; an unreachable member or a
+   * different coordinator still aborts.
+   */
+  readonly settling?: boolean;
   /** The next owner is null or an Up member. */
   readonly nextOwnerUp: boolean;
   /** The previous owner is a member that is not Down or Removed (else passivation is skipped). */
@@ -45,6 +53,10 @@ export type HandoffInput<D> =
   | { readonly kind: "passivated" }
   | { readonly kind: "prepared" }
   | { readonly kind: "completed" }
+  /** The shell could not complete now only because gossip is re-converging (see {@link AttemptCheck.settling}). */
+  | { readonly kind: "settling" }
+  /** The settling wait of a completing handoff is over: try to complete again. */
+  | { readonly kind: "retryComplete" }
   | { readonly kind: "failed"; readonly error: Error }
   | { readonly kind: "abort" };
 
@@ -56,6 +68,7 @@ export type HandoffEffect<D> =
   | { readonly kind: "dispatch"; readonly delivery: D; readonly owner: UniqueAddress }
   | { readonly kind: "reject"; readonly delivery: D; readonly error: Error }
   | { readonly kind: "scheduleAttempt"; readonly afterMs: number }
+  | { readonly kind: "scheduleRetryComplete"; readonly afterMs: number }
   | { readonly kind: "scheduleReconcile"; readonly afterMs: number }
   | { readonly kind: "failedAttempt"; readonly error: Error }
   | { readonly kind: "finished"; readonly outcome: "done" | "aborted" };
@@ -95,6 +108,9 @@ export function handoffStep<D>(state: HandoffState<D>, input: HandoffInput<D>): 
     }
     case "attempt": {
       if (state.phase !== "waiting") return [state, []];
+      if (!input.stillCoordinator && input.settling === true && input.nextOwnerUp) {
+        return [state, [{ kind: "scheduleAttempt", afterMs: reconcileIntervalMs }]];
+      }
       if (!input.stillCoordinator || !input.nextOwnerUp) return abort(state);
       const attempts = state.attempts + 1;
       if (state.previous !== null && input.previousReachable) {
@@ -111,6 +127,12 @@ export function handoffStep<D>(state: HandoffState<D>, input: HandoffInput<D>): 
     case "prepared":
       if (state.phase !== "preparing") return [state, []];
       return [{ ...state, phase: "completing" }, [{ kind: "complete", next: state.next }]];
+    case "settling":
+      if (state.phase !== "completing") return [state, []];
+      return [state, [{ kind: "scheduleRetryComplete", afterMs: reconcileIntervalMs }]];
+    case "retryComplete":
+      if (state.phase !== "completing") return [state, []];
+      return [state, [{ kind: "complete", next: state.next }]];
     case "completed": {
       if (state.phase !== "completing") return [state, []];
       const effects: HandoffEffect<D>[] = state.buffer.map((delivery) =>
