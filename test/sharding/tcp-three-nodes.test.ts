@@ -150,11 +150,14 @@ test("asks across three nodes: reply, failure, timeout and cancellation reach th
   const ref = caller.sharding.entityRefFor<OrderCommand>("Order", id);
   const reply = await ref.ask(new GetOrder(), OrderReply, 3_000);
   assert.equal(reply.host, owner.system.address.toString());
+  const rejectedBefore = owner.sharding.stats.rejectedEnvelopes;
   await assert.rejects(ref.ask(new FailOrder(), OrderReply, 3_000), (e: unknown) => {
     assert.ok(e instanceof RemoteAskError, String(e));
     assert.match(e.message, /refused/);
     return true;
   });
+  // The failed relayed ask is counted where it failed: at the owner, which answered the caller directly.
+  assert.equal(owner.sharding.stats.rejectedEnvelopes, rejectedBefore + 1, "rejectedEnvelopes on the owner");
   await assert.rejects(ref.ask(new SlowOrder(), OrderReply, 50), AskTimeoutError);
   const controller = new AbortController();
   const pending = ref.ask(new SlowOrder(), OrderReply, 5_000, { signal: controller.signal });
@@ -162,6 +165,59 @@ test("asks across three nodes: reply, failure, timeout and cancellation reach th
   await assert.rejects(pending, AskCancelledError);
   // The entity survived its failure (restarted) and still answers.
   assert.equal((await ref.ask(new GetOrder(), OrderReply, 3_000)).host, owner.system.address.toString());
+});
+
+test("malformed sharding envelopes over TCP are counted by reason in sharding stats; routing stays up", async () => {
+  const { coordinator, caller, owner, id } = threeNodeHop("malformed");
+  const daemon = caller.system.actorSelection(`${coordinator.cluster.selfAddress.address}/system/sharding`);
+  const settingsKey = ShardingSettings.create({ shardCount: 32 }).key;
+  const shardId = coordinator.sharding.shardOf("Order", id);
+  const envelope = (overrides: Partial<Record<keyof ShardingEnvelope, unknown>>): ShardingEnvelope =>
+    Object.assign(
+      new ShardingEnvelope("User", "Order", id, shardId, settingsKey, 0, null, null, true, {
+        type: "DeliverOrder",
+        payload: { parcel: "never" },
+      }),
+      overrides,
+    );
+  const before = coordinator.sharding.stats;
+  const remotingBefore = coordinator.remoting.stats;
+  // A registered wire type whose fields fail its own validation: remoting drops it, sharding counts it.
+  daemon.tell(envelope({ kind: "Teleport" }));
+  await eventually(
+    () => coordinator.sharding.stats.malformedEnvelopes.undecodable === before.malformedEnvelopes.undecodable + 1,
+    {
+      what: "the undecodable envelope counted by sharding",
+      describe: () => coordinator.sharding.stats,
+    },
+  );
+  // A well-formed envelope whose user payload names a type nobody registered.
+  daemon.tell(envelope({ message: { type: "no.such.Type", payload: {} } }));
+  await eventually(
+    () => coordinator.sharding.stats.malformedEnvelopes.payload === before.malformedEnvelopes.payload + 1,
+    {
+      what: "the unknown payload type counted by sharding",
+      describe: () => coordinator.sharding.stats,
+    },
+  );
+  // A control message carrying another settings key is refused as incompatible, before anything runs.
+  const wrongKey = ShardingSettings.create({ shardCount: 33 }).key;
+  daemon.tell(envelope({ kind: "Activate", message: null, settingsKey: wrongKey }));
+  await eventually(() => coordinator.sharding.stats.rejectedEnvelopes >= before.rejectedEnvelopes + 3, {
+    what: "all three rejections counted",
+    describe: () => coordinator.sharding.stats,
+  });
+  assert.ok(coordinator.remoting.stats.rejected.undecodable > (remotingBefore.rejected.undecodable ?? 0));
+  assert.equal(coordinator.sharding.stats.localDeliveries, before.localDeliveries, "nothing was delivered");
+  assert.equal(
+    coordinator.remoting.stats.handshakesOk,
+    remotingBefore.handshakesOk,
+    "no association was re-established",
+  );
+  // The same association and routing still work.
+  const reply = await caller.sharding.entityRefFor<OrderCommand>("Order", id).ask(new GetOrder(), OrderReply, 3_000);
+  assert.equal(reply.host, owner.system.address.toString());
+  assert.ok(!reply.parcels.includes("never"));
 });
 
 test("a three-node hop keeps the original sender path", async () => {
