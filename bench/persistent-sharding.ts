@@ -9,13 +9,13 @@
 // Rounds interleave the cases; the table reports medians. Figures are measurements, never assertions.
 // MOVIE_POSTGRES_TEST_URL overrides the local server; MOVIE_BENCH_CASE_MS (default 1000) the measured time per case,
 // MOVIE_BENCH_ROUNDS (default 3), MOVIE_BENCH_LEASES (default "1000,3000,10000") the failover lease durations.
-import { type ChildProcess, fork } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { mkdirSync, writeFileSync } from "node:fs";
 import { loadavg } from "node:os";
 import { fileURLToPath } from "node:url";
 import pg from "pg";
 import { PostgresStore } from "../src/persistence/postgres/index.ts";
+import { converged, median, NodeProcess, until } from "./support/node-process.ts";
 import { clock } from "./support/raw-frames.ts";
 
 const url = process.env.MOVIE_POSTGRES_TEST_URL ?? "postgres://postgres@127.0.0.1:5432/test";
@@ -34,7 +34,6 @@ const say = (text: string): void => {
   process.stderr.write(`${((clock.now() - runStarted) / 1000).toFixed(1).padStart(5)}s  ${text}\n`);
 };
 
-type Reply = Record<string, unknown> & { id: number; error?: string };
 interface Status {
   node: string;
   coordinator: string | null;
@@ -51,97 +50,15 @@ interface Loop {
   ops: number;
 }
 
-/** One node process and its request/reply channel. */
-class BenchNode {
-  readonly process: ChildProcess;
-  private readonly pending = new Map<number, { resolve: (r: Reply) => void; reject: (e: Error) => void }>();
-  private nextId = 1;
-  readonly ready: Promise<{ node: string; hostPort: string }>;
-
-  constructor(
-    readonly label: string,
-    seed: string,
-  ) {
-    const profile = process.env.MOVIE_BENCH_PROFILE;
-    const profileArgs = profile === undefined ? [] : ["--cpu-prof", `--cpu-prof-dir=${profile}/${label}`];
-    this.process = fork(nodeScript, [label, seed], {
-      execArgv: [...profileArgs, "--import", "tsx"],
-      stdio: ["ignore", "inherit", "inherit", "ipc"],
-      env: { ...process.env, MOVIE_BENCH_PG_URL: url, MOVIE_BENCH_PG_SCHEMA: schema },
-    });
-    this.ready = new Promise((resolve, reject) => {
-      this.pending.set(0, { resolve: (r) => resolve(r as unknown as { node: string; hostPort: string }), reject });
-    });
-    this.process.on("message", (reply: Reply) => {
-      const waiter = this.pending.get(reply.id);
-      if (waiter === undefined) return;
-      this.pending.delete(reply.id);
-      if (reply.error !== undefined) waiter.reject(new Error(reply.error));
-      else waiter.resolve(reply);
-    });
-    this.process.on("exit", (code, signal) => {
-      for (const w of this.pending.values()) w.reject(new Error(`${label} exited (${code ?? signal}) mid-request`));
-      this.pending.clear();
-    });
-  }
-
-  request<T>(command: { type: string; [field: string]: unknown }, timeoutMs = 120_000): Promise<T> {
-    const id = this.nextId++;
-    return new Promise<T>((resolve, reject) => {
-      const timer = clock.scheduleOnce(timeoutMs, () => {
-        this.pending.delete(id);
-        reject(new Error(`${this.label} did not answer ${command.type} within ${timeoutMs} ms`));
-      });
-      this.pending.set(id, {
-        resolve: (r) => {
-          timer.cancel();
-          resolve(r as unknown as T);
-        },
-        reject: (e) => {
-          timer.cancel();
-          reject(e);
-        },
-      });
-      this.process.send({ ...command, id });
-    });
+/** One node process of this benchmark (bench/persistent-sharding-node.ts). */
+class BenchNode extends NodeProcess<{ node: string; hostPort: string }> {
+  constructor(label: string, seed: string) {
+    super(label, nodeScript, [label, seed], { env: { MOVIE_BENCH_PG_URL: url, MOVIE_BENCH_PG_SCHEMA: schema } });
   }
 
   status(name = ""): Promise<Status> {
     return this.request<Status>({ type: "status", name });
   }
-
-  get alive(): boolean {
-    return this.process.exitCode === null && this.process.signalCode === null;
-  }
-
-  async shutdown(): Promise<void> {
-    if (!this.alive) return;
-    const exited = new Promise((r) => this.process.once("exit", r));
-    await this.request({ type: "shutdown" }, 30_000).catch(() => this.process.kill("SIGKILL"));
-    await exited;
-  }
-}
-
-async function sleep(ms: number): Promise<void> {
-  await new Promise<void>((r) => clock.scheduleOnce(ms, r));
-}
-
-async function until(what: string, condition: () => Promise<boolean>, timeoutMs = 60_000): Promise<void> {
-  const started = clock.now();
-  while (!(await condition())) {
-    if (clock.now() - started > timeoutMs) throw new Error(`persistent sharding bench: timed out waiting for ${what}`);
-    await sleep(50);
-  }
-}
-
-async function converged(nodes: BenchNode[]): Promise<Status[]> {
-  let statuses: Status[] = [];
-  await until(`${nodes.length} Up members`, async () => {
-    statuses = await Promise.all(nodes.map((n) => n.status()));
-    const coordinator = statuses[0]!.coordinator;
-    return statuses.every((s) => s.converged && s.up === nodes.length && s.coordinator === coordinator);
-  });
-  return statuses;
 }
 
 /** Inits on the non-coordinators first, so the coordinator's bootstrap plan covers every node. */
@@ -161,11 +78,6 @@ async function initEverywhere(
     return all.every((s) => s.planned === 64 && s.handoffs === 0);
   });
   return { coordinator, statuses };
-}
-
-function median(values: readonly number[]): number {
-  const sorted = [...values].sort((a, b) => a - b);
-  return sorted[Math.floor(sorted.length / 2)] ?? Number.NaN;
 }
 
 const nodes: BenchNode[] = [];

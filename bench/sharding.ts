@@ -6,7 +6,6 @@
 //     length-prefixed frames over a plain socket, and a plain Movie remote tell and ask);
 //  4. two nodes: handoff of 256 shards holding 10k active entities when their owner leaves gracefully.
 // Figures are measurements, never assertions. Counts are bounded; results go to bench/results/sharding.json.
-import { type ChildProcess, fork } from "node:child_process";
 import { mkdirSync, writeFileSync } from "node:fs";
 import { cpus } from "node:os";
 import { fileURLToPath } from "node:url";
@@ -20,6 +19,7 @@ import {
   type ShardingMember,
   WeightedLeastLoadedAllocation,
 } from "../src/sharding/index.ts";
+import { converged, median, NodeProcess, until } from "./support/node-process.ts";
 import { clock } from "./support/raw-frames.ts";
 
 const env = (name: string, fallback: number): number => Number(process.env[name] ?? fallback);
@@ -64,107 +64,16 @@ interface Status {
   entities: number;
   handoffs: number;
 }
-type Reply = Record<string, unknown> & { id: number; error?: string };
 
-/** One node process and its request/reply channel. */
-class BenchNode {
-  private readonly process: ChildProcess;
-  private readonly pending = new Map<number, { resolve: (r: Reply) => void; reject: (e: Error) => void }>();
-  private nextId = 1;
-  readonly ready: Promise<Ready>;
-
-  constructor(
-    readonly label: string,
-    seed: string,
-    nodeArgs: string[] = [],
-  ) {
-    // MOVIE_BENCH_PROFILE=<dir> writes a CPU profile per node process (to find hot paths).
-    const profile = process.env.MOVIE_BENCH_PROFILE;
-    const profileArgs = profile === undefined ? [] : ["--cpu-prof", `--cpu-prof-dir=${profile}/${label}`];
-    this.process = fork(nodeScript, [label, seed], {
-      execArgv: [...nodeArgs, ...profileArgs, "--import", "tsx"],
-      stdio: ["ignore", "inherit", "inherit", "ipc"],
-      env: { ...process.env, MOVIE_LOG_LEVEL: "error" },
-    });
-    this.ready = new Promise((resolve, reject) => {
-      this.pending.set(0, { resolve: (r) => resolve(r as unknown as Ready), reject });
-    });
-    this.process.on("message", (reply: Reply) => {
-      const waiter = this.pending.get(reply.id);
-      if (waiter === undefined) return;
-      this.pending.delete(reply.id);
-      if (reply.error !== undefined) waiter.reject(new Error(reply.error));
-      else waiter.resolve(reply);
-    });
-    this.process.on("exit", (code) => {
-      for (const w of this.pending.values()) w.reject(new Error(`${label} exited (${code}) with a request pending`));
-      this.pending.clear();
-    });
-  }
-
-  request<T>(command: { type: string; [field: string]: unknown }, timeoutMs = 60_000): Promise<T> {
-    const id = this.nextId++;
-    return new Promise<T>((resolve, reject) => {
-      const timer = clock.scheduleOnce(timeoutMs, () => {
-        this.pending.delete(id);
-        reject(new Error(`${this.label} did not answer ${command.type} within ${timeoutMs} ms`));
-      });
-      this.pending.set(id, {
-        resolve: (r) => {
-          timer.cancel();
-          resolve(r as unknown as T);
-        },
-        reject: (e) => {
-          timer.cancel();
-          reject(e);
-        },
-      });
-      this.process.send({ ...command, id });
-    });
+/** One node process of this benchmark (bench/sharding-node.ts). */
+class BenchNode extends NodeProcess<Ready> {
+  constructor(label: string, seed: string, nodeArgs: string[] = []) {
+    super(label, nodeScript, [label, seed], { execArgv: nodeArgs, env: { MOVIE_LOG_LEVEL: "error" } });
   }
 
   status(name = "Bench"): Promise<Status> {
     return this.request<Status>({ type: "status", name });
   }
-
-  /** Terminates the node's actor system and waits for the process to exit; the terminate time in ms. */
-  async shutdown(): Promise<number> {
-    if (this.process.exitCode !== null) return Number.NaN;
-    const exited = new Promise((r) => this.process.once("exit", r));
-    const reply = await this.request<{ terminateMs: number }>({ type: "shutdown" }, 30_000).catch(() => {
-      this.process.kill();
-      return { terminateMs: Number.NaN };
-    });
-    await exited;
-    return reply.terminateMs;
-  }
-}
-
-function median(values: readonly number[]): number {
-  const sorted = [...values].sort((a, b) => a - b);
-  return sorted[Math.floor(sorted.length / 2)] ?? Number.NaN;
-}
-
-async function sleep(ms: number): Promise<void> {
-  await new Promise<void>((r) => clock.scheduleOnce(ms, r));
-}
-
-async function until(what: string, condition: () => Promise<boolean>, timeoutMs = 30_000): Promise<void> {
-  const started = clock.now();
-  while (!(await condition())) {
-    if (clock.now() - started > timeoutMs) throw new Error(`sharding bench: timed out waiting for ${what}`);
-    await sleep(50);
-  }
-}
-
-async function converged(nodes: BenchNode[]): Promise<Status[]> {
-  let statuses: Status[] = [];
-  await until(`${nodes.length} Up members`, async () => {
-    statuses = await Promise.all(nodes.map((n) => n.status("")));
-    const coordinator = statuses[0]!.coordinator;
-    return statuses.every((s) => s.converged && s.up === nodes.length && s.coordinator === coordinator);
-  });
-  return statuses;
 }
 
 /** Inits `name` on the non-coordinators first, so the coordinator's bootstrap plan already covers every node. */
@@ -271,7 +180,8 @@ async function memory(): Promise<Record<string, number>> {
   say("memory node up");
   await initEverywhere([node], node, "Bench");
   const m = await node.request<Record<string, number>>({ type: "memory", name: "Bench", count: memoryEntities });
-  const terminateMs = await node.shutdown();
+  // The node replies to shutdown with how long terminating its actor system took.
+  const terminateMs = (await node.shutdown<{ terminateMs: number }>())?.terminateMs ?? Number.NaN;
   row(`heap per active entity (${m.entities} on one node)`, m.bytesPerEntity!, "bytes", m.plainBytes!, "plain Map");
   row("activations/s, single node (caller = coordinator = owner)", m.activationRate!, "/s", m.spawnRate!, "spawn");
   row(`terminate a node with ${m.entities} entities`, terminateMs, "ms");

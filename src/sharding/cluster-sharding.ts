@@ -22,7 +22,7 @@ import {
   UniqueAddress,
 } from "../actor/index.ts";
 import { Cluster } from "../cluster/index.ts";
-import { Remoting, remotingId } from "../remote/index.ts";
+import { type InboundRejection, Remoting, remotingId } from "../remote/index.ts";
 import { AllocationPlanner } from "./allocation/planner.ts";
 import type { ShardingMember } from "./allocation/strategy.ts";
 import {
@@ -134,14 +134,7 @@ export interface ShardingRuntime {
    * Subscribes to inbound envelopes the transport dropped as undecodable (remoting's `onInboundRejected`), so the
    * sharding ones count here too; returns the unsubscribe function.
    */
-  readonly inboundRejections?: (listener: (rejection: TransportRejection) => void) => () => void;
-}
-
-/** An inbound message the transport could not decode (see {@link ShardingRuntime.inboundRejections}). */
-export interface TransportRejection {
-  readonly peer: UniqueAddress;
-  readonly reason: "undecodable" | "unknownType" | "schemaInvalid";
-  readonly typeName: string | null;
+  readonly inboundRejections?: (listener: (rejection: InboundRejection) => void) => () => void;
 }
 
 const shardingWireNames: ReadonlySet<string> = new Set(Object.values(wireNames));
@@ -197,10 +190,10 @@ export class ClusterSharding implements Extension, EntityRouter {
     );
     this.membership.registerDepartureGuard(departureGuardName, (member) => this.departureReady(member));
     this.unsubscribe = this.membership.subscribe(() => this.onMembershipChange());
-    this.unsubscribeRejections = runtime.inboundRejections?.((r) => this.onTransportRejection(r)) ?? (() => {});
+    this.unsubscribeRejections = runtime.inboundRejections?.((r) => this.onInboundRejection(r)) ?? (() => {});
   }
 
-  private onTransportRejection(rejection: TransportRejection): void {
+  private onInboundRejection(rejection: InboundRejection): void {
     if (rejection.typeName === null || !shardingWireNames.has(rejection.typeName)) return;
     if (rejection.reason === "unknownType") return;
     this.countMalformed(rejection.reason);

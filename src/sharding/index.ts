@@ -13,7 +13,7 @@ export {
   type ShardingMemberStatus,
 } from "./allocation/strategy.ts";
 export { type MemberWeight, WeightedLeastLoadedAllocation } from "./allocation/weighted-least-loaded.ts";
-export { ClusterSharding, type ShardingRuntime, type TransportRejection } from "./cluster-sharding.ts";
+export { ClusterSharding, type ShardingRuntime } from "./cluster-sharding.ts";
 export { inProcessCodec, type PayloadCodec, RegistryCodec, registerShardingWireTypes } from "./codec.ts";
 export * as shardingConstants from "./constants.ts";
 export {

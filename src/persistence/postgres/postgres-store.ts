@@ -212,36 +212,16 @@ export class PostgresStore implements PersistenceStore {
 
   private async appendOne(a: CheckedAppend, fingerprint: string): Promise<WriteResult> {
     const event = a.events[0]!;
-    const f = a.fence;
-    // One array per call, built in place: this is the hot path and the settle call reuses it.
-    const values: unknown[] =
-      f === null
-        ? [
-            a.persistenceId,
-            a.expectedRevision,
-            event.manifest,
-            event.payload,
-            a.operationId,
-            fingerprint,
-            null,
-            null,
-            null,
-            null,
-            null,
-          ]
-        : [
-            a.persistenceId,
-            a.expectedRevision,
-            event.manifest,
-            event.payload,
-            a.operationId,
-            fingerprint,
-            f.key.clusterName,
-            f.key.entityType,
-            f.key.shardId,
-            f.owner,
-            f.epoch,
-          ];
+    // The settle call below takes the same values (in another parameter order), so one array serves both.
+    const values = [
+      a.persistenceId,
+      a.expectedRevision,
+      event.manifest,
+      event.payload,
+      a.operationId,
+      fingerprint,
+      ...fenceArgs(a.fence),
+    ];
     // A settle answer of -1 means a concurrent write committed between the two statements: try again, a bounded
     // number of times (each retry sees a newer committed state).
     for (let attempt = 0; ; attempt++) {

@@ -25,6 +25,19 @@ const fenceCheckWith = (stale: string) => `
 const fenceCheck = fenceCheckWith("status := 3; revision := 0; RETURN;");
 const fenceCheckScalar = fenceCheckWith("RETURN movie_outcome(3, 0);");
 
+// A known operation id answers at once: 1 (duplicate) when its fingerprint matches, else 2 (conflict). The journal
+// row holds it until retention moves it to journal_operation. The text must stay byte-identical: migrations that use
+// it are checksummed.
+const operationOutcome = `SELECT j.fingerprint, j.operation_revision INTO v_fingerprint, v_previous FROM event_journal j
+          WHERE j.persistence_id = p_pid AND j.operation_id = p_op;
+        IF NOT FOUND THEN
+          SELECT o.fingerprint, o.revision INTO v_fingerprint, v_previous FROM journal_operation o
+            WHERE o.persistence_id = p_pid AND o.operation_id = p_op;
+        END IF;
+        IF FOUND THEN
+          RETURN movie_outcome(CASE WHEN v_fingerprint = p_fingerprint THEN 1 ELSE 2 END, v_previous);
+        END IF;`;
+
 const fenceParams = "p_cluster text, p_type text, p_shard bigint, p_owner text, p_epoch bigint";
 
 /** The PostgreSQL migrations 1..5. */
@@ -91,15 +104,7 @@ export const postgresMigrations: readonly Migration[] = buildMigrations([
         v_previous bigint;
         v_actual bigint;
       BEGIN
-        SELECT j.fingerprint, j.operation_revision INTO v_fingerprint, v_previous FROM event_journal j
-          WHERE j.persistence_id = p_pid AND j.operation_id = p_op;
-        IF NOT FOUND THEN
-          SELECT o.fingerprint, o.revision INTO v_fingerprint, v_previous FROM journal_operation o
-            WHERE o.persistence_id = p_pid AND o.operation_id = p_op;
-        END IF;
-        IF FOUND THEN
-          RETURN movie_outcome(CASE WHEN v_fingerprint = p_fingerprint THEN 1 ELSE 2 END, v_previous);
-        END IF;
+        ${operationOutcome}
         v_actual := movie_stream_revision(p_pid);
         RAISE EXCEPTION USING ERRCODE = '${REVISION_MISMATCH_SQLSTATE}', MESSAGE = v_actual::text;
       END $$`,
@@ -115,15 +120,7 @@ export const postgresMigrations: readonly Migration[] = buildMigrations([
         v_actual bigint;
       BEGIN
         ${fenceCheckScalar}
-        SELECT j.fingerprint, j.operation_revision INTO v_fingerprint, v_previous FROM event_journal j
-          WHERE j.persistence_id = p_pid AND j.operation_id = p_op;
-        IF NOT FOUND THEN
-          SELECT o.fingerprint, o.revision INTO v_fingerprint, v_previous FROM journal_operation o
-            WHERE o.persistence_id = p_pid AND o.operation_id = p_op;
-        END IF;
-        IF FOUND THEN
-          RETURN movie_outcome(CASE WHEN v_fingerprint = p_fingerprint THEN 1 ELSE 2 END, v_previous);
-        END IF;
+        ${operationOutcome}
         v_actual := movie_stream_revision(p_pid);
         IF v_actual = p_expected THEN
           RETURN -1;
@@ -283,15 +280,7 @@ export const postgresMigrations: readonly Migration[] = buildMigrations([
         v_actual bigint;
       BEGIN
         ${fenceCheckScalar}
-        SELECT j.fingerprint, j.operation_revision INTO v_fingerprint, v_previous FROM event_journal j
-          WHERE j.persistence_id = p_pid AND j.operation_id = p_op;
-        IF NOT FOUND THEN
-          SELECT o.fingerprint, o.revision INTO v_fingerprint, v_previous FROM journal_operation o
-            WHERE o.persistence_id = p_pid AND o.operation_id = p_op;
-        END IF;
-        IF FOUND THEN
-          RETURN movie_outcome(CASE WHEN v_fingerprint = p_fingerprint THEN 1 ELSE 2 END, v_previous);
-        END IF;
+        ${operationOutcome}
         v_actual := movie_stream_revision(p_pid);
         IF v_actual <> p_expected THEN
           RAISE EXCEPTION USING ERRCODE = '${REVISION_MISMATCH_SQLSTATE}', MESSAGE = v_actual::text;
