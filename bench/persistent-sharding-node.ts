@@ -9,6 +9,7 @@ import { PostgresStore } from "../src/persistence/postgres/index.ts";
 import { MessageRegistry } from "../src/remote/index.ts";
 import { ClusterSharding, electCoordinator, NoRebalance, type ShardedEntityType } from "../src/sharding/index.ts";
 import { initEventSourced } from "../src/sharding/persistent/index.ts";
+import { ownedIds } from "./support/owned-ids.ts";
 import { clock, pct } from "./support/raw-frames.ts";
 
 abstract class BenchCommand {}
@@ -123,13 +124,7 @@ function status(name: string): object {
 
 /** Entity ids `${prefix}-i` whose shard this node's plan puts on `owner`. */
 function pick(type: ShardedEntityType<BenchCommand>, owner: string, prefix: string, count: number): string[] {
-  const ids: string[] = [];
-  for (let i = 0; ids.length < count; i++) {
-    if (i > count * 1_000 + 10_000) throw new Error(`${label}: found only ${ids.length} ids owned by ${owner}`);
-    const id = `${prefix}-${i}`;
-    if (sharding.ownerFor(type, id)?.toString() === owner) ids.push(id);
-  }
-  return ids;
+  return ownedIds(sharding, type, owner, prefix, count);
 }
 
 /** `workers` closed loops of `op(worker, i)`, a warm-up then `ms` measured; rate and latency percentiles. */

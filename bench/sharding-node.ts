@@ -21,6 +21,7 @@ import {
   type ShardedEntityType,
   type ShardingMember,
 } from "../src/sharding/index.ts";
+import { ownedIds } from "./support/owned-ids.ts";
 import {
   clock,
   envelopeFrame,
@@ -193,13 +194,7 @@ function status(typeName: string): object {
 
 /** Entity ids `${prefix}-i` whose shard this node's plan puts on `owner`. */
 function pick(type: ShardedEntityType<BenchCommand>, owner: string, prefix: string, count: number): string[] {
-  const ids: string[] = [];
-  for (let i = 0; ids.length < count; i++) {
-    if (i > count * 1_000 + 10_000) throw new Error(`${label}: found only ${ids.length} ids owned by ${owner}`);
-    const id = `${prefix}-${i}`;
-    if (sharding.ownerFor(type, id)?.toString() === owner) ids.push(id);
-  }
-  return ids;
+  return ownedIds(sharding, type, owner, prefix, count);
 }
 
 async function waitAcks(target: number): Promise<void> {
