@@ -18,6 +18,8 @@ import {
   SupervisorStrategies,
   type SystemMessage,
   type Terminated,
+  type TimeoutQueue,
+  type TimeoutTarget,
   typeNameOf,
   UniqueAddress,
 } from "../actor/index.ts";
@@ -750,13 +752,16 @@ export class ClusterSharding implements Extension, EntityRouter {
       provider.authorizeShard(envelope.shardId);
       switch (envelope.kind) {
         case "User": {
-          let sender = envelope.senderless ? null : d.sender;
-          // A relayed ask that fails at the entity is a rejection (REFERENCE §7 "failed relayed asks"); the asker
-          // hears of it straight from the owner, so the owner is where it can be counted.
+          const sender = envelope.senderless ? null : d.sender;
+          // A relayed ask that fails or times out at the entity is a rejection (REFERENCE §7 "failed relayed asks");
+          // the original counts it at the coordinator's relay, but here the asker hears straight from the owner, so
+          // the owner is where it can be counted.
           if (sender !== null && envelope.hopCount === 1 && envelope.askTimeoutMs !== null) {
-            sender = new RelayedAskSender(sender, this.counters);
-          }
-          provider.deliver(envelope.shardId, envelope.entityId, d.typed, sender);
+            const relayed = new RelayedAskSender(sender, this.counters);
+            provider.deliver(envelope.shardId, envelope.entityId, d.typed, relayed);
+            // Armed only once delivered: a delivery refused into the retry barrier is retried with a new wrapper.
+            relayed.armTimeout(this.system.timeouts, envelope.askTimeoutMs);
+          } else provider.deliver(envelope.shardId, envelope.entityId, d.typed, sender);
           break;
         }
         case "Activate": {
@@ -1117,6 +1122,11 @@ export class ClusterSharding implements Extension, EntityRouter {
   ): void {
     if (state.handoffs.has(shard)) return;
     state.handoffs.set(shard, { state: newHandoff<Delivery>(state.provider.name, shard, previous, next), token: {} });
+    // One line per start and end: operators (and tests) can follow how many shards move at once.
+    this.system.log.info(
+      { type: state.provider.name, shard, previous: previous?.toString() ?? null, next: next?.toString() ?? null },
+      "sharding handoff started",
+    );
     this.feedHandoff(state, shard, this.attemptInput(state, previous, next));
   }
 
@@ -1157,8 +1167,15 @@ export class ClusterSharding implements Extension, EntityRouter {
       return;
     }
     const wasAborted = running.state.phase === "aborted";
+    const wasSettling = running.state.settlingRounds > 0;
     const [next, effects] = handoffStep(running.state, input);
     running.state = next;
+    if (next.settlingRounds > 0 && !wasSettling) {
+      this.system.log.info(
+        { shard, type: state.provider.name },
+        "sharding handoff waits for membership to re-converge",
+      );
+    }
     if (next.phase === "aborted" && !wasAborted) {
       // Buffered deliveries were accepted: rejecting them is worth an operator's attention (and tests watch for it).
       const rejected = effects.filter((e) => e.kind === "reject").length;
@@ -1251,6 +1268,7 @@ export class ClusterSharding implements Extension, EntityRouter {
         break;
       case "finished":
         if (current()) state.handoffs.delete(shard);
+        this.system.log.info({ type: name, shard, outcome: effect.outcome }, "sharding handoff finished");
         if (effect.outcome === "done") {
           this.counters.handoffShards++;
           this.counters.rebalanceMoves++;
@@ -1429,10 +1447,12 @@ class LocalCoordinatorEntry implements ActorRef<unknown> {
 
 /**
  * The asker's ref as an entity sees it on the owner for a relayed ask: the same path and replies, but a failure of
- * the ask (the entity threw, or refused it) also counts one rejected envelope on this node.
+ * the ask (the entity threw, or refused it), or no reply before the ask's timeout, also counts one rejected envelope
+ * on this node. The first reply or failure settles it; nothing counts twice.
  */
-class RelayedAskSender implements ActorRef<unknown> {
-  private failed = false;
+class RelayedAskSender implements ActorRef<unknown>, TimeoutTarget {
+  private settled = false;
+  private deadline: Cancellable | null = null;
   constructor(
     private readonly asker: ActorRef<unknown>,
     private readonly counters: MutableShardingStats,
@@ -1440,7 +1460,23 @@ class RelayedAskSender implements ActorRef<unknown> {
   get path() {
     return this.asker.path;
   }
+  /** Counts a rejection if neither a reply nor a failure passes through within `timeoutMs` (the asker's timeout). */
+  armTimeout(timeouts: TimeoutQueue, timeoutMs: number): void {
+    if (!this.settled && this.deadline === null) this.deadline = timeouts.schedule(timeoutMs, this);
+  }
+  onTimeout(): void {
+    this.deadline = null;
+    this.settle(true);
+  }
+  private settle(rejected: boolean): void {
+    if (this.settled) return;
+    this.settled = true;
+    this.deadline?.cancel();
+    this.deadline = null;
+    if (rejected) this.counters.rejectedEnvelopes++;
+  }
   tell(message: unknown, sender?: ActorRef<unknown> | null): void {
+    this.settle(false);
     this.asker.tell(message, sender);
   }
   ask<R>(message: unknown, replyType: Class<R>, timeoutMs: number, options?: AskOptions): Promise<R> {
@@ -1450,10 +1486,7 @@ class RelayedAskSender implements ActorRef<unknown> {
     this.asker.sendSystem(message);
   }
   failAsk(error: Error): void {
-    if (!this.failed) {
-      this.failed = true;
-      this.counters.rejectedEnvelopes++;
-    }
+    this.settle(true);
     this.asker.failAsk?.(error);
   }
 }

@@ -12,6 +12,13 @@ export const reconcileIntervalMs = 100;
 export const planSyncIntervalMs = 250;
 /** Timeout of the PassivateShard and PrepareShard asks of a handoff (HANDOFF_TIMEOUT), ms. */
 export const handoffTimeoutMs = 2_000;
+/**
+ * Consecutive 100 ms rounds a handoff waits for membership to re-converge ("settling": no member unreachable, still
+ * the lowest Up member) before it aborts as REFERENCE §3.8 step 1 says. The original aborts at once; waiting out a
+ * brief flicker keeps accepted deliveries, but a buffered delivery should wait no longer than one handoff step may
+ * take (HANDOFF_TIMEOUT), so the bound is handoffTimeoutMs / reconcileIntervalMs = 20 rounds.
+ */
+export const handoffSettlingRoundsMax = handoffTimeoutMs / reconcileIntervalMs;
 /** Accepted deliveries buffered per moving shard at the coordinator; also the cap of a shard's retry queue. */
 export const handoffBufferCountMax = 1_024;
 /** Deliveries the retry barrier makes before it yields the event loop (DELIVERY_RETRY_DRAIN_BATCH). */
@@ -46,6 +53,8 @@ assert.ok(planSyncIntervalMs > reconcileIntervalMs);
 assert.ok(bootstrapSnapshotWindowMs >= 2 * reconcileIntervalMs);
 // A handoff step that times out is retried after one reconcile interval, which must be the shorter of the two.
 assert.ok(handoffTimeoutMs > reconcileIntervalMs);
+// The settling bound is a whole number of reconcile rounds, and at least one.
+assert.ok(Number.isInteger(handoffSettlingRoundsMax) && handoffSettlingRoundsMax >= 1);
 // A batch drains strictly fewer deliveries than a full queue holds, so a full queue always yields at least once.
 assert.ok(deliveryRetryDrainBatch < handoffBufferCountMax);
 // Default leases renew well inside their duration (the same rule settings validation enforces).

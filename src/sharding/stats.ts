@@ -31,7 +31,11 @@ export interface ShardingStats {
   readonly leaseLosses: number;
   /** Deliveries or handoffs retried because a lease was unavailable. */
   readonly leaseRetries: number;
-  /** Every rejection: no owner, unauthorized or invalid envelopes, full buffers, stale plans, failed relays. */
+  /**
+   * Every rejection: no owner, unauthorized or invalid envelopes, full buffers, stale plans, aborted handoffs (per
+   * buffered delivery), and relayed asks that failed or got no reply within their timeout (counted on the owner,
+   * which answers the asker directly).
+   */
   readonly rejectedEnvelopes: number;
   /**
    * The part of `rejectedEnvelopes` that could not even be decoded, by reason: a sharding frame remoting could not

@@ -176,3 +176,44 @@ test("settling (gossip re-converging in the same term) makes the handoff wait in
   assert.equal(lost.state.phase, "aborted");
   assert.ok(lost.effects.some((e) => e.kind === "reject" && e.delivery === "x"));
 });
+
+test("settling is bounded: the 21st consecutive round (2 s = HANDOFF_TIMEOUT) aborts and rejects the buffer", () => {
+  const settlingAttempt = { kind: "attempt" as const, ...ok, stillCoordinator: false, settling: true };
+  // Waiting before the first step: 20 rounds of 100 ms each schedule another attempt, the next aborts.
+  let r = run(newHandoff<string>("Order", 4, a, b), { kind: "buffer", delivery: "m1" });
+  for (let round = 1; round <= 20; round++) {
+    r = run(r.state, settlingAttempt);
+    assert.deepEqual(r.effects, [{ kind: "scheduleAttempt", afterMs: 100 }], `round ${round}`);
+    assert.equal(r.state.settlingRounds, round);
+  }
+  r = run(r.state, settlingAttempt);
+  assert.equal(r.state.phase, "aborted");
+  const rejected = r.effects.filter((e) => e.kind === "reject");
+  assert.equal(rejected.length, 1);
+  assert.ok(rejected[0]!.kind === "reject" && rejected[0]!.error instanceof NoShardOwnerError);
+  assert.deepEqual(
+    r.effects.filter((e) => e.kind !== "reject"),
+    [
+      { kind: "finished", outcome: "aborted" },
+      { kind: "scheduleReconcile", afterMs: 100 },
+    ],
+  );
+
+  // An attempt that finds this node the coordinator again resets the count: a later flicker gets its own 2 s.
+  r = run(newHandoff<string>("Order", 4, a, b));
+  for (let round = 1; round <= 19; round++) r = run(r.state, settlingAttempt);
+  r = run(r.state, { kind: "attempt", ...ok }, { kind: "passivated" }, { kind: "prepared" });
+  assert.equal(r.state.phase, "completing");
+  assert.equal(r.state.settlingRounds, 0);
+  // Waiting to complete counts the same way.
+  r = run(r.state, { kind: "buffer", delivery: "m2" });
+  for (let round = 1; round <= 20; round++) {
+    r = run(r.state, { kind: "settling" });
+    assert.deepEqual(r.effects, [{ kind: "scheduleRetryComplete", afterMs: 100 }], `completing round ${round}`);
+    r = run(r.state, { kind: "retryComplete" });
+    assert.deepEqual(r.effects, [{ kind: "complete", next: b }]);
+  }
+  r = run(r.state, { kind: "settling" });
+  assert.equal(r.state.phase, "aborted");
+  assert.ok(r.effects.some((e) => e.kind === "reject" && e.delivery === "m2" && e.error instanceof NoShardOwnerError));
+});

@@ -159,12 +159,23 @@ test("asks across three nodes: reply, failure, timeout and cancellation reach th
   // The failed relayed ask is counted where it failed: at the owner, which answered the caller directly.
   assert.equal(owner.sharding.stats.rejectedEnvelopes, rejectedBefore + 1, "rejectedEnvelopes on the owner");
   await assert.rejects(ref.ask(new SlowOrder(), OrderReply, 50), AskTimeoutError);
+  // A relayed ask the entity never answers is counted once, on the owner, when its timeout passes there too.
+  await eventually(() => owner.sharding.stats.rejectedEnvelopes === rejectedBefore + 2, {
+    what: "the timed-out relayed ask counted on the owner",
+    describe: () => owner.sharding.stats,
+  });
   const controller = new AbortController();
-  const pending = ref.ask(new SlowOrder(), OrderReply, 5_000, { signal: controller.signal });
+  const pending = ref.ask(new SlowOrder(), OrderReply, 300, { signal: controller.signal });
   controller.abort();
   await assert.rejects(pending, AskCancelledError);
-  // The entity survived its failure (restarted) and still answers.
+  // The owner cannot see the cancellation; the entity never answers, so that ask counts at its timeout as well.
+  await eventually(() => owner.sharding.stats.rejectedEnvelopes === rejectedBefore + 3, {
+    what: "the unanswered cancelled ask counted on the owner",
+    describe: () => owner.sharding.stats,
+  });
+  // The entity survived its failure (restarted) and still answers; an answered relayed ask counts nothing.
   assert.equal((await ref.ask(new GetOrder(), OrderReply, 3_000)).host, owner.system.address.toString());
+  assert.equal(owner.sharding.stats.rejectedEnvelopes, rejectedBefore + 3, "answered asks are not rejections");
 });
 
 test("malformed sharding envelopes over TCP are counted by reason in sharding stats; routing stays up", async () => {

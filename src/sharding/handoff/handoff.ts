@@ -1,5 +1,5 @@
 import type { UniqueAddress } from "../../actor/index.ts";
-import { handoffBufferCountMax, reconcileIntervalMs } from "../constants.ts";
+import { handoffBufferCountMax, handoffSettlingRoundsMax, reconcileIntervalMs } from "../constants.ts";
 import { ClusterShardingConfigurationError, NoShardOwnerError } from "../errors.ts";
 
 /**
@@ -10,6 +10,7 @@ import { ClusterShardingConfigurationError, NoShardOwnerError } from "../errors.
  *        └──────── failed ──────────┴───────── failed ───────┴──▶ waiting (retry after 100 ms) ──attempt──▶ …
  *   any phase ──abort (coordinator changed / next owner not Up)──▶ aborted (buffer rejected: NoShardOwnerError)
  *   waiting / completing ──settling (gossip re-converging, still our term)──▶ same phase, checked again in 100 ms
+ *   waiting / completing ──settling for the 21st round in a row (2 s)──▶ aborted
  *
  * While it runs, new traffic for the shard is buffered here (at most 1,024 deliveries; more are rejected), so no
  * message reaches two owners and per-entity order survives the move.
@@ -27,6 +28,8 @@ export interface HandoffState<D> {
   readonly buffer: readonly D[];
   /** Attempts started (1 after the first). */
   readonly attempts: number;
+  /** Consecutive settling rounds so far (reset when an attempt finds this node the coordinator again). */
+  readonly settlingRounds: number;
 }
 
 /** What the shell learns before each attempt. */
@@ -80,7 +83,7 @@ export function newHandoff<D>(
   previous: UniqueAddress | null,
   next: UniqueAddress | null,
 ): HandoffState<D> {
-  return { entityType, shardId, previous, next, phase: "waiting", buffer: [], attempts: 0 };
+  return { entityType, shardId, previous, next, phase: "waiting", buffer: [], attempts: 0, settlingRounds: 0 };
 }
 
 /** True while the handoff still holds its shard (it buffers traffic and blocks another handoff of the shard). */
@@ -109,17 +112,17 @@ export function handoffStep<D>(state: HandoffState<D>, input: HandoffInput<D>): 
     case "attempt": {
       if (state.phase !== "waiting") return [state, []];
       if (!input.stillCoordinator && input.settling === true && input.nextOwnerUp) {
-        return [state, [{ kind: "scheduleAttempt", afterMs: reconcileIntervalMs }]];
+        return settle(state, { kind: "scheduleAttempt", afterMs: reconcileIntervalMs });
       }
       if (!input.stillCoordinator || !input.nextOwnerUp) return abort(state);
       const attempts = state.attempts + 1;
       if (state.previous !== null && input.previousReachable) {
         return [
-          { ...state, phase: "passivating", attempts },
+          { ...state, phase: "passivating", attempts, settlingRounds: 0 },
           [{ kind: "passivate", owner: state.previous, next: state.next }],
         ];
       }
-      return prepareOrComplete({ ...state, attempts });
+      return prepareOrComplete({ ...state, attempts, settlingRounds: 0 });
     }
     case "passivated":
       if (state.phase !== "passivating") return [state, []];
@@ -129,7 +132,7 @@ export function handoffStep<D>(state: HandoffState<D>, input: HandoffInput<D>): 
       return [{ ...state, phase: "completing" }, [{ kind: "complete", next: state.next }]];
     case "settling":
       if (state.phase !== "completing") return [state, []];
-      return [state, [{ kind: "scheduleRetryComplete", afterMs: reconcileIntervalMs }]];
+      return settle(state, { kind: "scheduleRetryComplete", afterMs: reconcileIntervalMs });
     case "retryComplete":
       if (state.phase !== "completing") return [state, []];
       return [state, [{ kind: "complete", next: state.next }]];
@@ -160,6 +163,16 @@ export function handoffStep<D>(state: HandoffState<D>, input: HandoffInput<D>): 
 function prepareOrComplete<D>(state: HandoffState<D>): [HandoffState<D>, HandoffEffect<D>[]] {
   if (state.next !== null) return [{ ...state, phase: "preparing" }, [{ kind: "prepare", owner: state.next }]];
   return [{ ...state, phase: "completing" }, [{ kind: "complete", next: null }]];
+}
+
+/**
+ * One more round of waiting for convergence, or an abort once {@link handoffSettlingRoundsMax} rounds passed in a row:
+ * convergence that never returns (a member that stays Leaving without gossip settling) must not hold accepted
+ * deliveries forever, and the callers' asks are better failed with NoShardOwnerError than left to time out.
+ */
+function settle<D>(state: HandoffState<D>, wait: HandoffEffect<D>): [HandoffState<D>, HandoffEffect<D>[]] {
+  if (state.settlingRounds >= handoffSettlingRoundsMax) return abort(state);
+  return [{ ...state, settlingRounds: state.settlingRounds + 1 }, [wait]];
 }
 
 function abort<D>(state: HandoffState<D>): [HandoffState<D>, HandoffEffect<D>[]] {
