@@ -24,7 +24,11 @@ const settingsFor = (maxConcurrent: number) => ({
 });
 
 test("a join rebalances with RateLimitedRebalance, at most maxConcurrent handoffs at a time", async () => {
-  const nodes = await startShardingNodes(2);
+  // Each node logs every handoff start and end to its own logger, in the order they happen: replaying those events
+  // gives the exact number of handoffs in flight at every moment on that node.
+  const loggers = [recordingLogger(), recordingLogger(), recordingLogger()] as const;
+  const first = await startShardingNode(null, { logger: loggers[0] });
+  const nodes = [first, await startShardingNode(first.port, { logger: loggers[1] })];
   try {
     for (const n of nodes) n.sharding.init("Join", OrderCommand, settingsFor(2), (id) => new SequenceBehavior(id));
     await eventually(() => nodes.every((n) => settled(n, 2)) && planSettled(nodes, "Join", settingsFor(2)), {
@@ -33,23 +37,23 @@ test("a join rebalances with RateLimitedRebalance, at most maxConcurrent handoff
     });
     const before = nodes.map((n) => n.sharding.planGeneration("Join"))[0]!;
     const movesBefore = nodes.reduce((sum, n) => sum + n.sharding.stats.handoffShards, 0);
-    let maxInFlight = 0;
-    const sampler = setInterval(() => {
-      for (const n of nodes) maxInFlight = Math.max(maxInFlight, n.sharding.handoffsInProgress);
-    }, 1);
-    const third = await startShardingNode(nodes[0]!.port);
+    const joinedAt = loggers.map((l) => l.infos.length);
+    const third = await startShardingNode(nodes[0]!.port, { logger: loggers[2] });
     third.sharding.init("Join", OrderCommand, settingsFor(2), (id) => new SequenceBehavior(id));
     nodes.push(third);
-    try {
-      await eventually(() => nodes.every((n) => settled(n, 3)) && planSettled(nodes, "Join", settingsFor(2)), {
-        what: "three nodes with a balanced plan",
-        describe: describeNodes(nodes, "Join"),
-        timeoutMs: 15_000,
-      });
-    } finally {
-      clearInterval(sampler);
+    await eventually(() => nodes.every((n) => settled(n, 3)) && planSettled(nodes, "Join", settingsFor(2)), {
+      what: "three nodes with a balanced plan",
+      describe: describeNodes(nodes, "Join"),
+      timeoutMs: 15_000,
+    });
+    const peaks = loggers.map((l, i) => peakHandoffs(l.infos.slice(joinedAt[i])));
+    const runs = loggers.map((l) => handoffEvents(l.infos));
+    // Before the join too (the second node's registration moved shards), no node ever ran more than 2 at once.
+    for (const [i, l] of loggers.entries()) {
+      assert.ok(peakHandoffs(l.infos) <= 2, `node ${i} ran more than 2 handoffs at once: ${runs[i]}`);
     }
-    assert.ok(maxInFlight <= 2, `at most 2 handoffs in flight, saw ${maxInFlight}`);
+    // The rebalance after the join starts maxConcurrent handoffs together on the coordinator, never more.
+    assert.equal(Math.max(...peaks), 2, `peak handoffs in flight per node after the join: ${peaks}; ${runs}`);
     const coordinator = [...nodes].sort((a, b) =>
       UniqueAddress.compare(a.cluster.selfAddress, b.cluster.selfAddress),
     )[0]!;
@@ -152,3 +156,24 @@ test("graceful leave under continuous traffic: shards move, per-entity FIFO hold
     await terminateAll(nodes);
   }
 });
+
+/** The handoff start/finish events among a node's info lines, as "+shard" / "-shard". */
+function handoffEvents(infos: { message: string; context: object }[]): string[] {
+  return infos.flatMap((i) => {
+    const shard = (i.context as { shard?: number }).shard;
+    if (i.message === "sharding handoff started") return [`+${shard}`];
+    if (i.message === "sharding handoff finished") return [`-${shard}`];
+    return [];
+  });
+}
+
+/** The highest number of handoffs running at once, replaying start/finish events in order from none running. */
+function peakHandoffs(infos: { message: string; context: object }[]): number {
+  let running = 0;
+  let peak = 0;
+  for (const e of handoffEvents(infos)) {
+    running += e.startsWith("+") ? 1 : -1;
+    peak = Math.max(peak, running);
+  }
+  return peak;
+}
