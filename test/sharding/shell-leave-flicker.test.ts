@@ -2,7 +2,7 @@
 // the order of the buffer flush against the completed generation's PlanUpdate.
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { UniqueAddress } from "../../src/actor/index.ts";
+import { type ActorContext, UniqueAddress } from "../../src/actor/index.ts";
 import {
   LeastLoadedAllocation,
   NoRebalance,
@@ -19,6 +19,20 @@ import { recordingLogger } from "./fixtures/tcp-nodes.ts";
 
 const settings = { shardCount: 12, allocation: new LeastLoadedAllocation(), rebalance: new NoRebalance() };
 
+/** Makes its entity wait inside receive until the gate opens, so a drain (DRAIN_AND_STOP) of its shard waits too. */
+class Hold extends OrderCommand {}
+const holding = new Set<string>();
+let gate: Promise<void> = Promise.resolve();
+
+class GatedSequenceBehavior extends SequenceBehavior {
+  override async receive(message: OrderCommand, context: ActorContext<OrderCommand>): Promise<void> {
+    if (!(message instanceof Hold)) return super.receive(message, context);
+    holding.add(this.entityId);
+    await gate;
+    holding.delete(this.entityId);
+  }
+}
+
 type LogEntry = { kind: "delivery"; shard: number; key: string } | { kind: "plan"; update: PlanUpdate };
 
 function sortedNodes(nodes: Node[]): Node[] {
@@ -28,18 +42,20 @@ function sortedNodes(nodes: Node[]): Node[] {
 /**
  * a (coordinator), b (caller), c (leaves). b sends numbered asks to every entity continuously; each time the
  * coordinator asks c to drain a shard, b also sends a burst to that shard's entities, which the coordinator must
- * buffer (it arrives before c's acknowledgement). With `flicker`, each PrepareShard of the leave
- * makes the coordinator's view non-converged for the next 30 ms, so the handoff steps after it meet the flicker.
+ * buffer. With `flicker`, each PrepareShard of the leave makes the coordinator's view non-converged for the next
+ * 30 ms, so the handoff steps after it meet the flicker. With `gate`, one entity of each of c's shards is held inside
+ * its receive until every burst has reached the coordinator during its shard's handoff, so c cannot acknowledge a
+ * drain before the burst is buffered: the buffer is never empty, whatever the timing.
  */
-async function leaveUnderTraffic(type: string, flicker: boolean) {
+async function leaveUnderTraffic(type: string, flicker: boolean, useGate = false) {
   const logger = recordingLogger();
-  const cluster = new FakeCluster(orderClasses, { logger });
+  const cluster = new FakeCluster([...orderClasses, Hold], { logger });
   const [a, b, c] = sortedNodes([cluster.addNode("a-node"), cluster.addNode("b-node"), cluster.addNode("c-node")]) as [
     Node,
     Node,
     Node,
   ];
-  for (const n of [a, b, c]) n.sharding.init(type, OrderCommand, settings, (id) => new SequenceBehavior(id));
+  for (const n of [a, b, c]) n.sharding.init(type, OrderCommand, settings, (id) => new GatedSequenceBehavior(id));
   await eventually(
     () =>
       [a, b, c].every(
@@ -65,8 +81,11 @@ async function leaveUnderTraffic(type: string, flicker: boolean) {
   const replied = new Map<string, number[]>(ids.map((id) => [id, []]));
   const failed: { id: string; n: number; error: Error }[] = [];
   const inFlight = new Set<Promise<void>>();
-  const send = (id: string) => {
+  /** Shard → the keys of the burst sent when its drain was requested. */
+  const bursts = new Map<number, Set<string>>();
+  const send = (id: string, burstOf?: number) => {
     const n = next.get(id)!;
+    if (burstOf !== undefined) bursts.set(burstOf, (bursts.get(burstOf) ?? new Set()).add(`${id}:${n}`));
     next.set(id, n + 1);
     const p = b.sharding
       .entityRefFor<OrderCommand>(type, id)
@@ -109,7 +128,9 @@ async function leaveUnderTraffic(type: string, flicker: boolean) {
       fromA.set(to.toString(), log);
     }
     const passivating = leaving && message instanceof PassivateShard && to.equals(c.address);
-    if (passivating) for (const id of idsOfShard.get(message.shardId) ?? []) for (let k = 0; k < 3; k++) send(id);
+    if (passivating) {
+      for (const id of idsOfShard.get(message.shardId) ?? []) for (let k = 0; k < 3; k++) send(id, message.shardId);
+    }
     // The completion after a preparation then runs while the coordinator's view is not converged. The forced moves
     // start together, so every burst (sent at PassivateShard) is in before the first preparation flickers.
     if (flicker && leaving && message instanceof PrepareShard) setImmediate(flickerOnce);
@@ -133,8 +154,37 @@ async function leaveUnderTraffic(type: string, flicker: boolean) {
   })();
   try {
     await eventually(() => [...replied.values()].every((r) => r.length >= 3), { what: "traffic flowing" });
+    const gatedShards = shardsOfC.filter((s) => idsOfShard.has(s));
+    let openGate = () => {};
+    if (useGate) {
+      gate = new Promise((resolve) => {
+        openGate = resolve;
+      });
+      for (const s of gatedShards) b.sharding.entityRefFor<OrderCommand>(type, idsOfShard.get(s)![0]!).tell(new Hold());
+      await eventually(() => gatedShards.every((s) => holding.has(idsOfShard.get(s)![0]!)), {
+        what: "one entity of each of c's shards holding",
+      });
+    }
     leaving = true;
     c.setStatus("Leaving");
+    if (useGate) {
+      try {
+        // Each gated shard's burst is sent when c receives its PassivateShard; all of it must be buffered at a.
+        await eventually(
+          () =>
+            gatedShards.every((s) => {
+              const keys = bursts.get(s);
+              return keys !== undefined && keys.size > 0 && [...keys].every((k) => buffered.get(s)?.has(k) === true);
+            }),
+          {
+            what: "every burst buffered at the coordinator while c's drains wait",
+            describe: () => ({ bursts: [...bursts].map(([s, k]) => [s, k.size]), buffered: [...buffered.keys()] }),
+          },
+        );
+      } finally {
+        openGate();
+      }
+    }
     await eventually(
       () =>
         a.sharding.handoffsInProgress === 0 &&
@@ -156,7 +206,23 @@ async function leaveUnderTraffic(type: string, flicker: boolean) {
     running = false;
     await traffic;
     await Promise.all([...inFlight]);
-    return { a, b, c, ids, next, replied, failed, arrivedUnconverged, buffered, fromA, flickers, shardsOfC, logger };
+    return {
+      a,
+      b,
+      c,
+      ids,
+      next,
+      replied,
+      failed,
+      arrivedUnconverged,
+      buffered,
+      fromA,
+      flickers,
+      shardsOfC,
+      gatedShards,
+      logger,
+      finalPlan: a.sharding.allocations(type),
+    };
   } finally {
     running = false;
     if (restoreTimer !== null) clearTimeout(restoreTimer);
@@ -197,8 +263,13 @@ test("graceful leave while the coordinator's convergence flickers: handoffs wait
 });
 
 test("a handoff's buffered deliveries reach the new owner before the PlanUpdate of the completed generation", async () => {
-  const r = await leaveUnderTraffic("Flush", false);
+  const r = await leaveUnderTraffic("Flush", false, true);
   assert.deepEqual(r.failed, [], "no rejection without a flicker");
+  // Placement is deterministic (fixed ids, FNV-1a, LeastLoaded): some of c's shards with entities move to b, so their
+  // buffered deliveries cross the network, where their order against the PlanUpdate can be seen.
+  const toB = r.gatedShards.filter((s) => r.finalPlan.get(s)?.equals(r.b.address) === true);
+  assert.ok(toB.length > 0, `a shard with entities moves from c to b (gated: ${r.gatedShards})`);
+  for (const s of r.gatedShards) assert.ok((r.buffered.get(s)?.size ?? 0) >= 3, `shard ${s} had a buffered burst`);
   let checked = 0;
   for (const [shard, keys] of r.buffered) {
     for (const [node, log] of r.fromA) {
@@ -214,6 +285,6 @@ test("a handoff's buffered deliveries reach the new owner before the PlanUpdate 
       checked += deliveries.length;
     }
   }
-  // Shards moving to a itself flush locally; at least one of c's shards must have moved to b to check the order.
-  assert.ok(checked > 0, "some buffered delivery was flushed over the network");
+  // Shards moving to a itself flush locally; the gated shards moving to b flushed theirs over the network.
+  assert.ok(checked >= 3 * toB.length, `buffered deliveries flushed over the network: ${checked}`);
 });
