@@ -2,7 +2,7 @@
 // the order of the buffer flush against the completed generation's PlanUpdate.
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { type ActorContext, UniqueAddress } from "../../src/actor/index.ts";
+import { UniqueAddress } from "../../src/actor/index.ts";
 import {
   LeastLoadedAllocation,
   NoRebalance,
@@ -14,24 +14,21 @@ import {
 } from "../../src/sharding/index.ts";
 import { eventually } from "../fixtures/eventually.ts";
 import { FakeCluster, type Node } from "./fixtures/fake-cluster.ts";
-import { OrderCommand, OrderReply, orderClasses, Seq, SequenceBehavior, sequenceSink } from "./fixtures/order.ts";
+import {
+  closeHolds,
+  GatedSequenceBehavior,
+  Hold,
+  holding,
+  OrderCommand,
+  OrderReply,
+  openHolds,
+  orderClasses,
+  Seq,
+  sequenceSink,
+} from "./fixtures/order.ts";
 import { recordingLogger } from "./fixtures/tcp-nodes.ts";
 
 const settings = { shardCount: 12, allocation: new LeastLoadedAllocation(), rebalance: new NoRebalance() };
-
-/** Makes its entity wait inside receive until the gate opens, so a drain (DRAIN_AND_STOP) of its shard waits too. */
-class Hold extends OrderCommand {}
-const holding = new Set<string>();
-let gate: Promise<void> = Promise.resolve();
-
-class GatedSequenceBehavior extends SequenceBehavior {
-  override async receive(message: OrderCommand, context: ActorContext<OrderCommand>): Promise<void> {
-    if (!(message instanceof Hold)) return super.receive(message, context);
-    holding.add(this.entityId);
-    await gate;
-    holding.delete(this.entityId);
-  }
-}
 
 type LogEntry = { kind: "delivery"; shard: number; key: string } | { kind: "plan"; update: PlanUpdate };
 
@@ -43,13 +40,13 @@ function sortedNodes(nodes: Node[]): Node[] {
  * a (coordinator), b (caller), c (leaves). b sends numbered asks to every entity continuously; each time the
  * coordinator asks c to drain a shard, b also sends a burst to that shard's entities, which the coordinator must
  * buffer. With `flicker`, each PrepareShard of the leave makes the coordinator's view non-converged for the next
- * 30 ms, so the handoff steps after it meet the flicker. With `gate`, one entity of each of c's shards is held inside
+ * 30 ms, so the handoff steps after it meet the flicker. With `useGate`, one entity of each of c's shards is held inside
  * its receive until every burst has reached the coordinator during its shard's handoff, so c cannot acknowledge a
  * drain before the burst is buffered: the buffer is never empty, whatever the timing.
  */
 async function leaveUnderTraffic(type: string, flicker: boolean, useGate = false) {
   const logger = recordingLogger();
-  const cluster = new FakeCluster([...orderClasses, Hold], { logger });
+  const cluster = new FakeCluster(orderClasses, { logger });
   const [a, b, c] = sortedNodes([cluster.addNode("a-node"), cluster.addNode("b-node"), cluster.addNode("c-node")]) as [
     Node,
     Node,
@@ -155,11 +152,8 @@ async function leaveUnderTraffic(type: string, flicker: boolean, useGate = false
   try {
     await eventually(() => [...replied.values()].every((r) => r.length >= 3), { what: "traffic flowing" });
     const gatedShards = shardsOfC.filter((s) => idsOfShard.has(s));
-    let openGate = () => {};
     if (useGate) {
-      gate = new Promise((resolve) => {
-        openGate = resolve;
-      });
+      closeHolds();
       for (const s of gatedShards) b.sharding.entityRefFor<OrderCommand>(type, idsOfShard.get(s)![0]!).tell(new Hold());
       await eventually(() => gatedShards.every((s) => holding.has(idsOfShard.get(s)![0]!)), {
         what: "one entity of each of c's shards holding",
@@ -182,7 +176,7 @@ async function leaveUnderTraffic(type: string, flicker: boolean, useGate = false
           },
         );
       } finally {
-        openGate();
+        openHolds();
       }
     }
     await eventually(
