@@ -362,6 +362,7 @@ export class ClusterSharding implements Extension, EntityRouter {
         "shardCount",
       );
     }
+    this.probeAllocation(provider.name, settings);
     const state: TypeState = {
       provider,
       planner: new AllocationPlanner(settings.shardCount, settings.allocation, settings.rebalance),
@@ -382,6 +383,24 @@ export class ClusterSharding implements Extension, EntityRouter {
     this.types.set(provider.name, state);
     this.syncPlan(state);
     if (settings.idleTimeout !== null) this.scheduleIdleSweep(state, settings.idleTimeout);
+  }
+
+  /**
+   * Runs the allocation strategy once on this node as an Up member, so a strategy that refuses it (a non-positive
+   * weight from WeightedLeastLoadedAllocation's function) fails `init` instead of every later reconcile. Other
+   * members are checked when the coordinator places shards on them (see {@link ClusterSharding.reconcile}).
+   */
+  private probeAllocation(name: string, settings: ShardingSettings): void {
+    const self = this.membership.snapshot().members.find((m) => m.uniqueAddress.equals(this.self));
+    const probe: ShardingMember = { uniqueAddress: this.self, status: "Up", roles: self?.roles ?? [] };
+    try {
+      settings.allocation.allocate(0, [probe], new Map());
+    } catch (error) {
+      throw new ClusterShardingConfigurationError(
+        `Entity type ${name}: the allocation strategy refused this node: ${asError(error).message}`,
+        "allocation",
+      );
+    }
   }
 
   /**
@@ -845,15 +864,28 @@ export class ClusterSharding implements Extension, EntityRouter {
       .filter((m) => m.status === "Up" && !m.uniqueAddress.equals(this.self))
       .map((m) => m.uniqueAddress)
       .sort(UniqueAddress.compare);
-    const [plan, effects] = reconcilePlan(state.plan, {
-      self: this.self,
-      coordinator,
-      members: this.placementMembers(state, snap),
-      snapshotPeers: peers,
-      planner: state.planner,
-      handoffs: new Set(state.handoffs.keys()),
-      nowMs: this.system.scheduler.now(),
-    });
+    let result: ReturnType<typeof reconcilePlan>;
+    try {
+      result = reconcilePlan(state.plan, {
+        self: this.self,
+        coordinator,
+        members: this.placementMembers(state, snap),
+        snapshotPeers: peers,
+        planner: state.planner,
+        handoffs: new Set(state.handoffs.keys()),
+        nowMs: this.system.scheduler.now(),
+      });
+    } catch (error) {
+      // A user strategy that throws (a weight function returning 0 for some member) must not end the process from a
+      // timer callback: the plan stays as it is (routing continues, or fails closed without one), and the next
+      // reconcile or plan sync tries again.
+      this.system.log.error(
+        { error: asError(error).message, type: state.provider.name },
+        "sharding allocation failed; the plan is unchanged",
+      );
+      return;
+    }
+    const [plan, effects] = result;
     if (plan !== state.plan) {
       const authored = plan.generation !== state.plan.generation;
       state.plan = plan;

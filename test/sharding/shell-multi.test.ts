@@ -12,6 +12,7 @@ import {
   ShardingControlAck,
   ShardingEnvelope,
   ShardingSettings,
+  WeightedLeastLoadedAllocation,
 } from "../../src/sharding/index.ts";
 import { eventually } from "../fixtures/eventually.ts";
 import { FakeCluster, type Node } from "./fixtures/fake-cluster.ts";
@@ -24,6 +25,7 @@ import {
   SequenceBehavior,
   sequenceSink,
 } from "./fixtures/order.ts";
+import { recordingLogger } from "./fixtures/tcp-nodes.ts";
 
 function sortedNodes(nodes: Node[]): Node[] {
   return [...nodes].sort((a, b) => UniqueAddress.compare(a.address, b.address));
@@ -317,6 +319,52 @@ test("a plan snapshot with an absurd generation is refused and counted, so the c
     assert.equal(a.sharding.planGeneration("Gen"), generation, "the generation did not jump");
     const reply = await b.sharding.entityRefFor<OrderCommand>("Gen", "y").ask(new GetOrder(), OrderReply, 1_000);
     assert.ok(reply.host.length > 0, "plans still flow");
+  } finally {
+    await cluster.shutdown();
+  }
+});
+
+test("an allocation that refuses a member: init fails on that node and registers nothing; a coordinator refusing another member logs it and keeps routing", async () => {
+  const logger = recordingLogger();
+  const cluster = new FakeCluster(orderClasses, { logger });
+  try {
+    const [a, b] = sortedNodes([cluster.addNode("a-node"), cluster.addNode("b-node")]) as [Node, Node];
+    // A weight the strategy refuses for this very node fails init, naming the field, before anything is registered.
+    assert.throws(
+      () =>
+        b.sharding.init(
+          "Weigh",
+          OrderCommand,
+          { shardCount: 4, allocation: new WeightedLeastLoadedAllocation(() => 0) },
+          (id) => new SequenceBehavior(id),
+        ),
+      (e: unknown) =>
+        e instanceof ClusterShardingConfigurationError &&
+        e.field === "allocation" &&
+        /member allocation weight must be positive/.test(e.message),
+    );
+    assert.throws(() => b.sharding.entityRefFor("Weigh", "x"), /not registered on this node/);
+    // Weight functions that disagree between nodes (same strategy id, so the same settings key): a's refuses b. Its
+    // reconciles fail once b registers; that must not throw out of a timer, and the plan a has keeps working.
+    const weigh = (refuseOthers: boolean) => ({
+      shardCount: 4,
+      allocation: new WeightedLeastLoadedAllocation((m) =>
+        refuseOthers && !m.uniqueAddress.equals(a.address) ? 0 : 1,
+      ),
+    });
+    a.sharding.init("Weigh", OrderCommand, weigh(true), (id) => new SequenceBehavior(id));
+    await eventually(() => a.sharding.allocations("Weigh").size === 4, { what: "a's plan before b registers" });
+    b.sharding.init("Weigh", OrderCommand, weigh(false), (id) => new SequenceBehavior(id));
+    await eventually(
+      () => logger.errors.some((e) => e.message === "sharding allocation failed; the plan is unchanged"),
+      {
+        what: "a's failed reconcile logged",
+        describe: () => logger.errors,
+      },
+    );
+    for (const owner of a.sharding.allocations("Weigh").values()) assert.ok(owner.equals(a.address));
+    const reply = await b.sharding.entityRefFor<OrderCommand>("Weigh", "w").ask(new GetOrder(), OrderReply, 1_000);
+    assert.equal(reply.host, a.system.address.toString());
   } finally {
     await cluster.shutdown();
   }
