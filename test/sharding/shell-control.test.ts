@@ -8,6 +8,7 @@ import {
   LeastLoadedAllocation,
   NoRebalance,
   NoShardOwnerError,
+  PassivateShard,
   RoleAwareAllocation,
   ShardingEnvelope,
   ShardingSettings,
@@ -260,6 +261,43 @@ test("Activate and Passivate arriving during a handoff are buffered with the sha
     assert.equal(b.sharding.stats.activations, before.get(b)!.activations, "nothing activated on the old owner");
     assert.equal(b.sharding.stats.explicitPassivations, before.get(b)!.explicitPassivations);
     assert.equal(c.sharding.stats.passivationRequests, before.get(c)!.passivationRequests + 1);
+  } finally {
+    await cluster.shutdown();
+  }
+});
+
+test("an owner that becomes ineligible by being downed: its shards move without asking it to drain; traffic follows", async () => {
+  const cluster = new FakeCluster(orderClasses);
+  try {
+    const [a, b, c] = sortedNodes([
+      cluster.addNode("a-node"),
+      cluster.addNode("b-node"),
+      cluster.addNode("c-node"),
+    ]) as [Node, Node, Node];
+    for (const n of [a, b, c]) n.sharding.init("Downed", OrderCommand, plain, (id) => new SequenceBehavior(id));
+    await planOver([a, b, c], "Downed", 3);
+    const id = idOwnedBy(a, "Downed", c, "down");
+    const ref = b.sharding.entityRefFor<OrderCommand>("Downed", id);
+    assert.equal((await ref.ask(new Seq(1), OrderReply, 1_000)).host, c.system.address.toString());
+    const drainsAskedOfC: number[] = [];
+    cluster.onDeliver = ({ to, message }) => {
+      if (message instanceof PassivateShard && to.equals(c.address)) drainsAskedOfC.push(message.shardId);
+    };
+    const moves = a.sharding.stats.handoffShards;
+    const shardsOfC = [...a.sharding.allocations("Downed")].filter(([, o]) => o.equals(c.address)).length;
+    c.setStatus("Down");
+    await eventually(
+      () =>
+        a.sharding.handoffsInProgress === 0 &&
+        [...a.sharding.allocations("Downed").values()].every((o) => !o.equals(c.address)) &&
+        a.sharding.allocations("Downed").size === 4,
+      { what: "c's shards moved", describe: () => [...a.sharding.allocations("Downed")].map(String) },
+    );
+    assert.deepEqual(drainsAskedOfC, [], "a Down owner is not asked to drain (REFERENCE §3.8 step 2)");
+    assert.equal(a.sharding.stats.handoffShards, moves + shardsOfC, "one completed handoff per shard of c");
+    const reply = await ref.ask(new Seq(2), OrderReply, 1_000);
+    assert.notEqual(reply.host, c.system.address.toString());
+    assert.deepEqual(sequenceSink.get(id), [1, 2]);
   } finally {
     await cluster.shutdown();
   }

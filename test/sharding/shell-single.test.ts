@@ -190,3 +190,31 @@ test("registerProvider (the persistent facade's path) is idempotent and checks c
     (e: unknown) => e instanceof ClusterShardingConfigurationError && e.field === "idleTimeout",
   );
 });
+
+test("stats: the 15 counters of REFERENCE §7 in its order, then the malformed breakdown, as a frozen snapshot", () => {
+  const snapshot = sharding.stats;
+  assert.deepEqual(Object.keys(snapshot), [
+    "routes",
+    "localDeliveries",
+    "remoteRoutes",
+    "forwards",
+    "activations",
+    "passivationRequests",
+    "explicitPassivations",
+    "idlePassivations",
+    "handoffShards",
+    "rebalanceMoves",
+    "leaseAcquisitions",
+    "leaseRenewals",
+    "leaseLosses",
+    "leaseRetries",
+    "rejectedEnvelopes",
+    "malformedEnvelopes",
+  ]);
+  assert.deepEqual(Object.keys(snapshot.malformedEnvelopes), ["undecodable", "schemaInvalid", "payload"]);
+  assert.ok(Object.isFrozen(snapshot) && Object.isFrozen(snapshot.malformedEnvelopes));
+  const routes = snapshot.routes;
+  sharding.entityRefFor(orders, "stats-probe").tell(new DeliverOrder("s"));
+  assert.equal(snapshot.routes, routes, "a snapshot does not move");
+  assert.equal(sharding.stats.routes, routes + 1);
+});
