@@ -16,6 +16,7 @@ import {
 } from "../../src/sharding/index.ts";
 import { eventually } from "../fixtures/eventually.ts";
 import { FakeCluster, type Node } from "./fixtures/fake-cluster.ts";
+import { findId } from "./fixtures/members.ts";
 import {
   closeHolds,
   GatedSequenceBehavior,
@@ -56,10 +57,11 @@ async function planOver(nodes: Node[], type: string, owners: number): Promise<vo
 
 /** An entity id of `type` whose shard `owner` owns in `view`'s plan. */
 function idOwnedBy(view: Node, type: string, owner: Node, prefix: string): string {
-  for (let i = 0; ; i++) {
-    const id = `${prefix}-${i}`;
-    if (view.sharding.ownerFor(type, id)?.equals(owner.address)) return id;
-  }
+  return findId(
+    prefix,
+    (id) => view.sharding.ownerFor(type, id)?.equals(owner.address) === true,
+    () => [...view.sharding.allocations(type)].map(String),
+  );
 }
 
 test("a hop-0 envelope at a node that is not the coordinator is rejected and counted, never routed", async () => {

@@ -16,6 +16,7 @@ import {
 } from "../../src/sharding/index.ts";
 import { eventually } from "../fixtures/eventually.ts";
 import { FakeCluster, type Node } from "./fixtures/fake-cluster.ts";
+import { findId } from "./fixtures/members.ts";
 import {
   GetOrder,
   OrderCommand,
@@ -45,8 +46,7 @@ test("handoff buffer: 1,024 deliveries wait while the old owner cannot drain, th
           [a, b].map((n) => [...n.sharding.allocations("Buf")].map(([s, o]) => `${s}:${o.address.system}`)),
       },
     );
-    let id = "buf-0";
-    for (let i = 0; !a.sharding.ownerFor("Buf", id)?.equals(b.address); i++) id = `buf-${i}`;
+    const id = findId("buf", (x) => a.sharding.ownerFor("Buf", x)?.equals(b.address) === true);
     const shard = a.sharding.shardOf("Buf", id);
     cluster.blackhole(a, b);
     b.setStatus("Leaving");
@@ -264,8 +264,7 @@ test("the genuine coordinator forwarding a shard the receiver neither owns nor h
       { what: "b follows a's plan over both nodes" },
     );
     // an entity whose shard a (the coordinator) owns, so b has neither ownership nor a preparation for it
-    let id = "auth-0";
-    for (let i = 0; !b.sharding.ownerFor("Auth", id)?.equals(a.address); i++) id = `auth-${i}`;
+    const id = findId("auth", (x) => b.sharding.ownerFor("Auth", x)?.equals(a.address) === true);
     const key = ShardingSettings.create(settings).key;
     const rejected = b.sharding.stats.rejectedEnvelopes;
     const deliveries = b.sharding.stats.localDeliveries;

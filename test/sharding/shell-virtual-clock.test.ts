@@ -14,6 +14,7 @@ import {
 } from "../../src/sharding/index.ts";
 import { eventually } from "../fixtures/eventually.ts";
 import { FakeCluster, type Node } from "./fixtures/fake-cluster.ts";
+import { findId } from "./fixtures/members.ts";
 import { OrderCommand, OrderReply, orderClasses, Seq, SequenceBehavior, sequenceSink } from "./fixtures/order.ts";
 import { recordingLogger } from "./fixtures/tcp-nodes.ts";
 
@@ -99,8 +100,7 @@ test("a handoff waiting for re-convergence aborts after 2 s of virtual time, rej
         new Set([...a.sharding.allocations("Settle").values()].map(String)).size === 2,
       "b follows a plan over both nodes",
     );
-    let id = "settle-0";
-    for (let i = 0; !a.sharding.ownerFor("Settle", id)?.equals(b.address); i++) id = `settle-${i}`;
+    const id = findId("settle", (x) => a.sharding.ownerFor("Settle", x)?.equals(b.address) === true);
     const shard = a.sharding.shardOf("Settle", id);
     const ref = a.sharding.entityRefFor<OrderCommand>("Settle", id);
     await ref.ask(new Seq(0), OrderReply, 60_000); // an entity on b, so the drain has work

@@ -22,6 +22,7 @@ import {
   ShardingSettings,
 } from "../../src/sharding/index.ts";
 import { eventually } from "../fixtures/eventually.ts";
+import { findId } from "./fixtures/members.ts";
 import {
   DeliverOrder,
   FailOrder,
@@ -115,11 +116,12 @@ test("the seed's Order example end to end from every node, with placement spread
 function threeNodeHop(prefix: string) {
   const sorted = [...nodes].sort((a, b) => UniqueAddress.compare(a.cluster.selfAddress, b.cluster.selfAddress));
   const [coordinator, caller, owner] = sorted as [ShardingNode, ShardingNode, ShardingNode];
-  for (let i = 0; ; i++) {
-    const id = `${prefix}-${i}`;
-    if (coordinator.sharding.ownerFor("Order", id)?.equals(owner.cluster.selfAddress))
-      return { coordinator, caller, owner, id };
-  }
+  const id = findId(
+    prefix,
+    (x) => coordinator.sharding.ownerFor("Order", x)?.equals(owner.cluster.selfAddress) === true,
+    describeNodes(nodes, "Order"),
+  );
+  return { coordinator, caller, owner, id };
 }
 
 test("one tell from a third node counts exactly once at each hop", async () => {

@@ -14,6 +14,7 @@ import {
   RoleAwareAllocation,
 } from "../../src/sharding/index.ts";
 import { eventually } from "../fixtures/eventually.ts";
+import { findId } from "./fixtures/members.ts";
 import {
   closeHolds,
   DeliverOrder,
@@ -99,8 +100,7 @@ test("two systems: activation only on the first message, STOP from the other nod
     });
     const [a, b] = nodes as [(typeof nodes)[0], (typeof nodes)[0]];
     // pick an entity owned by b, driven from a
-    let id = "two-0";
-    for (let i = 0; !a.sharding.ownerFor("Order", id)?.equals(b.cluster.selfAddress); i++) id = `two-${i}`;
+    const id = findId("two", (x) => a.sharding.ownerFor("Order", x)?.equals(b.cluster.selfAddress) === true);
     const ref = a.sharding.entityRefFor<OrderCommand>("Order", id);
     const activationsBefore = b.sharding.stats.activations;
     assert.equal(b.sharding.localEntityCount, 0);
@@ -239,8 +239,7 @@ test("three systems over loopback: a handoff held by a blocked drain buffers 1,0
       [...coordinator.sharding.allocations("Held").values()].some((o) => o.equals(leaver.cluster.selfAddress)),
       "the leaver owns shards",
     );
-    let gateId = "held-gate-0";
-    for (let i = 0; !ownedByLeaver(gateId); i++) gateId = `held-gate-${i}`;
+    const gateId = findId("held-gate", (x) => ownedByLeaver(x) === true, describeNodes(nodes, "Held"));
     const shard = coordinator.sharding.shardOf("Held", gateId);
     let id = "held-0";
     for (let i = 0; coordinator.sharding.shardOf("Held", id) !== shard; i++) id = `held-${i}`;
