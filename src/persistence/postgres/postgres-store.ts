@@ -202,9 +202,9 @@ export class PostgresStore implements PersistenceStore {
     return this.resilient.stats;
   }
 
-  /** Statements and batches of the group commit of one-event appends. */
-  get groupCommitStats(): Readonly<GroupCommitStats> {
-    return this.appends.stats;
+  /** Statements and batches of the group commit of one-event appends, and how many appends wait for a statement. */
+  get groupCommitStats(): Readonly<GroupCommitStats & { waiting: number }> {
+    return { ...this.appends.stats, waiting: this.appends.waiting };
   }
 
   /** The circuit breaker's mode. */
