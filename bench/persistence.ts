@@ -286,6 +286,7 @@ async function main(): Promise<void> {
   const schema = `movie_bench_${process.pid}`;
   const dir = mkdtempSync(join(tmpdir(), "movie-bench-"));
   const recovery: Awaited<ReturnType<typeof recoveryCase>> = [];
+  const batching: { concurrency: number; statements: number; appendsPerStatement: number; largestBatch: number }[] = [];
   const setup = new pg.Client({ connectionString: url });
   await setup.connect();
   await setup.query(`CREATE SCHEMA IF NOT EXISTS ${schema}`);
@@ -293,6 +294,7 @@ async function main(): Promise<void> {
   try {
     for (const concurrency of backends.includes("postgres") ? concurrencies : []) {
       const store = await PostgresStore.connect({ connectionUri: url, schema, poolSize: concurrency, groupCommit });
+      const before = store.groupCommitStats;
       rows.push(
         ...(await compare(
           "postgres",
@@ -302,6 +304,16 @@ async function main(): Promise<void> {
           () => pgBatchedInsert(store.pool, concurrency),
         )),
       );
+      // Over all one-event appends of this level (warm-ups included; the multi-event recovery load is not batched).
+      const after = store.groupCommitStats;
+      const statements = after.statements - before.statements;
+      batching.push({
+        concurrency,
+        statements,
+        appendsPerStatement:
+          (statements + after.batchedItems - before.batchedItems - (after.batches - before.batches)) / statements,
+        largestBatch: after.largestBatch,
+      });
       if (concurrency === 1) recovery.push(...(await recoveryCase(store, "postgres", 10_000)));
       await store.close();
     }
@@ -336,6 +348,10 @@ async function main(): Promise<void> {
       )}${pad(r.p99Ms.toFixed(2), 9)}${pad(r.clientCpuUsPerOp.toFixed(0), 11)}${r.ratioToCeiling === null ? "" : `${(r.ratioToCeiling * 100).toFixed(0)}%`}`,
     );
   }
+  for (const b of batching)
+    console.log(
+      `postgres group commit at ${b.concurrency}: ${b.appendsPerStatement.toFixed(1)} appends per statement, largest ${b.largestBatch}`,
+    );
   console.log("recovery of a 10k-event entity:");
   for (const r of recovery)
     console.log(
@@ -344,7 +360,7 @@ async function main(): Promise<void> {
   mkdirSync("bench/results", { recursive: true });
   writeFileSync(
     "bench/results/persistence.json",
-    `${JSON.stringify({ payloadBytes: payload.length, caseMs, rounds, groupCommit, loadAverage: { start: loadAtStart, end: loadavg() }, appends: rows, recovery }, null, 2)}\n`,
+    `${JSON.stringify({ payloadBytes: payload.length, caseMs, rounds, groupCommit, loadAverage: { start: loadAtStart, end: loadavg() }, batching, appends: rows, recovery }, null, 2)}\n`,
   );
 }
 

@@ -104,25 +104,43 @@ export class GroupCommit<T, R> {
     } catch (error) {
       answered = Promise.reject(error);
     }
-    answered
-      .then(
-        (outcomes) => {
+    answered.then(
+      (outcomes) =>
+        this.complete(batch.length, () =>
           batch.forEach((p, i) => {
             const outcome = outcomes[i];
             if (outcome === undefined) p.reject(new Error(`group commit: no outcome for item ${i} of ${batch.length}`));
             else if (outcome.status === "fulfilled") p.resolve(outcome.value);
             else p.reject(outcome.reason);
-          });
-        },
-        (error: unknown) => {
+          }),
+        ),
+      (error: unknown) =>
+        this.complete(batch.length, () => {
           for (const p of batch) p.reject(error);
-        },
-      )
-      .finally(() => {
-        this.inFlight--;
-        // Everything that queued meanwhile leaves now, in as many statements as the bounds allow.
-        while (this.queue.length > 0 && this.inFlight < this.settings.maxConcurrentBatches) this.send();
-      });
+        }),
+    );
+  }
+
+  /** Answers a statement's items and frees its slot. */
+  private complete(size: number, answer: () => void): void {
+    if (size > 1 || this.queue.length > 0) {
+      // Other writers are about (this statement carried several, or more are waiting): the slot stays taken for one
+      // more turn of the event loop, so the writers just answered queue their next appends meanwhile and leave with
+      // those already waiting, in one statement instead of a lone one and then the rest (at 4 writers that took
+      // twice as many statements).
+      answer();
+      setImmediate(() => this.release());
+    } else {
+      // A lone writer is never held: the slot is free before it hears back, so its next append leaves at once.
+      this.inFlight--;
+      answer();
+    }
+  }
+
+  private release(): void {
+    this.inFlight--;
+    // Everything that queued meanwhile leaves now, in as many statements as the bounds allow.
+    while (this.queue.length > 0 && this.inFlight < this.settings.maxConcurrentBatches) this.send();
   }
 
   /** Takes up to maxBatchSize items, at most one per key, oldest first; the rest keep their order. */

@@ -28,8 +28,13 @@ function harness(maxBatchSize: number, maxConcurrentBatches: number) {
 }
 
 const item = (key: string, n: number): Item => ({ key, n });
-/** Lets every pending promise callback run (a statement's completion sends the next one from a callback). */
-const settle = () => new Promise<void>((resolve) => setImmediate(resolve));
+/**
+ * Lets every pending callback run: a statement's completion sends the next one from a promise callback, one turn of
+ * the event loop later when other items are about.
+ */
+const settle = async () => {
+  for (let turn = 0; turn < 3; turn++) await new Promise<void>((resolve) => setImmediate(resolve));
+};
 
 test("group commit: a lone item leaves at once; items arriving while the bound is reached leave together", async () => {
   const { gc, sent, ok } = harness(64, 1);
@@ -140,4 +145,40 @@ test("group commit: settings are validated", () => {
   assert.deepEqual(groupCommitSettings(), { maxBatchSize: 64, maxConcurrentBatches: 1 });
   assert.throws(() => groupCommitSettings({ maxBatchSize: 0 }), PersistenceConfigurationError);
   assert.throws(() => groupCommitSettings({ maxConcurrentBatches: 1.5 }), PersistenceConfigurationError);
+});
+
+test("group commit: a lone writer is never held; writers answered by a statement join the next one", async () => {
+  const { gc, sent, ok } = harness(64, 1);
+  // A lone writer: its next item leaves as soon as the previous one is answered, without waiting for a turn.
+  for (let n = 0; n < 3; n++) {
+    const r = gc.submit(item("solo", n));
+    assert.equal(sent.length, n + 1, "sent at once");
+    sent[n]!.finish(ok(sent[n]!.items));
+    assert.equal(await r, n);
+  }
+  // Four writers that each submit again as soon as they are answered: the first leaves alone, the other three wait,
+  // and from then on all four leave together (with others waiting, the slot is held for one turn, so the writer just
+  // answered queues again before the next statement leaves).
+  let stop = false;
+  const loops = [0, 1, 2, 3].map(async (w) => {
+    let answers = 0;
+    while (!stop) {
+      await gc.submit(item(`w${w}`, w));
+      answers++;
+    }
+    return answers;
+  });
+  for (let statement = 3; statement < 9; statement++) {
+    await settle();
+    const s = sent[statement];
+    assert.ok(s !== undefined, `statement ${statement} sent`);
+    if (statement === 8) stop = true;
+    s.finish(ok(s.items));
+  }
+  await settle();
+  assert.deepEqual(
+    sent.slice(3, 9).map((s) => s.items.length),
+    [1, 4, 4, 4, 4, 4],
+  );
+  assert.deepEqual(await Promise.all(loops), [6, 5, 5, 5]);
 });

@@ -324,6 +324,12 @@ describe("postgres faults", () => {
         rows.map((r) => r.version),
         [1, 2, 3, 4, 5, 6],
       );
+      // Migration 6 dropped the function the client stopped calling.
+      const resolve = await raw.query(
+        "SELECT count(*)::int AS n FROM pg_proc WHERE proname = 'movie_append_one_resolve' AND pronamespace = $1::regnamespace",
+        [schema],
+      );
+      assert.equal(resolve.rows[0].n, 0);
       await raw.query("INSERT INTO movie_schema_migration (version, name, checksum) VALUES (7, 'future', 'x')");
       await assert.rejects(PostgresStore.connect({ connectionUri: url, schema }), UnsupportedSchemaVersionError);
       await raw.query("DELETE FROM movie_schema_migration WHERE version = 7");

@@ -131,7 +131,9 @@ type Queryable = Pick<pg.Pool, "query">;
 
 /**
  * The PostgreSQL backend (`pg` Pool). Each write is one round trip: a call of a migration-installed PL/pgSQL function
- * that checks the fence, detects duplicates and writes, in one implicit transaction. Leases are single statements on
+ * that checks the fence, detects duplicates and writes, in one implicit transaction. One-event appends, the hot path,
+ * are plain statements instead, and those that arrive while one is in flight share the next one (group commit, see
+ * GroupCommit and APPEND_BATCH_SQL). Leases are single statements on
  * the database clock (`clock_timestamp()`). Lost connections are retried with backoff (writes are idempotent by
  * OperationId), each attempt has a timeout, and a circuit breaker stops a dead database from piling up work.
  */
