@@ -9,11 +9,12 @@ import {
   type AppendEventsRequest,
   ConcurrentWriteError,
   OperationConflictError,
+  PersistenceConfigurationError,
   PersistenceConnectionError,
   type ShardLeaseToken,
   StaleShardOwnerError,
 } from "../../src/persistence/index.ts";
-import type { PostgresStore, PostgresStoreOptions } from "../../src/persistence/postgres/index.ts";
+import { PostgresStore, type PostgresStoreOptions } from "../../src/persistence/postgres/index.ts";
 import { eventually } from "../fixtures/eventually.ts";
 import { freshPostgresStore, rawClient } from "./pg-fixture.ts";
 
@@ -461,5 +462,35 @@ test("group commit: a lease transfer waits for a batched fenced write to commit,
     );
   } finally {
     await h.dispose();
+  }
+});
+
+test("group commit: switched off, every append is its own statement; bad bounds are a configuration error", async () => {
+  const ctx = await freshPostgresStore("gcoff", { groupCommit: false });
+  try {
+    const results = await Promise.all(
+      Array.from({ length: 8 }, (_, i) =>
+        ctx.store.appendEvents({
+          persistenceId: `off-${i}`,
+          expectedRevision: 0,
+          operationId: `o-${i}`,
+          events: [ev(i)],
+        }),
+      ),
+    );
+    assert.ok(results.every((r) => r.revision === 1 && !r.duplicate));
+    assert.deepEqual(ctx.store.groupCommitStats, {
+      statements: 8,
+      batches: 0,
+      batchedItems: 0,
+      largestBatch: 0,
+      waiting: 0,
+    });
+    await assert.rejects(
+      PostgresStore.connect({ connectionUri: ctx.url, schema: ctx.schema, groupCommit: { maxBatchSize: 0 } }),
+      PersistenceConfigurationError,
+    );
+  } finally {
+    await ctx.dispose();
   }
 });
