@@ -10,15 +10,16 @@ import {
 } from "./errors.ts";
 
 /** The schema version this build writes and understands. */
-export const CURRENT_SCHEMA_VERSION = 5;
+export const CURRENT_SCHEMA_VERSION = 6;
 
-/** The names of migrations 1..5, shared by both SQL backends. */
+/** The names of migrations 1..6, shared by both SQL backends. */
 export const MIGRATION_NAMES: readonly string[] = [
   "core-persistence-schema",
   "event-query-and-projection-schema",
   "transactional-outbox-schema",
   "cluster-shard-fencing-schema",
   "append-hot-path-without-stream-read",
+  "drop-append-one-resolve",
 ];
 
 /** One migration: version, name, checksum and the SQL statements it runs in one transaction. */

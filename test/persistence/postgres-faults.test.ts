@@ -322,11 +322,11 @@ describe("postgres faults", () => {
       const rows = (await raw.query("SELECT version FROM movie_schema_migration ORDER BY version")).rows;
       assert.deepEqual(
         rows.map((r) => r.version),
-        [1, 2, 3, 4, 5],
+        [1, 2, 3, 4, 5, 6],
       );
-      await raw.query("INSERT INTO movie_schema_migration (version, name, checksum) VALUES (6, 'future', 'x')");
+      await raw.query("INSERT INTO movie_schema_migration (version, name, checksum) VALUES (7, 'future', 'x')");
       await assert.rejects(PostgresStore.connect({ connectionUri: url, schema }), UnsupportedSchemaVersionError);
-      await raw.query("DELETE FROM movie_schema_migration WHERE version = 6");
+      await raw.query("DELETE FROM movie_schema_migration WHERE version = 7");
       await raw.query("UPDATE movie_schema_migration SET checksum = 'edited' WHERE version = 3");
       await assert.rejects(PostgresStore.connect({ connectionUri: url, schema }), MigrationChecksumMismatchError);
       await raw.end();

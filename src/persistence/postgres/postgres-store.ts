@@ -39,7 +39,14 @@ import {
   TOMBSTONE_MANIFEST,
   type WriteResult,
 } from "../store.ts";
-import { APPEND_ONE_SQL, MIGRATION_LOCK_KEY, postgresMigrations, REVISION_MISMATCH_SQLSTATE } from "./schema.ts";
+import { GroupCommit, type GroupCommitSettings, type GroupCommitStats, groupCommitSettings } from "./group-commit.ts";
+import {
+  APPEND_BATCH_SQL,
+  APPEND_ONE_SQL,
+  MIGRATION_LOCK_KEY,
+  postgresMigrations,
+  REVISION_MISMATCH_SQLSTATE,
+} from "./schema.ts";
 
 /** Options of {@link PostgresStore.connect}. */
 export interface PostgresStoreOptions {
@@ -57,6 +64,17 @@ export interface PostgresStoreOptions {
   applicationName?: string;
   /** Called with pool-level errors of idle connections (a terminated backend); default ignore. */
   onPoolError?: (error: Error) => void;
+  /**
+   * Group commit of one-event appends: bounds of the batches, or false to send each append on its own.
+   * Default { maxBatchSize: 64, maxConcurrentBatches: 2 }.
+   */
+  groupCommit?: Partial<GroupCommitSettings> | false;
+}
+
+/** A one-event append on its way to the group commit: the parameters of APPEND_ONE_SQL, in its order. */
+interface PendingAppend {
+  readonly persistenceId: string;
+  readonly values: readonly unknown[];
 }
 
 const UNIQUE_VIOLATION = "23505";
@@ -121,6 +139,7 @@ export class PostgresStore implements PersistenceStore {
   readonly backendName = "postgres" as const;
   private closed = false;
   private readonly resilient: Resilient;
+  private readonly appends: GroupCommit<PendingAppend, boolean>;
 
   private constructor(
     /** @internal The pool, for tests and benchmarks that need raw SQL in the same schema. */
@@ -129,8 +148,14 @@ export class PostgresStore implements PersistenceStore {
     readonly schema: string | null,
     resilience: ResilienceSettings,
     scheduler: Scheduler,
+    groupCommit: GroupCommitSettings,
   ) {
     this.resilient = new Resilient(resilience, scheduler, isPostgresConnectionError);
+    this.appends = new GroupCommit(
+      groupCommit,
+      (a) => a.persistenceId,
+      (batch) => this.insertAppends(batch),
+    );
   }
 
   /**
@@ -149,6 +174,11 @@ export class PostgresStore implements PersistenceStore {
       throw new PersistenceConfigurationError("poolSize", `${String(poolSize)}; expected a whole number 1..1000`);
     }
     const resilience = { ...defaultResilience, ...options.resilience };
+    // Disabled: every append leaves at once, alone (as many in flight as callers).
+    const groupCommit =
+      options.groupCommit === false
+        ? groupCommitSettings({ maxBatchSize: 1, maxConcurrentBatches: 10_000 })
+        : groupCommitSettings(options.groupCommit);
     const pool = new pg.Pool({
       connectionString: uri,
       max: poolSize,
@@ -164,12 +194,17 @@ export class PostgresStore implements PersistenceStore {
       await pool.end();
       throw error;
     }
-    return new PostgresStore(pool, schema, resilience, options.scheduler ?? new RealScheduler());
+    return new PostgresStore(pool, schema, resilience, options.scheduler ?? new RealScheduler(), groupCommit);
   }
 
   /** Retry, timeout and breaker counters. */
   get resilienceStats(): Readonly<ResilienceStats> {
     return this.resilient.stats;
+  }
+
+  /** Statements and batches of the group commit of one-event appends, and how many appends wait for a statement. */
+  get groupCommitStats(): Readonly<GroupCommitStats & { waiting: number }> {
+    return { ...this.appends.stats, waiting: this.appends.waiting };
   }
 
   /** The circuit breaker's mode. */
@@ -222,17 +257,18 @@ export class PostgresStore implements PersistenceStore {
       fingerprint,
       ...fenceArgs(a.fence),
     ];
+    const pending: PendingAppend = { persistenceId: a.persistenceId, values };
     // A settle answer of -1 means a concurrent write committed between the two statements: try again, a bounded
     // number of times (each retry sees a newer committed state).
     for (let attempt = 0; ; attempt++) {
-      const inserted = await this.query("appendEvents", "movie_append_one", APPEND_ONE_SQL, values).then(
-        (result) => result.rowCount === 1,
-        (error: unknown) => {
-          if ((error as { code?: string }).code === UNIQUE_VIOLATION) return false;
-          throw error;
-        },
+      // Each append keeps its own timeout, retries and breaker admission: only the statement is shared.
+      const inserted = await this.resilient.run("appendEvents", () =>
+        this.closed ? Promise.reject(new StoreClosedError("postgres")) : this.appends.submit(pending),
       );
       if (inserted) return { revision: a.expectedRevision + 1, duplicate: false };
+      // Not written (a stale fence, a known operation id, a moved revision, a gap, or retention removed row
+      // `expected`): the single-append settle function gives exactly the answer an append sent alone gets, the
+      // fence checked first.
       const row = await this.writeCall(
         "appendEvents",
         "movie_append_one_settle",
@@ -246,6 +282,43 @@ export class PostgresStore implements PersistenceStore {
         return this.writeOutcome(row, a.persistenceId, a.operationId, a.fence);
       }
     }
+  }
+
+  /**
+   * One statement for a group of one-event appends (at most one per persistence id); answers, per append, whether
+   * its row went in. One append goes as APPEND_ONE_SQL (a plain INSERT, the cheapest); several as APPEND_BATCH_SQL,
+   * in persistence-id order so that two batches that share ids lock their index entries in the same order.
+   */
+  private async insertAppends(batch: readonly PendingAppend[]): Promise<PromiseSettledResult<boolean>[]> {
+    if (this.closed) throw new StoreClosedError("postgres");
+    if (batch.length === 1) return Promise.allSettled([this.insertAppend(batch[0]!)]);
+    const sorted = [...batch].sort((x, y) => (x.persistenceId < y.persistenceId ? -1 : 1));
+    const columns: unknown[][] = Array.from({ length: 11 }, () => new Array<unknown>(sorted.length));
+    sorted.forEach((p, row) => {
+      for (let c = 0; c < 11; c++) columns[c]![row] = p.values[c];
+    });
+    let written: Set<string>;
+    try {
+      const result = await this.pool.query({ name: "movie_append_batch", text: APPEND_BATCH_SQL, values: columns });
+      written = new Set(result.rows.map((r: { persistence_id: string }) => r.persistence_id));
+    } catch (error) {
+      // A lost connection fails every append of the batch (each caller retries its own). Anything else the server
+      // raised for the statement as a whole (a deadlock with another batch, a trigger) must not decide a batch-mate's
+      // fate: each append then goes alone and gets its own answer.
+      if (isPostgresConnectionError(error) || this.closed) throw error;
+      return Promise.allSettled(batch.map((p) => this.insertAppend(p)));
+    }
+    return batch.map((p) => ({ status: "fulfilled", value: written.has(p.persistenceId) }));
+  }
+
+  private insertAppend(p: PendingAppend): Promise<boolean> {
+    return this.pool.query({ name: "movie_append_one", text: APPEND_ONE_SQL, values: p.values as unknown[] }).then(
+      (result) => result.rowCount === 1,
+      (error: unknown) => {
+        if ((error as { code?: string }).code === UNIQUE_VIOLATION) return false;
+        throw error;
+      },
+    );
   }
 
   /** The append wrote nothing: ask the database whether it was a retry or a concurrent write. */

@@ -39,8 +39,9 @@ const operationOutcome = `SELECT j.fingerprint, j.operation_revision INTO v_fing
         END IF;`;
 
 const fenceParams = "p_cluster text, p_type text, p_shard bigint, p_owner text, p_epoch bigint";
+const fenceTypes = "text, text, bigint, text, bigint";
 
-/** The PostgreSQL migrations 1..5. */
+/** The PostgreSQL migrations 1..6. */
 export const postgresMigrations: readonly Migration[] = buildMigrations([
   [
     // The first journal row of an append also carries its operation id, fingerprint and resulting revision, so
@@ -301,12 +302,17 @@ export const postgresMigrations: readonly Migration[] = buildMigrations([
         RETURN movie_outcome(0, p_expected + 1);
       END $$`,
   ],
+  [
+    // The client no longer calls movie_append_one_resolve (movie_append_one_settle took its place in migration 5);
+    // migration 4 stays as applied, so the function goes here.
+    `DROP FUNCTION IF EXISTS movie_append_one_resolve(text, bigint, text, text, ${fenceTypes})`,
+  ],
 ]);
 
 /** Every migration's SQL as one script, for review or manual application (`movie persistence migrate --print`). */
 export function postgresMigrationSql(): string {
   const lines = [
-    "-- movie persistence schema (PostgreSQL), versions 1..5",
+    "-- movie persistence schema (PostgreSQL), versions 1..6",
     `SELECT pg_advisory_lock(${MIGRATION_LOCK_KEY});`,
     `CREATE TABLE IF NOT EXISTS movie_schema_migration (version INTEGER PRIMARY KEY, name TEXT NOT NULL,
   checksum TEXT NOT NULL, applied_at TIMESTAMPTZ NOT NULL DEFAULT now());`,
@@ -339,3 +345,28 @@ export const APPEND_ONE_SQL = `INSERT INTO event_journal (persistence_id, sequen
     AND NOT EXISTS (SELECT 1 FROM journal_operation o WHERE o.persistence_id = $1 AND o.operation_id = $5)
     AND ($2::bigint = 0
       OR EXISTS (SELECT 1 FROM event_journal j WHERE j.persistence_id = $1 AND j.sequence_nr = $2::bigint))`;
+
+/**
+ * Group commit of one-event appends (see GroupCommit): APPEND_ONE_SQL for many appends at once, one row of the arrays
+ * $1..$11 per append (APPEND_ONE_SQL's parameters in its order), at most one append per persistence id. Each row
+ * keeps its own fence check (its lease row locked FOR SHARE, read per row so a transfer waits for the whole batch to
+ * commit), its operation-id check and its gap check. ON CONFLICT DO NOTHING, unlike the single INSERT, so that a
+ * concurrent write or a reused operation id skips that row instead of aborting its batch-mates; RETURNING names the
+ * rows that went in, and every other append asks movie_append_one_settle for its answer. The gap check is a scalar
+ * subquery rather than EXISTS so that the planner cannot turn it into a hashed scan of the whole journal (it may do
+ * that with an EXISTS under OR when the table looks small); each row is one primary-key probe.
+ */
+export const APPEND_BATCH_SQL = `INSERT INTO event_journal (persistence_id, sequence_nr, manifest, payload, operation_id,
+    fingerprint, operation_revision)
+  SELECT t.pid, t.expected + 1, t.manifest, t.payload, t.op, t.fingerprint, t.expected + 1
+  FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[],
+      $9::bigint[], $10::text[], $11::bigint[])
+    AS t(pid, expected, manifest, payload, op, fingerprint, cluster, type, shard, owner, epoch)
+  WHERE (t.cluster IS NULL OR EXISTS (SELECT 1 FROM shard_lease l WHERE l.cluster_name = t.cluster
+      AND l.entity_type = t.type AND l.shard_id = t.shard AND l.owner = t.owner AND l.epoch = t.epoch
+      AND l.lease_until_epoch_ms > movie_now_ms() FOR SHARE))
+    AND NOT EXISTS (SELECT 1 FROM journal_operation o WHERE o.persistence_id = t.pid AND o.operation_id = t.op)
+    AND (t.expected = 0 OR (SELECT true FROM event_journal j WHERE j.persistence_id = t.pid
+      AND j.sequence_nr = t.expected))
+  ON CONFLICT DO NOTHING
+  RETURNING persistence_id`;

@@ -3,7 +3,7 @@ import { buildMigrations, type Migration } from "../migrations.ts";
 /** SQLite's "now" in epoch milliseconds: the database clock for leases (REFERENCE §4.5). */
 export const SQLITE_NOW_MS = "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)";
 
-/** The SQLite migrations 1..5 (the PostgreSQL tables with SQLite types). */
+/** The SQLite migrations 1..6 (the PostgreSQL tables with SQLite types). */
 export const sqliteMigrations: readonly Migration[] = buildMigrations([
   [
     `CREATE TABLE IF NOT EXISTS event_journal (persistence_id TEXT NOT NULL, sequence_nr INTEGER NOT NULL,
@@ -41,6 +41,7 @@ export const sqliteMigrations: readonly Migration[] = buildMigrations([
       shard_id INTEGER NOT NULL, owner TEXT NOT NULL, epoch INTEGER NOT NULL, lease_until_epoch_ms INTEGER NOT NULL,
       updated_at TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP, PRIMARY KEY (cluster_name, entity_type, shard_id))`,
   ],
-  // Version 5 changes only PostgreSQL functions; SQLite records it so both backends share one version history.
+  // Versions 5 and 6 change only PostgreSQL functions; SQLite records them so both backends share one version history.
+  [],
   [],
 ]);

@@ -1,0 +1,143 @@
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import { PersistenceConfigurationError } from "../../src/persistence/index.ts";
+import { GroupCommit, groupCommitSettings } from "../../src/persistence/postgres/group-commit.ts";
+
+interface Item {
+  key: string;
+  n: number;
+}
+
+/** A GroupCommit whose statements the test completes by hand. */
+function harness(maxBatchSize: number, maxConcurrentBatches: number) {
+  const sent: { items: readonly Item[]; finish: (outcomes: PromiseSettledResult<number>[] | Error) => void }[] = [];
+  const gc = new GroupCommit<Item, number>(
+    { maxBatchSize, maxConcurrentBatches },
+    (i) => i.key,
+    (items) =>
+      new Promise((resolve, reject) => {
+        sent.push({
+          items,
+          finish: (outcomes) => (outcomes instanceof Error ? reject(outcomes) : resolve(outcomes)),
+        });
+      }),
+  );
+  const ok = (items: readonly Item[]) =>
+    items.map((i): PromiseSettledResult<number> => ({ status: "fulfilled", value: i.n }));
+  return { gc, sent, ok };
+}
+
+const item = (key: string, n: number): Item => ({ key, n });
+/** Lets every pending promise callback run (a statement's completion sends the next one from a callback). */
+const settle = () => new Promise<void>((resolve) => setImmediate(resolve));
+
+test("group commit: a lone item leaves at once; items arriving while the bound is reached leave together", async () => {
+  const { gc, sent, ok } = harness(64, 1);
+  const first = gc.submit(item("a", 1));
+  assert.equal(sent.length, 1, "nothing in flight: sent without waiting");
+  const later = [gc.submit(item("b", 2)), gc.submit(item("c", 3)), gc.submit(item("d", 4))];
+  assert.equal(sent.length, 1);
+  assert.equal(gc.waiting, 3);
+  sent[0]!.finish(ok(sent[0]!.items));
+  assert.equal(await first, 1);
+  await settle();
+  assert.equal(sent.length, 2);
+  assert.deepEqual(
+    sent[1]!.items.map((i) => i.n),
+    [2, 3, 4],
+  );
+  sent[1]!.finish(ok(sent[1]!.items));
+  assert.deepEqual(await Promise.all(later), [2, 3, 4]);
+  assert.deepEqual(gc.stats, { statements: 2, batches: 1, batchedItems: 3, largestBatch: 3 });
+});
+
+test("group commit: two items of one key never share a statement, and keep their order", async () => {
+  const { gc, sent, ok } = harness(64, 1);
+  const results = [gc.submit(item("x", 0))];
+  for (const [key, n] of [
+    ["a", 1],
+    ["a", 2],
+    ["b", 3],
+    ["a", 4],
+  ] as const)
+    results.push(gc.submit(item(key, n)));
+  for (let i = 0; i < 4; i++) {
+    const s = sent[i];
+    assert.ok(s !== undefined, `statement ${i} sent`);
+    s.finish(ok(s.items));
+    await settle();
+  }
+  assert.deepEqual(
+    sent.map((s) => s.items.map((i) => `${i.key}${i.n}`)),
+    [["x0"], ["a1", "b3"], ["a2"], ["a4"]],
+  );
+  assert.deepEqual(await Promise.all(results), [0, 1, 2, 3, 4]);
+});
+
+test("group commit: the batch size is bounded; the concurrency bound lets two statements fly", async () => {
+  const { gc, sent, ok } = harness(2, 2);
+  const results = [1, 2, 3, 4, 5, 6].map((n) => gc.submit(item(`k${n}`, n)));
+  // Two statements leave at once (one item each: nothing else was waiting), the other four wait.
+  assert.deepEqual(
+    sent.map((s) => s.items.length),
+    [1, 1],
+  );
+  sent[0]!.finish(ok(sent[0]!.items));
+  await settle();
+  assert.deepEqual(
+    sent.map((s) => s.items.length),
+    [1, 1, 2],
+  );
+  sent[1]!.finish(ok(sent[1]!.items));
+  await settle();
+  assert.deepEqual(
+    sent.map((s) => s.items.length),
+    [1, 1, 2, 2],
+  );
+  sent[2]!.finish(ok(sent[2]!.items));
+  sent[3]!.finish(ok(sent[3]!.items));
+  assert.deepEqual(await Promise.all(results), [1, 2, 3, 4, 5, 6]);
+  assert.equal(gc.stats.largestBatch, 2);
+});
+
+test("group commit: each item gets its own outcome; a failed statement fails only its own items", async () => {
+  const { gc, sent, ok } = harness(64, 1);
+  const gate = gc.submit(item("g", 0));
+  const mixed = [gc.submit(item("a", 1)), gc.submit(item("b", 2)), gc.submit(item("c", 3))];
+  sent[0]!.finish(ok(sent[0]!.items));
+  await gate;
+  await settle();
+  sent[1]!.finish([
+    { status: "fulfilled", value: 10 },
+    { status: "rejected", reason: new Error("b alone") },
+    { status: "fulfilled", value: 30 },
+  ]);
+  const settled = await Promise.allSettled(mixed);
+  assert.deepEqual(
+    settled.map((s) => (s.status === "fulfilled" ? s.value : (s.reason as Error).message)),
+    [10, "b alone", 30],
+  );
+  await settle();
+  const gate2 = gc.submit(item("g", 1));
+  const lost = [gc.submit(item("a", 4)), gc.submit(item("b", 5))];
+  sent[2]!.finish(ok(sent[2]!.items));
+  await gate2;
+  await settle();
+  assert.equal(sent[3]!.items.length, 2);
+  sent[3]!.finish(new Error("connection lost"));
+  for (const r of await Promise.allSettled(lost)) {
+    assert.equal(r.status, "rejected");
+    assert.equal((r as PromiseRejectedResult).reason.message, "connection lost");
+  }
+  await settle();
+  // The next item leaves: nothing is stuck in flight.
+  const next = gc.submit(item("a", 6));
+  sent[4]!.finish(ok(sent[4]!.items));
+  assert.equal(await next, 6);
+});
+
+test("group commit: settings are validated", () => {
+  assert.deepEqual(groupCommitSettings(), { maxBatchSize: 64, maxConcurrentBatches: 2 });
+  assert.throws(() => groupCommitSettings({ maxBatchSize: 0 }), PersistenceConfigurationError);
+  assert.throws(() => groupCommitSettings({ maxConcurrentBatches: 1.5 }), PersistenceConfigurationError);
+});
