@@ -77,13 +77,20 @@ function procCpuUs(pid: number): number {
   }
 }
 
-/** CPU used so far by each node process and, together, by the PostgreSQL backends of the three pools (µs). */
-async function cpuSnapshot(nodes: readonly BenchNode[]): Promise<{ nodes: number[]; postgres: number }> {
+/** CPU used so far by each node process and by each PostgreSQL backend of the three pools (µs, by pid). */
+async function cpuSnapshot(nodes: readonly BenchNode[]): Promise<{ nodes: number[]; postgres: Map<number, number> }> {
   const replies = await Promise.all(
     nodes.map((n) => n.request<{ cpuUs: number; backendPids: number[] }>({ type: "cpu" })),
   );
   const pids = new Set(replies.flatMap((r) => r.backendPids));
-  return { nodes: replies.map((r) => r.cpuUs), postgres: [...pids].reduce((sum, pid) => sum + procCpuUs(pid), 0) };
+  return { nodes: replies.map((r) => r.cpuUs), postgres: new Map([...pids].map((pid) => [pid, procCpuUs(pid)])) };
+}
+
+/** CPU the backends alive at `after` used since `before`; pg's pool closes idle clients, so the set can change. */
+function postgresDelta(before: Map<number, number>, after: Map<number, number>): number {
+  let sum = 0;
+  for (const [pid, us] of after) sum += us - (before.get(pid) ?? 0);
+  return sum;
 }
 
 /** Inits on the non-coordinators first, so the coordinator's bootstrap plan covers every node. */
@@ -146,7 +153,7 @@ try {
         caller: per(callerUs),
         coordinator: per(used[1]!),
         owner: per(used[2]!),
-        postgres: per(after.postgres - before.postgres),
+        postgres: per(postgresDelta(before.postgres, after.postgres)),
       },
     };
   };
