@@ -75,9 +75,24 @@ async function start(name: string): Promise<Node> {
 }
 
 test("a handoff waits for the old owner's retry queue: what was queued is delivered there, in order, then the shard moves", async () => {
-  const a = await start("queue-a");
-  await eventually(() => a.sharding.allocations("Log").size === 1, { what: "a plan on a" });
-  // Another owner holds the shard's lease for one more second (database clock), so a's deliveries queue.
+  // The owner sorts last and the coordinator first, so that the owner's leave does not change the coordinator: a new
+  // coordinator would find the queue's shard unauthorised and reject the queue (REFERENCE §3.9), which is not the
+  // case under test.
+  const owner = await start("queue-z");
+  await eventually(() => owner.sharding.allocations("Log").size === 1, { what: "a plan on the first node" });
+  const first = owner.sharding.planGeneration("Log");
+  const coordinator = await start("queue-a");
+  // The newcomer is the coordinator now; once its bootstrap republished the plan (NoRebalance: the shard stays put)
+  // both nodes hold the same plan, authored by it.
+  await eventually(
+    () =>
+      coordinator.sharding.planGeneration("Log") > first &&
+      owner.sharding.planGeneration("Log") === coordinator.sharding.planGeneration("Log"),
+    { what: "the coordinator's plan on both nodes" },
+  );
+  assert.equal(coordinator.sharding.ownerFor("Log", "log-1")?.toString(), owner.address.toString());
+
+  // Another owner holds the shard's lease for one more second (database clock), so the deliveries queue on the owner.
   const client = await rawClient(pg.url, pg.schema);
   try {
     await client.query(
@@ -87,21 +102,19 @@ test("a handoff waits for the old owner's retry queue: what was queued is delive
   } finally {
     await client.end();
   }
-  const ref = a.sharding.entityRefFor<LogCommand>("Log", "log-1");
+  const ref = owner.sharding.entityRefFor<LogCommand>("Log", "log-1");
   for (let line = 0; line < 10; line++) ref.tell(new Append(line, `line-${line}`));
-  await eventually(() => a.sharding.stats.leaseRetries > 0, { what: "the tells to wait in a's retry queue" });
+  await eventually(() => owner.sharding.stats.leaseRetries > 0, { what: "the tells to wait in the owner's queue" });
 
-  // b joins and a leaves while the queue waits: the handoff's drain on a must wait for it.
-  const b = await start("queue-b");
-  await eventually(() => b.sharding.allocations("Log").size === 1, { what: "a plan on b" });
-  a.setStatus("Leaving");
-  await eventually(() => b.sharding.ownerFor("Log", "log-1")?.equals(b.address) === true, {
-    what: "the shard on b",
+  // The owner leaves while the queue waits: the handoff's drain there must wait for it.
+  owner.setStatus("Leaving");
+  await eventually(() => coordinator.sharding.ownerFor("Log", "log-1")?.equals(coordinator.address) === true, {
+    what: "the shard on the coordinator",
     timeoutMs: 20_000,
   });
-  const view = await b.sharding.entityRefFor<LogCommand>("Log", "log-1").ask(new ReadLog(), LogView, 5_000);
+  const view = await coordinator.sharding.entityRefFor<LogCommand>("Log", "log-1").ask(new ReadLog(), LogView, 5_000);
   assert.deepEqual(view.lines, [0, 1, 2, 3, 4, 5, 6, 7, 8, 9], "every queued tell, once, in order");
-  assert.equal(view.host, b.address.address.toString());
-  assert.equal(view.epoch, 9, "a wrote at epoch 8 after the other owner's 7; b took over at 9");
-  assert.equal(a.sharding.stats.rejectedEnvelopes, 0, "nothing queued on a was rejected");
+  assert.equal(view.host, coordinator.address.address.toString());
+  assert.equal(view.epoch, 9, "the old owner wrote at epoch 8 after the other owner's 7; the new one took over at 9");
+  assert.equal(owner.sharding.stats.rejectedEnvelopes, 0, "nothing queued on the old owner was rejected");
 });
