@@ -1,14 +1,21 @@
 // Persistence benchmark: event appends/s and p50/p99 latency on PostgreSQL and SQLite at concurrency 1, 4 and 64
 // entities, with and without fencing, against a ceiling of plain single-row INSERT transactions of the same payload
-// through `pg` at the same concurrency, measured in the same run; plus recovery time of a 10k-event entity.
+// through `pg` at the same concurrency, measured in the same run; plus recovery time of a 10k-event entity. Beside
+// the ceiling, for reference, the same raw INSERTs batched the way the store's group commit batches appends.
 // Usage: npm run bench:persistence  (MOVIE_POSTGRES_TEST_URL overrides the local server; MOVIE_BENCH_SECONDS the
-// duration of each measured case, default 0.4; MOVIE_BENCH_ROUNDS the interleaved rounds, default 3).
+// duration of each measured case, default 0.4; MOVIE_BENCH_ROUNDS the interleaved rounds, default 3; more below).
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
 import Sqlite from "better-sqlite3";
 import pg from "pg";
 import { ActorSystem, RealScheduler } from "../src/actor/index.ts";
+import {
+  defaultGroupCommit,
+  GroupCommit,
+  type GroupCommitSettings,
+  groupCommitSettings,
+} from "../src/persistence/group-commit.ts";
 import {
   Database,
   Effect,
@@ -26,7 +33,21 @@ const url = process.env.MOVIE_POSTGRES_TEST_URL ?? "postgres://postgres@127.0.0.
 const caseMs = Number(process.env.MOVIE_BENCH_SECONDS ?? "0.4") * 1000;
 const rounds = Number(process.env.MOVIE_BENCH_ROUNDS ?? "3");
 const warmupMs = 150;
-const concurrencies = [1, 4, 64];
+// MOVIE_BENCH_GROUP_COMMIT="<maxBatchSize>x<maxConcurrentBatches>" (default the store's, 64x1) for the store and the
+// batched reference alike; "off" sends every append alone.
+const groupCommitEnv = process.env.MOVIE_BENCH_GROUP_COMMIT;
+const groupCommit: GroupCommitSettings | false =
+  groupCommitEnv === "off"
+    ? false
+    : groupCommitEnv === undefined
+      ? defaultGroupCommit
+      : groupCommitSettings({
+          maxBatchSize: Number(groupCommitEnv.split("x")[0]),
+          maxConcurrentBatches: Number(groupCommitEnv.split("x")[1]),
+        });
+// MOVIE_BENCH_CONCURRENCY="4,64" and MOVIE_BENCH_BACKENDS="postgres" narrow a run (default all levels, both backends).
+const concurrencies = (process.env.MOVIE_BENCH_CONCURRENCY ?? "1,4,64").split(",").map(Number);
+const backends = (process.env.MOVIE_BENCH_BACKENDS ?? "postgres,sqlite").split(",");
 const payload = JSON.stringify({ kind: "ItemAdded", sku: "sku-000042", quantity: 3, note: "x".repeat(64) });
 const manifest = "bench.ItemAdded";
 
@@ -116,6 +137,26 @@ async function pgCeiling(pool: pg.Pool, concurrency: number) {
   );
 }
 
+// For reference, not the ceiling: the same raw INSERTs coalesced exactly as the store coalesces appends (the same
+// GroupCommit bounds, one multi-row INSERT ... SELECT FROM unnest per batch), to show what batching alone gives.
+async function pgBatchedInsert(pool: pg.Pool, concurrency: number) {
+  const run = `b${concurrency}-${++ceilingRun}`;
+  const batcher = new GroupCommit<[string, number], void>(
+    groupCommit === false ? defaultGroupCommit : groupCommit,
+    ([pid]) => pid,
+    async (rows) => {
+      await pool.query({
+        name: "bench_ceiling_insert_batch",
+        text: `INSERT INTO bench_ceiling (persistence_id, sequence_nr, manifest, payload)
+          SELECT t.pid, t.seq, $3, $4 FROM unnest($1::text[], $2::bigint[]) AS t(pid, seq)`,
+        values: [rows.map((r) => r[0]), rows.map((r) => r[1]), manifest, payload],
+      });
+      return rows.map((): PromiseSettledResult<void> => ({ status: "fulfilled", value: undefined }));
+    },
+  );
+  return measure(concurrency, (w, i) => batcher.submit([`${run}-${w}`, i]));
+}
+
 function sqliteCeiling(path: string, concurrency: number) {
   const db = new Sqlite(path);
   db.pragma("journal_mode = WAL");
@@ -199,6 +240,7 @@ async function compare(
   concurrency: number,
   ceiling: () => Promise<Awaited<ReturnType<typeof measure>>>,
   store: PersistenceStore,
+  batched: (() => Promise<Awaited<ReturnType<typeof measure>>>) | null = null,
 ): Promise<Row[]> {
   // Fenced appends two ways: every entity in one shard (all writers lock one lease row: the worst case), and each
   // entity in its own shard (as 64 entities hashed over 256 shards mostly are).
@@ -207,9 +249,16 @@ async function compare(
   const oneShard = [(await lease(0))!];
   const ownShards: ShardLeaseToken[] = [];
   for (let w = 0; w < concurrency; w++) ownShards.push((await lease(w + 1))!);
-  const samples: Record<string, Awaited<ReturnType<typeof measure>>[]> = { ceiling: [], append: [], one: [], own: [] };
+  const samples: Record<string, Awaited<ReturnType<typeof measure>>[]> = {
+    ceiling: [],
+    batched: [],
+    append: [],
+    one: [],
+    own: [],
+  };
   for (let round = 0; round < rounds; round++) {
     samples.ceiling!.push(await ceiling());
+    if (batched !== null) samples.batched!.push(await batched());
     samples.append!.push(await appendCase(store, `${backend}${round}`, concurrency, null));
     samples.one!.push(await appendCase(store, `${backend}${round}one`, concurrency, oneShard));
     samples.own!.push(await appendCase(store, `${backend}${round}own`, concurrency, ownShards));
@@ -224,6 +273,7 @@ async function compare(
   });
   return [
     row("ceiling: raw INSERT", c),
+    ...(batched === null ? [] : [row("raw INSERT, batched", median(samples.batched!))]),
     row("append", median(samples.append!)),
     row("fenced, shard each", median(samples.own!)),
     row("fenced, one shard", median(samples.one!)),
@@ -231,6 +281,7 @@ async function compare(
 }
 
 async function main(): Promise<void> {
+  const loadAtStart = loadavg();
   const rows: Row[] = [];
   const schema = `movie_bench_${process.pid}`;
   const dir = mkdtempSync(join(tmpdir(), "movie-bench-"));
@@ -240,13 +291,21 @@ async function main(): Promise<void> {
   await setup.query(`CREATE SCHEMA IF NOT EXISTS ${schema}`);
   await setup.end();
   try {
-    for (const concurrency of concurrencies) {
-      const store = await PostgresStore.connect({ connectionUri: url, schema, poolSize: concurrency });
-      rows.push(...(await compare("postgres", concurrency, () => pgCeiling(store.pool, concurrency), store)));
+    for (const concurrency of backends.includes("postgres") ? concurrencies : []) {
+      const store = await PostgresStore.connect({ connectionUri: url, schema, poolSize: concurrency, groupCommit });
+      rows.push(
+        ...(await compare(
+          "postgres",
+          concurrency,
+          () => pgCeiling(store.pool, concurrency),
+          store,
+          () => pgBatchedInsert(store.pool, concurrency),
+        )),
+      );
       if (concurrency === 1) recovery.push(...(await recoveryCase(store, "postgres", 10_000)));
       await store.close();
     }
-    for (const concurrency of concurrencies) {
+    for (const concurrency of backends.includes("sqlite") ? concurrencies : []) {
       const path = join(dir, `bench-${concurrency}.sqlite3`);
       const store = SqliteStore.open({ dbPath: path });
       rows.push(...(await compare("sqlite", concurrency, () => sqliteCeiling(path, concurrency), store)));
@@ -262,13 +321,16 @@ async function main(): Promise<void> {
   }
 
   const pad = (s: string, n: number) => s.padEnd(n);
-  console.log(`payload ${payload.length} B, ${caseMs} ms per case, median of ${rounds} interleaved rounds`);
+  const gc = groupCommit === false ? "off" : `${groupCommit.maxBatchSize}x${groupCommit.maxConcurrentBatches}`;
   console.log(
-    `${pad("backend", 10)}${pad("mode", 22)}${pad("conc", 6)}${pad("ops/s", 10)}${pad("p50 ms", 9)}${pad("p99 ms", 9)}${pad("client µs", 11)}vs ceiling`,
+    `payload ${payload.length} B, ${caseMs} ms per case, median of ${rounds} interleaved rounds, group commit ${gc}, 1-minute load ${loadAtStart[0]!.toFixed(2)} at the start, ${loadavg()[0]!.toFixed(2)} at the end`,
+  );
+  console.log(
+    `${pad("backend", 10)}${pad("mode", 24)}${pad("conc", 6)}${pad("ops/s", 10)}${pad("p50 ms", 9)}${pad("p99 ms", 9)}${pad("client µs", 11)}vs ceiling`,
   );
   for (const r of rows) {
     console.log(
-      `${pad(r.backend, 10)}${pad(r.mode, 22)}${pad(String(r.concurrency), 6)}${pad(r.opsPerSec.toFixed(0), 10)}${pad(
+      `${pad(r.backend, 10)}${pad(r.mode, 24)}${pad(String(r.concurrency), 6)}${pad(r.opsPerSec.toFixed(0), 10)}${pad(
         r.p50Ms.toFixed(2),
         9,
       )}${pad(r.p99Ms.toFixed(2), 9)}${pad(r.clientCpuUsPerOp.toFixed(0), 11)}${r.ratioToCeiling === null ? "" : `${(r.ratioToCeiling * 100).toFixed(0)}%`}`,
@@ -282,7 +344,7 @@ async function main(): Promise<void> {
   mkdirSync("bench/results", { recursive: true });
   writeFileSync(
     "bench/results/persistence.json",
-    `${JSON.stringify({ payloadBytes: payload.length, caseMs, rounds, appends: rows, recovery }, null, 2)}\n`,
+    `${JSON.stringify({ payloadBytes: payload.length, caseMs, rounds, groupCommit, loadAverage: { start: loadAtStart, end: loadavg() }, appends: rows, recovery }, null, 2)}\n`,
   );
 }
 

@@ -49,6 +49,7 @@ export class Database implements Extension {
         ...(checked.schema === undefined ? {} : { schema: checked.schema }),
         ...(checked.poolSize === undefined ? {} : { poolSize: checked.poolSize }),
         ...(checked.resilience === undefined ? {} : { resilience: checked.resilience }),
+        ...(checked.groupCommit === undefined ? {} : { groupCommit: checked.groupCommit }),
         scheduler: this.system.scheduler,
         onPoolError: (error) => this.system.log.warn({ error }, "idle PostgreSQL connection failed"),
       });

@@ -10,6 +10,13 @@ export * from "./errors.ts";
 export { type BehaviorClass, type EntityContext, EventSourcedBehavior, EventSourcing } from "./event-sourcing.ts";
 export { eventsFingerprint, stateFingerprint } from "./fingerprint.ts";
 export {
+  defaultGroupCommit,
+  GroupCommit,
+  type GroupCommitSettings,
+  type GroupCommitStats,
+  groupCommitSettings,
+} from "./group-commit.ts";
+export {
   describeLeaseToken,
   type ShardLeaseKey,
   type ShardLeaseToken,

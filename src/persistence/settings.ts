@@ -1,4 +1,5 @@
 import { PersistenceConfigurationError } from "./errors.ts";
+import type { GroupCommitSettings } from "./group-commit.ts";
 import type { ResilienceSettings } from "./resilience.ts";
 import type { BackendName } from "./store.ts";
 
@@ -16,6 +17,8 @@ export interface PersistenceSettings {
   poolSize?: number;
   /** Timeout, retries and circuit breaker of the PostgreSQL backend. */
   resilience?: Partial<ResilienceSettings>;
+  /** Group commit of the PostgreSQL backend's one-event appends, or false for none; default 64 per batch, 1 in flight. */
+  groupCommit?: Partial<GroupCommitSettings> | false;
 }
 
 const backends: readonly string[] = ["memory", "sqlite", "postgres"];

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
+import { GroupCommit, groupCommitSettings } from "../../src/persistence/group-commit.ts";
 import { PersistenceConfigurationError } from "../../src/persistence/index.ts";
-import { GroupCommit, groupCommitSettings } from "../../src/persistence/postgres/group-commit.ts";
 
 interface Item {
   key: string;
@@ -137,7 +137,7 @@ test("group commit: each item gets its own outcome; a failed statement fails onl
 });
 
 test("group commit: settings are validated", () => {
-  assert.deepEqual(groupCommitSettings(), { maxBatchSize: 64, maxConcurrentBatches: 2 });
+  assert.deepEqual(groupCommitSettings(), { maxBatchSize: 64, maxConcurrentBatches: 1 });
   assert.throws(() => groupCommitSettings({ maxBatchSize: 0 }), PersistenceConfigurationError);
   assert.throws(() => groupCommitSettings({ maxConcurrentBatches: 1.5 }), PersistenceConfigurationError);
 });

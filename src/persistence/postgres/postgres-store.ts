@@ -10,6 +10,7 @@ import {
   UnsafeRetentionError,
 } from "../errors.ts";
 import { eventsFingerprint, stateFingerprint } from "../fingerprint.ts";
+import { GroupCommit, type GroupCommitSettings, type GroupCommitStats, groupCommitSettings } from "../group-commit.ts";
 import {
   type ShardLeaseKey,
   type ShardLeaseToken,
@@ -39,7 +40,6 @@ import {
   TOMBSTONE_MANIFEST,
   type WriteResult,
 } from "../store.ts";
-import { GroupCommit, type GroupCommitSettings, type GroupCommitStats, groupCommitSettings } from "./group-commit.ts";
 import {
   APPEND_BATCH_SQL,
   APPEND_ONE_SQL,
@@ -66,7 +66,7 @@ export interface PostgresStoreOptions {
   onPoolError?: (error: Error) => void;
   /**
    * Group commit of one-event appends: bounds of the batches, or false to send each append on its own.
-   * Default { maxBatchSize: 64, maxConcurrentBatches: 2 }.
+   * Default { maxBatchSize: 64, maxConcurrentBatches: 1 }.
    */
   groupCommit?: Partial<GroupCommitSettings> | false;
 }

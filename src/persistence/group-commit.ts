@@ -1,4 +1,4 @@
-import { PersistenceConfigurationError } from "../errors.ts";
+import { PersistenceConfigurationError } from "./errors.ts";
 
 /** Bounds of a {@link GroupCommit}. */
 export interface GroupCommitSettings {
@@ -7,13 +7,17 @@ export interface GroupCommitSettings {
   /**
    * Statements in flight at once. An item that arrives while fewer are in flight is sent at once (alone, unless
    * others are already waiting), so a lone writer pays no added latency; once this many are in flight, arrivals wait
-   * and leave together when one completes. Default 2: one statement on the wire while the next one fills.
+   * and leave together when one completes. Default 1, classic group commit: on the project's 2-core machine one
+   * statement at a time gave the largest batches and the best throughput at 4 and 64 writers (two or three in flight
+   * split the same writers into smaller batches, each its own transaction and WAL flush). The price: a statement that
+   * waits on a lock (a lease renewal in progress, another node's uncommitted row) holds up every append queued
+   * behind it, for as long as it waits.
    */
   maxConcurrentBatches: number;
 }
 
 /** The defaults of {@link GroupCommitSettings}. */
-export const defaultGroupCommit: GroupCommitSettings = { maxBatchSize: 64, maxConcurrentBatches: 2 };
+export const defaultGroupCommit: GroupCommitSettings = { maxBatchSize: 64, maxConcurrentBatches: 1 };
 
 /** Counters of a {@link GroupCommit}. */
 export interface GroupCommitStats {
