@@ -231,6 +231,15 @@ async function handle(command: Command): Promise<object> {
         }
       }
     }
+    case "cpu": {
+      // CPU time of this process and of the PostgreSQL backends serving its pool (Linux /proc; empty elsewhere), so
+      // that the driver can split a case's cost per command by process. pg's pool keeps its clients in `_clients`
+      // (not public API, hence the guard); `processID` is each connection's backend pid.
+      const usage = process.cpuUsage();
+      const clients = (store.pool as unknown as { _clients?: { processID?: number | null }[] })._clients ?? [];
+      const backendPids = clients.map((c) => c.processID).filter((pid): pid is number => typeof pid === "number");
+      return { cpuUs: usage.user + usage.system, backendPids };
+    }
     case "down":
       await cluster.down(String(command.node));
       return {};

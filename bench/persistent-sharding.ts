@@ -10,7 +10,7 @@
 // MOVIE_POSTGRES_TEST_URL overrides the local server; MOVIE_BENCH_CASE_MS (default 1000) the measured time per case,
 // MOVIE_BENCH_ROUNDS (default 3), MOVIE_BENCH_LEASES (default "1000,3000,10000") the failover lease durations.
 import { randomBytes } from "node:crypto";
-import { mkdirSync, writeFileSync } from "node:fs";
+import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { loadavg } from "node:os";
 import { fileURLToPath } from "node:url";
 import pg from "pg";
@@ -30,6 +30,8 @@ const concurrencies = [1, 16, 256];
 const nodeScript = fileURLToPath(new URL("./persistent-sharding-node.ts", import.meta.url));
 const schema = `movie_bench_ps_${process.pid}_${randomBytes(3).toString("hex")}`;
 const runStarted = clock.now();
+// Other work on the machine skews every figure: the load before the run is the one to read (the run adds ~3).
+const loadBefore = loadavg().map((x) => +x.toFixed(2));
 const say = (text: string): void => {
   process.stderr.write(`${((clock.now() - runStarted) / 1000).toFixed(1).padStart(5)}s  ${text}\n`);
 };
@@ -48,6 +50,8 @@ interface Loop {
   p50: number;
   p99: number;
   ops: number;
+  /** CPU µs per operation (warm-up included in the time, so slightly high) by the caller, coordinator, owner and PG. */
+  cpu?: { caller: number; coordinator: number; owner: number; postgres: number };
 }
 
 /** One node process of this benchmark (bench/persistent-sharding-node.ts). */
@@ -59,6 +63,34 @@ class BenchNode extends NodeProcess<{ node: string; hostPort: string }> {
   status(name = ""): Promise<Status> {
     return this.request<Status>({ type: "status", name });
   }
+}
+
+/** CPU seconds (user + system) of process `pid` from /proc, or 0 where there is no /proc or the process is gone. */
+function procCpuUs(pid: number): number {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    // utime and stime, in clock ticks (100 per second on Linux).
+    return (Number(fields[11]) + Number(fields[12])) * 10_000;
+  } catch {
+    return 0;
+  }
+}
+
+/** CPU used so far by each node process and by each PostgreSQL backend of the three pools (µs, by pid). */
+async function cpuSnapshot(nodes: readonly BenchNode[]): Promise<{ nodes: number[]; postgres: Map<number, number> }> {
+  const replies = await Promise.all(
+    nodes.map((n) => n.request<{ cpuUs: number; backendPids: number[] }>({ type: "cpu" })),
+  );
+  const pids = new Set(replies.flatMap((r) => r.backendPids));
+  return { nodes: replies.map((r) => r.cpuUs), postgres: new Map([...pids].map((pid) => [pid, procCpuUs(pid)])) };
+}
+
+/** CPU the backends alive at `after` used since `before`; pg's pool closes idle clients, so the set can change. */
+function postgresDelta(before: Map<number, number>, after: Map<number, number>): number {
+  let sum = 0;
+  for (const [pid, us] of after) sum += us - (before.get(pid) ?? 0);
+  return sum;
 }
 
 /** Inits on the non-coordinators first, so the coordinator's bootstrap plan covers every node. */
@@ -104,24 +136,54 @@ try {
 
   const samples = new Map<string, Loop[]>();
   const record = (key: string, loop: Loop) => samples.set(key, [...(samples.get(key) ?? []), loop]);
+  const roles = [third, coordinator, owner];
+  /** Runs one case on `caller` and adds the CPU each process spent on it, per operation. */
+  const measured = async (caller: BenchNode, command: { type: string; [field: string]: unknown }): Promise<Loop> => {
+    const before = await cpuSnapshot(roles);
+    const loop = await caller.request<Loop>(command);
+    const after = await cpuSnapshot(roles);
+    // The warm-up's operations are not counted in `ops` but its CPU is: scale to the whole case.
+    const ops = loop.ops * (1 + warmupMs / caseMs);
+    const per = (us: number) => +(us / ops).toFixed(1);
+    const used = roles.map((_, i) => after.nodes[i]! - before.nodes[i]!);
+    const callerUs = caller === owner ? 0 : used[0]!;
+    return {
+      ...loop,
+      cpu: {
+        caller: per(callerUs),
+        coordinator: per(used[1]!),
+        owner: per(used[2]!),
+        postgres: per(postgresDelta(before.postgres, after.postgres)),
+      },
+    };
+  };
   for (let round = 1; round <= rounds; round++) {
     for (const c of concurrencies) {
       const run = `r${round}c${c}`;
       const common = { warmupMs, ms: caseMs };
-      record(`ceiling/${c}`, await owner.request<Loop>({ type: "rawInsert", concurrency: c, run, ...common }));
+      const cases: [string, () => Promise<Loop>][] = [
+        ["ceiling", () => measured(owner, { type: "rawInsert", concurrency: c, run, ...common })],
+      ];
       for (const [where, caller] of [
         ["owner", owner],
         ["third", third],
       ] as const) {
         const ids = persistentIds.slice(0, c);
-        record(
-          `persistent-${where}/${c}`,
-          await caller.request<Loop>({ type: "ask", name: "Persistent", ids, run: `${run}${where}`, ...common }),
+        cases.push(
+          [
+            `persistent-${where}`,
+            () => measured(caller, { type: "ask", name: "Persistent", ids, run: `${run}${where}`, ...common }),
+          ],
+          [
+            `memory-${where}`,
+            () => measured(caller, { type: "ask", name: "Memory", ids: memoryIds.slice(0, c), run, ...common }),
+          ],
         );
-        record(
-          `memory-${where}/${c}`,
-          await caller.request<Loop>({ type: "ask", name: "Memory", ids: memoryIds.slice(0, c), run, ...common }),
-        );
+      }
+      // The order rotates from round to round, so that no case always runs first (or right after another).
+      for (let i = 0; i < cases.length; i++) {
+        const [key, runCase] = cases[(i + round - 1) % cases.length]!;
+        record(`${key}/${c}`, await runCase());
       }
       say(`round ${round}, concurrency ${c} done`);
     }
@@ -135,6 +197,9 @@ try {
     p99Ms: number;
     ceilingOpsPerSec: number | null;
     ratio: number | null;
+    /** Lowest and highest per-round ratio. */
+    ratioRange: string | null;
+    cpuUsPerOp: string;
   }
   const rows: Row[] = [];
   const figures: [string, string][] = [
@@ -144,6 +209,8 @@ try {
     ["memory-owner", "ordinary sharded ask, caller on the owner"],
     ["memory-third", "ordinary sharded ask, caller on a third node"],
   ];
+  const ratios = (loops: readonly Loop[], c: number) =>
+    loops.map((l, i) => l.rate / samples.get(`ceiling/${c}`)![i]!.rate);
   for (const c of concurrencies) {
     const ceiling = median(samples.get(`ceiling/${c}`)!.map((l) => l.rate));
     for (const [key, figure] of figures) {
@@ -158,13 +225,21 @@ try {
         p99Ms: +median(loops.map((l) => l.p99)).toFixed(2),
         ceilingOpsPerSec: persistent ? Math.round(ceiling) : null,
         // Per round, against that round's ceiling, then the median.
-        ratio: persistent
-          ? +median(loops.map((l, i) => l.rate / samples.get(`ceiling/${c}`)![i]!.rate)).toFixed(2)
+        ratio: persistent ? +median(ratios(loops, c)).toFixed(2) : null,
+        ratioRange: persistent
+          ? `${Math.min(...ratios(loops, c)).toFixed(2)}–${Math.max(...ratios(loops, c)).toFixed(2)}`
           : null,
+        // Medians per process: caller (when not the owner) / coordinator / owner / PostgreSQL backends.
+        cpuUsPerOp: (["caller", "coordinator", "owner", "postgres"] as const)
+          .map((p) => median(loops.map((l) => l.cpu?.[p] ?? 0)).toFixed(0))
+          .join(" / "),
       });
     }
   }
   console.table(rows);
+  console.log(
+    "cpuUsPerOp: CPU µs per operation (median of rounds) of the caller (third node only) / coordinator / owner / the owner's PostgreSQL backends",
+  );
 
   // Failover: a fresh victim process owns the probe's shard; the third node's probe measures until it answers again.
   interface Failover {
@@ -264,7 +339,9 @@ try {
     );
   }
   const load = loadavg().map((x) => +x.toFixed(2));
-  console.log(`load average ${load.join(" ")}; ${rounds} interleaved rounds of ${caseMs} ms per case`);
+  console.log(
+    `load average before the run ${loadBefore.join(" ")}, after ${load.join(" ")}; ${rounds} interleaved rounds of ${caseMs} ms per case`,
+  );
   const stats = await Promise.all(survivors.map((n) => n.status()));
   mkdirSync("bench/results", { recursive: true });
   writeFileSync(
@@ -275,7 +352,8 @@ try {
         caseMs,
         rounds,
         poolSizePerNode: 16,
-        loadAverage: load,
+        loadAverageBefore: loadBefore,
+        loadAverageAfter: load,
         rows,
         failovers,
         leaseCounters: stats.map((s) => ({

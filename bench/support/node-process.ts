@@ -82,9 +82,12 @@ export class NodeProcess<Ready> {
   }
 }
 
+/** The middle value, or the mean of the two middle ones for an even count (NaN for none). */
 export function median(values: readonly number[]): number {
   const sorted = [...values].sort((a, b) => a - b);
-  return sorted[Math.floor(sorted.length / 2)] ?? Number.NaN;
+  const mid = Math.floor(sorted.length / 2);
+  if (sorted.length === 0) return Number.NaN;
+  return sorted.length % 2 === 1 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2;
 }
 
 export async function sleep(ms: number): Promise<void> {

@@ -690,7 +690,7 @@ export class ClusterSharding implements Extension, EntityRouter {
     const snap = this.membership.snapshot();
     const coordinator = electCoordinator(snap);
     if (coordinator === null || !coordinator.equals(this.self)) throw new NoShardOwnerError(envelope.entityType, shard);
-    if (!this.isAuthor(state)) this.reconcile(state);
+    if (!this.isAuthor(state)) this.reconcileUnlessBootstrapping(state);
     if (!this.isAuthor(state)) throw new NoShardOwnerError(envelope.entityType, shard);
     if (this.joinBarrier(state, shard, d)) return;
     if (this.bufferInHandoff(state, shard, d)) return;
@@ -894,6 +894,16 @@ export class ClusterSharding implements Extension, EntityRouter {
     for (const effect of effects) this.performPlanEffect(state, effect);
   }
 
+  /**
+   * Reconciles now, unless a bootstrap's next round is already scheduled: that round re-asks the peers itself. Every
+   * poll, delivery or PlanRequest (a planless peer's answer to a snapshot request) would otherwise send another
+   * snapshot request to every peer, a ping-pong that reached ~15,000 messages a second until the window closed.
+   */
+  private reconcileUnlessBootstrapping(state: TypeState): void {
+    if (state.plan.bootstrap !== null && state.reconcileTimer !== null) return;
+    this.reconcile(state);
+  }
+
   private performPlanEffect(state: TypeState, effect: PlanEffect): void {
     switch (effect.kind) {
       case "requestSnapshots": {
@@ -986,7 +996,7 @@ export class ClusterSharding implements Extension, EntityRouter {
     state.registrations.set(request.requester, request.settingsKey);
     const coordinator = electCoordinator(this.membership.snapshot());
     if (coordinator === null || !coordinator.equals(this.self)) return;
-    if (!this.isAuthor(state)) this.reconcile(state);
+    if (!this.isAuthor(state)) this.reconcileUnlessBootstrapping(state);
     // A newly registered member may change placement.
     else if (known === undefined) this.scheduleReconcile(state, 0);
     if (this.isAuthor(state)) this.daemonOf(origin).tell(this.planUpdateOf(state), this.daemon);
@@ -1093,7 +1103,7 @@ export class ClusterSharding implements Extension, EntityRouter {
   private syncPlan(state: TypeState): void {
     if (this.stopped) return;
     const coordinator = electCoordinator(this.membership.snapshot());
-    if (coordinator !== null && coordinator.equals(this.self)) this.reconcile(state);
+    if (coordinator !== null && coordinator.equals(this.self)) this.reconcileUnlessBootstrapping(state);
     else if (coordinator !== null) this.daemonOf(coordinator).tell(this.planRequestOf(state), this.daemon);
     if (state.planSyncTimer === null) {
       state.planSyncTimer = this.system.scheduler.scheduleOnce(planSyncIntervalMs, () => {

@@ -1,7 +1,7 @@
 // The cluster singleton over the in-process fake cluster (sharding's test fixture).
 import assert from "node:assert/strict";
 import { after, test } from "node:test";
-import { AbstractBehavior, type ActorContext, STOP } from "../../src/actor/index.ts";
+import { AbstractBehavior, type ActorContext, STOP, UniqueAddress } from "../../src/actor/index.ts";
 import { ClusterSingleton, ClusterSingletonConfigurationError } from "../../src/singleton/index.ts";
 import { eventually } from "../fixtures/eventually.ts";
 import { FakeCluster } from "../sharding/fixtures/fake-cluster.ts";
@@ -59,6 +59,48 @@ test("one instance cluster-wide, activated eagerly by the lowest node, reached t
   const stats = ClusterSingleton.get(b.system).stats;
   assert.equal(stats.registrations, 1);
   assert.equal(stats.asks >= 1 && stats.tells === 1, true);
+});
+
+test("a lower address joining later neither moves it nor starts a second instance", async () => {
+  const low = cluster.addNode("single-0");
+  assert.ok(UniqueAddress.compare(low.address, a.address) < 0, "the newcomer sorts below the owner");
+  const refLow = ClusterSingleton.get(low.system).init("ticker", TickerCommand, options, () => new Ticker("single-0"));
+  // The newcomer is now the lowest Up node, so both the sharding coordinator and the activation coordinator: its
+  // eager activations must find the instance where the recovered plan keeps it.
+  await eventually(() => ClusterSingleton.get(low.system).stats.activationAttempts >= 3, {
+    what: "activation attempts by the newcomer",
+  });
+  await eventually(() => refLow.owner() !== null, { what: "the newcomer's plan (after its bootstrap as coordinator)" });
+  assert.equal(refLow.owner()?.toString(), a.address.toString(), "the recovered plan keeps it in place");
+  const reply = await refLow.ask(new WhereAreYou(), TickerReply, 3_000);
+  assert.equal(reply.host, "single-a", "still on the first owner");
+  assert.equal(reply.incarnation, 1, "the same instance");
+  assert.deepEqual(created, ["single-a"], "never a second instance");
+  assert.equal(ClusterSingleton.get(low.system).stats.activations, 0, "its activations found the instance alive");
+  // Out again, so that the later tests see the two-node cluster they expect.
+  low.setStatus("Removed");
+  cluster.emit();
+  await eventually(
+    async () => {
+      try {
+        return (await refB.ask(new WhereAreYou(), TickerReply, 1_000)).host === "single-a";
+      } catch {
+        return false;
+      }
+    },
+    { what: "routing through the old coordinator again", describe: () => [refA.owner(), refB.owner()] },
+  );
+});
+
+test("a failed activation is counted and its error kept for lastActivationError", async () => {
+  const singletons = ClusterSingleton.get(a.system);
+  // No member has the role, so every eager activation is refused.
+  singletons.init("orphan", TickerCommand, { roles: ["nobody"], activationInterval: 20 }, () => new Ticker("x"));
+  assert.equal(singletons.lastActivationError("orphan"), null);
+  await eventually(() => singletons.lastActivationError("orphan") !== null, { what: "a failed activation" });
+  assert.match(singletons.lastActivationError("orphan")!, /^NoShardOwnerError: /);
+  assert.ok(singletons.stats.activationFailures >= 1);
+  assert.equal(singletons.lastActivationError("never-registered"), null);
 });
 
 test("init returns the same ref for the same settings and refuses different ones", () => {

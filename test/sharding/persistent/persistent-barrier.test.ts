@@ -128,11 +128,16 @@ test("the 1,025th delivery queued behind one shard's lease is rejected", async (
   await eventually(() => node.sharding.allocations(facade).size === 1, { what: "a plan" });
   await holdElsewhere(0, 60_000, "Log-overflow");
   const ref = node.sharding.entityRefFor(facade, "log-full");
+  const rejectedBefore = node.sharding.stats.rejectedEnvelopes;
   for (let line = 0; line < 1_024; line++) ref.tell(new Append(line, `full-${line}`));
   await assert.rejects(
     ref.ask(new ReadLog(), LogView, 5_000),
-    (e: unknown) => e instanceof ClusterShardingConfigurationError && /retry buffer is full/i.test(e.message),
+    (e: unknown) =>
+      e instanceof ClusterShardingConfigurationError &&
+      /^Shard delivery retry buffer is full for Log-overflow\/0/.test(e.message),
   );
+  // The daemon handles deliveries in order, so the tells were all handled before the ask: only the ask was refused.
+  assert.equal(node.sharding.stats.rejectedEnvelopes, rejectedBefore + 1, "the 1,024 before it were queued");
 });
 
 test("asks behind a write fenced by StaleShardOwnerError are rejected at once with the typed error, not timed out", async () => {

@@ -4,7 +4,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, test } from "node:test";
-import { STOP } from "../../../src/actor/index.ts";
+import { AskTimeoutError, STOP } from "../../../src/actor/index.ts";
 import {
   Database,
   DurableState,
@@ -178,6 +178,41 @@ test("an event-sourced type is sharded under a lease: commands persist, passivat
   assert.equal(retried.total, 7, "a retried OperationId has its effect once");
 });
 
+test("a timed-out persistent ask retried with the same OperationId has the command's effect exactly once", async () => {
+  const ref = sharding.entityRefFor<TallyCommand>("Tally", "t-timeout");
+  assert.equal((await ref.ask(new AddPoints(1, "op-to-0"), TallyReply, 5_000)).total, 1);
+  // Another session holds the journal, so the next append waits on the lock: its ask times out at the caller while
+  // the write is still in flight, and the caller cannot tell whether it will commit.
+  const blocker = await rawClient(pg.url, pg.schema);
+  try {
+    await blocker.query("BEGIN");
+    await blocker.query("LOCK TABLE event_journal IN EXCLUSIVE MODE");
+    await assert.rejects(ref.ask(new AddPoints(10, "op-to-1"), TallyReply, 200), AskTimeoutError);
+    // The retry queues behind the first attempt in the entity's mailbox; then the lock goes and both run.
+    const retry = ref.ask(new AddPoints(10, "op-to-1"), TallyReply, 10_000);
+    await blocker.query("COMMIT");
+    assert.equal((await retry).total, 11, "the retry sees the first attempt's effect, not a second one");
+  } finally {
+    await blocker.query("ROLLBACK").catch(() => undefined);
+    await blocker.end();
+  }
+  assert.equal((await ref.ask(new AddPoints(10, "op-to-1"), TallyReply, 5_000)).total, 11, "so does a later retry");
+  assert.deepEqual((await ref.ask(new GetTally(), TallyReply, 5_000)).total, 11);
+  const client = await rawClient(pg.url, pg.schema);
+  try {
+    const journal = await client.query(
+      "SELECT payload FROM event_journal WHERE persistence_id = 'Tally:t-timeout' ORDER BY sequence_nr",
+    );
+    assert.deepEqual(
+      journal.rows.map((r) => JSON.parse(r.payload).points),
+      [1, 10],
+      "one event for op-to-1 however often it was sent",
+    );
+  } finally {
+    await client.end();
+  }
+});
+
 test("init is idempotent with the same settings; a different lease setting or kind is refused by field", () => {
   assert.equal(initEventSourced(sharding, tallies, settings).name, "Tally");
   assert.throws(
@@ -248,12 +283,32 @@ test("an unreachable member: leases are dropped without release, entities stop, 
   const client = await rawClient(pg.url, pg.schema);
   try {
     const rows = await client.query(
-      "SELECT owner, lease_until_epoch_ms > movie_now_ms() AS live FROM shard_lease WHERE entity_type = 'Tally'",
+      "SELECT owner, epoch, lease_until_epoch_ms > movie_now_ms() AS live FROM shard_lease WHERE entity_type = 'Tally' ORDER BY shard_id",
     );
     assert.ok(rows.rows.length > 0);
     assert.ok(
       rows.rows.every((r) => r.owner === node.address.toString() && r.live === true),
       "not released: they expire on their own",
+    );
+    // Left alone, they run out: nothing renews them (the counter stands still) and nobody released them early.
+    const renewals = sharding.stats.leaseRenewals;
+    await eventually(
+      async () => {
+        const now = await client.query(
+          "SELECT bool_or(lease_until_epoch_ms > movie_now_ms()) AS any_live FROM shard_lease WHERE entity_type = 'Tally'",
+        );
+        return now.rows[0].any_live === false;
+      },
+      { what: "the leases to expire", timeoutMs: settings.leaseDuration * 3 },
+    );
+    assert.equal(sharding.stats.leaseRenewals, renewals, "no renewal while a member is unreachable");
+    const expired = await client.query(
+      "SELECT owner, epoch FROM shard_lease WHERE entity_type = 'Tally' ORDER BY shard_id",
+    );
+    assert.deepEqual(
+      expired.rows.map((r) => [r.owner, Number(r.epoch)]),
+      rows.rows.map((r) => [r.owner, Number(r.epoch)]),
+      "expired as they were: same owner, same epoch",
     );
   } finally {
     await client.end();
