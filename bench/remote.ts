@@ -4,14 +4,14 @@
 // bench/results/remote.json. Counts are bounded so the whole run takes well under a minute.
 import { spawn } from "node:child_process";
 import { mkdirSync, writeFileSync } from "node:fs";
-import { cpus } from "node:os";
+import { cpus, loadavg } from "node:os";
 import { createInterface } from "node:readline";
 import { AbstractBehavior, type ActorContext, type ActorRef, ActorSystem } from "../src/actor/index.ts";
+import { compressedHeaderBytes } from "../src/remote/envelope.ts";
 import { MessageRegistry, type RemoteActorRef } from "../src/remote/index.ts";
 import {
   clock,
   envelopeFrame,
-  headerOf,
   listenLoopback,
   payloadText,
   pct,
@@ -53,11 +53,19 @@ class Req {
 class Res {
   constructor(readonly seq: number) {}
 }
-MessageRegistry.register(Tick, { name: "bench.tick" });
+// The hot types declare binary fields (MOVIE_BENCH_JSON=1 measures the JSON payload instead).
+const binary = process.env.MOVIE_BENCH_JSON === undefined;
+const tickType = MessageRegistry.register(Tick, {
+  name: "bench.tick",
+  ...(binary ? { fields: { seq: "number", payload: "string" } } : {}),
+});
 MessageRegistry.register(Ack, { name: "bench.ack" });
 MessageRegistry.register(Probe, { name: "bench.probe" });
-MessageRegistry.register(Req, { name: "bench.req" });
-MessageRegistry.register(Res, { name: "bench.res" });
+const reqType = MessageRegistry.register(Req, {
+  name: "bench.req",
+  ...(binary ? { fields: { seq: "number", payload: "string" } } : {}),
+});
+MessageRegistry.register(Res, { name: "bench.res", ...(binary ? { fields: { seq: "number" } } : {}) });
 
 class Sink extends AbstractBehavior<unknown> {
   private count = 0;
@@ -211,25 +219,25 @@ async function parent(): Promise<void> {
   const sink = system.actorSelection(`${info.address}/user/sink`);
   const responder = system.actorSelection(`${info.address}/user/responder`);
 
-  // The exact bytes Movie writes for one Tick from /user/acks.
-  const tickFrame = envelopeFrame(
-    (sink as RemoteActorRef).path.localPart,
-    ackRef.path.toString(),
-    remoting.selfAddress.uid,
-    "bench.tick",
-    JSON.stringify(new Tick(123456, payloadText)),
-  );
+  // The exact bytes Movie writes for one Tick from /user/acks once its header has an id on the connection.
+  const tickFrame = envelopeFrame(tickType, new Tick(123456, payloadText), {
+    headerId: 1,
+    recipient: (sink as RemoteActorRef).path.localPart,
+    sender: ackRef.path.toString(),
+    senderUid: remoting.selfAddress.uid,
+  });
+  // The JSON floor: the same 3-byte compressed header, the payload as JSON built and parsed per message.
   const tickJson = {
-    header: headerOf(tickFrame),
+    header: tickFrame.subarray(4, 4 + compressedHeaderBytes),
     payload: (seq: number) => JSON.stringify(new Tick(seq, payloadText)),
   };
-  const reqFrame = envelopeFrame(
-    (responder as RemoteActorRef).path.localPart,
-    `${system.address}/temp/$abc`,
-    remoting.selfAddress.uid,
-    "bench.req",
-    JSON.stringify(new Req(1234, payloadText)),
-  );
+  // An ask's request: its sender is a one-off reply actor, so the header is written out (id 0).
+  const reqFrame = envelopeFrame(reqType, new Req(1234, payloadText), {
+    headerId: 0,
+    recipient: (responder as RemoteActorRef).path.localPart,
+    sender: `${system.address}/temp/$abc`,
+    senderUid: remoting.selfAddress.uid,
+  });
 
   // Warm up both paths (JIT, connections).
   await rawTell(info.rawSink, tickFrame, 50_000);
@@ -352,7 +360,11 @@ async function parent(): Promise<void> {
     },
   ];
   console.log(
-    `remoting, two processes on loopback; ${cpus().length} CPUs, Node ${process.version}; ${tellCount} tells of a ${tickFrame.length}-byte frame, ${sequentialAsks} sequential asks, ${parallelAsks} asks at ${inFlight} in flight`,
+    `remoting, two processes on loopback; ${cpus().length} CPUs, Node ${process.version}, load average ${loadavg()
+      .map((x) => x.toFixed(2))
+      .join(
+        " ",
+      )}; ${binary ? "binary codec" : "JSON"} payloads; ${tellCount} tells of a ${tickFrame.length}-byte frame, ${sequentialAsks} sequential asks, ${parallelAsks} asks at ${inFlight} in flight`,
   );
   console.table(rows);
   const targets = {
@@ -369,6 +381,8 @@ async function parent(): Promise<void> {
         bench: "remote",
         node: process.version,
         cpus: cpus().length,
+        loadAverage: loadavg(),
+        payload: binary ? "binary" : "json",
         workload: { tellCount, tellWindow, sequentialAsks, parallelAsks, inFlight, frameBytes: tickFrame.length },
         rows,
         rounds: { rawTells, rawJsonTells, movieTells, seqRates, cpuPerMessage: { ...cpu, ask } },

@@ -6,7 +6,8 @@ import { EnvelopeDecodeError, MessageEncodeError } from "./errors.ts";
  *   survive exactly);
  * - `"int32"`: an integer from -2^31 to 2^31-1 (4 bytes);
  * - `"boolean"`: 1 byte;
- * - `"string"`: UTF-8 with a 4-byte length (well-formed UTF-16 only: a lone surrogate is refused at send);
+ * - `"string"`: UTF-8 with a 4-byte length (well-formed UTF-16 only: a lone surrogate is refused at send; strings
+ *   above 2^31-1 bytes do not fit);
  * - `"json"`: any JSON value (arrays, nested objects) as length-prefixed JSON text.
  *
  * A trailing `?` (`"string?"`) also accepts `null` and `undefined` (one presence byte), and decodes them as they were.
@@ -82,8 +83,25 @@ export function compileCodec(typeName: string, fields: FieldList): PayloadCodec 
   const fingerprint = fnv1a(list.map((f) => `${f.name}:${f.type}${f.optional ? "?" : ""}`).join(","));
   const measureLines: string[] = ["let n = 0;", "let v;"];
   const writeLines: string[] = ["let o = at;", "let v;", "let k = 0;"];
-  const readLines: string[] = ["let o = at;", "let n = 0;", "const m = Object.create(proto);"];
+  const readLines: string[] = ["let o = at;", "let n = 0;", "let v;", "const m = Object.create(proto);"];
   let jsonFields = 0;
+  // Bounds checks are inlined: `bad` is only reached on malformed input.
+  const need = (bytes: number) => `if (o + ${bytes} > end) throw bad("truncated");`;
+  // A string's length word has its top bit set when every byte is ASCII: Latin-1 decoding is then exact and cheaper.
+  const readText = (into: string) => [
+    need(4),
+    "n = buf[o] | (buf[o + 1] << 8) | (buf[o + 2] << 16) | (buf[o + 3] << 24);",
+    "o += 4;",
+    "if (n < 0) {",
+    "n &= 0x7fffffff;",
+    'if (o + n > end) throw bad("truncated");',
+    `${into} = buf.latin1Slice(o, o + n);`,
+    "} else {",
+    'if (o + n > end) throw bad("truncated");',
+    `${into} = n === 0 ? "" : buf.utf8Slice(o, o + n);`,
+    "}",
+    "o += n;",
+  ];
   list.forEach((field, i) => {
     const key = JSON.stringify(field.name);
     const get = `v = m[${key}];`;
@@ -97,18 +115,18 @@ export function compileCodec(typeName: string, fields: FieldList): PayloadCodec 
       case "number":
         measureValue.push(`if (typeof v !== "number") ${fail("a number")}`, "n += 8;");
         writeValue.push("buf.writeDoubleLE(v, o);", "o += 8;");
-        readValue.push("need(buf, o, 8, end);", `m[${key}] = buf.readDoubleLE(o);`, "o += 8;");
+        readValue.push(need(8), `m[${key}] = buf.readDoubleLE(o);`, "o += 8;");
         break;
       case "int32":
         measureValue.push(`if ((v | 0) !== v || (v === 0 && 1 / v < 0)) ${fail("an int32")}`, "n += 4;");
         writeValue.push("buf.writeInt32LE(v, o);", "o += 4;");
-        readValue.push("need(buf, o, 4, end);", `m[${key}] = buf.readInt32LE(o);`, "o += 4;");
+        readValue.push(need(4), `m[${key}] = buf.readInt32LE(o);`, "o += 4;");
         break;
       case "boolean":
         measureValue.push(`if (typeof v !== "boolean") ${fail("a boolean")}`, "n += 1;");
         writeValue.push("buf[o++] = v ? 1 : 0;");
         readValue.push(
-          "need(buf, o, 1, end);",
+          need(1),
           "n = buf[o++];",
           `if (n > 1) throw bad(${JSON.stringify(`field "${field.name}" is not a boolean byte`)});`,
           `m[${key}] = n === 1;`,
@@ -121,19 +139,20 @@ export function compileCodec(typeName: string, fields: FieldList): PayloadCodec 
           "n += 4 + 3 * v.length;",
         );
         writeValue.push("k = writeText(buf, o, v);", "o += k;");
-        readValue.push("o = readText(buf, o, end);", `m[${key}] = reader.text;`);
+        readValue.push(...readText(`m[${key}]`));
         break;
       case "json":
         measureValue.push(
           `try { v = JSON.stringify(v); } catch (e) { throw refuse(${i}, "JSON-serialisable", m[${key}]); }`,
           `if (typeof v !== "string") { v = m[${key}]; ${fail("a JSON value")} }`,
+          // Kept for write(), which runs right after measure() with no user code between them.
           `j[${jsonFields}] = v;`,
           "n += 4 + 3 * v.length;",
         );
         writeValue.push(`k = writeText(buf, o, j[${jsonFields}]);`, "o += k;");
         readValue.push(
-          "o = readText(buf, o, end);",
-          `try { m[${key}] = JSON.parse(reader.text); } catch { throw bad(${JSON.stringify(`field "${field.name}" is not valid JSON`)}); }`,
+          ...readText("v"),
+          `try { m[${key}] = JSON.parse(v); } catch { throw bad(${JSON.stringify(`field "${field.name}" is not valid JSON`)}); }`,
         );
         jsonFields++;
         break;
@@ -150,7 +169,7 @@ export function compileCodec(typeName: string, fields: FieldList): PayloadCodec 
         "}",
       );
       readLines.push(
-        "need(buf, o, 1, end);",
+        need(1),
         "n = buf[o++];",
         `if (n === 0) m[${key}] = undefined;`,
         `else if (n === 1) m[${key}] = null;`,
@@ -172,25 +191,10 @@ export function compileCodec(typeName: string, fields: FieldList): PayloadCodec 
     new MessageEncodeError(typeName, list[index]!.name, expected, describe(value));
   const bad = (detail: string): EnvelopeDecodeError =>
     new EnvelopeDecodeError("undecodable", `binary payload of "${typeName}": ${detail}`, typeName);
-  // Decoded strings come back through this slot instead of a returned pair, so reading allocates nothing extra.
-  const reader = { text: "" };
-  const need = (_buf: Buffer, o: number, bytes: number, end: number): void => {
-    if (o + bytes > end) throw bad("truncated");
-  };
-  const readText = (buf: Buffer, o: number, end: number): number => {
-    need(buf, o, 4, end);
-    const bytes = buf.readUInt32LE(o);
-    need(buf, o + 4, bytes, end);
-    reader.text = bytes === 0 ? "" : (buf as NativeBuffer).utf8Slice(o + 4, o + 4 + bytes);
-    return o + 4 + bytes;
-  };
   const factory = new Function(
     "refuse",
     "bad",
-    "need",
     "writeText",
-    "readText",
-    "reader",
     "j",
     `"use strict";
 return {
@@ -199,14 +203,18 @@ return {
   read(buf, at, end, proto) { ${readLines.join("\n")} },
 };`,
   ) as (...args: unknown[]) => Pick<PayloadCodec, "measure" | "write" | "read">;
-  const compiled = factory(refuse, bad, need, writeText, readText, reader, jsonScratch);
+  const compiled = factory(refuse, bad, writeText, jsonScratch);
   return { fields: list, fingerprint, measure: compiled.measure, write: compiled.write, read: compiled.read };
 }
 
-/** Writes `text` as `[u32 LE byte length][UTF-8]`; returns the bytes written. ASCII is copied inline (no native call). */
+/**
+ * Writes `text` as `[u32 LE byte length][UTF-8]`, the length's top bit set when all bytes are ASCII; returns the bytes
+ * written. Short ASCII is copied inline: below about 16 characters that beats the native call, above it the native
+ * encoder wins. UTF-8 of a string is as long as the string exactly when every character is ASCII.
+ */
 function writeText(buf: Buffer, at: number, text: string): number {
   const length = text.length;
-  if (length <= 64) {
+  if (length <= 16) {
     let o = at + 4;
     let i = 0;
     for (; i < length; i++) {
@@ -215,14 +223,17 @@ function writeText(buf: Buffer, at: number, text: string): number {
       buf[o++] = c;
     }
     if (i === length) {
-      buf.writeUInt32LE(length, at);
+      buf.writeUInt32LE((length | asciiFlag) >>> 0, at);
       return 4 + length;
     }
   }
   const bytes = length === 0 ? 0 : (buf as NativeBuffer).utf8Write(text, at + 4);
-  buf.writeUInt32LE(bytes, at);
+  buf.writeUInt32LE(bytes === length ? (bytes | asciiFlag) >>> 0 : bytes, at);
   return 4 + bytes;
 }
+
+/** Top bit of a string's length word: every byte is ASCII. */
+const asciiFlag = 0x80000000;
 
 /**
  * Node's own UTF-8 methods on Buffer.prototype (what `toString("utf8")` and `write` call after checking their
@@ -230,6 +241,7 @@ function writeText(buf: Buffer, at: number, text: string): number {
  */
 interface NativeBuffer extends Buffer {
   utf8Slice(start: number, end: number): string;
+  latin1Slice(start: number, end: number): string;
   utf8Write(text: string, offset: number): number;
 }
 
