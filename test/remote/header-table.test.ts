@@ -84,7 +84,7 @@ test("more distinct headers than the table holds: ids are reused and every messa
   const senders = Array.from({ length: headerTableSize + 200 }, (_, i) => a.system.actorSelection(senderPath(i)));
   const before = { a: a.remoting.stats, b: b.remoting.stats };
   recorder.seen.length = 0;
-  senders.forEach((sender, i) => target.tell(new Ping(i), sender));
+  for (const [i, sender] of senders.entries()) target.tell(new Ping(i), sender);
   // The first senders' ids were taken back; they must be defined again, not sent as stale ids.
   for (let i = 0; i < 50; i++) target.tell(new Ping(10_000 + i), senders[i]);
   const expected = senders.length + 50;
