@@ -21,7 +21,7 @@ import {
   rawTell,
 } from "./support/raw-frames.ts";
 
-const tellCount = Number(process.env.MOVIE_BENCH_TELLS ?? 300_000);
+const tellCount = Number(process.env.MOVIE_BENCH_TELLS ?? 1_500_000);
 const tellWindow = 50_000;
 const ackEvery = 10_000;
 const sequentialAsks = Number(process.env.MOVIE_BENCH_ASKS ?? 5_000);

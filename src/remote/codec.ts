@@ -223,17 +223,25 @@ function writeText(buf: Buffer, at: number, text: string): number {
       buf[o++] = c;
     }
     if (i === length) {
-      buf.writeUInt32LE((length | asciiFlag) >>> 0, at);
+      writeLength(buf, at, length | asciiFlag);
       return 4 + length;
     }
   }
   const bytes = length === 0 ? 0 : (buf as NativeBuffer).utf8Write(text, at + 4);
-  buf.writeUInt32LE(bytes === length ? (bytes | asciiFlag) >>> 0 : bytes, at);
+  writeLength(buf, at, bytes === length ? bytes | asciiFlag : bytes);
   return 4 + bytes;
 }
 
+/** Stores a 32-bit length word little-endian (plain byte stores: Buffer#writeUInt32LE range-checks in JS first). */
+function writeLength(buf: Buffer, at: number, word: number): void {
+  buf[at] = word;
+  buf[at + 1] = word >>> 8;
+  buf[at + 2] = word >>> 16;
+  buf[at + 3] = word >>> 24;
+}
+
 /** Top bit of a string's length word: every byte is ASCII. */
-const asciiFlag = 0x80000000;
+const asciiFlag = 0x80000000 | 0;
 
 /**
  * Node's own UTF-8 methods on Buffer.prototype (what `toString("utf8")` and `write` call after checking their

@@ -47,6 +47,8 @@ export class MessageRegistry {
 
   private readonly byName = new Map<string, MessageRegistration>();
   private readonly byType = new Map<MessageClass, MessageRegistration>();
+  private lastType: unknown;
+  private lastEntry: MessageRegistration | undefined;
 
   constructor(private readonly parent: MessageRegistry | null = MessageRegistry.default ?? null) {}
 
@@ -116,8 +118,12 @@ export class MessageRegistry {
    */
   registrationOf(message: unknown): MessageRegistration {
     const type = message === null || typeof message !== "object" ? undefined : (message as object).constructor;
+    // Senders repeat themselves, and a registration never changes once made: remember the last class looked up.
+    if (type === this.lastType && type !== undefined) return this.lastEntry!;
     const entry = type === undefined ? undefined : this.lookupType(type);
     if (entry === undefined) throw new UnknownMessageTypeError(describeType(message));
+    this.lastType = type;
+    this.lastEntry = entry;
     return entry;
   }
 

@@ -397,16 +397,35 @@ export class Remoting implements Extension {
 
   /**
    * Checks blackhole, incarnation and connection state for a message to `target`; returns the association to write
-   * on, or null after dropping (counted; a local asker behind `sender` is failed fast).
+   * on (or, for an ask's reply actor, the open inbound connection the ask came on), or null after dropping (counted;
+   * a local asker behind `sender` is failed fast).
    */
   private writableAssociation(
     target: RemoteActorRef,
     message: unknown,
     sender: ActorRef<unknown> | null,
-  ): Association | null {
+  ): Association | Connection | null {
     if (this.stopped) {
       this.dropped(target, message, sender, "stopped");
       return null;
+    }
+    const reply = target.replyConnection;
+    if (reply !== null) {
+      // An ask's reply goes back over the connection the ask came on while it is open: request and reply then share
+      // one TCP connection, whose ACKs ride on the data, as a plain request/response socket's do.
+      if (reply.isOpen) {
+        if (this.blackholed.size > 0 && this.blackholed.has(target.path.address.hostPort)) {
+          this.stats_.droppedBlackholed++;
+          return null;
+        }
+        if (reply.writer.bufferedBytes > this.settings.maxBufferedBytes) {
+          this.stats_.droppedOverflow++;
+          this.dropped(target, message, sender, "overflow");
+          return null;
+        }
+        return reply;
+      }
+      target.replyConnection = null;
     }
     let association = target.association;
     if (association === null || association.state === "stopped") {
@@ -451,7 +470,7 @@ export class Remoting implements Extension {
    * @throws MessageTooLargeError when the frame exceeds maxFrameBytes (nothing is written, no id is kept)
    */
   private writeEnvelope(
-    association: Association,
+    via: Association | Connection,
     kind: FrameKindValue,
     target: RemoteActorRef,
     sender: ActorRef<unknown> | null,
@@ -477,11 +496,14 @@ export class Remoting implements Extension {
           sender instanceof LocalActorRef || this.system.isLocalAddress(sender.path.address) ? this.selfUid : null;
       }
     }
-    const writer = association.writer;
-    const last = association.lastHeader;
+    const writer = via.writer;
+    // Only associations compress headers; a reply on an inbound connection names a one-off reply actor anyway.
+    const association = via instanceof Association ? via : null;
+    const last = association === null ? null : association.lastHeader;
     let id = 0;
     let defined = 0;
     if (
+      association !== null &&
       last !== null &&
       last.recipient === target.recipientBytes &&
       last.sender === senderPath &&
@@ -492,7 +514,12 @@ export class Remoting implements Extension {
       // Consecutive envelopes on one association mostly share recipient, sender and type.
       id = last.id;
       association.headers.touch(id);
-    } else if (kind === FrameKind.user && !isTempPath(senderPath) && target.path.elements[0] !== "temp") {
+    } else if (
+      association !== null &&
+      kind === FrameKind.user &&
+      !isTempPath(senderPath) &&
+      target.path.elements[0] !== "temp"
+    ) {
       const key = `${target.path.localPart}\n${senderPath ?? ""}\n${senderUid ?? ""}\n${typeName}`;
       id = association.headers.lookup(key);
       if (id === 0) id = defined = association.headers.assign(key);
@@ -527,13 +554,16 @@ export class Remoting implements Extension {
     o = codec === null ? o + buf.write(payload!, o, "utf8") : codec.write(buf, o, message!);
     const frameBytes = o - start - frameHeaderBytes;
     if (frameBytes > max) {
-      if (defined !== 0) {
+      if (defined !== 0 && association !== null) {
         association.headers.release(defined);
         association.lastHeader = null;
       }
       throw new MessageTooLargeError(typeName, frameBytes, max);
     }
-    buf.writeUInt32BE(frameBytes, start);
+    buf[start] = frameBytes >>> 24;
+    buf[start + 1] = frameBytes >>> 16;
+    buf[start + 2] = frameBytes >>> 8;
+    buf[start + 3] = frameBytes;
     writer.commit(o);
   }
 
@@ -778,7 +808,7 @@ export class Remoting implements Extension {
     const entry: InboundHeader = {
       header,
       registration: this.registry.lookupName(header.typeName),
-      sender: header.sender === null ? null : this.senderRef(header.sender, header.senderUid, peer),
+      sender: header.sender === null ? null : this.senderRef(header.sender, header.senderUid, peer, connection),
       recipient: null,
     };
     if (header.headerId !== 0) connection.inboundHeaders[header.headerId] = entry;
@@ -861,7 +891,12 @@ export class Remoting implements Extension {
     return ref;
   }
 
-  private senderRef(path: string, uid: string | null, peer: UniqueAddress): ActorRef<unknown> | null {
+  private senderRef(
+    path: string,
+    uid: string | null,
+    peer: UniqueAddress,
+    connection: Connection,
+  ): ActorRef<unknown> | null {
     const peerAddress = peer.address;
     const peerText = peerAddress.toString();
     // Most senders live on the peer itself (every ask's reply actor does): split the path without parsing it.
@@ -870,6 +905,7 @@ export class Remoting implements Extension {
       if (elements[0] === "temp" && elements.length === 2 && elements[1]!.length > 0) {
         const ref = new RemoteActorRef(this, new Path(peerAddress, elements), uid ?? peer.uid);
         ref.association = this.associationFor(peerAddress);
+        ref.replyConnection = connection;
         return ref;
       }
     }
