@@ -904,7 +904,7 @@ export class Remoting implements Extension {
       const elements = path.slice(peerText.length + 1).split("/");
       if (elements[0] === "temp" && elements.length === 2 && elements[1]!.length > 0) {
         const ref = new RemoteActorRef(this, new Path(peerAddress, elements), uid ?? peer.uid);
-        ref.association = this.associationFor(peerAddress);
+        // No association yet: replies go over `connection`; one is made only if that closed (see writableAssociation).
         ref.replyConnection = connection;
         return ref;
       }
