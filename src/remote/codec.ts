@@ -74,7 +74,7 @@ export function fieldListProblem(fields: unknown): string | null {
  * Compiles a codec for `fields` (validated by {@link fieldListProblem}). Encoder and decoder are generated once per
  * class so each field access is a plain monomorphic property load; names are embedded as JSON string literals only.
  */
-export function compileCodec(typeName: string, fields: FieldList): PayloadCodec {
+export function compileCodec(typeName: string, fields: FieldList, proto: object = Object.prototype): PayloadCodec {
   const list = Object.keys(fields).map((name) => {
     const spec = fields[name]!;
     const optional = spec.endsWith("?");
@@ -83,7 +83,8 @@ export function compileCodec(typeName: string, fields: FieldList): PayloadCodec 
   const fingerprint = fnv1a(list.map((f) => `${f.name}:${f.type}${f.optional ? "?" : ""}`).join(","));
   const measureLines: string[] = ["let n = 0;", "let v;"];
   const writeLines: string[] = ["let o = at;", "let v;", "let k = 0;"];
-  const readLines: string[] = ["let o = at;", "let n = 0;", "let v;", "const m = Object.create(proto);"];
+  // Fields are read into locals f0, f1, …; the object is built at the end (see the Shape constructor below).
+  const readLines: string[] = ["let o = at;", "let n = 0;", "let v;", ...list.map((_, i) => `let f${i};`)];
   let jsonFields = 0;
   // Bounds checks are inlined: `bad` is only reached on malformed input.
   const need = (bytes: number) => `if (o + ${bytes} > end) throw bad("truncated");`;
@@ -105,6 +106,7 @@ export function compileCodec(typeName: string, fields: FieldList): PayloadCodec 
   list.forEach((field, i) => {
     const key = JSON.stringify(field.name);
     const get = `v = m[${key}];`;
+    const into = `f${i}`;
     const fail = (what: string) => `throw refuse(${i}, ${JSON.stringify(what)}, v);`;
     // measure: type check and byte bound
     measureLines.push(get);
@@ -115,12 +117,12 @@ export function compileCodec(typeName: string, fields: FieldList): PayloadCodec 
       case "number":
         measureValue.push(`if (typeof v !== "number") ${fail("a number")}`, "n += 8;");
         writeValue.push("buf.writeDoubleLE(v, o);", "o += 8;");
-        readValue.push(need(8), `m[${key}] = buf.readDoubleLE(o);`, "o += 8;");
+        readValue.push(need(8), `${into} = buf.readDoubleLE(o);`, "o += 8;");
         break;
       case "int32":
         measureValue.push(`if ((v | 0) !== v || (v === 0 && 1 / v < 0)) ${fail("an int32")}`, "n += 4;");
         writeValue.push("buf.writeInt32LE(v, o);", "o += 4;");
-        readValue.push(need(4), `m[${key}] = buf.readInt32LE(o);`, "o += 4;");
+        readValue.push(need(4), `${into} = buf.readInt32LE(o);`, "o += 4;");
         break;
       case "boolean":
         measureValue.push(`if (typeof v !== "boolean") ${fail("a boolean")}`, "n += 1;");
@@ -129,7 +131,7 @@ export function compileCodec(typeName: string, fields: FieldList): PayloadCodec 
           need(1),
           "n = buf[o++];",
           `if (n > 1) throw bad(${JSON.stringify(`field "${field.name}" is not a boolean byte`)});`,
-          `m[${key}] = n === 1;`,
+          `${into} = n === 1;`,
         );
         break;
       case "string":
@@ -139,7 +141,7 @@ export function compileCodec(typeName: string, fields: FieldList): PayloadCodec 
           "n += 4 + 3 * v.length;",
         );
         writeValue.push("k = writeText(buf, o, v);", "o += k;");
-        readValue.push(...readText(`m[${key}]`));
+        readValue.push(...readText(into));
         break;
       case "json":
         measureValue.push(
@@ -152,7 +154,7 @@ export function compileCodec(typeName: string, fields: FieldList): PayloadCodec 
         writeValue.push(`k = writeText(buf, o, j[${jsonFields}]);`, "o += k;");
         readValue.push(
           ...readText("v"),
-          `try { m[${key}] = JSON.parse(v); } catch { throw bad(${JSON.stringify(`field "${field.name}" is not valid JSON`)}); }`,
+          `try { ${into} = JSON.parse(v); } catch { throw bad(${JSON.stringify(`field "${field.name}" is not valid JSON`)}); }`,
         );
         jsonFields++;
         break;
@@ -171,8 +173,8 @@ export function compileCodec(typeName: string, fields: FieldList): PayloadCodec 
       readLines.push(
         need(1),
         "n = buf[o++];",
-        `if (n === 0) m[${key}] = undefined;`,
-        `else if (n === 1) m[${key}] = null;`,
+        `if (n === 0) ${into} = undefined;`,
+        `else if (n === 1) ${into} = null;`,
         "else if (n === 2) {",
         ...readValue,
         `} else throw bad(${JSON.stringify(`field "${field.name}" has presence byte `)} + n);`,
@@ -185,7 +187,16 @@ export function compileCodec(typeName: string, fields: FieldList): PayloadCodec 
   });
   measureLines.push("return n;");
   writeLines.push("return o;");
-  readLines.push('if (o !== end) throw bad("trailing bytes after the last field");', "return m;");
+  const args = list.map((_, i) => `f${i}`).join(", ");
+  readLines.push(
+    'if (o !== end) throw bad("trailing bytes after the last field");',
+    // `new Shape(…)` allocates the object at its final size with all fields in one go, several times cheaper than
+    // Object.create plus one property transition per field; any other prototype (tests, plain objects) takes that way.
+    `if (proto === Shape.prototype) return new Shape(${args});`,
+    "const m = Object.create(proto);",
+    ...list.map((field, i) => `m[${JSON.stringify(field.name)}] = f${i};`),
+    "return m;",
+  );
   const jsonScratch: string[] = new Array(jsonFields);
   const refuse = (index: number, expected: string, value: unknown): MessageEncodeError =>
     new MessageEncodeError(typeName, list[index]!.name, expected, describe(value));
@@ -196,14 +207,17 @@ export function compileCodec(typeName: string, fields: FieldList): PayloadCodec 
     "bad",
     "writeText",
     "j",
+    "proto",
     `"use strict";
+function Shape(${args}) { ${list.map((field, i) => `this[${JSON.stringify(field.name)}] = f${i};`).join(" ")} }
+Shape.prototype = proto;
 return {
   measure(m) { ${measureLines.join("\n")} },
   write(buf, at, m) { ${writeLines.join("\n")} },
   read(buf, at, end, proto) { ${readLines.join("\n")} },
 };`,
   ) as (...args: unknown[]) => Pick<PayloadCodec, "measure" | "write" | "read">;
-  const compiled = factory(refuse, bad, writeText, jsonScratch);
+  const compiled = factory(refuse, bad, writeText, jsonScratch, proto);
   return { fields: list, fingerprint, measure: compiled.measure, write: compiled.write, read: compiled.read };
 }
 

@@ -94,8 +94,12 @@ export class MessageRegistry {
       return byType;
     }
     const schema = options.schema ?? null;
-    const codec = options.fields === undefined ? null : compileCodec(name, options.fields);
-    const direct = codec !== null && schema === null && typeof type.fromJSON !== "function";
+    const direct = options.fields !== undefined && schema === null && typeof type.fromJSON !== "function";
+    // A direct codec builds instances of the class itself; otherwise it builds the plain object fromJSON/schema take.
+    const codec =
+      options.fields === undefined
+        ? null
+        : compileCodec(name, options.fields, direct ? (type.prototype as object) : Object.prototype);
     const entry: MessageRegistration = { name, type, schema, codec, direct };
     this.byName.set(name, entry);
     this.byType.set(type, entry);
