@@ -349,24 +349,22 @@ async function handle(command: Command): Promise<object> {
     case "rawTell": {
       // The exact bytes Movie writes for one plain Work tell from /user/acks to the target's sink.
       const sink = system.actorSelection(`${command.address}/user/sink`) as RemoteActorRef;
-      const frame = envelopeFrame(
-        sink.path.localPart,
-        ackRef.path.toString(),
-        self.uid,
-        "bench.sharding.work",
-        JSON.stringify(new Work(123456, payloadText)),
-      );
+      const frame = envelopeFrame(MessageRegistry.default.lookupType(Work)!, new Work(123456, payloadText), {
+        headerId: 1,
+        recipient: sink.path.localPart,
+        sender: ackRef.path.toString(),
+        senderUid: self.uid,
+      });
       return { rate: await rawTell(Number(command.port), frame, Number(command.count)), frameBytes: frame.length };
     }
     case "rawRtt": {
       const sink = system.actorSelection(`${command.address}/user/sink`) as RemoteActorRef;
-      const frame = envelopeFrame(
-        sink.path.localPart,
-        `${system.address}/temp/$abc`,
-        self.uid,
-        "bench.sharding.ping",
-        JSON.stringify(new Ping(1234, payloadText)),
-      );
+      const frame = envelopeFrame(MessageRegistry.default.lookupType(Ping)!, new Ping(1234, payloadText), {
+        headerId: 0,
+        recipient: sink.path.localPart,
+        sender: `${system.address}/temp/$abc`,
+        senderUid: self.uid,
+      });
       const latencies = await rawRoundTrips(Number(command.port), frame, Number(command.count));
       const rate = (latencies.length / latencies.reduce((s, x) => s + x, 0)) * 1000;
       return { rate, p50: pct(latencies, 50), p99: pct(latencies, 99) };

@@ -3,8 +3,14 @@
 // sends every frame straight back. Loopback only; every listener binds port 0.
 import { connect, createServer, type Server, type Socket } from "node:net";
 import { RealScheduler } from "../../src/actor/index.ts";
-import { FrameKind, userEnvelopeBytesBound, userHeaderEnd, writeUserEnvelope } from "../../src/remote/envelope.ts";
-import { FrameDecoder } from "../../src/remote/index.ts";
+import {
+  compressedHeaderBytes,
+  FrameKind,
+  PayloadFormat,
+  userHeaderBytesBound,
+  writeUserHeader,
+} from "../../src/remote/envelope.ts";
+import { FrameDecoder, type MessageRegistration } from "../../src/remote/index.ts";
 
 /** The wall clock of every benchmark measurement (ms). */
 export const clock = new RealScheduler();
@@ -12,23 +18,46 @@ export const clock = new RealScheduler();
 /** The 64-byte payload of the standard lane. */
 export const payloadText = "x".repeat(64);
 
-/** The exact bytes (length prefix included) Movie writes for one user message with these header fields. */
+/**
+ * The exact bytes (length prefix included) Movie writes for one user message of a registered class: with `headerId`
+ * above 0 the header-compressed frame (`[8][id][payload]`, what every tell after the first carries), else the header
+ * written out with id 0 (what an ask with its one-off reply actor carries). The payload is the class's binary codec
+ * when it declared fields, else its JSON.
+ */
 export function envelopeFrame(
-  recipient: string,
-  sender: string,
-  senderUid: string,
-  type: string,
-  payload: string,
+  registration: MessageRegistration,
+  message: object,
+  header: { headerId: number; recipient: string; sender: string; senderUid: string },
 ): Buffer {
-  const recipientBytes = Buffer.from(recipient);
-  const buf = Buffer.alloc(userEnvelopeBytesBound(recipientBytes, sender, senderUid, type, payload));
-  const end = writeUserEnvelope(buf, 0, FrameKind.user, recipientBytes, sender, senderUid, type, payload);
-  return Buffer.from(buf.subarray(0, end));
-}
-
-/** The envelope header of `frame` (without the length prefix and the payload). */
-export function headerOf(frame: Buffer): Buffer {
-  return frame.subarray(4, 4 + userHeaderEnd(frame.subarray(4)));
+  const recipientBytes = Buffer.from(header.recipient);
+  const codec = registration.codec;
+  const json = codec === null ? JSON.stringify(message) : "";
+  const payloadBound = codec === null ? 3 * json.length : codec.measure(message);
+  const buf = Buffer.alloc(
+    userHeaderBytesBound(recipientBytes, header.sender, header.senderUid, registration.name) + payloadBound,
+  );
+  let o = 4;
+  if (header.headerId > 0) {
+    buf[o] = FrameKind.userCompressed;
+    buf.writeUInt16BE(header.headerId, o + 1);
+    o += compressedHeaderBytes;
+  } else {
+    o = writeUserHeader(
+      buf,
+      o,
+      FrameKind.user,
+      0,
+      recipientBytes,
+      header.sender,
+      header.senderUid,
+      registration.name,
+      codec === null ? PayloadFormat.json : PayloadFormat.binary,
+      codec === null ? 0 : codec.fingerprint,
+    );
+  }
+  o = codec === null ? o + buf.write(json, o, "utf8") : codec.write(buf, o, message);
+  buf.writeUInt32BE(o - 4, 0);
+  return Buffer.from(buf.subarray(0, o));
 }
 
 /**
@@ -42,7 +71,7 @@ export function rawSinkServer(parse: boolean, ackEvery: number): Server {
     let count = 0;
     socket.on("data", (chunk: Buffer) => {
       for (const frame of decoder.push(chunk)) {
-        if (parse) JSON.parse(frame.toString("utf8", userHeaderEnd(frame)));
+        if (parse) JSON.parse(frame.toString("utf8", compressedHeaderBytes));
         if (++count % ackEvery === 0) {
           const out = Buffer.allocUnsafe(4);
           out.writeUInt32BE(count);
@@ -109,12 +138,14 @@ export async function rawTell(
     }
     waiter?.();
   });
-  const perChunk = Math.floor((64 * 1024) / frame.length);
+  // Bytes one frame may take: the JSON variant's are built per message, so bound them (UTF-8: 3 bytes per unit).
+  const unit = json === null ? frame.length : 4 + json.header.length + 3 * json.payload(count).length;
+  const perChunk = Math.max(1, Math.floor((64 * 1024) / unit));
   const started = clock.now();
   let sent = 0;
   while (sent < count) {
     const n = Math.min(perChunk, count - sent);
-    const chunk = Buffer.allocUnsafe(n * frame.length + 1024);
+    const chunk = Buffer.allocUnsafe(n * unit + 1024);
     let o = 0;
     for (let i = 0; i < n; i++) {
       if (json === null) {

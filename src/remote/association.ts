@@ -6,6 +6,7 @@ import { Connection, type ConnectionContext, type ConnectionOwner } from "./conn
 import { encodeControlFrame, FrameKind } from "./envelope.ts";
 import { HandshakeError } from "./errors.ts";
 import { FrameWriter } from "./frame-writer.ts";
+import { headerTableSize, OutboundHeaderTable } from "./header-table.ts";
 import type { ResolvedRemotingSettings } from "./settings.ts";
 import type { RemotingStats } from "./stats.ts";
 import { SystemOutbox } from "./system-channel.ts";
@@ -48,14 +49,15 @@ export class Association implements ConnectionOwner {
   readonly outbox = new SystemOutbox();
   /** Uid of the newest incarnation known at this address (from either direction's handshake), or null. */
   knownUid: string | null = null;
-  /** @internal Header bytes of the last user envelope written, and what they encode (senders repeat themselves). */
-  header: {
-    bytes: Buffer;
-    kind: number;
-    recipient: Buffer;
-    sender: string | null;
-    senderUid: string | null;
-    typeName: string;
+  /** @internal Header ids of the frames written into {@link writer} (a new writer, a new table: see header-table.ts). */
+  headers: OutboundHeaderTable;
+  /** @internal The header of the last compressible user envelope written, and its id (senders repeat themselves). */
+  lastHeader: {
+    readonly id: number;
+    readonly recipient: Buffer;
+    readonly sender: string | null;
+    readonly senderUid: string | null;
+    readonly typeName: string;
   } | null = null;
   writer: FrameWriter;
   private connection: Connection | null = null;
@@ -73,6 +75,12 @@ export class Association implements ConnectionOwner {
     readonly address: Address,
   ) {
     this.writer = new FrameWriter(host.stats);
+    this.headers = this.newHeaderTable();
+  }
+
+  private newHeaderTable(): OutboundHeaderTable {
+    const stats = this.host.stats;
+    return new OutboundHeaderTable(headerTableSize, () => stats.headerEvictions++);
   }
 
   /** `host:port`, the key associations and blackholes use. */
@@ -229,6 +237,9 @@ export class Association implements ConnectionOwner {
     const dropped = this.writer.discard();
     this.host.stats.droppedWhileDisconnected += dropped;
     this.writer = new FrameWriter(this.host.stats);
+    // The peer's table for this connection died with it: the next connection defines every header afresh.
+    this.headers = this.newHeaderTable();
+    this.lastHeader = null;
     this.awaitingUid = [];
     if (this.state === "stopped") return;
     this.lostOnce = true;

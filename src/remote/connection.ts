@@ -53,8 +53,8 @@ export class Connection {
   peer: UniqueAddress | null = null;
   /** Why the connection closed, if it failed. */
   failure: Error | null = null;
-  /** @internal The receive path's cache of the last user envelope header (consecutive frames usually share it). */
-  headerCache: object | null = null;
+  /** @internal The receive path's header table of this connection: id → what that header decoded to (header-table.ts). */
+  readonly inboundHeaders: unknown[] = [];
   /** Scheduler time of the last bytes received (heartbeats watch it). */
   lastReceivedMs: number;
 

@@ -50,6 +50,27 @@ export class MessageTooLargeError extends Error {
   }
 }
 
+/**
+ * An outgoing message whose class declares binary `fields` (MessageRegistry.register) holds a value its declared type
+ * cannot carry (a string in a `"number"` field, null in a non-nullable one, a lone surrogate, …); nothing was sent.
+ */
+export class MessageEncodeError extends Error {
+  override readonly name = "MessageEncodeError";
+  constructor(
+    readonly typeName: string,
+    /** The declared field that could not be encoded. */
+    readonly field: string,
+    /** What the declaration expects, e.g. "a number". */
+    readonly expected: string,
+    /** What the message held instead. */
+    readonly actual: string,
+  ) {
+    super(
+      `Cannot encode ${typeName}.${field}: expected ${expected}, got ${actual}; fix the value or declare the field with another type (add ? for null/undefined)`,
+    );
+  }
+}
+
 /** A well-framed envelope that could not be decoded (bad header, bad JSON, a failing `fromJSON` or schema). */
 export class EnvelopeDecodeError extends Error {
   override readonly name = "EnvelopeDecodeError";

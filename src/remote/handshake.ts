@@ -15,8 +15,11 @@ import { HandshakeError } from "./errors.ts";
  * secret the proofs are empty and the handshake still checks version, system name and cluster name (REFERENCE §5).
  */
 
-/** Version of the wire protocol; peers with another version are refused. */
-export const protocolVersion = 1;
+/**
+ * Version of the wire protocol; peers with another version are refused. 2: per-connection header ids (kind
+ * userCompressed) and a payload-format byte in every written-out header (binary codecs).
+ */
+export const protocolVersion = 2;
 
 /** What one side states about itself in the handshake. */
 export interface HandshakeIdentity {

@@ -6,10 +6,12 @@ import "./enable-remoting.ts";
 
 export type { AssociationState, SendMode } from "./association.ts";
 export { backoffDefaults, backoffDelayMs } from "./backoff.ts";
+export type { FieldList, FieldSpec, FieldType } from "./codec.ts";
 export {
   EnvelopeDecodeError,
   FramingError,
   HandshakeError,
+  MessageEncodeError,
   MessageRegistrationError,
   MessageTooLargeError,
   RemoteAskError,

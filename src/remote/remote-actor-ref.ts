@@ -7,6 +7,7 @@ import {
   type SystemMessage,
 } from "../actor/index.ts";
 import type { Association } from "./association.ts";
+import type { Connection } from "./connection.ts";
 import type { Remoting } from "./remoting.ts";
 
 /**
@@ -21,6 +22,12 @@ export class RemoteActorRef<T = unknown> implements ActorRef<T> {
   private readonly text: string;
   /** @internal The association last used for this ref (re-resolved when it stopped). */
   association: Association | null = null;
+  /**
+   * @internal For an ask's reply actor learnt from an inbound envelope: the connection that envelope came on. Replies
+   * go back over it while it is open (one TCP connection per request/reply, as a plain socket's), else over the
+   * association.
+   */
+  replyConnection: Connection | null = null;
 
   constructor(
     private readonly remoting: Remoting,

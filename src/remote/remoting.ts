@@ -22,23 +22,27 @@ import {
   Watch,
 } from "../actor/index.ts";
 import { Association, type AssociationHost, type AssociationState } from "./association.ts";
+import type { PayloadCodec } from "./codec.ts";
 import { Connection, type ConnectionContext, type ConnectionOwner } from "./connection.ts";
 import {
+  compressedHeaderBytes,
   type EnvelopeHeader,
   encodeControlFrame,
   FrameKind,
   type FrameKindValue,
+  PayloadFormat,
   readControlFrame,
   readPayload,
   readUserEnvelope,
   readUserHeader,
-  userEnvelopeBytesBound,
+  userHeaderBytesBound,
   userHeaderEnd,
   writeUserHeader,
 } from "./envelope.ts";
 import {
   EnvelopeDecodeError,
   HandshakeError,
+  MessageEncodeError,
   MessageTooLargeError,
   RemoteAskError,
   RemoteDeliveryError,
@@ -46,7 +50,8 @@ import {
 } from "./errors.ts";
 import { frameHeaderBytes } from "./frame.ts";
 import { FrameWriter } from "./frame-writer.ts";
-import { type MessageRegistration, MessageRegistry } from "./message-registry.ts";
+import { headerTableSize } from "./header-table.ts";
+import { decodeBinary, type MessageRegistration, MessageRegistry } from "./message-registry.ts";
 import { RemoteActorRef } from "./remote-actor-ref.ts";
 import {
   insecureBindingWarning,
@@ -89,11 +94,11 @@ export interface PeerInfo {
   readonly pendingSystemMessages: number;
 }
 
-/** What the receive path remembers about the last header seen on a connection. */
+/** What the receive path knows about one header of a connection (kept under its id while the sender uses it). */
 interface InboundHeader {
-  readonly bytes: Buffer;
   readonly header: EnvelopeHeader;
-  readonly registration: MessageRegistration | undefined;
+  /** Undefined while the type is unknown here (looked up again on every frame, so a later registration works). */
+  registration: MessageRegistration | undefined;
   readonly sender: ActorRef<unknown> | null;
   recipient: LocalActorRef<unknown> | null;
 }
@@ -350,10 +355,35 @@ export class Remoting implements Extension {
       throw new InvalidMessageError("tell needs a message value, got " + message);
     }
     const registration = this.registry.registrationOf(message);
+    const codec = registration.codec;
+    let bound = 0;
+    if (codec !== null) {
+      // Checked before anything else, so a value the codec cannot carry is refused at send even while disconnected.
+      try {
+        bound = codec.measure(message as object);
+      } catch (error) {
+        if (error instanceof MessageEncodeError) this.stats_.unencodable++;
+        throw error;
+      }
+    }
     const association = this.writableAssociation(target, message, sender);
     if (association === null) return;
-    const payload = JSON.stringify(message);
-    this.writeEnvelope(association, FrameKind.user, target, sender, registration.name, payload);
+    if (codec !== null) {
+      this.writeEnvelope(
+        association,
+        FrameKind.user,
+        target,
+        sender,
+        registration.name,
+        null,
+        message as object,
+        codec,
+        bound,
+      );
+    } else {
+      const payload = JSON.stringify(message);
+      this.writeEnvelope(association, FrameKind.user, target, sender, registration.name, payload, null, null, 0);
+    }
   }
 
   /** @internal Sends "your ask failed" to a remote asker's reply actor. */
@@ -362,21 +392,40 @@ export class Remoting implements Extension {
     const association = this.writableAssociation(target, error, null);
     if (association === null) return;
     const payload = JSON.stringify({ remoteClass: error.name, message: error.message });
-    this.writeEnvelope(association, FrameKind.askFailure, target, null, "", payload);
+    this.writeEnvelope(association, FrameKind.askFailure, target, null, "", payload, null, null, 0);
   }
 
   /**
    * Checks blackhole, incarnation and connection state for a message to `target`; returns the association to write
-   * on, or null after dropping (counted; a local asker behind `sender` is failed fast).
+   * on (or, for an ask's reply actor, the open inbound connection the ask came on), or null after dropping (counted;
+   * a local asker behind `sender` is failed fast).
    */
   private writableAssociation(
     target: RemoteActorRef,
     message: unknown,
     sender: ActorRef<unknown> | null,
-  ): Association | null {
+  ): Association | Connection | null {
     if (this.stopped) {
       this.dropped(target, message, sender, "stopped");
       return null;
+    }
+    const reply = target.replyConnection;
+    if (reply !== null) {
+      // An ask's reply goes back over the connection the ask came on while it is open: request and reply then share
+      // one TCP connection, whose ACKs ride on the data, as a plain request/response socket's do.
+      if (reply.isOpen) {
+        if (this.blackholed.size > 0 && this.blackholed.has(target.path.address.hostPort)) {
+          this.stats_.droppedBlackholed++;
+          return null;
+        }
+        if (reply.writer.bufferedBytes > this.settings.maxBufferedBytes) {
+          this.stats_.droppedOverflow++;
+          this.dropped(target, message, sender, "overflow");
+          return null;
+        }
+        return reply;
+      }
+      target.replyConnection = null;
     }
     let association = target.association;
     if (association === null || association.state === "stopped") {
@@ -414,16 +463,27 @@ export class Remoting implements Extension {
     return association;
   }
 
+  /**
+   * Writes one user envelope or ask failure into the association's output chunk in a single pass: the header as an id
+   * when this connection already carries it (kind userCompressed), else written out (and given an id unless it names
+   * an ask's one-off reply actor), then the payload: binary through `codec`, or the JSON text `payload`.
+   * @throws MessageTooLargeError when the frame exceeds maxFrameBytes (nothing is written, no id is kept)
+   */
   private writeEnvelope(
-    association: Association,
+    via: Association | Connection,
     kind: FrameKindValue,
     target: RemoteActorRef,
     sender: ActorRef<unknown> | null,
     typeName: string,
-    payload: string,
+    payload: string | null,
+    message: object | null,
+    codec: PayloadCodec | null,
+    codecBound: number,
   ): void {
     const max = this.settings.maxFrameBytes;
-    if (payload.length > max) throw new MessageTooLargeError(typeName, payload.length, max);
+    const payloadBound = payload === null ? codecBound : 3 * payload.length;
+    if (payload !== null && payload.length > max) throw new MessageTooLargeError(typeName, payload.length, max);
+    if (payload === null && codecBound > 3 * max + 64) throw new MessageTooLargeError(typeName, codecBound, max);
     let senderPath: string | null = null;
     let senderUid: string | null = null;
     if (sender !== null) {
@@ -436,47 +496,74 @@ export class Remoting implements Extension {
           sender instanceof LocalActorRef || this.system.isLocalAddress(sender.path.address) ? this.selfUid : null;
       }
     }
-    // Consecutive envelopes on one association mostly share recipient, sender and type: reuse the header bytes.
-    const header = association.header;
-    const writer = association.writer;
-    let buf: Buffer;
-    let at: number;
-    let o: number;
+    const writer = via.writer;
+    // Only associations compress headers; a reply on an inbound connection names a one-off reply actor anyway.
+    const association = via instanceof Association ? via : null;
+    const last = association === null ? null : association.lastHeader;
+    let id = 0;
+    let defined = 0;
     if (
-      header !== null &&
-      header.recipient === target.recipientBytes &&
-      header.sender === senderPath &&
-      header.senderUid === senderUid &&
-      header.typeName === typeName &&
-      header.kind === kind
+      association !== null &&
+      last !== null &&
+      last.recipient === target.recipientBytes &&
+      last.sender === senderPath &&
+      last.senderUid === senderUid &&
+      last.typeName === typeName &&
+      kind === FrameKind.user
     ) {
-      buf = writer.reserve(frameHeaderBytes + header.bytes.length + 3 * payload.length);
-      at = writer.offset;
-      o = at + frameHeaderBytes;
-      // TypedArray#set is a plain memcpy; Buffer#copy validates its arguments in JS first.
-      buf.set(header.bytes, o);
-      o += header.bytes.length;
-    } else {
-      buf = writer.reserve(userEnvelopeBytesBound(target.recipientBytes, senderPath, senderUid, typeName, payload));
-      at = writer.offset;
-      const headerAt = at + frameHeaderBytes;
-      o = writeUserHeader(buf, headerAt, kind, target.recipientBytes, senderPath, senderUid, typeName);
-      // An ask's reply actor (as sender or recipient) never repeats: do not pay for caching its header.
-      if (!isTempPath(senderPath) && target.path.elements[0] !== "temp") {
-        association.header = {
-          bytes: Buffer.from(buf.subarray(headerAt, o)),
-          kind,
-          recipient: target.recipientBytes,
-          sender: senderPath,
-          senderUid,
-          typeName,
-        };
-      }
+      // Consecutive envelopes on one association mostly share recipient, sender and type.
+      id = last.id;
+      association.headers.touch(id);
+    } else if (
+      association !== null &&
+      kind === FrameKind.user &&
+      !isTempPath(senderPath) &&
+      target.path.elements[0] !== "temp"
+    ) {
+      const key = `${target.path.localPart}\n${senderPath ?? ""}\n${senderUid ?? ""}\n${typeName}`;
+      id = association.headers.lookup(key);
+      if (id === 0) id = defined = association.headers.assign(key);
+      association.lastHeader = { id, recipient: target.recipientBytes, sender: senderPath, senderUid, typeName };
     }
-    o += buf.write(payload, o, "utf8");
-    const frameBytes = o - at - frameHeaderBytes;
-    if (frameBytes > max) throw new MessageTooLargeError(typeName, frameBytes, max);
-    buf.writeUInt32BE(frameBytes, at);
+    // else: an ask's reply actor (as sender or recipient) never repeats; its header is written out with id 0.
+    let buf: Buffer;
+    let o: number;
+    if (id !== 0 && defined === 0) {
+      buf = writer.reserve(frameHeaderBytes + compressedHeaderBytes + payloadBound);
+      o = writer.offset + frameHeaderBytes;
+      buf[o] = FrameKind.userCompressed;
+      buf[o + 1] = id >>> 8;
+      buf[o + 2] = id & 0xff;
+      o += compressedHeaderBytes;
+    } else {
+      buf = writer.reserve(userHeaderBytesBound(target.recipientBytes, senderPath, senderUid, typeName) + payloadBound);
+      o = writeUserHeader(
+        buf,
+        writer.offset + frameHeaderBytes,
+        kind,
+        id,
+        target.recipientBytes,
+        senderPath,
+        senderUid,
+        typeName,
+        codec === null ? PayloadFormat.json : PayloadFormat.binary,
+        codec === null ? 0 : codec.fingerprint,
+      );
+    }
+    const start = writer.offset;
+    o = codec === null ? o + buf.write(payload!, o, "utf8") : codec.write(buf, o, message!);
+    const frameBytes = o - start - frameHeaderBytes;
+    if (frameBytes > max) {
+      if (defined !== 0 && association !== null) {
+        association.headers.release(defined);
+        association.lastHeader = null;
+      }
+      throw new MessageTooLargeError(typeName, frameBytes, max);
+    }
+    buf[start] = frameBytes >>> 24;
+    buf[start + 1] = frameBytes >>> 16;
+    buf[start + 2] = frameBytes >>> 8;
+    buf[start + 3] = frameBytes;
     writer.commit(o);
   }
 
@@ -667,7 +754,8 @@ export class Remoting implements Extension {
       return;
     }
     try {
-      if (kind === FrameKind.user) this.onUser(connection, peer, frame);
+      if (kind === FrameKind.userCompressed) this.onCompressed(connection, peer, frame);
+      else if (kind === FrameKind.user) this.onUser(connection, peer, frame);
       else if (kind === FrameKind.askFailure) this.onAskFailure(frame);
       else if (kind === FrameKind.system) this.onSystem(connection, peer, frame);
       else if (kind === FrameKind.ack) this.onAck(peer, frame);
@@ -696,53 +784,79 @@ export class Remoting implements Extension {
     }
   }
 
+  /** A user envelope whose header was defined earlier on this connection: `[8][u16 id][payload]`. */
+  private onCompressed(connection: Connection, peer: UniqueAddress, frame: Buffer): void {
+    if (frame.length < compressedHeaderBytes) throw new EnvelopeDecodeError("undecodable", "truncated header id");
+    const id = (frame[1]! << 8) | frame[2]!;
+    const entry = connection.inboundHeaders[id] as InboundHeader | undefined;
+    if (entry === undefined) {
+      throw new EnvelopeDecodeError(
+        "undecodable",
+        id === 0 || id > headerTableSize ? `header id ${id} is out of range` : `header id ${id} was never defined`,
+      );
+    }
+    this.deliverUser(entry, peer, frame, compressedHeaderBytes);
+  }
+
+  /** A user envelope with its header written out; a non-zero header id defines that id for later frames. */
   private onUser(connection: Connection, peer: UniqueAddress, frame: Buffer): void {
-    // Consecutive frames on a connection usually share their header: compare bytes instead of decoding strings. Bytes
-    // equal to a complete cached header end where it ends, so a hit needs no header walk either.
-    let cache = connection.headerCache as InboundHeader | null;
-    let at = cache === null ? 0 : cache.bytes.length;
-    if (cache === null || frame.length < at || frame.compare(cache.bytes, 0, at, 0, at) !== 0) {
-      at = userHeaderEnd(frame);
-      const header = readUserHeader(frame);
-      const fresh: InboundHeader = {
-        bytes: frame,
-        header,
-        registration: this.registry.lookupName(header.typeName),
-        sender: header.sender === null ? null : this.senderRef(header.sender, header.senderUid, peer),
-        recipient: null,
-      };
-      // Headers naming an ask's reply actor never repeat; only the others are worth keeping. An unknown type is not
-      // kept either, so a registration made later takes effect on the next frame.
-      if (fresh.registration === undefined || header.recipient.startsWith("/temp/") || isTempPath(header.sender)) {
-        cache = fresh;
-      } else {
-        cache = { ...fresh, bytes: Buffer.from(frame.subarray(0, at)) };
-        connection.headerCache = cache;
+    const at = userHeaderEnd(frame);
+    const header = readUserHeader(frame);
+    if (header.headerId > headerTableSize) {
+      throw new EnvelopeDecodeError("undecodable", `header id ${header.headerId} is out of range`, header.typeName);
+    }
+    const entry: InboundHeader = {
+      header,
+      registration: this.registry.lookupName(header.typeName),
+      sender: header.sender === null ? null : this.senderRef(header.sender, header.senderUid, peer, connection),
+      recipient: null,
+    };
+    if (header.headerId !== 0) connection.inboundHeaders[header.headerId] = entry;
+    this.deliverUser(entry, peer, frame, at);
+  }
+
+  private deliverUser(entry: InboundHeader, peer: UniqueAddress, frame: Buffer, at: number): void {
+    const header = entry.header;
+    let registration = entry.registration;
+    if (registration === undefined) {
+      registration = entry.registration = this.registry.lookupName(header.typeName);
+      if (registration === undefined) {
+        throw new EnvelopeDecodeError("unknownType", `type "${header.typeName}" is not registered`);
       }
     }
-    const { header, registration } = cache;
-    if (registration === undefined) {
-      throw new EnvelopeDecodeError("unknownType", `type "${header.typeName}" is not registered`);
+    let message: unknown;
+    if (header.format === PayloadFormat.binary) {
+      const codec = registration.codec;
+      if (codec === null || codec.fingerprint !== header.fingerprint) {
+        throw new EnvelopeDecodeError(
+          "undecodable",
+          `binary payload of "${header.typeName}" was encoded for other fields than declared here (declare the same fields on every node)`,
+          header.typeName,
+        );
+      }
+      message = decodeBinary(registration, frame, at, frame.length);
+    } else {
+      message = this.registry.decodeAs(registration, readPayload(frame, at, header.typeName));
     }
-    const message = this.registry.decodeAs(registration, readPayload(frame, at, header.typeName));
-    let recipient = cache.recipient;
+    let recipient = entry.recipient;
     if (recipient === null || recipient.cell.isTerminated) {
       const found = this.recipientRef(header.recipient);
       if (!(found instanceof LocalActorRef)) {
         if (found === null) {
           this.stats_.deadLetters++;
-          this.system.deadLetterOffice.publish(message, cache.sender, `${this.system.address}${header.recipient}`);
+          this.system.deadLetterOffice.publish(message, entry.sender, `${this.system.address}${header.recipient}`);
         } else {
           this.stats_.delivered++;
-          found.tell(message, cache.sender);
+          found.tell(message, entry.sender);
         }
         return;
       }
       recipient = found;
-      cache.recipient = found;
+      // Only a remembered header is worth remembering its recipient in (an ask's reply actor never repeats).
+      if (header.headerId !== 0) entry.recipient = found;
     }
     this.stats_.delivered++;
-    recipient.deliver(message, cache.sender, peer);
+    recipient.deliver(message, entry.sender, peer);
   }
 
   private onAskFailure(frame: Buffer): void {
@@ -777,7 +891,12 @@ export class Remoting implements Extension {
     return ref;
   }
 
-  private senderRef(path: string, uid: string | null, peer: UniqueAddress): ActorRef<unknown> | null {
+  private senderRef(
+    path: string,
+    uid: string | null,
+    peer: UniqueAddress,
+    connection: Connection,
+  ): ActorRef<unknown> | null {
     const peerAddress = peer.address;
     const peerText = peerAddress.toString();
     // Most senders live on the peer itself (every ask's reply actor does): split the path without parsing it.
@@ -785,7 +904,8 @@ export class Remoting implements Extension {
       const elements = path.slice(peerText.length + 1).split("/");
       if (elements[0] === "temp" && elements.length === 2 && elements[1]!.length > 0) {
         const ref = new RemoteActorRef(this, new Path(peerAddress, elements), uid ?? peer.uid);
-        ref.association = this.associationFor(peerAddress);
+        // No association yet: replies go over `connection`; one is made only if that closed (see writableAssociation).
+        ref.replyConnection = connection;
         return ref;
       }
     }

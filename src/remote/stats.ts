@@ -23,6 +23,10 @@ export interface RemotingStats {
   droppedBlackholed: number;
   /** Outbound messages dropped because the peer's write buffer was over `maxBufferedBytes`. */
   droppedOverflow: number;
+  /** Outbound messages refused at send because their declared `fields` could not carry a value (MessageEncodeError). */
+  unencodable: number;
+  /** Header ids the outbound header tables took back from one header to give to another (tables were full). */
+  headerEvictions: number;
   handshakesOk: number;
   handshakesFailed: number;
   /** Outbound connection attempts. */
@@ -54,6 +58,8 @@ export function emptyStats(): RemotingStats {
     droppedStaleUid: 0,
     droppedBlackholed: 0,
     droppedOverflow: 0,
+    unencodable: 0,
+    headerEvictions: 0,
     handshakesOk: 0,
     handshakesFailed: 0,
     connectAttempts: 0,

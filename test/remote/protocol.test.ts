@@ -2,7 +2,13 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 import { Address, UniqueAddress } from "../../src/actor/index.ts";
 import { backoffDelayMs } from "../../src/remote/backoff.ts";
-import { FrameKind, readUserEnvelope, userEnvelopeBytesBound, writeUserEnvelope } from "../../src/remote/envelope.ts";
+import {
+  FrameKind,
+  PayloadFormat,
+  readUserEnvelope,
+  userEnvelopeBytesBound,
+  writeUserEnvelope,
+} from "../../src/remote/envelope.ts";
 import { EnvelopeDecodeError } from "../../src/remote/errors.ts";
 import { FrameDecoder } from "../../src/remote/frame.ts";
 import {
@@ -33,6 +39,9 @@ test("a user envelope is written in one pass and read back once", () => {
   const envelope = readUserEnvelope(frame!);
   assert.deepEqual(envelope, {
     kind: FrameKind.user,
+    headerId: 0,
+    format: PayloadFormat.json,
+    fingerprint: 0,
     recipient: "/user/orders",
     sender: "movie.tcp://a@127.0.0.1:1/temp/$1",
     senderUid: "00ff",
@@ -47,7 +56,7 @@ test("a user envelope is written in one pass and read back once", () => {
 });
 
 test("truncated headers and bad payload JSON are undecodable envelopes", () => {
-  assert.throws(() => readUserEnvelope(Buffer.from([1, 0, 9, 47])), EnvelopeDecodeError);
+  assert.throws(() => readUserEnvelope(Buffer.from([1, 0, 0, 0, 9, 47])), EnvelopeDecodeError);
   const buf = Buffer.alloc(100);
   const end = writeUserEnvelope(buf, 0, FrameKind.user, Buffer.from("/user/a"), null, null, "t", "{not json");
   assert.throws(

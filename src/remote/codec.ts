@@ -1,0 +1,286 @@
+import { EnvelopeDecodeError, MessageEncodeError } from "./errors.ts";
+
+/**
+ * A field type of a binary payload codec:
+ * - `"number"`: any JavaScript number as an IEEE-754 double (8 bytes; NaN, -0, ±Infinity and every integer up to 2^53
+ *   survive exactly);
+ * - `"int32"`: an integer from -2^31 to 2^31-1 (4 bytes);
+ * - `"boolean"`: 1 byte;
+ * - `"string"`: UTF-8 with a 4-byte length (well-formed UTF-16 only: a lone surrogate is refused at send; strings
+ *   above 2^31-1 bytes do not fit);
+ * - `"json"`: any JSON value (arrays, nested objects) as length-prefixed JSON text.
+ *
+ * A trailing `?` (`"string?"`) also accepts `null` and `undefined` (one presence byte), and decodes them as they were.
+ */
+export type FieldType = "number" | "int32" | "boolean" | "string" | "json";
+
+/** A field's declared type, optionally nullable: `"number"` or `"number?"`. */
+export type FieldSpec = FieldType | `${FieldType}?`;
+
+/** The declared fields of a message class, in wire order: `{ seq: "number", payload: "string" }`. */
+export type FieldList = Readonly<Record<string, FieldSpec>>;
+
+/** A compiled binary codec for one registered class (see `RegisterOptions.fields`). */
+export interface PayloadCodec {
+  /** The fields in wire order, as declared. */
+  readonly fields: readonly { readonly name: string; readonly type: FieldType; readonly optional: boolean }[];
+  /**
+   * FNV-1a hash of the declared field list: a sender puts it in the envelope header, and a receiver whose declaration
+   * differs drops the envelope as undecodable instead of misreading it.
+   */
+  readonly fingerprint: number;
+  /**
+   * Checks every declared field of `message` and returns an upper bound of its encoded bytes.
+   * @throws MessageEncodeError for a value the declared type cannot carry
+   */
+  measure(message: object): number;
+  /** Writes `message` (checked by {@link measure} just before) at `at`; returns the end offset. */
+  write(buf: Buffer, at: number, message: object): number;
+  /**
+   * Reads the fields from `buf[at, end)` into a new object with prototype `proto` (every byte must be used).
+   * @throws EnvelopeDecodeError (reason `undecodable`) for truncated, trailing or malformed bytes
+   */
+  read(buf: Buffer, at: number, end: number, proto: object): Record<string, unknown>;
+}
+
+const fieldTypes: ReadonlySet<string> = new Set(["number", "int32", "boolean", "string", "json"]);
+/** Most fields one codec may declare (keeps a generated function small). */
+export const codecFieldsMax = 256;
+
+/**
+ * Validates a field list; returns a description of the first problem or null.
+ * Field names must be own data properties that JSON would also carry; `__proto__` is refused because assigning it on
+ * decode would swap the instance's prototype.
+ */
+export function fieldListProblem(fields: unknown): string | null {
+  if (fields === null || typeof fields !== "object" || Array.isArray(fields)) {
+    return 'fields must be an object such as { seq: "number", text: "string" }';
+  }
+  const names = Object.keys(fields);
+  if (names.length === 0) return "fields must declare at least one field";
+  if (names.length > codecFieldsMax) return `fields may declare at most ${codecFieldsMax} fields`;
+  for (const name of names) {
+    if (name === "__proto__") return "a field may not be called __proto__";
+    const spec = (fields as Record<string, unknown>)[name];
+    const type = typeof spec === "string" && spec.endsWith("?") ? spec.slice(0, -1) : spec;
+    if (typeof type !== "string" || !fieldTypes.has(type)) {
+      return `field "${name}" has type ${JSON.stringify(spec)}; use number, int32, boolean, string or json (with ? for nullable)`;
+    }
+  }
+  return null;
+}
+
+/**
+ * Compiles a codec for `fields` (validated by {@link fieldListProblem}). Encoder and decoder are generated once per
+ * class so each field access is a plain monomorphic property load; names are embedded as JSON string literals only.
+ */
+export function compileCodec(typeName: string, fields: FieldList, proto: object = Object.prototype): PayloadCodec {
+  const list = Object.keys(fields).map((name) => {
+    const spec = fields[name]!;
+    const optional = spec.endsWith("?");
+    return { name, type: (optional ? spec.slice(0, -1) : spec) as FieldType, optional };
+  });
+  const fingerprint = fnv1a(list.map((f) => `${f.name}:${f.type}${f.optional ? "?" : ""}`).join(","));
+  const measureLines: string[] = ["let n = 0;", "let v;"];
+  const writeLines: string[] = ["let o = at;", "let v;", "let k = 0;"];
+  // Fields are read into locals f0, f1, …; the object is built at the end (see the Shape constructor below).
+  const readLines: string[] = ["let o = at;", "let n = 0;", "let v;", ...list.map((_, i) => `let f${i};`)];
+  let jsonFields = 0;
+  // Bounds checks are inlined: `bad` is only reached on malformed input.
+  const need = (bytes: number) => `if (o + ${bytes} > end) throw bad("truncated");`;
+  // A string's length word has its top bit set when every byte is ASCII: Latin-1 decoding is then exact and cheaper.
+  const readText = (into: string) => [
+    need(4),
+    "n = buf[o] | (buf[o + 1] << 8) | (buf[o + 2] << 16) | (buf[o + 3] << 24);",
+    "o += 4;",
+    "if (n < 0) {",
+    "n &= 0x7fffffff;",
+    'if (o + n > end) throw bad("truncated");',
+    `${into} = buf.latin1Slice(o, o + n);`,
+    "} else {",
+    'if (o + n > end) throw bad("truncated");',
+    `${into} = n === 0 ? "" : buf.utf8Slice(o, o + n);`,
+    "}",
+    "o += n;",
+  ];
+  list.forEach((field, i) => {
+    const key = JSON.stringify(field.name);
+    const get = `v = m[${key}];`;
+    const into = `f${i}`;
+    const fail = (what: string) => `throw refuse(${i}, ${JSON.stringify(what)}, v);`;
+    // measure: type check and byte bound
+    measureLines.push(get);
+    const measureValue: string[] = [];
+    const writeValue: string[] = [];
+    const readValue: string[] = [];
+    switch (field.type) {
+      case "number":
+        measureValue.push(`if (typeof v !== "number") ${fail("a number")}`, "n += 8;");
+        writeValue.push("buf.writeDoubleLE(v, o);", "o += 8;");
+        readValue.push(need(8), `${into} = buf.readDoubleLE(o);`, "o += 8;");
+        break;
+      case "int32":
+        measureValue.push(`if ((v | 0) !== v || (v === 0 && 1 / v < 0)) ${fail("an int32")}`, "n += 4;");
+        writeValue.push("buf.writeInt32LE(v, o);", "o += 4;");
+        readValue.push(need(4), `${into} = buf.readInt32LE(o);`, "o += 4;");
+        break;
+      case "boolean":
+        measureValue.push(`if (typeof v !== "boolean") ${fail("a boolean")}`, "n += 1;");
+        writeValue.push("buf[o++] = v ? 1 : 0;");
+        readValue.push(
+          need(1),
+          "n = buf[o++];",
+          `if (n > 1) throw bad(${JSON.stringify(`field "${field.name}" is not a boolean byte`)});`,
+          `${into} = n === 1;`,
+        );
+        break;
+      case "string":
+        measureValue.push(
+          `if (typeof v !== "string") ${fail("a string")}`,
+          `if (!v.isWellFormed()) ${fail("well-formed UTF-16 (no lone surrogates)")}`,
+          "n += 4 + 3 * v.length;",
+        );
+        writeValue.push("k = writeText(buf, o, v);", "o += k;");
+        readValue.push(...readText(into));
+        break;
+      case "json":
+        measureValue.push(
+          `try { v = JSON.stringify(v); } catch (e) { throw refuse(${i}, "JSON-serialisable", m[${key}]); }`,
+          `if (typeof v !== "string") { v = m[${key}]; ${fail("a JSON value")} }`,
+          // Kept for write(), which runs right after measure() with no user code between them.
+          `j[${jsonFields}] = v;`,
+          "n += 4 + 3 * v.length;",
+        );
+        writeValue.push(`k = writeText(buf, o, j[${jsonFields}]);`, "o += k;");
+        readValue.push(
+          ...readText("v"),
+          `try { ${into} = JSON.parse(v); } catch { throw bad(${JSON.stringify(`field "${field.name}" is not valid JSON`)}); }`,
+        );
+        jsonFields++;
+        break;
+    }
+    if (field.optional) {
+      measureLines.push("n += 1;", "if (v !== undefined && v !== null) {", ...measureValue, "}");
+      writeLines.push(
+        get,
+        "if (v === undefined) buf[o++] = 0;",
+        "else if (v === null) buf[o++] = 1;",
+        "else {",
+        "buf[o++] = 2;",
+        ...writeValue,
+        "}",
+      );
+      readLines.push(
+        need(1),
+        "n = buf[o++];",
+        `if (n === 0) ${into} = undefined;`,
+        `else if (n === 1) ${into} = null;`,
+        "else if (n === 2) {",
+        ...readValue,
+        `} else throw bad(${JSON.stringify(`field "${field.name}" has presence byte `)} + n);`,
+      );
+    } else {
+      measureLines.push(...measureValue);
+      writeLines.push(get, ...writeValue);
+      readLines.push(...readValue);
+    }
+  });
+  measureLines.push("return n;");
+  writeLines.push("return o;");
+  const args = list.map((_, i) => `f${i}`).join(", ");
+  readLines.push(
+    'if (o !== end) throw bad("trailing bytes after the last field");',
+    // `new Shape(…)` allocates the object at its final size with all fields in one go, several times cheaper than
+    // Object.create plus one property transition per field; any other prototype (tests, plain objects) takes that way.
+    `if (proto === Shape.prototype) return new Shape(${args});`,
+    "const m = Object.create(proto);",
+    ...list.map((field, i) => `m[${JSON.stringify(field.name)}] = f${i};`),
+    "return m;",
+  );
+  const jsonScratch: string[] = new Array(jsonFields);
+  const refuse = (index: number, expected: string, value: unknown): MessageEncodeError =>
+    new MessageEncodeError(typeName, list[index]!.name, expected, describe(value));
+  const bad = (detail: string): EnvelopeDecodeError =>
+    new EnvelopeDecodeError("undecodable", `binary payload of "${typeName}": ${detail}`, typeName);
+  const factory = new Function(
+    "refuse",
+    "bad",
+    "writeText",
+    "j",
+    "proto",
+    `"use strict";
+function Shape(${args}) { ${list.map((field, i) => `this[${JSON.stringify(field.name)}] = f${i};`).join(" ")} }
+Shape.prototype = proto;
+return {
+  measure(m) { ${measureLines.join("\n")} },
+  write(buf, at, m) { ${writeLines.join("\n")} },
+  read(buf, at, end, proto) { ${readLines.join("\n")} },
+};`,
+  ) as (...args: unknown[]) => Pick<PayloadCodec, "measure" | "write" | "read">;
+  const compiled = factory(refuse, bad, writeText, jsonScratch, proto);
+  return { fields: list, fingerprint, measure: compiled.measure, write: compiled.write, read: compiled.read };
+}
+
+/**
+ * Writes `text` as `[u32 LE byte length][UTF-8]`, the length's top bit set when all bytes are ASCII; returns the bytes
+ * written. Short ASCII is copied inline: below about 16 characters that beats the native call, above it the native
+ * encoder wins. UTF-8 of a string is as long as the string exactly when every character is ASCII.
+ */
+function writeText(buf: Buffer, at: number, text: string): number {
+  const length = text.length;
+  if (length <= 16) {
+    let o = at + 4;
+    let i = 0;
+    for (; i < length; i++) {
+      const c = text.charCodeAt(i);
+      if (c >= 0x80) break;
+      buf[o++] = c;
+    }
+    if (i === length) {
+      writeLength(buf, at, length | asciiFlag);
+      return 4 + length;
+    }
+  }
+  const bytes = length === 0 ? 0 : (buf as NativeBuffer).utf8Write(text, at + 4);
+  writeLength(buf, at, bytes === length ? bytes | asciiFlag : bytes);
+  return 4 + bytes;
+}
+
+/** Stores a 32-bit length word little-endian (plain byte stores: Buffer#writeUInt32LE range-checks in JS first). */
+function writeLength(buf: Buffer, at: number, word: number): void {
+  buf[at] = word;
+  buf[at + 1] = word >>> 8;
+  buf[at + 2] = word >>> 16;
+  buf[at + 3] = word >>> 24;
+}
+
+/** Top bit of a string's length word: every byte is ASCII. */
+const asciiFlag = 0x80000000 | 0;
+
+/**
+ * Node's own UTF-8 methods on Buffer.prototype (what `toString("utf8")` and `write` call after checking their
+ * arguments); the codec checks bounds itself, and per-message argument handling showed in profiles.
+ */
+interface NativeBuffer extends Buffer {
+  utf8Slice(start: number, end: number): string;
+  latin1Slice(start: number, end: number): string;
+  utf8Write(text: string, offset: number): number;
+}
+
+function describe(value: unknown): string {
+  if (value === null) return "null";
+  if (typeof value === "string") return value.length > 40 ? `a string of ${value.length} characters` : `a string`;
+  if (typeof value === "number") return `the number ${value}`;
+  if (typeof value === "object") return (value as object).constructor?.name ?? "an object";
+  return typeof value;
+}
+
+/** 32-bit FNV-1a of a string's UTF-16 code units. */
+function fnv1a(text: string): number {
+  let hash = 0x811c9dc5;
+  for (let i = 0; i < text.length; i++) {
+    hash ^= text.charCodeAt(i);
+    hash = Math.imul(hash, 0x01000193);
+  }
+  return hash >>> 0;
+}

@@ -1,0 +1,245 @@
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import fc from "fast-check";
+import { compileCodec, type FieldList } from "../../src/remote/codec.ts";
+import {
+  EnvelopeDecodeError,
+  MessageEncodeError,
+  MessageRegistrationError,
+  MessageRegistry,
+  type StandardSchemaV1,
+} from "../../src/remote/index.ts";
+import { decodeBinary } from "../../src/remote/message-registry.ts";
+
+const allTypes: FieldList = {
+  n: "number",
+  i: "int32",
+  b: "boolean",
+  s: "string",
+  j: "json",
+  on: "number?",
+  oi: "int32?",
+  ob: "boolean?",
+  os: "string?",
+  oj: "json?",
+};
+
+/** Encodes `message` with `codec` at a random offset of a larger buffer and reads it back. */
+function roundTrip(codec: ReturnType<typeof compileCodec>, message: object, at = 7): Record<string, unknown> {
+  const bound = codec.measure(message);
+  const buf = Buffer.alloc(at + bound + 9, 0xee);
+  const end = codec.write(buf, at, message);
+  assert.ok(end - at <= bound, `wrote ${end - at} bytes, measured at most ${bound}`);
+  return codec.read(buf, at, end, Object.prototype);
+}
+
+/** Strings of any Unicode text (surrogate pairs, combining marks, ASCII), all well-formed. */
+const text = fc.oneof(
+  fc.string({ unit: "grapheme", maxLength: 40 }),
+  fc.string({ unit: "binary", maxLength: 40 }),
+  fc.string({ maxLength: 80 }),
+);
+const number = fc.oneof(
+  fc.double(),
+  fc.constantFrom(Number.NaN, -0, 0, Number.POSITIVE_INFINITY, Number.NEGATIVE_INFINITY),
+  fc.constantFrom(Number.MAX_SAFE_INTEGER, Number.MIN_SAFE_INTEGER, 2 ** 53 + 2, Number.MAX_VALUE, Number.MIN_VALUE),
+  fc.maxSafeInteger(),
+);
+const int32 = fc.integer({ min: -(2 ** 31), max: 2 ** 31 - 1 });
+const json = fc.jsonValue();
+/** A nullable field's value: the value, null, or undefined. */
+const maybe = <T>(arb: fc.Arbitrary<T>) => fc.oneof(arb, fc.constant(null), fc.constant(undefined));
+
+test("property: every declared type round-trips exactly (unicode, NaN, -0, large integers, null and undefined)", () => {
+  const codec = compileCodec("test.all", allTypes);
+  fc.assert(
+    fc.property(
+      fc.record({
+        n: number,
+        i: int32,
+        b: fc.boolean(),
+        s: text,
+        j: json,
+        on: maybe(number),
+        oi: maybe(int32),
+        ob: maybe(fc.boolean()),
+        os: maybe(text),
+        oj: maybe(json),
+      }),
+      (message) => {
+        const back = roundTrip(codec, message);
+        assert.deepStrictEqual(Object.keys(back), Object.keys(allTypes));
+        for (const key of Object.keys(allTypes)) {
+          const sent = (message as Record<string, unknown>)[key];
+          if (key.endsWith("j") && sent !== null && sent !== undefined) {
+            // A json field carries what JSON carries (JSON turns -0 into 0).
+            assert.deepStrictEqual(back[key], JSON.parse(JSON.stringify(sent)), key);
+          } else if (typeof sent === "number") {
+            assert.ok(Object.is(back[key], sent), `${key}: ${back[key]} !== ${sent}`);
+          } else {
+            assert.deepStrictEqual(back[key], sent, key);
+          }
+        }
+      },
+    ),
+    { numRuns: 400 },
+  );
+});
+
+test("property: any strict prefix of an encoding, and any encoding with trailing bytes, is undecodable", () => {
+  const codec = compileCodec("test.prefix", { n: "number", s: "string", o: "string?", j: "json?" });
+  fc.assert(
+    fc.property(fc.record({ n: number, s: text, o: maybe(text), j: maybe(json) }), fc.nat(), (message, cut) => {
+      const buf = Buffer.alloc(codec.measure(message) + 1);
+      const end = codec.write(buf, 0, message);
+      const at = cut % end;
+      assert.throws(
+        () => codec.read(buf, 0, at, Object.prototype),
+        (e: unknown) => e instanceof EnvelopeDecodeError && e.reason === "undecodable",
+      );
+      assert.throws(
+        () => codec.read(buf, 0, end + 1, Object.prototype),
+        (e: unknown) => e instanceof EnvelopeDecodeError && /trailing/.test(e.message),
+      );
+    }),
+    { numRuns: 200 },
+  );
+});
+
+test("malformed bytes are undecodable: a bad boolean byte, a bad presence byte, a length past the end, bad JSON", () => {
+  const codec = compileCodec("test.bad", { b: "boolean", o: "string?", j: "json" });
+  const good = Buffer.alloc(64);
+  const message = { b: true, o: "x", j: [1] };
+  codec.measure(message);
+  const end = codec.write(good, 0, message);
+  const undecodable = (bytes: Buffer, pattern: RegExp) =>
+    assert.throws(
+      () => codec.read(bytes, 0, bytes.length, Object.prototype),
+      (e: unknown) =>
+        e instanceof EnvelopeDecodeError &&
+        e.reason === "undecodable" &&
+        e.typeName === "test.bad" &&
+        pattern.test(e.message),
+    );
+  const badBool = Buffer.from(good.subarray(0, end));
+  badBool[0] = 2;
+  undecodable(badBool, /boolean/);
+  const badPresence = Buffer.from(good.subarray(0, end));
+  badPresence[1] = 7;
+  undecodable(badPresence, /presence/);
+  const hugeLength = Buffer.from(good.subarray(0, end));
+  hugeLength.writeUInt32LE(0x7ffffff0, 2);
+  undecodable(hugeLength, /truncated/);
+  const badJson = Buffer.from(good.subarray(0, end));
+  badJson[end - 1] = 0x7b; // "[1]" becomes "[1{"
+  undecodable(badJson, /not valid JSON/);
+});
+
+test("values the declared types cannot carry are refused with MessageEncodeError naming the field", () => {
+  const codec = compileCodec("test.strict", { n: "number", i: "int32", s: "string", b: "boolean", j: "json" });
+  const ok = { n: 1, i: 1, s: "a", b: true, j: {} };
+  const refused = (patch: Record<string, unknown>, field: string) =>
+    assert.throws(
+      () => codec.measure({ ...ok, ...patch }),
+      (e: unknown) => e instanceof MessageEncodeError && e.typeName === "test.strict" && e.field === field,
+    );
+  refused({ n: "1" }, "n");
+  refused({ n: null }, "n");
+  refused({ n: undefined }, "n");
+  refused({ i: 2 ** 31 }, "i");
+  refused({ i: 1.5 }, "i");
+  refused({ i: -0 }, "i");
+  refused({ s: 5 }, "s");
+  refused({ s: "lone \ud800 surrogate" }, "s");
+  refused({ b: 1 }, "b");
+  refused({ j: undefined }, "j");
+  refused({ j: 10n }, "j");
+  refused({ j: () => 1 }, "j");
+  assert.doesNotThrow(() => codec.measure(ok));
+});
+
+class Point {
+  constructor(
+    readonly x: number,
+    readonly y: number,
+    readonly label: string | null = null,
+  ) {}
+  norm(): number {
+    return Math.hypot(this.x, this.y);
+  }
+}
+class Validated {
+  constructor(readonly n: number) {}
+  static fromJSON(json: unknown): Validated {
+    const { n } = json as { n: number };
+    if (n < 0) throw new RangeError("n must be >= 0");
+    return new Validated(n);
+  }
+}
+const positive: StandardSchemaV1 = {
+  "~standard": {
+    version: 1,
+    vendor: "test",
+    validate: (v) => ((v as { n: number }).n > 0 ? { value: v } : { issues: [{ message: "n must be positive" }] }),
+  },
+};
+class Checked {
+  constructor(readonly n: number) {}
+}
+
+test("a registered codec rebuilds real instances; fromJSON and schema apply to binary payloads as to JSON", () => {
+  const registry = new MessageRegistry(null);
+  const point = registry.register(Point, { name: "t.point", fields: { x: "number", y: "number", label: "string?" } });
+  const validated = registry.register(Validated, { name: "t.validated", fields: { n: "number" } });
+  const checked = registry.register(Checked, { name: "t.checked", fields: { n: "number" }, schema: positive });
+  const encode = (entry: typeof point, message: object) => {
+    const buf = Buffer.alloc(entry.codec!.measure(message));
+    return buf.subarray(0, entry.codec!.write(buf, 0, message));
+  };
+  const p = encode(point, new Point(3, 4, "é"));
+  const back = decodeBinary(point, p, 0, p.length) as Point;
+  assert.ok(back instanceof Point);
+  assert.equal(back.norm(), 5);
+  assert.equal(back.label, "é");
+  const v = encode(validated, new Validated(-1));
+  assert.throws(
+    () => decodeBinary(validated, v, 0, v.length),
+    (e: unknown) => e instanceof EnvelopeDecodeError && e.reason === "undecodable" && /fromJSON/.test(e.message),
+  );
+  const c = encode(checked, new Checked(0));
+  assert.throws(
+    () => decodeBinary(checked, c, 0, c.length),
+    (e: unknown) => e instanceof EnvelopeDecodeError && e.reason === "schemaInvalid",
+  );
+  const c2 = encode(checked, new Checked(2));
+  assert.ok(decodeBinary(checked, c2, 0, c2.length) instanceof Checked);
+});
+
+test("field lists are validated at registration; re-registering with different fields is refused", () => {
+  const registry = new MessageRegistry(null);
+  class A {}
+  const refused = (fields: unknown, pattern: RegExp) =>
+    assert.throws(
+      () => registry.register(A, { name: "t.a", fields: fields as FieldList }),
+      (e: unknown) => e instanceof MessageRegistrationError && pattern.test(e.message),
+    );
+  refused({}, /at least one/);
+  refused([], /must be an object/);
+  refused({ x: "float" }, /use number, int32/);
+  refused({ x: "number??" }, /use number, int32/);
+  refused(JSON.parse('{"__proto__": "number"}'), /__proto__/);
+  registry.register(A, { name: "t.a", fields: { x: "number" } });
+  assert.doesNotThrow(() => registry.register(A, { name: "t.a", fields: { x: "number" } }));
+  assert.doesNotThrow(() => registry.register(A, { name: "t.a" }));
+  refused({ x: "string" }, /other fields|different fields/);
+});
+
+test("the codec fingerprint changes with names, types, nullability and order", () => {
+  const print = (fields: FieldList) => compileCodec("t", fields).fingerprint;
+  const base = print({ a: "number", b: "string" });
+  assert.equal(print({ a: "number", b: "string" }), base);
+  assert.notEqual(print({ b: "string", a: "number" }), base);
+  assert.notEqual(print({ a: "number", b: "string?" }), base);
+  assert.notEqual(print({ a: "int32", b: "string" }), base);
+  assert.notEqual(print({ a: "number", c: "string" }), base);
+});
