@@ -295,9 +295,11 @@ export class PostgresStore implements PersistenceStore {
     if (this.closed) throw new StoreClosedError("postgres");
     if (batch.length === 1) return Promise.allSettled([this.insertAppend(batch[0]!)]);
     const sorted = [...batch].sort((x, y) => (x.persistenceId < y.persistenceId ? -1 : 1));
-    const columns: unknown[][] = Array.from({ length: 11 }, () => new Array<unknown>(sorted.length));
+    // APPEND_BATCH_SQL takes one array per parameter of APPEND_ONE_SQL, so the row width is that statement's.
+    const width = sorted[0]!.values.length;
+    const columns: unknown[][] = Array.from({ length: width }, () => new Array<unknown>(sorted.length));
     sorted.forEach((p, row) => {
-      for (let c = 0; c < 11; c++) columns[c]![row] = p.values[c];
+      for (let c = 0; c < width; c++) columns[c]![row] = p.values[c];
     });
     let written: Set<string>;
     try {
