@@ -2,58 +2,13 @@
 // owner held the lease are delivered in order on the old owner first, and only then does the shard move.
 import assert from "node:assert/strict";
 import { after, test } from "node:test";
-import {
-  Database,
-  Effect,
-  type EntityContext,
-  EventSourcedBehavior,
-  EventSourcing,
-} from "../../../src/persistence/index.ts";
 import { NoRebalance } from "../../../src/sharding/index.ts";
-import { initEventSourced } from "../../../src/sharding/persistent/index.ts";
 import { eventually } from "../../fixtures/eventually.ts";
 import { freshPostgresStore, rawClient } from "../../persistence/pg-fixture.ts";
 import { FakeCluster, type Node } from "../fixtures/fake-cluster.ts";
+import { Append, type LogCommand, LogView, logMessages, ReadLog, startLogNode } from "./fixtures/sequence-log.ts";
 
-abstract class LogCommand {}
-class Append extends LogCommand {
-  constructor(
-    readonly line: number,
-    readonly op: string,
-  ) {
-    super();
-  }
-}
-class ReadLog extends LogCommand {}
-class LogView {
-  constructor(
-    readonly lines: number[],
-    readonly epoch: number,
-    readonly host: string,
-  ) {}
-}
-class Appended {
-  constructor(readonly line: number) {}
-}
-
-class LogBehavior extends EventSourcedBehavior<LogCommand, Appended, { lines: number[] }> {
-  emptyState() {
-    return { lines: [] as number[] };
-  }
-  applyEvent(state: { lines: number[] }, event: Appended) {
-    return { lines: [...state.lines, event.line] };
-  }
-  handleCommand(state: { lines: number[] }, command: LogCommand, ctx: EntityContext<LogCommand>) {
-    const reply = (s: { lines: number[] }) =>
-      ctx.sender?.tell(new LogView(s.lines, ctx.fence?.epoch ?? 0, ctx.system.address.toString()));
-    if (command instanceof Append) {
-      return Effect.persist<Appended, { lines: number[] }>(new Appended(command.line), command.op).thenRun(reply);
-    }
-    return Effect.none<Appended, { lines: number[] }>().thenRun(() => reply(state));
-  }
-}
-
-const cluster = new FakeCluster([Append, ReadLog, LogView]);
+const cluster = new FakeCluster(logMessages);
 const pg = await freshPostgresStore("persistent_barrier_handoff");
 after(async () => {
   await cluster.shutdown();
@@ -64,14 +19,7 @@ after(async () => {
 const settings = { shardCount: 1, rebalance: new NoRebalance(), leaseDuration: 3_000, leaseRenewInterval: 1_000 };
 
 async function start(name: string): Promise<Node> {
-  const node = cluster.addNode(name);
-  await Database.get(node.system).use(pg.store);
-  Database.get(node.system).codec.register(Appended);
-  const logs = EventSourcing.get(node.system).registerEntity(LogBehavior, LogCommand, () => new LogBehavior(), {
-    name: "Log",
-  });
-  initEventSourced(node.sharding, logs, settings);
-  return node;
+  return (await startLogNode(cluster, name, pg.store, settings)).node;
 }
 
 test("a handoff waits for the old owner's retry queue: what was queued is delivered there, in order, then the shard moves", async () => {

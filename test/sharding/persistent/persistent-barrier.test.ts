@@ -2,66 +2,25 @@
 // deliveries queue in FIFO order and succeed in order once it frees; when the window ends they are rejected.
 import assert from "node:assert/strict";
 import { after, test } from "node:test";
-import {
-  Database,
-  Effect,
-  type EntityContext,
-  EventSourcedBehavior,
-  EventSourcing,
-} from "../../../src/persistence/index.ts";
 import { ClusterShardingConfigurationError, ShardLeaseUnavailableError } from "../../../src/sharding/errors.ts";
 import { initEventSourced } from "../../../src/sharding/persistent/index.ts";
 import { eventually } from "../../fixtures/eventually.ts";
 import { freshPostgresStore, rawClient } from "../../persistence/pg-fixture.ts";
 import { FakeCluster } from "../fixtures/fake-cluster.ts";
+import { Append, LogView, logMessages, ReadLog, startLogNode } from "./fixtures/sequence-log.ts";
 
-abstract class LogCommand {}
-class Append extends LogCommand {
-  constructor(
-    readonly line: number,
-    readonly op: string,
-  ) {
-    super();
-  }
-}
-class ReadLog extends LogCommand {}
-class LogView {
-  constructor(readonly lines: number[]) {}
-}
-class Appended {
-  constructor(readonly line: number) {}
-}
-
-class LogBehavior extends EventSourcedBehavior<LogCommand, Appended, { lines: number[] }> {
-  emptyState() {
-    return { lines: [] as number[] };
-  }
-  applyEvent(state: { lines: number[] }, event: Appended) {
-    return { lines: [...state.lines, event.line] };
-  }
-  handleCommand(state: { lines: number[] }, command: LogCommand, ctx: EntityContext<LogCommand>) {
-    const reply = (s: { lines: number[] }) => ctx.sender?.tell(new LogView(s.lines));
-    if (command instanceof Append) {
-      return Effect.persist<Appended, { lines: number[] }>(new Appended(command.line), command.op).thenRun(reply);
-    }
-    return Effect.none<Appended, { lines: number[] }>().thenRun(() => reply(state));
-  }
-}
-
-const cluster = new FakeCluster([Append, ReadLog, LogView]);
+const cluster = new FakeCluster(logMessages);
 const pg = await freshPostgresStore("persistent_barrier");
 after(async () => {
   await cluster.shutdown();
   await pg.dispose();
 });
-const node = cluster.addNode("barrier");
-await Database.get(node.system).use(pg.store);
-Database.get(node.system).codec.register(Appended);
-const logs = EventSourcing.get(node.system).registerEntity(LogBehavior, LogCommand, () => new LogBehavior(), {
-  name: "Log",
-});
 // Window = leaseDuration + leaseRenewInterval = 1.5 s.
-const type = initEventSourced(node.sharding, logs, { shardCount: 2, leaseDuration: 1_200, leaseRenewInterval: 300 });
+const { node, logs, type } = await startLogNode(cluster, "barrier", pg.store, {
+  shardCount: 2,
+  leaseDuration: 1_200,
+  leaseRenewInterval: 300,
+});
 await eventually(() => node.sharding.allocations(type).size === 2, { what: "a plan" });
 
 /** Makes another owner hold `shardId`'s lease for `ms` more milliseconds (database clock). */
