@@ -99,7 +99,6 @@ class CellExtras {
   receiveTimeoutGeneration = 0;
   restartTimesMs: number[] | null = null;
   terminatedWaiters: (() => void)[] | null = null;
-  origin: UniqueAddress | null = null;
 }
 
 function isThenable(value: unknown): value is PromiseLike<unknown> {
@@ -120,6 +119,8 @@ export class ActorCell<T> implements Runnable, ActorContext<T>, TimeoutTarget {
   private behavior: AbstractBehavior<T> | null = null;
   private mailbox: Mailbox | null = null;
   private currentSender: ActorRef<unknown> | null = null;
+  /** The node a message in progress came from (remote deliveries), as a field: every remote message sets it. */
+  private currentOrigin: UniqueAddress | null = null;
   private cachedPath: ActorPath | null = null;
   private rare: CellExtras | null = null;
 
@@ -168,7 +169,7 @@ export class ActorCell<T> implements Runnable, ActorContext<T>, TimeoutTarget {
     return this.currentSender;
   }
   get origin(): UniqueAddress | null {
-    return this.rare?.origin ?? null;
+    return this.currentOrigin;
   }
   get log(): Logger {
     return this.system.log;
@@ -432,12 +433,9 @@ export class ActorCell<T> implements Runnable, ActorContext<T>, TimeoutTarget {
       }
       rare = this.rare;
     }
-    if (origin !== null) {
-      rare = this.extras();
-      rare.origin = origin;
-    }
     if (rare !== null && rare.receiveTimeoutMs !== null) rare.receiveTimeoutGeneration++;
     this.currentSender = sender;
+    this.currentOrigin = origin;
     let result: void | Promise<void>;
     try {
       result = this.behavior!.receive(message as T, this);
@@ -497,9 +495,9 @@ export class ActorCell<T> implements Runnable, ActorContext<T>, TimeoutTarget {
 
   private endMessage(): void {
     this.currentSender = null;
+    this.currentOrigin = null;
     const rare = this.rare;
     if (rare !== null) {
-      rare.origin = null;
       // Idle time counts from the end of a message, so a long async receive is not mistaken for idleness.
       if (rare.receiveTimeoutMs !== null) this.armReceiveTimeout(rare);
       this.afterMessage();

@@ -58,6 +58,11 @@ export class Association implements ConnectionOwner {
     readonly sender: string | null;
     readonly senderUid: string | null;
     readonly typeName: string;
+    /**
+     * The ref and registration that produced it when the sender was a local actor or none (their identity implies the
+     * header, see Remoting.sendUser's fast path), else null.
+     */
+    readonly repeat: { readonly target: object; readonly sender: object | null; readonly registration: object } | null;
   } | null = null;
   writer: FrameWriter;
   private connection: Connection | null = null;

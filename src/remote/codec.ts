@@ -116,13 +116,34 @@ export function compileCodec(typeName: string, fields: FieldList, proto: object 
     switch (field.type) {
       case "number":
         measureValue.push(`if (typeof v !== "number") ${fail("a number")}`, "n += 8;");
-        writeValue.push("buf.writeDoubleLE(v, o);", "o += 8;");
-        readValue.push(need(8), `${into} = buf.readDoubleLE(o);`, "o += 8;");
+        // The same scratch as reading below: Buffer#writeDoubleLE range-checks through calls that are not inlined.
+        writeValue.push(
+          "f64[0] = v;",
+          littleEndian
+            ? "buf[o] = b8[0]; buf[o + 1] = b8[1]; buf[o + 2] = b8[2]; buf[o + 3] = b8[3]; buf[o + 4] = b8[4]; buf[o + 5] = b8[5]; buf[o + 6] = b8[6]; buf[o + 7] = b8[7];"
+            : "buf[o] = b8[7]; buf[o + 1] = b8[6]; buf[o + 2] = b8[5]; buf[o + 3] = b8[4]; buf[o + 4] = b8[3]; buf[o + 5] = b8[2]; buf[o + 6] = b8[1]; buf[o + 7] = b8[0];",
+          "o += 8;",
+        );
+        // Through a shared 8-byte scratch aliased as a double: Buffer#readDoubleLE is not inlined and showed in
+        // receiver profiles. The scratch has the platform's byte order, the wire little-endian.
+        readValue.push(
+          need(8),
+          littleEndian
+            ? "b8[0] = buf[o]; b8[1] = buf[o + 1]; b8[2] = buf[o + 2]; b8[3] = buf[o + 3]; b8[4] = buf[o + 4]; b8[5] = buf[o + 5]; b8[6] = buf[o + 6]; b8[7] = buf[o + 7];"
+            : "b8[7] = buf[o]; b8[6] = buf[o + 1]; b8[5] = buf[o + 2]; b8[4] = buf[o + 3]; b8[3] = buf[o + 4]; b8[2] = buf[o + 5]; b8[1] = buf[o + 6]; b8[0] = buf[o + 7];",
+          `${into} = f64[0];`,
+          "o += 8;",
+        );
         break;
       case "int32":
         measureValue.push(`if ((v | 0) !== v || (v === 0 && 1 / v < 0)) ${fail("an int32")}`, "n += 4;");
-        writeValue.push("buf.writeInt32LE(v, o);", "o += 4;");
-        readValue.push(need(4), `${into} = buf.readInt32LE(o);`, "o += 4;");
+        // Plain byte stores and loads; `<< 24` on the top byte restores the sign.
+        writeValue.push("buf[o] = v; buf[o + 1] = v >>> 8; buf[o + 2] = v >>> 16; buf[o + 3] = v >>> 24;", "o += 4;");
+        readValue.push(
+          need(4),
+          `${into} = buf[o] | (buf[o + 1] << 8) | (buf[o + 2] << 16) | (buf[o + 3] << 24);`,
+          "o += 4;",
+        );
         break;
       case "boolean":
         measureValue.push(`if (typeof v !== "boolean") ${fail("a boolean")}`, "n += 1;");
@@ -208,6 +229,8 @@ export function compileCodec(typeName: string, fields: FieldList, proto: object 
     "writeText",
     "j",
     "proto",
+    "b8",
+    "f64",
     `"use strict";
 function Shape(${args}) { ${list.map((field, i) => `this[${JSON.stringify(field.name)}] = f${i};`).join(" ")} }
 Shape.prototype = proto;
@@ -217,7 +240,7 @@ return {
   read(buf, at, end, proto) { ${readLines.join("\n")} },
 };`,
   ) as (...args: unknown[]) => Pick<PayloadCodec, "measure" | "write" | "read">;
-  const compiled = factory(refuse, bad, writeText, jsonScratch, proto);
+  const compiled = factory(refuse, bad, writeText, jsonScratch, proto, doubleBytes, doubleView);
   return { fields: list, fingerprint, measure: compiled.measure, write: compiled.write, read: compiled.read };
 }
 
@@ -253,6 +276,11 @@ function writeLength(buf: Buffer, at: number, word: number): void {
   buf[at + 2] = word >>> 16;
   buf[at + 3] = word >>> 24;
 }
+
+/** Scratch for decoding doubles: the same 8 bytes seen as bytes and as a float64 (JavaScript is single-threaded). */
+const doubleView = new Float64Array(1);
+const doubleBytes = new Uint8Array(doubleView.buffer);
+const littleEndian = new Uint8Array(new Uint16Array([1]).buffer)[0] === 1;
 
 /** Top bit of a string's length word: every byte is ASCII. */
 const asciiFlag = 0x80000000 | 0;

@@ -101,6 +101,12 @@ interface InboundHeader {
   registration: MessageRegistration | undefined;
   readonly sender: ActorRef<unknown> | null;
   recipient: LocalActorRef<unknown> | null;
+  /**
+   * Once a binary payload of a class rebuilt without `fromJSON` or schema decoded under this header: its codec and
+   * prototype. Nothing they were checked against can change while the header lives (registrations are final), so
+   * the following frames decode without the checks.
+   */
+  direct: { readonly codec: PayloadCodec; readonly proto: object } | null;
 }
 
 /** Recently lost incarnations remembered, so refs to them keep failing fast. */
@@ -356,6 +362,7 @@ export class Remoting implements Extension {
     }
     const registration = this.registry.registrationOf(message);
     const codec = registration.codec;
+    if (codec !== null && this.sendRepeat(target, message as object, sender, registration, codec)) return;
     let bound = 0;
     if (codec !== null) {
       // Checked before anything else, so a value the codec cannot carry is refused at send even while disconnected.
@@ -379,11 +386,71 @@ export class Remoting implements Extension {
         message as object,
         codec,
         bound,
+        registration,
       );
     } else {
       const payload = JSON.stringify(message);
-      this.writeEnvelope(association, FrameKind.user, target, sender, registration.name, payload, null, null, 0);
+      this.writeEnvelope(association, FrameKind.user, target, sender, registration.name, payload, null, null, 0, null);
     }
+  }
+
+  /**
+   * The hot path of a stream of tells: the same target ref, local sender and binary type as the previous envelope on an
+   * up association, with nothing that could drop it. Such an envelope is a header id plus the payload, so none of the
+   * per-message checks of {@link writableAssociation} and {@link writeEnvelope} can change their outcome; any other
+   * case returns false and takes the general path.
+   */
+  private sendRepeat(
+    target: RemoteActorRef,
+    message: object,
+    sender: ActorRef<unknown> | null,
+    registration: MessageRegistration,
+    codec: PayloadCodec,
+  ): boolean {
+    const association = target.association;
+    if (association === null || association.state !== "up" || target.replyConnection !== null) return false;
+    const repeat = association.lastHeader?.repeat;
+    if (
+      repeat === undefined ||
+      repeat === null ||
+      repeat.target !== target ||
+      repeat.sender !== sender ||
+      repeat.registration !== registration ||
+      target.uid === null ||
+      target.uid !== association.knownUid ||
+      this.lost.size > 0 ||
+      this.blackholed.size > 0 ||
+      this.stopped
+    ) {
+      return false;
+    }
+    const writer = association.writer;
+    if (writer.bufferedBytes > this.settings.maxBufferedBytes) return false;
+    let bound: number;
+    try {
+      bound = codec.measure(message);
+    } catch (error) {
+      if (error instanceof MessageEncodeError) this.stats_.unencodable++;
+      throw error;
+    }
+    // A frame that could exceed the limit goes the general way, which measures it after writing.
+    if (bound > this.settings.maxFrameBytes - compressedHeaderBytes) return false;
+    const id = association.lastHeader!.id;
+    association.headers.touch(id);
+    const buf = writer.reserve(frameHeaderBytes + compressedHeaderBytes + bound);
+    const start = writer.offset;
+    let o = start + frameHeaderBytes;
+    buf[o] = FrameKind.userCompressed;
+    buf[o + 1] = id >>> 8;
+    buf[o + 2] = id & 0xff;
+    o = codec.write(buf, o + compressedHeaderBytes, message);
+    const frameBytes = o - start - frameHeaderBytes;
+    buf[start] = frameBytes >>> 24;
+    buf[start + 1] = frameBytes >>> 16;
+    buf[start + 2] = frameBytes >>> 8;
+    buf[start + 3] = frameBytes;
+    writer.commit(o);
+    return true;
   }
 
   /** @internal Sends "your ask failed" to a remote asker's reply actor. */
@@ -392,7 +459,7 @@ export class Remoting implements Extension {
     const association = this.writableAssociation(target, error, null);
     if (association === null) return;
     const payload = JSON.stringify({ remoteClass: error.name, message: error.message });
-    this.writeEnvelope(association, FrameKind.askFailure, target, null, "", payload, null, null, 0);
+    this.writeEnvelope(association, FrameKind.askFailure, target, null, "", payload, null, null, 0, null);
   }
 
   /**
@@ -479,6 +546,8 @@ export class Remoting implements Extension {
     message: object | null,
     codec: PayloadCodec | null,
     codecBound: number,
+    /** The binary message's registration (remembered for {@link sendRepeat}), else null. */
+    registration: MessageRegistration | null,
   ): void {
     const max = this.settings.maxFrameBytes;
     const payloadBound = payload === null ? codecBound : 3 * payload.length;
@@ -523,7 +592,17 @@ export class Remoting implements Extension {
       const key = `${target.path.localPart}\n${senderPath ?? ""}\n${senderUid ?? ""}\n${typeName}`;
       id = association.headers.lookup(key);
       if (id === 0) id = defined = association.headers.assign(key);
-      association.lastHeader = { id, recipient: target.recipientBytes, sender: senderPath, senderUid, typeName };
+      association.lastHeader = {
+        id,
+        recipient: target.recipientBytes,
+        sender: senderPath,
+        senderUid,
+        typeName,
+        repeat:
+          registration !== null && (sender === null || sender instanceof LocalActorRef)
+            ? { target, sender, registration }
+            : null,
+      };
     }
     // else: an ask's reply actor (as sender or recipient) never repeats; its header is written out with id 0.
     let buf: Buffer;
@@ -743,6 +822,16 @@ export class Remoting implements Extension {
   private onFrame(connection: Connection, frame: Buffer): void {
     const peer = connection.peer!;
     const kind = frame[0];
+    if (kind === FrameKind.userCompressed && this.blackholed.size === 0) {
+      // The bulk of the traffic, first.
+      try {
+        this.onCompressed(connection, peer, frame);
+      } catch (error) {
+        if (!(error instanceof EnvelopeDecodeError)) throw error;
+        this.rejectedInbound(peer, error);
+      }
+      return;
+    }
     // Liveness probes are transport, not traffic: a blackholed peer stays connected, like a partitioned-but-open link.
     if (kind === FrameKind.heartbeat) {
       connection.writer.writeFrame(heartbeatReplyFrame);
@@ -764,23 +853,24 @@ export class Remoting implements Extension {
         this.connectionContext.warn({ peer: peer.toString(), kind }, "dropped a frame of unknown kind");
       }
     } catch (error) {
-      if (error instanceof EnvelopeDecodeError) {
-        this.stats_.rejected[error.reason]++;
-        this.connectionContext.warn({ peer: peer.toString(), error }, "dropped an inbound envelope");
-        if (this.rejectionListeners.size > 0) {
-          const rejection: InboundRejection = { peer, reason: error.reason, typeName: error.typeName };
-          for (const listener of this.rejectionListeners) {
-            try {
-              listener(rejection);
-            } catch (listenerError) {
-              // Counting above must not turn into a dropped connection because an observer failed.
-              this.connectionContext.warn({ error: listenerError }, "an inbound-rejection listener threw");
-            }
-          }
-        }
-        return;
+      if (!(error instanceof EnvelopeDecodeError)) throw error;
+      this.rejectedInbound(peer, error);
+    }
+  }
+
+  /** Counts, logs and reports an inbound envelope dropped as undecodable; the association stays up. */
+  private rejectedInbound(peer: UniqueAddress, error: EnvelopeDecodeError): void {
+    this.stats_.rejected[error.reason]++;
+    this.connectionContext.warn({ peer: peer.toString(), error }, "dropped an inbound envelope");
+    if (this.rejectionListeners.size === 0) return;
+    const rejection: InboundRejection = { peer, reason: error.reason, typeName: error.typeName };
+    for (const listener of this.rejectionListeners) {
+      try {
+        listener(rejection);
+      } catch (listenerError) {
+        // Counting above must not turn into a dropped connection because an observer failed.
+        this.connectionContext.warn({ error: listenerError }, "an inbound-rejection listener threw");
       }
-      throw error;
     }
   }
 
@@ -810,12 +900,25 @@ export class Remoting implements Extension {
       registration: this.registry.lookupName(header.typeName),
       sender: header.sender === null ? null : this.senderRef(header.sender, header.senderUid, peer, connection),
       recipient: null,
+      direct: null,
     };
     if (header.headerId !== 0) connection.inboundHeaders[header.headerId] = entry;
     this.deliverUser(entry, peer, frame, at);
   }
 
   private deliverUser(entry: InboundHeader, peer: UniqueAddress, frame: Buffer, at: number): void {
+    const direct = entry.direct;
+    const recipient = entry.recipient;
+    if (direct !== null && recipient !== null && !recipient.cell.isTerminated) {
+      const message = direct.codec.read(frame, at, frame.length, direct.proto);
+      this.stats_.delivered++;
+      recipient.deliver(message, entry.sender, peer);
+      return;
+    }
+    this.deliverUserChecked(entry, peer, frame, at);
+  }
+
+  private deliverUserChecked(entry: InboundHeader, peer: UniqueAddress, frame: Buffer, at: number): void {
     const header = entry.header;
     let registration = entry.registration;
     if (registration === undefined) {
@@ -835,6 +938,9 @@ export class Remoting implements Extension {
         );
       }
       message = decodeBinary(registration, frame, at, frame.length);
+      if (registration.direct && header.headerId !== 0) {
+        entry.direct = { codec, proto: registration.type.prototype as object };
+      }
     } else {
       message = this.registry.decodeAs(registration, readPayload(frame, at, header.typeName));
     }

@@ -135,6 +135,25 @@ test("malformed bytes are undecodable: a bad boolean byte, a bad presence byte, 
   undecodable(badJson, /not valid JSON/);
 });
 
+test("numbers and int32s go on the wire little-endian, whatever the platform", () => {
+  const codec = compileCodec("test.wire", { n: "number", i: "int32" });
+  for (const [n, i] of [
+    [1.5, -2],
+    [-0, 2 ** 31 - 1],
+    [Number.NaN, -(2 ** 31)],
+    [2 ** 53 + 2, 0],
+  ] as const) {
+    const buf = Buffer.alloc(12);
+    assert.equal(codec.write(buf, 0, { n, i }), 12);
+    const expected = Buffer.alloc(12);
+    expected.writeDoubleLE(n, 0);
+    expected.writeInt32LE(i, 8);
+    assert.deepEqual([...buf], [...expected], `n=${n} i=${i}`);
+    const back = codec.read(buf, 0, 12, Object.prototype);
+    assert.ok(Object.is(back.n, n) && back.i === i, `read back ${String(back.n)} ${String(back.i)}`);
+  }
+});
+
 test("values the declared types cannot carry are refused with MessageEncodeError naming the field", () => {
   const codec = compileCodec("test.strict", { n: "number", i: "int32", s: "string", b: "boolean", j: "json" });
   const ok = { n: 1, i: 1, s: "a", b: true, j: {} };
