@@ -31,7 +31,7 @@ export interface AssociationHost {
   /** Accepts or refuses an authenticated peer (quarantine, uid change bookkeeping). */
   admit(peer: UniqueAddress, association: Association | null): HandshakeError | null;
   /** A frame from the peer on this association's own socket (acks). */
-  frame(connection: Connection, frame: Buffer): void;
+  frames(connection: Connection, frames: readonly Buffer[], from: number): void;
   /** The association came up or went down. */
   changed(association: Association, event: "connected" | "disconnected"): void;
 }
@@ -230,8 +230,8 @@ export class Association implements ConnectionOwner {
     this.writer.writeFrame(systemFrame(seq, body));
   }
 
-  frame(connection: Connection, frame: Buffer): void {
-    this.host.frame(connection, frame);
+  frames(connection: Connection, frames: readonly Buffer[], from: number): void {
+    this.host.frames(connection, frames, from);
   }
 
   closed(connection: Connection, opened: boolean): void {

@@ -20,8 +20,11 @@ import type { RemotingStats } from "./stats.ts";
 export interface ConnectionOwner {
   /** The peer passed the handshake; return an error to refuse it anyway (a quarantined incarnation). */
   authenticated(connection: Connection, peer: UniqueAddress): HandshakeError | null;
-  /** A frame arrived after the handshake (a view, valid during the call). */
-  frame(connection: Connection, frame: Buffer): void;
+  /**
+   * `frames[from…]` arrived after the handshake (views, valid during the call), in order. The owner handles them in
+   * order and stops early once the connection is no longer open.
+   */
+  frames(connection: Connection, frames: readonly Buffer[], from: number): void;
   /** The socket closed; `opened` says whether the handshake had completed. */
   closed(connection: Connection, opened: boolean): void;
 }
@@ -142,9 +145,13 @@ export class Connection {
       throw error;
     }
     stats.framesIn += frames.length;
-    for (const frame of frames) {
-      if (this.state === "open") this.owner.frame(this, frame);
-      else if (this.state === "handshaking") this.onHandshakeFrame(frame);
+    for (let i = 0; i < frames.length; i++) {
+      if (this.state === "open") {
+        // Everything from here on is traffic: the owner takes the rest of the chunk in one call.
+        this.owner.frames(this, frames, i);
+        return;
+      }
+      if (this.state === "handshaking") this.onHandshakeFrame(frames[i]!);
       if ((this.state as string) === "closed") return;
     }
   }

@@ -180,7 +180,7 @@ export class Remoting implements Extension {
       stats: this.stats_,
       connectionContext: this.connectionContext,
       admit: (peer) => this.admit(peer),
-      frame: (connection, frame) => this.onFrame(connection, frame),
+      frames: (connection, frames, from) => this.onFrames(connection, frames, from),
       changed: (association, event) => {
         const peer = association.peer ?? new UniqueAddress(association.address, association.uid ?? "unknown");
         this.emit({ kind: event, peer });
@@ -749,7 +749,7 @@ export class Remoting implements Extension {
     }
     const owner: ConnectionOwner = {
       authenticated: (_connection, peer) => this.admit(peer),
-      frame: (connection, frame) => this.onFrame(connection, frame),
+      frames: (connection, frames, from) => this.onFrames(connection, frames, from),
       closed: (connection) => {
         this.inbound.delete(connection);
       },
@@ -819,19 +819,45 @@ export class Remoting implements Extension {
     this.emit({ kind: "lost", peer, reason });
   }
 
-  private onFrame(connection: Connection, frame: Buffer): void {
+  /**
+   * Handles the frames of one received chunk in order. The bulk of the traffic — a header-compressed user envelope
+   * whose header already decoded once, for a live recipient — is decoded and delivered inline; everything else goes
+   * through {@link onFrame}.
+   */
+  private onFrames(connection: Connection, frames: readonly Buffer[], from: number): void {
     const peer = connection.peer!;
-    const kind = frame[0];
-    if (kind === FrameKind.userCompressed && this.blackholed.size === 0) {
-      // The bulk of the traffic, first.
-      try {
-        this.onCompressed(connection, peer, frame);
-      } catch (error) {
-        if (!(error instanceof EnvelopeDecodeError)) throw error;
-        this.rejectedInbound(peer, error);
+    const headers = connection.inboundHeaders;
+    for (let i = from; i < frames.length; i++) {
+      const frame = frames[i]!;
+      if (
+        frame[0] === FrameKind.userCompressed &&
+        frame.length >= compressedHeaderBytes &&
+        this.blackholed.size === 0
+      ) {
+        const entry = headers[(frame[1]! << 8) | frame[2]!] as InboundHeader | undefined;
+        const direct = entry?.direct ?? null;
+        const recipient = entry?.recipient ?? null;
+        if (direct !== null && recipient !== null && !recipient.cell.isTerminated) {
+          let message: unknown;
+          try {
+            message = direct.codec.read(frame, compressedHeaderBytes, frame.length, direct.proto);
+          } catch (error) {
+            if (!(error instanceof EnvelopeDecodeError)) throw error;
+            this.rejectedInbound(peer, error);
+            continue;
+          }
+          this.stats_.delivered++;
+          recipient.deliver(message, entry!.sender, peer);
+          continue;
+        }
       }
-      return;
+      this.onFrame(connection, peer, frame);
+      if (!connection.isOpen) return;
     }
+  }
+
+  private onFrame(connection: Connection, peer: UniqueAddress, frame: Buffer): void {
+    const kind = frame[0];
     // Liveness probes are transport, not traffic: a blackholed peer stays connected, like a partitioned-but-open link.
     if (kind === FrameKind.heartbeat) {
       connection.writer.writeFrame(heartbeatReplyFrame);
@@ -907,18 +933,6 @@ export class Remoting implements Extension {
   }
 
   private deliverUser(entry: InboundHeader, peer: UniqueAddress, frame: Buffer, at: number): void {
-    const direct = entry.direct;
-    const recipient = entry.recipient;
-    if (direct !== null && recipient !== null && !recipient.cell.isTerminated) {
-      const message = direct.codec.read(frame, at, frame.length, direct.proto);
-      this.stats_.delivered++;
-      recipient.deliver(message, entry.sender, peer);
-      return;
-    }
-    this.deliverUserChecked(entry, peer, frame, at);
-  }
-
-  private deliverUserChecked(entry: InboundHeader, peer: UniqueAddress, frame: Buffer, at: number): void {
     const header = entry.header;
     let registration = entry.registration;
     if (registration === undefined) {
