@@ -46,6 +46,7 @@ import {
   MIGRATION_LOCK_KEY,
   postgresMigrations,
   REVISION_MISMATCH_SQLSTATE,
+  sessionOptions,
 } from "./schema.ts";
 
 /** Options of {@link PostgresStore.connect}. */
@@ -185,7 +186,7 @@ export class PostgresStore implements PersistenceStore {
       connectionString: uri,
       max: poolSize,
       application_name: options.applicationName ?? "movie",
-      ...(schema === null ? {} : { options: `-c search_path=${schema}` }),
+      options: sessionOptions(schema),
     });
     const onPoolError = options.onPoolError ?? (() => {});
     // An idle connection killed by the server surfaces here; without a listener it would crash the process.
