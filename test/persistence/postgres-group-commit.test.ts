@@ -1,6 +1,7 @@
 // Group commit of one-event appends against the real PostgreSQL: coalesced appends with mixed outcomes, a batch whose
-// backend is terminated, a statement-level failure, and the fence lock held by a batch. A trigger on event_journal
-// holds chosen inserts on advisory locks, so a test decides which statement is in flight and what queues behind it.
+// backend is terminated, a statement-level failure, the fence lock held by a batch, and the batch statement's plan.
+// A trigger on event_journal holds chosen inserts on advisory locks, so a test decides which statement is in flight
+// and what queues behind it.
 import assert from "node:assert/strict";
 import { randomInt } from "node:crypto";
 import { test } from "node:test";
@@ -490,6 +491,36 @@ test("group commit: switched off, every append is its own statement; bad bounds 
       PostgresStore.connect({ connectionUri: ctx.url, schema: ctx.schema, groupCommit: { maxBatchSize: 0 } }),
       PersistenceConfigurationError,
     );
+  } finally {
+    await ctx.dispose();
+  }
+});
+
+test("group commit: the batch statement runs on a generic plan, never re-planned per execution", async () => {
+  // One connection, so the prepared statement and its plan counters live in the session the test then asks.
+  const ctx = await freshPostgresStore("gcplan", { poolSize: 1, groupCommit: { maxConcurrentBatches: 1 } });
+  try {
+    const before = ctx.store.groupCommitStats;
+    // Each round: the first append leaves alone, the three behind it share one batch statement. PostgreSQL's default
+    // plan choice (auto) makes five custom plans before it may switch, so eight rounds show which way it went.
+    for (let round = 0; round < 8; round++) {
+      await Promise.all(
+        Array.from({ length: 4 }, (_, w) =>
+          ctx.store.appendEvents({
+            persistenceId: `plan-${w}`,
+            expectedRevision: round,
+            operationId: `p-${w}-${round}`,
+            events: [ev(round)],
+          }),
+        ),
+      );
+    }
+    assert.equal(ctx.store.groupCommitStats.batches - before.batches, 8);
+    const plans = await ctx.store.pool.query(
+      "SELECT generic_plans::int AS generic, custom_plans::int AS custom FROM pg_prepared_statements WHERE name = $1",
+      ["movie_append_batch"],
+    );
+    assert.deepEqual(plans.rows, [{ generic: 8, custom: 0 }]);
   } finally {
     await ctx.dispose();
   }

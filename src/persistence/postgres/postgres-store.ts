@@ -46,6 +46,7 @@ import {
   MIGRATION_LOCK_KEY,
   postgresMigrations,
   REVISION_MISMATCH_SQLSTATE,
+  sessionOptions,
 } from "./schema.ts";
 
 /** Options of {@link PostgresStore.connect}. */
@@ -135,7 +136,9 @@ type Queryable = Pick<pg.Pool, "query">;
  * are plain statements instead, and those that arrive while one is in flight share the next one (group commit, see
  * GroupCommit and APPEND_BATCH_SQL). Leases are single statements on
  * the database clock (`clock_timestamp()`). Lost connections are retried with backoff (writes are idempotent by
- * OperationId), each attempt has a timeout, and a circuit breaker stops a dead database from piling up work.
+ * OperationId), each attempt has a timeout, and a circuit breaker stops a dead database from piling up work. Every
+ * connection starts with the startup options of sessionOptions (generic plans, and the schema as search_path), so a
+ * connection pooler in front of the server must pass the `options` startup parameter through.
  */
 export class PostgresStore implements PersistenceStore {
   readonly backendName = "postgres" as const;
@@ -185,7 +188,7 @@ export class PostgresStore implements PersistenceStore {
       connectionString: uri,
       max: poolSize,
       application_name: options.applicationName ?? "movie",
-      ...(schema === null ? {} : { options: `-c search_path=${schema}` }),
+      options: sessionOptions(schema),
     });
     const onPoolError = options.onPoolError ?? (() => {});
     // An idle connection killed by the server surfaces here; without a listener it would crash the process.
