@@ -30,11 +30,17 @@ export interface PayloadCodec {
    */
   readonly fingerprint: number;
   /**
-   * Checks every declared field of `message` and returns an upper bound of its encoded bytes.
+   * Checks the type of every declared field of `message` and returns an upper bound of its encoded bytes.
    * @throws MessageEncodeError for a value the declared type cannot carry
    */
   measure(message: object): number;
-  /** Writes `message` (checked by {@link measure} just before) at `at`; returns the end offset. */
+  /**
+   * Writes `message` (checked by {@link measure} just before) at `at`; returns the end offset. A string that is not
+   * well-formed UTF-16 (a lone surrogate) is refused here rather than in `measure`: only a string whose UTF-8 is longer
+   * than itself can hold one, so the check costs nothing for ASCII. Bytes written before a refusal are garbage that
+   * the caller must not commit.
+   * @throws MessageEncodeError for a string with a lone surrogate
+   */
   write(buf: Buffer, at: number, message: object): number;
   /**
    * Reads the fields from `buf[at, end)` into a new object with prototype `proto` (every byte must be used).
@@ -156,12 +162,12 @@ export function compileCodec(typeName: string, fields: FieldList, proto: object 
         );
         break;
       case "string":
-        measureValue.push(
-          `if (typeof v !== "string") ${fail("a string")}`,
-          `if (!v.isWellFormed()) ${fail("well-formed UTF-16 (no lone surrogates)")}`,
-          "n += 4 + 3 * v.length;",
+        measureValue.push(`if (typeof v !== "string") ${fail("a string")}`, "n += 4 + 3 * v.length;");
+        writeValue.push(
+          "k = writeText(buf, o, v);",
+          `if (k < 0) ${fail("well-formed UTF-16 (no lone surrogates)")}`,
+          "o += k;",
         );
-        writeValue.push("k = writeText(buf, o, v);", "o += k;");
         readValue.push(...readText(into));
         break;
       case "json":
@@ -246,8 +252,9 @@ return {
 
 /**
  * Writes `text` as `[u32 LE byte length][UTF-8]`, the length's top bit set when all bytes are ASCII; returns the bytes
- * written. Short ASCII is copied inline: below about 16 characters that beats the native call, above it the native
- * encoder wins. UTF-8 of a string is as long as the string exactly when every character is ASCII.
+ * written, or -1 for a string with a lone surrogate (which UTF-8 cannot carry: the encoder would substitute U+FFFD).
+ * Short ASCII is copied inline: below about 16 characters that beats the native call, above it the native encoder
+ * wins. UTF-8 of a string is as long as the string exactly when every character is ASCII.
  */
 function writeText(buf: Buffer, at: number, text: string): number {
   const length = text.length;
@@ -265,7 +272,13 @@ function writeText(buf: Buffer, at: number, text: string): number {
     }
   }
   const bytes = length === 0 ? 0 : (buf as NativeBuffer).utf8Write(text, at + 4);
-  writeLength(buf, at, bytes === length ? bytes | asciiFlag : bytes);
+  if (bytes === length) {
+    writeLength(buf, at, bytes | asciiFlag);
+    return 4 + bytes;
+  }
+  // ES2024's String#isWellFormed (Node 20 has it; the project's TypeScript lib is older).
+  if (!(text as string & { isWellFormed(): boolean }).isWellFormed()) return -1;
+  writeLength(buf, at, bytes);
   return 4 + bytes;
 }
 

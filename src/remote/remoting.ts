@@ -443,7 +443,13 @@ export class Remoting implements Extension {
     buf[o] = FrameKind.userCompressed;
     buf[o + 1] = id >>> 8;
     buf[o + 2] = id & 0xff;
-    o = codec.write(buf, o + compressedHeaderBytes, message);
+    try {
+      o = codec.write(buf, o + compressedHeaderBytes, message);
+    } catch (error) {
+      // Nothing was committed: the bytes written so far are overwritten by the next frame.
+      if (error instanceof MessageEncodeError) this.stats_.unencodable++;
+      throw error;
+    }
     const frameBytes = o - start - frameHeaderBytes;
     buf[start] = frameBytes >>> 24;
     buf[start + 1] = frameBytes >>> 16;
@@ -630,13 +636,27 @@ export class Remoting implements Extension {
       );
     }
     const start = writer.offset;
-    o = codec === null ? o + buf.write(payload!, o, "utf8") : codec.write(buf, o, message!);
-    const frameBytes = o - start - frameHeaderBytes;
-    if (frameBytes > max) {
+    // A header id defined for a frame that is then refused is taken back: its definition never reaches the peer.
+    const forgetDefinition = (): void => {
       if (defined !== 0 && association !== null) {
         association.headers.release(defined);
         association.lastHeader = null;
       }
+    };
+    if (codec === null) {
+      o += buf.write(payload!, o, "utf8");
+    } else {
+      try {
+        o = codec.write(buf, o, message!);
+      } catch (error) {
+        forgetDefinition();
+        if (error instanceof MessageEncodeError) this.stats_.unencodable++;
+        throw error;
+      }
+    }
+    const frameBytes = o - start - frameHeaderBytes;
+    if (frameBytes > max) {
+      forgetDefinition();
       throw new MessageTooLargeError(typeName, frameBytes, max);
     }
     buf[start] = frameBytes >>> 24;

@@ -227,6 +227,32 @@ test("a value the declared fields cannot carry is refused at tell with MessageEn
   assert.deepEqual(received, [new Reading("fine", 1)]);
 });
 
+test("a lone surrogate is refused at tell, on a header's first frame and on a repeated one, and the stream goes on", async () => {
+  const inbox = a.system.actorSelection(`${b.system.address}/user/inbox`);
+  // A sender of its own makes a header this connection has not carried yet: the refused frame would have defined it.
+  const sender = a.system.spawn(new Collector([]), "surrogate-sender");
+  const unencodable0 = a.remoting.stats.unencodable;
+  const rejected0 = { ...b.remoting.stats.rejected };
+  const lone = (e: unknown) =>
+    e instanceof MessageEncodeError && e.field === "sensor" && /well-formed UTF-16/.test(e.message);
+  received.length = 0;
+  assert.throws(() => inbox.tell(new Reading("lone \ud800", 1), sender), lone);
+  inbox.tell(new Reading("first", 1), sender);
+  await eventually(() => received.length === 1, { what: "the message after the refused first frame" });
+  // Same ref, sender and type again: the repeated-header path.
+  assert.throws(() => inbox.tell(new Reading("\udfff tail", 2), sender), lone);
+  assert.throws(
+    () => inbox.tell(new Reading("ok", 3, "note \ud83d"), sender),
+    (e: unknown) => e instanceof MessageEncodeError && e.field === "note",
+  );
+  inbox.tell(new Reading("second", 4), sender);
+  await eventually(() => received.length === 2, { what: "the message after the refused repeated frames" });
+  assert.deepEqual(received, [new Reading("first", 1), new Reading("second", 4)]);
+  assert.equal(a.remoting.stats.unencodable, unencodable0 + 3);
+  // Nothing reached the peer half-written: it rejected nothing.
+  assert.deepEqual(b.remoting.stats.rejected, rejected0);
+});
+
 test("binary payloads keep unicode, NaN, -0, null and 2^53 across the wire and rebuild real instances", async () => {
   received.length = 0;
   const inbox = a.system.actorSelection(`${b.system.address}/user/inbox`);

@@ -157,9 +157,13 @@ test("numbers and int32s go on the wire little-endian, whatever the platform", (
 test("values the declared types cannot carry are refused with MessageEncodeError naming the field", () => {
   const codec = compileCodec("test.strict", { n: "number", i: "int32", s: "string", b: "boolean", j: "json" });
   const ok = { n: 1, i: 1, s: "a", b: true, j: {} };
+  // Types are refused by measure; a lone surrogate only by write (it is found while encoding, see PayloadCodec).
   const refused = (patch: Record<string, unknown>, field: string) =>
     assert.throws(
-      () => codec.measure({ ...ok, ...patch }),
+      () => {
+        const message = { ...ok, ...patch };
+        codec.write(Buffer.alloc(codec.measure(message)), 0, message);
+      },
       (e: unknown) => e instanceof MessageEncodeError && e.typeName === "test.strict" && e.field === field,
     );
   refused({ n: "1" }, "n");
@@ -170,6 +174,10 @@ test("values the declared types cannot carry are refused with MessageEncodeError
   refused({ i: -0 }, "i");
   refused({ s: 5 }, "s");
   refused({ s: "lone \ud800 surrogate" }, "s");
+  refused({ s: "\udc00" }, "s");
+  refused({ s: "short \ud83d" }, "s");
+  refused({ s: `${"x".repeat(40)}\ud83d${"y".repeat(40)}` }, "s");
+  assert.doesNotThrow(() => codec.measure({ ...ok, s: "lone \ud800 surrogate" }), "measure checks types only");
   refused({ b: 1 }, "b");
   refused({ j: undefined }, "j");
   refused({ j: 10n }, "j");
