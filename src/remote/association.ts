@@ -59,8 +59,9 @@ export class Association implements ConnectionOwner {
     readonly senderUid: string | null;
     readonly typeName: string;
     /**
-     * The ref and registration that produced it when the sender was a local actor or none (their identity implies the
-     * header, see Remoting.sendUser's fast path), else null.
+     * The ref and registration that produced it when the sender was an actor of this system or none (their identity
+     * implies the header, see Remoting.sendRepeat), else null. An actor of another in-process system is excluded: its
+     * path changes when that system enables remoting.
      */
     readonly repeat: { readonly target: object; readonly sender: object | null; readonly registration: object } | null;
   } | null = null;

@@ -43,6 +43,12 @@ export interface PayloadCodec {
    */
   write(buf: Buffer, at: number, message: object): number;
   /**
+   * Refuses a string field that is not well-formed UTF-16, as {@link write} would, without writing: for a message
+   * (checked by {@link measure}) that is about to be dropped unwritten, so it is refused whatever the link's state.
+   * @throws MessageEncodeError for a string with a lone surrogate
+   */
+  checkText(message: object): void;
+  /**
    * Reads the fields from `buf[at, end)` into a new object with prototype `proto` (every byte must be used).
    * @throws EnvelopeDecodeError (reason `undecodable`) for truncated, trailing or malformed bytes
    */
@@ -90,6 +96,7 @@ export function compileCodec(typeName: string, fields: FieldList, proto: object 
   const measureLines: string[] = ["let n = 0;", "let v;"];
   const writeLines: string[] = ["let o = at;", "let v;", "let k = 0;"];
   // Fields are read into locals f0, f1, …; the object is built at the end (see the Shape constructor below).
+  const checkLines: string[] = ["let v;"];
   const readLines: string[] = ["let o = at;", "let n = 0;", "let v;", ...list.map((_, i) => `let f${i};`)];
   let jsonFields = 0;
   // Bounds checks are inlined: `bad` is only reached on malformed input.
@@ -169,6 +176,10 @@ export function compileCodec(typeName: string, fields: FieldList, proto: object 
           "o += k;",
         );
         readValue.push(...readText(into));
+        checkLines.push(
+          get,
+          `if (typeof v === "string" && !v.isWellFormed()) ${fail("well-formed UTF-16 (no lone surrogates)")}`,
+        );
         break;
       case "json":
         measureValue.push(
@@ -243,11 +254,19 @@ Shape.prototype = proto;
 return {
   measure(m) { ${measureLines.join("\n")} },
   write(buf, at, m) { ${writeLines.join("\n")} },
+  checkText(m) { ${checkLines.join("\n")} },
   read(buf, at, end, proto) { ${readLines.join("\n")} },
 };`,
-  ) as (...args: unknown[]) => Pick<PayloadCodec, "measure" | "write" | "read">;
+  ) as (...args: unknown[]) => Pick<PayloadCodec, "measure" | "write" | "checkText" | "read">;
   const compiled = factory(refuse, bad, writeText, jsonScratch, proto, doubleBytes, doubleView);
-  return { fields: list, fingerprint, measure: compiled.measure, write: compiled.write, read: compiled.read };
+  return {
+    fields: list,
+    fingerprint,
+    measure: compiled.measure,
+    write: compiled.write,
+    checkText: compiled.checkText,
+    read: compiled.read,
+  };
 }
 
 /**

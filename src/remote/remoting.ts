@@ -373,7 +373,7 @@ export class Remoting implements Extension {
         throw error;
       }
     }
-    const association = this.writableAssociation(target, message, sender);
+    const association = this.writableAssociation(target, message, sender, codec);
     if (association === null) return;
     if (codec !== null) {
       this.writeEnvelope(
@@ -477,8 +477,11 @@ export class Remoting implements Extension {
     target: RemoteActorRef,
     message: unknown,
     sender: ActorRef<unknown> | null,
+    /** The binary message's codec: a message it would refuse at write is refused before any drop, too. */
+    codec: PayloadCodec | null = null,
   ): Association | Connection | null {
     if (this.stopped) {
+      this.refuseUnwritable(codec, message);
       this.dropped(target, message, sender, "stopped");
       return null;
     }
@@ -488,10 +491,12 @@ export class Remoting implements Extension {
       // one TCP connection, whose ACKs ride on the data, as a plain request/response socket's do.
       if (reply.isOpen) {
         if (this.blackholed.size > 0 && this.blackholed.has(target.path.address.hostPort)) {
+          this.refuseUnwritable(codec, message);
           this.stats_.droppedBlackholed++;
           return null;
         }
         if (reply.writer.bufferedBytes > this.settings.maxBufferedBytes) {
+          this.refuseUnwritable(codec, message);
           this.stats_.droppedOverflow++;
           this.dropped(target, message, sender, "overflow");
           return null;
@@ -506,6 +511,7 @@ export class Remoting implements Extension {
       target.association = association;
     }
     if (this.blackholed.size > 0 && this.blackholed.has(association.key)) {
+      this.refuseUnwritable(codec, message);
       this.stats_.droppedBlackholed++;
       return null;
     }
@@ -514,12 +520,14 @@ export class Remoting implements Extension {
       ((association.knownUid !== null && association.knownUid !== target.uid) ||
         (this.lost.size > 0 && this.lost.has(`${target.path.address}#${target.uid}`)))
     ) {
+      this.refuseUnwritable(codec, message);
       this.stats_.droppedStaleUid++;
       this.dropped(target, message, sender, "staleUid");
       return null;
     }
     const mode = association.sendMode;
     if (mode === "drop") {
+      this.refuseUnwritable(codec, message);
       this.stats_.droppedWhileDisconnected++;
       this.dropped(target, message, sender, "disconnected");
       return null;
@@ -529,11 +537,26 @@ export class Remoting implements Extension {
       else association.bindOnConnect(target);
     }
     if (association.writer.bufferedBytes > this.settings.maxBufferedBytes) {
+      this.refuseUnwritable(codec, message);
       this.stats_.droppedOverflow++;
       this.dropped(target, message, sender, "overflow");
       return null;
     }
     return association;
+  }
+
+  /**
+   * A binary message about to be dropped unwritten is still refused for what only {@link PayloadCodec.write} checks
+   * (a lone surrogate), so the outcome of a bad value does not depend on the link's state.
+   */
+  private refuseUnwritable(codec: PayloadCodec | null, message: unknown): void {
+    if (codec === null) return;
+    try {
+      codec.checkText(message as object);
+    } catch (error) {
+      if (error instanceof MessageEncodeError) this.stats_.unencodable++;
+      throw error;
+    }
   }
 
   /**
@@ -605,7 +628,8 @@ export class Remoting implements Extension {
         senderUid,
         typeName,
         repeat:
-          registration !== null && (sender === null || sender instanceof LocalActorRef)
+          registration !== null &&
+          (sender === null || (sender instanceof LocalActorRef && sender.cell.system === this.system))
             ? { target, sender, registration }
             : null,
       };

@@ -178,6 +178,15 @@ test("values the declared types cannot carry are refused with MessageEncodeError
   refused({ s: "short \ud83d" }, "s");
   refused({ s: `${"x".repeat(40)}\ud83d${"y".repeat(40)}` }, "s");
   assert.doesNotThrow(() => codec.measure({ ...ok, s: "lone \ud800 surrogate" }), "measure checks types only");
+  // checkText refuses what write would, without a buffer (a message dropped unwritten is refused all the same).
+  assert.throws(
+    () => codec.checkText({ ...ok, s: "lone \ud800 surrogate" }),
+    (e: unknown) => e instanceof MessageEncodeError && e.field === "s",
+  );
+  assert.doesNotThrow(() => codec.checkText({ ...ok, s: "ü-😀" }));
+  const optional = compileCodec("test.optional", { s: "string?" });
+  assert.doesNotThrow(() => optional.checkText({ s: null }));
+  assert.throws(() => optional.checkText({ s: "\udfff" }), MessageEncodeError);
   refused({ b: 1 }, "b");
   refused({ j: undefined }, "j");
   refused({ j: 10n }, "j");

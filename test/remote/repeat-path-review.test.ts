@@ -1,0 +1,97 @@
+import assert from "node:assert/strict";
+import { after, before, test } from "node:test";
+import { AbstractBehavior, type ActorContext, ActorSystem } from "../../src/actor/index.ts";
+import { MessageEncodeError, MessageRegistry } from "../../src/remote/index.ts";
+import { eventually } from "../fixtures/eventually.ts";
+import { Collector, type Node, startNode } from "./fixtures/nodes.ts";
+
+/** Semantics the repeated-tell fast path and the write-time surrogate check must keep (review of the hot-path work). */
+
+class Reading {
+  constructor(
+    readonly sensor: string,
+    readonly value: number,
+  ) {}
+}
+
+/** Records the path of each message's sender. */
+class SenderPaths extends AbstractBehavior<unknown> {
+  constructor(readonly seen: (string | null)[]) {
+    super();
+  }
+  receive(_message: unknown, ctx: ActorContext<unknown>): void {
+    this.seen.push(ctx.sender?.path.toString() ?? null);
+  }
+}
+
+let registry: MessageRegistry;
+let a: Node;
+let c: Node;
+let received: unknown[];
+let senders: (string | null)[];
+
+before(async () => {
+  registry = new MessageRegistry();
+  registry.register(Reading, { name: "review.reading", fields: { sensor: "string", value: "number" } });
+  a = await startNode("review-a", { registry });
+  c = await startNode("review-c", { registry });
+  received = [];
+  senders = [];
+  c.system.spawn(new Collector(received), "inbox");
+  c.system.spawn(new SenderPaths(senders), "senders");
+});
+after(async () => {
+  await Promise.all([a.system.terminate(), c.system.terminate()]);
+});
+
+const lone = (e: unknown) => e instanceof MessageEncodeError && /well-formed UTF-16/.test(e.message);
+
+test("a lone surrogate is refused at tell even when the message would be dropped (blackholed peer)", async () => {
+  const inbox = a.system.actorSelection(`${c.system.address}/user/inbox`);
+  inbox.tell(new Reading("up", 0));
+  await eventually(() => received.length === 1, { what: "the association to come up" });
+  const unencodable0 = a.remoting.stats.unencodable;
+  const blackholed0 = a.remoting.stats.droppedBlackholed;
+  a.remoting.blackhole(c.remoting.selfAddress);
+  try {
+    // Connected, the same value throws; a partition must not turn the refusal into a silent, counted drop.
+    assert.throws(() => inbox.tell(new Reading("lone \ud800", 1)), lone);
+    assert.equal(a.remoting.stats.unencodable, unencodable0 + 1);
+    assert.equal(a.remoting.stats.droppedBlackholed, blackholed0, "a refused message is not a dropped one");
+  } finally {
+    a.remoting.unblackhole(c.remoting.selfAddress);
+  }
+});
+
+test("a lone surrogate is refused at tell even on a ref bound to a lost incarnation", () => {
+  const stale = a.remoting.refFor(`${c.system.address}/user/inbox`, "00000000deadbeef");
+  const unencodable0 = a.remoting.stats.unencodable;
+  const stale0 = a.remoting.stats.droppedStaleUid;
+  assert.throws(() => stale.tell(new Reading("\udc00", 1)), lone);
+  assert.equal(a.remoting.stats.unencodable, unencodable0 + 1);
+  assert.equal(a.remoting.stats.droppedStaleUid, stale0);
+  // A well-formed message on the same ref is dropped and counted as before.
+  stale.tell(new Reading("fine", 1));
+  assert.equal(a.remoting.stats.droppedStaleUid, stale0 + 1);
+});
+
+test("repeated tells carry the sender's current path: a sender of another in-process system that starts remoting", async () => {
+  // A second system in this process, not remoting yet: its actors' paths change when it enables remoting.
+  const b = ActorSystem.create("review-b");
+  try {
+    const x = b.spawn(new Collector([]), "x");
+    const target = a.system.actorSelection(`${c.system.address}/user/senders`);
+    target.tell(new Reading("1", 1), x);
+    target.tell(new Reading("2", 2), x);
+    await eventually(() => senders.length === 2, { what: "two messages" });
+    const before = String(x.path);
+    await b.enableRemoting({ host: "127.0.0.1", port: 0, registry });
+    assert.notEqual(String(x.path), before, "enabling remoting changed the sender's path");
+    // Same target ref, same LocalActorRef sender, same type: the general path would define a new header.
+    target.tell(new Reading("3", 3), x);
+    await eventually(() => senders.length === 3, { what: "the third message" });
+    assert.deepEqual(senders, [before, before, String(x.path)]);
+  } finally {
+    await b.terminate();
+  }
+});
