@@ -872,6 +872,9 @@ export class Remoting implements Extension {
     const peer = connection.peer!;
     const headers = connection.inboundHeaders;
     for (let i = from; i < frames.length; i++) {
+      // Checked before every frame, the inline ones too: a delivery (a dead letter's or a rejection's listener) may
+      // have closed the connection, e.g. by quarantining the peer, and nothing after that may reach an actor.
+      if (!connection.isOpen) return;
       const frame = frames[i]!;
       if (
         frame[0] === FrameKind.userCompressed &&
@@ -896,7 +899,6 @@ export class Remoting implements Extension {
         }
       }
       this.onFrame(connection, peer, frame);
-      if (!connection.isOpen) return;
     }
   }
 

@@ -1,9 +1,11 @@
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
-import { AbstractBehavior, type ActorContext, ActorSystem } from "../../src/actor/index.ts";
+import { AbstractBehavior, type ActorContext, ActorSystem, STOP, UniqueAddress } from "../../src/actor/index.ts";
+import { FrameKind, PayloadFormat, writeUserHeader } from "../../src/remote/envelope.ts";
 import { MessageEncodeError, MessageRegistry } from "../../src/remote/index.ts";
 import { eventually } from "../fixtures/eventually.ts";
 import { Collector, type Node, startNode } from "./fixtures/nodes.ts";
+import { rawPeer } from "./fixtures/raw-peer.ts";
 
 /** Semantics the repeated-tell fast path and the write-time surrogate check must keep (review of the hot-path work). */
 
@@ -93,5 +95,76 @@ test("repeated tells carry the sender's current path: a sender of another in-pro
     assert.deepEqual(senders, [before, before, String(x.path)]);
   } finally {
     await b.terminate();
+  }
+});
+
+/** Receives one message and stays busy with it until `release` is called (a stop then waits). */
+class Busy extends AbstractBehavior<unknown> {
+  release: (() => void) | null = null;
+  receive(): Promise<void> {
+    return new Promise((resolve) => {
+      this.release = resolve;
+    });
+  }
+}
+
+test("frames after the one whose delivery closed the connection are not delivered (inline path too)", async () => {
+  const codec = registry.lookupName("review.reading")!.codec!;
+  const payload = (value: number): Buffer => {
+    const buf = Buffer.alloc(codec.measure(new Reading("r", value)));
+    return buf.subarray(0, codec.write(buf, 0, new Reading("r", value)));
+  };
+  const defining = (id: number, recipient: string, body: Buffer): Buffer => {
+    const buf = Buffer.alloc(256 + body.length);
+    let o = writeUserHeader(
+      buf,
+      4,
+      FrameKind.user,
+      id,
+      Buffer.from(recipient),
+      null,
+      null,
+      "review.reading",
+      PayloadFormat.binary,
+      codec.fingerprint,
+    );
+    o += body.copy(buf, o);
+    buf.writeUInt32BE(o - 4, 0);
+    return buf.subarray(0, o);
+  };
+  const compressed = (id: number, body: Buffer): Buffer => {
+    const buf = Buffer.alloc(7 + body.length);
+    buf.writeUInt32BE(3 + body.length, 0);
+    buf[4] = FrameKind.userCompressed;
+    buf.writeUInt16BE(id, 5);
+    body.copy(buf, 7);
+    return buf;
+  };
+  const busy = new Busy();
+  const stopping = c.system.spawn(busy, "stopping");
+  const live: unknown[] = [];
+  const liveRef = c.system.spawn(new Collector(live), "live");
+  const raw = await rawPeer(c, { handshake: true, port: 21 });
+  // Both headers decode once, so their later frames take the inline path.
+  raw.socket.write(Buffer.concat([defining(1, "/user/stopping", payload(1)), defining(2, "/user/live", payload(2))]));
+  await eventually(() => busy.release !== null && live.length === 1, { what: "both headers defined" });
+  // Stopped while busy: its mailbox is closed (tells become dead letters) but it has not terminated yet.
+  stopping.sendSystem(STOP);
+  const rawPeerAddress = new UniqueAddress(raw.identity.uniqueAddress.address, raw.identity.uniqueAddress.uid);
+  const unsubscribe = c.system.deadLetterOffice.subscribe((letter) => {
+    // Whoever reacts to the dead letter (here: downing the peer) closes the connection before the next frame.
+    if (letter.recipient.endsWith("/user/stopping")) c.remoting.quarantine(rawPeerAddress);
+  });
+  try {
+    // One chunk: a frame for the stopping actor, then one for the live actor.
+    raw.socket.write(Buffer.concat([compressed(1, payload(3)), compressed(2, payload(4))]));
+    await raw.closed;
+    // Anything enqueued for `live` before this marker is handled before it.
+    liveRef.tell("marker");
+    await eventually(() => live.includes("marker"), { what: "the marker" });
+    assert.deepEqual(live, [new Reading("r", 2), "marker"], "nothing from a quarantined peer after the close");
+  } finally {
+    unsubscribe();
+    busy.release?.();
   }
 });
