@@ -962,6 +962,12 @@ export class Remoting implements Extension {
 
   /** A user envelope with its header written out; a non-zero header id defines that id for later frames. */
   private onUser(connection: Connection, peer: UniqueAddress, frame: Buffer): void {
+    // A definition replaces what its id meant before even when it is refused below: the sender's following frames with
+    // that id belong to the refused header (rejected as never defined), not to the old one (another recipient).
+    if (frame.length >= 3) {
+      const id = (frame[1]! << 8) | frame[2]!;
+      if (id !== 0 && id <= headerTableSize) connection.inboundHeaders[id] = undefined;
+    }
     const at = userHeaderEnd(frame);
     const header = readUserHeader(frame);
     if (header.headerId > headerTableSize) {

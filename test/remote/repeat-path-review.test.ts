@@ -168,3 +168,57 @@ test("frames after the one whose delivery closed the connection are not delivere
     busy.release?.();
   }
 });
+
+test("a refused redefinition of a header id takes the id's old meaning with it", async () => {
+  const codec = registry.lookupName("review.reading")!.codec!;
+  const payload = (value: number): Buffer => {
+    const buf = Buffer.alloc(codec.measure(new Reading("r", value)));
+    return buf.subarray(0, codec.write(buf, 0, new Reading("r", value)));
+  };
+  const defining = (id: number, recipient: string, sender: string | null, body: Buffer): Buffer => {
+    const buf = Buffer.alloc(256 + body.length);
+    let o = writeUserHeader(
+      buf,
+      4,
+      FrameKind.user,
+      id,
+      Buffer.from(recipient),
+      sender,
+      null,
+      "review.reading",
+      PayloadFormat.binary,
+      codec.fingerprint,
+    );
+    o += body.copy(buf, o);
+    buf.writeUInt32BE(o - 4, 0);
+    return buf.subarray(0, o);
+  };
+  const compressed = (id: number, body: Buffer): Buffer => {
+    const buf = Buffer.alloc(7 + body.length);
+    buf.writeUInt32BE(3 + body.length, 0);
+    buf[4] = FrameKind.userCompressed;
+    buf.writeUInt16BE(id, 5);
+    body.copy(buf, 7);
+    return buf;
+  };
+  const old: unknown[] = [];
+  c.system.spawn(new Collector(old), "old-meaning");
+  const raw = await rawPeer(c, { handshake: true, port: 23 });
+  const undecodable0 = c.remoting.stats.rejected.undecodable;
+  raw.socket.write(defining(3, "/user/old-meaning", null, payload(1)));
+  raw.socket.write(compressed(3, payload(2)));
+  await eventually(() => old.length === 2, { what: "id 3 in use" });
+  // The sender reuses id 3 for another header (as after a CLOCK eviction); this node refuses the definition.
+  raw.socket.write(defining(3, "/user/someone-else", "not a path", payload(3)));
+  // Meant for the refused header: must not reach the id's previous recipient.
+  raw.socket.write(compressed(3, payload(4)));
+  raw.socket.write(defining(0, "/user/old-meaning", null, payload(5)));
+  await eventually(() => old.some((m) => (m as Reading).value === 5), { what: "the marker" });
+  assert.deepEqual(
+    old.map((m) => (m as Reading).value),
+    [1, 2, 5],
+  );
+  assert.equal(c.remoting.stats.rejected.undecodable, undecodable0 + 2);
+  assert.equal(raw.isClosed(), false, "the connection stays up");
+  raw.socket.destroy();
+});
