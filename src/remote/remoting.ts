@@ -417,8 +417,9 @@ export class Remoting implements Extension {
       repeat.sender !== sender ||
       repeat.registration !== registration ||
       target.uid === null ||
+      // knownUid is never a lost incarnation (admit refuses those; losing the known one clears it), so this also
+      // keeps refs to lost incarnations on the general path without consulting the lost set, which only grows.
       target.uid !== association.knownUid ||
-      this.lost.size > 0 ||
       this.blackholed.size > 0 ||
       this.stopped
     ) {
@@ -590,8 +591,13 @@ export class Remoting implements Extension {
         senderUid = sender.uid;
       } else {
         senderPath = sender.path.toString();
-        senderUid =
-          sender instanceof LocalActorRef || this.system.isLocalAddress(sender.path.address) ? this.selfUid : null;
+        // This node's uid only for this system's actors: an actor of another system in the same process is a
+        // different node (or none, without remoting).
+        const ours =
+          sender instanceof LocalActorRef
+            ? sender.cell.system === this.system
+            : this.system.isLocalAddress(sender.path.address);
+        senderUid = ours ? this.selfUid : null;
       }
     }
     const writer = via.writer;

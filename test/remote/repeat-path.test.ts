@@ -7,7 +7,7 @@ import { eventually } from "../fixtures/eventually.ts";
 import { Collector, type Node, startNode } from "./fixtures/nodes.ts";
 import { rawPeer } from "./fixtures/raw-peer.ts";
 
-/** Semantics the repeated-tell fast path and the write-time surrogate check must keep (review of the hot-path work). */
+/** Semantics the repeated-tell fast path, the inline inbound path and the write-time surrogate check must keep. */
 
 class Reading {
   constructor(
