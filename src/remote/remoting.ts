@@ -109,6 +109,13 @@ interface InboundHeader {
   direct: { readonly codec: PayloadCodec; readonly proto: object } | null;
 }
 
+/** Takes back header id `defined` (0: none) of a frame that was refused: its definition never reaches the peer. */
+function forgetDefinition(association: Association, defined: number): void {
+  if (defined === 0) return;
+  association.headers.release(defined);
+  association.lastHeader = null;
+}
+
 /** Recently lost incarnations remembered, so refs to them keep failing fast. */
 const lostIncarnationsMax = 4096;
 /** Inbound sender refs cached by path and uid (temp refs of asks are not cached). */
@@ -666,27 +673,20 @@ export class Remoting implements Extension {
       );
     }
     const start = writer.offset;
-    // A header id defined for a frame that is then refused is taken back: its definition never reaches the peer.
-    const forgetDefinition = (): void => {
-      if (defined !== 0 && association !== null) {
-        association.headers.release(defined);
-        association.lastHeader = null;
-      }
-    };
     if (codec === null) {
       o += buf.write(payload!, o, "utf8");
     } else {
       try {
         o = codec.write(buf, o, message!);
       } catch (error) {
-        forgetDefinition();
+        if (association !== null) forgetDefinition(association, defined);
         if (error instanceof MessageEncodeError) this.stats_.unencodable++;
         throw error;
       }
     }
     const frameBytes = o - start - frameHeaderBytes;
     if (frameBytes > max) {
-      forgetDefinition();
+      if (association !== null) forgetDefinition(association, defined);
       throw new MessageTooLargeError(typeName, frameBytes, max);
     }
     buf[start] = frameBytes >>> 24;
