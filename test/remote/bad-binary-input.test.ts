@@ -1,13 +1,7 @@
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import { compileCodec } from "../../src/remote/codec.ts";
-import {
-  FrameKind,
-  type FrameKindValue,
-  PayloadFormat,
-  type PayloadFormatValue,
-  writeUserHeader,
-} from "../../src/remote/envelope.ts";
+import { FrameKind, type FrameKindValue, PayloadFormat, type PayloadFormatValue } from "../../src/remote/envelope.ts";
 import { headerTableSize } from "../../src/remote/header-table.ts";
 import {
   type InboundRejection,
@@ -16,6 +10,7 @@ import {
   type RemotingStats,
 } from "../../src/remote/index.ts";
 import { eventually } from "../fixtures/eventually.ts";
+import { binaryPayload, compressedFrame, definingFrame } from "./fixtures/frames.ts";
 import { Collector, type Node, startNode } from "./fixtures/nodes.ts";
 import { type RawPeer, rawPeer } from "./fixtures/raw-peer.ts";
 
@@ -55,43 +50,25 @@ after(async () => {
 });
 
 /** The binary payload of `message` as the codec writes it. */
-function payloadOf(message: object): Buffer {
-  const buf = Buffer.alloc(codec.measure(message));
-  return buf.subarray(0, codec.write(buf, 0, message));
-}
+const payloadOf = (message: object): Buffer => binaryPayload(codec, message);
 
-/** A framed user envelope with its header written out (id `headerId`), and `payload` after it. */
+/** A framed user envelope to /user/inbox with its header written out (id `headerId`), and `payload` after it. */
 function defining(
   headerId: number,
   payload: Buffer,
   options: { type?: string; format?: PayloadFormatValue; fingerprint?: number; kind?: FrameKindValue } = {},
 ): Buffer {
-  const buf = Buffer.alloc(256 + payload.length);
-  let o = writeUserHeader(
-    buf,
-    4,
-    options.kind ?? FrameKind.user,
+  return definingFrame(
     headerId,
-    Buffer.from("/user/inbox"),
-    null,
-    null,
-    options.type ?? "test.reading",
-    options.format ?? PayloadFormat.binary,
-    options.fingerprint ?? codec.fingerprint,
+    {
+      recipient: "/user/inbox",
+      typeName: options.type ?? "test.reading",
+      fingerprint: options.fingerprint ?? codec.fingerprint,
+      ...(options.format === undefined ? {} : { format: options.format }),
+      ...(options.kind === undefined ? {} : { kind: options.kind }),
+    },
+    payload,
   );
-  o += payload.copy(buf, o);
-  buf.writeUInt32BE(o - 4, 0);
-  return buf.subarray(0, o);
-}
-
-/** A framed header-compressed envelope: `[8][id][payload]`. */
-function compressed(headerId: number, payload: Buffer): Buffer {
-  const buf = Buffer.alloc(7 + payload.length);
-  buf.writeUInt32BE(3 + payload.length, 0);
-  buf[4] = FrameKind.userCompressed;
-  buf.writeUInt16BE(headerId, 5);
-  payload.copy(buf, 7);
-  return buf;
 }
 
 function rejectedSince(before: RemotingStats): Record<string, number> {
@@ -122,10 +99,10 @@ test("unknown, never-defined and out-of-range header ids are dropped and counted
   await sendThenMarker(
     raw,
     [
-      compressed(5, good), // never defined on this connection
-      compressed(0, good), // 0 means "not remembered": never valid in a compressed frame
-      compressed(headerTableSize + 1, good),
-      compressed(0xffff, good),
+      compressedFrame(5, good), // never defined on this connection
+      compressedFrame(0, good), // 0 means "not remembered": never valid in a compressed frame
+      compressedFrame(headerTableSize + 1, good),
+      compressedFrame(0xffff, good),
       defining(headerTableSize + 1, good), // a definition beyond the table
       Buffer.from([0, 0, 0, 2, FrameKind.userCompressed, 0]), // the id itself is cut off
     ],
@@ -143,11 +120,11 @@ test("a defined id carries its header: later compressed frames are delivered, an
   const raw = await rawPeer(b, { handshake: true, port: 12 });
   received.length = 0;
   raw.socket.write(defining(3, payloadOf(new Reading("first", 1))));
-  raw.socket.write(compressed(3, payloadOf(new Reading("second", 2, "é"))));
+  raw.socket.write(compressedFrame(3, payloadOf(new Reading("second", 2, "é"))));
   raw.socket.write(
     defining(3, Buffer.from(JSON.stringify({ n: 3 })), { type: "test.plain", format: PayloadFormat.json }),
   );
-  raw.socket.write(compressed(3, Buffer.from(JSON.stringify({ n: 4 }))));
+  raw.socket.write(compressedFrame(3, Buffer.from(JSON.stringify({ n: 4 }))));
   await eventually(() => received.length === 4, { what: "4 messages", describe: () => received });
   assert.deepEqual(received, [new Reading("first", 1), new Reading("second", 2, "é"), new Plain(3), new Plain(4)]);
   assert.ok(received[0] instanceof Reading && received[2] instanceof Plain);
@@ -187,7 +164,7 @@ test("a header whose payload was undecodable still defines its id; the next fram
   received.length = 0;
   const good = payloadOf(new Reading("x", 1));
   raw.socket.write(defining(9, good.subarray(0, 3)));
-  raw.socket.write(compressed(9, good));
+  raw.socket.write(compressedFrame(9, good));
   await eventually(() => received.length === 1, { what: "the compressed frame", describe: () => received });
   assert.deepEqual(rejectedSince(s0), { undecodable: 1 });
   raw.socket.destroy();

@@ -1,9 +1,9 @@
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import { AbstractBehavior, type ActorContext, ActorSystem, STOP, UniqueAddress } from "../../src/actor/index.ts";
-import { FrameKind, PayloadFormat, writeUserHeader } from "../../src/remote/envelope.ts";
 import { MessageEncodeError, MessageRegistry } from "../../src/remote/index.ts";
 import { eventually } from "../fixtures/eventually.ts";
+import { binaryPayload, compressedFrame, definingFrame } from "./fixtures/frames.ts";
 import { Collector, type Node, startNode } from "./fixtures/nodes.ts";
 import { rawPeer } from "./fixtures/raw-peer.ts";
 
@@ -110,36 +110,9 @@ class Busy extends AbstractBehavior<unknown> {
 
 test("frames after the one whose delivery closed the connection are not delivered (inline path too)", async () => {
   const codec = registry.lookupName("review.reading")!.codec!;
-  const payload = (value: number): Buffer => {
-    const buf = Buffer.alloc(codec.measure(new Reading("r", value)));
-    return buf.subarray(0, codec.write(buf, 0, new Reading("r", value)));
-  };
-  const defining = (id: number, recipient: string, body: Buffer): Buffer => {
-    const buf = Buffer.alloc(256 + body.length);
-    let o = writeUserHeader(
-      buf,
-      4,
-      FrameKind.user,
-      id,
-      Buffer.from(recipient),
-      null,
-      null,
-      "review.reading",
-      PayloadFormat.binary,
-      codec.fingerprint,
-    );
-    o += body.copy(buf, o);
-    buf.writeUInt32BE(o - 4, 0);
-    return buf.subarray(0, o);
-  };
-  const compressed = (id: number, body: Buffer): Buffer => {
-    const buf = Buffer.alloc(7 + body.length);
-    buf.writeUInt32BE(3 + body.length, 0);
-    buf[4] = FrameKind.userCompressed;
-    buf.writeUInt16BE(id, 5);
-    body.copy(buf, 7);
-    return buf;
-  };
+  const payload = (value: number): Buffer => binaryPayload(codec, new Reading("r", value));
+  const defining = (id: number, recipient: string, body: Buffer): Buffer =>
+    definingFrame(id, { recipient, typeName: "review.reading", fingerprint: codec.fingerprint }, body);
   const busy = new Busy();
   const stopping = c.system.spawn(busy, "stopping");
   const live: unknown[] = [];
@@ -157,7 +130,7 @@ test("frames after the one whose delivery closed the connection are not delivere
   });
   try {
     // One chunk: a frame for the stopping actor, then one for the live actor.
-    raw.socket.write(Buffer.concat([compressed(1, payload(3)), compressed(2, payload(4))]));
+    raw.socket.write(Buffer.concat([compressedFrame(1, payload(3)), compressedFrame(2, payload(4))]));
     await raw.closed;
     // Anything enqueued for `live` before this marker is handled before it.
     liveRef.tell("marker");
@@ -171,47 +144,20 @@ test("frames after the one whose delivery closed the connection are not delivere
 
 test("a refused redefinition of a header id takes the id's old meaning with it", async () => {
   const codec = registry.lookupName("review.reading")!.codec!;
-  const payload = (value: number): Buffer => {
-    const buf = Buffer.alloc(codec.measure(new Reading("r", value)));
-    return buf.subarray(0, codec.write(buf, 0, new Reading("r", value)));
-  };
-  const defining = (id: number, recipient: string, sender: string | null, body: Buffer): Buffer => {
-    const buf = Buffer.alloc(256 + body.length);
-    let o = writeUserHeader(
-      buf,
-      4,
-      FrameKind.user,
-      id,
-      Buffer.from(recipient),
-      sender,
-      null,
-      "review.reading",
-      PayloadFormat.binary,
-      codec.fingerprint,
-    );
-    o += body.copy(buf, o);
-    buf.writeUInt32BE(o - 4, 0);
-    return buf.subarray(0, o);
-  };
-  const compressed = (id: number, body: Buffer): Buffer => {
-    const buf = Buffer.alloc(7 + body.length);
-    buf.writeUInt32BE(3 + body.length, 0);
-    buf[4] = FrameKind.userCompressed;
-    buf.writeUInt16BE(id, 5);
-    body.copy(buf, 7);
-    return buf;
-  };
+  const payload = (value: number): Buffer => binaryPayload(codec, new Reading("r", value));
+  const defining = (id: number, recipient: string, sender: string | null, body: Buffer): Buffer =>
+    definingFrame(id, { recipient, sender, typeName: "review.reading", fingerprint: codec.fingerprint }, body);
   const old: unknown[] = [];
   c.system.spawn(new Collector(old), "old-meaning");
   const raw = await rawPeer(c, { handshake: true, port: 23 });
   const undecodable0 = c.remoting.stats.rejected.undecodable;
   raw.socket.write(defining(3, "/user/old-meaning", null, payload(1)));
-  raw.socket.write(compressed(3, payload(2)));
+  raw.socket.write(compressedFrame(3, payload(2)));
   await eventually(() => old.length === 2, { what: "id 3 in use" });
   // The sender reuses id 3 for another header (as after a CLOCK eviction); this node refuses the definition.
   raw.socket.write(defining(3, "/user/someone-else", "not a path", payload(3)));
   // Meant for the refused header: must not reach the id's previous recipient.
-  raw.socket.write(compressed(3, payload(4)));
+  raw.socket.write(compressedFrame(3, payload(4)));
   raw.socket.write(defining(0, "/user/old-meaning", null, payload(5)));
   await eventually(() => old.some((m) => (m as Reading).value === 5), { what: "the marker" });
   assert.deepEqual(
