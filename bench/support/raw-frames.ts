@@ -8,6 +8,7 @@ import {
   FrameKind,
   PayloadFormat,
   userHeaderBytesBound,
+  writeCompressedHeader,
   writeUserHeader,
 } from "../../src/remote/envelope.ts";
 import { FrameDecoder, type MessageRegistration } from "../../src/remote/index.ts";
@@ -38,9 +39,7 @@ export function envelopeFrame(
   );
   let o = 4;
   if (header.headerId > 0) {
-    buf[o] = FrameKind.userCompressed;
-    buf.writeUInt16BE(header.headerId, o + 1);
-    o += compressedHeaderBytes;
+    o = writeCompressedHeader(buf, o, header.headerId);
   } else {
     o = writeUserHeader(
       buf,

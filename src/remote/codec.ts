@@ -43,8 +43,9 @@ export interface PayloadCodec {
    */
   write(buf: Buffer, at: number, message: object): number;
   /**
-   * Refuses a string field that is not well-formed UTF-16, as {@link write} would, without writing: for a message
-   * (checked by {@link measure}) that is about to be dropped unwritten, so it is refused whatever the link's state.
+   * Refuses a string field that is not well-formed UTF-16, as {@link write} would, without writing: the general send
+   * path checks every message with it before it may drop one unwritten, so a bad value is refused whatever the
+   * link's state; only the repeated-tell path, which always writes, leaves the check to {@link write}.
    * @throws MessageEncodeError for a string with a lone surrogate
    */
   checkText(message: object): void;

@@ -44,6 +44,24 @@ export const headerStringBytesMax = 0xffff;
 /** Bytes before the payload of a {@link FrameKind.userCompressed} frame: kind and header id. */
 export const compressedHeaderBytes = 3;
 
+/** Writes the kind and header id of a {@link FrameKind.userCompressed} frame at `at`; returns where its payload starts. */
+export function writeCompressedHeader(buf: Buffer, at: number, id: number): number {
+  buf[at] = FrameKind.userCompressed;
+  buf[at + 1] = id >>> 8;
+  buf[at + 2] = id & 0xff;
+  return at + compressedHeaderBytes;
+}
+
+/** Fills in the 4-byte big-endian length of the frame that starts at `start` and ends at `end` (plain byte stores). */
+export function writeFrameLength(buf: Buffer, start: number, end: number): number {
+  const length = end - start - frameHeaderBytes;
+  buf[start] = length >>> 24;
+  buf[start + 1] = length >>> 16;
+  buf[start + 2] = length >>> 8;
+  buf[start + 3] = length;
+  return length;
+}
+
 /**
  * Upper bound of the bytes of a written-out user envelope header (length prefix included, payload excluded), from
  * string lengths alone: UTF-8 needs at most 3 bytes per UTF-16 code unit.

@@ -37,6 +37,8 @@ import {
   readUserHeader,
   userHeaderBytesBound,
   userHeaderEnd,
+  writeCompressedHeader,
+  writeFrameLength,
   writeUserHeader,
 } from "./envelope.ts";
 import {
@@ -373,14 +375,16 @@ export class Remoting implements Extension {
     let bound = 0;
     if (codec !== null) {
       // Checked before anything else, so a value the codec cannot carry is refused at send even while disconnected.
+      // (The repeated-tell path above skips the string scan: it always writes, and writing finds a lone surrogate.)
       try {
         bound = codec.measure(message as object);
+        codec.checkText(message as object);
       } catch (error) {
         if (error instanceof MessageEncodeError) this.stats_.unencodable++;
         throw error;
       }
     }
-    const association = this.writableAssociation(target, message, sender, codec);
+    const association = this.writableAssociation(target, message, sender);
     if (association === null) return;
     if (codec !== null) {
       this.writeEnvelope(
@@ -447,23 +451,16 @@ export class Remoting implements Extension {
     association.headers.touch(id);
     const buf = writer.reserve(frameHeaderBytes + compressedHeaderBytes + bound);
     const start = writer.offset;
-    let o = start + frameHeaderBytes;
-    buf[o] = FrameKind.userCompressed;
-    buf[o + 1] = id >>> 8;
-    buf[o + 2] = id & 0xff;
+    let end: number;
     try {
-      o = codec.write(buf, o + compressedHeaderBytes, message);
+      end = codec.write(buf, writeCompressedHeader(buf, start + frameHeaderBytes, id), message);
     } catch (error) {
       // Nothing was committed: the bytes written so far are overwritten by the next frame.
       if (error instanceof MessageEncodeError) this.stats_.unencodable++;
       throw error;
     }
-    const frameBytes = o - start - frameHeaderBytes;
-    buf[start] = frameBytes >>> 24;
-    buf[start + 1] = frameBytes >>> 16;
-    buf[start + 2] = frameBytes >>> 8;
-    buf[start + 3] = frameBytes;
-    writer.commit(o);
+    writeFrameLength(buf, start, end);
+    writer.commit(end);
     return true;
   }
 
@@ -485,11 +482,8 @@ export class Remoting implements Extension {
     target: RemoteActorRef,
     message: unknown,
     sender: ActorRef<unknown> | null,
-    /** The binary message's codec: a message it would refuse at write is refused before any drop, too. */
-    codec: PayloadCodec | null = null,
   ): Association | Connection | null {
     if (this.stopped) {
-      this.refuseUnwritable(codec, message);
       this.dropped(target, message, sender, "stopped");
       return null;
     }
@@ -499,12 +493,10 @@ export class Remoting implements Extension {
       // one TCP connection, whose ACKs ride on the data, as a plain request/response socket's do.
       if (reply.isOpen) {
         if (this.blackholed.size > 0 && this.blackholed.has(target.path.address.hostPort)) {
-          this.refuseUnwritable(codec, message);
           this.stats_.droppedBlackholed++;
           return null;
         }
         if (reply.writer.bufferedBytes > this.settings.maxBufferedBytes) {
-          this.refuseUnwritable(codec, message);
           this.stats_.droppedOverflow++;
           this.dropped(target, message, sender, "overflow");
           return null;
@@ -519,7 +511,6 @@ export class Remoting implements Extension {
       target.association = association;
     }
     if (this.blackholed.size > 0 && this.blackholed.has(association.key)) {
-      this.refuseUnwritable(codec, message);
       this.stats_.droppedBlackholed++;
       return null;
     }
@@ -528,14 +519,12 @@ export class Remoting implements Extension {
       ((association.knownUid !== null && association.knownUid !== target.uid) ||
         (this.lost.size > 0 && this.lost.has(`${target.path.address}#${target.uid}`)))
     ) {
-      this.refuseUnwritable(codec, message);
       this.stats_.droppedStaleUid++;
       this.dropped(target, message, sender, "staleUid");
       return null;
     }
     const mode = association.sendMode;
     if (mode === "drop") {
-      this.refuseUnwritable(codec, message);
       this.stats_.droppedWhileDisconnected++;
       this.dropped(target, message, sender, "disconnected");
       return null;
@@ -545,26 +534,11 @@ export class Remoting implements Extension {
       else association.bindOnConnect(target);
     }
     if (association.writer.bufferedBytes > this.settings.maxBufferedBytes) {
-      this.refuseUnwritable(codec, message);
       this.stats_.droppedOverflow++;
       this.dropped(target, message, sender, "overflow");
       return null;
     }
     return association;
-  }
-
-  /**
-   * A binary message about to be dropped unwritten is still refused for what only {@link PayloadCodec.write} checks
-   * (a lone surrogate), so the outcome of a bad value does not depend on the link's state.
-   */
-  private refuseUnwritable(codec: PayloadCodec | null, message: unknown): void {
-    if (codec === null) return;
-    try {
-      codec.checkText(message as object);
-    } catch (error) {
-      if (error instanceof MessageEncodeError) this.stats_.unencodable++;
-      throw error;
-    }
   }
 
   /**
@@ -652,11 +626,7 @@ export class Remoting implements Extension {
     let o: number;
     if (id !== 0 && defined === 0) {
       buf = writer.reserve(frameHeaderBytes + compressedHeaderBytes + payloadBound);
-      o = writer.offset + frameHeaderBytes;
-      buf[o] = FrameKind.userCompressed;
-      buf[o + 1] = id >>> 8;
-      buf[o + 2] = id & 0xff;
-      o += compressedHeaderBytes;
+      o = writeCompressedHeader(buf, writer.offset + frameHeaderBytes, id);
     } else {
       buf = writer.reserve(userHeaderBytesBound(target.recipientBytes, senderPath, senderUid, typeName) + payloadBound);
       o = writeUserHeader(
@@ -689,10 +659,7 @@ export class Remoting implements Extension {
       if (association !== null) forgetDefinition(association, defined);
       throw new MessageTooLargeError(typeName, frameBytes, max);
     }
-    buf[start] = frameBytes >>> 24;
-    buf[start + 1] = frameBytes >>> 16;
-    buf[start + 2] = frameBytes >>> 8;
-    buf[start + 3] = frameBytes;
+    writeFrameLength(buf, start, o);
     writer.commit(o);
   }
 

@@ -3,7 +3,7 @@
 // their shard is being handed off.
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { STOP, UniqueAddress } from "../../src/actor/index.ts";
+import { STOP } from "../../src/actor/index.ts";
 import {
   LeastLoadedAllocation,
   NoRebalance,
@@ -16,7 +16,6 @@ import {
 } from "../../src/sharding/index.ts";
 import { eventually } from "../fixtures/eventually.ts";
 import { FakeCluster, type Node } from "./fixtures/fake-cluster.ts";
-import { findId } from "./fixtures/members.ts";
 import {
   closeHolds,
   GatedSequenceBehavior,
@@ -31,43 +30,14 @@ import {
   SequenceBehavior,
   sequenceSink,
 } from "./fixtures/order.ts";
-
-function sortedNodes(nodes: Node[]): Node[] {
-  return [...nodes].sort((a, b) => UniqueAddress.compare(a.address, b.address));
-}
+import { idOwnedBy, planOver } from "./fixtures/plans.ts";
 
 const plain = { shardCount: 4, allocation: new LeastLoadedAllocation(), rebalance: new NoRebalance() };
-
-/** Waits until every node follows the coordinator's plan and it uses `owners` distinct owners. */
-async function planOver(nodes: Node[], type: string, owners: number): Promise<void> {
-  const [first] = sortedNodes(nodes);
-  await eventually(
-    () =>
-      nodes.every(
-        (n) =>
-          n.sharding.planGeneration(type) > 0 &&
-          n.sharding.planGeneration(type) === first!.sharding.planGeneration(type),
-      ) && new Set([...first!.sharding.allocations(type).values()].map(String)).size === owners,
-    {
-      what: `a plan of ${type} over ${owners} owners on every node`,
-      describe: () => nodes.map((n) => [n.sharding.planGeneration(type), n.sharding.allocations(type).size]),
-    },
-  );
-}
-
-/** An entity id of `type` whose shard `owner` owns in `view`'s plan. */
-function idOwnedBy(view: Node, type: string, owner: Node, prefix: string): string {
-  return findId(
-    prefix,
-    (id) => view.sharding.ownerFor(type, id)?.equals(owner.address) === true,
-    () => [...view.sharding.allocations(type)].map(String),
-  );
-}
 
 test("a hop-0 envelope at a node that is not the coordinator is rejected and counted, never routed", async () => {
   const cluster = new FakeCluster(orderClasses);
   try {
-    const [a, b] = sortedNodes([cluster.addNode("a-node"), cluster.addNode("b-node")]) as [Node, Node];
+    const [a, b] = cluster.addNodesInAddressOrder("a-node", "b-node") as [Node, Node];
     for (const n of [a, b]) n.sharding.init("Hop", OrderCommand, plain, (id) => new SequenceBehavior(id));
     await planOver([a, b], "Hop", 2);
     const id = idOwnedBy(a, "Hop", b, "hop");
@@ -108,11 +78,7 @@ test("a hop-0 envelope at a node that is not the coordinator is rejected and cou
 test("routes issued from a Leaving node fail closed with NoShardOwnerError and are counted; others keep routing", async () => {
   const cluster = new FakeCluster(orderClasses);
   try {
-    const [a, b, c] = sortedNodes([
-      cluster.addNode("a-node"),
-      cluster.addNode("b-node"),
-      cluster.addNode("c-node"),
-    ]) as [Node, Node, Node];
+    const [a, b, c] = cluster.addNodesInAddressOrder("a-node", "b-node", "c-node") as [Node, Node, Node];
     for (const n of [a, b, c]) n.sharding.init("FromLeaving", OrderCommand, plain, (id) => new SequenceBehavior(id));
     await planOver([a, b, c], "FromLeaving", 3);
     const onC = idOwnedBy(a, "FromLeaving", c, "fl");
@@ -197,11 +163,7 @@ test("the last role-eligible owner leaving: its shards are drained and unallocat
 test("Activate and Passivate arriving during a handoff are buffered with the shard's traffic and flushed in order", async () => {
   const cluster = new FakeCluster(orderClasses);
   try {
-    const [a, b, c] = sortedNodes([
-      cluster.addNode("a-node"),
-      cluster.addNode("b-node"),
-      cluster.addNode("c-node"),
-    ]) as [Node, Node, Node];
+    const [a, b, c] = cluster.addNodesInAddressOrder("a-node", "b-node", "c-node") as [Node, Node, Node];
     for (const n of [a, b, c]) n.sharding.init("Ctl", OrderCommand, plain, (id) => new GatedSequenceBehavior(id));
     await planOver([a, b, c], "Ctl", 3);
     // Three entities of one shard that b owns: one blocks b's drain, one is activated, one passivated, during the move.
@@ -271,11 +233,7 @@ test("Activate and Passivate arriving during a handoff are buffered with the sha
 test("an owner that becomes ineligible by being downed: its shards move without asking it to drain; traffic follows", async () => {
   const cluster = new FakeCluster(orderClasses);
   try {
-    const [a, b, c] = sortedNodes([
-      cluster.addNode("a-node"),
-      cluster.addNode("b-node"),
-      cluster.addNode("c-node"),
-    ]) as [Node, Node, Node];
+    const [a, b, c] = cluster.addNodesInAddressOrder("a-node", "b-node", "c-node") as [Node, Node, Node];
     for (const n of [a, b, c]) n.sharding.init("Downed", OrderCommand, plain, (id) => new SequenceBehavior(id));
     await planOver([a, b, c], "Downed", 3);
     const id = idOwnedBy(a, "Downed", c, "down");

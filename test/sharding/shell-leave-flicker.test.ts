@@ -2,7 +2,6 @@
 // the order of the buffer flush against the completed generation's PlanUpdate.
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { UniqueAddress } from "../../src/actor/index.ts";
 import {
   LeastLoadedAllocation,
   NoRebalance,
@@ -32,10 +31,6 @@ const settings = { shardCount: 12, allocation: new LeastLoadedAllocation(), reba
 
 type LogEntry = { kind: "delivery"; shard: number; key: string } | { kind: "plan"; update: PlanUpdate };
 
-function sortedNodes(nodes: Node[]): Node[] {
-  return [...nodes].sort((a, b) => UniqueAddress.compare(a.address, b.address));
-}
-
 /**
  * a (coordinator), b (caller), c (leaves). b sends numbered asks to every entity continuously; each time the
  * coordinator asks c to drain a shard, b also sends a burst to that shard's entities, which the coordinator must
@@ -47,11 +42,7 @@ function sortedNodes(nodes: Node[]): Node[] {
 async function leaveUnderTraffic(type: string, flicker: boolean, useGate = false) {
   const logger = recordingLogger();
   const cluster = new FakeCluster(orderClasses, { logger });
-  const [a, b, c] = sortedNodes([cluster.addNode("a-node"), cluster.addNode("b-node"), cluster.addNode("c-node")]) as [
-    Node,
-    Node,
-    Node,
-  ];
+  const [a, b, c] = cluster.addNodesInAddressOrder("a-node", "b-node", "c-node") as [Node, Node, Node];
   for (const n of [a, b, c]) n.sharding.init(type, OrderCommand, settings, (id) => new GatedSequenceBehavior(id));
   await eventually(
     () =>

@@ -1,7 +1,6 @@
 // Multi-node behaviour over the in-process fake cluster (membership driven by the test, network simulated).
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { UniqueAddress } from "../../src/actor/index.ts";
 import {
   ClusterShardingConfigurationError,
   LeastLoadedAllocation,
@@ -28,14 +27,10 @@ import {
 } from "./fixtures/order.ts";
 import { recordingLogger } from "./fixtures/tcp-nodes.ts";
 
-function sortedNodes(nodes: Node[]): Node[] {
-  return [...nodes].sort((a, b) => UniqueAddress.compare(a.address, b.address));
-}
-
 test("handoff buffer: 1,024 deliveries wait while the old owner cannot drain, the next is rejected, then FIFO flush", async () => {
   const cluster = new FakeCluster(orderClasses);
   try {
-    const [a, b] = sortedNodes([cluster.addNode("a-node"), cluster.addNode("b-node")]) as [Node, Node];
+    const [a, b] = cluster.addNodesInAddressOrder("a-node", "b-node") as [Node, Node];
     const settings = { shardCount: 4, allocation: new LeastLoadedAllocation(), rebalance: new NoRebalance() };
     for (const n of [a, b]) n.sharding.init("Buf", OrderCommand, settings, (id) => new SequenceBehavior(id));
     await eventually(
@@ -97,7 +92,7 @@ test("handoff buffer: 1,024 deliveries wait while the old owner cannot drain, th
 test("nodes with different settings for a type reject each other's envelopes", async () => {
   const cluster = new FakeCluster(orderClasses);
   try {
-    const [a, b] = sortedNodes([cluster.addNode("a-node"), cluster.addNode("b-node")]) as [Node, Node];
+    const [a, b] = cluster.addNodesInAddressOrder("a-node", "b-node") as [Node, Node];
     a.sharding.init("Mixed", OrderCommand, { shardCount: 8 }, (id) => new SequenceBehavior(id));
     b.sharding.init("Mixed", OrderCommand, { shardCount: 8, idleTimeout: 60_000 }, (id) => new SequenceBehavior(id));
     await eventually(() => a.sharding.allocations("Mixed").size === 8, { what: "a's plan" });
@@ -122,7 +117,7 @@ test("nodes with different settings for a type reject each other's envelopes", a
 test("a node that has not registered the type is not eligible and rejects envelopes for it", async () => {
   const cluster = new FakeCluster(orderClasses);
   try {
-    const [a, b] = sortedNodes([cluster.addNode("a-node"), cluster.addNode("b-node")]) as [Node, Node];
+    const [a, b] = cluster.addNodesInAddressOrder("a-node", "b-node") as [Node, Node];
     a.sharding.init("OnlyA", OrderCommand, { shardCount: 8 }, (id) => new SequenceBehavior(id));
     await eventually(() => a.sharding.allocations("OnlyA").size === 8, { what: "a's plan" });
     for (const owner of a.sharding.allocations("OnlyA").values()) assert.ok(owner.equals(a.address));
@@ -137,11 +132,7 @@ test("a node that has not registered the type is not eligible and rejects envelo
 test("a coordinator change bootstraps from the members' snapshots and publishes a higher generation", async () => {
   const cluster = new FakeCluster(orderClasses);
   try {
-    const [a, b, c] = sortedNodes([
-      cluster.addNode("a-node"),
-      cluster.addNode("b-node"),
-      cluster.addNode("c-node"),
-    ]) as [Node, Node, Node];
+    const [a, b, c] = cluster.addNodesInAddressOrder("a-node", "b-node", "c-node") as [Node, Node, Node];
     for (const n of [a, b, c])
       n.sharding.init("Boot", OrderCommand, { shardCount: 12 }, (id) => new SequenceBehavior(id));
     await eventually(
@@ -181,7 +172,7 @@ test("a coordinator change bootstraps from the members' snapshots and publishes 
 test("bad control input is rejected, counted, and never breaks the node", async () => {
   const cluster = new FakeCluster(orderClasses);
   try {
-    const [a, b] = sortedNodes([cluster.addNode("a-node"), cluster.addNode("b-node")]) as [Node, Node];
+    const [a, b] = cluster.addNodesInAddressOrder("a-node", "b-node") as [Node, Node];
     for (const n of [a, b]) n.sharding.init("Bad", OrderCommand, { shardCount: 4 }, (id) => new SequenceBehavior(id));
     await eventually(
       () =>
@@ -253,7 +244,7 @@ test("bad control input is rejected, counted, and never breaks the node", async 
 test("the genuine coordinator forwarding a shard the receiver neither owns nor has prepared is rejected and counted", async () => {
   const cluster = new FakeCluster(orderClasses);
   try {
-    const [a, b] = sortedNodes([cluster.addNode("a-node"), cluster.addNode("b-node")]) as [Node, Node];
+    const [a, b] = cluster.addNodesInAddressOrder("a-node", "b-node") as [Node, Node];
     const settings = { shardCount: 8, allocation: new LeastLoadedAllocation(), rebalance: new NoRebalance() };
     for (const n of [a, b]) n.sharding.init("Auth", OrderCommand, settings, (id) => new SequenceBehavior(id));
     await eventually(
@@ -300,7 +291,7 @@ test("the genuine coordinator forwarding a shard the receiver neither owns nor h
 test("a plan snapshot with an absurd generation is refused and counted, so the coordinator's generation stays usable", async () => {
   const cluster = new FakeCluster(orderClasses);
   try {
-    const [a, b] = sortedNodes([cluster.addNode("a-node"), cluster.addNode("b-node")]) as [Node, Node];
+    const [a, b] = cluster.addNodesInAddressOrder("a-node", "b-node") as [Node, Node];
     for (const n of [a, b]) n.sharding.init("Gen", OrderCommand, { shardCount: 4 }, (id) => new SequenceBehavior(id));
     await eventually(
       () =>
@@ -327,7 +318,7 @@ test("an allocation that refuses a member: init fails on that node and registers
   const logger = recordingLogger();
   const cluster = new FakeCluster(orderClasses, { logger });
   try {
-    const [a, b] = sortedNodes([cluster.addNode("a-node"), cluster.addNode("b-node")]) as [Node, Node];
+    const [a, b] = cluster.addNodesInAddressOrder("a-node", "b-node") as [Node, Node];
     // A weight the strategy refuses for this very node fails init, naming the field, before anything is registered.
     assert.throws(
       () =>

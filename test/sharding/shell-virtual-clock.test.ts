@@ -3,7 +3,7 @@
 // the fake network still hops by macrotask, so tests wait for messages with `eventually` and never for time.
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { type ActorRef, ManualScheduler, UniqueAddress } from "../../src/actor/index.ts";
+import { type ActorRef, ManualScheduler } from "../../src/actor/index.ts";
 import {
   EntityProvider,
   LeastLoadedAllocation,
@@ -17,10 +17,6 @@ import { FakeCluster, type Node } from "./fixtures/fake-cluster.ts";
 import { findId } from "./fixtures/members.ts";
 import { OrderCommand, OrderReply, orderClasses, Seq, SequenceBehavior, sequenceSink } from "./fixtures/order.ts";
 import { recordingLogger } from "./fixtures/tcp-nodes.ts";
-
-function sortedNodes(nodes: Node[]): Node[] {
-  return [...nodes].sort((a, b) => UniqueAddress.compare(a.address, b.address));
-}
 
 test("idle passivation on a virtual clock: after idleTimeout, activity postpones it, the next message re-activates", async () => {
   const clock = new ManualScheduler();
@@ -89,7 +85,7 @@ test("a handoff waiting for re-convergence aborts after 2 s of virtual time, rej
   const logger = recordingLogger();
   const cluster = new FakeCluster(orderClasses, { scheduler: clock, logger });
   try {
-    const [a, b] = sortedNodes([cluster.addNode("a-node"), cluster.addNode("b-node")]) as [Node, Node];
+    const [a, b] = cluster.addNodesInAddressOrder("a-node", "b-node") as [Node, Node];
     const settings = { shardCount: 4, allocation: new LeastLoadedAllocation(), rebalance: new NoRebalance() };
     for (const n of [a, b]) n.sharding.init("Settle", OrderCommand, settings, (id) => new SequenceBehavior(id));
     await pump(

@@ -2,55 +2,12 @@
 // owner's lease after its entities drained, the new owner takes the next epoch, no accepted command is lost.
 import assert from "node:assert/strict";
 import { after, test } from "node:test";
-import {
-  Database,
-  Effect,
-  type EntityContext,
-  EventSourcedBehavior,
-  EventSourcing,
-} from "../../../src/persistence/index.ts";
-import { initEventSourced } from "../../../src/sharding/persistent/index.ts";
 import { eventually } from "../../fixtures/eventually.ts";
 import { freshPostgresStore, rawClient } from "../../persistence/pg-fixture.ts";
 import { FakeCluster, type Node } from "../fixtures/fake-cluster.ts";
+import { Append, type LogCommand, LogView, logMessages, ReadLog, startLogNode } from "./fixtures/sequence-log.ts";
 
-abstract class LedgerCommand {}
-class Credit extends LedgerCommand {
-  constructor(
-    readonly op: string,
-    readonly seq: number,
-  ) {
-    super();
-  }
-}
-class Statement extends LedgerCommand {}
-class StatementReply {
-  constructor(
-    readonly seqs: number[],
-    readonly epoch: number,
-  ) {}
-}
-class Credited {
-  constructor(readonly seq: number) {}
-}
-
-class LedgerBehavior extends EventSourcedBehavior<LedgerCommand, Credited, { seqs: number[] }> {
-  emptyState() {
-    return { seqs: [] as number[] };
-  }
-  applyEvent(state: { seqs: number[] }, event: Credited) {
-    return { seqs: [...state.seqs, event.seq] };
-  }
-  handleCommand(state: { seqs: number[] }, command: LedgerCommand, ctx: EntityContext<LedgerCommand>) {
-    const reply = (s: { seqs: number[] }) => ctx.sender?.tell(new StatementReply(s.seqs, ctx.fence?.epoch ?? 0));
-    if (command instanceof Credit) {
-      return Effect.persist<Credited, { seqs: number[] }>(new Credited(command.seq), command.op).thenRun(reply);
-    }
-    return Effect.none<Credited, { seqs: number[] }>().thenRun(() => reply(state));
-  }
-}
-
-const cluster = new FakeCluster([Credit, Statement, StatementReply]);
+const cluster = new FakeCluster(logMessages);
 const pg = await freshPostgresStore("persistent_handoff");
 after(async () => {
   await cluster.shutdown();
@@ -60,25 +17,14 @@ after(async () => {
 const settings = { shardCount: 4, leaseDuration: 2_000, leaseRenewInterval: 500 };
 
 async function start(name: string): Promise<Node> {
-  const node = cluster.addNode(name);
-  const database = Database.get(node.system);
-  await database.use(pg.store);
-  database.codec.register(Credited);
-  const ledgers = EventSourcing.get(node.system).registerEntity(
-    LedgerBehavior,
-    LedgerCommand,
-    () => new LedgerBehavior(),
-    { name: "Ledger" },
-  );
-  initEventSourced(node.sharding, ledgers, settings);
-  return node;
+  return (await startLogNode(cluster, name, pg.store, settings)).node;
 }
 
 async function leaseRows(): Promise<Map<number, { owner: string; epoch: number; live: boolean }>> {
   const client = await rawClient(pg.url, pg.schema);
   try {
     const result = await client.query(
-      "SELECT shard_id, owner, epoch, lease_until_epoch_ms > movie_now_ms() AS live FROM shard_lease WHERE entity_type = 'Ledger'",
+      "SELECT shard_id, owner, epoch, lease_until_epoch_ms > movie_now_ms() AS live FROM shard_lease WHERE entity_type = 'Log'",
     );
     return new Map(
       result.rows.map((r) => [Number(r.shard_id), { owner: r.owner, epoch: Number(r.epoch), live: r.live }]),
@@ -89,16 +35,16 @@ async function leaseRows(): Promise<Map<number, { owner: string; epoch: number; 
 }
 
 /**
- * Sends credit `seq` to `id` until it is accepted, always with the same OperationId so that it applies once even
+ * Appends line `seq` to `id`'s log until it is accepted, always with the same OperationId so that it applies once even
  * when an earlier attempt was applied but its answer lost (routing fails closed while ownership moves).
  */
-async function credit(node: Node, id: string, seq: number): Promise<void> {
+async function appendLine(node: Node, id: string, seq: number): Promise<void> {
   const errors: string[] = [];
   await eventually(
     async () => {
       try {
-        const ref = node.sharding.entityRefFor<LedgerCommand>("Ledger", id);
-        await ref.ask(new Credit(`${id}-${seq}`, seq), StatementReply, 5_000);
+        const ref = node.sharding.entityRefFor<LogCommand>("Log", id);
+        await ref.ask(new Append(seq, `${id}-${seq}`), LogView, 5_000);
         return true;
       } catch (error) {
         errors.push(`${(error as Error).name}: ${(error as Error).message.slice(0, 60)}`);
@@ -106,12 +52,12 @@ async function credit(node: Node, id: string, seq: number): Promise<void> {
       }
     },
     {
-      what: `credit ${id}-${seq}`,
+      what: `line ${id}-${seq}`,
       timeoutMs: 20_000,
       describe: () => [
         errors.slice(-2),
         node.sharding.stats,
-        [...node.sharding.allocations("Ledger")].map(([s, o]) => `${s}:${o.address.system}`),
+        [...node.sharding.allocations("Log")].map(([s, o]) => `${s}:${o.address.system}`),
       ],
     },
   );
@@ -120,8 +66,8 @@ async function credit(node: Node, id: string, seq: number): Promise<void> {
 test("a graceful leave under traffic moves every shard with its lease at epoch + 1, losing no command", async () => {
   const a = await start("ledger-a");
   const ids = Array.from({ length: 8 }, (_, i) => `acct-${i}`);
-  await eventually(() => a.sharding.allocations("Ledger").size === 4, { what: "a plan on a" });
-  for (const id of ids) await credit(a, id, 0);
+  await eventually(() => a.sharding.allocations("Log").size === 4, { what: "a plan on a" });
+  for (const id of ids) await appendLine(a, id, 0);
   const before = await leaseRows();
   assert.equal(before.size, 4);
   assert.ok([...before.values()].every((r) => r.owner === a.address.toString() && r.epoch === 1 && r.live));
@@ -141,25 +87,25 @@ test("a graceful leave under traffic moves every shard with its lease at epoch +
     await audit.end();
   }
   const b = await start("ledger-b");
-  // Traffic from b (a Leaving node routes nothing) while a leaves; each entity's credits are sent in order.
+  // Traffic from b (a Leaving node routes nothing) while a leaves; each entity's lines are sent in order.
   let stop = false;
   const sent = new Map(ids.map((id) => [id, 1]));
   const traffic = Promise.all(
     ids.map(async (id) => {
       while (!stop) {
         const seq = sent.get(id)!;
-        await credit(b, id, seq);
+        await appendLine(b, id, seq);
         sent.set(id, seq + 1);
       }
     }),
   );
-  await eventually(() => b.sharding.allocations("Ledger").size === 4, { what: "a plan on b" });
+  await eventually(() => b.sharding.allocations("Log").size === 4, { what: "a plan on b" });
   await eventually(() => [...sent.values()].every((n) => n >= 3), { what: "traffic to flow" });
   a.setStatus("Leaving");
-  await eventually(() => [...a.sharding.allocations("Ledger").values()].every((owner) => owner.equals(b.address)), {
+  await eventually(() => [...a.sharding.allocations("Log").values()].every((owner) => owner.equals(b.address)), {
     what: "every shard on b",
     timeoutMs: 20_000,
-    describe: () => [...a.sharding.allocations("Ledger")],
+    describe: () => [...a.sharding.allocations("Log")],
   });
   await eventually(() => a.guardsAllow(a), { what: "the departure guard to let a go" });
   stop = true;
@@ -191,11 +137,9 @@ test("a graceful leave under traffic moves every shard with its lease at epoch +
     await changes.end();
   }
   for (const id of ids) {
-    const statement = await b.sharding
-      .entityRefFor<LedgerCommand>("Ledger", id)
-      .ask(new Statement(), StatementReply, 5_000);
+    const statement = await b.sharding.entityRefFor<LogCommand>("Log", id).ask(new ReadLog(), LogView, 5_000);
     const expected = Array.from({ length: sent.get(id)! }, (_, i) => i);
-    assert.deepEqual(statement.seqs, expected, `${id}: every accepted credit once, in order`);
-    assert.equal(statement.epoch, after.get(b.sharding.shardOf("Ledger", id))!.epoch);
+    assert.deepEqual(statement.lines, expected, `${id}: every accepted line once, in order`);
+    assert.equal(statement.epoch, after.get(b.sharding.shardOf("Log", id))!.epoch);
   }
 });
