@@ -65,11 +65,14 @@ class Ack {
 class Pong {
   constructor(readonly seq: number) {}
 }
-MessageRegistry.register(Work, { name: "bench.sharding.work" });
-MessageRegistry.register(Ping, { name: "bench.sharding.ping" });
+// The hot types declare binary fields, as in the remoting benchmark (MOVIE_BENCH_JSON=1 measures JSON payloads).
+const binary = process.env.MOVIE_BENCH_JSON === undefined;
+const seqAndText = binary ? { fields: { seq: "number", payload: "string" } as const } : {};
+MessageRegistry.register(Work, { name: "bench.sharding.work", ...seqAndText });
+MessageRegistry.register(Ping, { name: "bench.sharding.ping", ...seqAndText });
 MessageRegistry.register(Touch, { name: "bench.sharding.touch" });
-MessageRegistry.register(Ack, { name: "bench.sharding.ack" });
-MessageRegistry.register(Pong, { name: "bench.sharding.pong" });
+MessageRegistry.register(Ack, { name: "bench.sharding.ack", ...(binary ? { fields: { count: "number" } } : {}) });
+MessageRegistry.register(Pong, { name: "bench.sharding.pong", ...(binary ? { fields: { seq: "number" } } : {}) });
 
 /** Senderless Touches handled in this process (the memory run waits for all of them). */
 let touched = 0;

@@ -39,6 +39,8 @@ const handoffEntities = env("MOVIE_BENCH_HANDOFF_ENTITIES", 10_000);
 const handoffShards = 256;
 const planShards = 4_096;
 const planMembers = 100;
+/** The node processes' hot message types declare binary fields unless MOVIE_BENCH_JSON is set (bench/sharding-node.ts). */
+const payload = process.env.MOVIE_BENCH_JSON === undefined ? "binary codec" : "JSON";
 
 const nodeScript = fileURLToPath(new URL("./sharding-node.ts", import.meta.url));
 const runStarted = clock.now();
@@ -403,7 +405,7 @@ const handoffResult = await handoff();
 const totalSeconds = (clock.now() - runStarted) / 1000;
 
 console.log(
-  `cluster sharding, node processes on loopback; ${cpus().length} CPUs, Node ${process.version}; ${tellRounds} × ${tellRound} tells over ` +
+  `cluster sharding, node processes on loopback; ${cpus().length} CPUs, Node ${process.version}; ${payload} payloads; ${tellRounds} × ${tellRound} tells over ` +
     `${entitiesPerRun} entities per scenario, ${sequentialAsks} sequential asks, ${parallelAsks} asks at ${inFlight} ` +
     `in flight; ratio = value / ceiling (same run); total ${totalSeconds.toFixed(1)} s`,
 );
@@ -424,6 +426,7 @@ writeFileSync(
       bench: "sharding",
       node: process.version,
       cpus: cpus().length,
+      payload,
       totalSeconds,
       workload: {
         entitiesPerRun,

@@ -337,7 +337,7 @@ function describe(value: unknown): string {
 }
 
 /** 32-bit FNV-1a of a string's UTF-16 code units. */
-function fnv1a(text: string): number {
+export function fnv1a(text: string): number {
   let hash = 0x811c9dc5;
   for (let i = 0; i < text.length; i++) {
     hash ^= text.charCodeAt(i);

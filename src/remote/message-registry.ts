@@ -79,14 +79,7 @@ export class MessageRegistry {
       const problem = fieldListProblem(options.fields);
       if (problem !== null) throw new MessageRegistrationError(name, problem);
     }
-    const byName = this.lookupName(name);
-    const byType = this.lookupType(type);
-    if (byName !== undefined && byName.type !== type) {
-      throw new MessageRegistrationError(name, `the name is already bound to class ${byName.type.name}`);
-    }
-    if (byType !== undefined && byType.name !== name) {
-      throw new MessageRegistrationError(name, `class ${type.name} is already registered as "${byType.name}"`);
-    }
+    const byType = this.existing(type, name);
     if (byType !== undefined) {
       const before = byType.codec === null ? "" : JSON.stringify(byType.codec.fields);
       const now = options.fields === undefined ? before : JSON.stringify(compileCodec(name, options.fields).fields);
@@ -100,9 +93,42 @@ export class MessageRegistry {
       options.fields === undefined
         ? null
         : compileCodec(name, options.fields, direct ? (type.prototype as object) : Object.prototype);
-    const entry: MessageRegistration = { name, type, schema, codec, direct };
-    this.byName.set(name, entry);
-    this.byType.set(type, entry);
+    return this.add({ name, type, schema, codec, direct });
+  }
+
+  /**
+   * @internal Registers a protocol class with a hand-written binary codec that validates and builds instances itself
+   * (for a layout a field list cannot express, such as an envelope that nests another registered message). Idempotent
+   * for the same name, class and codec fingerprint.
+   * @throws MessageRegistrationError on the same conflicts as {@link register}
+   */
+  registerCodec(type: MessageClass, name: string, codec: PayloadCodec): MessageRegistration {
+    const byType = this.existing(type, name);
+    if (byType !== undefined) {
+      if (byType.codec?.fingerprint !== codec.fingerprint) {
+        throw new MessageRegistrationError(name, "the class is already registered with another codec");
+      }
+      return byType;
+    }
+    return this.add({ name, type, schema: null, codec, direct: true });
+  }
+
+  /** The registration `type` already has under `name`, if any. @throws MessageRegistrationError on a conflict */
+  private existing(type: MessageClass, name: string): MessageRegistration | undefined {
+    const byName = this.lookupName(name);
+    const byType = this.lookupType(type);
+    if (byName !== undefined && byName.type !== type) {
+      throw new MessageRegistrationError(name, `the name is already bound to class ${byName.type.name}`);
+    }
+    if (byType !== undefined && byType.name !== name) {
+      throw new MessageRegistrationError(name, `class ${type.name} is already registered as "${byType.name}"`);
+    }
+    return byType;
+  }
+
+  private add(entry: MessageRegistration): MessageRegistration {
+    this.byName.set(entry.name, entry);
+    this.byType.set(entry.type, entry);
     return entry;
   }
 

@@ -11,6 +11,7 @@ import {
   type WireMessage,
   wireNames,
 } from "./coordinator/messages.ts";
+import { decodeEncodedMessage, EncodedMessage, ShardingEnvelopeCodec } from "./envelope-codec.ts";
 import { ClusterShardingConfigurationError } from "./errors.ts";
 
 /**
@@ -68,13 +69,18 @@ export class RegistryCodec implements PayloadCodec {
 
   /** @throws EnvelopeDecodeError for an unknown tag or an invalid payload */
   decode(wire: WireMessage): unknown {
-    return this.registry.decode(wire.type, wire.payload);
+    const payload = wire.payload;
+    if (payload instanceof EncodedMessage) return decodeEncodedMessage(this.registry, wire.type, payload);
+    return this.registry.decode(wire.type, payload);
   }
 }
 
-/** Registers the sharding protocol classes under their stable dotted names (idempotent). */
+/**
+ * Registers the sharding protocol classes under their stable dotted names (idempotent). The envelope, which every
+ * routed message travels in, has a binary codec; the control messages are rare and travel as JSON.
+ */
 export function registerShardingWireTypes(registry: MessageRegistry): void {
-  registry.register(ShardingEnvelope, { name: wireNames.envelope });
+  registry.registerCodec(ShardingEnvelope, wireNames.envelope, new ShardingEnvelopeCodec(registry));
   registry.register(ShardingControlAck, { name: wireNames.controlAck });
   registry.register(PlanRequest, { name: wireNames.planRequest });
   registry.register(PlanSnapshotRequest, { name: wireNames.planSnapshotRequest });

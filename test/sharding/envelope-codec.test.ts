@@ -1,0 +1,229 @@
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import fc from "fast-check";
+import { PayloadFormat } from "../../src/remote/envelope.ts";
+import {
+  EnvelopeDecodeError,
+  MessageEncodeError,
+  MessageRegistrationError,
+  MessageRegistry,
+} from "../../src/remote/index.ts";
+import { RegistryCodec, registerShardingWireTypes } from "../../src/sharding/codec.ts";
+import { wireNames } from "../../src/sharding/coordinator/messages.ts";
+import { decodeEncodedMessage, EncodedMessage, type ShardingEnvelopeCodec } from "../../src/sharding/envelope-codec.ts";
+import { ShardingEnvelope } from "../../src/sharding/index.ts";
+import { addr } from "./fixtures/members.ts";
+
+class Deposit {
+  constructor(
+    readonly amount: number,
+    readonly note: string,
+  ) {}
+}
+class Rename {
+  constructor(readonly name: string) {}
+}
+class Other {
+  constructor(readonly x: number) {}
+}
+
+const coordinator = addr("c").toString();
+
+/** A per-test registry: Deposit in binary, Rename as JSON, plus the sharding protocol. */
+function setup(): { registry: MessageRegistry; codec: ShardingEnvelopeCodec; wire: RegistryCodec } {
+  const registry = new MessageRegistry(null);
+  registry.register(Deposit, { name: "bank.deposit", fields: { amount: "number", note: "string" } });
+  registry.register(Rename, { name: "bank.rename" });
+  registerShardingWireTypes(registry);
+  const codec = registry.lookupName(wireNames.envelope)!.codec as ShardingEnvelopeCodec;
+  return { registry, codec, wire: new RegistryCodec(registry) };
+}
+
+function envelope(message: ShardingEnvelope["message"], overrides: Partial<ShardingEnvelope> = {}): ShardingEnvelope {
+  return Object.assign(
+    new ShardingEnvelope("User", "Account", "acct-7", 12, "key", 1, coordinator, 2500, false, message, 2),
+    overrides,
+  );
+}
+
+/** Writes `value` at an odd offset of a larger buffer, checks the measured bound, and returns the written bytes. */
+function encode(codec: ShardingEnvelopeCodec, value: ShardingEnvelope): Buffer {
+  const bound = codec.measure(value);
+  codec.checkText(value);
+  const buf = Buffer.alloc(bound + 20, 0xee);
+  const end = codec.write(buf, 7, value);
+  assert.ok(end - 7 <= bound, `wrote ${end - 7} bytes, measured at most ${bound}`);
+  return Buffer.from(buf.subarray(7, end));
+}
+
+function decode(codec: ShardingEnvelopeCodec, bytes: Buffer): ShardingEnvelope {
+  const value = codec.read(bytes, 0, bytes.length, Object.prototype) as unknown;
+  assert.ok(value instanceof ShardingEnvelope);
+  return value;
+}
+
+test("an envelope round-trips with its binary user message, which stays encoded until delivered", () => {
+  const { codec, wire } = setup();
+  const sent = envelope(wire.encode(new Deposit(12.5, "rent")));
+  const back = decode(codec, encode(codec, sent));
+  const { message, ...fields } = back;
+  const { message: _, ...sentFields } = sent;
+  assert.deepEqual(fields, sentFields);
+  assert.equal(message?.type, "bank.deposit");
+  assert.ok(message?.payload instanceof EncodedMessage);
+  assert.equal(message.payload.format, PayloadFormat.binary);
+  const delivered = wire.decode(message);
+  assert.ok(delivered instanceof Deposit);
+  assert.deepEqual(delivered, new Deposit(12.5, "rent"));
+});
+
+test("a message registered without fields travels as its JSON; control kinds carry none", () => {
+  const { codec, wire } = setup();
+  const back = decode(codec, encode(codec, envelope(wire.encode(new Rename("Zoë 🚀")))));
+  assert.ok(back.message?.payload instanceof EncodedMessage);
+  assert.equal(back.message.payload.format, PayloadFormat.json);
+  assert.deepEqual(wire.decode(back.message), new Rename("Zoë 🚀"));
+  const control = decode(codec, encode(codec, envelope(null, { kind: "Activate", askTimeoutMs: null })));
+  assert.equal(control.message, null);
+  assert.equal(control.kind, "Activate");
+  assert.equal(control.askTimeoutMs, null);
+});
+
+test("a forwarded envelope writes the message bytes it received, unchanged", () => {
+  const { codec, wire } = setup();
+  for (const message of [new Deposit(1, "a"), new Rename("b")]) {
+    const first = encode(codec, envelope(wire.encode(message), { hopCount: 0, coordinator: null }));
+    const received = decode(codec, first);
+    const again = encode(codec, received);
+    assert.deepEqual(again, first, "re-encoding a received envelope gives the same bytes");
+    const forwarded = encode(codec, received.forwarded(addr("c"), false));
+    const hop = decode(codec, forwarded);
+    assert.equal(hop.hopCount, 1);
+    assert.deepEqual(wire.decode(hop.message!), message);
+  }
+});
+
+test("a hand-built payload that is not an instance of its class travels as JSON and is validated on delivery", () => {
+  const { registry, codec, wire } = setup();
+  const back = decode(codec, encode(codec, envelope({ type: "bank.deposit", payload: { amount: 3, note: "x" } })));
+  assert.equal((back.message!.payload as EncodedMessage).format, PayloadFormat.json);
+  const value = wire.decode(back.message!);
+  assert.ok(value instanceof Deposit, "rebuilt as the registered class");
+  const unknown = decode(codec, encode(codec, envelope({ type: "no.such.type", payload: {} })));
+  assert.throws(
+    () => wire.decode(unknown.message!),
+    (e: unknown) => e instanceof EnvelopeDecodeError && e.reason === "unknownType",
+  );
+  // The same name declared with other fields on the receiving node: refused, not misread.
+  const stranger = new MessageRegistry(null);
+  stranger.register(Deposit, { name: "bank.deposit", fields: { amount: "int32", note: "string" } });
+  const binary = decode(codec, encode(codec, envelope(wire.encode(new Deposit(2, "y"))))).message!;
+  assert.throws(
+    () => decodeEncodedMessage(stranger, binary.type, binary.payload as EncodedMessage),
+    (e: unknown) => e instanceof EnvelopeDecodeError && e.reason === "undecodable" && /other fields/.test(e.message),
+  );
+  const notJson = new EncodedMessage(PayloadFormat.json, 0, Buffer.from("{nope"));
+  assert.throws(
+    () => decodeEncodedMessage(registry, "bank.rename", notJson),
+    (e: unknown) => e instanceof EnvelopeDecodeError && e.reason === "undecodable" && /not JSON/.test(e.message),
+  );
+});
+
+test("every truncation or corruption of an envelope is a typed undecodable error", () => {
+  const { codec, wire } = setup();
+  const bytes = encode(codec, envelope(wire.encode(new Deposit(7, "seven"))));
+  for (let cut = 0; cut < bytes.length; cut++) {
+    assert.throws(
+      () => codec.read(bytes, 0, cut, Object.prototype),
+      (e: unknown) => e instanceof EnvelopeDecodeError && e.reason === "undecodable",
+      `cut at ${cut}`,
+    );
+  }
+  const longer = Buffer.concat([bytes, Buffer.from([0])]);
+  assert.throws(() => codec.read(longer, 0, longer.length, Object.prototype), EnvelopeDecodeError);
+  const pastEnd = Buffer.from(bytes);
+  pastEnd.writeUInt32BE(bytes.length, 0);
+  assert.throws(() => codec.read(pastEnd, 0, pastEnd.length, Object.prototype), /runs past the frame/);
+  const badFormat = Buffer.from(bytes);
+  badFormat[4 + 2 + "bank.deposit".length] = 9;
+  assert.throws(() => codec.read(badFormat, 0, badFormat.length, Object.prototype), /unknown nested message format 9/);
+  // Any byte flipped: a typed error or a well-formed envelope, never anything else.
+  fc.assert(
+    fc.property(fc.nat({ max: bytes.length - 1 }), fc.nat({ max: 255 }), (at, value) => {
+      const corrupt = Buffer.from(bytes);
+      corrupt[at] = value;
+      try {
+        assert.ok(codec.read(corrupt, 0, corrupt.length, Object.prototype) instanceof ShardingEnvelope);
+      } catch (error) {
+        assert.ok(error instanceof EnvelopeDecodeError, String(error));
+      }
+    }),
+  );
+});
+
+test("envelope fields are validated on receipt as the JSON form was", () => {
+  const { codec } = setup();
+  const cases: [Partial<ShardingEnvelope>, RegExp][] = [
+    [{ kind: "Teleport" as ShardingEnvelope["kind"] }, /kind/],
+    [{ entityId: "" }, /entityId/],
+    [{ shardId: -1 }, /shardId/],
+    [{ coordinator: "not an address" }, /coordinator/],
+    [{ askTimeoutMs: -5 }, /askTimeoutMs/],
+  ];
+  for (const [override, field] of cases) {
+    const bytes = encode(codec, envelope({ type: "bank.rename", payload: { name: "n" } }, override));
+    assert.throws(
+      () => codec.read(bytes, 0, bytes.length, Object.prototype),
+      (e: unknown) => e instanceof EnvelopeDecodeError && e.reason === "undecodable" && field.test(e.message),
+      JSON.stringify(override),
+    );
+  }
+  const noMessage = encode(codec, envelope(null));
+  assert.throws(() => codec.read(noMessage, 0, noMessage.length, Object.prototype), /needs a message/);
+});
+
+test("values the envelope cannot carry are refused at send with MessageEncodeError", () => {
+  const { codec, wire } = setup();
+  assert.throws(() => codec.measure(envelope({ type: "x".repeat(1025), payload: {} })), MessageEncodeError);
+  assert.throws(() => codec.measure(envelope({ type: "", payload: {} })), MessageEncodeError);
+  const wrongField = envelope(wire.encode(new Deposit(1, "ok")));
+  (wrongField.message!.payload as { amount: unknown }).amount = "one";
+  assert.throws(() => codec.measure(wrongField), MessageEncodeError);
+  const loneInPayload = envelope(wire.encode(new Deposit(1, "\ud800")));
+  codec.measure(loneInPayload);
+  assert.throws(() => codec.checkText(loneInPayload), MessageEncodeError);
+  const loneInId = envelope(null, { kind: "Activate", entityId: "id-\udc00" });
+  codec.measure(loneInId);
+  assert.throws(() => codec.checkText(loneInId), MessageEncodeError);
+});
+
+test("the measured bound holds for any names and payloads", () => {
+  const { codec, wire } = setup();
+  fc.assert(
+    fc.property(
+      fc.string({ unit: "grapheme", minLength: 1, maxLength: 30 }),
+      fc.string({ unit: "grapheme", maxLength: 60 }),
+      fc.double(),
+      fc.boolean(),
+      (id, note, amount, json) => {
+        const message = json ? new Rename(note) : new Deposit(amount, note);
+        const sent = envelope(wire.encode(message), { entityId: id });
+        const back = decode(codec, encode(codec, sent));
+        assert.equal(back.entityId, id);
+        assert.deepEqual(wire.decode(back.message!), message);
+      },
+    ),
+  );
+});
+
+test("the envelope codec registers once per registry and refuses a conflicting registration", () => {
+  const registry = new MessageRegistry(null);
+  registerShardingWireTypes(registry);
+  const first = registry.lookupName(wireNames.envelope);
+  registerShardingWireTypes(registry);
+  assert.equal(registry.lookupName(wireNames.envelope), first, "idempotent");
+  const json = new MessageRegistry(null);
+  json.register(ShardingEnvelope, { name: wireNames.envelope });
+  assert.throws(() => registerShardingWireTypes(json), MessageRegistrationError);
+  assert.throws(() => registry.registerCodec(Other, wireNames.envelope, first!.codec!), /already bound/);
+});
