@@ -190,6 +190,32 @@ test("binding a non-loopback host without a secret is a loud warning; loopback o
   assert.equal(insecureBindingWarning(resolveRemotingSettings({ host: "localhost", port: 1 })), null);
 });
 
+test("enableRemoting on a non-loopback host without a secret logs the warning; with a secret or on loopback it does not", async () => {
+  const { ActorSystem } = await import("../../src/actor/index.ts");
+  const { CapturingLogger } = await import("../actor/support.ts");
+  const loud = (logger: InstanceType<typeof CapturingLogger>) =>
+    logger.records.filter(
+      (r) => (r.level === "warn" || r.level === "error") && /REMOTING IS OPEN.*0\.0\.0\.0/.test(r.message),
+    );
+  const cases = [
+    { host: "0.0.0.0", secret: undefined, warned: 1 },
+    { host: "0.0.0.0", secret: "s", warned: 0 },
+    { host: "127.0.0.1", secret: undefined, warned: 0 },
+  ];
+  for (const { host, secret, warned } of cases) {
+    const logger = new CapturingLogger();
+    const system = ActorSystem.create("exposed", { logger });
+    try {
+      await system.enableRemoting({ host, port: 0, ...(secret === undefined ? {} : { secret }) });
+      const any = logger.records.filter((r) => /REMOTING IS OPEN/.test(r.message));
+      assert.equal(loud(logger).length, warned, `${host} ${secret === undefined ? "without" : "with"} a secret`);
+      assert.equal(any.length, warned);
+    } finally {
+      await system.terminate();
+    }
+  }
+});
+
 test("system messages: a duplicate sequence number is acknowledged but applied once; a gap is reported", async () => {
   const { encodeControlFrame, readControlFrame } = await import("../../src/remote/envelope.ts");
   const { FrameDecoder } = await import("../../src/remote/frame.ts");

@@ -99,6 +99,34 @@ test("the handshake authenticates both sides with HMAC over both nonces; the sec
   assert.ok(challenge.ok && !JSON.stringify(challenge.next).includes("s3cret"));
 });
 
+test("a handshake proof is bound to both nonces: replayed under another client or server nonce it is refused", () => {
+  const secret = "s3cret";
+  const reason = (r: { ok: true } | { ok: false; error: { reason: string } }) => (r.ok ? "ok" : r.error.reason);
+  // One complete exchange: client nonce n1, server nonce n2.
+  const hello = makeHello(client, "srv", "n1");
+  const challenge = answerHello(server, secret, hello, "n2");
+  assert.ok(challenge.ok);
+  const confirm = answerChallenge(client, secret, "srv", hello, challenge.next);
+  assert.ok(confirm.ok);
+  assert.equal(reason(checkConfirm(server, secret, hello, challenge.next, confirm.next)), "ok");
+
+  // The server's proof, replayed to a client that said hello with a fresh nonce.
+  const freshHello = makeHello(client, "srv", "n1-fresh");
+  assert.equal(reason(answerChallenge(client, secret, "srv", freshHello, challenge.next)), "authentication");
+  // The server's proof, replayed with another server nonce beside it.
+  const otherServerNonce = { ...challenge.next, nonce: "n2-other" };
+  assert.equal(reason(answerChallenge(client, secret, "srv", hello, otherServerNonce)), "authentication");
+
+  // The client's confirm, replayed with the recorded hello on a new connection: the server picks a new nonce.
+  const replayed = answerHello(server, secret, hello, "n3");
+  assert.ok(replayed.ok);
+  assert.equal(reason(checkConfirm(server, secret, hello, replayed.next, confirm.next)), "authentication");
+  // The client's confirm, replayed after another client nonce (the server's nonce happening to repeat).
+  const other = answerHello(server, secret, freshHello, "n2");
+  assert.ok(other.ok);
+  assert.equal(reason(checkConfirm(server, secret, freshHello, other.next, confirm.next)), "authentication");
+});
+
 test("the handshake refuses another version, system name or cluster name", () => {
   const hello = makeHello(client, "srv", "n1");
   const bad = (doc: object) => {

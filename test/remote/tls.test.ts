@@ -7,6 +7,7 @@ import { test } from "node:test";
 import { eventually } from "../fixtures/eventually.ts";
 import { Ping, Pong } from "./fixtures/messages.ts";
 import { Collector, EchoBehavior, startNode } from "./fixtures/nodes.ts";
+import { rawPeer } from "./fixtures/raw-peer.ts";
 
 /** A throwaway CA and one node certificate for 127.0.0.1 (both client and server use), made with openssl. */
 function makeCertificates(dir: string, name: string): { key: Buffer; cert: Buffer; ca: Buffer } {
@@ -80,6 +81,43 @@ test("mutual TLS: nodes with certificates from the shared CA talk; others are re
     assert.equal(got.length, 0);
   } finally {
     await Promise.all([a, b, plain, stranger].map((n) => n.system.terminate()));
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test("mutual TLS: a client that trusts the CA but presents no certificate, or an untrusted one, is refused", {
+  skip: !hasOpenssl,
+}, async () => {
+  const dir = mkdtempSync(join(tmpdir(), "movie-tls-"));
+  const good = makeCertificates(dir, "good");
+  const rogue = makeCertificates(dir, "rogue");
+  const b = await startNode("tls-guarded", { tls: good });
+  try {
+    const got: unknown[] = [];
+    b.system.spawn(new Collector(got), "inbox");
+    // The server's certificate checks out for both clients; only the server's check of theirs can refuse them.
+    const clients = [
+      { what: "no client certificate", tls: { ca: good.ca } },
+      { what: "a certificate from another CA", tls: { ca: good.ca, key: rogue.key, cert: rogue.cert } },
+    ];
+    for (const [i, client] of clients.entries()) {
+      const failed0 = b.remoting.stats.handshakesFailed;
+      // The remoting handshake would succeed without a secret, so only TLS stands between this client and the actor.
+      await assert.rejects(
+        rawPeer(b, { handshake: true, port: 10 + i, tls: client.tls }),
+        /closed/,
+        `${client.what}: the connection must not get through the handshake`,
+      );
+      await eventually(() => b.remoting.stats.handshakesFailed === failed0 + 1, {
+        what: `the refusal of the client with ${client.what} counted`,
+        describe: () => b.remoting.stats,
+      });
+    }
+    assert.equal(b.remoting.stats.handshakesOk, 0);
+    assert.equal(b.remoting.stats.delivered, 0);
+    assert.equal(got.length, 0);
+  } finally {
+    await b.system.terminate();
     rmSync(dir, { recursive: true, force: true });
   }
 });

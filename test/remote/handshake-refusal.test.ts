@@ -1,0 +1,171 @@
+// Handshake refusals over real TCP: a node refuses a peer of another cluster (nothing is delivered, the association
+// never comes up), and a client refuses a server that answers with another protocol version or cluster name.
+import assert from "node:assert/strict";
+import { connect, createServer, type Socket } from "node:net";
+import { test } from "node:test";
+import { ActorSystem, Address, UniqueAddress } from "../../src/actor/index.ts";
+import { encodeControlFrame, FrameKind, readControlFrame } from "../../src/remote/envelope.ts";
+import { HandshakeError } from "../../src/remote/errors.ts";
+import { FrameDecoder } from "../../src/remote/frame.ts";
+import { makeHello, protocolVersion } from "../../src/remote/handshake.ts";
+import type { AssociationEvent, Remoting } from "../../src/remote/index.ts";
+import { CapturingLogger } from "../actor/support.ts";
+import { eventually } from "../fixtures/eventually.ts";
+import { Ping } from "./fixtures/messages.ts";
+import { Collector } from "./fixtures/nodes.ts";
+
+interface LoggedNode {
+  system: ActorSystem;
+  remoting: Remoting;
+  logger: CapturingLogger;
+  events: AssociationEvent[];
+}
+
+async function startLoggedNode(name: string, clusterName: string): Promise<LoggedNode> {
+  const logger = new CapturingLogger();
+  const system = ActorSystem.create(name, { logger });
+  const remoting = await system.enableRemoting({ host: "127.0.0.1", port: 0, clusterName });
+  const events: AssociationEvent[] = [];
+  remoting.subscribe((event) => events.push(event));
+  return { system, remoting, logger, events };
+}
+
+/** The handshake failures `node` logged, as "role:reason". */
+function handshakeFailures(node: LoggedNode): string[] {
+  return node.logger.records
+    .filter((r) => r.message === "remoting handshake failed")
+    .map((r) => {
+      const { role, error } = r.context as { role?: string; error?: unknown };
+      return `${role}:${error instanceof HandshakeError ? error.reason : "?"}`;
+    });
+}
+
+test("a peer of another cluster is refused by the server over TCP: nothing is delivered, no association comes up", async () => {
+  const blue = await startLoggedNode("cluster-blue", "blue");
+  const green = await startLoggedNode("cluster-green", "green");
+  try {
+    const got: unknown[] = [];
+    green.system.spawn(new Collector(got), "inbox");
+    blue.system.actorSelection(`${green.system.address}/user/inbox`).tell(new Ping(1));
+    // Two refusals on the refusing side: the first attempt and a reconnect after backoff were both turned away.
+    await eventually(() => green.remoting.stats.handshakesFailed >= 2 && blue.remoting.stats.handshakesFailed >= 2, {
+      what: "two refused handshakes on each side",
+      timeoutMs: 5000,
+      describe: () => ({ blue: blue.remoting.stats, green: green.remoting.stats }),
+    });
+    blue.system.actorSelection(`${green.system.address}/user/inbox`).tell(new Ping(2));
+    assert.ok(handshakeFailures(green).includes("server:clusterName"), `green logged ${handshakeFailures(green)}`);
+    assert.ok(handshakeFailures(blue).includes("client:clusterName"), `blue logged ${handshakeFailures(blue)}`);
+    assert.equal(green.remoting.stats.handshakesOk, 0);
+    assert.equal(blue.remoting.stats.handshakesOk, 0);
+    assert.equal(green.remoting.stats.delivered, 0);
+    assert.equal(got.length, 0);
+    assert.notEqual(blue.remoting.peerInfo(green.remoting.selfAddress)?.state, "up");
+    assert.equal(green.remoting.peerInfo(blue.remoting.selfAddress), null);
+    assert.deepEqual([...blue.events, ...green.events], []);
+    // Both pings were dropped and counted: the first was buffered for a connection that never came, the second
+    // found the association in backoff.
+    assert.equal(blue.remoting.stats.droppedWhileDisconnected, 2);
+  } finally {
+    await Promise.all([blue.system.terminate(), green.system.terminate()]);
+  }
+});
+
+test("a client refuses a server that answers with another protocol version or cluster name", async () => {
+  // A hand-written server: the first connection answers the hello with protocol 99, the second with cluster
+  // "other", the third correctly (the control: this client does confirm a valid challenge); later ones are cut.
+  const received: { connection: number; doc: Record<string, unknown> }[] = [];
+  const sockets = new Set<Socket>();
+  let connections = 0;
+  const server = createServer((socket) => {
+    const connection = ++connections;
+    sockets.add(socket);
+    socket.on("close", () => sockets.delete(socket));
+    socket.on("error", () => {});
+    const decoder = new FrameDecoder();
+    socket.on("data", (chunk: Buffer) => {
+      for (const frame of decoder.push(chunk)) {
+        const doc = readControlFrame(frame);
+        received.push({ connection, doc });
+        if (doc.step !== "hello") continue;
+        if (connection > 3) {
+          socket.destroy();
+          return;
+        }
+        const challenge = {
+          step: "challenge",
+          version: connection === 1 ? 99 : protocolVersion,
+          system: "fake",
+          cluster: connection === 2 ? "other" : "",
+          from: self.toString(),
+          nonce: "00ff",
+          proof: "",
+        };
+        socket.write(encodeControlFrame(FrameKind.handshake, challenge));
+      }
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", () => resolve()));
+  const port = (server.address() as { port: number }).port;
+  const self = new UniqueAddress(Address.tcp("fake", "127.0.0.1", port), "00000000000000aa");
+  const client = await startLoggedNode("picky-client", "");
+  try {
+    client.system.actorSelection(`${self.address}/user/anyone`).tell(new Ping(1));
+    await eventually(() => received.some((r) => r.connection === 3 && r.doc.step === "confirm"), {
+      what: "the client to answer the first two challenges and confirm the third",
+      describe: () => received,
+    });
+    const answers = received.filter((r) => r.doc.step !== "hello" && r.connection <= 3);
+    assert.deepEqual(
+      answers.map((r) => [r.connection, r.doc.step, r.doc.reason]),
+      [
+        [1, "reject", "version"],
+        [2, "reject", "clusterName"],
+        [3, "confirm", undefined],
+      ],
+    );
+    const failures = handshakeFailures(client);
+    assert.deepEqual(failures.slice(0, 2), ["client:version", "client:clusterName"]);
+    assert.equal(client.remoting.stats.handshakesOk, 0);
+    assert.deepEqual(client.events, []);
+  } finally {
+    await client.system.terminate();
+    for (const socket of sockets) socket.destroy();
+    await new Promise<void>((resolve) => server.close(() => resolve()));
+  }
+});
+
+test("a client speaking another protocol version is refused by the server over TCP and told why", async () => {
+  const node = await startLoggedNode("version-server", "");
+  try {
+    const got: unknown[] = [];
+    node.system.spawn(new Collector(got), "inbox");
+    const { host, port } = node.remoting.selfAddress.address;
+    const socket = connect({ host: host!, port: port! });
+    socket.on("error", () => {});
+    const closed = new Promise<void>((resolve) => socket.on("close", () => resolve()));
+    const replies: Record<string, unknown>[] = [];
+    const decoder = new FrameDecoder();
+    socket.on("data", (chunk: Buffer) => {
+      for (const frame of decoder.push(chunk)) replies.push(readControlFrame(frame));
+    });
+    const identity = {
+      system: "old",
+      cluster: "",
+      uniqueAddress: new UniqueAddress(Address.tcp("old", "127.0.0.1", 1), "00000000000000bb"),
+    };
+    const hello = { ...makeHello(identity, node.system.name, "aabb"), version: protocolVersion + 1 };
+    socket.write(encodeControlFrame(FrameKind.handshake, hello));
+    await closed;
+    assert.deepEqual(
+      replies.map((r) => [r.step, r.reason]),
+      [["reject", "version"]],
+    );
+    assert.equal(node.remoting.stats.handshakesFailed, 1);
+    assert.equal(node.remoting.stats.handshakesOk, 0);
+    assert.deepEqual(handshakeFailures(node), ["server:version"]);
+    assert.equal(got.length, 0);
+  } finally {
+    await node.system.terminate();
+  }
+});
