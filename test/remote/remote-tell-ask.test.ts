@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import { ActorPath, AskCancelledError, AskTimeoutError } from "../../src/actor/index.ts";
-import { RemoteActorRef, RemoteAskError, Remoting } from "../../src/remote/index.ts";
+import { RemoteActorRef, RemoteAskError, RemoteAskFailedError, Remoting } from "../../src/remote/index.ts";
 import { eventually } from "../fixtures/eventually.ts";
 import { Fail, Forward, Origin, Ping, Pong, Sequenced, Slow, WhoAmI } from "./fixtures/messages.ts";
 import { Collector, EchoBehavior, type Node, startNode } from "./fixtures/nodes.ts";
@@ -64,6 +64,22 @@ test("a remote receive that throws rejects the ask with RemoteAskError carrying 
     assert.equal(error.remoteMessage, "boom");
     return true;
   });
+});
+
+test("the issue's RemoteAskFailedError is the same class as RemoteAskError, as a value and as a type", async () => {
+  b.system.spawn(new EchoBehavior(), "failed-thrower");
+  const ref = a.system.actorSelection(`${b.system.address}/user/failed-thrower`);
+  let caught: unknown = null;
+  await ref.ask(new Fail("kaput"), Pong, 3000).catch((error: unknown) => {
+    caught = error;
+  });
+  assert.ok(caught instanceof RemoteAskFailedError, `rejected with ${String(caught)}`);
+  // Used as a type: this line stops compiling (npx tsc) if RemoteAskFailedError is only a value.
+  const failed: RemoteAskFailedError = caught;
+  assert.ok(failed instanceof RemoteAskError);
+  assert.equal(failed.remoteClass, "RangeError");
+  assert.equal(failed.remoteMessage, "kaput");
+  assert.equal(RemoteAskFailedError, RemoteAskError);
 });
 
 test("a remote ask times out and can be cancelled; the temp reply actor is freed", async () => {
