@@ -393,11 +393,12 @@ test("reconnect attempts back off: each retry waits at least the growing backoff
     const seen = accepted.length;
     const connectAttempts = a.remoting.stats.connectAttempts;
     // Attempt k+1 starts after attempt k was closed (after its accept) plus the backoff of retry k, which is at least
-    // minMs * factor^k less the jitter; a slow machine only makes the gaps longer. 1 ms allows for timer rounding.
+    // minMs * factor^k less the jitter; a slow machine only makes the gaps longer. 2 ms allow for timers that count
+    // whole milliseconds.
     const { minMs, factor, jitter } = backoffDefaults;
     for (let k = 0; k + 1 < attempts; k++) {
       const gap = accepted[k + 1]! - accepted[k]!;
-      const least = minMs * factor ** k * (1 - jitter) - 1;
+      const least = minMs * factor ** k * (1 - jitter) - 2;
       assert.ok(gap >= least, `retry ${k} came ${gap.toFixed(1)} ms after the attempt before, expected >= ${least} ms`);
     }
     // No attempts beside the ones the listener saw (one may be on its way).
