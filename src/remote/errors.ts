@@ -96,8 +96,14 @@ export class RemoteAskError extends Error {
   }
 }
 
-/** The issue's name for {@link RemoteAskError}; the same class. */
+/**
+ * Another name for {@link RemoteAskError} (the name the remoting issue uses): the same class, usable as a value
+ * (`error instanceof RemoteAskFailedError`) and as a type (`let e: RemoteAskFailedError`). Errors it names still
+ * report `name === "RemoteAskError"`.
+ */
 export const RemoteAskFailedError = RemoteAskError;
+/** The instance type of {@link RemoteAskFailedError}, which is {@link RemoteAskError}. */
+export type RemoteAskFailedError = RemoteAskError;
 
 /** A remote message could not be sent: no connection (at-most-once, never replayed), or the peer's node uid changed. */
 export class RemoteDeliveryError extends Error {

@@ -1,4 +1,5 @@
 import assert from "node:assert/strict";
+import { createServer } from "node:net";
 import { test } from "node:test";
 import {
   AbstractBehavior,
@@ -8,7 +9,7 @@ import {
   STOP,
   Terminated,
 } from "../../src/actor/index.ts";
-import { type AssociationEvent, RemoteActorRef, RemoteDeliveryError } from "../../src/remote/index.ts";
+import { type AssociationEvent, backoffDefaults, RemoteActorRef, RemoteDeliveryError } from "../../src/remote/index.ts";
 import { eventually } from "../fixtures/eventually.ts";
 import { Ping, Pong } from "./fixtures/messages.ts";
 import { Collector, EchoBehavior, startNode } from "./fixtures/nodes.ts";
@@ -19,6 +20,25 @@ class Watcher extends AbstractBehavior<ActorRef<unknown>> {
   }
   receive(target: ActorRef<unknown>, ctx: ActorContext<ActorRef<unknown>>): void {
     ctx.watch(target);
+  }
+  override receiveSignal(signal: Signal): void {
+    if (signal instanceof Terminated) this.terminated.push(signal);
+  }
+}
+
+/** Watches or unwatches the ref it is told to, and records the Terminated signals it gets. */
+class WatchControl extends AbstractBehavior<
+  { readonly watch: ActorRef<unknown> } | { readonly unwatch: ActorRef<unknown> }
+> {
+  constructor(readonly terminated: Terminated[]) {
+    super();
+  }
+  receive(
+    command: { readonly watch: ActorRef<unknown> } | { readonly unwatch: ActorRef<unknown> },
+    ctx: ActorContext<unknown>,
+  ): void {
+    if ("watch" in command) ctx.watch(command.watch);
+    else ctx.unwatch(command.unwatch);
   }
   override receiveSignal(signal: Signal): void {
     if (signal instanceof Terminated) this.terminated.push(signal);
@@ -247,5 +267,146 @@ test("a ref made with anyIncarnation follows a restarted peer instead of failing
     });
   } finally {
     await Promise.all([a.system.terminate(), b.system.terminate()]);
+  }
+});
+
+test("remote unwatch: a remote actor stopped after its watcher unwatched it sends no Terminated", async () => {
+  const a = await startNode("uw-a");
+  const b = await startNode("uw-b");
+  try {
+    b.system.spawn(new EchoBehavior(), "first");
+    const second = b.system.spawn(new EchoBehavior(), "second");
+    const remoteFirst = a.system.actorSelection(`${b.system.address}/user/first`);
+    const remoteSecond = a.system.actorSelection(second.path.toString());
+    assert.equal((await remoteFirst.ask(new Ping(1), Pong, 3000)).n, 1);
+    const terminated: Terminated[] = [];
+    const watcher = a.system.spawn(new WatchControl(terminated), "watcher");
+    watcher.tell({ watch: remoteFirst });
+    watcher.tell({ unwatch: remoteFirst });
+    await eventually(
+      () =>
+        b.remoting.stats.systemDelivered === 2 &&
+        a.remoting.peerInfo(b.remoting.selfAddress)?.pendingSystemMessages === 0,
+      { what: "watch and unwatch applied at B and acknowledged", describe: () => b.remoting.stats },
+    );
+    // Stopped on its own node: had B kept A's watch, its Terminated would now be queued towards A.
+    b.system.findLocal(["user", "first"])!.sendSystem(STOP);
+    await eventually(() => b.system.findLocal(["user", "first"]) === null, { what: "first stopped" });
+    // The marker: a second watched actor's Terminated travels behind anything about the first (system messages are
+    // sequenced per association), so once it is here a Terminated for the first would have arrived before it.
+    watcher.tell({ watch: remoteSecond });
+    remoteSecond.sendSystem(STOP);
+    await eventually(() => terminated.length >= 1, {
+      what: "Terminated of the second actor",
+      describe: () => ({ a: a.remoting.stats, b: b.remoting.stats }),
+    });
+    assert.deepEqual(
+      terminated.map((t) => t.ref.path.toString()),
+      [second.path.toString()],
+    );
+    // The watcher's own cell would drop a stray Terminated for an unwatched ref, so count what crossed the wire:
+    // B sent A one system message, and A applied one.
+    assert.equal(b.remoting.stats.systemSent, 1, "B sent a Terminated for the unwatched actor");
+    assert.equal(a.remoting.stats.systemDelivered, 1, "A received a Terminated for the unwatched actor");
+  } finally {
+    await Promise.all([a.system.terminate(), b.system.terminate()]);
+  }
+});
+
+test("a system message re-sent after a reconnect is applied once; the receiver drops the duplicate", async () => {
+  const a = await startNode("dup-a");
+  const b = await startNode("dup-b");
+  try {
+    const target = b.system.spawn(new EchoBehavior(), "target");
+    const remote = a.system.actorSelection(target.path.toString());
+    await remote.ask(new Ping(1), Pong, 3000);
+    const terminated: Terminated[] = [];
+    a.system.spawn(new Watcher(terminated), "watcher").tell(remote);
+    await eventually(
+      () =>
+        b.remoting.stats.systemDelivered === 1 &&
+        a.remoting.peerInfo(b.remoting.selfAddress)?.pendingSystemMessages === 0,
+      { what: "watch applied and acknowledged" },
+    );
+    // STOP is written to the open connection (it is flushed after this synchronous block), and A then ignores all
+    // that B sends, so B applies the STOP but its ack never reaches A: A has to send it again.
+    remote.sendSystem(STOP);
+    a.remoting.blackhole(b.remoting.selfAddress);
+    await eventually(
+      () =>
+        b.remoting.stats.systemDelivered === 2 &&
+        b.system.findLocal(["user", "target"]) === null &&
+        // B's ack of the STOP and B's Terminated for the watcher (nothing else B sends is blackholed).
+        a.remoting.stats.droppedBlackholed >= 2,
+      {
+        what: "STOP applied at B, its ack dropped at A",
+        describe: () => ({ a: a.remoting.stats, b: b.remoting.stats }),
+      },
+    );
+    assert.equal(a.remoting.peerInfo(b.remoting.selfAddress)?.pendingSystemMessages, 1);
+    const resent0 = a.remoting.stats.systemResent;
+    a.remoting.disconnect(b.remoting.selfAddress);
+    assert.equal(a.remoting.peerInfo(b.remoting.selfAddress)?.state, "backoff");
+    // Nothing is re-sent here (there is no connection): the STOP goes again once the association is back.
+    a.remoting.unblackhole(b.remoting.selfAddress);
+    assert.equal(a.remoting.stats.systemResent, resent0);
+    await eventually(
+      () => terminated.length === 1 && a.remoting.peerInfo(b.remoting.selfAddress)?.pendingSystemMessages === 0,
+      {
+        what: "reconnect, STOP acknowledged, Terminated delivered",
+        describe: () => ({ a: a.remoting.stats, b: b.remoting.stats, peers: a.remoting.peers() }),
+      },
+    );
+    assert.ok(a.remoting.stats.reconnects >= 1);
+    assert.equal(
+      a.remoting.stats.systemResent,
+      resent0 + 1,
+      "the unacknowledged STOP was re-sent on the new connection",
+    );
+    assert.equal(b.remoting.stats.systemDuplicates, 1, "B recognised the re-sent STOP");
+    assert.equal(b.remoting.stats.systemDelivered, 2, "B applied the watch and the STOP once each");
+    assert.equal(terminated[0]!.ref.path.toString(), target.path.toString());
+  } finally {
+    await Promise.all([a.system.terminate(), b.system.terminate()]);
+  }
+});
+
+test("reconnect attempts back off: each retry waits at least the growing backoff delay", async () => {
+  // A real listener that accepts and at once closes each connection, recording when it accepted: the handshake never
+  // completes, so every accept is one connection attempt of A's association.
+  const accepted: number[] = [];
+  const server = createServer((socket) => {
+    accepted.push(performance.now());
+    socket.destroy();
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const address = server.address();
+  assert.ok(address !== null && typeof address === "object");
+  const a = await startNode("bo-a");
+  try {
+    a.system.actorSelection(`movie.tcp://bo-b@127.0.0.1:${address.port}/user/inbox`).tell(new Ping(1));
+    const attempts = 4;
+    await eventually(() => accepted.length >= attempts, {
+      what: `${attempts} connection attempts`,
+      describe: () => ({ accepted, connectAttempts: a.remoting.stats.connectAttempts }),
+    });
+    const seen = accepted.length;
+    const connectAttempts = a.remoting.stats.connectAttempts;
+    // Attempt k+1 starts after attempt k was closed (after its accept) plus the backoff of retry k, which is at least
+    // minMs * factor^k less the jitter; a slow machine only makes the gaps longer. 2 ms allow for timers that count
+    // whole milliseconds.
+    const { minMs, factor, jitter } = backoffDefaults;
+    for (let k = 0; k + 1 < attempts; k++) {
+      const gap = accepted[k + 1]! - accepted[k]!;
+      const least = minMs * factor ** k * (1 - jitter) - 2;
+      assert.ok(gap >= least, `retry ${k} came ${gap.toFixed(1)} ms after the attempt before, expected >= ${least} ms`);
+    }
+    // No attempts beside the ones the listener saw (one may be on its way).
+    assert.ok(connectAttempts <= seen + 1, `${connectAttempts} attempts for ${seen} accepted connections`);
+    assert.equal(a.remoting.stats.handshakesOk, 0);
+    assert.equal(a.remoting.peerInfo(`127.0.0.1:${address.port}`)?.state === "up", false);
+  } finally {
+    await a.system.terminate();
+    await new Promise<void>((resolve) => server.close(() => resolve()));
   }
 });

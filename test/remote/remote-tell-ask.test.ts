@@ -1,10 +1,50 @@
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
-import { ActorPath, AskCancelledError, AskTimeoutError } from "../../src/actor/index.ts";
-import { RemoteActorRef, RemoteAskError, Remoting } from "../../src/remote/index.ts";
+import {
+  AbstractBehavior,
+  type ActorContext,
+  ActorPath,
+  type ActorRef,
+  AskCancelledError,
+  AskTimeoutError,
+} from "../../src/actor/index.ts";
+import {
+  MessageRegistry,
+  RemoteActorRef,
+  RemoteAskError,
+  RemoteAskFailedError,
+  Remoting,
+} from "../../src/remote/index.ts";
 import { eventually } from "../fixtures/eventually.ts";
 import { Fail, Forward, Origin, Ping, Pong, Sequenced, Slow, WhoAmI } from "./fixtures/messages.ts";
 import { Collector, EchoBehavior, type Node, startNode } from "./fixtures/nodes.ts";
+
+/** A numbered message with a binary codec and no fromJSON: repeated tells take the header-id fast path both ways. */
+class Tick {
+  constructor(
+    readonly lane: string,
+    readonly seq: number,
+  ) {}
+}
+/** Another binary type, interleaved now and then so the stream leaves and re-enters the fast path. */
+class Mark {
+  constructor(readonly after: number) {}
+}
+MessageRegistry.register(Tick, { name: "test.tick", fields: { lane: "string", seq: "int32" } });
+MessageRegistry.register(Mark, { name: "test.mark", fields: { after: "int32" } });
+
+/** Tells `count` Ticks to `to` from itself (one ref, one sender: Remoting.sendRepeat), a Mark after every 97th. */
+class Pump extends AbstractBehavior<number> {
+  constructor(private readonly to: ActorRef<unknown>) {
+    super();
+  }
+  receive(count: number, ctx: ActorContext<number>): void {
+    for (let i = 0; i < count; i++) {
+      this.to.tell(new Tick("a", i), ctx.self);
+      if (i % 97 === 96) this.to.tell(new Mark(i), ctx.self);
+    }
+  }
+}
 
 let a: Node;
 let b: Node;
@@ -66,6 +106,22 @@ test("a remote receive that throws rejects the ask with RemoteAskError carrying 
   });
 });
 
+test("the issue's RemoteAskFailedError is the same class as RemoteAskError, as a value and as a type", async () => {
+  b.system.spawn(new EchoBehavior(), "failed-thrower");
+  const ref = a.system.actorSelection(`${b.system.address}/user/failed-thrower`);
+  let caught: unknown = null;
+  await ref.ask(new Fail("kaput"), Pong, 3000).catch((error: unknown) => {
+    caught = error;
+  });
+  assert.ok(caught instanceof RemoteAskFailedError, `rejected with ${String(caught)}`);
+  // Used as a type: this line stops compiling (npx tsc) if RemoteAskFailedError is only a value.
+  const failed: RemoteAskFailedError = caught;
+  assert.ok(failed instanceof RemoteAskError);
+  assert.equal(failed.remoteClass, "RangeError");
+  assert.equal(failed.remoteMessage, "kaput");
+  assert.equal(RemoteAskFailedError, RemoteAskError);
+});
+
 test("a remote ask times out and can be cancelled; the temp reply actor is freed", async () => {
   const ref = a.system.actorSelection(`${b.system.address}/user/nobody`);
   await assert.rejects(ref.ask(new Ping(1), Pong, 50), AskTimeoutError);
@@ -108,6 +164,38 @@ test("messages from one sender to one recipient arrive in order", async () => {
   // Batching: far fewer socket writes than frames.
   const s = a.remoting.stats;
   assert.ok(s.writes < s.framesOut, `writes ${s.writes} frames ${s.framesOut}`);
+});
+
+test("binary messages from one local actor arrive in order on the repeated-header fast path", async () => {
+  const got: unknown[] = [];
+  const collector = b.system.spawn(new Collector(got), "binary-ordered");
+  // The association must be up: while it connects, tells are queued on the general path, not the fast one.
+  a.system.actorSelection(collector.path.toString()).tell(new Mark(-1));
+  await eventually(() => got.length === 1, { what: "the association up" });
+  got.length = 0;
+  const pump = a.system.spawn(new Pump(a.system.actorSelection(collector.path.toString())), "pump");
+  const count = 10_000;
+  const marks = Math.floor(count / 97);
+  pump.tell(count);
+  await eventually(() => got.length >= count + marks, {
+    what: `${count} ticks and ${marks} marks`,
+    describe: () => got.length,
+  });
+  const expected: string[] = [];
+  for (let i = 0; i < count; i++) {
+    expected.push(`tick ${i}`);
+    if (i % 97 === 96) expected.push(`mark ${i}`);
+  }
+  const seen = got.map((m) =>
+    m instanceof Tick && m.lane === "a" ? `tick ${m.seq}` : m instanceof Mark ? `mark ${m.after}` : String(m),
+  );
+  const first = seen.findIndex((s, i) => s !== expected[i]);
+  assert.equal(
+    first,
+    -1,
+    `at ${first}: got ${seen.slice(first, first + 3)}, expected ${expected.slice(first, first + 3)}`,
+  );
+  assert.equal(seen.length, expected.length, "nothing beyond the expected stream");
 });
 
 test("refFor resolves local paths to local refs", () => {
