@@ -9,6 +9,7 @@ import {
   answerChallenge,
   answerHello,
   type Challenge,
+  checkAccepted,
   checkConfirm,
   type HandshakeIdentity,
   type Hello,
@@ -207,20 +208,18 @@ export class Connection {
       this.socket.write(encodeControlFrame(FrameKind.handshake, result.next));
       return;
     }
-    if (doc.step === "accepted") {
-      const refused = this.owner.authenticated(this, this.peer);
-      if (refused !== null) {
-        this.failHandshake(refused);
-        return;
-      }
-      this.open();
+    const accepted = checkAccepted(doc);
+    if (!accepted.ok) {
+      // The server has decided (a refusal carries its reason); nothing to answer.
+      this.failHandshake(accepted.error);
       return;
     }
-    this.failHandshake(
-      doc.step === "reject"
-        ? new HandshakeError("authentication", `the server refused: ${String(doc.detail)}`)
-        : new HandshakeError("malformed", "expected accepted"),
-    );
+    const refused = this.owner.authenticated(this, this.peer);
+    if (refused !== null) {
+      this.failHandshake(refused);
+      return;
+    }
+    this.open();
   }
 
   private open(): void {
@@ -231,8 +230,9 @@ export class Connection {
     this.writer.attach(this.socket);
   }
 
-  private reject(reply: object, error: HandshakeError): void {
-    if (!this.socket.destroyed) this.socket.write(encodeControlFrame(FrameKind.handshake, reply));
+  /** Sends `reply` (none when the peer's own refusal is being logged) and fails the handshake with `error`. */
+  private reject(reply: object | null, error: HandshakeError): void {
+    if (reply !== null && !this.socket.destroyed) this.socket.write(encodeControlFrame(FrameKind.handshake, reply));
     this.failHandshake(error);
   }
 

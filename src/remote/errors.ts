@@ -118,14 +118,19 @@ export class RemoteDeliveryError extends Error {
   }
 }
 
-/** A peer failed the handshake (version, system or cluster name, secret, timeout, or a malformed reply). */
+/**
+ * A peer failed the handshake (version, system or cluster name, secret, timeout, or a malformed reply). When the peer
+ * refused this node (`byPeer`), `reason` is the reason the peer sent and the message reads "peer refused: <reason>".
+ */
 export class HandshakeError extends Error {
   override readonly name = "HandshakeError";
   constructor(
     readonly reason: "version" | "systemName" | "clusterName" | "authentication" | "timeout" | "malformed" | "closed",
     detail: string,
+    /** True when the peer refused this node (its reject message named `reason`), false when this node refused. */
+    readonly byPeer = false,
   ) {
-    super(`Remoting handshake failed (${reason}): ${detail}`);
+    super(`Remoting handshake failed (${byPeer ? `peer refused: ${reason}` : reason}): ${detail}`);
   }
 }
 

@@ -63,10 +63,18 @@ export interface Reject {
   readonly detail: string;
 }
 
+/**
+ * A failed handshake step: the error to log and the reject to send before closing, or null when the peer's document
+ * was itself a refusal (it is not answered; `error.byPeer` is set and `error.reason` is the peer's).
+ */
+export interface StepFailure {
+  readonly ok: false;
+  readonly error: HandshakeError;
+  readonly reply: Reject | null;
+}
+
 /** Result of a handshake step: the document to send next and the authenticated peer, or the failure. */
-export type StepResult<Next> =
-  | { readonly ok: true; readonly next: Next; readonly peer: UniqueAddress }
-  | { readonly ok: false; readonly error: HandshakeError; readonly reply: Reject };
+export type StepResult<Next> = { readonly ok: true; readonly next: Next; readonly peer: UniqueAddress } | StepFailure;
 
 /** The client's hello to a server expected to run system `toSystem`. */
 export function makeHello(local: HandshakeIdentity, toSystem: string, nonce: string): Hello {
@@ -124,9 +132,7 @@ export function answerChallenge(
   challenge: unknown,
 ): StepResult<Confirm> {
   const doc = asRecord(challenge);
-  if (doc !== null && doc.step === "reject") {
-    return fail(asReason(doc.reason), `the server refused: ${String(doc.detail)}`);
-  }
+  if (doc !== null && doc.step === "reject") return peerRefused(doc);
   if (
     doc === null ||
     doc.step !== "challenge" ||
@@ -161,8 +167,9 @@ export function checkConfirm(
   hello: Hello,
   challenge: Challenge,
   confirm: unknown,
-): { ok: true } | { ok: false; error: HandshakeError; reply: Reject } {
+): { ok: true } | StepFailure {
   const doc = asRecord(confirm);
+  if (doc !== null && doc.step === "reject") return peerRefused(doc);
   if (doc === null || doc.step !== "confirm" || typeof doc.proof !== "string") {
     return fail("malformed", "expected a confirm");
   }
@@ -171,6 +178,17 @@ export function checkConfirm(
     if (!sameProof(expected, doc.proof)) return fail("authentication", "the client does not know the shared secret");
   }
   return { ok: true };
+}
+
+/**
+ * Client side: checks the server's answer to the confirm. A reject carries the server's reason through; anything but
+ * accepted or reject is malformed.
+ */
+export function checkAccepted(accepted: unknown): { ok: true } | StepFailure {
+  const doc = asRecord(accepted);
+  if (doc !== null && doc.step === "accepted") return { ok: true };
+  if (doc !== null && doc.step === "reject") return peerRefused(doc);
+  return fail("malformed", "expected accepted");
 }
 
 function checkCommon(local: HandshakeIdentity, doc: Record<string, unknown>): StepResult<never> | null {
@@ -234,6 +252,11 @@ function asReason(value: unknown): HandshakeError["reason"] {
   return reasons.includes(value as HandshakeError["reason"]) ? (value as HandshakeError["reason"]) : "malformed";
 }
 
-function fail(reason: HandshakeError["reason"], detail: string): { ok: false; error: HandshakeError; reply: Reject } {
+/** The peer's reject: its reason (one this node does not know reads as malformed) and detail; not answered. */
+function peerRefused(doc: Record<string, unknown>): StepFailure {
+  return { ok: false, error: new HandshakeError(asReason(doc.reason), String(doc.detail), true), reply: null };
+}
+
+function fail(reason: HandshakeError["reason"], detail: string): StepFailure & { readonly reply: Reject } {
   return { ok: false, error: new HandshakeError(reason, detail), reply: { step: "reject", reason, detail } };
 }

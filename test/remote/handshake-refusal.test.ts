@@ -7,7 +7,7 @@ import { ActorSystem, Address, UniqueAddress } from "../../src/actor/index.ts";
 import { encodeControlFrame, FrameKind, readControlFrame } from "../../src/remote/envelope.ts";
 import { HandshakeError } from "../../src/remote/errors.ts";
 import { FrameDecoder } from "../../src/remote/frame.ts";
-import { makeHello, protocolVersion } from "../../src/remote/handshake.ts";
+import { answerChallenge, makeHello, protocolVersion } from "../../src/remote/handshake.ts";
 import type { AssociationEvent, Remoting } from "../../src/remote/index.ts";
 import { CapturingLogger } from "../actor/support.ts";
 import { eventually } from "../fixtures/eventually.ts";
@@ -40,6 +40,16 @@ function handshakeFailures(node: LoggedNode): string[] {
     });
 }
 
+/** The handshake errors `node` logged, as "role:reason:byPeer:message". */
+function handshakeErrorTexts(node: LoggedNode): string[] {
+  return node.logger.records
+    .filter((r) => r.message === "remoting handshake failed")
+    .map((r) => {
+      const { role, error } = r.context as { role?: string; error?: unknown };
+      return error instanceof HandshakeError ? `${role}:${error.reason}:${error.byPeer}:${error.message}` : `${role}:?`;
+    });
+}
+
 test("a peer of another cluster is refused by the server over TCP: nothing is delivered, no association comes up", async () => {
   const blue = await startLoggedNode("cluster-blue", "blue");
   const green = await startLoggedNode("cluster-green", "green");
@@ -56,6 +66,19 @@ test("a peer of another cluster is refused by the server over TCP: nothing is de
     blue.system.actorSelection(`${green.system.address}/user/inbox`).tell(new Ping(2));
     assert.ok(handshakeFailures(green).includes("server:clusterName"), `green logged ${handshakeFailures(green)}`);
     assert.ok(handshakeFailures(blue).includes("client:clusterName"), `blue logged ${handshakeFailures(blue)}`);
+    // The server refused on its own account; the client logs that the peer refused it, and why.
+    assert.ok(
+      handshakeErrorTexts(green).every((t) => t.startsWith("server:clusterName:false:")),
+      `green logged ${handshakeErrorTexts(green)}`,
+    );
+    assert.ok(
+      handshakeErrorTexts(blue).every((t) =>
+        t.startsWith(
+          "client:clusterName:true:Remoting handshake failed (peer refused: clusterName): peer is in cluster",
+        ),
+      ),
+      `blue logged ${handshakeErrorTexts(blue)}`,
+    );
     assert.equal(green.remoting.stats.handshakesOk, 0);
     assert.equal(blue.remoting.stats.handshakesOk, 0);
     assert.equal(green.remoting.stats.delivered, 0);
@@ -167,5 +190,160 @@ test("a client speaking another protocol version is refused by the server over T
     assert.equal(got.length, 0);
   } finally {
     await node.system.terminate();
+  }
+});
+
+test("a server logs the reason a client gave for refusing its challenge, and does not answer the refusal", async () => {
+  const node = await startLoggedNode("refused-server", "");
+  try {
+    const { host, port } = node.remoting.selfAddress.address;
+    const socket = connect({ host: host!, port: port! });
+    socket.on("error", () => {});
+    const closed = new Promise<void>((resolve) => socket.on("close", () => resolve()));
+    const replies: Record<string, unknown>[] = [];
+    const decoder = new FrameDecoder();
+    socket.on("data", (chunk: Buffer) => {
+      for (const frame of decoder.push(chunk)) replies.push(readControlFrame(frame));
+    });
+    const uniqueAddress = new UniqueAddress(Address.tcp("picky", "127.0.0.1", 1), "00000000000000cc");
+    // The hello claims the server's (empty) cluster name; the client then judges the challenge as a node of cluster
+    // "other", so the real handshake code refuses it with clusterName.
+    const hello = makeHello({ system: "picky", cluster: "", uniqueAddress }, node.system.name, "aabb");
+    socket.write(encodeControlFrame(FrameKind.handshake, hello));
+    await eventually(() => replies.length >= 1, { what: "the challenge", describe: () => replies });
+    const refusal = answerChallenge(
+      { system: "picky", cluster: "other", uniqueAddress },
+      null,
+      node.system.name,
+      hello,
+      replies[0],
+    );
+    assert.ok(!refusal.ok && refusal.reply !== null);
+    assert.equal(refusal.reply.reason, "clusterName");
+    socket.write(encodeControlFrame(FrameKind.handshake, refusal.reply));
+    await closed;
+    assert.equal(node.remoting.stats.handshakesFailed, 1);
+    assert.equal(node.remoting.stats.handshakesOk, 0);
+    assert.deepEqual(handshakeFailures(node), ["server:clusterName"]);
+    const [text] = handshakeErrorTexts(node);
+    assert.ok(
+      text?.startsWith("server:clusterName:true:Remoting handshake failed (peer refused: clusterName): peer is in"),
+      text,
+    );
+    // A refusal is not answered with another one: the challenge was the server's last word.
+    assert.deepEqual(
+      replies.map((r) => r.step),
+      ["challenge"],
+    );
+    assert.deepEqual(node.events, []);
+  } finally {
+    await node.system.terminate();
+  }
+});
+
+test("a server logs a client's refusal of its proof (another secret) as the client's reason", async () => {
+  const logger = new CapturingLogger();
+  const serverSystem = ActorSystem.create("secret-server", { logger });
+  const remoting = await serverSystem.enableRemoting({ host: "127.0.0.1", port: 0, secret: "one" });
+  const server: LoggedNode = { system: serverSystem, remoting, logger, events: [] };
+  const clientLogger = new CapturingLogger();
+  const clientSystem = ActorSystem.create("secret-client", { logger: clientLogger });
+  const clientRemoting = await clientSystem.enableRemoting({ host: "127.0.0.1", port: 0, secret: "two" });
+  const client: LoggedNode = { system: clientSystem, remoting: clientRemoting, logger: clientLogger, events: [] };
+  try {
+    clientSystem.actorSelection(`${serverSystem.address}/user/anyone`).tell(new Ping(1));
+    await eventually(() => remoting.stats.handshakesFailed >= 1 && clientRemoting.stats.handshakesFailed >= 1, {
+      what: "a refused handshake on each side",
+      describe: () => ({ server: remoting.stats, client: clientRemoting.stats }),
+    });
+    // The client found the server's proof wrong and said so; the server logs that, not "expected a confirm".
+    assert.ok(
+      handshakeErrorTexts(client).every((t) => t.startsWith("client:authentication:false:")),
+      `client logged ${handshakeErrorTexts(client)}`,
+    );
+    const serverTexts = handshakeErrorTexts(server);
+    assert.ok(
+      serverTexts.length >= 1 &&
+        serverTexts.every((t) =>
+          t.startsWith("server:authentication:true:Remoting handshake failed (peer refused: authentication)"),
+        ),
+      `server logged ${serverTexts}`,
+    );
+    assert.equal(remoting.stats.handshakesOk, 0);
+    assert.equal(clientRemoting.stats.handshakesOk, 0);
+  } finally {
+    await Promise.all([serverSystem.terminate(), clientSystem.terminate()]);
+  }
+});
+
+test("a client logs the reason a server gave for refusing its confirm", async () => {
+  // A hand-written server: it answers every hello with a valid challenge, then refuses the confirm, the first
+  // connection with reason clusterName, the second with closed; later connections are cut.
+  const refusals = ["clusterName", "closed"];
+  const received: { connection: number; step: unknown }[] = [];
+  const sockets = new Set<Socket>();
+  let connections = 0;
+  const server = createServer((socket) => {
+    const connection = ++connections;
+    sockets.add(socket);
+    socket.on("close", () => sockets.delete(socket));
+    socket.on("error", () => {});
+    const decoder = new FrameDecoder();
+    socket.on("data", (chunk: Buffer) => {
+      for (const frame of decoder.push(chunk)) {
+        const doc = readControlFrame(frame);
+        received.push({ connection, step: doc.step });
+        if (connection > refusals.length) {
+          socket.destroy();
+          return;
+        }
+        if (doc.step === "hello") {
+          const challenge = {
+            step: "challenge",
+            version: protocolVersion,
+            system: "fake",
+            cluster: "",
+            from: self.toString(),
+            nonce: "00ff",
+            proof: "",
+          };
+          socket.write(encodeControlFrame(FrameKind.handshake, challenge));
+        } else if (doc.step === "confirm") {
+          const reason = refusals[connection - 1];
+          socket.end(encodeControlFrame(FrameKind.handshake, { step: "reject", reason, detail: `no (${reason})` }));
+        }
+      }
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", () => resolve()));
+  const port = (server.address() as { port: number }).port;
+  const self = new UniqueAddress(Address.tcp("fake", "127.0.0.1", port), "00000000000000dd");
+  const client = await startLoggedNode("refused-client", "");
+  try {
+    client.system.actorSelection(`${self.address}/user/anyone`).tell(new Ping(1));
+    await eventually(() => client.remoting.stats.handshakesFailed >= 2, {
+      what: "two refused confirms",
+      describe: () => ({ received, stats: client.remoting.stats }),
+    });
+    assert.deepEqual(
+      received.filter((r) => r.connection <= 2),
+      [
+        { connection: 1, step: "hello" },
+        { connection: 1, step: "confirm" },
+        { connection: 2, step: "hello" },
+        { connection: 2, step: "confirm" },
+      ],
+    );
+    assert.deepEqual(handshakeFailures(client).slice(0, 2), ["client:clusterName", "client:closed"]);
+    assert.deepEqual(handshakeErrorTexts(client).slice(0, 2), [
+      "client:clusterName:true:Remoting handshake failed (peer refused: clusterName): no (clusterName)",
+      "client:closed:true:Remoting handshake failed (peer refused: closed): no (closed)",
+    ]);
+    assert.equal(client.remoting.stats.handshakesOk, 0);
+    assert.deepEqual(client.events, []);
+  } finally {
+    await client.system.terminate();
+    for (const socket of sockets) socket.destroy();
+    await new Promise<void>((resolve) => server.close(() => resolve()));
   }
 });

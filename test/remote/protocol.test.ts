@@ -9,11 +9,12 @@ import {
   userEnvelopeBytesBound,
   writeUserEnvelope,
 } from "../../src/remote/envelope.ts";
-import { EnvelopeDecodeError } from "../../src/remote/errors.ts";
+import { EnvelopeDecodeError, type HandshakeError } from "../../src/remote/errors.ts";
 import { FrameDecoder } from "../../src/remote/frame.ts";
 import {
   answerChallenge,
   answerHello,
+  checkAccepted,
   checkConfirm,
   type HandshakeIdentity,
   makeHello,
@@ -138,6 +139,30 @@ test("the handshake refuses another version, system name or cluster name", () =>
   assert.equal(bad({ ...hello, cluster: "c2" }), "clusterName");
   assert.equal(bad({ ...hello, from: "garbage" }), "malformed");
   assert.equal(bad([1, 2]), "malformed");
+});
+
+test("a refusal from the peer is reported with the peer's reason at every step, and not answered", () => {
+  const hello = makeHello(client, "srv", "n1");
+  const challenge = answerHello(server, null, hello, "n2");
+  assert.ok(challenge.ok);
+  const refusal = (reason: unknown) => ({ step: "reject", reason, detail: "because" });
+  const seen = (r: { ok: true } | { ok: false; error: HandshakeError; reply: object | null }) =>
+    r.ok ? "ok" : `${r.error.reason}:${r.error.byPeer ? "by peer" : "own"}:${r.reply === null ? "silent" : "answers"}`;
+  // The client, refused at the hello.
+  assert.equal(seen(answerChallenge(client, null, "srv", hello, refusal("clusterName"))), "clusterName:by peer:silent");
+  // The server, refused at the challenge (the client's reason, not "expected a confirm").
+  assert.equal(seen(checkConfirm(server, null, hello, challenge.next, refusal("version"))), "version:by peer:silent");
+  assert.equal(seen(checkConfirm(server, null, hello, challenge.next, { step: "x" })), "malformed:own:answers");
+  // The client, refused at the confirm (the server's reason, not always "authentication").
+  assert.equal(seen(checkAccepted(refusal("closed"))), "closed:by peer:silent");
+  assert.equal(seen(checkAccepted(refusal("authentication"))), "authentication:by peer:silent");
+  assert.equal(seen(checkAccepted({ step: "accepted" })), "ok");
+  assert.equal(checkAccepted({ step: "x" }).ok, false);
+  // A reason this node does not know reads as malformed, still the peer's refusal.
+  assert.equal(seen(checkAccepted(refusal("bored"))), "malformed:by peer:silent");
+  const refused = checkAccepted(refusal("clusterName"));
+  assert.ok(!refused.ok);
+  assert.equal(refused.error.message, "Remoting handshake failed (peer refused: clusterName): because");
 });
 
 test("backoff doubles from 50 ms to 2 s with ±20 % jitter", () => {
