@@ -1,4 +1,6 @@
 import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
+import { fileURLToPath } from "node:url";
 import { test } from "node:test";
 import fc from "fast-check";
 import { PayloadFormat } from "../../src/remote/envelope.ts";
@@ -226,4 +228,24 @@ test("the envelope codec registers once per registry and refuses a conflicting r
   json.register(ShardingEnvelope, { name: wireNames.envelope });
   assert.throws(() => registerShardingWireTypes(json), MessageRegistrationError);
   assert.throws(() => registry.registerCodec(Other, wireNames.envelope, first!.codec!), /already bound/);
+});
+
+test("an empty address is refused before any address has been parsed in the process", () => {
+  // The coordinator-address memo of messages.ts started as "", so the first messages a fresh process read could name
+  // an empty coordinator, requester or plan owner unchecked (the memo is process-wide: hence a fresh process).
+  const script = `
+    import { ShardingEnvelope, PlanUpdate } from "./src/sharding/coordinator/messages.ts";
+    const results = [];
+    const envelope = { kind: "Activate", entityType: "A", entityId: "x", shardId: 1, settingsKey: "k", hopCount: 1,
+      coordinator: "", askTimeoutMs: null, senderless: false, message: null };
+    try { ShardingEnvelope.fromJSON(envelope); results.push("accepted"); } catch { results.push("refused"); }
+    const plan = { entityType: "A", settingsKey: "k", coordinator: "", generation: 1, assignments: [] };
+    try { PlanUpdate.fromJSON(plan); results.push("accepted"); } catch { results.push("refused"); }
+    console.log(results.join(","));`;
+  const run = spawnSync(process.execPath, ["--import", "tsx", "--input-type=module", "-e", script], {
+    cwd: fileURLToPath(new URL("../..", import.meta.url)),
+    encoding: "utf8",
+  });
+  assert.equal(run.status, 0, run.stderr);
+  assert.equal(run.stdout.trim(), "refused,refused");
 });
