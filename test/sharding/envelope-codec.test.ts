@@ -249,3 +249,20 @@ test("an empty address is refused before any address has been parsed in the proc
   assert.equal(run.status, 0, run.stderr);
   assert.equal(run.stdout.trim(), "refused,refused");
 });
+
+test("a registry whose parent registered the sharding types encodes its own binary types in binary", () => {
+  const parent = new MessageRegistry(null);
+  registerShardingWireTypes(parent);
+  const registry = new MessageRegistry(parent);
+  registry.register(Deposit, { name: "bank.deposit", fields: { amount: "number", note: "string" } });
+  const inherited = registry.registrationOf(envelope(null));
+  registerShardingWireTypes(registry);
+  assert.notEqual(registry.registrationOf(envelope(null)), inherited, "the class now resolves to this registry's own");
+  const codec = registry.lookupName(wireNames.envelope)!.codec as ShardingEnvelopeCodec;
+  const wire = new RegistryCodec(registry);
+  const back = decode(codec, encode(codec, envelope(wire.encode(new Deposit(Number.NaN, "n")))));
+  assert.equal((back.message!.payload as EncodedMessage).format, PayloadFormat.binary);
+  assert.deepEqual(wire.decode(back.message!), new Deposit(Number.NaN, "n"), "NaN survives (JSON would make it null)");
+  // The parent keeps its own codec, which resolves names in the parent.
+  assert.notEqual(parent.lookupName(wireNames.envelope)!.codec, codec);
+});
