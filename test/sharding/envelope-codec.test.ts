@@ -266,3 +266,24 @@ test("a registry whose parent registered the sharding types encodes its own bina
   // The parent keeps its own codec, which resolves names in the parent.
   assert.notEqual(parent.lookupName(wireNames.envelope)!.codec, codec);
 });
+
+test("a nested wire name the envelope could not send on is refused on receipt", () => {
+  const { codec } = setup();
+  for (const name of ["", "n".repeat(1025)]) {
+    const bytes = encode(codec, envelope({ type: "bank.rename", payload: { name: "n" } }, { kind: "Activate" }));
+    // Splice the name in place of "bank.rename" (a hand-written peer may send any name).
+    const nameBytes = Buffer.from(name);
+    const oldLength = bytes.readUInt16BE(4);
+    const rest = bytes.subarray(6 + oldLength);
+    const nested = bytes.readUInt32BE(0) - 2 - oldLength + 2 + nameBytes.length;
+    const head = Buffer.alloc(6);
+    head.writeUInt32BE(nested, 0);
+    head.writeUInt16BE(nameBytes.length, 4);
+    const hostile = Buffer.concat([head, nameBytes, rest]);
+    assert.throws(
+      () => codec.read(hostile, 0, hostile.length, Object.prototype),
+      (e: unknown) => e instanceof EnvelopeDecodeError && e.reason === "undecodable" && /wire name/.test(e.message),
+      `name of ${name.length} characters`,
+    );
+  }
+});
