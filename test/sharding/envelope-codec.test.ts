@@ -263,8 +263,10 @@ test("a registry whose parent registered the sharding types encodes its own bina
   const back = decode(codec, encode(codec, envelope(wire.encode(new Deposit(Number.NaN, "n")))));
   assert.equal((back.message!.payload as EncodedMessage).format, PayloadFormat.binary);
   assert.deepEqual(wire.decode(back.message!), new Deposit(Number.NaN, "n"), "NaN survives (JSON would make it null)");
-  // The parent keeps its own codec, which resolves names in the parent.
+  // The parent keeps its own codec, which resolves names in the parent; registering again here is idempotent.
   assert.notEqual(parent.lookupName(wireNames.envelope)!.codec, codec);
+  registerShardingWireTypes(registry);
+  assert.equal(registry.lookupName(wireNames.envelope)!.codec, codec);
 });
 
 test("a nested wire name the envelope could not send on is refused on receipt", () => {
