@@ -99,7 +99,8 @@ export class MessageRegistry {
   /**
    * @internal Registers a protocol class with a hand-written binary codec that validates and builds instances itself
    * (for a layout a field list cannot express, such as an envelope that nests another registered message). Idempotent
-   * for the same name, class and codec fingerprint.
+   * for the same name, class and codec fingerprint. A registration inherited from the parent is shadowed here rather
+   * than reused: such a codec resolves the names it nests in the registry it was made for, which cannot see this one's.
    * @throws MessageRegistrationError on the same conflicts as {@link register}
    */
   registerCodec(type: MessageClass, name: string, codec: PayloadCodec): MessageRegistration {
@@ -108,7 +109,7 @@ export class MessageRegistry {
       if (byType.codec?.fingerprint !== codec.fingerprint) {
         throw new MessageRegistrationError(name, "the class is already registered with another codec");
       }
-      return byType;
+      if (this.byType.get(type) === byType) return byType;
     }
     return this.add({ name, type, schema: null, codec, direct: true });
   }
@@ -127,6 +128,8 @@ export class MessageRegistry {
   }
 
   private add(entry: MessageRegistration): MessageRegistration {
+    // A shadowing registration (registerCodec) changes what the class resolves to here: forget the remembered lookup.
+    this.lastType = undefined;
     this.byName.set(entry.name, entry);
     this.byType.set(entry.type, entry);
     return entry;

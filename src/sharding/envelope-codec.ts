@@ -134,6 +134,9 @@ export class ShardingEnvelopeCodec implements PayloadCodec {
       o += 2;
       if (o + m + 1 > nestedEnd) throw undecodable("truncated nested message name");
       const type = this.readName(buf, o, o + m);
+      // A name no registration can have would be refused only when the envelope is sent on (MessageEncodeError).
+      if (type.length === 0 || type.length > typeNameMax)
+        throw undecodable("nested wire name is not 1-1024 characters");
       o += m;
       const format = buf[o++]!;
       let fingerprint = 0;

@@ -1,5 +1,7 @@
 import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
 import { test } from "node:test";
+import { fileURLToPath } from "node:url";
 import fc from "fast-check";
 import { PayloadFormat } from "../../src/remote/envelope.ts";
 import {
@@ -226,4 +228,64 @@ test("the envelope codec registers once per registry and refuses a conflicting r
   json.register(ShardingEnvelope, { name: wireNames.envelope });
   assert.throws(() => registerShardingWireTypes(json), MessageRegistrationError);
   assert.throws(() => registry.registerCodec(Other, wireNames.envelope, first!.codec!), /already bound/);
+});
+
+test("an empty address is refused before any address has been parsed in the process", () => {
+  // The coordinator-address memo of messages.ts started as "", so the first messages a fresh process read could name
+  // an empty coordinator, requester or plan owner unchecked (the memo is process-wide: hence a fresh process).
+  const script = `
+    import { ShardingEnvelope, PlanUpdate } from "./src/sharding/coordinator/messages.ts";
+    const results = [];
+    const envelope = { kind: "Activate", entityType: "A", entityId: "x", shardId: 1, settingsKey: "k", hopCount: 1,
+      coordinator: "", askTimeoutMs: null, senderless: false, message: null };
+    try { ShardingEnvelope.fromJSON(envelope); results.push("accepted"); } catch { results.push("refused"); }
+    const plan = { entityType: "A", settingsKey: "k", coordinator: "", generation: 1, assignments: [] };
+    try { PlanUpdate.fromJSON(plan); results.push("accepted"); } catch { results.push("refused"); }
+    console.log(results.join(","));`;
+  const run = spawnSync(process.execPath, ["--import", "tsx", "--input-type=module", "-e", script], {
+    cwd: fileURLToPath(new URL("../..", import.meta.url)),
+    encoding: "utf8",
+  });
+  assert.equal(run.status, 0, run.stderr);
+  assert.equal(run.stdout.trim(), "refused,refused");
+});
+
+test("a registry whose parent registered the sharding types encodes its own binary types in binary", () => {
+  const parent = new MessageRegistry(null);
+  registerShardingWireTypes(parent);
+  const registry = new MessageRegistry(parent);
+  registry.register(Deposit, { name: "bank.deposit", fields: { amount: "number", note: "string" } });
+  const inherited = registry.registrationOf(envelope(null));
+  registerShardingWireTypes(registry);
+  assert.notEqual(registry.registrationOf(envelope(null)), inherited, "the class now resolves to this registry's own");
+  const codec = registry.lookupName(wireNames.envelope)!.codec as ShardingEnvelopeCodec;
+  const wire = new RegistryCodec(registry);
+  const back = decode(codec, encode(codec, envelope(wire.encode(new Deposit(Number.NaN, "n")))));
+  assert.equal((back.message!.payload as EncodedMessage).format, PayloadFormat.binary);
+  assert.deepEqual(wire.decode(back.message!), new Deposit(Number.NaN, "n"), "NaN survives (JSON would make it null)");
+  // The parent keeps its own codec, which resolves names in the parent; registering again here is idempotent.
+  assert.notEqual(parent.lookupName(wireNames.envelope)!.codec, codec);
+  registerShardingWireTypes(registry);
+  assert.equal(registry.lookupName(wireNames.envelope)!.codec, codec);
+});
+
+test("a nested wire name the envelope could not send on is refused on receipt", () => {
+  const { codec } = setup();
+  for (const name of ["", "n".repeat(1025)]) {
+    const bytes = encode(codec, envelope({ type: "bank.rename", payload: { name: "n" } }, { kind: "Activate" }));
+    // Splice the name in place of "bank.rename" (a hand-written peer may send any name).
+    const nameBytes = Buffer.from(name);
+    const oldLength = bytes.readUInt16BE(4);
+    const rest = bytes.subarray(6 + oldLength);
+    const nested = bytes.readUInt32BE(0) - 2 - oldLength + 2 + nameBytes.length;
+    const head = Buffer.alloc(6);
+    head.writeUInt32BE(nested, 0);
+    head.writeUInt16BE(nameBytes.length, 4);
+    const hostile = Buffer.concat([head, nameBytes, rest]);
+    assert.throws(
+      () => codec.read(hostile, 0, hostile.length, Object.prototype),
+      (e: unknown) => e instanceof EnvelopeDecodeError && e.reason === "undecodable" && /wire name/.test(e.message),
+      `name of ${name.length} characters`,
+    );
+  }
 });

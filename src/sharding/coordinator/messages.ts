@@ -313,8 +313,9 @@ function bool(o: Json, field: string): boolean {
   if (typeof v !== "boolean") bad(field, "expected a boolean");
   return v;
 }
-// Every envelope a coordinator forwards names it, so the last address that parsed is remembered.
-let lastValidAddress = "";
+// Every envelope a coordinator forwards names it, so the last address that parsed is remembered (null until one has:
+// an initial "" would let an empty address through unchecked).
+let lastValidAddress: string | null = null;
 function address(text: string, field: string): void {
   if (text === lastValidAddress) return;
   try {
