@@ -116,6 +116,7 @@ export class ShardingEnvelopeCodec implements PayloadCodec {
       }
     }
     this.measuredFor = null;
+    this.measuredText = "";
     writeU32(buf, at, o - at - 4);
     return fixed.write(buf, o, envelope);
   }
