@@ -406,14 +406,12 @@ export class ClusterSharding implements Extension, EntityRouter {
   /**
    * A logical ref to entity `entityId` of `entityType` (the value `init` returned, or its name).
    * @throws ClusterShardingConfigurationError when the type is not registered on this node
-   * @throws InvalidArgumentError for an empty id
+   * @throws InvalidArgumentError for an empty id or one with a lone surrogate (not well-formed Unicode)
    */
   entityRefFor<T>(entityType: ShardedEntityType<T> | string, entityId: string): ShardedEntityRef<T> {
     const name = typeof entityType === "string" ? entityType : entityType.name;
     this.requireType(name);
-    if (typeof entityId !== "string" || entityId.length === 0) {
-      throw new InvalidArgumentError("entity id", "entity id must not be empty");
-    }
+    requireEntityId(entityId);
     return new ShardedEntityRef<T>(name, entityId, this);
   }
 
@@ -548,9 +546,7 @@ export class ClusterSharding implements Extension, EntityRouter {
     message: unknown,
     askTimeoutMs: number | null,
   ): ShardingEnvelope {
-    if (typeof entityId !== "string" || entityId.length === 0) {
-      throw new InvalidArgumentError("entity id", "entity id must not be empty");
-    }
+    requireEntityId(entityId);
     const settings = state.provider.settings;
     const shardId = settings.partitioner.shardFor(state.provider.name, entityId, settings.shardCount);
     const wire = kind === "User" ? this.codec.encode(message) : null;
@@ -1554,4 +1550,22 @@ function isLeaseUnavailable(error: Error): boolean {
     error instanceof ShardLeaseUnavailableError ||
     (error as { remoteClass?: string }).remoteClass === "ShardLeaseUnavailableError"
   );
+}
+
+/**
+ * Refuses an entity id no node could host: an empty one, or one with a lone surrogate (its UTF-8, which the wire,
+ * the stable hash and the entity's actor name all use, cannot represent it).
+ * @throws InvalidArgumentError
+ */
+function requireEntityId(entityId: string): void {
+  if (typeof entityId !== "string" || entityId.length === 0) {
+    throw new InvalidArgumentError("entity id", "entity id must not be empty");
+  }
+  // ES2024's String#isWellFormed (Node 20 has it; the project's TypeScript lib is older).
+  if (!(entityId as string & { isWellFormed(): boolean }).isWellFormed()) {
+    throw new InvalidArgumentError(
+      "entity id",
+      "entity id must be well-formed Unicode (it has a lone surrogate); build ids from whole characters",
+    );
+  }
 }

@@ -1,6 +1,12 @@
 import assert from "node:assert/strict";
 import { after, test } from "node:test";
-import { AskCancelledError, AskTimeoutError, DRAIN_AND_STOP, STOP } from "../../src/actor/index.ts";
+import {
+  AskCancelledError,
+  AskTimeoutError,
+  DRAIN_AND_STOP,
+  InvalidArgumentError,
+  STOP,
+} from "../../src/actor/index.ts";
 import {
   ClusterShardingConfigurationError,
   EntityProvider,
@@ -147,6 +153,21 @@ test("init is idempotent for equal settings and names the mismatching field othe
   );
   assert.throws(() => sharding.entityRefFor("Nope", "x"), /not registered on this node/);
   assert.throws(() => sharding.entityRefFor(orders, ""), /entity id must not be empty/);
+});
+
+test("an entity id with a lone surrogate is refused at the API with InvalidArgumentError, before any routing", async () => {
+  const routesBefore = sharding.stats.routes;
+  for (const id of ["order-\ud800", "\udc00", "a\udbff"]) {
+    assert.throws(
+      () => sharding.entityRefFor(orders, id),
+      (e: unknown) => e instanceof InvalidArgumentError && /well-formed Unicode/.test(e.message),
+      JSON.stringify(id),
+    );
+    await assert.rejects(sharding.activate(orders, id), InvalidArgumentError);
+  }
+  // A surrogate pair is a whole character: fine.
+  assert.equal(sharding.entityRefFor(orders, "order-\ud83d\ude80").entityId, "order-\ud83d\ude80");
+  assert.equal(sharding.stats.routes, routesBefore, "nothing was routed");
 });
 
 test("an unregistered message class fails at the caller", () => {
