@@ -50,6 +50,52 @@ function handshakeErrorTexts(node: LoggedNode): string[] {
     });
 }
 
+/**
+ * A hand-written handshake server on loopback: `respond` sees every control frame of every connection (numbered
+ * from 1) and answers on the socket as the test wants. `self` is the identity it claims in its challenges.
+ */
+async function fakeHandshakeServer(
+  uid: string,
+  respond: (connection: number, doc: Record<string, unknown>, socket: Socket, self: UniqueAddress) => void,
+): Promise<{ self: UniqueAddress; close: () => Promise<void> }> {
+  const sockets = new Set<Socket>();
+  let connections = 0;
+  let self: UniqueAddress | null = null;
+  const server = createServer((socket) => {
+    const connection = ++connections;
+    sockets.add(socket);
+    socket.on("close", () => sockets.delete(socket));
+    socket.on("error", () => {});
+    const decoder = new FrameDecoder();
+    socket.on("data", (chunk: Buffer) => {
+      for (const frame of decoder.push(chunk)) respond(connection, readControlFrame(frame), socket, self!);
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", () => resolve()));
+  const port = (server.address() as { port: number }).port;
+  self = new UniqueAddress(Address.tcp("fake", "127.0.0.1", port), uid);
+  return {
+    self,
+    close: async () => {
+      for (const socket of sockets) socket.destroy();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    },
+  };
+}
+
+/** A valid challenge from `self` (version `version`, cluster `cluster`). */
+function challengeFrom(self: UniqueAddress, version = protocolVersion, cluster = ""): Buffer {
+  return encodeControlFrame(FrameKind.handshake, {
+    step: "challenge",
+    version,
+    system: "fake",
+    cluster,
+    from: self.toString(),
+    nonce: "00ff",
+    proof: "",
+  });
+}
+
 test("a peer of another cluster is refused by the server over TCP: nothing is delivered, no association comes up", async () => {
   const blue = await startLoggedNode("cluster-blue", "blue");
   const green = await startLoggedNode("cluster-green", "green");
@@ -98,39 +144,15 @@ test("a client refuses a server that answers with another protocol version or cl
   // A hand-written server: the first connection answers the hello with protocol 99, the second with cluster
   // "other", the third correctly (the control: this client does confirm a valid challenge); later ones are cut.
   const received: { connection: number; doc: Record<string, unknown> }[] = [];
-  const sockets = new Set<Socket>();
-  let connections = 0;
-  const server = createServer((socket) => {
-    const connection = ++connections;
-    sockets.add(socket);
-    socket.on("close", () => sockets.delete(socket));
-    socket.on("error", () => {});
-    const decoder = new FrameDecoder();
-    socket.on("data", (chunk: Buffer) => {
-      for (const frame of decoder.push(chunk)) {
-        const doc = readControlFrame(frame);
-        received.push({ connection, doc });
-        if (doc.step !== "hello") continue;
-        if (connection > 3) {
-          socket.destroy();
-          return;
-        }
-        const challenge = {
-          step: "challenge",
-          version: connection === 1 ? 99 : protocolVersion,
-          system: "fake",
-          cluster: connection === 2 ? "other" : "",
-          from: self.toString(),
-          nonce: "00ff",
-          proof: "",
-        };
-        socket.write(encodeControlFrame(FrameKind.handshake, challenge));
-      }
-    });
+  const { self, close } = await fakeHandshakeServer("00000000000000aa", (connection, doc, socket, self) => {
+    received.push({ connection, doc });
+    if (doc.step !== "hello") return;
+    if (connection > 3) {
+      socket.destroy();
+      return;
+    }
+    socket.write(challengeFrom(self, connection === 1 ? 99 : protocolVersion, connection === 2 ? "other" : ""));
   });
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", () => resolve()));
-  const port = (server.address() as { port: number }).port;
-  const self = new UniqueAddress(Address.tcp("fake", "127.0.0.1", port), "00000000000000aa");
   const client = await startLoggedNode("picky-client", "");
   try {
     client.system.actorSelection(`${self.address}/user/anyone`).tell(new Ping(1));
@@ -153,8 +175,7 @@ test("a client refuses a server that answers with another protocol version or cl
     assert.deepEqual(client.events, []);
   } finally {
     await client.system.terminate();
-    for (const socket of sockets) socket.destroy();
-    await new Promise<void>((resolve) => server.close(() => resolve()));
+    await close();
   }
 });
 
@@ -281,43 +302,19 @@ test("a client logs the reason a server gave for refusing its confirm", async ()
   // connection with reason clusterName, the second with closed; later connections are cut.
   const refusals = ["clusterName", "closed"];
   const received: { connection: number; step: unknown }[] = [];
-  const sockets = new Set<Socket>();
-  let connections = 0;
-  const server = createServer((socket) => {
-    const connection = ++connections;
-    sockets.add(socket);
-    socket.on("close", () => sockets.delete(socket));
-    socket.on("error", () => {});
-    const decoder = new FrameDecoder();
-    socket.on("data", (chunk: Buffer) => {
-      for (const frame of decoder.push(chunk)) {
-        const doc = readControlFrame(frame);
-        received.push({ connection, step: doc.step });
-        if (connection > refusals.length) {
-          socket.destroy();
-          return;
-        }
-        if (doc.step === "hello") {
-          const challenge = {
-            step: "challenge",
-            version: protocolVersion,
-            system: "fake",
-            cluster: "",
-            from: self.toString(),
-            nonce: "00ff",
-            proof: "",
-          };
-          socket.write(encodeControlFrame(FrameKind.handshake, challenge));
-        } else if (doc.step === "confirm") {
-          const reason = refusals[connection - 1];
-          socket.end(encodeControlFrame(FrameKind.handshake, { step: "reject", reason, detail: `no (${reason})` }));
-        }
-      }
-    });
+  const { self, close } = await fakeHandshakeServer("00000000000000dd", (connection, doc, socket, self) => {
+    received.push({ connection, step: doc.step });
+    if (connection > refusals.length) {
+      socket.destroy();
+      return;
+    }
+    if (doc.step === "hello") {
+      socket.write(challengeFrom(self));
+    } else if (doc.step === "confirm") {
+      const reason = refusals[connection - 1];
+      socket.end(encodeControlFrame(FrameKind.handshake, { step: "reject", reason, detail: `no (${reason})` }));
+    }
   });
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", () => resolve()));
-  const port = (server.address() as { port: number }).port;
-  const self = new UniqueAddress(Address.tcp("fake", "127.0.0.1", port), "00000000000000dd");
   const client = await startLoggedNode("refused-client", "");
   try {
     client.system.actorSelection(`${self.address}/user/anyone`).tell(new Ping(1));
@@ -343,7 +340,6 @@ test("a client logs the reason a server gave for refusing its confirm", async ()
     assert.deepEqual(client.events, []);
   } finally {
     await client.system.terminate();
-    for (const socket of sockets) socket.destroy();
-    await new Promise<void>((resolve) => server.close(() => resolve()));
+    await close();
   }
 });

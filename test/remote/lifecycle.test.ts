@@ -26,6 +26,18 @@ class Watcher extends AbstractBehavior<ActorRef<unknown>> {
   }
 }
 
+type Node = Awaited<ReturnType<typeof startNode>>;
+
+/** B's echo actor `target`, reached once from A (so the association is up) and watched by A's `watcher`. */
+async function watchedRemoteEcho(a: Node, b: Node) {
+  const target = b.system.spawn(new EchoBehavior(), "target");
+  const remote = a.system.actorSelection(target.path.toString());
+  assert.equal((await remote.ask(new Ping(1), Pong, 3000)).n, 1);
+  const terminated: Terminated[] = [];
+  a.system.spawn(new Watcher(terminated), "watcher").tell(remote);
+  return { target, remote, terminated };
+}
+
 /** Watches or unwatches the ref it is told to, and records the Terminated signals it gets. */
 class WatchControl extends AbstractBehavior<
   { readonly watch: ActorRef<unknown> } | { readonly unwatch: ActorRef<unknown> }
@@ -159,11 +171,7 @@ test("remote watch: Terminated arrives when the remote actor stops; STOP survive
   const a = await startNode("w-a");
   const b = await startNode("w-b");
   try {
-    const target = b.system.spawn(new EchoBehavior(), "target");
-    const remote = a.system.actorSelection(target.path.toString());
-    assert.equal((await remote.ask(new Ping(1), Pong, 3000)).n, 1);
-    const terminated: Terminated[] = [];
-    a.system.spawn(new Watcher(terminated), "watcher").tell(remote);
+    const { target, remote, terminated } = await watchedRemoteEcho(a, b);
     await eventually(() => b.remoting.stats.systemDelivered >= 1, { what: "watch delivered" });
     // STOP sent while the association is down is kept and re-sent once it is back (system messages are reliable).
     a.remoting.disconnect(b.remoting.selfAddress);
@@ -187,11 +195,7 @@ test("quarantine closes the incarnation for good and tells watchers", async () =
   const a = await startNode("q-a");
   const b = await startNode("q-b");
   try {
-    const target = b.system.spawn(new EchoBehavior(), "target");
-    const remote = a.system.actorSelection(target.path.toString());
-    await remote.ask(new Ping(1), Pong, 3000);
-    const terminated: Terminated[] = [];
-    a.system.spawn(new Watcher(terminated), "watcher").tell(remote);
+    const { remote, terminated } = await watchedRemoteEcho(a, b);
     await eventually(() => b.remoting.stats.systemDelivered >= 1, { what: "watch delivered" });
     const lost: string[] = [];
     a.remoting.onAssociationLost((peer, reason) => lost.push(`${peer.uid} ${reason}`));
@@ -317,11 +321,7 @@ test("a system message re-sent after a reconnect is applied once; the receiver d
   const a = await startNode("dup-a");
   const b = await startNode("dup-b");
   try {
-    const target = b.system.spawn(new EchoBehavior(), "target");
-    const remote = a.system.actorSelection(target.path.toString());
-    await remote.ask(new Ping(1), Pong, 3000);
-    const terminated: Terminated[] = [];
-    a.system.spawn(new Watcher(terminated), "watcher").tell(remote);
+    const { target, remote, terminated } = await watchedRemoteEcho(a, b);
     await eventually(
       () =>
         b.remoting.stats.systemDelivered === 1 &&
