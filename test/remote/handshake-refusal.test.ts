@@ -50,6 +50,24 @@ function handshakeErrorTexts(node: LoggedNode): string[] {
     });
 }
 
+/** A raw TCP client of `node` that records every control frame the node sends back until it closes. */
+function rawControlClient(node: LoggedNode): {
+  socket: Socket;
+  closed: Promise<void>;
+  replies: Record<string, unknown>[];
+} {
+  const { host, port } = node.remoting.selfAddress.address;
+  const socket = connect({ host: host!, port: port! });
+  socket.on("error", () => {});
+  const closed = new Promise<void>((resolve) => socket.on("close", () => resolve()));
+  const replies: Record<string, unknown>[] = [];
+  const decoder = new FrameDecoder();
+  socket.on("data", (chunk: Buffer) => {
+    for (const frame of decoder.push(chunk)) replies.push(readControlFrame(frame));
+  });
+  return { socket, closed, replies };
+}
+
 /**
  * A hand-written handshake server on loopback: `respond` sees every control frame of every connection (numbered
  * from 1) and answers on the socket as the test wants. `self` is the identity it claims in its challenges.
@@ -184,15 +202,7 @@ test("a client speaking another protocol version is refused by the server over T
   try {
     const got: unknown[] = [];
     node.system.spawn(new Collector(got), "inbox");
-    const { host, port } = node.remoting.selfAddress.address;
-    const socket = connect({ host: host!, port: port! });
-    socket.on("error", () => {});
-    const closed = new Promise<void>((resolve) => socket.on("close", () => resolve()));
-    const replies: Record<string, unknown>[] = [];
-    const decoder = new FrameDecoder();
-    socket.on("data", (chunk: Buffer) => {
-      for (const frame of decoder.push(chunk)) replies.push(readControlFrame(frame));
-    });
+    const { socket, closed, replies } = rawControlClient(node);
     const identity = {
       system: "old",
       cluster: "",
@@ -217,15 +227,7 @@ test("a client speaking another protocol version is refused by the server over T
 test("a server logs the reason a client gave for refusing its challenge, and does not answer the refusal", async () => {
   const node = await startLoggedNode("refused-server", "");
   try {
-    const { host, port } = node.remoting.selfAddress.address;
-    const socket = connect({ host: host!, port: port! });
-    socket.on("error", () => {});
-    const closed = new Promise<void>((resolve) => socket.on("close", () => resolve()));
-    const replies: Record<string, unknown>[] = [];
-    const decoder = new FrameDecoder();
-    socket.on("data", (chunk: Buffer) => {
-      for (const frame of decoder.push(chunk)) replies.push(readControlFrame(frame));
-    });
+    const { socket, closed, replies } = rawControlClient(node);
     const uniqueAddress = new UniqueAddress(Address.tcp("picky", "127.0.0.1", 1), "00000000000000cc");
     // The hello claims the server's (empty) cluster name; the client then judges the challenge as a node of cluster
     // "other", so the real handshake code refuses it with clusterName.
