@@ -187,3 +187,94 @@ test("a watcher of thousands of actors stopped in one burst gets each Terminated
   assert.equal(watcher.terminated.length, targets.length);
   assert.deepEqual(new Set(watcher.terminated), new Set(targets.map((r) => r.path.toString())));
 });
+
+/** A parent that spawns, watches, unwatches and stops its own children by name, recording their Terminated. */
+type ParentCommand = { readonly op: "spawn" | "watch" | "unwatch" | "stop"; readonly name: string } | Ping;
+
+class Kid extends AbstractBehavior<string> {
+  receive(message: string): void {
+    if (message === "boom") throw new Error("boom");
+  }
+}
+
+class Parent extends AbstractBehavior<ParentCommand> {
+  readonly terminated: string[] = [];
+  readonly kids = new Map<string, ActorRef<string>>();
+  receive(message: ParentCommand, context: ActorContext<ParentCommand>): void {
+    if (message instanceof Ping) {
+      context.sender?.tell(new Pong());
+      return;
+    }
+    if (message.op === "spawn") {
+      this.kids.set(message.name, context.spawn(new Kid(), message.name));
+      return;
+    }
+    const kid = this.kids.get(message.name)!;
+    if (message.op === "watch") context.watch(kid);
+    else if (message.op === "unwatch") context.unwatch(kid);
+    else context.stop(kid);
+  }
+  override receiveSignal(signal: Signal): void {
+    if (signal instanceof Terminated) this.terminated.push(signal.ref.path.name);
+  }
+}
+
+test("a parent's watch of its own child: Terminated on stop, none after unwatch, at once when already stopped", async (t) => {
+  const system = testSystem(t);
+  const parent = new Parent();
+  const ref = system.spawn(parent, "parent");
+  const send = (op: "spawn" | "watch" | "unwatch" | "stop", name: string) => ref.tell({ op, name });
+  for (const name of ["a", "b", "c", "d"]) send("spawn", name);
+  send("watch", "a");
+  send("stop", "a");
+  await eventually(() => parent.terminated.length === 1, { what: "Terminated of a", describe: () => parent });
+  // b is unwatched before it stops; c, watched and stopped after it, is the marker that b's would have come by now.
+  send("watch", "b");
+  send("unwatch", "b");
+  send("stop", "b");
+  send("watch", "c");
+  send("stop", "c");
+  await eventually(() => parent.terminated.length === 2, { what: "Terminated of c", describe: () => parent });
+  await ref.ask(new Ping(), Pong, 5_000);
+  assert.deepEqual(parent.terminated, ["a", "c"]);
+  // d stops unwatched; watching it afterwards answers at once.
+  send("stop", "d");
+  await eventually(() => system.findLocal(["user", "parent", "d"]) === null, { what: "d to stop" });
+  send("watch", "d");
+  await eventually(() => parent.terminated.length === 3, { what: "Terminated of d", describe: () => parent });
+  assert.deepEqual(parent.terminated, ["a", "c", "d"]);
+});
+
+test("a parent's watch of its child survives the child's restart and is answered once", async (t) => {
+  const system = testSystem(t);
+  const parent = new Parent();
+  const ref = system.spawn(parent, "parent");
+  ref.tell({ op: "spawn", name: "kid" });
+  ref.tell({ op: "watch", name: "kid" });
+  await ref.ask(new Ping(), Pong, 5_000);
+  const kid = parent.kids.get("kid")!;
+  kid.tell("boom"); // the default strategy restarts it
+  kid.tell("still here");
+  ref.tell({ op: "stop", name: "kid" });
+  await eventually(() => parent.terminated.length === 1, { what: "Terminated of the kid", describe: () => parent });
+  await ref.ask(new Ping(), Pong, 5_000);
+  assert.deepEqual(parent.terminated, ["kid"]);
+});
+
+test("a sibling's watch of another parent's child still goes through the child's system queue", async (t) => {
+  const system = testSystem(t);
+  const parent = new Parent();
+  const ref = system.spawn(parent, "parent");
+  ref.tell({ op: "spawn", name: "kid" });
+  ref.tell({ op: "watch", name: "kid" });
+  await ref.ask(new Ping(), Pong, 5_000);
+  const [watcher, watcherRef] = spawnWatcher(system);
+  watcherRef.tell(new WatchCmd(parent.kids.get("kid")!));
+  await watcherRef.ask(new Ping(), Pong, 5_000);
+  ref.tell({ op: "stop", name: "kid" });
+  await eventually(() => parent.terminated.length === 1 && watcher.terminated.length === 1, {
+    what: "Terminated at both the parent and the other watcher",
+    describe: () => ({ parent: parent.terminated, watcher: watcher.terminated }),
+  });
+  assert.deepEqual(watcher.terminated, [`${system.address}/user/parent/kid`]);
+});
