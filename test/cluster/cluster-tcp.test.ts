@@ -268,3 +268,39 @@ test("settings are validated with ClusterConfigurationError, and cluster needs r
     await plain.terminate();
   }
 });
+
+test("a downed member is quarantined: its associations close and it is refused from then on", async () => {
+  const nodes = await startClusterNodes(3);
+  try {
+    await eventually(() => nodes.every((n) => allUp(n, 3)), { what: "3 nodes Up", describe: describe(nodes) });
+    const leader = nodes.find((n) => n.cluster.isLeader)!;
+    const [other, victim] = nodes.filter((n) => n !== leader) as [ClusterNode, ClusterNode];
+    const lost: string[] = [];
+    for (const n of [leader, other]) {
+      n.remoting.onAssociationLost((peer, reason) => lost.push(`${n.port}:${peer}:${reason}`));
+    }
+    assert.equal(leader.cluster.down(victim.cluster.selfAddress), true);
+    const victimKey = String(victim.cluster.selfAddress);
+    await eventually(() => [leader, other].every((n) => lost.includes(`${n.port}:${victimKey}:quarantined`)), {
+      what: "the victim quarantined on the leader and the other survivor",
+      describe: () => lost,
+    });
+    await eventually(() => [leader, other].every((n) => allUp(n, 2)), {
+      what: "victim removed",
+      describe: describe(nodes),
+    });
+    // The victim still runs, but nobody answers it any more: it sees both survivors unreachable.
+    await eventually(() => victim.cluster.snapshot().unreachable.length === 2, {
+      what: "the survivors unreachable from the quarantined victim",
+      describe: describe([victim]),
+    });
+    assert.equal(
+      [leader, other].every((n) =>
+        n.cluster.snapshot().members.every((m) => !m.uniqueAddress.equals(victim.cluster.selfAddress)),
+      ),
+      true,
+    );
+  } finally {
+    await terminateAll(nodes);
+  }
+});
