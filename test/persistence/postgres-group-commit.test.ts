@@ -145,7 +145,7 @@ test("group commit: coalesced appends with mixed outcomes each get their own ans
     await setup("gap", 0, "g-1", 1);
     await setup("next", 0, "n-1", 1);
     // Operation ids whose rows retention removed (kept in journal_operation), retried at the current revision.
-    for (const pid of ["retained-dup", "retained-conflict"]) {
+    for (const pid of ["retained-dup", "retained-conflict", "retained-zero"]) {
       await setup(pid, 0, "r-1", 1);
       await setup(pid, 1, "r-2", 2);
       await store.saveSnapshot(pid, { sequenceNr: 1, manifest: "S", payload: "{}" }, live);
@@ -175,6 +175,7 @@ test("group commit: coalesced appends with mixed outcomes each get their own ans
       ["stale epoch of the same owner", append("old-epoch", 0, "oe-1", 1, oldEpoch)],
       ["retry of an id moved by retention", append("retained-dup", 2, "r-1", 1, live)],
       ["id moved by retention, other content", append("retained-conflict", 2, "r-1", 9, live)],
+      ["writer at revision 0 after retention", append("retained-zero", 0, "rz-1", 1, live)],
     ];
     const pending = requests.map(([, r]) => store.appendEvents(r));
     await eventually(() => store.groupCommitStats.waiting === requests.length, {
@@ -199,6 +200,7 @@ test("group commit: coalesced appends with mixed outcomes each get their own ans
       "stale epoch of the same owner": "StaleShardOwnerError",
       "retry of an id moved by retention": { revision: 1, duplicate: true },
       "id moved by retention, other content": "OperationConflictError",
+      "writer at revision 0 after retention": "ConcurrentWriteError",
     });
     const reason = (name: string) => (settled[requests.findIndex(([n]) => n === name)] as PromiseRejectedResult).reason;
     assert.ok(reason("operation conflict") instanceof OperationConflictError);
@@ -233,6 +235,7 @@ test("group commit: coalesced appends with mixed outcomes each get their own ans
       "old-epoch",
       "retained-dup",
       "retained-conflict",
+      "retained-zero",
     ])
       revisions[pid] = await store.loadRevision(pid);
     assert.deepEqual(revisions, {
@@ -249,7 +252,13 @@ test("group commit: coalesced appends with mixed outcomes each get their own ans
       "old-epoch": 0,
       "retained-dup": 2,
       "retained-conflict": 2,
+      "retained-zero": 2,
     });
+    assert.deepEqual(
+      (await store.loadEvents("retained-zero")).map((e) => e.sequenceNr),
+      [2],
+      "no sequence number below the snapshot is written again",
+    );
     assert.deepEqual(
       (await store.loadEvents("conflict")).map((e) => e.payload),
       [JSON.stringify({ n: 1 })],

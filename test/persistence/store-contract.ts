@@ -242,6 +242,20 @@ export function storeContract(backend: string, factory: StoreFactory): void {
         store.appendEvents({ persistenceId: id, expectedRevision: 2, operationId: "k4", events: [ev(4)] }),
         ConcurrentWriteError,
       );
+      // A writer that never saw the stream (expected 0) cannot refill the sequence numbers retention removed.
+      await assert.rejects(
+        store.appendEvents({ persistenceId: id, expectedRevision: 0, operationId: "k5", events: [ev(1)] }),
+        (e: unknown) => e instanceof ConcurrentWriteError && e.actualRevision === 3,
+      );
+      await assert.rejects(
+        store.appendEvents({ persistenceId: id, expectedRevision: 0, operationId: "k6", events: [ev(1), ev(2)] }),
+        (e: unknown) => e instanceof ConcurrentWriteError && e.actualRevision === 3,
+      );
+      assert.deepEqual(
+        (await store.loadEvents(id)).map((e) => e.sequenceNr),
+        [3],
+      );
+      assert.equal(await store.loadRevision(id), 3);
     });
 
     test("invalid requests are typed errors", async () => {
