@@ -10,6 +10,7 @@ import {
   PersistenceConfigurationError,
   PersistenceConnectionError,
   PersistenceTimeoutError,
+  type ShardLeaseToken,
   StaleShardOwnerError,
   UnsupportedSchemaVersionError,
 } from "../../src/persistence/index.ts";
@@ -143,6 +144,102 @@ describe("postgres-only behaviour", () => {
     } finally {
       await holder.end();
       await raw.query("DROP TRIGGER IF EXISTS hold_write ON event_journal");
+      await raw.end();
+    }
+  });
+
+  test("fenced several-event appends, state saves and snapshot saves also hold off a lease transfer", async () => {
+    // These go through the PL/pgSQL write functions, not the one-event INSERT the test above holds.
+    const raw = await rawClient(ctx.url, ctx.schema);
+    const holder = await rawClient(ctx.url, ctx.schema);
+    const lockKey = randomInt(1, 2 ** 40);
+    const kinds: [string, string, string, (fence: ShardLeaseToken) => Promise<unknown>][] = [
+      [
+        "event_journal",
+        "held-multi",
+        "SELECT movie_append_events%",
+        (fence) =>
+          ctx.store.appendEvents({
+            persistenceId: "held-multi",
+            expectedRevision: 0,
+            operationId: "hm",
+            events: [ev(1), ev(2)],
+            fence,
+          }),
+      ],
+      [
+        "durable_state",
+        "held-state",
+        "SELECT movie_write_state%",
+        (fence) =>
+          ctx.store.saveState({
+            persistenceId: "held-state",
+            expectedRevision: 0,
+            operationId: "hs",
+            manifest: "St",
+            payload: "{}",
+            fence,
+          }),
+      ],
+      [
+        "snapshot_store",
+        "held-snap",
+        "%movie_save_snapshot%",
+        (fence) => ctx.store.saveSnapshot("held-snap", { sequenceNr: 1, manifest: "S", payload: "{}" }, fence),
+      ],
+    ];
+    const waiting = async (pattern: string, events: string[]) =>
+      (
+        await raw.query(
+          "SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = 'movie-pgonly' AND wait_event = ANY($2) AND query LIKE $1",
+          [pattern, events],
+        )
+      ).rows[0].n === 1;
+    try {
+      await raw.query(`CREATE OR REPLACE FUNCTION hold_fenced() RETURNS trigger LANGUAGE plpgsql AS
+        $$ BEGIN PERFORM pg_advisory_xact_lock(${lockKey}); RETURN NEW; END $$`);
+      for (const [table] of kinds) {
+        await raw.query(`CREATE TRIGGER hold_fenced BEFORE INSERT ON ${table} FOR EACH ROW
+          WHEN (NEW.persistence_id LIKE 'held-%') EXECUTE FUNCTION hold_fenced()`);
+      }
+      for (const [table, persistenceId, pattern, write] of kinds) {
+        await holder.query("SELECT pg_advisory_lock($1)", [lockKey]);
+        const key = { clusterName: "c", entityType: "HeldFn", shardId: kinds.findIndex(([t]) => t === table) };
+        const old = (await ctx.store.acquireShardLease(key, "node-a", 250))!;
+        const written = write(old);
+        written.catch(() => {});
+        await eventually(() => waiting(pattern, ["advisory"]), { what: `the ${table} write to block in its trigger` });
+        await eventually(
+          async () =>
+            (
+              await raw.query(
+                "SELECT lease_until_epoch_ms <= movie_now_ms() AS expired FROM shard_lease WHERE entity_type = 'HeldFn' AND shard_id = $1",
+                [key.shardId],
+              )
+            ).rows[0].expired === true,
+          { what: "the lease to expire on the database clock" },
+        );
+        let transferred = false;
+        const transfer = ctx.store.acquireShardLease(key, "node-b", 30_000).finally(() => {
+          transferred = true;
+        });
+        await eventually(
+          async () => transferred || (await waiting("%INSERT INTO shard_lease%", ["transactionid", "tuple"])),
+          {
+            what: "the transfer to finish or wait on the fenced write's row lock",
+          },
+        );
+        assert.equal(transferred, false, `a transfer must wait for the in-flight fenced ${table} write`);
+        await holder.query("SELECT pg_advisory_unlock($1)", [lockKey]);
+        await written;
+        const next = await transfer;
+        assert.equal(next?.owner, "node-b");
+        assert.equal(next?.epoch, old.epoch + 1);
+        await assert.rejects(write(old), StaleShardOwnerError, `${persistenceId}: the old epoch is fenced off`);
+      }
+    } finally {
+      await holder.end();
+      for (const [table] of kinds) await raw.query(`DROP TRIGGER IF EXISTS hold_fenced ON ${table}`);
       await raw.end();
     }
   });
@@ -322,7 +419,7 @@ describe("postgres faults", () => {
       const rows = (await raw.query("SELECT version FROM movie_schema_migration ORDER BY version")).rows;
       assert.deepEqual(
         rows.map((r) => r.version),
-        [1, 2, 3, 4, 5, 6],
+        [1, 2, 3, 4, 5, 6, 7],
       );
       // Migration 6 dropped the function the client stopped calling.
       const resolve = await raw.query(
@@ -330,9 +427,9 @@ describe("postgres faults", () => {
         [schema],
       );
       assert.equal(resolve.rows[0].n, 0);
-      await raw.query("INSERT INTO movie_schema_migration (version, name, checksum) VALUES (7, 'future', 'x')");
+      await raw.query("INSERT INTO movie_schema_migration (version, name, checksum) VALUES (8, 'future', 'x')");
       await assert.rejects(PostgresStore.connect({ connectionUri: url, schema }), UnsupportedSchemaVersionError);
-      await raw.query("DELETE FROM movie_schema_migration WHERE version = 7");
+      await raw.query("DELETE FROM movie_schema_migration WHERE version = 8");
       await raw.query("UPDATE movie_schema_migration SET checksum = 'edited' WHERE version = 3");
       await assert.rejects(PostgresStore.connect({ connectionUri: url, schema }), MigrationChecksumMismatchError);
       await raw.end();

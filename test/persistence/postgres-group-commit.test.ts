@@ -121,6 +121,10 @@ test("group commit: coalesced appends with mixed outcomes each get their own ans
     });
     assert.equal(await store.releaseShardLease(stale), true);
     assert.equal((await lease(2, "node-b", 600_000))?.epoch, stale.epoch + 1);
+    // A stale epoch of the same owner: released, then taken again by node-a (epoch + 1).
+    const oldEpoch = (await lease(4, "node-a", 600_000))!;
+    assert.equal(await store.releaseShardLease(oldEpoch), true);
+    assert.equal((await lease(4, "node-a", 600_000))?.epoch, oldEpoch.epoch + 1);
     // An expired token: same owner and epoch, lease run out on the database clock.
     const expired = (await lease(3, "node-a", 1))!;
     await eventually(
@@ -140,6 +144,13 @@ test("group commit: coalesced appends with mixed outcomes each get their own ans
     await setup("moved", 1, "m-2", 2);
     await setup("gap", 0, "g-1", 1);
     await setup("next", 0, "n-1", 1);
+    // Operation ids whose rows retention removed (kept in journal_operation), retried at the current revision.
+    for (const pid of ["retained-dup", "retained-conflict", "retained-zero"]) {
+      await setup(pid, 0, "r-1", 1);
+      await setup(pid, 1, "r-2", 2);
+      await store.saveSnapshot(pid, { sequenceNr: 1, manifest: "S", payload: "{}" }, live);
+      assert.deepEqual(await store.deleteEventsTo(pid, 1, live), { deletedEvents: 1, throughSeq: 1 });
+    }
     const before = store.groupCommitStats;
 
     const { gate } = await closeGate(h);
@@ -161,6 +172,10 @@ test("group commit: coalesced appends with mixed outcomes each get their own ans
       ["stale owner", append("stale", 0, "s-1", 1, stale)],
       ["stale owner retrying a committed id", append("stale-dup", 0, "sd-1", 1, stale)],
       ["expired lease", append("expired", 0, "e-1", 1, expired)],
+      ["stale epoch of the same owner", append("old-epoch", 0, "oe-1", 1, oldEpoch)],
+      ["retry of an id moved by retention", append("retained-dup", 2, "r-1", 1, live)],
+      ["id moved by retention, other content", append("retained-conflict", 2, "r-1", 9, live)],
+      ["writer at revision 0 after retention", append("retained-zero", 0, "rz-1", 1, live)],
     ];
     const pending = requests.map(([, r]) => store.appendEvents(r));
     await eventually(() => store.groupCommitStats.waiting === requests.length, {
@@ -182,6 +197,10 @@ test("group commit: coalesced appends with mixed outcomes each get their own ans
       "stale owner": "StaleShardOwnerError",
       "stale owner retrying a committed id": "StaleShardOwnerError",
       "expired lease": "StaleShardOwnerError",
+      "stale epoch of the same owner": "StaleShardOwnerError",
+      "retry of an id moved by retention": { revision: 1, duplicate: true },
+      "id moved by retention, other content": "OperationConflictError",
+      "writer at revision 0 after retention": "ConcurrentWriteError",
     });
     const reason = (name: string) => (settled[requests.findIndex(([n]) => n === name)] as PromiseRejectedResult).reason;
     assert.ok(reason("operation conflict") instanceof OperationConflictError);
@@ -195,14 +214,29 @@ test("group commit: coalesced appends with mixed outcomes each get their own ans
     assert.equal((reason("stale owner") as StaleShardOwnerError).epoch, stale.epoch);
     assert.equal((reason("expired lease") as StaleShardOwnerError).epoch, expired.epoch);
 
-    // All ten left in one statement, after the gate's.
+    // All of them left in one statement, after the gate's.
     const after = store.groupCommitStats;
     assert.equal(after.statements - before.statements, 2);
     assert.equal(after.batches - before.batches, 1);
     assert.equal(after.batchedItems - before.batchedItems, requests.length);
     // What is stored: each stream exactly as its answer says.
     const revisions: Record<string, number> = {};
-    for (const pid of ["ok", "ok-fenced", "next", "dup", "conflict", "moved", "gap", "stale", "stale-dup", "expired"])
+    for (const pid of [
+      "ok",
+      "ok-fenced",
+      "next",
+      "dup",
+      "conflict",
+      "moved",
+      "gap",
+      "stale",
+      "stale-dup",
+      "expired",
+      "old-epoch",
+      "retained-dup",
+      "retained-conflict",
+      "retained-zero",
+    ])
       revisions[pid] = await store.loadRevision(pid);
     assert.deepEqual(revisions, {
       ok: 1,
@@ -215,7 +249,16 @@ test("group commit: coalesced appends with mixed outcomes each get their own ans
       stale: 0,
       "stale-dup": 1,
       expired: 0,
+      "old-epoch": 0,
+      "retained-dup": 2,
+      "retained-conflict": 2,
+      "retained-zero": 2,
     });
+    assert.deepEqual(
+      (await store.loadEvents("retained-zero")).map((e) => e.sequenceNr),
+      [2],
+      "no sequence number below the snapshot is written again",
+    );
     assert.deepEqual(
       (await store.loadEvents("conflict")).map((e) => e.payload),
       [JSON.stringify({ n: 1 })],

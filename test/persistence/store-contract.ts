@@ -148,11 +148,70 @@ export function storeContract(backend: string, factory: StoreFactory): void {
         store.appendEvents({ persistenceId: id, expectedRevision: 7, operationId: "o4", events: [ev(5)] }),
         (e: unknown) => e instanceof ConcurrentWriteError && e.actualRevision === 2,
       );
+      // A several-event writer ahead of the stream leaves no hole either (a separate write path on PostgreSQL).
+      await assert.rejects(
+        store.appendEvents({ persistenceId: id, expectedRevision: 7, operationId: "o5", events: [ev(5), ev(6)] }),
+        (e: unknown) => e instanceof ConcurrentWriteError && e.actualRevision === 2,
+      );
       assert.equal(await store.loadRevision(id), 2);
       assert.deepEqual(
         (await store.loadEvents(id)).map((e) => e.sequenceNr),
         [1, 2],
       );
+    });
+
+    test("content identity: an operation id retried with other manifests or shifted field boundaries conflicts", async () => {
+      const id = pid("fingerprint");
+      const retry = (operationId: string, expectedRevision: number, manifest: string, payload: string) =>
+        store.appendEvents({ persistenceId: id, expectedRevision, operationId, events: [{ manifest, payload }] });
+      assert.deepEqual(await retry("fp1", 0, "ab", "c"), { revision: 1, duplicate: false });
+      // Same concatenated text, another split between manifest and payload: other content.
+      await assert.rejects(retry("fp1", 1, "a", "bc"), OperationConflictError);
+      // Same payload under another manifest: other content.
+      await assert.rejects(retry("fp1", 1, "abc", "c"), OperationConflictError);
+      assert.deepEqual(await retry("fp1", 1, "ab", "c"), { revision: 1, duplicate: true });
+      // Event boundaries count too: one event [x, yz] is not two events split elsewhere.
+      await store.appendEvents({
+        persistenceId: id,
+        expectedRevision: 1,
+        operationId: "fp2",
+        events: [
+          { manifest: "m", payload: "xy" },
+          { manifest: "m", payload: "z" },
+        ],
+      });
+      await assert.rejects(
+        store.appendEvents({
+          persistenceId: id,
+          expectedRevision: 3,
+          operationId: "fp2",
+          events: [
+            { manifest: "m", payload: "x" },
+            { manifest: "m", payload: "yz" },
+          ],
+        }),
+        OperationConflictError,
+      );
+      assert.equal(await store.loadRevision(id), 3);
+
+      const sid = pid("state-fingerprint");
+      const save = (operationId: string, expectedRevision: number, manifest: string, payload: string) =>
+        store.saveState({ persistenceId: sid, expectedRevision, operationId, manifest, payload });
+      assert.deepEqual(await save("sf1", 0, "St", "{}"), { revision: 1, duplicate: false });
+      await assert.rejects(save("sf1", 1, "Other", "{}"), OperationConflictError);
+      await assert.rejects(save("sf1", 1, "S", "t{}"), OperationConflictError);
+      // A save whose manifest and payload read like a tombstone's is not a delete.
+      assert.deepEqual(await save("sf2", 1, "deleted", "nil"), { revision: 2, duplicate: false });
+      await assert.rejects(
+        store.deleteState({ persistenceId: sid, expectedRevision: 2, operationId: "sf2" }),
+        OperationConflictError,
+      );
+      assert.deepEqual(await store.loadState(sid), {
+        revision: 2,
+        manifest: "deleted",
+        payload: "nil",
+        deleted: false,
+      });
     });
 
     test("retention of every event keeps the revision and the operation ids", async () => {
@@ -183,6 +242,20 @@ export function storeContract(backend: string, factory: StoreFactory): void {
         store.appendEvents({ persistenceId: id, expectedRevision: 2, operationId: "k4", events: [ev(4)] }),
         ConcurrentWriteError,
       );
+      // A writer that never saw the stream (expected 0) cannot refill the sequence numbers retention removed.
+      await assert.rejects(
+        store.appendEvents({ persistenceId: id, expectedRevision: 0, operationId: "k5", events: [ev(1)] }),
+        (e: unknown) => e instanceof ConcurrentWriteError && e.actualRevision === 3,
+      );
+      await assert.rejects(
+        store.appendEvents({ persistenceId: id, expectedRevision: 0, operationId: "k6", events: [ev(1), ev(2)] }),
+        (e: unknown) => e instanceof ConcurrentWriteError && e.actualRevision === 3,
+      );
+      assert.deepEqual(
+        (await store.loadEvents(id)).map((e) => e.sequenceNr),
+        [3],
+      );
+      assert.equal(await store.loadRevision(id), 3);
     });
 
     test("invalid requests are typed errors", async () => {
@@ -432,6 +505,11 @@ export function storeContract(backend: string, factory: StoreFactory): void {
         store.appendEvents({ persistenceId: id, expectedRevision: 0, operationId: "seed", events: [ev(1)], fence }),
         stale,
       );
+      // Nor the exact retry of an empty append (its operation id is kept apart from the journal rows).
+      await assert.rejects(
+        store.appendEvents({ persistenceId: id, expectedRevision: 1, operationId: "seed-empty", events: [], fence }),
+        stale,
+      );
       await assert.rejects(
         store.appendEvents({ persistenceId: id, expectedRevision: 1, operationId: "new", events: [ev(2)], fence }),
         stale,
@@ -463,6 +541,13 @@ export function storeContract(backend: string, factory: StoreFactory): void {
 
     async function seed(fence: ShardLeaseToken, id: string): Promise<void> {
       await store.appendEvents({ persistenceId: id, expectedRevision: 0, operationId: "seed", events: [ev(1)], fence });
+      await store.appendEvents({
+        persistenceId: id,
+        expectedRevision: 1,
+        operationId: "seed-empty",
+        events: [],
+        fence,
+      });
       await store.saveSnapshot(id, { sequenceNr: 1, manifest: "S", payload: '{"x":0}' }, fence);
       await store.saveState({
         persistenceId: id,

@@ -41,7 +41,83 @@ const operationOutcome = `SELECT j.fingerprint, j.operation_revision INTO v_fing
 const fenceParams = "p_cluster text, p_type text, p_shard bigint, p_owner text, p_epoch bigint";
 const fenceTypes = "text, text, bigint, text, bigint";
 
-/** The PostgreSQL migrations 1..6. */
+// Optimistic concurrency comes from the journal's primary key: the append inserts sequence numbers expected+1..,
+// and a unique violation says someone else got there first (or this operation id already exists: its partial unique
+// index). The gap check makes sure row `expected` exists (or retention recorded that revision), so a writer ahead of
+// the stream cannot leave a hole. `firstAppend` is the condition under which an append at revision 0 may write:
+// migration 4 had a bare `p_expected = 0`, which let a writer at 0 refill sequence numbers that retention removed
+// (migration 7 replaces the function).
+const appendEventsFunction = (
+  firstAppend: string,
+) => `CREATE OR REPLACE FUNCTION movie_append_events(p_pid text, p_expected bigint, p_op text, p_fingerprint text,
+        p_manifest text, p_payload text, p_more_manifests text[], p_more_payloads text[], ${fenceParams})
+      RETURNS bigint LANGUAGE plpgsql AS $$
+      DECLARE
+        v_count bigint := CASE WHEN p_manifest IS NULL THEN 0 ELSE 1 + coalesce(array_length(p_more_manifests, 1), 0) END;
+        v_revision bigint := p_expected + v_count;
+        v_fingerprint text;
+        v_previous bigint;
+        v_actual bigint;
+        v_contiguous boolean;
+      BEGIN
+        ${fenceCheckScalar}
+        -- One statement (each costs an executor run): operation ids kept outside the journal, and the gap check.
+        SELECT o.fingerprint, o.revision,
+            ${firstAppend}
+            OR EXISTS (SELECT 1 FROM event_journal j WHERE j.persistence_id = p_pid AND j.sequence_nr = p_expected)
+            OR EXISTS (SELECT 1 FROM event_stream s WHERE s.persistence_id = p_pid AND s.revision = p_expected)
+          INTO v_fingerprint, v_previous, v_contiguous
+          FROM (SELECT 1) AS one
+          LEFT JOIN journal_operation o ON o.persistence_id = p_pid AND o.operation_id = p_op;
+        IF v_fingerprint IS NOT NULL THEN
+          RETURN movie_outcome(CASE WHEN v_fingerprint = p_fingerprint THEN 1 ELSE 2 END, v_previous);
+        END IF;
+        IF v_count = 0 THEN
+          SELECT j.fingerprint, j.operation_revision INTO v_fingerprint, v_previous FROM event_journal j
+            WHERE j.persistence_id = p_pid AND j.operation_id = p_op;
+          IF FOUND THEN
+            RETURN movie_outcome(CASE WHEN v_fingerprint = p_fingerprint THEN 1 ELSE 2 END, v_previous);
+          END IF;
+          v_actual := movie_stream_revision(p_pid);
+          IF v_actual <> p_expected THEN
+            RAISE EXCEPTION USING ERRCODE = '${REVISION_MISMATCH_SQLSTATE}', MESSAGE = v_actual::text;
+          END IF;
+          INSERT INTO journal_operation (persistence_id, operation_id, fingerprint, revision)
+            VALUES (p_pid, p_op, p_fingerprint, p_expected) ON CONFLICT DO NOTHING;
+          IF NOT FOUND THEN
+            SELECT o.fingerprint, o.revision INTO v_fingerprint, v_previous FROM journal_operation o
+              WHERE o.persistence_id = p_pid AND o.operation_id = p_op;
+            RETURN movie_outcome(CASE WHEN v_fingerprint = p_fingerprint THEN 1 ELSE 2 END, v_previous);
+          END IF;
+          RETURN movie_outcome(0, p_expected);
+        END IF;
+        IF v_contiguous THEN
+          -- A plain INSERT (no ON CONFLICT: speculative insertion costs an extra WAL record and index pass). A
+          -- unique violation, on sequence expected+1 or on the operation id, aborts the statement and the client
+          -- asks movie_append_resolve what happened. Once the first row is ours, no writer can claim a later
+          -- sequence, since their gap check cannot see this uncommitted row.
+          INSERT INTO event_journal (persistence_id, sequence_nr, manifest, payload, operation_id, fingerprint,
+              operation_revision)
+            VALUES (p_pid, p_expected + 1, p_manifest, p_payload, p_op, p_fingerprint, v_revision);
+          IF v_count > 1 THEN
+            INSERT INTO event_journal (persistence_id, sequence_nr, manifest, payload)
+              SELECT p_pid, p_expected + 1 + t.i, t.m, t.p
+                FROM unnest(p_more_manifests, p_more_payloads) WITH ORDINALITY AS t(m, p, i);
+          END IF;
+          RETURN movie_outcome(0, v_revision);
+        END IF;
+        RETURN movie_append_resolve(p_pid, p_op, p_fingerprint);
+      END $$`;
+
+/**
+ * Whether an append at revision 0 may write: retention that removed row 1 moved that row's operation id (every
+ * append's first row carries one) to journal_operation with a revision above 0, and an empty append above 0 implies
+ * events. Read from journal_operation, which the hot-path statements already name, rather than event_stream.
+ */
+const firstAppendOne = (pid: string, alias: string) =>
+  `NOT EXISTS (SELECT 1 FROM journal_operation ${alias} WHERE ${alias}.persistence_id = ${pid} AND ${alias}.revision > 0)`;
+
+/** The PostgreSQL migrations 1..7. */
 export const postgresMigrations: readonly Migration[] = buildMigrations([
   [
     // The first journal row of an append also carries its operation id, fingerprint and resulting revision, so
@@ -128,69 +204,8 @@ export const postgresMigrations: readonly Migration[] = buildMigrations([
         END IF;
         RAISE EXCEPTION USING ERRCODE = '${REVISION_MISMATCH_SQLSTATE}', MESSAGE = v_actual::text;
       END $$`,
-    // Optimistic concurrency comes from the journal's primary key: the append inserts sequence numbers
-    // expected+1.., and a unique violation says someone else got there first (or this operation id already
-    // exists: its partial unique index). The gap check makes sure row `expected` exists (or
-    // retention recorded that revision), so a writer ahead of the stream cannot leave a hole.
-    `CREATE OR REPLACE FUNCTION movie_append_events(p_pid text, p_expected bigint, p_op text, p_fingerprint text,
-        p_manifest text, p_payload text, p_more_manifests text[], p_more_payloads text[], ${fenceParams})
-      RETURNS bigint LANGUAGE plpgsql AS $$
-      DECLARE
-        v_count bigint := CASE WHEN p_manifest IS NULL THEN 0 ELSE 1 + coalesce(array_length(p_more_manifests, 1), 0) END;
-        v_revision bigint := p_expected + v_count;
-        v_fingerprint text;
-        v_previous bigint;
-        v_actual bigint;
-        v_contiguous boolean;
-      BEGIN
-        ${fenceCheckScalar}
-        -- One statement (each costs an executor run): operation ids kept outside the journal, and the gap check.
-        SELECT o.fingerprint, o.revision,
-            p_expected = 0
-            OR EXISTS (SELECT 1 FROM event_journal j WHERE j.persistence_id = p_pid AND j.sequence_nr = p_expected)
-            OR EXISTS (SELECT 1 FROM event_stream s WHERE s.persistence_id = p_pid AND s.revision = p_expected)
-          INTO v_fingerprint, v_previous, v_contiguous
-          FROM (SELECT 1) AS one
-          LEFT JOIN journal_operation o ON o.persistence_id = p_pid AND o.operation_id = p_op;
-        IF v_fingerprint IS NOT NULL THEN
-          RETURN movie_outcome(CASE WHEN v_fingerprint = p_fingerprint THEN 1 ELSE 2 END, v_previous);
-        END IF;
-        IF v_count = 0 THEN
-          SELECT j.fingerprint, j.operation_revision INTO v_fingerprint, v_previous FROM event_journal j
-            WHERE j.persistence_id = p_pid AND j.operation_id = p_op;
-          IF FOUND THEN
-            RETURN movie_outcome(CASE WHEN v_fingerprint = p_fingerprint THEN 1 ELSE 2 END, v_previous);
-          END IF;
-          v_actual := movie_stream_revision(p_pid);
-          IF v_actual <> p_expected THEN
-            RAISE EXCEPTION USING ERRCODE = '${REVISION_MISMATCH_SQLSTATE}', MESSAGE = v_actual::text;
-          END IF;
-          INSERT INTO journal_operation (persistence_id, operation_id, fingerprint, revision)
-            VALUES (p_pid, p_op, p_fingerprint, p_expected) ON CONFLICT DO NOTHING;
-          IF NOT FOUND THEN
-            SELECT o.fingerprint, o.revision INTO v_fingerprint, v_previous FROM journal_operation o
-              WHERE o.persistence_id = p_pid AND o.operation_id = p_op;
-            RETURN movie_outcome(CASE WHEN v_fingerprint = p_fingerprint THEN 1 ELSE 2 END, v_previous);
-          END IF;
-          RETURN movie_outcome(0, p_expected);
-        END IF;
-        IF v_contiguous THEN
-          -- A plain INSERT (no ON CONFLICT: speculative insertion costs an extra WAL record and index pass). A
-          -- unique violation, on sequence expected+1 or on the operation id, aborts the statement and the client
-          -- asks movie_append_resolve what happened. Once the first row is ours, no writer can claim a later
-          -- sequence, since their gap check cannot see this uncommitted row.
-          INSERT INTO event_journal (persistence_id, sequence_nr, manifest, payload, operation_id, fingerprint,
-              operation_revision)
-            VALUES (p_pid, p_expected + 1, p_manifest, p_payload, p_op, p_fingerprint, v_revision);
-          IF v_count > 1 THEN
-            INSERT INTO event_journal (persistence_id, sequence_nr, manifest, payload)
-              SELECT p_pid, p_expected + 1 + t.i, t.m, t.p
-                FROM unnest(p_more_manifests, p_more_payloads) WITH ORDINALITY AS t(m, p, i);
-          END IF;
-          RETURN movie_outcome(0, v_revision);
-        END IF;
-        RETURN movie_append_resolve(p_pid, p_op, p_fingerprint);
-      END $$`,
+    // See appendEventsFunction (replaced in migration 7).
+    appendEventsFunction("p_expected = 0"),
     `CREATE OR REPLACE FUNCTION movie_write_state(p_pid text, p_expected bigint, p_op text, p_fingerprint text,
         p_manifest text, p_payload text, p_deleted bigint, ${fenceParams})
       RETURNS bigint LANGUAGE plpgsql AS $$
@@ -307,6 +322,13 @@ export const postgresMigrations: readonly Migration[] = buildMigrations([
     // migration 4 stays as applied, so the function goes here.
     `DROP FUNCTION IF EXISTS movie_append_one_resolve(text, bigint, text, text, ${fenceTypes})`,
   ],
+  [
+    // An append at revision 0 after retention removed row 1 must not write (it would refill removed sequence numbers
+    // below the snapshot); it now falls through to movie_append_resolve, which answers MV001 with the revision.
+    appendEventsFunction(
+      "(p_expected = 0 AND NOT EXISTS (SELECT 1 FROM event_stream s0 WHERE s0.persistence_id = p_pid AND s0.revision > 0))",
+    ),
+  ],
 ]);
 
 /**
@@ -327,7 +349,7 @@ export function sessionOptions(schema: string | null): string {
 /** Every migration's SQL as one script, for review or manual application (`movie persistence migrate --print`). */
 export function postgresMigrationSql(): string {
   const lines = [
-    "-- movie persistence schema (PostgreSQL), versions 1..6",
+    "-- movie persistence schema (PostgreSQL), versions 1..7",
     `SELECT pg_advisory_lock(${MIGRATION_LOCK_KEY});`,
     `CREATE TABLE IF NOT EXISTS movie_schema_migration (version INTEGER PRIMARY KEY, name TEXT NOT NULL,
   checksum TEXT NOT NULL, applied_at TIMESTAMPTZ NOT NULL DEFAULT now());`,
@@ -347,7 +369,8 @@ export function postgresMigrationSql(): string {
 /**
  * The hot path: a one-event append as a single plain INSERT ... SELECT (no PL/pgSQL call). Its WHERE clause is the
  * fence check (the lease row locked FOR SHARE, so a transfer waits for this write to commit), the check that the
- * operation id is not among those kept outside the journal, and the gap check (row `expected` exists); the journal's
+ * operation id is not among those kept outside the journal, and the gap check (row `expected` exists, or for revision
+ * 0 that retention never removed events: firstAppendOne); the journal's
  * unique indexes catch a concurrent write at the same revision and a reused operation id. Inserting no row, or a
  * unique violation, sends the client to movie_append_one_settle, which also writes the append when retention removed
  * row `expected`.
@@ -358,7 +381,7 @@ export const APPEND_ONE_SQL = `INSERT INTO event_journal (persistence_id, sequen
   WHERE ($7::text IS NULL OR EXISTS (SELECT 1 FROM shard_lease l WHERE l.cluster_name = $7 AND l.entity_type = $8
       AND l.shard_id = $9 AND l.owner = $10 AND l.epoch = $11 AND l.lease_until_epoch_ms > movie_now_ms() FOR SHARE))
     AND NOT EXISTS (SELECT 1 FROM journal_operation o WHERE o.persistence_id = $1 AND o.operation_id = $5)
-    AND ($2::bigint = 0
+    AND (($2::bigint = 0 AND ${firstAppendOne("$1", "o0")})
       OR EXISTS (SELECT 1 FROM event_journal j WHERE j.persistence_id = $1 AND j.sequence_nr = $2::bigint))`;
 
 /**
@@ -381,7 +404,7 @@ export const APPEND_BATCH_SQL = `INSERT INTO event_journal (persistence_id, sequ
       AND l.entity_type = t.type AND l.shard_id = t.shard AND l.owner = t.owner AND l.epoch = t.epoch
       AND l.lease_until_epoch_ms > movie_now_ms() FOR SHARE))
     AND NOT EXISTS (SELECT 1 FROM journal_operation o WHERE o.persistence_id = t.pid AND o.operation_id = t.op)
-    AND (t.expected = 0 OR (SELECT true FROM event_journal j WHERE j.persistence_id = t.pid
+    AND ((t.expected = 0 AND ${firstAppendOne("t.pid", "o0")}) OR (SELECT true FROM event_journal j WHERE j.persistence_id = t.pid
       AND j.sequence_nr = t.expected))
   ON CONFLICT DO NOTHING
   RETURNING persistence_id`;

@@ -41,7 +41,8 @@ export const sqliteMigrations: readonly Migration[] = buildMigrations([
       shard_id INTEGER NOT NULL, owner TEXT NOT NULL, epoch INTEGER NOT NULL, lease_until_epoch_ms INTEGER NOT NULL,
       updated_at TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP, PRIMARY KEY (cluster_name, entity_type, shard_id))`,
   ],
-  // Versions 5 and 6 change only PostgreSQL functions; SQLite records them so both backends share one version history.
+  // Versions 5 to 7 change only PostgreSQL functions; SQLite records them so both backends share one version history.
+  [],
   [],
   [],
 ]);
