@@ -13,6 +13,7 @@ import {
   ShardingSettings,
 } from "../../src/sharding/index.ts";
 import { FakeCluster, type Node } from "./fixtures/fake-cluster.ts";
+import { findId } from "./fixtures/members.ts";
 import { OrderCommand, OrderReply, orderClasses, Seq, SequenceBehavior, sequenceSink } from "./fixtures/order.ts";
 import { idOwnedBy, planOver } from "./fixtures/plans.ts";
 
@@ -173,6 +174,43 @@ test("after the coordinator changes, an owner refuses the new coordinator's forw
     assert.equal(c.sharding.stats.localDeliveries, before.localDeliveries);
     assert.equal(sequenceSink.get(ownedByC), undefined);
     assert.equal(sequenceSink.get(ownedByB), undefined);
+  } finally {
+    await cluster.shutdown();
+  }
+});
+
+test("a previous owner that has drained a shard creates no entity for it, even for the coordinator's own forward", async () => {
+  const cluster = new FakeCluster(orderClasses);
+  try {
+    const [a, b] = cluster.addNodesInAddressOrder("a-node", "b-node") as [Node, Node];
+    for (const n of [a, b]) n.sharding.init("Drained", OrderCommand, plain, (id) => new SequenceBehavior(id));
+    await planOver([a, b], "Drained", 2);
+    const key = ShardingSettings.create(plain).key;
+    const moving = idOwnedBy(a, "Drained", b, "drained");
+    const shard = b.sharding.shardOf("Drained", moving);
+    const staying = findId(
+      "staying",
+      (id) =>
+        a.sharding.ownerFor("Drained", id)?.equals(b.address) === true && b.sharding.shardOf("Drained", id) !== shard,
+    );
+    const daemonOfB = a.system.actorSelection(`${b.address.address}/system/sharding`);
+    // The coordinator's first handoff step: b drains the shard (nothing lives there yet) and acknowledges.
+    await daemonOfB.ask(
+      new PassivateShard("Drained", key, shard, a.address.toString(), null),
+      ShardingControlAck,
+      1_000,
+    );
+    // A forward for the drained shard that reaches b afterwards must not start an entity there.
+    daemonOfB.tell(
+      new ShardingEnvelope("User", "Drained", moving, shard, key, 1, a.address.toString(), null, false, {
+        type: "Seq",
+        payload: { n: 1 },
+      }),
+    );
+    // A later message on the same link, for another shard of b, is delivered: the forward has been handled.
+    await a.sharding.entityRefFor<OrderCommand>("Drained", staying).ask(new Seq(1), OrderReply, 1_000);
+    assert.equal(b.sharding.localEntityCount, 1, "only the other shard's entity lives on b");
+    assert.equal(sequenceSink.get(moving), undefined, "the drained shard's entity was not activated");
   } finally {
     await cluster.shutdown();
   }
