@@ -237,3 +237,50 @@ test("the retry barrier in a running node: per-shard FIFO while the lease is una
     await cluster.shutdown();
   }
 });
+
+test("the retry barrier rejects its queue with NoShardOwnerError once the node is no longer the authorized owner", async () => {
+  const clock = new ManualScheduler();
+  const cluster = new FakeCluster(orderClasses, { scheduler: clock });
+  try {
+    const node = cluster.addNode("unauthorized-node");
+    const sharding = node.sharding;
+    const settings = ShardingSettings.create({ shardCount: 8, leaseDuration: 1_000, leaseRenewInterval: 300 });
+    const provider = new LeaseGatedProvider(
+      "Unauth",
+      OrderCommand.name,
+      settings,
+      (id) => () => new SequenceBehavior(id),
+      sharding.entityHost,
+      clock,
+      sharding.mutableStats,
+    );
+    sharding.registerProvider(provider);
+    const ref = sharding.entityRefFor<OrderCommand>("Unauth", "unauth-1");
+    provider.leaseAvailable = false;
+    ref.tell(new Seq(1)); // opens the shard's queue
+    let outcome: unknown = "pending";
+    const queued = ref.ask(new Seq(2), OrderReply, 60_000).then(
+      () => {
+        outcome = "answered";
+      },
+      (error: unknown) => {
+        outcome = error;
+      },
+    );
+    const rejected = sharding.stats.rejectedEnvelopes;
+    // The node stops being an Up member: no coordinator authorizes its shards any more. The lease coming back must
+    // not let the queue through on a node that no longer owns the shard.
+    node.setStatus("Leaving");
+    provider.leaseAvailable = true;
+    clock.advance(25);
+    await queued;
+    assert.ok(outcome instanceof NoShardOwnerError, `the queued ask failed with ${String(outcome)}`);
+    assert.equal(outcome.shardId, sharding.shardOf("Unauth", "unauth-1"));
+    assert.equal(sharding.stats.rejectedEnvelopes, rejected + 2);
+    assert.equal(sharding.stats.localDeliveries, 0);
+    assert.equal(sharding.localEntityCount, 0);
+    assert.equal(sequenceSink.get("unauth-1"), undefined, "nothing queued reached the entity");
+  } finally {
+    await cluster.shutdown();
+  }
+});
