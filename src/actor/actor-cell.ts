@@ -96,7 +96,8 @@ class CellExtras {
   /** Messages still to process before a DRAIN_AND_STOP stops the actor; -1 when not draining. */
   drainRemaining = -1;
   watchers: Map<string, ActorRef<unknown>> | null = null;
-  watching: Map<string, ActorRef<unknown>> | null = null;
+  /** Watched actors by {@link watchKey}. */
+  watching: Map<ActorRef<unknown> | string, ActorRef<unknown>> | null = null;
   timers: Map<string, TimerEntry> | null = null;
   timerGeneration = 0;
   receiveTimeoutMs: number | null = null;
@@ -105,6 +106,15 @@ class CellExtras {
   receiveTimeoutGeneration = 0;
   restartTimesMs: number[] | null = null;
   terminatedWaiters: (() => void)[] | null = null;
+}
+
+/**
+ * What a watcher keys a watched actor by: a local actor's one ref (an incarnation: a child re-created under the same
+ * name while the old one's Terminated is still queued is another actor), else the path text (remote refs are
+ * re-created per message, and their Terminated carries a ref of its own).
+ */
+function watchKey(ref: ActorRef<unknown>): ActorRef<unknown> | string {
+  return ref instanceof LocalActorRef ? ref : ref.path.toString();
 }
 
 function isThenable(value: unknown): value is PromiseLike<unknown> {
@@ -232,7 +242,7 @@ export class ActorCell<T> implements Runnable, ActorContext<T>, TimeoutTarget {
   }
 
   watch(ref: ActorRef<unknown>): void {
-    const key = ref.path.toString();
+    const key = watchKey(ref);
     const extras = this.extras();
     if (extras.watching === null) extras.watching = new Map();
     if (extras.watching.has(key)) return;
@@ -243,7 +253,7 @@ export class ActorCell<T> implements Runnable, ActorContext<T>, TimeoutTarget {
   }
 
   unwatch(ref: ActorRef<unknown>): void {
-    const key = ref.path.toString();
+    const key = watchKey(ref);
     if (this.rare?.watching?.delete(key) !== true) return;
     const child = this.ownChild(ref);
     if (child !== null) child.setParentWatches(false);
@@ -436,7 +446,7 @@ export class ActorCell<T> implements Runnable, ActorContext<T>, TimeoutTarget {
       } else if (message instanceof Unwatch) {
         extras.watchers?.delete(message.watcher.path.toString());
       } else if (message instanceof Terminated) {
-        if (extras.watching?.has(message.ref.path.toString()) === true && this.state === stateRunning) {
+        if (extras.watching?.has(watchKey(message.ref)) === true && this.state === stateRunning) {
           this.enqueue(new TerminatedFire(message), null, null);
         }
       }
@@ -510,7 +520,7 @@ export class ActorCell<T> implements Runnable, ActorContext<T>, TimeoutTarget {
     }
     if (fire instanceof TerminatedFire) {
       // Still watched? An unwatch after the termination was queued drops it.
-      if (extras.watching?.delete(fire.signal.ref.path.toString()) === true) this.deliverSignal(fire.signal);
+      if (extras.watching?.delete(watchKey(fire.signal.ref)) === true) this.deliverSignal(fire.signal);
       return noMessage;
     }
     if (
