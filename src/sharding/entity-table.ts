@@ -9,14 +9,16 @@ export interface TableEntity {
 }
 
 /**
- * The live entity actors of one provider (ordinary or persistent): entity id → actor, actor path → entity id, and
+ * The live entity actors of one provider (ordinary or persistent): entity id → actor, actor ref → entity id, and
  * who waits for which actor to terminate. One copy of this bookkeeping, so both providers stop, drain and forget
  * entities the same way.
  */
 export class EntityTable<E extends TableEntity> {
   private readonly entities = new Map<string, E>();
-  private readonly byRef = new Map<string, string>();
-  private readonly terminationWaiters = new Map<string, (() => void)[]>();
+  // Keyed by the ref itself: an entity is a local actor, whose one ref its Terminated carries back, so no path string
+  // is built per entity (and a re-created entity, a new ref, never collides with the old one's entry).
+  private readonly byRef = new Map<ActorRef<unknown>, string>();
+  private readonly terminationWaiters = new Map<ActorRef<unknown>, (() => void)[]>();
   private counter = 0;
 
   get size(): number {
@@ -34,7 +36,7 @@ export class EntityTable<E extends TableEntity> {
 
   add(entityId: string, entity: E): void {
     this.entities.set(entityId, entity);
-    this.byRef.set(entity.ref.path.toString(), entityId);
+    this.byRef.set(entity.ref, entityId);
   }
 
   /** Forgets `entity` (if it is still the live one for its id) and sends it `signal`. */
@@ -68,25 +70,23 @@ export class EntityTable<E extends TableEntity> {
    * id (a restarted or replaced entity keeps its id with a new ref: only the mapping that is still this ref drops).
    */
   terminated(ref: ActorRef<unknown>): E | undefined {
-    const key = ref.path.toString();
-    const id = this.byRef.get(key);
-    this.byRef.delete(key);
+    const id = this.byRef.get(ref);
+    this.byRef.delete(ref);
     const entity = id === undefined ? undefined : this.entities.get(id);
     const live = id !== undefined && entity?.ref === ref;
     if (live) this.entities.delete(id);
-    const waiters = this.terminationWaiters.get(key);
-    this.terminationWaiters.delete(key);
+    const waiters = this.terminationWaiters.get(ref);
+    this.terminationWaiters.delete(ref);
     for (const w of waiters ?? []) w();
     return live ? entity : undefined;
   }
 
   private terminationOf(ref: ActorRef<unknown>): Promise<void> {
-    const key = ref.path.toString();
-    if (!this.byRef.has(key)) return Promise.resolve();
+    if (!this.byRef.has(ref)) return Promise.resolve();
     return new Promise((resolve) => {
-      const list = this.terminationWaiters.get(key) ?? [];
+      const list = this.terminationWaiters.get(ref) ?? [];
       list.push(resolve);
-      this.terminationWaiters.set(key, list);
+      this.terminationWaiters.set(ref, list);
     });
   }
 }
