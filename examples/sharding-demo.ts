@@ -302,11 +302,12 @@ async function runDemo(): Promise<boolean> {
 
   // Every order's persisted state, read through its sharded ref after the move, must be exactly parcels 1..n in order,
   // where n is what the frontend saw acknowledged (or one more, when the last attempt's outcome stayed unknown).
-  const verified = await frontend.request<{ parcels: Record<string, string[]>; failed: string[] }>(
-    { type: "verify" },
-    "verified",
-    60_000,
-  );
+  const verified = await frontend.request<{
+    parcels: Record<string, string[]>;
+    failed: string[];
+    errors: string[];
+    retried: number;
+  }>({ type: "verify" }, "verified", 60_000);
   const unresolved = new Set(stopped.unresolved);
   let lost = 0;
   let wrong = 0;
@@ -328,9 +329,11 @@ async function runDemo(): Promise<boolean> {
   );
   say(
     `asked all ${Object.keys(stopped.acked).length} orders for their persisted parcels through the sharded ref: ` +
-      `${verified.failed.length} failed to answer, ${wrong} not exactly parcels 1..n in order, ${lost} acknowledged parcels missing`,
+      `${verified.failed.length} failed to answer, ${wrong} not exactly parcels 1..n in order, ${lost} acknowledged parcels missing` +
+      (verified.retried > 0 ? ` (${verified.retried} asks repeated after a refusal or timeout)` : ""),
   );
   for (const problem of problems) say(`  mismatch: ${problem}`);
+  for (const error of verified.errors.slice(0, 3)) say(`  no answer: ${error}`);
   const ok = verified.failed.length === 0 && wrong === 0 && lost === 0 && movedBad.length === 0;
   say(
     ok

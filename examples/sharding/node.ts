@@ -93,6 +93,9 @@ let streaming: {
   loops: Promise<void>[];
 } | null = null;
 
+/** Asks per order when reading every order back at the end. */
+const verifyAttempts = 5;
+
 async function orderLoop(orderId: string, pauseMs: number): Promise<void> {
   const ref = sharding.entityRefFor(orders, orderId);
   let finalRetries = 0;
@@ -165,19 +168,32 @@ process.on("message", async (command: Command) => {
       break;
     case "verify": {
       // Ask every order for its parcels through the sharded ref: the reply is its persisted state and its host.
+      // A read is safe to repeat: an ask refused while routing fails closed (membership settling after the leave) or
+      // timed out on a loaded machine is asked again, a few times, as any client of a fail-closed service would.
       const parcels: Record<string, string[]> = {};
       const failed: string[] = [];
+      const errors: string[] = [];
       const hosts: Record<string, number> = {};
+      let retried = 0;
       for (const orderId of streaming?.acked.keys() ?? []) {
-        try {
-          const reply = await sharding.entityRefFor(orders, orderId).ask(new GetOrder(), OrderReply, 5_000);
-          hosts[reply.host] = (hosts[reply.host] ?? 0) + 1;
-          parcels[orderId] = reply.parcels;
-        } catch {
-          failed.push(orderId);
+        for (let attempt = 1; ; attempt++) {
+          try {
+            const reply = await sharding.entityRefFor(orders, orderId).ask(new GetOrder(), OrderReply, 5_000);
+            hosts[reply.host] = (hosts[reply.host] ?? 0) + 1;
+            parcels[orderId] = reply.parcels;
+            break;
+          } catch (error) {
+            if (attempt === verifyAttempts) {
+              failed.push(orderId);
+              errors.push(`${orderId}: ${error instanceof Error ? `${error.name}: ${error.message}` : String(error)}`);
+              break;
+            }
+            retried++;
+            await new Promise((resolve) => setTimeout(resolve, 200));
+          }
         }
       }
-      send({ type: "verified", parcels, failed, hosts });
+      send({ type: "verified", parcels, failed, errors, retried, hosts });
       break;
     }
     case "leave":
