@@ -186,8 +186,10 @@ export function compileCodec(typeName: string, fields: FieldList, proto: object 
         measureValue.push(
           `try { v = JSON.stringify(v); } catch (e) { throw refuse(${i}, "JSON-serialisable", m[${key}]); }`,
           `if (typeof v !== "string") { v = m[${key}]; ${fail("a JSON value")} }`,
-          // Kept for write(), which runs right after measure() with no user code between them.
-          `j[${jsonFields}] = v;`,
+          // Kept for write(), which runs right after measure() with no user code between them. Held in a local until
+          // measure() ends: a toJSON that sends a message of this same class measures it meanwhile, and must not
+          // overwrite this message's texts.
+          `s${jsonFields} = v;`,
           "n += 4 + 3 * v.length;",
         );
         writeValue.push(`k = writeText(buf, o, j[${jsonFields}]);`, "o += k;");
@@ -224,6 +226,10 @@ export function compileCodec(typeName: string, fields: FieldList, proto: object 
       readLines.push(...readValue);
     }
   });
+  if (jsonFields > 0) {
+    measureLines.splice(2, 0, `let ${Array.from({ length: jsonFields }, (_, k) => `s${k}`).join(", ")};`);
+    for (let k = 0; k < jsonFields; k++) measureLines.push(`j[${k}] = s${k};`);
+  }
   measureLines.push("return n;");
   writeLines.push("return o;");
   const args = list.map((_, i) => `f${i}`).join(", ");

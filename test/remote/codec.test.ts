@@ -279,3 +279,28 @@ test("the codec fingerprint changes with names, types, nullability and order", (
   assert.notEqual(print({ a: "int32", b: "string" }), base);
   assert.notEqual(print({ a: "number", c: "string" }), base);
 });
+
+test("a toJSON that encodes another message of the same class mid-measure does not swap their JSON fields", () => {
+  const codec = compileCodec("Twin", { a: "json", b: "json" });
+  const innerBytes: Buffer[] = [];
+  // Field b's toJSON sends a message of the same class while the outer one is being measured (after field a).
+  const reentrant = {
+    toJSON() {
+      const inner = { a: "inner-a", b: "inner-b" };
+      const buf = Buffer.alloc(codec.measure(inner));
+      innerBytes.push(buf.subarray(0, codec.write(buf, 0, inner)));
+      return "outer-b";
+    },
+  };
+  const outer = { a: "outer-a", b: reentrant };
+  const buf = Buffer.alloc(codec.measure(outer));
+  const end = codec.write(buf, 0, outer);
+  assert.deepEqual({ ...codec.read(buf, 0, end, Object.prototype) }, { a: "outer-a", b: "outer-b" });
+  assert.deepEqual(
+    { ...codec.read(innerBytes[0]!, 0, innerBytes[0]!.length, Object.prototype) },
+    {
+      a: "inner-a",
+      b: "inner-b",
+    },
+  );
+});
