@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
 import { test } from "node:test";
-import { Address, UniqueAddress } from "../../src/actor/index.ts";
+import type { UniqueAddress } from "../../src/actor/index.ts";
 import { isConverged, leaderOf } from "../../src/cluster/convergence.ts";
 import { diffSnapshots } from "../../src/cluster/events.ts";
 import {
@@ -13,23 +13,10 @@ import {
 } from "../../src/cluster/failure-detector.ts";
 import { authorizeGossip } from "../../src/cluster/gossip/authorize.ts";
 import { membershipDigest } from "../../src/cluster/gossip/digest.ts";
-import type { MemberMap } from "../../src/cluster/gossip/merge.ts";
 import { leaderActions } from "../../src/cluster/leader-actions.ts";
-import { type Member, type MemberStatus, memberKey } from "../../src/cluster/member.ts";
+import { type Member, memberKey } from "../../src/cluster/member.ts";
 import type { ClusterSnapshot } from "../../src/cluster/snapshot.ts";
-
-const ua = (port: number, uid = `u${port}`) => new UniqueAddress(Address.tcp("sys", "127.0.0.1", port), uid);
-const A = ua(2551);
-const B = ua(2552);
-const C = ua(2553);
-
-function member(who: UniqueAddress, status: MemberStatus, extra: Partial<Member> = {}): Member {
-  return { uniqueAddress: who, status, roles: [], upNumber: 1, revision: 1, changedBy: who.uid, ...extra };
-}
-
-function map(...members: Member[]): MemberMap {
-  return new Map(members.map((m) => [memberKey(m), m]));
-}
+import { A, B, C, map, member, ua } from "./fixtures/member-maps.ts";
 
 test("digest is SHA-256 over sorted records: address, status number, revision, author, roles, NUL-separated", () => {
   const members = map(member(B, "Down", { revision: 3, changedBy: "x", roles: ["r1", "r2"] }), member(A, "Up"));

@@ -2,27 +2,14 @@
 // names is dropped from src/cluster. Pure cores and the simulated network only (virtual time, no sockets).
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { Address, UniqueAddress } from "../../src/actor/index.ts";
+import { UniqueAddress } from "../../src/actor/index.ts";
 import { isConverged } from "../../src/cluster/convergence.ts";
 import { authorizeGossip } from "../../src/cluster/gossip/authorize.ts";
-import type { MemberMap } from "../../src/cluster/gossip/merge.ts";
-import { type Member, type MemberStatus, memberKey, memberToJSON } from "../../src/cluster/member.ts";
+import { type MemberStatus, memberToJSON } from "../../src/cluster/member.ts";
 import { snapshotOf } from "../../src/cluster/membership.ts";
 import { ClusterDown, ClusterGossip, ClusterJoin, ClusterLeave, ClusterWelcome } from "../../src/cluster/messages.ts";
+import { A, B, C, map, member } from "./fixtures/member-maps.ts";
 import { Sim, type SimNode, address as simAddress } from "./sim.ts";
-
-const ua = (port: number, uid = `u${port}`) => new UniqueAddress(Address.tcp("sys", "127.0.0.1", port), uid);
-const A = ua(2551);
-const B = ua(2552);
-const C = ua(2553);
-
-function member(who: UniqueAddress, status: MemberStatus, extra: Partial<Member> = {}): Member {
-  return { uniqueAddress: who, status, roles: [], upNumber: 1, revision: 1, changedBy: who.uid, ...extra };
-}
-
-function map(...members: Member[]): MemberMap {
-  return new Map(members.map((m) => [memberKey(m), m]));
-}
 
 function startCluster(sim: Sim, count: number): SimNode[] {
   const nodes: SimNode[] = [];
