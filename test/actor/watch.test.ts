@@ -219,6 +219,16 @@ class Parent extends AbstractBehavior<ParentCommand> {
   }
 }
 
+/** A Parent at /user/parent whose child "kid" it has spawned and watched (both applied). */
+async function parentWatchingKid(system: ActorSystem): Promise<{ parent: Parent; ref: ActorRef<ParentCommand> }> {
+  const parent = new Parent();
+  const ref = system.spawn(parent, "parent");
+  ref.tell({ op: "spawn", name: "kid" });
+  ref.tell({ op: "watch", name: "kid" });
+  await ref.ask(new Ping(), Pong, 5_000);
+  return { parent, ref };
+}
+
 test("a parent's watch of its own child: Terminated on stop, none after unwatch, at once when already stopped", async (t) => {
   const system = testSystem(t);
   const parent = new Parent();
@@ -247,11 +257,7 @@ test("a parent's watch of its own child: Terminated on stop, none after unwatch,
 
 test("a parent's watch of its child survives the child's restart and is answered once", async (t) => {
   const system = testSystem(t);
-  const parent = new Parent();
-  const ref = system.spawn(parent, "parent");
-  ref.tell({ op: "spawn", name: "kid" });
-  ref.tell({ op: "watch", name: "kid" });
-  await ref.ask(new Ping(), Pong, 5_000);
+  const { parent, ref } = await parentWatchingKid(system);
   const kid = parent.kids.get("kid")!;
   kid.tell("boom"); // the default strategy restarts it
   kid.tell("still here");
@@ -263,11 +269,7 @@ test("a parent's watch of its child survives the child's restart and is answered
 
 test("a sibling's watch of another parent's child still goes through the child's system queue", async (t) => {
   const system = testSystem(t);
-  const parent = new Parent();
-  const ref = system.spawn(parent, "parent");
-  ref.tell({ op: "spawn", name: "kid" });
-  ref.tell({ op: "watch", name: "kid" });
-  await ref.ask(new Ping(), Pong, 5_000);
+  const { parent, ref } = await parentWatchingKid(system);
   const [watcher, watcherRef] = spawnWatcher(system);
   watcherRef.tell(new WatchCmd(parent.kids.get("kid")!));
   await watcherRef.ask(new Ping(), Pong, 5_000);
