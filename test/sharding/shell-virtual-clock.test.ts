@@ -161,24 +161,30 @@ class LeaseGatedProvider extends EntityProvider<OrderCommand> {
   }
 }
 
+/** A node of `cluster` hosting `typeName` through a LeaseGatedProvider (8 shards, lease 1,000 ms, renew 300 ms). */
+function leaseGatedNode(cluster: FakeCluster, clock: ManualScheduler, nodeName: string, typeName: string) {
+  const node = cluster.addNode(nodeName);
+  const sharding = node.sharding;
+  const settings = ShardingSettings.create({ shardCount: 8, leaseDuration: 1_000, leaseRenewInterval: 300 });
+  const provider = new LeaseGatedProvider(
+    typeName,
+    OrderCommand.name,
+    settings,
+    (id) => () => new SequenceBehavior(id),
+    sharding.entityHost,
+    clock,
+    sharding.mutableStats,
+  );
+  sharding.registerProvider(provider);
+  return { node, sharding, provider };
+}
+
 test("the retry barrier in a running node: per-shard FIFO while the lease is unavailable, 25 ms ticks, window rejects", async () => {
   const clock = new ManualScheduler();
   const cluster = new FakeCluster(orderClasses, { scheduler: clock });
   try {
-    const node = cluster.addNode("barrier-node");
-    const sharding = node.sharding;
     // window = leaseDuration + leaseRenewInterval = 1,300 ms
-    const settings = ShardingSettings.create({ shardCount: 8, leaseDuration: 1_000, leaseRenewInterval: 300 });
-    const provider = new LeaseGatedProvider(
-      "Barrier",
-      OrderCommand.name,
-      settings,
-      (id) => () => new SequenceBehavior(id),
-      sharding.entityHost,
-      clock,
-      sharding.mutableStats,
-    );
-    sharding.registerProvider(provider);
+    const { sharding, provider } = leaseGatedNode(cluster, clock, "barrier-node", "Barrier");
     const [x, other] = ["barrier-x", "barrier-y", "barrier-z"]
       .map((id) => ({ id, shard: sharding.shardOf("Barrier", id) }))
       .filter((e, i, all) => all.findIndex((f) => f.shard === e.shard) === i)
@@ -242,19 +248,7 @@ test("the retry barrier rejects its queue with NoShardOwnerError once the node i
   const clock = new ManualScheduler();
   const cluster = new FakeCluster(orderClasses, { scheduler: clock });
   try {
-    const node = cluster.addNode("unauthorized-node");
-    const sharding = node.sharding;
-    const settings = ShardingSettings.create({ shardCount: 8, leaseDuration: 1_000, leaseRenewInterval: 300 });
-    const provider = new LeaseGatedProvider(
-      "Unauth",
-      OrderCommand.name,
-      settings,
-      (id) => () => new SequenceBehavior(id),
-      sharding.entityHost,
-      clock,
-      sharding.mutableStats,
-    );
-    sharding.registerProvider(provider);
+    const { node, sharding, provider } = leaseGatedNode(cluster, clock, "unauthorized-node", "Unauth");
     const ref = sharding.entityRefFor<OrderCommand>("Unauth", "unauth-1");
     provider.leaseAvailable = false;
     ref.tell(new Seq(1)); // opens the shard's queue
