@@ -186,9 +186,9 @@ export function compileCodec(typeName: string, fields: FieldList, proto: object 
         measureValue.push(
           `try { v = JSON.stringify(v); } catch (e) { throw refuse(${i}, "JSON-serialisable", m[${key}]); }`,
           `if (typeof v !== "string") { v = m[${key}]; ${fail("a JSON value")} }`,
-          // Kept for write(), which runs right after measure() with no user code between them. Held in a local until
-          // measure() ends: a toJSON that sends a message of this same class measures it meanwhile, and must not
-          // overwrite this message's texts.
+          // Kept for write(), which runs right after measure() (and checkText(), which only reads string fields).
+          // Held in a local until measure() ends: a toJSON that sends a message of this same class measures it
+          // meanwhile, and must not overwrite this message's texts.
           `s${jsonFields} = v;`,
           "n += 4 + 3 * v.length;",
         );
@@ -302,8 +302,7 @@ function writeText(buf: Buffer, at: number, text: string): number {
     writeLength(buf, at, bytes | asciiFlag);
     return 4 + bytes;
   }
-  // ES2024's String#isWellFormed (Node 20 has it; the project's TypeScript lib is older).
-  if (!(text as string & { isWellFormed(): boolean }).isWellFormed()) return -1;
+  if (!isWellFormedText(text)) return -1;
   writeLength(buf, at, bytes);
   return 4 + bytes;
 }
@@ -316,7 +315,10 @@ function writeLength(buf: Buffer, at: number, word: number): void {
   buf[at + 3] = word >>> 24;
 }
 
-/** Scratch for decoding doubles: the same 8 bytes seen as bytes and as a float64 (JavaScript is single-threaded). */
+/**
+ * Scratch for encoding and decoding doubles: the same 8 bytes seen as bytes and as a float64 (JavaScript is
+ * single-threaded).
+ */
 const doubleView = new Float64Array(1);
 const doubleBytes = new Uint8Array(doubleView.buffer);
 const littleEndian = new Uint8Array(new Uint16Array([1]).buffer)[0] === 1;
@@ -350,4 +352,10 @@ export function fnv1a(text: string): number {
     hash = Math.imul(hash, 0x01000193);
   }
   return hash >>> 0;
+}
+
+/** Whether `text` is well-formed UTF-16 (no lone surrogate), so that UTF-8 can carry it exactly. */
+export function isWellFormedText(text: string): boolean {
+  // ES2024's String#isWellFormed (Node 20 has it; the project's TypeScript lib is older).
+  return (text as string & { isWellFormed(): boolean }).isWellFormed();
 }

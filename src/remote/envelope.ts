@@ -250,14 +250,18 @@ export function readUserHeader(frame: Buffer): EnvelopeHeader {
 }
 
 /**
- * Parses the payload JSON of a frame from `at` (the header end).
+ * Parses the payload JSON of `frame[at, end)` (from the header end to the frame's end unless `end` says otherwise).
  * @throws EnvelopeDecodeError (reason `undecodable`) for invalid JSON
  */
-export function readPayload(frame: Buffer, at: number, typeName: string): unknown {
+export function readPayload(frame: Buffer, at: number, typeName: string, end = frame.length): unknown {
   try {
-    return JSON.parse(frame.toString("utf8", at, frame.length));
-  } catch {
-    throw new EnvelopeDecodeError("undecodable", `payload of "${typeName}" is not valid JSON`, typeName);
+    return JSON.parse(frame.toString("utf8", at, end));
+  } catch (error) {
+    throw new EnvelopeDecodeError(
+      "undecodable",
+      `payload of "${typeName}" is not JSON: ${(error as Error).message}`,
+      typeName,
+    );
   }
 }
 

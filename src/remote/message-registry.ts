@@ -1,4 +1,5 @@
 import { compileCodec, type FieldList, fieldListProblem, type PayloadCodec } from "./codec.ts";
+import { readPayload } from "./envelope.ts";
 import { EnvelopeDecodeError, MessageRegistrationError, UnknownMessageTypeError } from "./errors.ts";
 import { isStandardSchema, type StandardSchemaV1 } from "./standard-schema.ts";
 
@@ -169,14 +170,6 @@ export class MessageRegistry {
     if (entry === undefined) throw new EnvelopeDecodeError("unknownType", `type "${name}" is not registered`);
     return rebuild(entry, json);
   }
-
-  /**
-   * Rebuilds an instance for a registration found earlier with {@link lookupName} (the receive path caches it).
-   * @throws EnvelopeDecodeError (reason `schemaInvalid` or `undecodable`)
-   */
-  decodeAs(entry: MessageRegistration, json: unknown): unknown {
-    return rebuild(entry, json);
-  }
 }
 
 /**
@@ -188,6 +181,33 @@ export function decodeBinary(entry: MessageRegistration, buf: Buffer, at: number
   const codec = entry.codec!;
   if (entry.direct) return codec.read(buf, at, end, entry.type.prototype as object);
   return rebuild(entry, codec.read(buf, at, end, Object.prototype));
+}
+
+/**
+ * Decodes the payload `buf[at, end)` of a message registered as `entry`, in the format its sender wrote: binary, with
+ * the sender's codec `fingerprint` (a node that declared other fields refuses it rather than misread it), or JSON.
+ * Remoting's receive path and sharding's nested messages both decode through here.
+ * @throws EnvelopeDecodeError (reason `undecodable` or `schemaInvalid`)
+ */
+export function decodePayload(
+  entry: MessageRegistration,
+  binary: boolean,
+  fingerprint: number,
+  buf: Buffer,
+  at: number,
+  end: number,
+): unknown {
+  if (binary) {
+    if (entry.codec === null || entry.codec.fingerprint !== fingerprint) {
+      throw new EnvelopeDecodeError(
+        "undecodable",
+        `binary payload of "${entry.name}" was encoded for other fields than declared here (declare the same fields on every node)`,
+        entry.name,
+      );
+    }
+    return decodeBinary(entry, buf, at, end);
+  }
+  return rebuild(entry, readPayload(buf, at, entry.name, end));
 }
 
 /** Validates and rebuilds one message (shared by every registry). */

@@ -32,7 +32,6 @@ import {
   type FrameKindValue,
   PayloadFormat,
   readControlFrame,
-  readPayload,
   readUserEnvelope,
   readUserHeader,
   userHeaderBytesBound,
@@ -53,7 +52,7 @@ import {
 import { frameHeaderBytes } from "./frame.ts";
 import { FrameWriter } from "./frame-writer.ts";
 import { headerTableSize } from "./header-table.ts";
-import { decodeBinary, type MessageRegistration, MessageRegistry } from "./message-registry.ts";
+import { decodePayload, type MessageRegistration, MessageRegistry } from "./message-registry.ts";
 import { RemoteActorRef } from "./remote-actor-ref.ts";
 import {
   insecureBindingWarning,
@@ -966,22 +965,10 @@ export class Remoting implements Extension {
         throw new EnvelopeDecodeError("unknownType", `type "${header.typeName}" is not registered`);
       }
     }
-    let message: unknown;
-    if (header.format === PayloadFormat.binary) {
-      const codec = registration.codec;
-      if (codec === null || codec.fingerprint !== header.fingerprint) {
-        throw new EnvelopeDecodeError(
-          "undecodable",
-          `binary payload of "${header.typeName}" was encoded for other fields than declared here (declare the same fields on every node)`,
-          header.typeName,
-        );
-      }
-      message = decodeBinary(registration, frame, at, frame.length);
-      if (registration.direct && header.headerId !== 0) {
-        entry.direct = { codec, proto: registration.type.prototype as object };
-      }
-    } else {
-      message = this.registry.decodeAs(registration, readPayload(frame, at, header.typeName));
+    const binary = header.format === PayloadFormat.binary;
+    const message = decodePayload(registration, binary, header.fingerprint, frame, at, frame.length);
+    if (binary && registration.direct && header.headerId !== 0 && entry.direct === null) {
+      entry.direct = { codec: registration.codec!, proto: registration.type.prototype as object };
     }
     let recipient = entry.recipient;
     if (recipient === null || recipient.cell.isTerminated) {

@@ -24,6 +24,7 @@ import {
   UniqueAddress,
 } from "../actor/index.ts";
 import { Cluster } from "../cluster/index.ts";
+import { isWellFormedText } from "../remote/codec.ts";
 import { type InboundRejection, Remoting, remotingId } from "../remote/index.ts";
 import { AllocationPlanner } from "./allocation/planner.ts";
 import type { ShardingMember } from "./allocation/strategy.ts";
@@ -1561,8 +1562,7 @@ function requireEntityId(entityId: string): void {
   if (typeof entityId !== "string" || entityId.length === 0) {
     throw new InvalidArgumentError("entity id", "entity id must not be empty");
   }
-  // ES2024's String#isWellFormed (Node 20 has it; the project's TypeScript lib is older).
-  if (!(entityId as string & { isWellFormed(): boolean }).isWellFormed()) {
+  if (!isWellFormedText(entityId)) {
     throw new InvalidArgumentError(
       "entity id",
       "entity id must be well-formed Unicode (it has a lone surrogate); build ids from whole characters",

@@ -1,7 +1,7 @@
 import { compileCodec, fnv1a, type PayloadCodec } from "../remote/codec.ts";
 import { PayloadFormat } from "../remote/envelope.ts";
 import { EnvelopeDecodeError, MessageEncodeError } from "../remote/errors.ts";
-import { decodeBinary, type MessageRegistration, type MessageRegistry } from "../remote/message-registry.ts";
+import { decodePayload, type MessageRegistration, type MessageRegistry } from "../remote/message-registry.ts";
 import { ShardingEnvelope, type WireMessage, wireNames } from "./coordinator/messages.ts";
 
 /**
@@ -124,7 +124,7 @@ export class ShardingEnvelopeCodec implements PayloadCodec {
   /** Builds the envelope itself (it validates its own fields), so the prototype argument is not used. */
   read(buf: Buffer, at: number, end: number, _proto?: object): Record<string, unknown> {
     if (end - at < 4) throw undecodable("truncated nested message length");
-    const n = ((buf[at]! << 24) | (buf[at + 1]! << 16) | (buf[at + 2]! << 8) | buf[at + 3]!) >>> 0;
+    const n = readU32(buf, at);
     const nestedEnd = at + 4 + n;
     if (nestedEnd > end) throw undecodable("nested message runs past the frame");
     let message: WireMessage | null = null;
@@ -143,7 +143,7 @@ export class ShardingEnvelopeCodec implements PayloadCodec {
       let fingerprint = 0;
       if (format === PayloadFormat.binary) {
         if (o + 4 > nestedEnd) throw undecodable("truncated nested message fingerprint");
-        fingerprint = ((buf[o]! << 24) | (buf[o + 1]! << 16) | (buf[o + 2]! << 8) | buf[o + 3]!) >>> 0;
+        fingerprint = readU32(buf, o);
         o += 4;
       } else if (format !== PayloadFormat.json) {
         throw undecodable(`unknown nested message format ${format}`);
@@ -201,23 +201,7 @@ export function decodeEncodedMessage(registry: MessageRegistry, type: string, me
   const entry = registry.lookupName(type);
   if (entry === undefined) throw new EnvelopeDecodeError("unknownType", `type "${type}" is not registered`, type);
   const bytes = message.bytes;
-  if (message.format === PayloadFormat.binary) {
-    if (entry.codec === null || entry.codec.fingerprint !== message.fingerprint) {
-      throw new EnvelopeDecodeError(
-        "undecodable",
-        `binary payload of "${type}" was encoded for other fields than declared here (declare the same fields on every node)`,
-        type,
-      );
-    }
-    return decodeBinary(entry, bytes, 0, bytes.length);
-  }
-  let json: unknown;
-  try {
-    json = JSON.parse(bytes.toString("utf8"));
-  } catch (error) {
-    throw new EnvelopeDecodeError("undecodable", `payload of "${type}" is not JSON: ${(error as Error).message}`, type);
-  }
-  return registry.decodeAs(entry, json);
+  return decodePayload(entry, message.format === PayloadFormat.binary, message.fingerprint, bytes, 0, bytes.length);
 }
 
 function checkedName(wire: WireMessage): string {
@@ -237,6 +221,11 @@ function writeName(buf: Buffer, at: number, name: string): number {
     buf[at + i] = c;
   }
   return length;
+}
+
+/** The big-endian u32 at `at` (the caller checked the bounds). */
+function readU32(buf: Buffer, at: number): number {
+  return ((buf[at]! << 24) | (buf[at + 1]! << 16) | (buf[at + 2]! << 8) | buf[at + 3]!) >>> 0;
 }
 
 function writeU32(buf: Buffer, at: number, value: number): number {

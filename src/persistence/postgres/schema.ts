@@ -112,7 +112,8 @@ const appendEventsFunction = (
 /**
  * Whether an append at revision 0 may write: retention that removed row 1 moved that row's operation id (every
  * append's first row carries one) to journal_operation with a revision above 0, and an empty append above 0 implies
- * events. Read from journal_operation, which the hot-path statements already name, rather than event_stream.
+ * events. Read from journal_operation, which every append path already names, rather than event_stream; the hot-path
+ * statements and movie_append_events (migration 7) share this one condition.
  */
 const firstAppendOne = (pid: string, alias: string) =>
   `NOT EXISTS (SELECT 1 FROM journal_operation ${alias} WHERE ${alias}.persistence_id = ${pid} AND ${alias}.revision > 0)`;
@@ -325,9 +326,7 @@ export const postgresMigrations: readonly Migration[] = buildMigrations([
   [
     // An append at revision 0 after retention removed row 1 must not write (it would refill removed sequence numbers
     // below the snapshot); it now falls through to movie_append_resolve, which answers MV001 with the revision.
-    appendEventsFunction(
-      "(p_expected = 0 AND NOT EXISTS (SELECT 1 FROM event_stream s0 WHERE s0.persistence_id = p_pid AND s0.revision > 0))",
-    ),
+    appendEventsFunction(`(p_expected = 0 AND ${firstAppendOne("p_pid", "o0")})`),
   ],
 ]);
 
