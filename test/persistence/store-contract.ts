@@ -14,6 +14,12 @@ import {
 } from "../../src/persistence/index.ts";
 import { eventually } from "../fixtures/eventually.ts";
 
+/** Matches the ConcurrentWriteError of a write that found the stream at `revision`. */
+const concurrentAt =
+  (revision: number) =>
+  (e: unknown): boolean =>
+    e instanceof ConcurrentWriteError && e.actualRevision === revision;
+
 /** Makes a fresh, empty store; `dispose` closes it and removes what it created. */
 export type StoreFactory = () => Promise<{ store: PersistenceStore; dispose: () => Promise<void> }>;
 
@@ -142,16 +148,16 @@ export function storeContract(backend: string, factory: StoreFactory): void {
       await store.appendEvents({ persistenceId: id, expectedRevision: 1, operationId: "o2", events: [ev(2)] });
       await assert.rejects(
         store.appendEvents({ persistenceId: id, expectedRevision: 1, operationId: "o3", events: [ev(3), ev(4)] }),
-        (e: unknown) => e instanceof ConcurrentWriteError && e.actualRevision === 2,
+        concurrentAt(2),
       );
       await assert.rejects(
         store.appendEvents({ persistenceId: id, expectedRevision: 7, operationId: "o4", events: [ev(5)] }),
-        (e: unknown) => e instanceof ConcurrentWriteError && e.actualRevision === 2,
+        concurrentAt(2),
       );
       // A several-event writer ahead of the stream leaves no hole either (a separate write path on PostgreSQL).
       await assert.rejects(
         store.appendEvents({ persistenceId: id, expectedRevision: 7, operationId: "o5", events: [ev(5), ev(6)] }),
-        (e: unknown) => e instanceof ConcurrentWriteError && e.actualRevision === 2,
+        concurrentAt(2),
       );
       assert.equal(await store.loadRevision(id), 2);
       assert.deepEqual(
@@ -245,11 +251,11 @@ export function storeContract(backend: string, factory: StoreFactory): void {
       // A writer that never saw the stream (expected 0) cannot refill the sequence numbers retention removed.
       await assert.rejects(
         store.appendEvents({ persistenceId: id, expectedRevision: 0, operationId: "k5", events: [ev(1)] }),
-        (e: unknown) => e instanceof ConcurrentWriteError && e.actualRevision === 3,
+        concurrentAt(3),
       );
       await assert.rejects(
         store.appendEvents({ persistenceId: id, expectedRevision: 0, operationId: "k6", events: [ev(1), ev(2)] }),
-        (e: unknown) => e instanceof ConcurrentWriteError && e.actualRevision === 3,
+        concurrentAt(3),
       );
       assert.deepEqual(
         (await store.loadEvents(id)).map((e) => e.sequenceNr),
@@ -395,7 +401,7 @@ export function storeContract(backend: string, factory: StoreFactory): void {
           manifest: "St",
           payload: '{"a":2}',
         }),
-        (e: unknown) => e instanceof ConcurrentWriteError && e.actualRevision === 1,
+        concurrentAt(1),
       );
       assert.deepEqual(await store.loadState(id), { revision: 1, manifest: "St", payload: '{"a":1}', deleted: false });
       assert.deepEqual(await store.deleteState({ persistenceId: id, expectedRevision: 1, operationId: "d1" }), {
