@@ -2,11 +2,11 @@
 // A frontend node (no entities) streams parcels to event-sourced orders on two backend nodes through cluster
 // sharding, every write fenced by a PostgreSQL shard lease; then one backend leaves gracefully and the summary shows
 // its shards moving to the other with their epochs advancing by one, and every order's persisted state intact.
-import { type ChildProcess, fork } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { fileURLToPath } from "node:url";
 import pg from "pg";
 import { PostgresStore } from "../src/persistence/postgres/index.ts";
+import { NodeProcess } from "./support/node-process.ts";
 import { chooseDemoPostgres } from "./support/postgres.ts";
 
 interface Status {
@@ -32,56 +32,24 @@ interface Status {
   handoffWaits: number;
   stream: { delivered: number; retries: number } | null;
 }
-type Reply = Status | { type: string; [key: string]: unknown };
 
 const nodeScript = fileURLToPath(new URL("./sharding/node.ts", import.meta.url));
 const started = Date.now();
 const elapsed = (): string => `${((Date.now() - started) / 1000).toFixed(1).padStart(5)}s`;
 const say = (text: string): void => console.log(`${elapsed()}  ${text}`);
 
-class DemoNode {
-  readonly process: ChildProcess;
-  private waiters: { type: string; resolve: (reply: Reply) => void }[] = [];
-  /** Replies nobody waited for yet (a node may report "ready" while the demo still waits for another). */
-  private unclaimed: Reply[] = [];
+/** A demo node process, with the last status it reported. */
+class DemoNode extends NodeProcess {
   last: Status | null = null;
-  exited = false;
 
-  constructor(
-    readonly name: string,
-    role: string,
-    seed: string,
-  ) {
-    this.process = fork(nodeScript, [name, role, seed], {
+  constructor(name: string, role: string, seed: string) {
+    super(name, nodeScript, [name, role, seed], {
       execArgv: ["--import", "tsx"],
       env: { ...process.env, MOVIE_DEMO_PG_URL: database.url, MOVIE_DEMO_PG_SCHEMA: schema },
-      stdio: ["ignore", "inherit", "inherit", "ipc"],
     });
-    this.process.on("message", (reply: Reply) => {
-      if (reply.type === "status") this.last = reply as Status;
-      const index = this.waiters.findIndex((w) => w.type === reply.type);
-      if (index >= 0) this.waiters.splice(index, 1)[0]!.resolve(reply);
-      else if (reply.type !== "status") this.unclaimed.push(reply);
-    });
-    this.process.on("exit", () => {
-      this.exited = true;
-    });
-  }
-
-  request<T = Reply>(command: object & { type: string }, replyType: string, timeoutMs = 30_000): Promise<T> {
-    const early = this.unclaimed.findIndex((r) => r.type === replyType);
-    if (early >= 0) return Promise.resolve(this.unclaimed.splice(early, 1)[0] as unknown as T);
-    return new Promise<T>((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error(`${this.name} did not answer ${command.type}`)), timeoutMs);
-      this.waiters.push({
-        type: replyType,
-        resolve: (reply) => {
-          clearTimeout(timer);
-          resolve(reply as unknown as T);
-        },
-      });
-      this.process.send(command);
-    });
+    this.onReply = (reply) => {
+      if (reply.type === "status") this.last = reply as unknown as Status;
+    };
   }
 
   status(): Promise<Status> {
@@ -152,7 +120,7 @@ let schemaCreated = false;
 async function cleanUp(): Promise<void> {
   clearInterval(ticker);
   for (const node of nodes) if (!node.exited) node.process.kill("SIGTERM");
-  await Promise.all(nodes.map((n) => (n.exited ? null : new Promise((resolve) => n.process.once("exit", resolve)))));
+  await Promise.all(nodes.map((n) => n.whenExited()));
   if (schemaCreated) await admin.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`).catch(() => undefined);
   await admin.end().catch(() => undefined);
   await database.stop();
@@ -214,7 +182,7 @@ async function runDemo(): Promise<boolean> {
   const staying = backends.find((b) => b !== leaving)!;
 
   say("frontend streams parcels to 50 orders: each order sends parcel n+1 once parcel n is acknowledged");
-  frontend.process.send({ type: "stream", orders: 50, pauseMs: 40 });
+  frontend.tell({ type: "stream", orders: 50, pauseMs: 40 });
   ticker = setInterval(async () => {
     await Promise.all(nodes.filter((n) => !n.exited).map((n) => n.status().catch(() => null)));
     printSummary(nodes);
@@ -241,7 +209,7 @@ async function runDemo(): Promise<boolean> {
       `leaving (its leases: acquired=${left.stats.leaseAcquisitions} ` +
       `renewed=${left.stats.leaseRenewals} lost=${left.stats.leaseLosses})`,
   );
-  leaving.process.send({ type: "shutdown" });
+  leaving.tell({ type: "shutdown" });
 
   await until(`every shard on ${staying.name}`, async () => {
     const s = await frontend.status();
@@ -340,7 +308,7 @@ async function runDemo(): Promise<boolean> {
       ? "OK: every order's event-sourced state survived the move intact, and every moved shard's epoch advanced"
       : "MISMATCH: see the counts above",
   );
-  for (const node of [frontend, staying]) node.process.send({ type: "shutdown" });
-  await Promise.all([frontend, staying].map((n) => (n.exited ? null : new Promise((r) => n.process.once("exit", r)))));
+  for (const node of [frontend, staying]) node.tell({ type: "shutdown" });
+  await Promise.all([frontend, staying].map((n) => n.whenExited()));
   return ok;
 }

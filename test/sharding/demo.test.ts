@@ -33,7 +33,13 @@ test("the sharding demo (npm start) runs end to end and verifies every order aft
   } finally {
     if (!exited) child.kill("SIGTERM");
   }
-  assert.equal(exitCode, 0, output);
+  // CI shows only the start of a long failure message, so the lines that say why come first.
+  const lines = output.trimEnd().split("\n");
+  assert.equal(
+    exitCode,
+    0,
+    `the demo exited with ${exitCode}; its last lines:\n${lines.slice(-12).join("\n")}\n--- whole output ---\n${output}`,
+  );
   assert.match(output, /OK: every order's event-sourced state survived the move intact/);
   assert.match(output, /0 failed to answer, 0 not exactly parcels 1\.\.n in order, 0 acknowledged parcels missing/);
   // The backend that is not the coordinator leaves; the other one ends up with every shard.
