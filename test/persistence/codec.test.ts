@@ -48,7 +48,7 @@ test("codec: registration conflicts, unregistered classes and bad rows are typed
   const corrupt = (manifest: string, payload: string) => (e: unknown) =>
     e instanceof CorruptPersistentRecordError && e.persistenceId === "pid" && e.sequenceNr === 9 && e.message.length > 0
       ? true
-      : assert.fail(`${manifest}: ${String(e)}`);
+      : assert.fail(`${manifest} ${JSON.stringify(payload)}: ${String(e)}`);
   assert.throws(() => codec.decode("Point", "{", "pid", 9), corrupt("Point", "{"));
   assert.throws(() => codec.decode("Nope", "{}", "pid", 9), corrupt("Nope", "{}"));
   assert.throws(() => codec.decode("Point", '{"x":"a"}', "pid", 9), corrupt("Point", "x"));

@@ -83,7 +83,7 @@ export function reconcilePlan(state: PlanState, ctx: ReconcileContext): [PlanSta
   const effects: PlanEffect[] = [];
   let next = state;
   if (next.author === null || !next.author.equals(ctx.self)) {
-    let bootstrap = next.bootstrap !== null && next.bootstrap.coordinator.equals(ctx.self) ? next.bootstrap : null;
+    let bootstrap = next.bootstrap?.coordinator.equals(ctx.self) ? next.bootstrap : null;
     if (bootstrap === null) {
       const own = next.generation > 0 ? { allocations: next.allocations, generation: next.generation } : null;
       bootstrap = { coordinator: ctx.self, deadlineMs: ctx.nowMs + bootstrapSnapshotWindowMs, candidate: own };
