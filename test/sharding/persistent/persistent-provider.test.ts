@@ -264,7 +264,8 @@ test("a lease lost in the database stops the entity; the next delivery re-acquir
     await client.end();
   }
   const losses = sharding.stats.leaseLosses;
-  await eventually(() => sharding.stats.leaseLosses > losses, { what: "the renewal to notice", timeoutMs: 5_000 });
+  // The next renewal (every leaseRenewInterval) notices; the deadline is eventually's default, not a timing claim.
+  await eventually(() => sharding.stats.leaseLosses > losses, { what: "the renewal to notice" });
   await eventually(() => provider.entityEpoch("t-1") === null, { what: "the entity to stop" });
   const reply = await sharding.entityRefFor("Tally", "t-1").ask(new AddPoints(1, "op-3"), TallyReply, 5_000);
   assert.deepEqual(reply, new TallyReply(8, 2));
@@ -355,6 +356,5 @@ test("a write under a superseded epoch (a paused owner resuming) commits nothing
   assert.notEqual(provider.entityEpoch("t-9"), epoch + 1, "nothing here ever runs under the other node's epoch");
   await eventually(() => provider.keeper.state.shards.get(shard) === undefined, {
     what: "the next renewal to find the lease gone",
-    timeoutMs: 5_000,
   });
 });
