@@ -66,7 +66,7 @@ class Pong {
   constructor(readonly seq: number) {}
 }
 // The hot types declare binary fields, as in the remoting benchmark (MOVIE_BENCH_JSON=1 measures JSON payloads).
-const binary = process.env.MOVIE_BENCH_JSON === undefined;
+const binary = process.env.MOVIE_BENCH_JSON !== "1";
 const seqAndText = binary ? { fields: { seq: "number", payload: "string" } as const } : {};
 MessageRegistry.register(Work, { name: "bench.sharding.work", ...seqAndText });
 MessageRegistry.register(Ping, { name: "bench.sharding.ping", ...seqAndText });

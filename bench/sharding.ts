@@ -39,8 +39,8 @@ const handoffEntities = env("MOVIE_BENCH_HANDOFF_ENTITIES", 10_000);
 const handoffShards = 256;
 const planShards = 4_096;
 const planMembers = 100;
-/** The node processes' hot message types declare binary fields unless MOVIE_BENCH_JSON is set (bench/sharding-node.ts). */
-const payload = process.env.MOVIE_BENCH_JSON === undefined ? "binary codec" : "JSON";
+/** The node processes' hot message types declare binary fields unless MOVIE_BENCH_JSON=1 (bench/sharding-node.ts). */
+const payload = process.env.MOVIE_BENCH_JSON !== "1" ? "binary codec" : "JSON";
 
 const nodeScript = fileURLToPath(new URL("./sharding-node.ts", import.meta.url));
 const runStarted = clock.now();

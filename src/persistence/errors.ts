@@ -38,7 +38,9 @@ export class StaleShardOwnerError extends Error {
   readonly epoch: number;
   constructor(readonly token: ShardLeaseToken) {
     super(
-      `Stale shard owner ${token.owner} for ${token.key.clusterName}/${token.key.entityType}/${token.key.shardId} at epoch ${token.epoch}`,
+      `Stale shard owner ${token.owner} for ${token.key.clusterName}/${token.key.entityType}/${token.key.shardId} at epoch ${token.epoch}: ` +
+        "the lease expired or moved to another owner, so nothing was written; send the command again through sharding " +
+        "(it routes to the shard's current owner) or acquire the lease anew before writing",
     );
     this.owner = token.owner;
     this.clusterName = token.key.clusterName;

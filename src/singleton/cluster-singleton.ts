@@ -121,7 +121,7 @@ export class ClusterSingleton implements Extension {
         throw new ClusterSingletonConfigurationError(
           name,
           existing.messageTypeName !== backing.messageTypeName ? "messageType" : "settings",
-          "is already registered with different settings; use the same message or entity type and settings on every init",
+          "already registered with different settings; use the same message or entity type and settings on every init",
         );
       }
       return existing.ref as ClusterSingletonRef<T>;

@@ -504,8 +504,13 @@ export function storeContract(backend: string, factory: StoreFactory): void {
     });
 
     async function assertEveryFencedMutationRejected(fence: ShardLeaseToken, id: string): Promise<void> {
+      // The message names the lease and says what to do next.
       const stale = (e: unknown) =>
-        e instanceof StaleShardOwnerError && e.epoch === fence.epoch && e.owner === fence.owner;
+        e instanceof StaleShardOwnerError &&
+        e.epoch === fence.epoch &&
+        e.owner === fence.owner &&
+        e.message.includes(`at epoch ${fence.epoch}: `) &&
+        e.message.includes("send the command again through sharding");
       // The op id "seed" was used before: even its exact retry must not get a duplicate answer.
       await assert.rejects(
         store.appendEvents({ persistenceId: id, expectedRevision: 0, operationId: "seed", events: [ev(1)], fence }),

@@ -109,7 +109,10 @@ test("init returns the same ref for the same settings and refuses different ones
   assert.throws(
     () =>
       ClusterSingleton.get(a.system).init("ticker", TickerCommand, { activationInterval: 30 }, () => new Ticker("x")),
-    (e: unknown) => e instanceof ClusterSingletonConfigurationError && e.field === "settings",
+    (e: unknown) =>
+      e instanceof ClusterSingletonConfigurationError &&
+      e.field === "settings" &&
+      e.message.startsWith("Cluster singleton ticker: already registered with different settings; use the same"),
   );
   assert.throws(
     () =>
