@@ -18,8 +18,6 @@ import {
   SupervisorStrategies,
   type SystemMessage,
   type Terminated,
-  type TimeoutQueue,
-  type TimeoutTarget,
   typeNameOf,
   UniqueAddress,
 } from "../actor/index.ts";
@@ -72,6 +70,7 @@ import {
 import { ShardingDaemon } from "./daemon.ts";
 import { type EntityRouter, ShardedEntityRef, ShardedEntityType } from "./entity-ref.ts";
 import {
+  asError,
   ClusterShardingConfigurationError,
   NoShardOwnerError,
   ShardHandoffInProgressError,
@@ -89,6 +88,8 @@ import { type ShardingInternalView, shardingInternalsKey } from "./internal-view
 import type { ShardingClusterSnapshot, ShardingMembership } from "./membership.ts";
 import { EntityProvider, type ShardingProvider } from "./provider.ts";
 import { type AttemptOutcome, RetryBarrier } from "./retry-barrier.ts";
+import { LocalCoordinatorEntry } from "./routing/local-coordinator-entry.ts";
+import { RelayedAskSender } from "./routing/relayed-ask-sender.ts";
 import { ShardingSettings, type ShardingSettingsOptions } from "./settings.ts";
 import {
   type MalformedReason,
@@ -1466,76 +1467,8 @@ function shardingExtensionId(runtime: () => ShardingRuntime): ExtensionId<Cluste
   };
 }
 
-/** A caller's entry to the coordinator logic on this node: `tell` runs it synchronously (the routing "mutex"). */
-class LocalCoordinatorEntry implements ActorRef<unknown> {
-  constructor(
-    private readonly daemon: ActorRef<unknown>,
-    private readonly handle: (message: unknown, sender: ActorRef<unknown> | null) => void,
-  ) {}
-  get path() {
-    return this.daemon.path;
-  }
-  tell(message: unknown, sender?: ActorRef<unknown> | null): void {
-    this.handle(message, sender ?? null);
-  }
-  ask<R>(): Promise<R> {
-    return Promise.reject(new InvalidMessageError("use askVia"));
-  }
-  sendSystem(): void {}
-}
-
-/**
- * The asker's ref as an entity sees it on the owner for a relayed ask: the same path and replies, but a failure of
- * the ask (the entity threw, or refused it), or no reply before the ask's timeout, also counts one rejected envelope
- * on this node. The first reply or failure settles it; nothing counts twice.
- */
-class RelayedAskSender implements ActorRef<unknown>, TimeoutTarget {
-  private settled = false;
-  private deadline: Cancellable | null = null;
-  constructor(
-    private readonly asker: ActorRef<unknown>,
-    private readonly counters: MutableShardingStats,
-  ) {}
-  get path() {
-    return this.asker.path;
-  }
-  /** Counts a rejection if neither a reply nor a failure passes through within `timeoutMs` (the asker's timeout). */
-  armTimeout(timeouts: TimeoutQueue, timeoutMs: number): void {
-    if (!this.settled && this.deadline === null) this.deadline = timeouts.schedule(timeoutMs, this);
-  }
-  onTimeout(): void {
-    this.deadline = null;
-    this.settle(true);
-  }
-  private settle(rejected: boolean): void {
-    if (this.settled) return;
-    this.settled = true;
-    this.deadline?.cancel();
-    this.deadline = null;
-    if (rejected) this.counters.rejectedEnvelopes++;
-  }
-  tell(message: unknown, sender?: ActorRef<unknown> | null): void {
-    this.settle(false);
-    this.asker.tell(message, sender);
-  }
-  ask<R>(message: unknown, replyType: Class<R>, timeoutMs: number, options?: AskOptions): Promise<R> {
-    return this.asker.ask(message, replyType, timeoutMs, options);
-  }
-  sendSystem(message: SystemMessage): void {
-    this.asker.sendSystem(message);
-  }
-  failAsk(error: Error): void {
-    this.settle(true);
-    this.asker.failAsk?.(error);
-  }
-}
-
 function departingOrUp(status: string): boolean {
   return status === "Up" || status === "Leaving" || status === "Exiting";
-}
-
-function asError(error: unknown): Error {
-  return error instanceof Error ? error : new Error(String(error));
 }
 
 function expectsReply(message: unknown): boolean {
