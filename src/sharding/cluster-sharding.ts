@@ -5,7 +5,6 @@ import {
   type ActorSystem,
   type AskOptions,
   askVia,
-  type Cancellable,
   type Class,
   type Extension,
   type ExtensionId,
@@ -24,7 +23,6 @@ import {
 import { Cluster } from "../cluster/index.ts";
 import { isWellFormedText } from "../remote/codec.ts";
 import { type InboundRejection, Remoting, remotingId } from "../remote/index.ts";
-import { AllocationPlanner } from "./allocation/planner.ts";
 import type { ShardingMember } from "./allocation/strategy.ts";
 import {
   attachTyped,
@@ -61,14 +59,13 @@ import {
   acceptPlanUpdate,
   acceptSnapshot,
   completeHandoffInPlan,
-  emptyPlan,
   type PlanEffect,
-  type PlanState,
   reconcilePlan,
   sameAllocations,
 } from "./coordinator/plan.ts";
 import { ShardingDaemon } from "./daemon.ts";
 import { type EntityRouter, ShardedEntityRef, ShardedEntityType } from "./entity-ref.ts";
+import { type EntityTypeState, newEntityTypeState, type RunningHandoff } from "./entity-type-state.ts";
 import {
   asError,
   ClusterShardingConfigurationError,
@@ -77,58 +74,17 @@ import {
   ShardLeaseUnavailableError,
   UnsupportedSystemMessageError,
 } from "./errors.ts";
-import {
-  type HandoffEffect,
-  type HandoffInput,
-  type HandoffState,
-  handoffStep,
-  newHandoff,
-} from "./handoff/handoff.ts";
+import { type HandoffEffect, type HandoffInput, handoffStep, newHandoff } from "./handoff/handoff.ts";
 import { type ShardingInternalView, shardingInternalsKey } from "./internal-view.ts";
-import type { ShardingClusterSnapshot, ShardingMembership } from "./membership.ts";
+import { isUpMember, type ShardingClusterSnapshot, type ShardingMembership } from "./membership.ts";
 import { EntityProvider, type ShardingProvider } from "./provider.ts";
-import { type AttemptOutcome, RetryBarrier } from "./retry-barrier.ts";
+import type { AttemptOutcome } from "./retry-barrier.ts";
+import type { Delivery } from "./routing/delivery.ts";
 import { LocalCoordinatorEntry } from "./routing/local-coordinator-entry.ts";
 import { RelayedAskSender } from "./routing/relayed-ask-sender.ts";
 import { ShardingSettings, type ShardingSettingsOptions } from "./settings.ts";
-import {
-  type MalformedReason,
-  type MutableShardingStats,
-  type ShardingStats,
-  snapshotStats,
-  zeroStats,
-} from "./stats.ts";
-
-/** One accepted routed message on its way: the envelope, the sender to reply to, and the typed value. */
-interface Delivery {
-  readonly envelope: ShardingEnvelope;
-  readonly sender: ActorRef<unknown> | null;
-  readonly typed: unknown;
-}
-
-interface RunningHandoff {
-  state: HandoffState<Delivery>;
-  /** Identifies this handoff so that replies of an older one for the same shard are ignored. */
-  readonly token: object;
-}
-
-/** Everything one node keeps about one sharded type. */
-interface TypeState {
-  readonly provider: ShardingProvider;
-  readonly planner: AllocationPlanner;
-  plan: PlanState;
-  readonly barrier: RetryBarrier<Delivery>;
-  readonly barrierTimers: Map<number, Cancellable>;
-  readonly handoffs: Map<number, RunningHandoff>;
-  /** shard → coordinator (UniqueAddress string) that prepared it here. */
-  readonly prepared: Map<number, string>;
-  /** On the coordinator: member → settings key it registered the type with (via PlanRequest or PlanSnapshot). */
-  readonly registrations: Map<string, string>;
-  readonly drains: Map<number, Promise<void>>;
-  reconcileTimer: Cancellable | null;
-  planSyncTimer: Cancellable | null;
-  idleTimer: Cancellable | null;
-}
+import { daemonName, ShardingContext } from "./sharding-context.ts";
+import { type MalformedReason, type MutableShardingStats, type ShardingStats, snapshotStats } from "./stats.ts";
 
 /** The options that wire sharding to a membership view and a payload codec (remoting and cluster by default). */
 export interface ShardingRuntime {
@@ -143,9 +99,7 @@ export interface ShardingRuntime {
 
 const shardingWireNames: ReadonlySet<string> = new Set(Object.values(wireNames));
 
-const daemonName = "sharding";
 const departureGuardName = "cluster-sharding";
-const daemonRefCacheMax = 10_000;
 /** Upper bound of one assignment's bytes in a PlanUpdate (shard id plus an owner address of up to ~200 bytes). */
 const planBytesPerShardMax = 256;
 
@@ -157,19 +111,15 @@ const planBytesPerShardMax = 256;
  * coordinator every route fails closed with NoShardOwnerError.
  */
 export class ClusterSharding implements Extension, EntityRouter {
-  private readonly types = new Map<string, TypeState>();
+  private readonly ctx: ShardingContext;
   /** Entity type name → the message class `init` registered it with (compared by identity on a repeated init). */
   private readonly messageClasses = new Map<string, Class<unknown>>();
-  private readonly daemonRefs = new Map<string, ActorRef<unknown>>();
-  private readonly counters: MutableShardingStats = zeroStats();
-  private readonly codec: PayloadCodec;
   private readonly membership: ShardingMembership;
   private readonly self: UniqueAddress;
   private daemonContext: ActorContext<unknown> | null = null;
   private readonly daemon: ActorRef<unknown>;
   private readonly unsubscribe: () => void;
   private readonly unsubscribeRejections: () => void;
-  private stopped = false;
   private lastCoordinator: string | null = null;
 
   /** @internal Use {@link ClusterSharding.get}. */
@@ -178,7 +128,6 @@ export class ClusterSharding implements Extension, EntityRouter {
     runtime: ShardingRuntime,
   ) {
     this.membership = runtime.membership;
-    this.codec = runtime.codec ?? inProcessCodec;
     this.self = this.membership.selfAddress;
     this.daemon = system.spawnSystemActor(
       () =>
@@ -192,6 +141,7 @@ export class ClusterSharding implements Extension, EntityRouter {
       daemonName,
       { supervision: SupervisorStrategies.stop() },
     );
+    this.ctx = new ShardingContext(system, this.membership, runtime.codec ?? inProcessCodec, this.daemon);
     this.membership.registerDepartureGuard(departureGuardName, (member) => this.departureReady(member));
     this.unsubscribe = this.membership.subscribe(() => this.onMembershipChange());
     this.unsubscribeRejections = runtime.inboundRejections?.((r) => this.onInboundRejection(r)) ?? (() => {});
@@ -208,8 +158,8 @@ export class ClusterSharding implements Extension, EntityRouter {
   }
 
   private countMalformed(reason: MalformedReason): void {
-    this.counters.rejectedEnvelopes++;
-    this.counters.malformedEnvelopes[reason]++;
+    this.ctx.counters.rejectedEnvelopes++;
+    this.ctx.counters.malformedEnvelopes[reason]++;
   }
 
   /**
@@ -279,7 +229,7 @@ export class ClusterSharding implements Extension, EntityRouter {
       );
     }
     const resolved = settings instanceof ShardingSettings ? settings : ShardingSettings.create(settings ?? {});
-    const existing = this.types.get(name);
+    const existing = this.ctx.types.get(name);
     if (existing !== undefined) {
       // Compare the class itself: two different classes may share a name. A type registered through
       // registerProvider (persistent entities) has no class here, so only its name can be compared.
@@ -307,7 +257,7 @@ export class ClusterSharding implements Extension, EntityRouter {
       (entityId) => () => factory(entityId),
       host,
       this.system.scheduler,
-      this.counters,
+      this.ctx.counters,
     );
     this.register(provider);
     this.messageClasses.set(name, messageType);
@@ -321,7 +271,7 @@ export class ClusterSharding implements Extension, EntityRouter {
    * @throws ClusterShardingConfigurationError naming the mismatching field
    */
   registerProvider<T>(provider: ShardingProvider): ShardedEntityType<T> {
-    const existing = this.types.get(provider.name);
+    const existing = this.ctx.types.get(provider.name);
     if (existing !== undefined) {
       const field =
         existing.provider.messageTypeName !== provider.messageTypeName
@@ -346,12 +296,12 @@ export class ClusterSharding implements Extension, EntityRouter {
 
   /** @internal The counters providers increment (activations, local deliveries, lease counters). */
   get mutableStats(): MutableShardingStats {
-    return this.counters;
+    return this.ctx.counters;
   }
 
   /** @internal Not public API: the private parts sharding's persistent module and the singleton read (internal-view.ts). */
   [shardingInternalsKey](): ShardingInternalView {
-    return { system: this.system, membership: this.membership, provider: (name) => this.types.get(name)?.provider };
+    return { system: this.system, membership: this.membership, provider: (name) => this.ctx.types.get(name)?.provider };
   }
 
   private register(provider: ShardingProvider): void {
@@ -365,24 +315,8 @@ export class ClusterSharding implements Extension, EntityRouter {
       );
     }
     this.probeAllocation(provider.name, settings);
-    const state: TypeState = {
-      provider,
-      planner: new AllocationPlanner(settings.shardCount, settings.allocation, settings.rebalance),
-      plan: emptyPlan,
-      barrier: new RetryBarrier<Delivery>({
-        entityType: provider.name,
-        windowMs: settings.leaseDuration + settings.leaseRenewInterval,
-      }),
-      barrierTimers: new Map(),
-      handoffs: new Map(),
-      prepared: new Map(),
-      registrations: new Map(),
-      drains: new Map(),
-      reconcileTimer: null,
-      planSyncTimer: null,
-      idleTimer: null,
-    };
-    this.types.set(provider.name, state);
+    const state = newEntityTypeState(provider);
+    this.ctx.types.set(provider.name, state);
     this.syncPlan(state);
     if (settings.idleTimeout !== null) this.scheduleIdleSweep(state, settings.idleTimeout);
   }
@@ -412,7 +346,7 @@ export class ClusterSharding implements Extension, EntityRouter {
    */
   entityRefFor<T>(entityType: ShardedEntityType<T> | string, entityId: string): ShardedEntityRef<T> {
     const name = typeof entityType === "string" ? entityType : entityType.name;
-    this.requireType(name);
+    this.ctx.requireType(name);
     requireEntityId(entityId);
     return new ShardedEntityRef<T>(name, entityId, this);
   }
@@ -422,45 +356,45 @@ export class ClusterSharding implements Extension, EntityRouter {
 
   /** Defensive copy of this node's view of the plan of `entityType` (empty while no plan is known). */
   allocations(entityType: ShardedEntityType<unknown> | string): Map<number, UniqueAddress> {
-    const state = this.requireType(typeof entityType === "string" ? entityType : entityType.name);
+    const state = this.ctx.requireType(typeof entityType === "string" ? entityType : entityType.name);
     if (state.plan.generation === 0) this.syncPlan(state);
     return new Map(state.plan.allocations);
   }
 
   /** The generation of this node's plan of `entityType` (0 before any). */
   planGeneration(entityType: ShardedEntityType<unknown> | string): number {
-    return this.requireType(typeof entityType === "string" ? entityType : entityType.name).plan.generation;
+    return this.ctx.requireType(typeof entityType === "string" ? entityType : entityType.name).plan.generation;
   }
 
   /** Live local entity actors over all types. */
   get localEntityCount(): number {
     let n = 0;
-    for (const t of this.types.values()) n += t.provider.entityCount;
+    for (const t of this.ctx.types.values()) n += t.provider.entityCount;
     return n;
   }
 
   /** Handoffs running on this node (only the coordinator runs any). */
   get handoffsInProgress(): number {
     let n = 0;
-    for (const t of this.types.values()) n += t.handoffs.size;
+    for (const t of this.ctx.types.values()) n += t.handoffs.size;
     return n;
   }
 
   /** True while a handoff of `shardId` of `entityType` runs here (meaningful on the coordinator). */
   handoffInProgress(entityType: ShardedEntityType<unknown> | string, shardId: number): boolean {
-    return this.requireType(typeof entityType === "string" ? entityType : entityType.name).handoffs.has(shardId);
+    return this.ctx.requireType(typeof entityType === "string" ? entityType : entityType.name).handoffs.has(shardId);
   }
 
   /** The shard of `entityId` of `entityType`. */
   shardOf(entityType: ShardedEntityType<unknown> | string, entityId: string): number {
-    const s = this.requireType(typeof entityType === "string" ? entityType : entityType.name);
+    const s = this.ctx.requireType(typeof entityType === "string" ? entityType : entityType.name);
     const name = s.provider.name;
     return s.provider.settings.partitioner.shardFor(name, entityId, s.provider.settings.shardCount);
   }
 
   /** A snapshot of the 15 counters (REFERENCE §7), summed over types. */
   get stats(): ShardingStats {
-    return snapshotStats(this.counters);
+    return snapshotStats(this.ctx.counters);
   }
 
   /**
@@ -468,7 +402,7 @@ export class ClusterSharding implements Extension, EntityRouter {
    * coordinator, or the plan is not the current coordinator's.
    */
   ownerFor(entityType: ShardedEntityType<unknown> | string, entityId: string): UniqueAddress | null {
-    const state = this.requireType(typeof entityType === "string" ? entityType : entityType.name);
+    const state = this.ctx.requireType(typeof entityType === "string" ? entityType : entityType.name);
     const coordinator = routingCoordinator(this.membership.snapshot());
     if (coordinator === null || state.plan.author === null || !state.plan.author.equals(coordinator)) return null;
     return state.plan.allocations.get(this.shardOf(entityType, entityId)) ?? null;
@@ -485,7 +419,7 @@ export class ClusterSharding implements Extension, EntityRouter {
   ): Promise<ShardingControlAck> {
     try {
       const name = typeof entityType === "string" ? entityType : entityType.name;
-      const state = this.requireType(name);
+      const state = this.ctx.requireType(name);
       requireDurationMs("activate timeout", timeoutMs);
       const envelope = this.envelopeFor(state, "Activate", entityId, null, timeoutMs);
       const coordinator = this.coordinatorOrThrow();
@@ -500,9 +434,9 @@ export class ClusterSharding implements Extension, EntityRouter {
 
   /** @internal Behind `ShardedEntityRef.tell`. */
   route(entityType: string, entityId: string, message: unknown, sender: ActorRef<unknown> | null): void {
-    this.counters.routes++;
+    this.ctx.counters.routes++;
     if (message === undefined || message === null) throw new InvalidMessageError("tell needs a message value");
-    const state = this.requireType(entityType);
+    const state = this.ctx.requireType(entityType);
     const envelope = this.envelopeFor(state, "User", entityId, message, null);
     const coordinator = this.coordinatorOrThrow();
     this.entryRef(coordinator, state).tell(envelope, sender);
@@ -518,10 +452,10 @@ export class ClusterSharding implements Extension, EntityRouter {
     options?: AskOptions,
   ): Promise<R> {
     try {
-      this.counters.routes++;
+      this.ctx.counters.routes++;
       if (message === undefined || message === null) throw new InvalidMessageError("ask needs a message value");
       requireDurationMs("ask timeout", timeoutMs);
-      const state = this.requireType(entityType);
+      const state = this.ctx.requireType(entityType);
       const envelope = this.envelopeFor(state, "User", entityId, message, timeoutMs);
       const coordinator = this.coordinatorOrThrow();
       return askVia(this.system, this.entryRef(coordinator, state), envelope, replyType, timeoutMs, options);
@@ -533,8 +467,8 @@ export class ClusterSharding implements Extension, EntityRouter {
   /** @internal Behind `ShardedEntityRef.sendSystem`. */
   passivate(entityType: string, entityId: string, message: SystemMessage): void {
     if (!(message instanceof Stop)) throw new UnsupportedSystemMessageError(typeNameOf(message));
-    const state = this.requireType(entityType);
-    this.counters.passivationRequests++;
+    const state = this.ctx.requireType(entityType);
+    this.ctx.counters.passivationRequests++;
     const envelope = this.envelopeFor(state, "Passivate", entityId, null, null);
     const coordinator = this.coordinatorOrThrow();
     // REFERENCE §7: remoteRoutes counts routes and activations sent to a remote coordinator, not passivations.
@@ -542,7 +476,7 @@ export class ClusterSharding implements Extension, EntityRouter {
   }
 
   private envelopeFor(
-    state: TypeState,
+    state: EntityTypeState,
     kind: EnvelopeKind,
     entityId: string,
     message: unknown,
@@ -551,7 +485,7 @@ export class ClusterSharding implements Extension, EntityRouter {
     requireEntityId(entityId);
     const settings = state.provider.settings;
     const shardId = settings.partitioner.shardFor(state.provider.name, entityId, settings.shardCount);
-    const wire = kind === "User" ? this.codec.encode(message) : null;
+    const wire = kind === "User" ? this.ctx.codec.encode(message) : null;
     const envelope = new ShardingEnvelope(
       kind,
       state.provider.name,
@@ -571,34 +505,21 @@ export class ClusterSharding implements Extension, EntityRouter {
   private coordinatorOrThrow(): UniqueAddress {
     const coordinator = routingCoordinator(this.membership.snapshot());
     if (coordinator === null) {
-      this.counters.rejectedEnvelopes++;
+      this.ctx.counters.rejectedEnvelopes++;
       throw NoShardOwnerError.noCoordinator();
     }
     return coordinator;
   }
 
   /** Where a caller hands its envelope: the local coordinator logic, or the remote coordinator's daemon. */
-  private entryRef(coordinator: UniqueAddress, state: TypeState, countsRemoteRoute = true): ActorRef<unknown> {
+  private entryRef(coordinator: UniqueAddress, state: EntityTypeState, countsRemoteRoute = true): ActorRef<unknown> {
     if (!coordinator.equals(this.self)) {
-      if (countsRemoteRoute) this.counters.remoteRoutes++;
-      return this.daemonOf(coordinator);
+      if (countsRemoteRoute) this.ctx.counters.remoteRoutes++;
+      return this.ctx.daemonOf(coordinator);
     }
     return new LocalCoordinatorEntry(this.daemon, (envelope, sender) =>
       this.handleEnvelope(state, envelope as ShardingEnvelope, sender, null),
     );
-  }
-
-  // One ref per node incarnation (REFERENCE §5): a remote ref binds the uid it first reaches, so a restarted node at
-  // the same address (new uid) gets a new entry instead of a ref that fails fast.
-  private daemonOf(node: UniqueAddress): ActorRef<unknown> {
-    const key = node.toString();
-    let ref = this.daemonRefs.get(key);
-    if (ref === undefined) {
-      if (this.daemonRefs.size >= daemonRefCacheMax) this.daemonRefs.clear();
-      ref = this.system.actorSelection(`${node.address}/system/${daemonName}`);
-      this.daemonRefs.set(key, ref);
-    }
-    return ref;
   }
 
   // ---------------------------------------------------------------------------------------------------------------
@@ -609,9 +530,9 @@ export class ClusterSharding implements Extension, EntityRouter {
     const sender = ctx.sender;
     try {
       if (message instanceof ShardingEnvelope) {
-        const state = this.types.get(message.entityType);
+        const state = this.ctx.types.get(message.entityType);
         if (state === undefined) {
-          this.reject(
+          this.ctx.reject(
             { envelope: message, sender, typed: undefined },
             new ClusterShardingConfigurationError(
               `Entity type ${message.entityType} is not registered on this node; init it on every node`,
@@ -627,14 +548,14 @@ export class ClusterSharding implements Extension, EntityRouter {
       else if (message instanceof PassivateShard) this.onPassivateShard(message, sender, origin);
       else if (message instanceof PrepareShard) this.onPrepareShard(message, sender, origin);
       else {
-        this.counters.rejectedEnvelopes++;
+        this.ctx.counters.rejectedEnvelopes++;
         ctx.log.warn(
           { type: typeNameOf(message), origin: origin?.toString() },
           "sharding daemon ignored an unknown message",
         );
       }
     } catch (error) {
-      this.counters.rejectedEnvelopes++;
+      this.ctx.counters.rejectedEnvelopes++;
       const err = asError(error);
       if (sender !== null && expectsReply(message)) sender.failAsk?.(err);
       ctx.log.warn({ error: err.message, origin: origin?.toString() }, "sharding daemon rejected a message");
@@ -643,7 +564,7 @@ export class ClusterSharding implements Extension, EntityRouter {
 
   /** An envelope at this node: hop 0 means we are asked as coordinator, hop 1 as owner. Never throws. */
   private handleEnvelope(
-    state: TypeState,
+    state: EntityTypeState,
     envelope: ShardingEnvelope,
     sender: ActorRef<unknown> | null,
     origin: UniqueAddress | null,
@@ -660,9 +581,9 @@ export class ClusterSharding implements Extension, EntityRouter {
       if (envelope.kind === "User" && typed === undefined) {
         let value: unknown;
         try {
-          value = this.codec.decode(envelope.message!);
+          value = this.ctx.codec.decode(envelope.message!);
         } catch (error) {
-          this.counters.malformedEnvelopes.payload++;
+          this.ctx.counters.malformedEnvelopes.payload++;
           throw error;
         }
         delivery = { envelope, sender, typed: value };
@@ -670,11 +591,11 @@ export class ClusterSharding implements Extension, EntityRouter {
       if (envelope.hopCount === 0) this.routeAsCoordinator(state, delivery);
       else this.receiveAsOwner(state, delivery, origin);
     } catch (error) {
-      this.reject(delivery, asError(error));
+      this.ctx.reject(delivery, asError(error));
     }
   }
 
-  private routeAsCoordinator(state: TypeState, d: Delivery): void {
+  private routeAsCoordinator(state: EntityTypeState, d: Delivery): void {
     const { envelope } = d;
     const settings = state.provider.settings;
     const expected = settings.partitioner.shardFor(envelope.entityType, envelope.entityId, settings.shardCount);
@@ -694,11 +615,11 @@ export class ClusterSharding implements Extension, EntityRouter {
     if (this.bufferInHandoff(state, shard, d)) return;
     let owner = state.plan.allocations.get(shard);
     if (owner === undefined) throw new NoShardOwnerError(envelope.entityType, shard);
-    if (!this.isUp(snap, owner)) {
+    if (!isUpMember(snap, owner)) {
       this.reconcile(state);
       if (this.bufferInHandoff(state, shard, d)) return;
       owner = state.plan.allocations.get(shard);
-      if (owner === undefined || !this.isUp(this.membership.snapshot(), owner)) {
+      if (owner === undefined || !isUpMember(this.membership.snapshot(), owner)) {
         throw new NoShardOwnerError(envelope.entityType, shard);
       }
     }
@@ -706,26 +627,26 @@ export class ClusterSharding implements Extension, EntityRouter {
   }
 
   /** Sends an accepted delivery to `owner`: locally, or one hop to its daemon. */
-  private dispatch(state: TypeState, d: Delivery, owner: UniqueAddress): void {
+  private dispatch(state: EntityTypeState, d: Delivery, owner: UniqueAddress): void {
     if (owner.equals(this.self)) {
       this.deliverOrQueue(state, d);
       return;
     }
-    this.counters.forwards++;
+    this.ctx.counters.forwards++;
     const forwarded = d.envelope.forwarded(this.self, d.sender === null);
     if (d.envelope.kind === "User") attachTyped(forwarded, d.typed);
     // The original asker's ref travels as sender, so reply, failure, timeout and cancel all stay between the asker
     // and the owner (two network legs at most), and a three-node hop keeps the caller's actor path.
     try {
-      this.daemonOf(owner).tell(forwarded, d.sender);
+      this.ctx.daemonOf(owner).tell(forwarded, d.sender);
     } catch (error) {
       // A send can refuse synchronously (MessageTooLargeError, …); this may run inside a handoff flush, where a throw
       // would leave the rest of the buffer unsent, so the one delivery is rejected instead.
-      this.reject(d, asError(error));
+      this.ctx.reject(d, asError(error));
     }
   }
 
-  private receiveAsOwner(state: TypeState, d: Delivery, origin: UniqueAddress | null): void {
+  private receiveAsOwner(state: EntityTypeState, d: Delivery, origin: UniqueAddress | null): void {
     const { envelope } = d;
     const coordinator = acceptingCoordinator(this.membership.snapshot());
     const fromCoordinator =
@@ -740,7 +661,7 @@ export class ClusterSharding implements Extension, EntityRouter {
     this.deliverOrQueue(state, d);
   }
 
-  private authorizedShard(state: TypeState, shard: number, coordinator: UniqueAddress): boolean {
+  private authorizedShard(state: EntityTypeState, shard: number, coordinator: UniqueAddress): boolean {
     if (state.prepared.get(shard) === coordinator.toString()) return true;
     return (
       state.plan.author !== null &&
@@ -750,11 +671,11 @@ export class ClusterSharding implements Extension, EntityRouter {
   }
 
   /** Delivers locally; a transient admission failure opens the shard's retry barrier. */
-  private deliverOrQueue(state: TypeState, d: Delivery): void {
+  private deliverOrQueue(state: EntityTypeState, d: Delivery): void {
     const outcome = this.deliverLocal(state, d);
     if (outcome === "delivered") return;
     if (typeof outcome === "object") {
-      this.reject(d, outcome.error);
+      this.ctx.reject(d, outcome.error);
       return;
     }
     const shard = d.envelope.shardId;
@@ -762,7 +683,7 @@ export class ClusterSharding implements Extension, EntityRouter {
     this.applyBarrier(state, shard, result);
   }
 
-  private deliverLocal(state: TypeState, d: Delivery): AttemptOutcome {
+  private deliverLocal(state: EntityTypeState, d: Delivery): AttemptOutcome {
     const { envelope } = d;
     const provider = state.provider;
     try {
@@ -774,7 +695,7 @@ export class ClusterSharding implements Extension, EntityRouter {
           // the original counts it at the coordinator's relay, but here the asker hears straight from the owner, so
           // the owner is where it can be counted.
           if (sender !== null && envelope.hopCount === 1 && envelope.askTimeoutMs !== null) {
-            const relayed = new RelayedAskSender(sender, this.counters);
+            const relayed = new RelayedAskSender(sender, this.ctx.counters);
             provider.deliver(envelope.shardId, envelope.entityId, d.typed, relayed);
             // Armed only once delivered: a delivery refused into the retry barrier is retried with a new wrapper.
             relayed.armTimeout(this.system.timeouts, envelope.askTimeoutMs);
@@ -787,7 +708,7 @@ export class ClusterSharding implements Extension, EntityRouter {
           break;
         }
         case "Passivate":
-          if (provider.passivate(envelope.entityId)) this.counters.explicitPassivations++;
+          if (provider.passivate(envelope.entityId)) this.ctx.counters.explicitPassivations++;
           break;
       }
       return "delivered";
@@ -801,20 +722,20 @@ export class ClusterSharding implements Extension, EntityRouter {
   // ---------------------------------------------------------------------------------------------------------------
   // Retry barrier shell (REFERENCE §3.9): one timer per shard queue, never one per message
 
-  private joinBarrier(state: TypeState, shard: number, d: Delivery): boolean {
+  private joinBarrier(state: EntityTypeState, shard: number, d: Delivery): boolean {
     if (!state.barrier.has(shard)) return false;
     const joined = state.barrier.join(shard, d);
-    if (!joined.queued && joined.error !== null) this.reject(d, joined.error);
+    if (!joined.queued && joined.error !== null) this.ctx.reject(d, joined.error);
     return true;
   }
 
   private applyBarrier(
-    state: TypeState,
+    state: EntityTypeState,
     shard: number,
     result: { rejected: { item: Delivery; error: Error }[]; leaseRetries: number; next: "tick" | "yield" | "none" },
   ): void {
-    this.counters.leaseRetries += result.leaseRetries;
-    for (const r of result.rejected) this.reject(r.item, r.error);
+    this.ctx.counters.leaseRetries += result.leaseRetries;
+    for (const r of result.rejected) this.ctx.reject(r.item, r.error);
     if (result.next === "none") return;
     const delay = result.next === "tick" ? leaseRetryIntervalMs : 0;
     state.barrierTimers.get(shard)?.cancel();
@@ -822,7 +743,7 @@ export class ClusterSharding implements Extension, EntityRouter {
       shard,
       this.system.scheduler.scheduleOnce(delay, () => {
         state.barrierTimers.delete(shard);
-        if (this.stopped) return;
+        if (this.ctx.stopped) return;
         const coordinator = acceptingCoordinator(this.membership.snapshot());
         const authorized = coordinator !== null && this.authorizedShard(state, shard, coordinator);
         this.applyBarrier(
@@ -837,24 +758,20 @@ export class ClusterSharding implements Extension, EntityRouter {
   // ---------------------------------------------------------------------------------------------------------------
   // Coordinator: plan reconcile, snapshots, distribution (REFERENCE §3.5)
 
-  private isAuthor(state: TypeState): boolean {
+  private isAuthor(state: EntityTypeState): boolean {
     return state.plan.author !== null && state.plan.author.equals(this.self);
   }
 
-  private isUp(snap: ShardingClusterSnapshot, node: UniqueAddress): boolean {
-    return snap.members.some((m) => m.uniqueAddress.equals(node) && m.status === "Up");
-  }
-
   /** Members placement may use for `state`: those that registered the type with our settings (and self). */
-  private placementMembers(state: TypeState, snap: ShardingClusterSnapshot): ShardingMember[] {
+  private placementMembers(state: EntityTypeState, snap: ShardingClusterSnapshot): ShardingMember[] {
     const key = state.provider.settings.key;
     return snap.members.filter(
       (m) => m.uniqueAddress.equals(this.self) || state.registrations.get(m.uniqueAddress.toString()) === key,
     );
   }
 
-  private reconcile(state: TypeState): void {
-    if (this.stopped) return;
+  private reconcile(state: EntityTypeState): void {
+    if (this.ctx.stopped) return;
     const snap = this.membership.snapshot();
     const coordinator = electCoordinator(snap);
     if (coordinator === null || !coordinator.equals(this.self)) return;
@@ -897,16 +814,16 @@ export class ClusterSharding implements Extension, EntityRouter {
    * poll, delivery or PlanRequest (a planless peer's answer to a snapshot request) would otherwise send another
    * snapshot request to every peer, a ping-pong that reached ~15,000 messages a second until the window closed.
    */
-  private reconcileUnlessBootstrapping(state: TypeState): void {
+  private reconcileUnlessBootstrapping(state: EntityTypeState): void {
     if (state.plan.bootstrap !== null && state.reconcileTimer !== null) return;
     this.reconcile(state);
   }
 
-  private performPlanEffect(state: TypeState, effect: PlanEffect): void {
+  private performPlanEffect(state: EntityTypeState, effect: PlanEffect): void {
     switch (effect.kind) {
       case "requestSnapshots": {
         const request = new PlanSnapshotRequest(state.provider.name, state.provider.settings.key, this.self.toString());
-        for (const peer of effect.peers) this.daemonOf(peer).tell(request, this.daemon);
+        for (const peer of effect.peers) this.ctx.daemonOf(peer).tell(request, this.daemon);
         break;
       }
       case "broadcast":
@@ -921,15 +838,15 @@ export class ClusterSharding implements Extension, EntityRouter {
     }
   }
 
-  private scheduleReconcile(state: TypeState, afterMs = reconcileIntervalMs): void {
-    if (state.reconcileTimer !== null || this.stopped) return;
+  private scheduleReconcile(state: EntityTypeState, afterMs = reconcileIntervalMs): void {
+    if (state.reconcileTimer !== null || this.ctx.stopped) return;
     state.reconcileTimer = this.system.scheduler.scheduleOnce(afterMs, () => {
       state.reconcileTimer = null;
       this.reconcile(state);
     });
   }
 
-  private planUpdateOf(state: TypeState): PlanUpdate {
+  private planUpdateOf(state: EntityTypeState): PlanUpdate {
     return new PlanUpdate(
       state.provider.name,
       state.provider.settings.key,
@@ -939,7 +856,7 @@ export class ClusterSharding implements Extension, EntityRouter {
     );
   }
 
-  private broadcastPlan(state: TypeState): void {
+  private broadcastPlan(state: EntityTypeState): void {
     if (!this.isAuthor(state)) {
       throw new ClusterShardingConfigurationError(
         "Only the current coordinator may publish its authoritative sharding plan",
@@ -954,9 +871,9 @@ export class ClusterSharding implements Extension, EntityRouter {
       .map((m) => m.uniqueAddress);
     for (const peer of targets) {
       try {
-        this.daemonOf(peer).tell(update, this.daemon);
+        this.ctx.daemonOf(peer).tell(update, this.daemon);
       } catch (error) {
-        this.counters.rejectedEnvelopes++;
+        this.ctx.counters.rejectedEnvelopes++;
         this.system.log.error(
           { error: asError(error).message, peer: peer.toString(), type: state.provider.name },
           "sharding plan could not be sent",
@@ -966,7 +883,7 @@ export class ClusterSharding implements Extension, EntityRouter {
   }
 
   /** After any stored plan: keep only locally planned or prepared shards, clear prepared shards now planned here. */
-  private afterPlanStored(state: TypeState): void {
+  private afterPlanStored(state: EntityTypeState): void {
     const author = state.plan.author?.toString() ?? null;
     const keep = new Set<number>();
     for (const [shard, owner] of state.plan.allocations) {
@@ -980,7 +897,7 @@ export class ClusterSharding implements Extension, EntityRouter {
   }
 
   private onPlanRequest(request: PlanRequest, origin: UniqueAddress | null): void {
-    const state = this.requireType(request.entityType);
+    const state = this.ctx.requireType(request.entityType);
     if (origin === null || request.requester !== origin.toString()) {
       throw new ClusterShardingConfigurationError("Sharding plan request has mismatched sender identity");
     }
@@ -997,11 +914,11 @@ export class ClusterSharding implements Extension, EntityRouter {
     if (!this.isAuthor(state)) this.reconcileUnlessBootstrapping(state);
     // A newly registered member may change placement.
     else if (known === undefined) this.scheduleReconcile(state, 0);
-    if (this.isAuthor(state)) this.daemonOf(origin).tell(this.planUpdateOf(state), this.daemon);
+    if (this.isAuthor(state)) this.ctx.daemonOf(origin).tell(this.planUpdateOf(state), this.daemon);
   }
 
   private onPlanSnapshotRequest(request: PlanSnapshotRequest, origin: UniqueAddress | null): void {
-    const state = this.requireType(request.entityType);
+    const state = this.ctx.requireType(request.entityType);
     if (origin === null || request.coordinator !== origin.toString()) {
       throw new ClusterShardingConfigurationError("Sharding plan snapshot request has mismatched sender identity");
     }
@@ -1011,11 +928,11 @@ export class ClusterSharding implements Extension, EntityRouter {
         "settingsKey",
       );
     }
-    if (state.plan.generation > 0) this.daemonOf(origin).tell(this.snapshotOf(state), this.daemon);
-    else this.daemonOf(origin).tell(this.planRequestOf(state), this.daemon);
+    if (state.plan.generation > 0) this.ctx.daemonOf(origin).tell(this.snapshotOf(state), this.daemon);
+    else this.ctx.daemonOf(origin).tell(this.planRequestOf(state), this.daemon);
   }
 
-  private snapshotOf(state: TypeState): PlanSnapshot {
+  private snapshotOf(state: EntityTypeState): PlanSnapshot {
     return new PlanSnapshot(
       state.provider.name,
       state.provider.settings.key,
@@ -1025,12 +942,12 @@ export class ClusterSharding implements Extension, EntityRouter {
     );
   }
 
-  private planRequestOf(state: TypeState): PlanRequest {
+  private planRequestOf(state: EntityTypeState): PlanRequest {
     return new PlanRequest(state.provider.name, state.provider.settings.key, this.self.toString());
   }
 
   private onPlanSnapshot(snapshot: PlanSnapshot, origin: UniqueAddress | null): void {
-    const state = this.requireType(snapshot.entityType);
+    const state = this.ctx.requireType(snapshot.entityType);
     if (snapshot.settingsKey !== state.provider.settings.key) {
       throw new ClusterShardingConfigurationError(
         `Entity type ${snapshot.entityType} received incompatible sharding settings`,
@@ -1045,7 +962,7 @@ export class ClusterSharding implements Extension, EntityRouter {
     }
     const snap = this.membership.snapshot();
     if (origin !== null) state.registrations.set(origin.toString(), snapshot.settingsKey);
-    const originIsUpMember = origin !== null && this.isUp(snap, origin);
+    const originIsUpMember = origin !== null && isUpMember(snap, origin);
     if (state.plan.bootstrap !== null) {
       const [next, accepted] = acceptSnapshot(
         state.plan,
@@ -1053,7 +970,7 @@ export class ClusterSharding implements Extension, EntityRouter {
         { origin, originIsUpMember, nowMs: this.system.scheduler.now() },
       );
       state.plan = next;
-      if (!accepted) this.counters.rejectedEnvelopes++;
+      if (!accepted) this.ctx.counters.rejectedEnvelopes++;
       return;
     }
     // Outside bootstrap: a member holding a generation at or above ours missed our bootstrap; publish above it so
@@ -1069,7 +986,7 @@ export class ClusterSharding implements Extension, EntityRouter {
   }
 
   private onPlanUpdate(update: PlanUpdate, origin: UniqueAddress | null): void {
-    const state = this.requireType(update.entityType);
+    const state = this.ctx.requireType(update.entityType);
     if (update.settingsKey !== state.provider.settings.key) {
       throw new ClusterShardingConfigurationError(
         `Entity type ${update.entityType} received incompatible sharding settings`,
@@ -1086,23 +1003,23 @@ export class ClusterSharding implements Extension, EntityRouter {
       );
     } catch (error) {
       if (error instanceof ClusterShardingConfigurationError && error.field === "generation" && origin !== null) {
-        this.daemonOf(origin).tell(this.snapshotOf(state), this.daemon);
+        this.ctx.daemonOf(origin).tell(this.snapshotOf(state), this.daemon);
       }
       throw error;
     }
     if (outcome === "stored") this.afterPlanStored(state);
     else if (outcome === "stale") {
-      this.counters.rejectedEnvelopes++;
-      if (origin !== null) this.daemonOf(origin).tell(this.snapshotOf(state), this.daemon);
+      this.ctx.counters.rejectedEnvelopes++;
+      if (origin !== null) this.ctx.daemonOf(origin).tell(this.snapshotOf(state), this.daemon);
     }
   }
 
   /** Non-coordinators ask the coordinator for the plan now and every 250 ms; the coordinator reconciles. */
-  private syncPlan(state: TypeState): void {
-    if (this.stopped) return;
+  private syncPlan(state: EntityTypeState): void {
+    if (this.ctx.stopped) return;
     const coordinator = electCoordinator(this.membership.snapshot());
     if (coordinator !== null && coordinator.equals(this.self)) this.reconcileUnlessBootstrapping(state);
-    else if (coordinator !== null) this.daemonOf(coordinator).tell(this.planRequestOf(state), this.daemon);
+    else if (coordinator !== null) this.ctx.daemonOf(coordinator).tell(this.planRequestOf(state), this.daemon);
     if (state.planSyncTimer === null) {
       state.planSyncTimer = this.system.scheduler.scheduleOnce(planSyncIntervalMs, () => {
         state.planSyncTimer = null;
@@ -1112,14 +1029,14 @@ export class ClusterSharding implements Extension, EntityRouter {
   }
 
   private onMembershipChange(): void {
-    if (this.stopped) return;
+    if (this.ctx.stopped) return;
     const snap = this.membership.snapshot();
     const coordinator = electCoordinator(snap);
     const coordinatorText = coordinator?.toString() ?? null;
     const changed = coordinatorText !== this.lastCoordinator;
     this.lastCoordinator = coordinatorText;
     const selfStatus = snap.members.find((m) => m.uniqueAddress.equals(this.self))?.status;
-    for (const state of this.types.values()) {
+    for (const state of this.ctx.types.values()) {
       // Forget registrations of members that left for good.
       for (const key of [...state.registrations.keys()]) {
         if (!snap.members.some((m) => m.uniqueAddress.toString() === key)) state.registrations.delete(key);
@@ -1139,7 +1056,7 @@ export class ClusterSharding implements Extension, EntityRouter {
   }
 
   private departureReady(member: ShardingMember): boolean {
-    for (const state of this.types.values()) {
+    for (const state of this.ctx.types.values()) {
       for (const owner of state.plan.allocations.values()) if (owner.equals(member.uniqueAddress)) return false;
     }
     return true;
@@ -1148,14 +1065,14 @@ export class ClusterSharding implements Extension, EntityRouter {
   // ---------------------------------------------------------------------------------------------------------------
   // Handoff shell (REFERENCE §3.8)
 
-  private bufferInHandoff(state: TypeState, shard: number, d: Delivery): boolean {
+  private bufferInHandoff(state: EntityTypeState, shard: number, d: Delivery): boolean {
     if (!state.handoffs.has(shard)) return false;
     this.feedHandoff(state, shard, { kind: "buffer", delivery: d });
     return true;
   }
 
   private startHandoff(
-    state: TypeState,
+    state: EntityTypeState,
     shard: number,
     previous: UniqueAddress | null,
     next: UniqueAddress | null,
@@ -1171,7 +1088,7 @@ export class ClusterSharding implements Extension, EntityRouter {
   }
 
   private attemptInput(
-    state: TypeState,
+    state: EntityTypeState,
     previous: UniqueAddress | null,
     next: UniqueAddress | null,
   ): HandoffInput<Delivery> {
@@ -1182,7 +1099,7 @@ export class ClusterSharding implements Extension, EntityRouter {
       kind: "attempt",
       stillCoordinator: term === "current",
       settling: term === "settling",
-      nextOwnerUp: next === null || this.isUp(snap, next),
+      nextOwnerUp: next === null || isUpMember(snap, next),
       previousReachable: prev !== undefined && prev.status !== "Down" && prev.status !== "Removed",
     };
   }
@@ -1192,7 +1109,7 @@ export class ClusterSharding implements Extension, EntityRouter {
    * convergence is missing (no member unreachable, still the lowest Up member and author), as while a leave or a
    * status change spreads by gossip; "lost" otherwise (an unreachable member or another coordinator: fail closed).
    */
-  private handoffTerm(state: TypeState, snap: ShardingClusterSnapshot): "current" | "settling" | "lost" {
+  private handoffTerm(state: EntityTypeState, snap: ShardingClusterSnapshot): "current" | "settling" | "lost" {
     if (!this.isAuthor(state)) return "lost";
     const elected = electCoordinator(snap);
     if (elected !== null) return elected.equals(this.self) ? "current" : "lost";
@@ -1200,10 +1117,10 @@ export class ClusterSharding implements Extension, EntityRouter {
     return accepting !== null && accepting.equals(this.self) ? "settling" : "lost";
   }
 
-  private feedHandoff(state: TypeState, shard: number, input: HandoffInput<Delivery>): void {
+  private feedHandoff(state: EntityTypeState, shard: number, input: HandoffInput<Delivery>): void {
     const running = state.handoffs.get(shard);
     if (running === undefined) {
-      if (input.kind === "buffer") this.reject(input.delivery, new NoShardOwnerError(state.provider.name, shard));
+      if (input.kind === "buffer") this.ctx.reject(input.delivery, new NoShardOwnerError(state.provider.name, shard));
       return;
     }
     const wasAborted = running.state.phase === "aborted";
@@ -1225,14 +1142,14 @@ export class ClusterSharding implements Extension, EntityRouter {
   }
 
   private performHandoffEffect(
-    state: TypeState,
+    state: EntityTypeState,
     shard: number,
     running: RunningHandoff,
     effect: HandoffEffect<Delivery>,
   ): void {
     const current = () => state.handoffs.get(shard) === running;
     const reply = (input: HandoffInput<Delivery>) => {
-      if (!current() || this.stopped) return;
+      if (!current() || this.ctx.stopped) return;
       try {
         this.feedHandoff(state, shard, input);
       } catch (error) {
@@ -1282,17 +1199,17 @@ export class ClusterSharding implements Extension, EntityRouter {
         this.dispatch(state, effect.delivery, effect.owner);
         break;
       case "reject":
-        this.reject(effect.delivery, effect.error);
+        this.ctx.reject(effect.delivery, effect.error);
         break;
       case "scheduleAttempt":
         this.system.scheduler.scheduleOnce(effect.afterMs, () => {
-          if (!current() || this.stopped) return;
+          if (!current() || this.ctx.stopped) return;
           this.feedHandoff(state, shard, this.attemptInput(state, running.state.previous, running.state.next));
         });
         break;
       case "scheduleRetryComplete":
         this.system.scheduler.scheduleOnce(effect.afterMs, () => {
-          if (!current() || this.stopped) return;
+          if (!current() || this.ctx.stopped) return;
           this.feedHandoff(state, shard, { kind: "retryComplete" });
         });
         break;
@@ -1300,7 +1217,7 @@ export class ClusterSharding implements Extension, EntityRouter {
         this.scheduleReconcile(state, effect.afterMs);
         break;
       case "failedAttempt":
-        if (isLeaseUnavailable(effect.error)) this.counters.leaseRetries++;
+        if (isLeaseUnavailable(effect.error)) this.ctx.counters.leaseRetries++;
         this.system.log.warn(
           { error: effect.error.message, shard, type: name },
           "sharding handoff step failed; retrying",
@@ -1310,8 +1227,8 @@ export class ClusterSharding implements Extension, EntityRouter {
         if (current()) state.handoffs.delete(shard);
         this.system.log.info({ type: name, shard, outcome: effect.outcome }, "sharding handoff finished");
         if (effect.outcome === "done") {
-          this.counters.handoffShards++;
-          this.counters.rebalanceMoves++;
+          this.ctx.counters.handoffShards++;
+          this.ctx.counters.rebalanceMoves++;
           if (this.isAuthor(state)) this.broadcastPlan(state);
         }
         break;
@@ -1321,11 +1238,11 @@ export class ClusterSharding implements Extension, EntityRouter {
   /** A PassivateShard/PrepareShard ask: to another node's daemon, or run locally when that node is us. */
   private controlAsk(node: UniqueAddress, message: object, local: () => Promise<void>): Promise<unknown> {
     if (node.equals(this.self)) return local();
-    return askVia(this.system, this.daemonOf(node), message, ShardingControlAck, handoffTimeoutMs);
+    return askVia(this.system, this.ctx.daemonOf(node), message, ShardingControlAck, handoffTimeoutMs);
   }
 
   private checkControl(
-    state: TypeState,
+    state: EntityTypeState,
     settingsKey: string,
     coordinatorText: string,
     origin: UniqueAddress | null,
@@ -1351,7 +1268,7 @@ export class ClusterSharding implements Extension, EntityRouter {
     sender: ActorRef<unknown> | null,
     origin: UniqueAddress | null,
   ): void {
-    const state = this.requireType(message.entityType);
+    const state = this.ctx.requireType(message.entityType);
     this.checkControl(state, message.settingsKey, message.coordinator, origin);
     this.drainLocally(state, message.shardId).then(
       () => sender?.tell(new ShardingControlAck(true)),
@@ -1360,7 +1277,7 @@ export class ClusterSharding implements Extension, EntityRouter {
   }
 
   private onPrepareShard(message: PrepareShard, sender: ActorRef<unknown> | null, origin: UniqueAddress | null): void {
-    const state = this.requireType(message.entityType);
+    const state = this.ctx.requireType(message.entityType);
     const coordinator = this.checkControl(state, message.settingsKey, message.coordinator, origin);
     this.prepareLocally(state, message.shardId, coordinator).then(
       () => sender?.tell(new ShardingControlAck(true)),
@@ -1369,11 +1286,11 @@ export class ClusterSharding implements Extension, EntityRouter {
   }
 
   /** Waits for the shard's retry queue to empty, then drains its entities (concurrent drains share one). */
-  private drainLocally(state: TypeState, shard: number): Promise<void> {
+  private drainLocally(state: EntityTypeState, shard: number): Promise<void> {
     const running = state.drains.get(shard);
     if (running !== undefined) return running;
     const drain = (async () => {
-      while (state.barrier.has(shard) && !this.stopped) {
+      while (state.barrier.has(shard) && !this.ctx.stopped) {
         await new Promise<void>((resolve) => this.system.scheduler.scheduleOnce(1, resolve));
       }
       await state.provider.drainShard(shard);
@@ -1382,7 +1299,7 @@ export class ClusterSharding implements Extension, EntityRouter {
     return drain;
   }
 
-  private async prepareLocally(state: TypeState, shard: number, coordinator: UniqueAddress): Promise<void> {
+  private async prepareLocally(state: EntityTypeState, shard: number, coordinator: UniqueAddress): Promise<void> {
     await state.provider.prepareShard(shard);
     state.prepared.set(shard, coordinator.toString());
   }
@@ -1390,12 +1307,12 @@ export class ClusterSharding implements Extension, EntityRouter {
   // ---------------------------------------------------------------------------------------------------------------
   // Passivation sweep, entity lifecycle, rejection, stop
 
-  private scheduleIdleSweep(state: TypeState, idleTimeoutMs: number): void {
+  private scheduleIdleSweep(state: EntityTypeState, idleTimeoutMs: number): void {
     const every = idleTimeoutMs < idleSweepHalvingFloorMs ? idleTimeoutMs : idleTimeoutMs / 2;
     state.idleTimer = this.system.scheduler.scheduleOnce(every, () => {
-      if (this.stopped) return;
+      if (this.ctx.stopped) return;
       try {
-        this.counters.idlePassivations += state.provider.passivateIdle(this.system.scheduler.now(), idleTimeoutMs);
+        this.ctx.counters.idlePassivations += state.provider.passivateIdle(this.system.scheduler.now(), idleTimeoutMs);
       } catch (error) {
         this.system.log.warn(
           { error: asError(error).message, type: state.provider.name },
@@ -1408,23 +1325,7 @@ export class ClusterSharding implements Extension, EntityRouter {
   }
 
   private onEntityTerminated(signal: Terminated): void {
-    for (const state of this.types.values()) state.provider.entityTerminated(signal.ref);
-  }
-
-  private reject(d: Delivery, error: Error): void {
-    this.counters.rejectedEnvelopes++;
-    if (d.envelope.askTimeoutMs !== null) d.sender?.failAsk?.(error);
-    else this.system.log.debug?.({ error: error.message, type: d.envelope.entityType }, "sharded tell rejected");
-  }
-
-  private requireType(name: string): TypeState {
-    const state = this.types.get(name);
-    if (state === undefined) {
-      throw new ClusterShardingConfigurationError(
-        `Entity type ${name} is not registered on this node; call sharding.init("${name}", …) first`,
-      );
-    }
-    return state;
+    for (const state of this.ctx.types.values()) state.provider.entityTerminated(signal.ref);
   }
 
   private requireDaemonContext(): ActorContext<unknown> {
@@ -1435,26 +1336,26 @@ export class ClusterSharding implements Extension, EntityRouter {
 
   /** Stops every entity, timer and subscription (the actor system calls this when it terminates). */
   async stop(): Promise<void> {
-    if (this.stopped) return;
-    this.stopped = true;
+    if (this.ctx.stopped) return;
+    this.ctx.stopped = true;
     this.unsubscribe();
     this.unsubscribeRejections();
     this.membership.unregisterDepartureGuard(departureGuardName);
-    for (const state of this.types.values()) {
+    for (const state of this.ctx.types.values()) {
       state.reconcileTimer?.cancel();
       state.planSyncTimer?.cancel();
       state.idleTimer?.cancel();
       for (const t of state.barrierTimers.values()) t.cancel();
       for (const d of state.barrier.clear())
-        this.reject(d, new NoShardOwnerError(state.provider.name, d.envelope.shardId));
+        this.ctx.reject(d, new NoShardOwnerError(state.provider.name, d.envelope.shardId));
       for (const running of state.handoffs.values()) {
         for (const d of running.state.buffer)
-          this.reject(d, new NoShardOwnerError(state.provider.name, d.envelope.shardId));
+          this.ctx.reject(d, new NoShardOwnerError(state.provider.name, d.envelope.shardId));
       }
       state.handoffs.clear();
     }
-    await Promise.all([...this.types.values()].map((s) => s.provider.stopAll()));
-    this.types.clear();
+    await Promise.all([...this.ctx.types.values()].map((s) => s.provider.stopAll()));
+    this.ctx.types.clear();
     this.daemon.sendSystem(STOP);
   }
 }
