@@ -36,7 +36,6 @@ import {
   activateTimeoutDefaultMs,
   handoffTimeoutMs,
   idleSweepHalvingFloorMs,
-  leaseRetryIntervalMs,
   planSnapshotGenerationMax,
   planSyncIntervalMs,
   reconcileIntervalMs,
@@ -70,7 +69,6 @@ import {
   asError,
   ClusterShardingConfigurationError,
   NoShardOwnerError,
-  ShardHandoffInProgressError,
   ShardLeaseUnavailableError,
   UnsupportedSystemMessageError,
 } from "./errors.ts";
@@ -78,10 +76,9 @@ import { type HandoffEffect, type HandoffInput, handoffStep, newHandoff } from "
 import { type ShardingInternalView, shardingInternalsKey } from "./internal-view.ts";
 import { isUpMember, type ShardingClusterSnapshot, type ShardingMembership } from "./membership.ts";
 import { EntityProvider, type ShardingProvider } from "./provider.ts";
-import type { AttemptOutcome } from "./retry-barrier.ts";
 import type { Delivery } from "./routing/delivery.ts";
 import { LocalCoordinatorEntry } from "./routing/local-coordinator-entry.ts";
-import { RelayedAskSender } from "./routing/relayed-ask-sender.ts";
+import { OwnerDelivery } from "./routing/owner-delivery.ts";
 import { ShardingSettings, type ShardingSettingsOptions } from "./settings.ts";
 import { daemonName, ShardingContext } from "./sharding-context.ts";
 import { type MalformedReason, type MutableShardingStats, type ShardingStats, snapshotStats } from "./stats.ts";
@@ -112,6 +109,7 @@ const planBytesPerShardMax = 256;
  */
 export class ClusterSharding implements Extension, EntityRouter {
   private readonly ctx: ShardingContext;
+  private readonly owner: OwnerDelivery;
   /** Entity type name → the message class `init` registered it with (compared by identity on a repeated init). */
   private readonly messageClasses = new Map<string, Class<unknown>>();
   private readonly membership: ShardingMembership;
@@ -142,6 +140,7 @@ export class ClusterSharding implements Extension, EntityRouter {
       { supervision: SupervisorStrategies.stop() },
     );
     this.ctx = new ShardingContext(system, this.membership, runtime.codec ?? inProcessCodec, this.daemon);
+    this.owner = new OwnerDelivery(this.ctx);
     this.membership.registerDepartureGuard(departureGuardName, (member) => this.departureReady(member));
     this.unsubscribe = this.membership.subscribe(() => this.onMembershipChange());
     this.unsubscribeRejections = runtime.inboundRejections?.((r) => this.onInboundRejection(r)) ?? (() => {});
@@ -589,7 +588,7 @@ export class ClusterSharding implements Extension, EntityRouter {
         delivery = { envelope, sender, typed: value };
       }
       if (envelope.hopCount === 0) this.routeAsCoordinator(state, delivery);
-      else this.receiveAsOwner(state, delivery, origin);
+      else this.owner.receiveAsOwner(state, delivery, origin);
     } catch (error) {
       this.ctx.reject(delivery, asError(error));
     }
@@ -611,7 +610,7 @@ export class ClusterSharding implements Extension, EntityRouter {
     if (coordinator === null || !coordinator.equals(this.self)) throw new NoShardOwnerError(envelope.entityType, shard);
     if (!this.isAuthor(state)) this.reconcileUnlessBootstrapping(state);
     if (!this.isAuthor(state)) throw new NoShardOwnerError(envelope.entityType, shard);
-    if (this.joinBarrier(state, shard, d)) return;
+    if (this.owner.joinBarrier(state, shard, d)) return;
     if (this.bufferInHandoff(state, shard, d)) return;
     let owner = state.plan.allocations.get(shard);
     if (owner === undefined) throw new NoShardOwnerError(envelope.entityType, shard);
@@ -623,136 +622,7 @@ export class ClusterSharding implements Extension, EntityRouter {
         throw new NoShardOwnerError(envelope.entityType, shard);
       }
     }
-    this.dispatch(state, d, owner);
-  }
-
-  /** Sends an accepted delivery to `owner`: locally, or one hop to its daemon. */
-  private dispatch(state: EntityTypeState, d: Delivery, owner: UniqueAddress): void {
-    if (owner.equals(this.self)) {
-      this.deliverOrQueue(state, d);
-      return;
-    }
-    this.ctx.counters.forwards++;
-    const forwarded = d.envelope.forwarded(this.self, d.sender === null);
-    if (d.envelope.kind === "User") attachTyped(forwarded, d.typed);
-    // The original asker's ref travels as sender, so reply, failure, timeout and cancel all stay between the asker
-    // and the owner (two network legs at most), and a three-node hop keeps the caller's actor path.
-    try {
-      this.ctx.daemonOf(owner).tell(forwarded, d.sender);
-    } catch (error) {
-      // A send can refuse synchronously (MessageTooLargeError, …); this may run inside a handoff flush, where a throw
-      // would leave the rest of the buffer unsent, so the one delivery is rejected instead.
-      this.ctx.reject(d, asError(error));
-    }
-  }
-
-  private receiveAsOwner(state: EntityTypeState, d: Delivery, origin: UniqueAddress | null): void {
-    const { envelope } = d;
-    const coordinator = acceptingCoordinator(this.membership.snapshot());
-    const fromCoordinator =
-      coordinator !== null &&
-      envelope.hopCount === 1 &&
-      envelope.coordinator === coordinator.toString() &&
-      (origin === null ? coordinator.equals(this.self) : origin.equals(coordinator));
-    if (!fromCoordinator || !this.authorizedShard(state, envelope.shardId, coordinator)) {
-      throw new ClusterShardingConfigurationError("Sharding delivery was not authorized by the current coordinator");
-    }
-    if (this.joinBarrier(state, envelope.shardId, d)) return;
-    this.deliverOrQueue(state, d);
-  }
-
-  private authorizedShard(state: EntityTypeState, shard: number, coordinator: UniqueAddress): boolean {
-    if (state.prepared.get(shard) === coordinator.toString()) return true;
-    return (
-      state.plan.author !== null &&
-      state.plan.author.equals(coordinator) &&
-      state.plan.allocations.get(shard)?.equals(this.self) === true
-    );
-  }
-
-  /** Delivers locally; a transient admission failure opens the shard's retry barrier. */
-  private deliverOrQueue(state: EntityTypeState, d: Delivery): void {
-    const outcome = this.deliverLocal(state, d);
-    if (outcome === "delivered") return;
-    if (typeof outcome === "object") {
-      this.ctx.reject(d, outcome.error);
-      return;
-    }
-    const shard = d.envelope.shardId;
-    const result = state.barrier.failed(shard, d, d.envelope.deliveryAttempt, outcome, this.system.scheduler.now());
-    this.applyBarrier(state, shard, result);
-  }
-
-  private deliverLocal(state: EntityTypeState, d: Delivery): AttemptOutcome {
-    const { envelope } = d;
-    const provider = state.provider;
-    try {
-      provider.authorizeShard(envelope.shardId);
-      switch (envelope.kind) {
-        case "User": {
-          const sender = envelope.senderless ? null : d.sender;
-          // A relayed ask that fails or times out at the entity is a rejection (REFERENCE §7 "failed relayed asks");
-          // the original counts it at the coordinator's relay, but here the asker hears straight from the owner, so
-          // the owner is where it can be counted.
-          if (sender !== null && envelope.hopCount === 1 && envelope.askTimeoutMs !== null) {
-            const relayed = new RelayedAskSender(sender, this.ctx.counters);
-            provider.deliver(envelope.shardId, envelope.entityId, d.typed, relayed);
-            // Armed only once delivered: a delivery refused into the retry barrier is retried with a new wrapper.
-            relayed.armTimeout(this.system.timeouts, envelope.askTimeoutMs);
-          } else provider.deliver(envelope.shardId, envelope.entityId, d.typed, sender);
-          break;
-        }
-        case "Activate": {
-          const created = provider.activate(envelope.shardId, envelope.entityId);
-          d.sender?.tell(new ShardingControlAck(created));
-          break;
-        }
-        case "Passivate":
-          if (provider.passivate(envelope.entityId)) this.ctx.counters.explicitPassivations++;
-          break;
-      }
-      return "delivered";
-    } catch (error) {
-      if (error instanceof ShardLeaseUnavailableError) return "lease";
-      if (error instanceof ShardHandoffInProgressError) return "handoff";
-      return { error: asError(error) };
-    }
-  }
-
-  // ---------------------------------------------------------------------------------------------------------------
-  // Retry barrier shell (REFERENCE §3.9): one timer per shard queue, never one per message
-
-  private joinBarrier(state: EntityTypeState, shard: number, d: Delivery): boolean {
-    if (!state.barrier.has(shard)) return false;
-    const joined = state.barrier.join(shard, d);
-    if (!joined.queued && joined.error !== null) this.ctx.reject(d, joined.error);
-    return true;
-  }
-
-  private applyBarrier(
-    state: EntityTypeState,
-    shard: number,
-    result: { rejected: { item: Delivery; error: Error }[]; leaseRetries: number; next: "tick" | "yield" | "none" },
-  ): void {
-    this.ctx.counters.leaseRetries += result.leaseRetries;
-    for (const r of result.rejected) this.ctx.reject(r.item, r.error);
-    if (result.next === "none") return;
-    const delay = result.next === "tick" ? leaseRetryIntervalMs : 0;
-    state.barrierTimers.get(shard)?.cancel();
-    state.barrierTimers.set(
-      shard,
-      this.system.scheduler.scheduleOnce(delay, () => {
-        state.barrierTimers.delete(shard);
-        if (this.ctx.stopped) return;
-        const coordinator = acceptingCoordinator(this.membership.snapshot());
-        const authorized = coordinator !== null && this.authorizedShard(state, shard, coordinator);
-        this.applyBarrier(
-          state,
-          shard,
-          state.barrier.drain(shard, this.system.scheduler.now(), authorized, (d) => this.deliverLocal(state, d)),
-        );
-      }),
-    );
+    this.owner.dispatch(state, d, owner);
   }
 
   // ---------------------------------------------------------------------------------------------------------------
@@ -1196,7 +1066,7 @@ export class ClusterSharding implements Extension, EntityRouter {
         break;
       }
       case "dispatch":
-        this.dispatch(state, effect.delivery, effect.owner);
+        this.owner.dispatch(state, effect.delivery, effect.owner);
         break;
       case "reject":
         this.ctx.reject(effect.delivery, effect.error);
