@@ -18,7 +18,7 @@ import {
   type SystemMessage,
   type Terminated,
   typeNameOf,
-  UniqueAddress,
+  type UniqueAddress,
 } from "../actor/index.ts";
 import { Cluster } from "../cluster/index.ts";
 import { isWellFormedText } from "../remote/codec.ts";
@@ -32,14 +32,7 @@ import {
   registerShardingWireTypes,
   typedOf,
 } from "./codec.ts";
-import {
-  activateTimeoutDefaultMs,
-  handoffTimeoutMs,
-  idleSweepHalvingFloorMs,
-  planSnapshotGenerationMax,
-  planSyncIntervalMs,
-  reconcileIntervalMs,
-} from "./constants.ts";
+import { activateTimeoutDefaultMs, handoffTimeoutMs, idleSweepHalvingFloorMs } from "./constants.ts";
 import { acceptingCoordinator, electCoordinator, routingCoordinator } from "./coordinator/election.ts";
 import {
   type EnvelopeKind,
@@ -51,17 +44,10 @@ import {
   PrepareShard,
   ShardingControlAck,
   ShardingEnvelope,
-  toAssignments,
   wireNames,
 } from "./coordinator/messages.ts";
-import {
-  acceptPlanUpdate,
-  acceptSnapshot,
-  completeHandoffInPlan,
-  type PlanEffect,
-  reconcilePlan,
-  sameAllocations,
-} from "./coordinator/plan.ts";
+import { completeHandoffInPlan } from "./coordinator/plan.ts";
+import { PlanShell } from "./coordinator/plan-shell.ts";
 import { ShardingDaemon } from "./daemon.ts";
 import { type EntityRouter, ShardedEntityRef, ShardedEntityType } from "./entity-ref.ts";
 import { type EntityTypeState, newEntityTypeState, type RunningHandoff } from "./entity-type-state.ts";
@@ -110,6 +96,7 @@ const planBytesPerShardMax = 256;
 export class ClusterSharding implements Extension, EntityRouter {
   private readonly ctx: ShardingContext;
   private readonly owner: OwnerDelivery;
+  private readonly plans: PlanShell;
   /** Entity type name → the message class `init` registered it with (compared by identity on a repeated init). */
   private readonly messageClasses = new Map<string, Class<unknown>>();
   private readonly membership: ShardingMembership;
@@ -118,7 +105,6 @@ export class ClusterSharding implements Extension, EntityRouter {
   private readonly daemon: ActorRef<unknown>;
   private readonly unsubscribe: () => void;
   private readonly unsubscribeRejections: () => void;
-  private lastCoordinator: string | null = null;
 
   /** @internal Use {@link ClusterSharding.get}. */
   constructor(
@@ -141,8 +127,11 @@ export class ClusterSharding implements Extension, EntityRouter {
     );
     this.ctx = new ShardingContext(system, this.membership, runtime.codec ?? inProcessCodec, this.daemon);
     this.owner = new OwnerDelivery(this.ctx);
-    this.membership.registerDepartureGuard(departureGuardName, (member) => this.departureReady(member));
-    this.unsubscribe = this.membership.subscribe(() => this.onMembershipChange());
+    this.plans = new PlanShell(this.ctx, (state, shard, previous, next) =>
+      this.startHandoff(state, shard, previous, next),
+    );
+    this.membership.registerDepartureGuard(departureGuardName, (member) => this.plans.departureReady(member));
+    this.unsubscribe = this.membership.subscribe(() => this.plans.onMembershipChange());
     this.unsubscribeRejections = runtime.inboundRejections?.((r) => this.onInboundRejection(r)) ?? (() => {});
   }
 
@@ -316,7 +305,7 @@ export class ClusterSharding implements Extension, EntityRouter {
     this.probeAllocation(provider.name, settings);
     const state = newEntityTypeState(provider);
     this.ctx.types.set(provider.name, state);
-    this.syncPlan(state);
+    this.plans.syncPlan(state);
     if (settings.idleTimeout !== null) this.scheduleIdleSweep(state, settings.idleTimeout);
   }
 
@@ -356,7 +345,7 @@ export class ClusterSharding implements Extension, EntityRouter {
   /** Defensive copy of this node's view of the plan of `entityType` (empty while no plan is known). */
   allocations(entityType: ShardedEntityType<unknown> | string): Map<number, UniqueAddress> {
     const state = this.ctx.requireType(typeof entityType === "string" ? entityType : entityType.name);
-    if (state.plan.generation === 0) this.syncPlan(state);
+    if (state.plan.generation === 0) this.plans.syncPlan(state);
     return new Map(state.plan.allocations);
   }
 
@@ -540,10 +529,10 @@ export class ClusterSharding implements Extension, EntityRouter {
           return;
         }
         this.handleEnvelope(state, message, sender, origin);
-      } else if (message instanceof PlanRequest) this.onPlanRequest(message, origin);
-      else if (message instanceof PlanSnapshotRequest) this.onPlanSnapshotRequest(message, origin);
-      else if (message instanceof PlanSnapshot) this.onPlanSnapshot(message, origin);
-      else if (message instanceof PlanUpdate) this.onPlanUpdate(message, origin);
+      } else if (message instanceof PlanRequest) this.plans.onPlanRequest(message, origin);
+      else if (message instanceof PlanSnapshotRequest) this.plans.onPlanSnapshotRequest(message, origin);
+      else if (message instanceof PlanSnapshot) this.plans.onPlanSnapshot(message, origin);
+      else if (message instanceof PlanUpdate) this.plans.onPlanUpdate(message, origin);
       else if (message instanceof PassivateShard) this.onPassivateShard(message, sender, origin);
       else if (message instanceof PrepareShard) this.onPrepareShard(message, sender, origin);
       else {
@@ -608,14 +597,14 @@ export class ClusterSharding implements Extension, EntityRouter {
     const snap = this.membership.snapshot();
     const coordinator = electCoordinator(snap);
     if (coordinator === null || !coordinator.equals(this.self)) throw new NoShardOwnerError(envelope.entityType, shard);
-    if (!this.isAuthor(state)) this.reconcileUnlessBootstrapping(state);
-    if (!this.isAuthor(state)) throw new NoShardOwnerError(envelope.entityType, shard);
+    if (!this.plans.isAuthor(state)) this.plans.reconcileUnlessBootstrapping(state);
+    if (!this.plans.isAuthor(state)) throw new NoShardOwnerError(envelope.entityType, shard);
     if (this.owner.joinBarrier(state, shard, d)) return;
     if (this.bufferInHandoff(state, shard, d)) return;
     let owner = state.plan.allocations.get(shard);
     if (owner === undefined) throw new NoShardOwnerError(envelope.entityType, shard);
     if (!isUpMember(snap, owner)) {
-      this.reconcile(state);
+      this.plans.reconcile(state);
       if (this.bufferInHandoff(state, shard, d)) return;
       owner = state.plan.allocations.get(shard);
       if (owner === undefined || !isUpMember(this.membership.snapshot(), owner)) {
@@ -623,313 +612,6 @@ export class ClusterSharding implements Extension, EntityRouter {
       }
     }
     this.owner.dispatch(state, d, owner);
-  }
-
-  // ---------------------------------------------------------------------------------------------------------------
-  // Coordinator: plan reconcile, snapshots, distribution (REFERENCE §3.5)
-
-  private isAuthor(state: EntityTypeState): boolean {
-    return state.plan.author !== null && state.plan.author.equals(this.self);
-  }
-
-  /** Members placement may use for `state`: those that registered the type with our settings (and self). */
-  private placementMembers(state: EntityTypeState, snap: ShardingClusterSnapshot): ShardingMember[] {
-    const key = state.provider.settings.key;
-    return snap.members.filter(
-      (m) => m.uniqueAddress.equals(this.self) || state.registrations.get(m.uniqueAddress.toString()) === key,
-    );
-  }
-
-  private reconcile(state: EntityTypeState): void {
-    if (this.ctx.stopped) return;
-    const snap = this.membership.snapshot();
-    const coordinator = electCoordinator(snap);
-    if (coordinator === null || !coordinator.equals(this.self)) return;
-    const peers = snap.members
-      .filter((m) => m.status === "Up" && !m.uniqueAddress.equals(this.self))
-      .map((m) => m.uniqueAddress)
-      .sort(UniqueAddress.compare);
-    let result: ReturnType<typeof reconcilePlan>;
-    try {
-      result = reconcilePlan(state.plan, {
-        self: this.self,
-        coordinator,
-        members: this.placementMembers(state, snap),
-        snapshotPeers: peers,
-        planner: state.planner,
-        handoffs: new Set(state.handoffs.keys()),
-        nowMs: this.system.scheduler.now(),
-      });
-    } catch (error) {
-      // A user strategy that throws (a weight function returning 0 for some member) must not end the process from a
-      // timer callback: the plan stays as it is (routing continues, or fails closed without one), and the next
-      // reconcile or plan sync tries again.
-      this.system.log.error(
-        { error: asError(error).message, type: state.provider.name },
-        "sharding allocation failed; the plan is unchanged",
-      );
-      return;
-    }
-    const [plan, effects] = result;
-    if (plan !== state.plan) {
-      const authored = plan.generation !== state.plan.generation;
-      state.plan = plan;
-      if (authored) this.afterPlanStored(state);
-    }
-    for (const effect of effects) this.performPlanEffect(state, effect);
-  }
-
-  /**
-   * Reconciles now, unless a bootstrap's next round is already scheduled: that round re-asks the peers itself. Every
-   * poll, delivery or PlanRequest (a planless peer's answer to a snapshot request) would otherwise send another
-   * snapshot request to every peer, a ping-pong that reached ~15,000 messages a second until the window closed.
-   */
-  private reconcileUnlessBootstrapping(state: EntityTypeState): void {
-    if (state.plan.bootstrap !== null && state.reconcileTimer !== null) return;
-    this.reconcile(state);
-  }
-
-  private performPlanEffect(state: EntityTypeState, effect: PlanEffect): void {
-    switch (effect.kind) {
-      case "requestSnapshots": {
-        const request = new PlanSnapshotRequest(state.provider.name, state.provider.settings.key, this.self.toString());
-        for (const peer of effect.peers) this.ctx.daemonOf(peer).tell(request, this.daemon);
-        break;
-      }
-      case "broadcast":
-        this.broadcastPlan(state);
-        break;
-      case "startHandoff":
-        this.startHandoff(state, effect.shardId, effect.previous, effect.next);
-        break;
-      case "scheduleReconcile":
-        this.scheduleReconcile(state, effect.afterMs);
-        break;
-    }
-  }
-
-  private scheduleReconcile(state: EntityTypeState, afterMs = reconcileIntervalMs): void {
-    if (state.reconcileTimer !== null || this.ctx.stopped) return;
-    state.reconcileTimer = this.system.scheduler.scheduleOnce(afterMs, () => {
-      state.reconcileTimer = null;
-      this.reconcile(state);
-    });
-  }
-
-  private planUpdateOf(state: EntityTypeState): PlanUpdate {
-    return new PlanUpdate(
-      state.provider.name,
-      state.provider.settings.key,
-      this.self.toString(),
-      state.plan.generation,
-      toAssignments(state.plan.allocations),
-    );
-  }
-
-  private broadcastPlan(state: EntityTypeState): void {
-    if (!this.isAuthor(state)) {
-      throw new ClusterShardingConfigurationError(
-        "Only the current coordinator may publish its authoritative sharding plan",
-      );
-    }
-    const update = this.planUpdateOf(state);
-    // Leaving and Exiting members get the plan too: the membership leader may be a leaving node, and its departure
-    // guard reads its own plan view to learn that no shard is left on it.
-    const targets = this.membership
-      .snapshot()
-      .members.filter((m) => !m.uniqueAddress.equals(this.self) && departingOrUp(m.status))
-      .map((m) => m.uniqueAddress);
-    for (const peer of targets) {
-      try {
-        this.ctx.daemonOf(peer).tell(update, this.daemon);
-      } catch (error) {
-        this.ctx.counters.rejectedEnvelopes++;
-        this.system.log.error(
-          { error: asError(error).message, peer: peer.toString(), type: state.provider.name },
-          "sharding plan could not be sent",
-        );
-      }
-    }
-  }
-
-  /** After any stored plan: keep only locally planned or prepared shards, clear prepared shards now planned here. */
-  private afterPlanStored(state: EntityTypeState): void {
-    const author = state.plan.author?.toString() ?? null;
-    const keep = new Set<number>();
-    for (const [shard, owner] of state.plan.allocations) {
-      if (owner.equals(this.self)) {
-        keep.add(shard);
-        state.prepared.delete(shard);
-      }
-    }
-    for (const [shard, by] of state.prepared) if (by === author) keep.add(shard);
-    state.provider.retainShards(keep);
-  }
-
-  private onPlanRequest(request: PlanRequest, origin: UniqueAddress | null): void {
-    const state = this.ctx.requireType(request.entityType);
-    if (origin === null || request.requester !== origin.toString()) {
-      throw new ClusterShardingConfigurationError("Sharding plan request has mismatched sender identity");
-    }
-    if (request.settingsKey !== state.provider.settings.key) {
-      throw new ClusterShardingConfigurationError(
-        `Entity type ${request.entityType} received incompatible sharding settings; init it with identical settings on every node`,
-        "settingsKey",
-      );
-    }
-    const known = state.registrations.get(request.requester);
-    state.registrations.set(request.requester, request.settingsKey);
-    const coordinator = electCoordinator(this.membership.snapshot());
-    if (coordinator === null || !coordinator.equals(this.self)) return;
-    if (!this.isAuthor(state)) this.reconcileUnlessBootstrapping(state);
-    // A newly registered member may change placement.
-    else if (known === undefined) this.scheduleReconcile(state, 0);
-    if (this.isAuthor(state)) this.ctx.daemonOf(origin).tell(this.planUpdateOf(state), this.daemon);
-  }
-
-  private onPlanSnapshotRequest(request: PlanSnapshotRequest, origin: UniqueAddress | null): void {
-    const state = this.ctx.requireType(request.entityType);
-    if (origin === null || request.coordinator !== origin.toString()) {
-      throw new ClusterShardingConfigurationError("Sharding plan snapshot request has mismatched sender identity");
-    }
-    if (request.settingsKey !== state.provider.settings.key) {
-      throw new ClusterShardingConfigurationError(
-        `Entity type ${request.entityType} received incompatible sharding settings`,
-        "settingsKey",
-      );
-    }
-    if (state.plan.generation > 0) this.ctx.daemonOf(origin).tell(this.snapshotOf(state), this.daemon);
-    else this.ctx.daemonOf(origin).tell(this.planRequestOf(state), this.daemon);
-  }
-
-  private snapshotOf(state: EntityTypeState): PlanSnapshot {
-    return new PlanSnapshot(
-      state.provider.name,
-      state.provider.settings.key,
-      state.plan.author?.toString() ?? this.self.toString(),
-      state.plan.generation,
-      toAssignments(state.plan.allocations),
-    );
-  }
-
-  private planRequestOf(state: EntityTypeState): PlanRequest {
-    return new PlanRequest(state.provider.name, state.provider.settings.key, this.self.toString());
-  }
-
-  private onPlanSnapshot(snapshot: PlanSnapshot, origin: UniqueAddress | null): void {
-    const state = this.ctx.requireType(snapshot.entityType);
-    if (snapshot.settingsKey !== state.provider.settings.key) {
-      throw new ClusterShardingConfigurationError(
-        `Entity type ${snapshot.entityType} received incompatible sharding settings`,
-        "settingsKey",
-      );
-    }
-    if (snapshot.generation > planSnapshotGenerationMax) {
-      throw new ClusterShardingConfigurationError(
-        `Plan snapshot generation ${snapshot.generation} of ${snapshot.entityType} exceeds ${planSnapshotGenerationMax}; a genuine plan never gets there, so the snapshot is refused`,
-        "generation",
-      );
-    }
-    const snap = this.membership.snapshot();
-    if (origin !== null) state.registrations.set(origin.toString(), snapshot.settingsKey);
-    const originIsUpMember = origin !== null && isUpMember(snap, origin);
-    if (state.plan.bootstrap !== null) {
-      const [next, accepted] = acceptSnapshot(
-        state.plan,
-        { allocations: snapshot.allocations(), generation: snapshot.generation },
-        { origin, originIsUpMember, nowMs: this.system.scheduler.now() },
-      );
-      state.plan = next;
-      if (!accepted) this.ctx.counters.rejectedEnvelopes++;
-      return;
-    }
-    // Outside bootstrap: a member holding a generation at or above ours missed our bootstrap; publish above it so
-    // that it (and everyone) accepts the authoritative plan instead of rejecting it as stale forever.
-    const ahead =
-      snapshot.generation > state.plan.generation ||
-      (snapshot.generation === state.plan.generation &&
-        !sameAllocations(snapshot.allocations(), state.plan.allocations));
-    if (originIsUpMember && this.isAuthor(state) && ahead) {
-      state.plan = { ...state.plan, generation: snapshot.generation + 1 };
-      this.broadcastPlan(state);
-    }
-  }
-
-  private onPlanUpdate(update: PlanUpdate, origin: UniqueAddress | null): void {
-    const state = this.ctx.requireType(update.entityType);
-    if (update.settingsKey !== state.provider.settings.key) {
-      throw new ClusterShardingConfigurationError(
-        `Entity type ${update.entityType} received incompatible sharding settings`,
-        "settingsKey",
-      );
-    }
-    const coordinator = acceptingCoordinator(this.membership.snapshot());
-    let outcome: string;
-    try {
-      [state.plan, outcome] = acceptPlanUpdate(
-        state.plan,
-        { coordinator: update.author(), generation: update.generation, allocations: update.allocations() },
-        { coordinator, origin, self: this.self, shardCount: state.provider.settings.shardCount },
-      );
-    } catch (error) {
-      if (error instanceof ClusterShardingConfigurationError && error.field === "generation" && origin !== null) {
-        this.ctx.daemonOf(origin).tell(this.snapshotOf(state), this.daemon);
-      }
-      throw error;
-    }
-    if (outcome === "stored") this.afterPlanStored(state);
-    else if (outcome === "stale") {
-      this.ctx.counters.rejectedEnvelopes++;
-      if (origin !== null) this.ctx.daemonOf(origin).tell(this.snapshotOf(state), this.daemon);
-    }
-  }
-
-  /** Non-coordinators ask the coordinator for the plan now and every 250 ms; the coordinator reconciles. */
-  private syncPlan(state: EntityTypeState): void {
-    if (this.ctx.stopped) return;
-    const coordinator = electCoordinator(this.membership.snapshot());
-    if (coordinator !== null && coordinator.equals(this.self)) this.reconcileUnlessBootstrapping(state);
-    else if (coordinator !== null) this.ctx.daemonOf(coordinator).tell(this.planRequestOf(state), this.daemon);
-    if (state.planSyncTimer === null) {
-      state.planSyncTimer = this.system.scheduler.scheduleOnce(planSyncIntervalMs, () => {
-        state.planSyncTimer = null;
-        this.syncPlan(state);
-      });
-    }
-  }
-
-  private onMembershipChange(): void {
-    if (this.ctx.stopped) return;
-    const snap = this.membership.snapshot();
-    const coordinator = electCoordinator(snap);
-    const coordinatorText = coordinator?.toString() ?? null;
-    const changed = coordinatorText !== this.lastCoordinator;
-    this.lastCoordinator = coordinatorText;
-    const selfStatus = snap.members.find((m) => m.uniqueAddress.equals(this.self))?.status;
-    for (const state of this.ctx.types.values()) {
-      // Forget registrations of members that left for good.
-      for (const key of [...state.registrations.keys()]) {
-        if (!snap.members.some((m) => m.uniqueAddress.toString() === key)) state.registrations.delete(key);
-      }
-      if (coordinator === null) {
-        // Reachability alone never relocates, but ownership is no longer safe: stop local entities (REFERENCE §3.11).
-        if (snap.unreachable.length > 0) state.provider.suspendOwnership(false);
-        else if (selfStatus === "Exiting" || selfStatus === "Down" || selfStatus === "Removed") {
-          state.provider.suspendOwnership(true);
-        }
-        continue;
-      }
-      for (const [shard, by] of [...state.prepared]) if (by !== coordinatorText) state.prepared.delete(shard);
-      if (changed) this.afterPlanStored(state);
-      this.syncPlan(state);
-    }
-  }
-
-  private departureReady(member: ShardingMember): boolean {
-    for (const state of this.ctx.types.values()) {
-      for (const owner of state.plan.allocations.values()) if (owner.equals(member.uniqueAddress)) return false;
-    }
-    return true;
   }
 
   // ---------------------------------------------------------------------------------------------------------------
@@ -980,7 +662,7 @@ export class ClusterSharding implements Extension, EntityRouter {
    * status change spreads by gossip; "lost" otherwise (an unreachable member or another coordinator: fail closed).
    */
   private handoffTerm(state: EntityTypeState, snap: ShardingClusterSnapshot): "current" | "settling" | "lost" {
-    if (!this.isAuthor(state)) return "lost";
+    if (!this.plans.isAuthor(state)) return "lost";
     const elected = electCoordinator(snap);
     if (elected !== null) return elected.equals(this.self) ? "current" : "lost";
     const accepting = acceptingCoordinator(snap);
@@ -1056,7 +738,7 @@ export class ClusterSharding implements Extension, EntityRouter {
         try {
           const coordinator = electCoordinator(snap);
           state.plan = completeHandoffInPlan(state.plan, shard, effect.next, this.self, coordinator);
-          this.afterPlanStored(state);
+          this.plans.afterPlanStored(state);
         } catch (error) {
           this.feedHandoff(state, shard, { kind: "abort" });
           this.system.log.warn({ error: asError(error).message, shard, type: name }, "handoff could not complete");
@@ -1084,7 +766,7 @@ export class ClusterSharding implements Extension, EntityRouter {
         });
         break;
       case "scheduleReconcile":
-        this.scheduleReconcile(state, effect.afterMs);
+        this.plans.scheduleReconcile(state, effect.afterMs);
         break;
       case "failedAttempt":
         if (isLeaseUnavailable(effect.error)) this.ctx.counters.leaseRetries++;
@@ -1099,7 +781,7 @@ export class ClusterSharding implements Extension, EntityRouter {
         if (effect.outcome === "done") {
           this.ctx.counters.handoffShards++;
           this.ctx.counters.rebalanceMoves++;
-          if (this.isAuthor(state)) this.broadcastPlan(state);
+          if (this.plans.isAuthor(state)) this.plans.broadcastPlan(state);
         }
         break;
     }
@@ -1236,10 +918,6 @@ function shardingExtensionId(runtime: () => ShardingRuntime): ExtensionId<Cluste
     key: "movie.cluster-sharding",
     create: (system) => new ClusterSharding(system, runtime()),
   };
-}
-
-function departingOrUp(status: string): boolean {
-  return status === "Up" || status === "Leaving" || status === "Exiting";
 }
 
 function expectsReply(message: unknown): boolean {
