@@ -32,8 +32,8 @@ import {
   registerShardingWireTypes,
   typedOf,
 } from "./codec.ts";
-import { activateTimeoutDefaultMs, handoffTimeoutMs, idleSweepHalvingFloorMs } from "./constants.ts";
-import { acceptingCoordinator, electCoordinator, routingCoordinator } from "./coordinator/election.ts";
+import { activateTimeoutDefaultMs, idleSweepHalvingFloorMs } from "./constants.ts";
+import { electCoordinator, routingCoordinator } from "./coordinator/election.ts";
 import {
   type EnvelopeKind,
   PassivateShard,
@@ -46,21 +46,20 @@ import {
   ShardingEnvelope,
   wireNames,
 } from "./coordinator/messages.ts";
-import { completeHandoffInPlan } from "./coordinator/plan.ts";
 import { PlanShell } from "./coordinator/plan-shell.ts";
 import { ShardingDaemon } from "./daemon.ts";
 import { type EntityRouter, ShardedEntityRef, ShardedEntityType } from "./entity-ref.ts";
-import { type EntityTypeState, newEntityTypeState, type RunningHandoff } from "./entity-type-state.ts";
+import { type EntityTypeState, newEntityTypeState } from "./entity-type-state.ts";
 import {
   asError,
   ClusterShardingConfigurationError,
   NoShardOwnerError,
-  ShardLeaseUnavailableError,
   UnsupportedSystemMessageError,
 } from "./errors.ts";
-import { type HandoffEffect, type HandoffInput, handoffStep, newHandoff } from "./handoff/handoff.ts";
+import { HandoffParticipant } from "./handoff/handoff-participant.ts";
+import { HandoffShell } from "./handoff/handoff-shell.ts";
 import { type ShardingInternalView, shardingInternalsKey } from "./internal-view.ts";
-import { isUpMember, type ShardingClusterSnapshot, type ShardingMembership } from "./membership.ts";
+import { isUpMember, type ShardingMembership } from "./membership.ts";
 import { EntityProvider, type ShardingProvider } from "./provider.ts";
 import type { Delivery } from "./routing/delivery.ts";
 import { LocalCoordinatorEntry } from "./routing/local-coordinator-entry.ts";
@@ -97,6 +96,8 @@ export class ClusterSharding implements Extension, EntityRouter {
   private readonly ctx: ShardingContext;
   private readonly owner: OwnerDelivery;
   private readonly plans: PlanShell;
+  private readonly handoffs: HandoffShell;
+  private readonly participant: HandoffParticipant;
   /** Entity type name → the message class `init` registered it with (compared by identity on a repeated init). */
   private readonly messageClasses = new Map<string, Class<unknown>>();
   private readonly membership: ShardingMembership;
@@ -128,8 +129,10 @@ export class ClusterSharding implements Extension, EntityRouter {
     this.ctx = new ShardingContext(system, this.membership, runtime.codec ?? inProcessCodec, this.daemon);
     this.owner = new OwnerDelivery(this.ctx);
     this.plans = new PlanShell(this.ctx, (state, shard, previous, next) =>
-      this.startHandoff(state, shard, previous, next),
+      this.handoffs.startHandoff(state, shard, previous, next),
     );
+    this.participant = new HandoffParticipant(this.ctx);
+    this.handoffs = new HandoffShell(this.ctx, this.plans, this.owner, this.participant);
     this.membership.registerDepartureGuard(departureGuardName, (member) => this.plans.departureReady(member));
     this.unsubscribe = this.membership.subscribe(() => this.plans.onMembershipChange());
     this.unsubscribeRejections = runtime.inboundRejections?.((r) => this.onInboundRejection(r)) ?? (() => {});
@@ -533,8 +536,8 @@ export class ClusterSharding implements Extension, EntityRouter {
       else if (message instanceof PlanSnapshotRequest) this.plans.onPlanSnapshotRequest(message, origin);
       else if (message instanceof PlanSnapshot) this.plans.onPlanSnapshot(message, origin);
       else if (message instanceof PlanUpdate) this.plans.onPlanUpdate(message, origin);
-      else if (message instanceof PassivateShard) this.onPassivateShard(message, sender, origin);
-      else if (message instanceof PrepareShard) this.onPrepareShard(message, sender, origin);
+      else if (message instanceof PassivateShard) this.participant.onPassivateShard(message, sender, origin);
+      else if (message instanceof PrepareShard) this.participant.onPrepareShard(message, sender, origin);
       else {
         this.ctx.counters.rejectedEnvelopes++;
         ctx.log.warn(
@@ -600,260 +603,18 @@ export class ClusterSharding implements Extension, EntityRouter {
     if (!this.plans.isAuthor(state)) this.plans.reconcileUnlessBootstrapping(state);
     if (!this.plans.isAuthor(state)) throw new NoShardOwnerError(envelope.entityType, shard);
     if (this.owner.joinBarrier(state, shard, d)) return;
-    if (this.bufferInHandoff(state, shard, d)) return;
+    if (this.handoffs.bufferInHandoff(state, shard, d)) return;
     let owner = state.plan.allocations.get(shard);
     if (owner === undefined) throw new NoShardOwnerError(envelope.entityType, shard);
     if (!isUpMember(snap, owner)) {
       this.plans.reconcile(state);
-      if (this.bufferInHandoff(state, shard, d)) return;
+      if (this.handoffs.bufferInHandoff(state, shard, d)) return;
       owner = state.plan.allocations.get(shard);
       if (owner === undefined || !isUpMember(this.membership.snapshot(), owner)) {
         throw new NoShardOwnerError(envelope.entityType, shard);
       }
     }
     this.owner.dispatch(state, d, owner);
-  }
-
-  // ---------------------------------------------------------------------------------------------------------------
-  // Handoff shell (REFERENCE §3.8)
-
-  private bufferInHandoff(state: EntityTypeState, shard: number, d: Delivery): boolean {
-    if (!state.handoffs.has(shard)) return false;
-    this.feedHandoff(state, shard, { kind: "buffer", delivery: d });
-    return true;
-  }
-
-  private startHandoff(
-    state: EntityTypeState,
-    shard: number,
-    previous: UniqueAddress | null,
-    next: UniqueAddress | null,
-  ): void {
-    if (state.handoffs.has(shard)) return;
-    state.handoffs.set(shard, { state: newHandoff<Delivery>(state.provider.name, shard, previous, next), token: {} });
-    // One line per start and end: operators (and tests) can follow how many shards move at once.
-    this.system.log.info(
-      { type: state.provider.name, shard, previous: previous?.toString() ?? null, next: next?.toString() ?? null },
-      "sharding handoff started",
-    );
-    this.feedHandoff(state, shard, this.attemptInput(state, previous, next));
-  }
-
-  private attemptInput(
-    state: EntityTypeState,
-    previous: UniqueAddress | null,
-    next: UniqueAddress | null,
-  ): HandoffInput<Delivery> {
-    const snap = this.membership.snapshot();
-    const term = this.handoffTerm(state, snap);
-    const prev = previous === null ? undefined : snap.members.find((m) => m.uniqueAddress.equals(previous));
-    return {
-      kind: "attempt",
-      stillCoordinator: term === "current",
-      settling: term === "settling",
-      nextOwnerUp: next === null || isUpMember(snap, next),
-      previousReachable: prev !== undefined && prev.status !== "Down" && prev.status !== "Removed",
-    };
-  }
-
-  /**
-   * Whether this node may drive handoffs: "current" as the elected coordinator and plan author; "settling" when only
-   * convergence is missing (no member unreachable, still the lowest Up member and author), as while a leave or a
-   * status change spreads by gossip; "lost" otherwise (an unreachable member or another coordinator: fail closed).
-   */
-  private handoffTerm(state: EntityTypeState, snap: ShardingClusterSnapshot): "current" | "settling" | "lost" {
-    if (!this.plans.isAuthor(state)) return "lost";
-    const elected = electCoordinator(snap);
-    if (elected !== null) return elected.equals(this.self) ? "current" : "lost";
-    const accepting = acceptingCoordinator(snap);
-    return accepting !== null && accepting.equals(this.self) ? "settling" : "lost";
-  }
-
-  private feedHandoff(state: EntityTypeState, shard: number, input: HandoffInput<Delivery>): void {
-    const running = state.handoffs.get(shard);
-    if (running === undefined) {
-      if (input.kind === "buffer") this.ctx.reject(input.delivery, new NoShardOwnerError(state.provider.name, shard));
-      return;
-    }
-    const wasAborted = running.state.phase === "aborted";
-    const wasSettling = running.state.settlingRounds > 0;
-    const [next, effects] = handoffStep(running.state, input);
-    running.state = next;
-    if (next.settlingRounds > 0 && !wasSettling) {
-      this.system.log.info(
-        { shard, type: state.provider.name },
-        "sharding handoff waits for membership to re-converge",
-      );
-    }
-    if (next.phase === "aborted" && !wasAborted) {
-      // Buffered deliveries were accepted: rejecting them is worth an operator's attention (and tests watch for it).
-      const rejected = effects.filter((e) => e.kind === "reject").length;
-      this.system.log.warn({ shard, type: state.provider.name, rejected }, "sharding handoff aborted");
-    }
-    for (const effect of effects) this.performHandoffEffect(state, shard, running, effect);
-  }
-
-  private performHandoffEffect(
-    state: EntityTypeState,
-    shard: number,
-    running: RunningHandoff,
-    effect: HandoffEffect<Delivery>,
-  ): void {
-    const current = () => state.handoffs.get(shard) === running;
-    const reply = (input: HandoffInput<Delivery>) => {
-      if (!current() || this.ctx.stopped) return;
-      try {
-        this.feedHandoff(state, shard, input);
-      } catch (error) {
-        // Runs in a Promise callback: a throw here would be an unhandled rejection that ends the process.
-        this.system.log.error({ error: asError(error).message, shard, type: name }, "sharding handoff step threw");
-      }
-    };
-    const name = state.provider.name;
-    const key = state.provider.settings.key;
-    switch (effect.kind) {
-      case "passivate": {
-        const message = new PassivateShard(name, key, shard, this.self.toString(), effect.next?.toString() ?? null);
-        this.controlAsk(effect.owner, message, () => this.drainLocally(state, shard)).then(
-          () => reply({ kind: "passivated" }),
-          (error: unknown) => reply({ kind: "failed", error: asError(error) }),
-        );
-        break;
-      }
-      case "prepare": {
-        const message = new PrepareShard(name, key, shard, this.self.toString());
-        this.controlAsk(effect.owner, message, () => this.prepareLocally(state, shard, this.self)).then(
-          () => reply({ kind: "prepared" }),
-          (error: unknown) => reply({ kind: "failed", error: asError(error) }),
-        );
-        break;
-      }
-      case "complete": {
-        const snap = this.membership.snapshot();
-        if (this.handoffTerm(state, snap) === "settling") {
-          // Buffered deliveries were accepted in this term: wait for gossip instead of rejecting them.
-          this.feedHandoff(state, shard, { kind: "settling" });
-          return;
-        }
-        try {
-          const coordinator = electCoordinator(snap);
-          state.plan = completeHandoffInPlan(state.plan, shard, effect.next, this.self, coordinator);
-          this.plans.afterPlanStored(state);
-        } catch (error) {
-          this.feedHandoff(state, shard, { kind: "abort" });
-          this.system.log.warn({ error: asError(error).message, shard, type: name }, "handoff could not complete");
-          return;
-        }
-        this.feedHandoff(state, shard, { kind: "completed" });
-        break;
-      }
-      case "dispatch":
-        this.owner.dispatch(state, effect.delivery, effect.owner);
-        break;
-      case "reject":
-        this.ctx.reject(effect.delivery, effect.error);
-        break;
-      case "scheduleAttempt":
-        this.system.scheduler.scheduleOnce(effect.afterMs, () => {
-          if (!current() || this.ctx.stopped) return;
-          this.feedHandoff(state, shard, this.attemptInput(state, running.state.previous, running.state.next));
-        });
-        break;
-      case "scheduleRetryComplete":
-        this.system.scheduler.scheduleOnce(effect.afterMs, () => {
-          if (!current() || this.ctx.stopped) return;
-          this.feedHandoff(state, shard, { kind: "retryComplete" });
-        });
-        break;
-      case "scheduleReconcile":
-        this.plans.scheduleReconcile(state, effect.afterMs);
-        break;
-      case "failedAttempt":
-        if (isLeaseUnavailable(effect.error)) this.ctx.counters.leaseRetries++;
-        this.system.log.warn(
-          { error: effect.error.message, shard, type: name },
-          "sharding handoff step failed; retrying",
-        );
-        break;
-      case "finished":
-        if (current()) state.handoffs.delete(shard);
-        this.system.log.info({ type: name, shard, outcome: effect.outcome }, "sharding handoff finished");
-        if (effect.outcome === "done") {
-          this.ctx.counters.handoffShards++;
-          this.ctx.counters.rebalanceMoves++;
-          if (this.plans.isAuthor(state)) this.plans.broadcastPlan(state);
-        }
-        break;
-    }
-  }
-
-  /** A PassivateShard/PrepareShard ask: to another node's daemon, or run locally when that node is us. */
-  private controlAsk(node: UniqueAddress, message: object, local: () => Promise<void>): Promise<unknown> {
-    if (node.equals(this.self)) return local();
-    return askVia(this.system, this.ctx.daemonOf(node), message, ShardingControlAck, handoffTimeoutMs);
-  }
-
-  private checkControl(
-    state: EntityTypeState,
-    settingsKey: string,
-    coordinatorText: string,
-    origin: UniqueAddress | null,
-  ): UniqueAddress {
-    if (settingsKey !== state.provider.settings.key) {
-      throw new ClusterShardingConfigurationError(
-        `Entity type ${state.provider.name} received incompatible sharding settings`,
-        "settingsKey",
-      );
-    }
-    const coordinator = acceptingCoordinator(this.membership.snapshot());
-    const ok =
-      coordinator !== null &&
-      coordinatorText === coordinator.toString() &&
-      (origin === null ? coordinator.equals(this.self) : origin.equals(coordinator));
-    if (!ok)
-      throw new ClusterShardingConfigurationError("Sharding control was not authorized by the current coordinator");
-    return coordinator;
-  }
-
-  private onPassivateShard(
-    message: PassivateShard,
-    sender: ActorRef<unknown> | null,
-    origin: UniqueAddress | null,
-  ): void {
-    const state = this.ctx.requireType(message.entityType);
-    this.checkControl(state, message.settingsKey, message.coordinator, origin);
-    this.drainLocally(state, message.shardId).then(
-      () => sender?.tell(new ShardingControlAck(true)),
-      (error: unknown) => sender?.failAsk?.(asError(error)),
-    );
-  }
-
-  private onPrepareShard(message: PrepareShard, sender: ActorRef<unknown> | null, origin: UniqueAddress | null): void {
-    const state = this.ctx.requireType(message.entityType);
-    const coordinator = this.checkControl(state, message.settingsKey, message.coordinator, origin);
-    this.prepareLocally(state, message.shardId, coordinator).then(
-      () => sender?.tell(new ShardingControlAck(true)),
-      (error: unknown) => sender?.failAsk?.(asError(error)),
-    );
-  }
-
-  /** Waits for the shard's retry queue to empty, then drains its entities (concurrent drains share one). */
-  private drainLocally(state: EntityTypeState, shard: number): Promise<void> {
-    const running = state.drains.get(shard);
-    if (running !== undefined) return running;
-    const drain = (async () => {
-      while (state.barrier.has(shard) && !this.ctx.stopped) {
-        await new Promise<void>((resolve) => this.system.scheduler.scheduleOnce(1, resolve));
-      }
-      await state.provider.drainShard(shard);
-    })().finally(() => state.drains.delete(shard));
-    state.drains.set(shard, drain);
-    return drain;
-  }
-
-  private async prepareLocally(state: EntityTypeState, shard: number, coordinator: UniqueAddress): Promise<void> {
-    await state.provider.prepareShard(shard);
-    state.prepared.set(shard, coordinator.toString());
   }
 
   // ---------------------------------------------------------------------------------------------------------------
@@ -925,13 +686,6 @@ function expectsReply(message: unknown): boolean {
     message instanceof PassivateShard ||
     message instanceof PrepareShard ||
     (message instanceof ShardingEnvelope && message.askTimeoutMs !== null)
-  );
-}
-
-function isLeaseUnavailable(error: Error): boolean {
-  return (
-    error instanceof ShardLeaseUnavailableError ||
-    (error as { remoteClass?: string }).remoteClass === "ShardLeaseUnavailableError"
   );
 }
 
