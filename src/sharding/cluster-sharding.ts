@@ -4,16 +4,12 @@ import {
   type ActorRef,
   type ActorSystem,
   type AskOptions,
-  askVia,
   type Class,
   type Extension,
   type ExtensionId,
   InvalidArgumentError,
-  InvalidMessageError,
   type LocalActorRef,
-  requireDurationMs,
   STOP,
-  Stop,
   SupervisorStrategies,
   type SystemMessage,
   type Terminated,
@@ -21,48 +17,35 @@ import {
   type UniqueAddress,
 } from "../actor/index.ts";
 import { Cluster } from "../cluster/index.ts";
-import { isWellFormedText } from "../remote/codec.ts";
 import { type InboundRejection, Remoting, remotingId } from "../remote/index.ts";
 import type { ShardingMember } from "./allocation/strategy.ts";
+import { inProcessCodec, type PayloadCodec, RegistryCodec, registerShardingWireTypes } from "./codec.ts";
+import { activateTimeoutDefaultMs } from "./constants.ts";
+import { routingCoordinator } from "./coordinator/election.ts";
 import {
-  attachTyped,
-  inProcessCodec,
-  type PayloadCodec,
-  RegistryCodec,
-  registerShardingWireTypes,
-  typedOf,
-} from "./codec.ts";
-import { activateTimeoutDefaultMs, idleSweepHalvingFloorMs } from "./constants.ts";
-import { electCoordinator, routingCoordinator } from "./coordinator/election.ts";
-import {
-  type EnvelopeKind,
   PassivateShard,
   PlanRequest,
   PlanSnapshot,
   PlanSnapshotRequest,
   PlanUpdate,
   PrepareShard,
-  ShardingControlAck,
+  type ShardingControlAck,
   ShardingEnvelope,
   wireNames,
 } from "./coordinator/messages.ts";
 import { PlanShell } from "./coordinator/plan-shell.ts";
 import { ShardingDaemon } from "./daemon.ts";
 import { type EntityRouter, ShardedEntityRef, ShardedEntityType } from "./entity-ref.ts";
-import { type EntityTypeState, newEntityTypeState } from "./entity-type-state.ts";
-import {
-  asError,
-  ClusterShardingConfigurationError,
-  NoShardOwnerError,
-  UnsupportedSystemMessageError,
-} from "./errors.ts";
+import { newEntityTypeState } from "./entity-type-state.ts";
+import { asError, ClusterShardingConfigurationError, NoShardOwnerError } from "./errors.ts";
 import { HandoffParticipant } from "./handoff/handoff-participant.ts";
 import { HandoffShell } from "./handoff/handoff-shell.ts";
+import { scheduleIdleSweep } from "./idle-sweep.ts";
 import { type ShardingInternalView, shardingInternalsKey } from "./internal-view.ts";
-import { isUpMember, type ShardingMembership } from "./membership.ts";
+import type { ShardingMembership } from "./membership.ts";
 import { EntityProvider, type ShardingProvider } from "./provider.ts";
-import type { Delivery } from "./routing/delivery.ts";
-import { LocalCoordinatorEntry } from "./routing/local-coordinator-entry.ts";
+import { CallerRouter, requireEntityId } from "./routing/caller-router.ts";
+import { EnvelopeRouter } from "./routing/envelope-router.ts";
 import { OwnerDelivery } from "./routing/owner-delivery.ts";
 import { ShardingSettings, type ShardingSettingsOptions } from "./settings.ts";
 import { daemonName, ShardingContext } from "./sharding-context.ts";
@@ -98,6 +81,8 @@ export class ClusterSharding implements Extension, EntityRouter {
   private readonly plans: PlanShell;
   private readonly handoffs: HandoffShell;
   private readonly participant: HandoffParticipant;
+  private readonly envelopes: EnvelopeRouter;
+  private readonly caller: CallerRouter;
   /** Entity type name → the message class `init` registered it with (compared by identity on a repeated init). */
   private readonly messageClasses = new Map<string, Class<unknown>>();
   private readonly membership: ShardingMembership;
@@ -133,6 +118,8 @@ export class ClusterSharding implements Extension, EntityRouter {
     );
     this.participant = new HandoffParticipant(this.ctx);
     this.handoffs = new HandoffShell(this.ctx, this.plans, this.owner, this.participant);
+    this.envelopes = new EnvelopeRouter(this.ctx, this.plans, this.handoffs, this.owner);
+    this.caller = new CallerRouter(this.ctx, this.envelopes);
     this.membership.registerDepartureGuard(departureGuardName, (member) => this.plans.departureReady(member));
     this.unsubscribe = this.membership.subscribe(() => this.plans.onMembershipChange());
     this.unsubscribeRejections = runtime.inboundRejections?.((r) => this.onInboundRejection(r)) ?? (() => {});
@@ -309,13 +296,13 @@ export class ClusterSharding implements Extension, EntityRouter {
     const state = newEntityTypeState(provider);
     this.ctx.types.set(provider.name, state);
     this.plans.syncPlan(state);
-    if (settings.idleTimeout !== null) this.scheduleIdleSweep(state, settings.idleTimeout);
+    if (settings.idleTimeout !== null) scheduleIdleSweep(this.ctx, state, settings.idleTimeout);
   }
 
   /**
    * Runs the allocation strategy once on this node as an Up member, so a strategy that refuses it (a non-positive
    * weight from WeightedLeastLoadedAllocation's function) fails `init` instead of every later reconcile. Other
-   * members are checked when the coordinator places shards on them (see {@link ClusterSharding.reconcile}).
+   * members are checked when the coordinator places shards on them (see `PlanShell.reconcile`).
    */
   private probeAllocation(name: string, settings: ShardingSettings): void {
     const self = this.membership.snapshot().members.find((m) => m.uniqueAddress.equals(this.self));
@@ -339,7 +326,7 @@ export class ClusterSharding implements Extension, EntityRouter {
     const name = typeof entityType === "string" ? entityType : entityType.name;
     this.ctx.requireType(name);
     requireEntityId(entityId);
-    return new ShardedEntityRef<T>(name, entityId, this);
+    return new ShardedEntityRef<T>(name, entityId, this.caller);
   }
 
   // ---------------------------------------------------------------------------------------------------------------
@@ -408,29 +395,15 @@ export class ClusterSharding implements Extension, EntityRouter {
     entityId: string,
     timeoutMs = activateTimeoutDefaultMs,
   ): Promise<ShardingControlAck> {
-    try {
-      const name = typeof entityType === "string" ? entityType : entityType.name;
-      const state = this.ctx.requireType(name);
-      requireDurationMs("activate timeout", timeoutMs);
-      const envelope = this.envelopeFor(state, "Activate", entityId, null, timeoutMs);
-      const coordinator = this.coordinatorOrThrow();
-      return askVia(this.system, this.entryRef(coordinator, state), envelope, ShardingControlAck, timeoutMs);
-    } catch (error) {
-      return Promise.reject(error);
-    }
+    return this.caller.activate(typeof entityType === "string" ? entityType : entityType.name, entityId, timeoutMs);
   }
 
   // ---------------------------------------------------------------------------------------------------------------
-  // Routing: caller side (REFERENCE §3.6)
+  // Routing (REFERENCE §3.6): refs from entityRefFor call CallerRouter directly; the facade keeps EntityRouter
 
   /** @internal Behind `ShardedEntityRef.tell`. */
   route(entityType: string, entityId: string, message: unknown, sender: ActorRef<unknown> | null): void {
-    this.ctx.counters.routes++;
-    if (message === undefined || message === null) throw new InvalidMessageError("tell needs a message value");
-    const state = this.ctx.requireType(entityType);
-    const envelope = this.envelopeFor(state, "User", entityId, message, null);
-    const coordinator = this.coordinatorOrThrow();
-    this.entryRef(coordinator, state).tell(envelope, sender);
+    this.caller.route(entityType, entityId, message, sender);
   }
 
   /** @internal Behind `ShardedEntityRef.ask`. */
@@ -442,75 +415,12 @@ export class ClusterSharding implements Extension, EntityRouter {
     timeoutMs: number,
     options?: AskOptions,
   ): Promise<R> {
-    try {
-      this.ctx.counters.routes++;
-      if (message === undefined || message === null) throw new InvalidMessageError("ask needs a message value");
-      requireDurationMs("ask timeout", timeoutMs);
-      const state = this.ctx.requireType(entityType);
-      const envelope = this.envelopeFor(state, "User", entityId, message, timeoutMs);
-      const coordinator = this.coordinatorOrThrow();
-      return askVia(this.system, this.entryRef(coordinator, state), envelope, replyType, timeoutMs, options);
-    } catch (error) {
-      return Promise.reject(error);
-    }
+    return this.caller.routeAsk(entityType, entityId, message, replyType, timeoutMs, options);
   }
 
   /** @internal Behind `ShardedEntityRef.sendSystem`. */
   passivate(entityType: string, entityId: string, message: SystemMessage): void {
-    if (!(message instanceof Stop)) throw new UnsupportedSystemMessageError(typeNameOf(message));
-    const state = this.ctx.requireType(entityType);
-    this.ctx.counters.passivationRequests++;
-    const envelope = this.envelopeFor(state, "Passivate", entityId, null, null);
-    const coordinator = this.coordinatorOrThrow();
-    // REFERENCE §7: remoteRoutes counts routes and activations sent to a remote coordinator, not passivations.
-    this.entryRef(coordinator, state, false).tell(envelope, null);
-  }
-
-  private envelopeFor(
-    state: EntityTypeState,
-    kind: EnvelopeKind,
-    entityId: string,
-    message: unknown,
-    askTimeoutMs: number | null,
-  ): ShardingEnvelope {
-    requireEntityId(entityId);
-    const settings = state.provider.settings;
-    const shardId = settings.partitioner.shardFor(state.provider.name, entityId, settings.shardCount);
-    const wire = kind === "User" ? this.ctx.codec.encode(message) : null;
-    const envelope = new ShardingEnvelope(
-      kind,
-      state.provider.name,
-      entityId,
-      shardId,
-      settings.key,
-      0,
-      null,
-      askTimeoutMs,
-      false,
-      wire,
-    );
-    if (kind === "User") attachTyped(envelope, message);
-    return envelope;
-  }
-
-  private coordinatorOrThrow(): UniqueAddress {
-    const coordinator = routingCoordinator(this.membership.snapshot());
-    if (coordinator === null) {
-      this.ctx.counters.rejectedEnvelopes++;
-      throw NoShardOwnerError.noCoordinator();
-    }
-    return coordinator;
-  }
-
-  /** Where a caller hands its envelope: the local coordinator logic, or the remote coordinator's daemon. */
-  private entryRef(coordinator: UniqueAddress, state: EntityTypeState, countsRemoteRoute = true): ActorRef<unknown> {
-    if (!coordinator.equals(this.self)) {
-      if (countsRemoteRoute) this.ctx.counters.remoteRoutes++;
-      return this.ctx.daemonOf(coordinator);
-    }
-    return new LocalCoordinatorEntry(this.daemon, (envelope, sender) =>
-      this.handleEnvelope(state, envelope as ShardingEnvelope, sender, null),
-    );
+    this.caller.passivate(entityType, entityId, message);
   }
 
   // ---------------------------------------------------------------------------------------------------------------
@@ -531,7 +441,7 @@ export class ClusterSharding implements Extension, EntityRouter {
           );
           return;
         }
-        this.handleEnvelope(state, message, sender, origin);
+        this.envelopes.handleEnvelope(state, message, sender, origin);
       } else if (message instanceof PlanRequest) this.plans.onPlanRequest(message, origin);
       else if (message instanceof PlanSnapshotRequest) this.plans.onPlanSnapshotRequest(message, origin);
       else if (message instanceof PlanSnapshot) this.plans.onPlanSnapshot(message, origin);
@@ -553,89 +463,8 @@ export class ClusterSharding implements Extension, EntityRouter {
     }
   }
 
-  /** An envelope at this node: hop 0 means we are asked as coordinator, hop 1 as owner. Never throws. */
-  private handleEnvelope(
-    state: EntityTypeState,
-    envelope: ShardingEnvelope,
-    sender: ActorRef<unknown> | null,
-    origin: UniqueAddress | null,
-  ): void {
-    const typed = typedOf(envelope);
-    let delivery: Delivery = { envelope, sender, typed: typed?.value };
-    try {
-      if (envelope.settingsKey !== state.provider.settings.key) {
-        throw new ClusterShardingConfigurationError(
-          `Entity type ${envelope.entityType} received incompatible sharding settings; init it with identical settings on every node`,
-          "settingsKey",
-        );
-      }
-      if (envelope.kind === "User" && typed === undefined) {
-        let value: unknown;
-        try {
-          value = this.ctx.codec.decode(envelope.message!);
-        } catch (error) {
-          this.ctx.counters.malformedEnvelopes.payload++;
-          throw error;
-        }
-        delivery = { envelope, sender, typed: value };
-      }
-      if (envelope.hopCount === 0) this.routeAsCoordinator(state, delivery);
-      else this.owner.receiveAsOwner(state, delivery, origin);
-    } catch (error) {
-      this.ctx.reject(delivery, asError(error));
-    }
-  }
-
-  private routeAsCoordinator(state: EntityTypeState, d: Delivery): void {
-    const { envelope } = d;
-    const settings = state.provider.settings;
-    const expected = settings.partitioner.shardFor(envelope.entityType, envelope.entityId, settings.shardCount);
-    if (expected !== envelope.shardId) {
-      throw new ClusterShardingConfigurationError(
-        `Envelope shard ${envelope.shardId} does not match entity shard ${expected}`,
-        "shardId",
-      );
-    }
-    const shard = envelope.shardId;
-    const snap = this.membership.snapshot();
-    const coordinator = electCoordinator(snap);
-    if (coordinator === null || !coordinator.equals(this.self)) throw new NoShardOwnerError(envelope.entityType, shard);
-    if (!this.plans.isAuthor(state)) this.plans.reconcileUnlessBootstrapping(state);
-    if (!this.plans.isAuthor(state)) throw new NoShardOwnerError(envelope.entityType, shard);
-    if (this.owner.joinBarrier(state, shard, d)) return;
-    if (this.handoffs.bufferInHandoff(state, shard, d)) return;
-    let owner = state.plan.allocations.get(shard);
-    if (owner === undefined) throw new NoShardOwnerError(envelope.entityType, shard);
-    if (!isUpMember(snap, owner)) {
-      this.plans.reconcile(state);
-      if (this.handoffs.bufferInHandoff(state, shard, d)) return;
-      owner = state.plan.allocations.get(shard);
-      if (owner === undefined || !isUpMember(this.membership.snapshot(), owner)) {
-        throw new NoShardOwnerError(envelope.entityType, shard);
-      }
-    }
-    this.owner.dispatch(state, d, owner);
-  }
-
   // ---------------------------------------------------------------------------------------------------------------
-  // Passivation sweep, entity lifecycle, rejection, stop
-
-  private scheduleIdleSweep(state: EntityTypeState, idleTimeoutMs: number): void {
-    const every = idleTimeoutMs < idleSweepHalvingFloorMs ? idleTimeoutMs : idleTimeoutMs / 2;
-    state.idleTimer = this.system.scheduler.scheduleOnce(every, () => {
-      if (this.ctx.stopped) return;
-      try {
-        this.ctx.counters.idlePassivations += state.provider.passivateIdle(this.system.scheduler.now(), idleTimeoutMs);
-      } catch (error) {
-        this.system.log.warn(
-          { error: asError(error).message, type: state.provider.name },
-          "idle sweep failed; stopped",
-        );
-        return;
-      }
-      this.scheduleIdleSweep(state, idleTimeoutMs);
-    });
-  }
+  // Entity lifecycle, stop
 
   private onEntityTerminated(signal: Terminated): void {
     for (const state of this.ctx.types.values()) state.provider.entityTerminated(signal.ref);
@@ -687,21 +516,4 @@ function expectsReply(message: unknown): boolean {
     message instanceof PrepareShard ||
     (message instanceof ShardingEnvelope && message.askTimeoutMs !== null)
   );
-}
-
-/**
- * Refuses an entity id no node could host: an empty one, or one with a lone surrogate (its UTF-8, which the wire,
- * the stable hash and the entity's actor name all use, cannot represent it).
- * @throws InvalidArgumentError
- */
-function requireEntityId(entityId: string): void {
-  if (typeof entityId !== "string" || entityId.length === 0) {
-    throw new InvalidArgumentError("entity id", "entity id must not be empty");
-  }
-  if (!isWellFormedText(entityId)) {
-    throw new InvalidArgumentError(
-      "entity id",
-      "entity id must be well-formed Unicode (it has a lone surrogate); build ids from whole characters",
-    );
-  }
 }
