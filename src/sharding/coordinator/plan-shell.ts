@@ -31,7 +31,7 @@ export class PlanShell {
   ) {}
 
   isAuthor(state: EntityTypeState): boolean {
-    return state.plan.author !== null && state.plan.author.equals(this.ctx.self);
+    return state.plan.author?.equals(this.ctx.self) === true;
   }
 
   /** Members placement may use for `state`: those that registered the type with our settings (and self). */
@@ -294,7 +294,7 @@ export class PlanShell {
   syncPlan(state: EntityTypeState): void {
     if (this.ctx.stopped) return;
     const coordinator = electCoordinator(this.ctx.membership.snapshot());
-    if (coordinator !== null && coordinator.equals(this.ctx.self)) this.reconcileUnlessBootstrapping(state);
+    if (coordinator?.equals(this.ctx.self)) this.reconcileUnlessBootstrapping(state);
     else if (coordinator !== null) this.ctx.daemonOf(coordinator).tell(this.planRequestOf(state), this.ctx.daemon);
     if (state.planSyncTimer === null) {
       state.planSyncTimer = this.ctx.system.scheduler.scheduleOnce(planSyncIntervalMs, () => {

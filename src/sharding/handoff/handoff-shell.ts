@@ -75,7 +75,7 @@ export class HandoffShell {
     const elected = electCoordinator(snap);
     if (elected !== null) return elected.equals(this.ctx.self) ? "current" : "lost";
     const accepting = acceptingCoordinator(snap);
-    return accepting !== null && accepting.equals(this.ctx.self) ? "settling" : "lost";
+    return accepting?.equals(this.ctx.self) ? "settling" : "lost";
   }
 
   private feedHandoff(state: EntityTypeState, shard: number, input: HandoffInput<Delivery>): void {

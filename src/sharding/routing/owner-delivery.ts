@@ -61,8 +61,7 @@ export class OwnerDelivery {
   private authorizedShard(state: EntityTypeState, shard: number, coordinator: UniqueAddress): boolean {
     if (state.prepared.get(shard) === coordinator.toString()) return true;
     return (
-      state.plan.author !== null &&
-      state.plan.author.equals(coordinator) &&
+      state.plan.author?.equals(coordinator) === true &&
       state.plan.allocations.get(shard)?.equals(this.ctx.self) === true
     );
   }
