@@ -45,12 +45,14 @@ export class ShardingContext {
     return ref;
   }
 
+  /** Rejects an accepted delivery: counted, and an ask fails with `error`; a tell is at most once, so only logged. */
   reject(d: Delivery, error: Error): void {
     this.counters.rejectedEnvelopes++;
     if (d.envelope.askTimeoutMs !== null) d.sender?.failAsk?.(error);
     else this.system.log.debug?.({ error: error.message, type: d.envelope.entityType }, "sharded tell rejected");
   }
 
+  /** @throws ClusterShardingConfigurationError when no type `name` is registered on this node */
   requireType(name: string): EntityTypeState {
     const state = this.types.get(name);
     if (state === undefined) {

@@ -30,6 +30,7 @@ export class PlanShell {
     private readonly startHandoff: HandoffStarter,
   ) {}
 
+  /** True when the plan this node holds of `state` is its own (it published it as the coordinator). */
   isAuthor(state: EntityTypeState): boolean {
     return state.plan.author?.equals(this.ctx.self) === true;
   }

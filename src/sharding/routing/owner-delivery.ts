@@ -43,6 +43,11 @@ export class OwnerDelivery {
     }
   }
 
+  /**
+   * A forwarded envelope (hop 1) at the owner.
+   * @throws ClusterShardingConfigurationError unless it comes from the current coordinator for a shard owned or
+   * prepared here
+   */
   receiveAsOwner(state: EntityTypeState, d: Delivery, origin: UniqueAddress | null): void {
     const { envelope } = d;
     const coordinator = acceptingCoordinator(this.ctx.membership.snapshot());
@@ -118,6 +123,7 @@ export class OwnerDelivery {
   // ---------------------------------------------------------------------------------------------------------------
   // Retry barrier shell (REFERENCE §3.9): one timer per shard queue, never one per message
 
+  /** Queues `d` behind the shard's open retry barrier, so it stays after earlier deliveries; false when none is open. */
   joinBarrier(state: EntityTypeState, shard: number, d: Delivery): boolean {
     if (!state.barrier.has(shard)) return false;
     const joined = state.barrier.join(shard, d);
