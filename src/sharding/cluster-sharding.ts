@@ -4,130 +4,52 @@ import {
   type ActorRef,
   type ActorSystem,
   type AskOptions,
-  askVia,
-  type Cancellable,
   type Class,
   type Extension,
   type ExtensionId,
   InvalidArgumentError,
-  InvalidMessageError,
   type LocalActorRef,
-  requireDurationMs,
   STOP,
-  Stop,
   SupervisorStrategies,
   type SystemMessage,
   type Terminated,
-  type TimeoutQueue,
-  type TimeoutTarget,
   typeNameOf,
-  UniqueAddress,
+  type UniqueAddress,
 } from "../actor/index.ts";
 import { Cluster } from "../cluster/index.ts";
-import { isWellFormedText } from "../remote/codec.ts";
 import { type InboundRejection, Remoting, remotingId } from "../remote/index.ts";
-import { AllocationPlanner } from "./allocation/planner.ts";
 import type { ShardingMember } from "./allocation/strategy.ts";
+import { inProcessCodec, type PayloadCodec, RegistryCodec, registerShardingWireTypes } from "./codec.ts";
+import { activateTimeoutDefaultMs } from "./constants.ts";
+import { routingCoordinator } from "./coordinator/election.ts";
 import {
-  attachTyped,
-  inProcessCodec,
-  type PayloadCodec,
-  RegistryCodec,
-  registerShardingWireTypes,
-  typedOf,
-} from "./codec.ts";
-import {
-  activateTimeoutDefaultMs,
-  handoffTimeoutMs,
-  idleSweepHalvingFloorMs,
-  leaseRetryIntervalMs,
-  planSnapshotGenerationMax,
-  planSyncIntervalMs,
-  reconcileIntervalMs,
-} from "./constants.ts";
-import { acceptingCoordinator, electCoordinator, routingCoordinator } from "./coordinator/election.ts";
-import {
-  type EnvelopeKind,
   PassivateShard,
   PlanRequest,
   PlanSnapshot,
   PlanSnapshotRequest,
   PlanUpdate,
   PrepareShard,
-  ShardingControlAck,
+  type ShardingControlAck,
   ShardingEnvelope,
-  toAssignments,
   wireNames,
 } from "./coordinator/messages.ts";
-import {
-  acceptPlanUpdate,
-  acceptSnapshot,
-  completeHandoffInPlan,
-  emptyPlan,
-  type PlanEffect,
-  type PlanState,
-  reconcilePlan,
-  sameAllocations,
-} from "./coordinator/plan.ts";
+import { PlanShell } from "./coordinator/plan-shell.ts";
 import { ShardingDaemon } from "./daemon.ts";
 import { type EntityRouter, ShardedEntityRef, ShardedEntityType } from "./entity-ref.ts";
-import {
-  ClusterShardingConfigurationError,
-  NoShardOwnerError,
-  ShardHandoffInProgressError,
-  ShardLeaseUnavailableError,
-  UnsupportedSystemMessageError,
-} from "./errors.ts";
-import {
-  type HandoffEffect,
-  type HandoffInput,
-  type HandoffState,
-  handoffStep,
-  newHandoff,
-} from "./handoff/handoff.ts";
+import { newEntityTypeState } from "./entity-type-state.ts";
+import { asError, ClusterShardingConfigurationError, NoShardOwnerError } from "./errors.ts";
+import { HandoffParticipant } from "./handoff/handoff-participant.ts";
+import { HandoffShell } from "./handoff/handoff-shell.ts";
+import { scheduleIdleSweep } from "./idle-sweep.ts";
 import { type ShardingInternalView, shardingInternalsKey } from "./internal-view.ts";
-import type { ShardingClusterSnapshot, ShardingMembership } from "./membership.ts";
+import type { ShardingMembership } from "./membership.ts";
 import { EntityProvider, type ShardingProvider } from "./provider.ts";
-import { type AttemptOutcome, RetryBarrier } from "./retry-barrier.ts";
+import { CallerRouter, requireEntityId } from "./routing/caller-router.ts";
+import { EnvelopeRouter } from "./routing/envelope-router.ts";
+import { OwnerDelivery } from "./routing/owner-delivery.ts";
 import { ShardingSettings, type ShardingSettingsOptions } from "./settings.ts";
-import {
-  type MalformedReason,
-  type MutableShardingStats,
-  type ShardingStats,
-  snapshotStats,
-  zeroStats,
-} from "./stats.ts";
-
-/** One accepted routed message on its way: the envelope, the sender to reply to, and the typed value. */
-interface Delivery {
-  readonly envelope: ShardingEnvelope;
-  readonly sender: ActorRef<unknown> | null;
-  readonly typed: unknown;
-}
-
-interface RunningHandoff {
-  state: HandoffState<Delivery>;
-  /** Identifies this handoff so that replies of an older one for the same shard are ignored. */
-  readonly token: object;
-}
-
-/** Everything one node keeps about one sharded type. */
-interface TypeState {
-  readonly provider: ShardingProvider;
-  readonly planner: AllocationPlanner;
-  plan: PlanState;
-  readonly barrier: RetryBarrier<Delivery>;
-  readonly barrierTimers: Map<number, Cancellable>;
-  readonly handoffs: Map<number, RunningHandoff>;
-  /** shard → coordinator (UniqueAddress string) that prepared it here. */
-  readonly prepared: Map<number, string>;
-  /** On the coordinator: member → settings key it registered the type with (via PlanRequest or PlanSnapshot). */
-  readonly registrations: Map<string, string>;
-  readonly drains: Map<number, Promise<void>>;
-  reconcileTimer: Cancellable | null;
-  planSyncTimer: Cancellable | null;
-  idleTimer: Cancellable | null;
-}
+import { daemonName, ShardingContext } from "./sharding-context.ts";
+import { type MalformedReason, type MutableShardingStats, type ShardingStats, snapshotStats } from "./stats.ts";
 
 /** The options that wire sharding to a membership view and a payload codec (remoting and cluster by default). */
 export interface ShardingRuntime {
@@ -142,9 +64,7 @@ export interface ShardingRuntime {
 
 const shardingWireNames: ReadonlySet<string> = new Set(Object.values(wireNames));
 
-const daemonName = "sharding";
 const departureGuardName = "cluster-sharding";
-const daemonRefCacheMax = 10_000;
 /** Upper bound of one assignment's bytes in a PlanUpdate (shard id plus an owner address of up to ~200 bytes). */
 const planBytesPerShardMax = 256;
 
@@ -156,20 +76,21 @@ const planBytesPerShardMax = 256;
  * coordinator every route fails closed with NoShardOwnerError.
  */
 export class ClusterSharding implements Extension, EntityRouter {
-  private readonly types = new Map<string, TypeState>();
+  private readonly ctx: ShardingContext;
+  private readonly owner: OwnerDelivery;
+  private readonly plans: PlanShell;
+  private readonly handoffs: HandoffShell;
+  private readonly participant: HandoffParticipant;
+  private readonly envelopes: EnvelopeRouter;
+  private readonly caller: CallerRouter;
   /** Entity type name → the message class `init` registered it with (compared by identity on a repeated init). */
   private readonly messageClasses = new Map<string, Class<unknown>>();
-  private readonly daemonRefs = new Map<string, ActorRef<unknown>>();
-  private readonly counters: MutableShardingStats = zeroStats();
-  private readonly codec: PayloadCodec;
   private readonly membership: ShardingMembership;
   private readonly self: UniqueAddress;
   private daemonContext: ActorContext<unknown> | null = null;
   private readonly daemon: ActorRef<unknown>;
   private readonly unsubscribe: () => void;
   private readonly unsubscribeRejections: () => void;
-  private stopped = false;
-  private lastCoordinator: string | null = null;
 
   /** @internal Use {@link ClusterSharding.get}. */
   constructor(
@@ -177,7 +98,6 @@ export class ClusterSharding implements Extension, EntityRouter {
     runtime: ShardingRuntime,
   ) {
     this.membership = runtime.membership;
-    this.codec = runtime.codec ?? inProcessCodec;
     this.self = this.membership.selfAddress;
     this.daemon = system.spawnSystemActor(
       () =>
@@ -191,8 +111,17 @@ export class ClusterSharding implements Extension, EntityRouter {
       daemonName,
       { supervision: SupervisorStrategies.stop() },
     );
-    this.membership.registerDepartureGuard(departureGuardName, (member) => this.departureReady(member));
-    this.unsubscribe = this.membership.subscribe(() => this.onMembershipChange());
+    this.ctx = new ShardingContext(system, this.membership, runtime.codec ?? inProcessCodec, this.daemon);
+    this.owner = new OwnerDelivery(this.ctx);
+    this.plans = new PlanShell(this.ctx, (state, shard, previous, next) =>
+      this.handoffs.startHandoff(state, shard, previous, next),
+    );
+    this.participant = new HandoffParticipant(this.ctx);
+    this.handoffs = new HandoffShell(this.ctx, this.plans, this.owner, this.participant);
+    this.envelopes = new EnvelopeRouter(this.ctx, this.plans, this.handoffs, this.owner);
+    this.caller = new CallerRouter(this.ctx, this.envelopes);
+    this.membership.registerDepartureGuard(departureGuardName, (member) => this.plans.departureReady(member));
+    this.unsubscribe = this.membership.subscribe(() => this.plans.onMembershipChange());
     this.unsubscribeRejections = runtime.inboundRejections?.((r) => this.onInboundRejection(r)) ?? (() => {});
   }
 
@@ -207,8 +136,8 @@ export class ClusterSharding implements Extension, EntityRouter {
   }
 
   private countMalformed(reason: MalformedReason): void {
-    this.counters.rejectedEnvelopes++;
-    this.counters.malformedEnvelopes[reason]++;
+    this.ctx.counters.rejectedEnvelopes++;
+    this.ctx.counters.malformedEnvelopes[reason]++;
   }
 
   /**
@@ -278,7 +207,7 @@ export class ClusterSharding implements Extension, EntityRouter {
       );
     }
     const resolved = settings instanceof ShardingSettings ? settings : ShardingSettings.create(settings ?? {});
-    const existing = this.types.get(name);
+    const existing = this.ctx.types.get(name);
     if (existing !== undefined) {
       // Compare the class itself: two different classes may share a name. A type registered through
       // registerProvider (persistent entities) has no class here, so only its name can be compared.
@@ -306,7 +235,7 @@ export class ClusterSharding implements Extension, EntityRouter {
       (entityId) => () => factory(entityId),
       host,
       this.system.scheduler,
-      this.counters,
+      this.ctx.counters,
     );
     this.register(provider);
     this.messageClasses.set(name, messageType);
@@ -320,7 +249,7 @@ export class ClusterSharding implements Extension, EntityRouter {
    * @throws ClusterShardingConfigurationError naming the mismatching field
    */
   registerProvider<T>(provider: ShardingProvider): ShardedEntityType<T> {
-    const existing = this.types.get(provider.name);
+    const existing = this.ctx.types.get(provider.name);
     if (existing !== undefined) {
       const field =
         existing.provider.messageTypeName !== provider.messageTypeName
@@ -345,12 +274,12 @@ export class ClusterSharding implements Extension, EntityRouter {
 
   /** @internal The counters providers increment (activations, local deliveries, lease counters). */
   get mutableStats(): MutableShardingStats {
-    return this.counters;
+    return this.ctx.counters;
   }
 
   /** @internal Not public API: the private parts sharding's persistent module and the singleton read (internal-view.ts). */
   [shardingInternalsKey](): ShardingInternalView {
-    return { system: this.system, membership: this.membership, provider: (name) => this.types.get(name)?.provider };
+    return { system: this.system, membership: this.membership, provider: (name) => this.ctx.types.get(name)?.provider };
   }
 
   private register(provider: ShardingProvider): void {
@@ -364,32 +293,16 @@ export class ClusterSharding implements Extension, EntityRouter {
       );
     }
     this.probeAllocation(provider.name, settings);
-    const state: TypeState = {
-      provider,
-      planner: new AllocationPlanner(settings.shardCount, settings.allocation, settings.rebalance),
-      plan: emptyPlan,
-      barrier: new RetryBarrier<Delivery>({
-        entityType: provider.name,
-        windowMs: settings.leaseDuration + settings.leaseRenewInterval,
-      }),
-      barrierTimers: new Map(),
-      handoffs: new Map(),
-      prepared: new Map(),
-      registrations: new Map(),
-      drains: new Map(),
-      reconcileTimer: null,
-      planSyncTimer: null,
-      idleTimer: null,
-    };
-    this.types.set(provider.name, state);
-    this.syncPlan(state);
-    if (settings.idleTimeout !== null) this.scheduleIdleSweep(state, settings.idleTimeout);
+    const state = newEntityTypeState(provider);
+    this.ctx.types.set(provider.name, state);
+    this.plans.syncPlan(state);
+    if (settings.idleTimeout !== null) scheduleIdleSweep(this.ctx, state, settings.idleTimeout);
   }
 
   /**
    * Runs the allocation strategy once on this node as an Up member, so a strategy that refuses it (a non-positive
    * weight from WeightedLeastLoadedAllocation's function) fails `init` instead of every later reconcile. Other
-   * members are checked when the coordinator places shards on them (see {@link ClusterSharding.reconcile}).
+   * members are checked when the coordinator places shards on them (see `PlanShell.reconcile`).
    */
   private probeAllocation(name: string, settings: ShardingSettings): void {
     const self = this.membership.snapshot().members.find((m) => m.uniqueAddress.equals(this.self));
@@ -411,9 +324,9 @@ export class ClusterSharding implements Extension, EntityRouter {
    */
   entityRefFor<T>(entityType: ShardedEntityType<T> | string, entityId: string): ShardedEntityRef<T> {
     const name = typeof entityType === "string" ? entityType : entityType.name;
-    this.requireType(name);
+    this.ctx.requireType(name);
     requireEntityId(entityId);
-    return new ShardedEntityRef<T>(name, entityId, this);
+    return new ShardedEntityRef<T>(name, entityId, this.caller);
   }
 
   // ---------------------------------------------------------------------------------------------------------------
@@ -421,45 +334,45 @@ export class ClusterSharding implements Extension, EntityRouter {
 
   /** Defensive copy of this node's view of the plan of `entityType` (empty while no plan is known). */
   allocations(entityType: ShardedEntityType<unknown> | string): Map<number, UniqueAddress> {
-    const state = this.requireType(typeof entityType === "string" ? entityType : entityType.name);
-    if (state.plan.generation === 0) this.syncPlan(state);
+    const state = this.ctx.requireType(typeof entityType === "string" ? entityType : entityType.name);
+    if (state.plan.generation === 0) this.plans.syncPlan(state);
     return new Map(state.plan.allocations);
   }
 
   /** The generation of this node's plan of `entityType` (0 before any). */
   planGeneration(entityType: ShardedEntityType<unknown> | string): number {
-    return this.requireType(typeof entityType === "string" ? entityType : entityType.name).plan.generation;
+    return this.ctx.requireType(typeof entityType === "string" ? entityType : entityType.name).plan.generation;
   }
 
   /** Live local entity actors over all types. */
   get localEntityCount(): number {
     let n = 0;
-    for (const t of this.types.values()) n += t.provider.entityCount;
+    for (const t of this.ctx.types.values()) n += t.provider.entityCount;
     return n;
   }
 
   /** Handoffs running on this node (only the coordinator runs any). */
   get handoffsInProgress(): number {
     let n = 0;
-    for (const t of this.types.values()) n += t.handoffs.size;
+    for (const t of this.ctx.types.values()) n += t.handoffs.size;
     return n;
   }
 
   /** True while a handoff of `shardId` of `entityType` runs here (meaningful on the coordinator). */
   handoffInProgress(entityType: ShardedEntityType<unknown> | string, shardId: number): boolean {
-    return this.requireType(typeof entityType === "string" ? entityType : entityType.name).handoffs.has(shardId);
+    return this.ctx.requireType(typeof entityType === "string" ? entityType : entityType.name).handoffs.has(shardId);
   }
 
   /** The shard of `entityId` of `entityType`. */
   shardOf(entityType: ShardedEntityType<unknown> | string, entityId: string): number {
-    const s = this.requireType(typeof entityType === "string" ? entityType : entityType.name);
+    const s = this.ctx.requireType(typeof entityType === "string" ? entityType : entityType.name);
     const name = s.provider.name;
     return s.provider.settings.partitioner.shardFor(name, entityId, s.provider.settings.shardCount);
   }
 
   /** A snapshot of the 15 counters (REFERENCE §7), summed over types. */
   get stats(): ShardingStats {
-    return snapshotStats(this.counters);
+    return snapshotStats(this.ctx.counters);
   }
 
   /**
@@ -467,7 +380,7 @@ export class ClusterSharding implements Extension, EntityRouter {
    * coordinator, or the plan is not the current coordinator's.
    */
   ownerFor(entityType: ShardedEntityType<unknown> | string, entityId: string): UniqueAddress | null {
-    const state = this.requireType(typeof entityType === "string" ? entityType : entityType.name);
+    const state = this.ctx.requireType(typeof entityType === "string" ? entityType : entityType.name);
     const coordinator = routingCoordinator(this.membership.snapshot());
     if (coordinator === null || state.plan.author === null || !state.plan.author.equals(coordinator)) return null;
     return state.plan.allocations.get(this.shardOf(entityType, entityId)) ?? null;
@@ -482,29 +395,15 @@ export class ClusterSharding implements Extension, EntityRouter {
     entityId: string,
     timeoutMs = activateTimeoutDefaultMs,
   ): Promise<ShardingControlAck> {
-    try {
-      const name = typeof entityType === "string" ? entityType : entityType.name;
-      const state = this.requireType(name);
-      requireDurationMs("activate timeout", timeoutMs);
-      const envelope = this.envelopeFor(state, "Activate", entityId, null, timeoutMs);
-      const coordinator = this.coordinatorOrThrow();
-      return askVia(this.system, this.entryRef(coordinator, state), envelope, ShardingControlAck, timeoutMs);
-    } catch (error) {
-      return Promise.reject(error);
-    }
+    return this.caller.activate(typeof entityType === "string" ? entityType : entityType.name, entityId, timeoutMs);
   }
 
   // ---------------------------------------------------------------------------------------------------------------
-  // Routing: caller side (REFERENCE §3.6)
+  // Routing (REFERENCE §3.6): refs from entityRefFor call CallerRouter directly; the facade keeps EntityRouter
 
   /** @internal Behind `ShardedEntityRef.tell`. */
   route(entityType: string, entityId: string, message: unknown, sender: ActorRef<unknown> | null): void {
-    this.counters.routes++;
-    if (message === undefined || message === null) throw new InvalidMessageError("tell needs a message value");
-    const state = this.requireType(entityType);
-    const envelope = this.envelopeFor(state, "User", entityId, message, null);
-    const coordinator = this.coordinatorOrThrow();
-    this.entryRef(coordinator, state).tell(envelope, sender);
+    this.caller.route(entityType, entityId, message, sender);
   }
 
   /** @internal Behind `ShardedEntityRef.ask`. */
@@ -516,88 +415,12 @@ export class ClusterSharding implements Extension, EntityRouter {
     timeoutMs: number,
     options?: AskOptions,
   ): Promise<R> {
-    try {
-      this.counters.routes++;
-      if (message === undefined || message === null) throw new InvalidMessageError("ask needs a message value");
-      requireDurationMs("ask timeout", timeoutMs);
-      const state = this.requireType(entityType);
-      const envelope = this.envelopeFor(state, "User", entityId, message, timeoutMs);
-      const coordinator = this.coordinatorOrThrow();
-      return askVia(this.system, this.entryRef(coordinator, state), envelope, replyType, timeoutMs, options);
-    } catch (error) {
-      return Promise.reject(error);
-    }
+    return this.caller.routeAsk(entityType, entityId, message, replyType, timeoutMs, options);
   }
 
   /** @internal Behind `ShardedEntityRef.sendSystem`. */
   passivate(entityType: string, entityId: string, message: SystemMessage): void {
-    if (!(message instanceof Stop)) throw new UnsupportedSystemMessageError(typeNameOf(message));
-    const state = this.requireType(entityType);
-    this.counters.passivationRequests++;
-    const envelope = this.envelopeFor(state, "Passivate", entityId, null, null);
-    const coordinator = this.coordinatorOrThrow();
-    // REFERENCE §7: remoteRoutes counts routes and activations sent to a remote coordinator, not passivations.
-    this.entryRef(coordinator, state, false).tell(envelope, null);
-  }
-
-  private envelopeFor(
-    state: TypeState,
-    kind: EnvelopeKind,
-    entityId: string,
-    message: unknown,
-    askTimeoutMs: number | null,
-  ): ShardingEnvelope {
-    requireEntityId(entityId);
-    const settings = state.provider.settings;
-    const shardId = settings.partitioner.shardFor(state.provider.name, entityId, settings.shardCount);
-    const wire = kind === "User" ? this.codec.encode(message) : null;
-    const envelope = new ShardingEnvelope(
-      kind,
-      state.provider.name,
-      entityId,
-      shardId,
-      settings.key,
-      0,
-      null,
-      askTimeoutMs,
-      false,
-      wire,
-    );
-    if (kind === "User") attachTyped(envelope, message);
-    return envelope;
-  }
-
-  private coordinatorOrThrow(): UniqueAddress {
-    const coordinator = routingCoordinator(this.membership.snapshot());
-    if (coordinator === null) {
-      this.counters.rejectedEnvelopes++;
-      throw NoShardOwnerError.noCoordinator();
-    }
-    return coordinator;
-  }
-
-  /** Where a caller hands its envelope: the local coordinator logic, or the remote coordinator's daemon. */
-  private entryRef(coordinator: UniqueAddress, state: TypeState, countsRemoteRoute = true): ActorRef<unknown> {
-    if (!coordinator.equals(this.self)) {
-      if (countsRemoteRoute) this.counters.remoteRoutes++;
-      return this.daemonOf(coordinator);
-    }
-    return new LocalCoordinatorEntry(this.daemon, (envelope, sender) =>
-      this.handleEnvelope(state, envelope as ShardingEnvelope, sender, null),
-    );
-  }
-
-  // One ref per node incarnation (REFERENCE §5): a remote ref binds the uid it first reaches, so a restarted node at
-  // the same address (new uid) gets a new entry instead of a ref that fails fast.
-  private daemonOf(node: UniqueAddress): ActorRef<unknown> {
-    const key = node.toString();
-    let ref = this.daemonRefs.get(key);
-    if (ref === undefined) {
-      if (this.daemonRefs.size >= daemonRefCacheMax) this.daemonRefs.clear();
-      ref = this.system.actorSelection(`${node.address}/system/${daemonName}`);
-      this.daemonRefs.set(key, ref);
-    }
-    return ref;
+    this.caller.passivate(entityType, entityId, message);
   }
 
   // ---------------------------------------------------------------------------------------------------------------
@@ -608,9 +431,9 @@ export class ClusterSharding implements Extension, EntityRouter {
     const sender = ctx.sender;
     try {
       if (message instanceof ShardingEnvelope) {
-        const state = this.types.get(message.entityType);
+        const state = this.ctx.types.get(message.entityType);
         if (state === undefined) {
-          this.reject(
+          this.ctx.reject(
             { envelope: message, sender, typed: undefined },
             new ClusterShardingConfigurationError(
               `Entity type ${message.entityType} is not registered on this node; init it on every node`,
@@ -618,812 +441,33 @@ export class ClusterSharding implements Extension, EntityRouter {
           );
           return;
         }
-        this.handleEnvelope(state, message, sender, origin);
-      } else if (message instanceof PlanRequest) this.onPlanRequest(message, origin);
-      else if (message instanceof PlanSnapshotRequest) this.onPlanSnapshotRequest(message, origin);
-      else if (message instanceof PlanSnapshot) this.onPlanSnapshot(message, origin);
-      else if (message instanceof PlanUpdate) this.onPlanUpdate(message, origin);
-      else if (message instanceof PassivateShard) this.onPassivateShard(message, sender, origin);
-      else if (message instanceof PrepareShard) this.onPrepareShard(message, sender, origin);
+        this.envelopes.handleEnvelope(state, message, sender, origin);
+      } else if (message instanceof PlanRequest) this.plans.onPlanRequest(message, origin);
+      else if (message instanceof PlanSnapshotRequest) this.plans.onPlanSnapshotRequest(message, origin);
+      else if (message instanceof PlanSnapshot) this.plans.onPlanSnapshot(message, origin);
+      else if (message instanceof PlanUpdate) this.plans.onPlanUpdate(message, origin);
+      else if (message instanceof PassivateShard) this.participant.onPassivateShard(message, sender, origin);
+      else if (message instanceof PrepareShard) this.participant.onPrepareShard(message, sender, origin);
       else {
-        this.counters.rejectedEnvelopes++;
+        this.ctx.counters.rejectedEnvelopes++;
         ctx.log.warn(
           { type: typeNameOf(message), origin: origin?.toString() },
           "sharding daemon ignored an unknown message",
         );
       }
     } catch (error) {
-      this.counters.rejectedEnvelopes++;
+      this.ctx.counters.rejectedEnvelopes++;
       const err = asError(error);
       if (sender !== null && expectsReply(message)) sender.failAsk?.(err);
       ctx.log.warn({ error: err.message, origin: origin?.toString() }, "sharding daemon rejected a message");
     }
   }
 
-  /** An envelope at this node: hop 0 means we are asked as coordinator, hop 1 as owner. Never throws. */
-  private handleEnvelope(
-    state: TypeState,
-    envelope: ShardingEnvelope,
-    sender: ActorRef<unknown> | null,
-    origin: UniqueAddress | null,
-  ): void {
-    const typed = typedOf(envelope);
-    let delivery: Delivery = { envelope, sender, typed: typed?.value };
-    try {
-      if (envelope.settingsKey !== state.provider.settings.key) {
-        throw new ClusterShardingConfigurationError(
-          `Entity type ${envelope.entityType} received incompatible sharding settings; init it with identical settings on every node`,
-          "settingsKey",
-        );
-      }
-      if (envelope.kind === "User" && typed === undefined) {
-        let value: unknown;
-        try {
-          value = this.codec.decode(envelope.message!);
-        } catch (error) {
-          this.counters.malformedEnvelopes.payload++;
-          throw error;
-        }
-        delivery = { envelope, sender, typed: value };
-      }
-      if (envelope.hopCount === 0) this.routeAsCoordinator(state, delivery);
-      else this.receiveAsOwner(state, delivery, origin);
-    } catch (error) {
-      this.reject(delivery, asError(error));
-    }
-  }
-
-  private routeAsCoordinator(state: TypeState, d: Delivery): void {
-    const { envelope } = d;
-    const settings = state.provider.settings;
-    const expected = settings.partitioner.shardFor(envelope.entityType, envelope.entityId, settings.shardCount);
-    if (expected !== envelope.shardId) {
-      throw new ClusterShardingConfigurationError(
-        `Envelope shard ${envelope.shardId} does not match entity shard ${expected}`,
-        "shardId",
-      );
-    }
-    const shard = envelope.shardId;
-    const snap = this.membership.snapshot();
-    const coordinator = electCoordinator(snap);
-    if (coordinator === null || !coordinator.equals(this.self)) throw new NoShardOwnerError(envelope.entityType, shard);
-    if (!this.isAuthor(state)) this.reconcileUnlessBootstrapping(state);
-    if (!this.isAuthor(state)) throw new NoShardOwnerError(envelope.entityType, shard);
-    if (this.joinBarrier(state, shard, d)) return;
-    if (this.bufferInHandoff(state, shard, d)) return;
-    let owner = state.plan.allocations.get(shard);
-    if (owner === undefined) throw new NoShardOwnerError(envelope.entityType, shard);
-    if (!this.isUp(snap, owner)) {
-      this.reconcile(state);
-      if (this.bufferInHandoff(state, shard, d)) return;
-      owner = state.plan.allocations.get(shard);
-      if (owner === undefined || !this.isUp(this.membership.snapshot(), owner)) {
-        throw new NoShardOwnerError(envelope.entityType, shard);
-      }
-    }
-    this.dispatch(state, d, owner);
-  }
-
-  /** Sends an accepted delivery to `owner`: locally, or one hop to its daemon. */
-  private dispatch(state: TypeState, d: Delivery, owner: UniqueAddress): void {
-    if (owner.equals(this.self)) {
-      this.deliverOrQueue(state, d);
-      return;
-    }
-    this.counters.forwards++;
-    const forwarded = d.envelope.forwarded(this.self, d.sender === null);
-    if (d.envelope.kind === "User") attachTyped(forwarded, d.typed);
-    // The original asker's ref travels as sender, so reply, failure, timeout and cancel all stay between the asker
-    // and the owner (two network legs at most), and a three-node hop keeps the caller's actor path.
-    try {
-      this.daemonOf(owner).tell(forwarded, d.sender);
-    } catch (error) {
-      // A send can refuse synchronously (MessageTooLargeError, …); this may run inside a handoff flush, where a throw
-      // would leave the rest of the buffer unsent, so the one delivery is rejected instead.
-      this.reject(d, asError(error));
-    }
-  }
-
-  private receiveAsOwner(state: TypeState, d: Delivery, origin: UniqueAddress | null): void {
-    const { envelope } = d;
-    const coordinator = acceptingCoordinator(this.membership.snapshot());
-    const fromCoordinator =
-      coordinator !== null &&
-      envelope.hopCount === 1 &&
-      envelope.coordinator === coordinator.toString() &&
-      (origin === null ? coordinator.equals(this.self) : origin.equals(coordinator));
-    if (!fromCoordinator || !this.authorizedShard(state, envelope.shardId, coordinator)) {
-      throw new ClusterShardingConfigurationError("Sharding delivery was not authorized by the current coordinator");
-    }
-    if (this.joinBarrier(state, envelope.shardId, d)) return;
-    this.deliverOrQueue(state, d);
-  }
-
-  private authorizedShard(state: TypeState, shard: number, coordinator: UniqueAddress): boolean {
-    if (state.prepared.get(shard) === coordinator.toString()) return true;
-    return (
-      state.plan.author !== null &&
-      state.plan.author.equals(coordinator) &&
-      state.plan.allocations.get(shard)?.equals(this.self) === true
-    );
-  }
-
-  /** Delivers locally; a transient admission failure opens the shard's retry barrier. */
-  private deliverOrQueue(state: TypeState, d: Delivery): void {
-    const outcome = this.deliverLocal(state, d);
-    if (outcome === "delivered") return;
-    if (typeof outcome === "object") {
-      this.reject(d, outcome.error);
-      return;
-    }
-    const shard = d.envelope.shardId;
-    const result = state.barrier.failed(shard, d, d.envelope.deliveryAttempt, outcome, this.system.scheduler.now());
-    this.applyBarrier(state, shard, result);
-  }
-
-  private deliverLocal(state: TypeState, d: Delivery): AttemptOutcome {
-    const { envelope } = d;
-    const provider = state.provider;
-    try {
-      provider.authorizeShard(envelope.shardId);
-      switch (envelope.kind) {
-        case "User": {
-          const sender = envelope.senderless ? null : d.sender;
-          // A relayed ask that fails or times out at the entity is a rejection (REFERENCE §7 "failed relayed asks");
-          // the original counts it at the coordinator's relay, but here the asker hears straight from the owner, so
-          // the owner is where it can be counted.
-          if (sender !== null && envelope.hopCount === 1 && envelope.askTimeoutMs !== null) {
-            const relayed = new RelayedAskSender(sender, this.counters);
-            provider.deliver(envelope.shardId, envelope.entityId, d.typed, relayed);
-            // Armed only once delivered: a delivery refused into the retry barrier is retried with a new wrapper.
-            relayed.armTimeout(this.system.timeouts, envelope.askTimeoutMs);
-          } else provider.deliver(envelope.shardId, envelope.entityId, d.typed, sender);
-          break;
-        }
-        case "Activate": {
-          const created = provider.activate(envelope.shardId, envelope.entityId);
-          d.sender?.tell(new ShardingControlAck(created));
-          break;
-        }
-        case "Passivate":
-          if (provider.passivate(envelope.entityId)) this.counters.explicitPassivations++;
-          break;
-      }
-      return "delivered";
-    } catch (error) {
-      if (error instanceof ShardLeaseUnavailableError) return "lease";
-      if (error instanceof ShardHandoffInProgressError) return "handoff";
-      return { error: asError(error) };
-    }
-  }
-
   // ---------------------------------------------------------------------------------------------------------------
-  // Retry barrier shell (REFERENCE §3.9): one timer per shard queue, never one per message
-
-  private joinBarrier(state: TypeState, shard: number, d: Delivery): boolean {
-    if (!state.barrier.has(shard)) return false;
-    const joined = state.barrier.join(shard, d);
-    if (!joined.queued && joined.error !== null) this.reject(d, joined.error);
-    return true;
-  }
-
-  private applyBarrier(
-    state: TypeState,
-    shard: number,
-    result: { rejected: { item: Delivery; error: Error }[]; leaseRetries: number; next: "tick" | "yield" | "none" },
-  ): void {
-    this.counters.leaseRetries += result.leaseRetries;
-    for (const r of result.rejected) this.reject(r.item, r.error);
-    if (result.next === "none") return;
-    const delay = result.next === "tick" ? leaseRetryIntervalMs : 0;
-    state.barrierTimers.get(shard)?.cancel();
-    state.barrierTimers.set(
-      shard,
-      this.system.scheduler.scheduleOnce(delay, () => {
-        state.barrierTimers.delete(shard);
-        if (this.stopped) return;
-        const coordinator = acceptingCoordinator(this.membership.snapshot());
-        const authorized = coordinator !== null && this.authorizedShard(state, shard, coordinator);
-        this.applyBarrier(
-          state,
-          shard,
-          state.barrier.drain(shard, this.system.scheduler.now(), authorized, (d) => this.deliverLocal(state, d)),
-        );
-      }),
-    );
-  }
-
-  // ---------------------------------------------------------------------------------------------------------------
-  // Coordinator: plan reconcile, snapshots, distribution (REFERENCE §3.5)
-
-  private isAuthor(state: TypeState): boolean {
-    return state.plan.author !== null && state.plan.author.equals(this.self);
-  }
-
-  private isUp(snap: ShardingClusterSnapshot, node: UniqueAddress): boolean {
-    return snap.members.some((m) => m.uniqueAddress.equals(node) && m.status === "Up");
-  }
-
-  /** Members placement may use for `state`: those that registered the type with our settings (and self). */
-  private placementMembers(state: TypeState, snap: ShardingClusterSnapshot): ShardingMember[] {
-    const key = state.provider.settings.key;
-    return snap.members.filter(
-      (m) => m.uniqueAddress.equals(this.self) || state.registrations.get(m.uniqueAddress.toString()) === key,
-    );
-  }
-
-  private reconcile(state: TypeState): void {
-    if (this.stopped) return;
-    const snap = this.membership.snapshot();
-    const coordinator = electCoordinator(snap);
-    if (coordinator === null || !coordinator.equals(this.self)) return;
-    const peers = snap.members
-      .filter((m) => m.status === "Up" && !m.uniqueAddress.equals(this.self))
-      .map((m) => m.uniqueAddress)
-      .sort(UniqueAddress.compare);
-    let result: ReturnType<typeof reconcilePlan>;
-    try {
-      result = reconcilePlan(state.plan, {
-        self: this.self,
-        coordinator,
-        members: this.placementMembers(state, snap),
-        snapshotPeers: peers,
-        planner: state.planner,
-        handoffs: new Set(state.handoffs.keys()),
-        nowMs: this.system.scheduler.now(),
-      });
-    } catch (error) {
-      // A user strategy that throws (a weight function returning 0 for some member) must not end the process from a
-      // timer callback: the plan stays as it is (routing continues, or fails closed without one), and the next
-      // reconcile or plan sync tries again.
-      this.system.log.error(
-        { error: asError(error).message, type: state.provider.name },
-        "sharding allocation failed; the plan is unchanged",
-      );
-      return;
-    }
-    const [plan, effects] = result;
-    if (plan !== state.plan) {
-      const authored = plan.generation !== state.plan.generation;
-      state.plan = plan;
-      if (authored) this.afterPlanStored(state);
-    }
-    for (const effect of effects) this.performPlanEffect(state, effect);
-  }
-
-  /**
-   * Reconciles now, unless a bootstrap's next round is already scheduled: that round re-asks the peers itself. Every
-   * poll, delivery or PlanRequest (a planless peer's answer to a snapshot request) would otherwise send another
-   * snapshot request to every peer, a ping-pong that reached ~15,000 messages a second until the window closed.
-   */
-  private reconcileUnlessBootstrapping(state: TypeState): void {
-    if (state.plan.bootstrap !== null && state.reconcileTimer !== null) return;
-    this.reconcile(state);
-  }
-
-  private performPlanEffect(state: TypeState, effect: PlanEffect): void {
-    switch (effect.kind) {
-      case "requestSnapshots": {
-        const request = new PlanSnapshotRequest(state.provider.name, state.provider.settings.key, this.self.toString());
-        for (const peer of effect.peers) this.daemonOf(peer).tell(request, this.daemon);
-        break;
-      }
-      case "broadcast":
-        this.broadcastPlan(state);
-        break;
-      case "startHandoff":
-        this.startHandoff(state, effect.shardId, effect.previous, effect.next);
-        break;
-      case "scheduleReconcile":
-        this.scheduleReconcile(state, effect.afterMs);
-        break;
-    }
-  }
-
-  private scheduleReconcile(state: TypeState, afterMs = reconcileIntervalMs): void {
-    if (state.reconcileTimer !== null || this.stopped) return;
-    state.reconcileTimer = this.system.scheduler.scheduleOnce(afterMs, () => {
-      state.reconcileTimer = null;
-      this.reconcile(state);
-    });
-  }
-
-  private planUpdateOf(state: TypeState): PlanUpdate {
-    return new PlanUpdate(
-      state.provider.name,
-      state.provider.settings.key,
-      this.self.toString(),
-      state.plan.generation,
-      toAssignments(state.plan.allocations),
-    );
-  }
-
-  private broadcastPlan(state: TypeState): void {
-    if (!this.isAuthor(state)) {
-      throw new ClusterShardingConfigurationError(
-        "Only the current coordinator may publish its authoritative sharding plan",
-      );
-    }
-    const update = this.planUpdateOf(state);
-    // Leaving and Exiting members get the plan too: the membership leader may be a leaving node, and its departure
-    // guard reads its own plan view to learn that no shard is left on it.
-    const targets = this.membership
-      .snapshot()
-      .members.filter((m) => !m.uniqueAddress.equals(this.self) && departingOrUp(m.status))
-      .map((m) => m.uniqueAddress);
-    for (const peer of targets) {
-      try {
-        this.daemonOf(peer).tell(update, this.daemon);
-      } catch (error) {
-        this.counters.rejectedEnvelopes++;
-        this.system.log.error(
-          { error: asError(error).message, peer: peer.toString(), type: state.provider.name },
-          "sharding plan could not be sent",
-        );
-      }
-    }
-  }
-
-  /** After any stored plan: keep only locally planned or prepared shards, clear prepared shards now planned here. */
-  private afterPlanStored(state: TypeState): void {
-    const author = state.plan.author?.toString() ?? null;
-    const keep = new Set<number>();
-    for (const [shard, owner] of state.plan.allocations) {
-      if (owner.equals(this.self)) {
-        keep.add(shard);
-        state.prepared.delete(shard);
-      }
-    }
-    for (const [shard, by] of state.prepared) if (by === author) keep.add(shard);
-    state.provider.retainShards(keep);
-  }
-
-  private onPlanRequest(request: PlanRequest, origin: UniqueAddress | null): void {
-    const state = this.requireType(request.entityType);
-    if (origin === null || request.requester !== origin.toString()) {
-      throw new ClusterShardingConfigurationError("Sharding plan request has mismatched sender identity");
-    }
-    if (request.settingsKey !== state.provider.settings.key) {
-      throw new ClusterShardingConfigurationError(
-        `Entity type ${request.entityType} received incompatible sharding settings; init it with identical settings on every node`,
-        "settingsKey",
-      );
-    }
-    const known = state.registrations.get(request.requester);
-    state.registrations.set(request.requester, request.settingsKey);
-    const coordinator = electCoordinator(this.membership.snapshot());
-    if (coordinator === null || !coordinator.equals(this.self)) return;
-    if (!this.isAuthor(state)) this.reconcileUnlessBootstrapping(state);
-    // A newly registered member may change placement.
-    else if (known === undefined) this.scheduleReconcile(state, 0);
-    if (this.isAuthor(state)) this.daemonOf(origin).tell(this.planUpdateOf(state), this.daemon);
-  }
-
-  private onPlanSnapshotRequest(request: PlanSnapshotRequest, origin: UniqueAddress | null): void {
-    const state = this.requireType(request.entityType);
-    if (origin === null || request.coordinator !== origin.toString()) {
-      throw new ClusterShardingConfigurationError("Sharding plan snapshot request has mismatched sender identity");
-    }
-    if (request.settingsKey !== state.provider.settings.key) {
-      throw new ClusterShardingConfigurationError(
-        `Entity type ${request.entityType} received incompatible sharding settings`,
-        "settingsKey",
-      );
-    }
-    if (state.plan.generation > 0) this.daemonOf(origin).tell(this.snapshotOf(state), this.daemon);
-    else this.daemonOf(origin).tell(this.planRequestOf(state), this.daemon);
-  }
-
-  private snapshotOf(state: TypeState): PlanSnapshot {
-    return new PlanSnapshot(
-      state.provider.name,
-      state.provider.settings.key,
-      state.plan.author?.toString() ?? this.self.toString(),
-      state.plan.generation,
-      toAssignments(state.plan.allocations),
-    );
-  }
-
-  private planRequestOf(state: TypeState): PlanRequest {
-    return new PlanRequest(state.provider.name, state.provider.settings.key, this.self.toString());
-  }
-
-  private onPlanSnapshot(snapshot: PlanSnapshot, origin: UniqueAddress | null): void {
-    const state = this.requireType(snapshot.entityType);
-    if (snapshot.settingsKey !== state.provider.settings.key) {
-      throw new ClusterShardingConfigurationError(
-        `Entity type ${snapshot.entityType} received incompatible sharding settings`,
-        "settingsKey",
-      );
-    }
-    if (snapshot.generation > planSnapshotGenerationMax) {
-      throw new ClusterShardingConfigurationError(
-        `Plan snapshot generation ${snapshot.generation} of ${snapshot.entityType} exceeds ${planSnapshotGenerationMax}; a genuine plan never gets there, so the snapshot is refused`,
-        "generation",
-      );
-    }
-    const snap = this.membership.snapshot();
-    if (origin !== null) state.registrations.set(origin.toString(), snapshot.settingsKey);
-    const originIsUpMember = origin !== null && this.isUp(snap, origin);
-    if (state.plan.bootstrap !== null) {
-      const [next, accepted] = acceptSnapshot(
-        state.plan,
-        { allocations: snapshot.allocations(), generation: snapshot.generation },
-        { origin, originIsUpMember, nowMs: this.system.scheduler.now() },
-      );
-      state.plan = next;
-      if (!accepted) this.counters.rejectedEnvelopes++;
-      return;
-    }
-    // Outside bootstrap: a member holding a generation at or above ours missed our bootstrap; publish above it so
-    // that it (and everyone) accepts the authoritative plan instead of rejecting it as stale forever.
-    const ahead =
-      snapshot.generation > state.plan.generation ||
-      (snapshot.generation === state.plan.generation &&
-        !sameAllocations(snapshot.allocations(), state.plan.allocations));
-    if (originIsUpMember && this.isAuthor(state) && ahead) {
-      state.plan = { ...state.plan, generation: snapshot.generation + 1 };
-      this.broadcastPlan(state);
-    }
-  }
-
-  private onPlanUpdate(update: PlanUpdate, origin: UniqueAddress | null): void {
-    const state = this.requireType(update.entityType);
-    if (update.settingsKey !== state.provider.settings.key) {
-      throw new ClusterShardingConfigurationError(
-        `Entity type ${update.entityType} received incompatible sharding settings`,
-        "settingsKey",
-      );
-    }
-    const coordinator = acceptingCoordinator(this.membership.snapshot());
-    let outcome: string;
-    try {
-      [state.plan, outcome] = acceptPlanUpdate(
-        state.plan,
-        { coordinator: update.author(), generation: update.generation, allocations: update.allocations() },
-        { coordinator, origin, self: this.self, shardCount: state.provider.settings.shardCount },
-      );
-    } catch (error) {
-      if (error instanceof ClusterShardingConfigurationError && error.field === "generation" && origin !== null) {
-        this.daemonOf(origin).tell(this.snapshotOf(state), this.daemon);
-      }
-      throw error;
-    }
-    if (outcome === "stored") this.afterPlanStored(state);
-    else if (outcome === "stale") {
-      this.counters.rejectedEnvelopes++;
-      if (origin !== null) this.daemonOf(origin).tell(this.snapshotOf(state), this.daemon);
-    }
-  }
-
-  /** Non-coordinators ask the coordinator for the plan now and every 250 ms; the coordinator reconciles. */
-  private syncPlan(state: TypeState): void {
-    if (this.stopped) return;
-    const coordinator = electCoordinator(this.membership.snapshot());
-    if (coordinator !== null && coordinator.equals(this.self)) this.reconcileUnlessBootstrapping(state);
-    else if (coordinator !== null) this.daemonOf(coordinator).tell(this.planRequestOf(state), this.daemon);
-    if (state.planSyncTimer === null) {
-      state.planSyncTimer = this.system.scheduler.scheduleOnce(planSyncIntervalMs, () => {
-        state.planSyncTimer = null;
-        this.syncPlan(state);
-      });
-    }
-  }
-
-  private onMembershipChange(): void {
-    if (this.stopped) return;
-    const snap = this.membership.snapshot();
-    const coordinator = electCoordinator(snap);
-    const coordinatorText = coordinator?.toString() ?? null;
-    const changed = coordinatorText !== this.lastCoordinator;
-    this.lastCoordinator = coordinatorText;
-    const selfStatus = snap.members.find((m) => m.uniqueAddress.equals(this.self))?.status;
-    for (const state of this.types.values()) {
-      // Forget registrations of members that left for good.
-      for (const key of [...state.registrations.keys()]) {
-        if (!snap.members.some((m) => m.uniqueAddress.toString() === key)) state.registrations.delete(key);
-      }
-      if (coordinator === null) {
-        // Reachability alone never relocates, but ownership is no longer safe: stop local entities (REFERENCE §3.11).
-        if (snap.unreachable.length > 0) state.provider.suspendOwnership(false);
-        else if (selfStatus === "Exiting" || selfStatus === "Down" || selfStatus === "Removed") {
-          state.provider.suspendOwnership(true);
-        }
-        continue;
-      }
-      for (const [shard, by] of [...state.prepared]) if (by !== coordinatorText) state.prepared.delete(shard);
-      if (changed) this.afterPlanStored(state);
-      this.syncPlan(state);
-    }
-  }
-
-  private departureReady(member: ShardingMember): boolean {
-    for (const state of this.types.values()) {
-      for (const owner of state.plan.allocations.values()) if (owner.equals(member.uniqueAddress)) return false;
-    }
-    return true;
-  }
-
-  // ---------------------------------------------------------------------------------------------------------------
-  // Handoff shell (REFERENCE §3.8)
-
-  private bufferInHandoff(state: TypeState, shard: number, d: Delivery): boolean {
-    if (!state.handoffs.has(shard)) return false;
-    this.feedHandoff(state, shard, { kind: "buffer", delivery: d });
-    return true;
-  }
-
-  private startHandoff(
-    state: TypeState,
-    shard: number,
-    previous: UniqueAddress | null,
-    next: UniqueAddress | null,
-  ): void {
-    if (state.handoffs.has(shard)) return;
-    state.handoffs.set(shard, { state: newHandoff<Delivery>(state.provider.name, shard, previous, next), token: {} });
-    // One line per start and end: operators (and tests) can follow how many shards move at once.
-    this.system.log.info(
-      { type: state.provider.name, shard, previous: previous?.toString() ?? null, next: next?.toString() ?? null },
-      "sharding handoff started",
-    );
-    this.feedHandoff(state, shard, this.attemptInput(state, previous, next));
-  }
-
-  private attemptInput(
-    state: TypeState,
-    previous: UniqueAddress | null,
-    next: UniqueAddress | null,
-  ): HandoffInput<Delivery> {
-    const snap = this.membership.snapshot();
-    const term = this.handoffTerm(state, snap);
-    const prev = previous === null ? undefined : snap.members.find((m) => m.uniqueAddress.equals(previous));
-    return {
-      kind: "attempt",
-      stillCoordinator: term === "current",
-      settling: term === "settling",
-      nextOwnerUp: next === null || this.isUp(snap, next),
-      previousReachable: prev !== undefined && prev.status !== "Down" && prev.status !== "Removed",
-    };
-  }
-
-  /**
-   * Whether this node may drive handoffs: "current" as the elected coordinator and plan author; "settling" when only
-   * convergence is missing (no member unreachable, still the lowest Up member and author), as while a leave or a
-   * status change spreads by gossip; "lost" otherwise (an unreachable member or another coordinator: fail closed).
-   */
-  private handoffTerm(state: TypeState, snap: ShardingClusterSnapshot): "current" | "settling" | "lost" {
-    if (!this.isAuthor(state)) return "lost";
-    const elected = electCoordinator(snap);
-    if (elected !== null) return elected.equals(this.self) ? "current" : "lost";
-    const accepting = acceptingCoordinator(snap);
-    return accepting !== null && accepting.equals(this.self) ? "settling" : "lost";
-  }
-
-  private feedHandoff(state: TypeState, shard: number, input: HandoffInput<Delivery>): void {
-    const running = state.handoffs.get(shard);
-    if (running === undefined) {
-      if (input.kind === "buffer") this.reject(input.delivery, new NoShardOwnerError(state.provider.name, shard));
-      return;
-    }
-    const wasAborted = running.state.phase === "aborted";
-    const wasSettling = running.state.settlingRounds > 0;
-    const [next, effects] = handoffStep(running.state, input);
-    running.state = next;
-    if (next.settlingRounds > 0 && !wasSettling) {
-      this.system.log.info(
-        { shard, type: state.provider.name },
-        "sharding handoff waits for membership to re-converge",
-      );
-    }
-    if (next.phase === "aborted" && !wasAborted) {
-      // Buffered deliveries were accepted: rejecting them is worth an operator's attention (and tests watch for it).
-      const rejected = effects.filter((e) => e.kind === "reject").length;
-      this.system.log.warn({ shard, type: state.provider.name, rejected }, "sharding handoff aborted");
-    }
-    for (const effect of effects) this.performHandoffEffect(state, shard, running, effect);
-  }
-
-  private performHandoffEffect(
-    state: TypeState,
-    shard: number,
-    running: RunningHandoff,
-    effect: HandoffEffect<Delivery>,
-  ): void {
-    const current = () => state.handoffs.get(shard) === running;
-    const reply = (input: HandoffInput<Delivery>) => {
-      if (!current() || this.stopped) return;
-      try {
-        this.feedHandoff(state, shard, input);
-      } catch (error) {
-        // Runs in a Promise callback: a throw here would be an unhandled rejection that ends the process.
-        this.system.log.error({ error: asError(error).message, shard, type: name }, "sharding handoff step threw");
-      }
-    };
-    const name = state.provider.name;
-    const key = state.provider.settings.key;
-    switch (effect.kind) {
-      case "passivate": {
-        const message = new PassivateShard(name, key, shard, this.self.toString(), effect.next?.toString() ?? null);
-        this.controlAsk(effect.owner, message, () => this.drainLocally(state, shard)).then(
-          () => reply({ kind: "passivated" }),
-          (error: unknown) => reply({ kind: "failed", error: asError(error) }),
-        );
-        break;
-      }
-      case "prepare": {
-        const message = new PrepareShard(name, key, shard, this.self.toString());
-        this.controlAsk(effect.owner, message, () => this.prepareLocally(state, shard, this.self)).then(
-          () => reply({ kind: "prepared" }),
-          (error: unknown) => reply({ kind: "failed", error: asError(error) }),
-        );
-        break;
-      }
-      case "complete": {
-        const snap = this.membership.snapshot();
-        if (this.handoffTerm(state, snap) === "settling") {
-          // Buffered deliveries were accepted in this term: wait for gossip instead of rejecting them.
-          this.feedHandoff(state, shard, { kind: "settling" });
-          return;
-        }
-        try {
-          const coordinator = electCoordinator(snap);
-          state.plan = completeHandoffInPlan(state.plan, shard, effect.next, this.self, coordinator);
-          this.afterPlanStored(state);
-        } catch (error) {
-          this.feedHandoff(state, shard, { kind: "abort" });
-          this.system.log.warn({ error: asError(error).message, shard, type: name }, "handoff could not complete");
-          return;
-        }
-        this.feedHandoff(state, shard, { kind: "completed" });
-        break;
-      }
-      case "dispatch":
-        this.dispatch(state, effect.delivery, effect.owner);
-        break;
-      case "reject":
-        this.reject(effect.delivery, effect.error);
-        break;
-      case "scheduleAttempt":
-        this.system.scheduler.scheduleOnce(effect.afterMs, () => {
-          if (!current() || this.stopped) return;
-          this.feedHandoff(state, shard, this.attemptInput(state, running.state.previous, running.state.next));
-        });
-        break;
-      case "scheduleRetryComplete":
-        this.system.scheduler.scheduleOnce(effect.afterMs, () => {
-          if (!current() || this.stopped) return;
-          this.feedHandoff(state, shard, { kind: "retryComplete" });
-        });
-        break;
-      case "scheduleReconcile":
-        this.scheduleReconcile(state, effect.afterMs);
-        break;
-      case "failedAttempt":
-        if (isLeaseUnavailable(effect.error)) this.counters.leaseRetries++;
-        this.system.log.warn(
-          { error: effect.error.message, shard, type: name },
-          "sharding handoff step failed; retrying",
-        );
-        break;
-      case "finished":
-        if (current()) state.handoffs.delete(shard);
-        this.system.log.info({ type: name, shard, outcome: effect.outcome }, "sharding handoff finished");
-        if (effect.outcome === "done") {
-          this.counters.handoffShards++;
-          this.counters.rebalanceMoves++;
-          if (this.isAuthor(state)) this.broadcastPlan(state);
-        }
-        break;
-    }
-  }
-
-  /** A PassivateShard/PrepareShard ask: to another node's daemon, or run locally when that node is us. */
-  private controlAsk(node: UniqueAddress, message: object, local: () => Promise<void>): Promise<unknown> {
-    if (node.equals(this.self)) return local();
-    return askVia(this.system, this.daemonOf(node), message, ShardingControlAck, handoffTimeoutMs);
-  }
-
-  private checkControl(
-    state: TypeState,
-    settingsKey: string,
-    coordinatorText: string,
-    origin: UniqueAddress | null,
-  ): UniqueAddress {
-    if (settingsKey !== state.provider.settings.key) {
-      throw new ClusterShardingConfigurationError(
-        `Entity type ${state.provider.name} received incompatible sharding settings`,
-        "settingsKey",
-      );
-    }
-    const coordinator = acceptingCoordinator(this.membership.snapshot());
-    const ok =
-      coordinator !== null &&
-      coordinatorText === coordinator.toString() &&
-      (origin === null ? coordinator.equals(this.self) : origin.equals(coordinator));
-    if (!ok)
-      throw new ClusterShardingConfigurationError("Sharding control was not authorized by the current coordinator");
-    return coordinator;
-  }
-
-  private onPassivateShard(
-    message: PassivateShard,
-    sender: ActorRef<unknown> | null,
-    origin: UniqueAddress | null,
-  ): void {
-    const state = this.requireType(message.entityType);
-    this.checkControl(state, message.settingsKey, message.coordinator, origin);
-    this.drainLocally(state, message.shardId).then(
-      () => sender?.tell(new ShardingControlAck(true)),
-      (error: unknown) => sender?.failAsk?.(asError(error)),
-    );
-  }
-
-  private onPrepareShard(message: PrepareShard, sender: ActorRef<unknown> | null, origin: UniqueAddress | null): void {
-    const state = this.requireType(message.entityType);
-    const coordinator = this.checkControl(state, message.settingsKey, message.coordinator, origin);
-    this.prepareLocally(state, message.shardId, coordinator).then(
-      () => sender?.tell(new ShardingControlAck(true)),
-      (error: unknown) => sender?.failAsk?.(asError(error)),
-    );
-  }
-
-  /** Waits for the shard's retry queue to empty, then drains its entities (concurrent drains share one). */
-  private drainLocally(state: TypeState, shard: number): Promise<void> {
-    const running = state.drains.get(shard);
-    if (running !== undefined) return running;
-    const drain = (async () => {
-      while (state.barrier.has(shard) && !this.stopped) {
-        await new Promise<void>((resolve) => this.system.scheduler.scheduleOnce(1, resolve));
-      }
-      await state.provider.drainShard(shard);
-    })().finally(() => state.drains.delete(shard));
-    state.drains.set(shard, drain);
-    return drain;
-  }
-
-  private async prepareLocally(state: TypeState, shard: number, coordinator: UniqueAddress): Promise<void> {
-    await state.provider.prepareShard(shard);
-    state.prepared.set(shard, coordinator.toString());
-  }
-
-  // ---------------------------------------------------------------------------------------------------------------
-  // Passivation sweep, entity lifecycle, rejection, stop
-
-  private scheduleIdleSweep(state: TypeState, idleTimeoutMs: number): void {
-    const every = idleTimeoutMs < idleSweepHalvingFloorMs ? idleTimeoutMs : idleTimeoutMs / 2;
-    state.idleTimer = this.system.scheduler.scheduleOnce(every, () => {
-      if (this.stopped) return;
-      try {
-        this.counters.idlePassivations += state.provider.passivateIdle(this.system.scheduler.now(), idleTimeoutMs);
-      } catch (error) {
-        this.system.log.warn(
-          { error: asError(error).message, type: state.provider.name },
-          "idle sweep failed; stopped",
-        );
-        return;
-      }
-      this.scheduleIdleSweep(state, idleTimeoutMs);
-    });
-  }
+  // Entity lifecycle, stop
 
   private onEntityTerminated(signal: Terminated): void {
-    for (const state of this.types.values()) state.provider.entityTerminated(signal.ref);
-  }
-
-  private reject(d: Delivery, error: Error): void {
-    this.counters.rejectedEnvelopes++;
-    if (d.envelope.askTimeoutMs !== null) d.sender?.failAsk?.(error);
-    else this.system.log.debug?.({ error: error.message, type: d.envelope.entityType }, "sharded tell rejected");
-  }
-
-  private requireType(name: string): TypeState {
-    const state = this.types.get(name);
-    if (state === undefined) {
-      throw new ClusterShardingConfigurationError(
-        `Entity type ${name} is not registered on this node; call sharding.init("${name}", …) first`,
-      );
-    }
-    return state;
+    for (const state of this.ctx.types.values()) state.provider.entityTerminated(signal.ref);
   }
 
   private requireDaemonContext(): ActorContext<unknown> {
@@ -1434,26 +478,26 @@ export class ClusterSharding implements Extension, EntityRouter {
 
   /** Stops every entity, timer and subscription (the actor system calls this when it terminates). */
   async stop(): Promise<void> {
-    if (this.stopped) return;
-    this.stopped = true;
+    if (this.ctx.stopped) return;
+    this.ctx.stopped = true;
     this.unsubscribe();
     this.unsubscribeRejections();
     this.membership.unregisterDepartureGuard(departureGuardName);
-    for (const state of this.types.values()) {
+    for (const state of this.ctx.types.values()) {
       state.reconcileTimer?.cancel();
       state.planSyncTimer?.cancel();
       state.idleTimer?.cancel();
       for (const t of state.barrierTimers.values()) t.cancel();
       for (const d of state.barrier.clear())
-        this.reject(d, new NoShardOwnerError(state.provider.name, d.envelope.shardId));
+        this.ctx.reject(d, new NoShardOwnerError(state.provider.name, d.envelope.shardId));
       for (const running of state.handoffs.values()) {
         for (const d of running.state.buffer)
-          this.reject(d, new NoShardOwnerError(state.provider.name, d.envelope.shardId));
+          this.ctx.reject(d, new NoShardOwnerError(state.provider.name, d.envelope.shardId));
       }
       state.handoffs.clear();
     }
-    await Promise.all([...this.types.values()].map((s) => s.provider.stopAll()));
-    this.types.clear();
+    await Promise.all([...this.ctx.types.values()].map((s) => s.provider.stopAll()));
+    this.ctx.types.clear();
     this.daemon.sendSystem(STOP);
   }
 }
@@ -1466,106 +510,10 @@ function shardingExtensionId(runtime: () => ShardingRuntime): ExtensionId<Cluste
   };
 }
 
-/** A caller's entry to the coordinator logic on this node: `tell` runs it synchronously (the routing "mutex"). */
-class LocalCoordinatorEntry implements ActorRef<unknown> {
-  constructor(
-    private readonly daemon: ActorRef<unknown>,
-    private readonly handle: (message: unknown, sender: ActorRef<unknown> | null) => void,
-  ) {}
-  get path() {
-    return this.daemon.path;
-  }
-  tell(message: unknown, sender?: ActorRef<unknown> | null): void {
-    this.handle(message, sender ?? null);
-  }
-  ask<R>(): Promise<R> {
-    return Promise.reject(new InvalidMessageError("use askVia"));
-  }
-  sendSystem(): void {}
-}
-
-/**
- * The asker's ref as an entity sees it on the owner for a relayed ask: the same path and replies, but a failure of
- * the ask (the entity threw, or refused it), or no reply before the ask's timeout, also counts one rejected envelope
- * on this node. The first reply or failure settles it; nothing counts twice.
- */
-class RelayedAskSender implements ActorRef<unknown>, TimeoutTarget {
-  private settled = false;
-  private deadline: Cancellable | null = null;
-  constructor(
-    private readonly asker: ActorRef<unknown>,
-    private readonly counters: MutableShardingStats,
-  ) {}
-  get path() {
-    return this.asker.path;
-  }
-  /** Counts a rejection if neither a reply nor a failure passes through within `timeoutMs` (the asker's timeout). */
-  armTimeout(timeouts: TimeoutQueue, timeoutMs: number): void {
-    if (!this.settled && this.deadline === null) this.deadline = timeouts.schedule(timeoutMs, this);
-  }
-  onTimeout(): void {
-    this.deadline = null;
-    this.settle(true);
-  }
-  private settle(rejected: boolean): void {
-    if (this.settled) return;
-    this.settled = true;
-    this.deadline?.cancel();
-    this.deadline = null;
-    if (rejected) this.counters.rejectedEnvelopes++;
-  }
-  tell(message: unknown, sender?: ActorRef<unknown> | null): void {
-    this.settle(false);
-    this.asker.tell(message, sender);
-  }
-  ask<R>(message: unknown, replyType: Class<R>, timeoutMs: number, options?: AskOptions): Promise<R> {
-    return this.asker.ask(message, replyType, timeoutMs, options);
-  }
-  sendSystem(message: SystemMessage): void {
-    this.asker.sendSystem(message);
-  }
-  failAsk(error: Error): void {
-    this.settle(true);
-    this.asker.failAsk?.(error);
-  }
-}
-
-function departingOrUp(status: string): boolean {
-  return status === "Up" || status === "Leaving" || status === "Exiting";
-}
-
-function asError(error: unknown): Error {
-  return error instanceof Error ? error : new Error(String(error));
-}
-
 function expectsReply(message: unknown): boolean {
   return (
     message instanceof PassivateShard ||
     message instanceof PrepareShard ||
     (message instanceof ShardingEnvelope && message.askTimeoutMs !== null)
   );
-}
-
-function isLeaseUnavailable(error: Error): boolean {
-  return (
-    error instanceof ShardLeaseUnavailableError ||
-    (error as { remoteClass?: string }).remoteClass === "ShardLeaseUnavailableError"
-  );
-}
-
-/**
- * Refuses an entity id no node could host: an empty one, or one with a lone surrogate (its UTF-8, which the wire,
- * the stable hash and the entity's actor name all use, cannot represent it).
- * @throws InvalidArgumentError
- */
-function requireEntityId(entityId: string): void {
-  if (typeof entityId !== "string" || entityId.length === 0) {
-    throw new InvalidArgumentError("entity id", "entity id must not be empty");
-  }
-  if (!isWellFormedText(entityId)) {
-    throw new InvalidArgumentError(
-      "entity id",
-      "entity id must be well-formed Unicode (it has a lone surrogate); build ids from whole characters",
-    );
-  }
 }

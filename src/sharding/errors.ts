@@ -79,3 +79,8 @@ export class UnsupportedSystemMessageError extends Error {
     super(`Sharded entity references only support Stop (got ${messageKind}); send STOP to passivate`);
   }
 }
+
+/** `error` itself when it is an Error, else an Error carrying its text (user code may throw anything). */
+export function asError(error: unknown): Error {
+  return error instanceof Error ? error : new Error(String(error));
+}
