@@ -135,6 +135,20 @@ test("a handoff waiting for re-convergence aborts after 2 s of virtual time, rej
       (w) => w.message === "sharding handoff aborted" && (w.context as { shard: number }).shard === shard,
     );
     assert.deepEqual(aborted?.context, { shard, type: "Settle", rejected: 1 });
+    // b's other shards aborted too, with nothing buffered: an abort that rejected nothing is logged at info only.
+    const abortLines = (lines: typeof logger.infos) => lines.filter((l) => l.message === "sharding handoff aborted");
+    const rejectedOf = (l: (typeof logger.infos)[number]) => (l.context as { rejected: number }).rejected;
+    assert.ok(abortLines(logger.infos).length > 0, "b's idle shards aborted at info");
+    assert.deepEqual(
+      abortLines(logger.infos).filter((l) => rejectedOf(l) !== 0),
+      [],
+      "info: nothing rejected",
+    );
+    assert.deepEqual(
+      abortLines(logger.warnings).filter((l) => rejectedOf(l) === 0),
+      [],
+      "warn: something rejected",
+    );
     assert.equal(sequenceSink.get(id)?.includes(1), false, "the rejected delivery reached no entity");
 
     // Convergence returns: the next reconcile moves the shard, and traffic reaches the new owner.

@@ -96,8 +96,12 @@ export class HandoffShell {
     }
     if (next.phase === "aborted" && !wasAborted) {
       // Buffered deliveries were accepted: rejecting them is worth an operator's attention (and tests watch for it).
+      // An abort that rejected nothing (the coordinator changed while nobody was sending) is retried by the next
+      // reconcile and would only be noise at warn: a cluster's start can abort one per shard.
       const rejected = effects.filter((e) => e.kind === "reject").length;
-      this.ctx.system.log.warn({ shard, type: state.provider.name, rejected }, "sharding handoff aborted");
+      const context = { shard, type: state.provider.name, rejected };
+      if (rejected > 0) this.ctx.system.log.warn(context, "sharding handoff aborted");
+      else this.ctx.system.log.info(context, "sharding handoff aborted");
     }
     for (const effect of effects) this.performHandoffEffect(state, shard, running, effect);
   }
