@@ -1,6 +1,7 @@
 import type { Cancellable } from "../actor/index.ts";
 import { AllocationPlanner } from "./allocation/planner.ts";
 import { emptyPlan, type PlanState } from "./coordinator/plan.ts";
+import { ClusterShardingConfigurationError } from "./errors.ts";
 import type { HandoffState } from "./handoff/handoff.ts";
 import type { ShardingProvider } from "./provider.ts";
 import { RetryBarrier } from "./retry-barrier.ts";
@@ -51,4 +52,18 @@ export function newEntityTypeState(provider: ShardingProvider): EntityTypeState 
     planSyncTimer: null,
     idleTimer: null,
   };
+}
+
+/**
+ * Refuses a message that another node built from different settings for this type: its settings key, which every
+ * envelope and control message carries, must be this node's.
+ * @throws ClusterShardingConfigurationError
+ */
+export function requireSameSettings(state: EntityTypeState, settingsKey: string): void {
+  if (settingsKey !== state.provider.settings.key) {
+    throw new ClusterShardingConfigurationError(
+      `Entity type ${state.provider.name} received incompatible sharding settings; init it with identical settings on every node`,
+      "settingsKey",
+    );
+  }
 }

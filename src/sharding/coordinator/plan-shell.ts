@@ -1,7 +1,7 @@
 import { UniqueAddress } from "../../actor/index.ts";
 import type { ShardingMember } from "../allocation/strategy.ts";
 import { planSnapshotGenerationMax, planSyncIntervalMs, reconcileIntervalMs } from "../constants.ts";
-import type { EntityTypeState } from "../entity-type-state.ts";
+import { type EntityTypeState, requireSameSettings } from "../entity-type-state.ts";
 import { asError, ClusterShardingConfigurationError } from "../errors.ts";
 import { isUpMember, type ShardingClusterSnapshot } from "../membership.ts";
 import type { ShardingContext } from "../sharding-context.ts";
@@ -178,12 +178,7 @@ export class PlanShell {
     if (origin === null || request.requester !== origin.toString()) {
       throw new ClusterShardingConfigurationError("Sharding plan request has mismatched sender identity");
     }
-    if (request.settingsKey !== state.provider.settings.key) {
-      throw new ClusterShardingConfigurationError(
-        `Entity type ${request.entityType} received incompatible sharding settings; init it with identical settings on every node`,
-        "settingsKey",
-      );
-    }
+    requireSameSettings(state, request.settingsKey);
     const known = state.registrations.get(request.requester);
     state.registrations.set(request.requester, request.settingsKey);
     const coordinator = electCoordinator(this.ctx.membership.snapshot());
@@ -199,12 +194,7 @@ export class PlanShell {
     if (origin === null || request.coordinator !== origin.toString()) {
       throw new ClusterShardingConfigurationError("Sharding plan snapshot request has mismatched sender identity");
     }
-    if (request.settingsKey !== state.provider.settings.key) {
-      throw new ClusterShardingConfigurationError(
-        `Entity type ${request.entityType} received incompatible sharding settings`,
-        "settingsKey",
-      );
-    }
+    requireSameSettings(state, request.settingsKey);
     if (state.plan.generation > 0) this.ctx.daemonOf(origin).tell(this.snapshotOf(state), this.ctx.daemon);
     else this.ctx.daemonOf(origin).tell(this.planRequestOf(state), this.ctx.daemon);
   }
@@ -225,12 +215,7 @@ export class PlanShell {
 
   onPlanSnapshot(snapshot: PlanSnapshot, origin: UniqueAddress | null): void {
     const state = this.ctx.requireType(snapshot.entityType);
-    if (snapshot.settingsKey !== state.provider.settings.key) {
-      throw new ClusterShardingConfigurationError(
-        `Entity type ${snapshot.entityType} received incompatible sharding settings`,
-        "settingsKey",
-      );
-    }
+    requireSameSettings(state, snapshot.settingsKey);
     if (snapshot.generation > planSnapshotGenerationMax) {
       throw new ClusterShardingConfigurationError(
         `Plan snapshot generation ${snapshot.generation} of ${snapshot.entityType} exceeds ${planSnapshotGenerationMax}; a genuine plan never gets there, so the snapshot is refused`,
@@ -264,12 +249,7 @@ export class PlanShell {
 
   onPlanUpdate(update: PlanUpdate, origin: UniqueAddress | null): void {
     const state = this.ctx.requireType(update.entityType);
-    if (update.settingsKey !== state.provider.settings.key) {
-      throw new ClusterShardingConfigurationError(
-        `Entity type ${update.entityType} received incompatible sharding settings`,
-        "settingsKey",
-      );
-    }
+    requireSameSettings(state, update.settingsKey);
     const coordinator = acceptingCoordinator(this.ctx.membership.snapshot());
     let outcome: string;
     try {

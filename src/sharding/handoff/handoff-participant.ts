@@ -1,7 +1,7 @@
 import type { ActorRef, UniqueAddress } from "../../actor/index.ts";
 import { acceptingCoordinator } from "../coordinator/election.ts";
 import { type PassivateShard, type PrepareShard, ShardingControlAck } from "../coordinator/messages.ts";
-import type { EntityTypeState } from "../entity-type-state.ts";
+import { type EntityTypeState, requireSameSettings } from "../entity-type-state.ts";
 import { asError, ClusterShardingConfigurationError } from "../errors.ts";
 import type { ShardingContext } from "../sharding-context.ts";
 
@@ -19,12 +19,7 @@ export class HandoffParticipant {
     coordinatorText: string,
     origin: UniqueAddress | null,
   ): UniqueAddress {
-    if (settingsKey !== state.provider.settings.key) {
-      throw new ClusterShardingConfigurationError(
-        `Entity type ${state.provider.name} received incompatible sharding settings`,
-        "settingsKey",
-      );
-    }
+    requireSameSettings(state, settingsKey);
     const coordinator = acceptingCoordinator(this.ctx.membership.snapshot());
     const ok =
       coordinator !== null &&

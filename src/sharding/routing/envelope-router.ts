@@ -3,7 +3,7 @@ import { typedOf } from "../codec.ts";
 import { electCoordinator } from "../coordinator/election.ts";
 import type { ShardingEnvelope } from "../coordinator/messages.ts";
 import type { PlanShell } from "../coordinator/plan-shell.ts";
-import type { EntityTypeState } from "../entity-type-state.ts";
+import { type EntityTypeState, requireSameSettings } from "../entity-type-state.ts";
 import { asError, ClusterShardingConfigurationError, NoShardOwnerError } from "../errors.ts";
 import type { HandoffShell } from "../handoff/handoff-shell.ts";
 import { isUpMember } from "../membership.ts";
@@ -34,12 +34,7 @@ export class EnvelopeRouter {
     const typed = typedOf(envelope);
     let delivery: Delivery = { envelope, sender, typed: typed?.value };
     try {
-      if (envelope.settingsKey !== state.provider.settings.key) {
-        throw new ClusterShardingConfigurationError(
-          `Entity type ${envelope.entityType} received incompatible sharding settings; init it with identical settings on every node`,
-          "settingsKey",
-        );
-      }
+      requireSameSettings(state, envelope.settingsKey);
       if (envelope.kind === "User" && typed === undefined) {
         let value: unknown;
         try {
