@@ -370,60 +370,67 @@ export class Remoting implements Extension {
     }
     const registration = this.registry.registrationOf(message);
     const codec = registration.codec;
-    if (codec !== null && this.sendRepeat(target, message as object, sender, registration, codec)) return;
-    let bound = 0;
-    if (codec !== null) {
-      // Checked before anything else, so a value the codec cannot carry is refused at send even while disconnected.
-      // (The repeated-tell path above skips the string scan: it always writes, and writing finds a lone surrogate.)
-      try {
-        bound = codec.measure(message as object);
-        codec.checkText(message as object);
-      } catch (error) {
-        if (error instanceof MessageEncodeError) this.stats_.unencodable++;
-        throw error;
-      }
-    }
-    const association = this.writableAssociation(target, message, sender);
-    if (association === null) return;
-    if (codec !== null) {
-      this.writeEnvelope(
-        association,
-        FrameKind.user,
-        target,
-        sender,
-        registration.name,
-        null,
-        message as object,
-        codec,
-        bound,
-        registration,
-      );
-    } else {
+    if (codec === null) {
+      const via = this.writableAssociation(target, message, sender);
+      if (via === null) return;
       const payload = JSON.stringify(message);
-      this.writeEnvelope(association, FrameKind.user, target, sender, registration.name, payload, null, null, 0, null);
+      this.writeEnvelope(via, FrameKind.user, target, sender, registration.name, payload, null, null, 0, null);
+      return;
     }
+    let bound: number;
+    let repeated: Association | null;
+    try {
+      bound = codec.measure(message as object);
+      repeated = this.repeatedOn(target, sender, registration, bound);
+      // Checked before anything else, so a value the codec cannot carry is refused at send even while disconnected.
+      // (A repeated tell skips the string scan: it always writes, and writing finds a lone surrogate.)
+      if (repeated === null) codec.checkText(message as object);
+    } catch (error) {
+      if (error instanceof MessageEncodeError) this.stats_.unencodable++;
+      throw error;
+    }
+    if (repeated !== null) {
+      const id = repeated.lastHeader!.id;
+      repeated.headers.touch(id);
+      this.writeCompressedFrame(repeated.writer, id, registration.name, message as object, codec, bound);
+      return;
+    }
+    const via = this.writableAssociation(target, message, sender);
+    if (via === null) return;
+    this.writeEnvelope(
+      via,
+      FrameKind.user,
+      target,
+      sender,
+      registration.name,
+      null,
+      message as object,
+      codec,
+      bound,
+      registration,
+    );
   }
 
   /**
-   * The hot path of a stream of tells: the same target ref, local sender and binary type as the previous envelope on an
-   * up association, with nothing that could drop it. Such an envelope is a header id plus the payload, so none of the
-   * per-message checks of {@link writableAssociation} and {@link writeEnvelope} can change their outcome; any other
-   * case returns false and takes the general path.
+   * The hot path of a stream of tells: returns `target`'s association when the envelope repeats the previous one
+   * written there (the same recipient path, local sender and binary type, on an up association, with nothing that
+   * could drop it), else null. Such an envelope is a header id plus the payload, so none of the per-message checks of
+   * {@link writableAssociation} and {@link writeEnvelope} can change their outcome.
    */
-  private sendRepeat(
+  private repeatedOn(
     target: RemoteActorRef,
-    message: object,
     sender: ActorRef<unknown> | null,
     registration: MessageRegistration,
-    codec: PayloadCodec,
-  ): boolean {
+    bound: number,
+  ): Association | null {
     const association = target.association;
-    if (association === null || association.state !== "up" || target.replyConnection !== null) return false;
+    if (association === null || association.state !== "up" || target.replyConnection !== null) return null;
     const repeat = association.lastHeader?.repeat;
     if (
       repeat === undefined ||
       repeat === null ||
-      repeat.target !== target ||
+      // By path, not ref identity: another ref to the same actor has the same header (its association is this one).
+      repeat.targetPath !== target.pathText ||
       repeat.sender !== sender ||
       repeat.registration !== registration ||
       target.uid === null ||
@@ -431,36 +438,14 @@ export class Remoting implements Extension {
       // keeps refs to lost incarnations on the general path without consulting the lost set, which only grows.
       target.uid !== association.knownUid ||
       this.blackholed.size > 0 ||
-      this.stopped
+      this.stopped ||
+      association.writer.bufferedBytes > this.settings.maxBufferedBytes ||
+      // A frame that could exceed the limit goes the general way, which measures it after writing.
+      bound > this.settings.maxFrameBytes - compressedHeaderBytes
     ) {
-      return false;
+      return null;
     }
-    const writer = association.writer;
-    if (writer.bufferedBytes > this.settings.maxBufferedBytes) return false;
-    let bound: number;
-    try {
-      bound = codec.measure(message);
-    } catch (error) {
-      if (error instanceof MessageEncodeError) this.stats_.unencodable++;
-      throw error;
-    }
-    // A frame that could exceed the limit goes the general way, which measures it after writing.
-    if (bound > this.settings.maxFrameBytes - compressedHeaderBytes) return false;
-    const id = association.lastHeader!.id;
-    association.headers.touch(id);
-    const buf = writer.reserve(frameHeaderBytes + compressedHeaderBytes + bound);
-    const start = writer.offset;
-    let end: number;
-    try {
-      end = codec.write(buf, writeCompressedHeader(buf, start + frameHeaderBytes, id), message);
-    } catch (error) {
-      // Nothing was committed: the bytes written so far are overwritten by the next frame.
-      if (error instanceof MessageEncodeError) this.stats_.unencodable++;
-      throw error;
-    }
-    writeFrameLength(buf, start, end);
-    writer.commit(end);
-    return true;
+    return association;
   }
 
   /** @internal Sends "your ask failed" to a remote asker's reply actor. */
@@ -556,7 +541,7 @@ export class Remoting implements Extension {
     message: object | null,
     codec: PayloadCodec | null,
     codecBound: number,
-    /** The binary message's registration (remembered for {@link sendRepeat}), else null. */
+    /** The binary message's registration (remembered for {@link repeatedOn}), else null. */
     registration: MessageRegistration | null,
   ): void {
     const max = this.settings.maxFrameBytes;
@@ -616,14 +601,19 @@ export class Remoting implements Extension {
         repeat:
           registration !== null &&
           (sender === null || (sender instanceof LocalActorRef && sender.cell.system === this.system))
-            ? { target, sender, registration }
+            ? { targetPath: target.pathText, sender, registration }
             : null,
       };
     }
     // else: an ask's reply actor (as sender or recipient) never repeats; its header is written out with id 0.
+    const compressed = id !== 0 && defined === 0;
+    if (compressed && codec !== null) {
+      this.writeCompressedFrame(writer, id, typeName, message!, codec, codecBound);
+      return;
+    }
     let buf: Buffer;
     let o: number;
-    if (id !== 0 && defined === 0) {
+    if (compressed) {
       buf = writer.reserve(frameHeaderBytes + compressedHeaderBytes + payloadBound);
       o = writeCompressedHeader(buf, writer.offset + frameHeaderBytes, id);
     } else {
@@ -660,6 +650,35 @@ export class Remoting implements Extension {
     }
     writeFrameLength(buf, start, o);
     writer.commit(o);
+  }
+
+  /**
+   * Writes a binary user envelope whose header the connection already carries as `id`: `[length][8][u16 id][payload]`.
+   * @throws MessageTooLargeError when the frame exceeds maxFrameBytes (nothing is written)
+   */
+  private writeCompressedFrame(
+    writer: FrameWriter,
+    id: number,
+    typeName: string,
+    message: object,
+    codec: PayloadCodec,
+    bound: number,
+  ): void {
+    const buf = writer.reserve(frameHeaderBytes + compressedHeaderBytes + bound);
+    const start = writer.offset;
+    let end: number;
+    try {
+      end = codec.write(buf, writeCompressedHeader(buf, start + frameHeaderBytes, id), message);
+    } catch (error) {
+      // Nothing was committed: the bytes written so far are overwritten by the next frame.
+      if (error instanceof MessageEncodeError) this.stats_.unencodable++;
+      throw error;
+    }
+    const max = this.settings.maxFrameBytes;
+    if (end - start - frameHeaderBytes > max)
+      throw new MessageTooLargeError(typeName, end - start - frameHeaderBytes, max);
+    writeFrameLength(buf, start, end);
+    writer.commit(end);
   }
 
   private dropped(
@@ -836,41 +855,24 @@ export class Remoting implements Extension {
   }
 
   /**
-   * Handles the frames of one received chunk in order. The bulk of the traffic — a header-compressed user envelope
-   * whose header already decoded once, for a live recipient — is decoded and delivered inline; everything else goes
-   * through {@link onFrame}.
+   * Handles the frames of one received chunk in order. The bulk of the traffic — a header-compressed user envelope —
+   * goes straight to {@link onCompressed}; everything else through {@link onFrame}.
    */
   private onFrames(connection: Connection, frames: readonly Buffer[], from: number): void {
     const peer = connection.peer!;
-    const headers = connection.inboundHeaders;
     for (let i = from; i < frames.length; i++) {
-      // Checked before every frame, the inline ones too: a delivery (a dead letter's or a rejection's listener) may
-      // have closed the connection, e.g. by quarantining the peer, and nothing after that may reach an actor.
+      // Checked before every frame: a delivery (a dead letter's or a rejection's listener) may have closed the
+      // connection, e.g. by quarantining the peer, and nothing after that may reach an actor.
       if (!connection.isOpen) return;
       const frame = frames[i]!;
-      if (
-        frame[0] === FrameKind.userCompressed &&
-        frame.length >= compressedHeaderBytes &&
-        this.blackholed.size === 0
-      ) {
-        const entry = headers[(frame[1]! << 8) | frame[2]!] as InboundHeader | undefined;
-        const direct = entry?.direct ?? null;
-        const recipient = entry?.recipient ?? null;
-        if (direct !== null && recipient !== null && !recipient.cell.isTerminated) {
-          let message: unknown;
-          try {
-            message = direct.codec.read(frame, compressedHeaderBytes, frame.length, direct.proto);
-          } catch (error) {
-            if (!(error instanceof EnvelopeDecodeError)) throw error;
-            this.rejectedInbound(peer, error);
-            continue;
-          }
-          this.stats_.delivered++;
-          recipient.deliver(message, entry!.sender, peer);
-          continue;
-        }
+      try {
+        if (frame[0] === FrameKind.userCompressed && this.blackholed.size === 0)
+          this.onCompressed(connection, peer, frame);
+        else this.onFrame(connection, peer, frame);
+      } catch (error) {
+        if (!(error instanceof EnvelopeDecodeError)) throw error;
+        this.rejectedInbound(peer, error);
       }
-      this.onFrame(connection, peer, frame);
     }
   }
 
@@ -886,19 +888,14 @@ export class Remoting implements Extension {
       this.stats_.droppedBlackholed++;
       return;
     }
-    try {
-      if (kind === FrameKind.userCompressed) this.onCompressed(connection, peer, frame);
-      else if (kind === FrameKind.user) this.onUser(connection, peer, frame);
-      else if (kind === FrameKind.askFailure) this.onAskFailure(frame);
-      else if (kind === FrameKind.system) this.onSystem(connection, peer, frame);
-      else if (kind === FrameKind.ack) this.onAck(peer, frame);
-      else {
-        this.stats_.rejected.unexpected++;
-        this.connectionContext.warn({ peer: peer.toString(), kind }, "dropped a frame of unknown kind");
-      }
-    } catch (error) {
-      if (!(error instanceof EnvelopeDecodeError)) throw error;
-      this.rejectedInbound(peer, error);
+    if (kind === FrameKind.userCompressed) this.onCompressed(connection, peer, frame);
+    else if (kind === FrameKind.user) this.onUser(connection, peer, frame);
+    else if (kind === FrameKind.askFailure) this.onAskFailure(frame);
+    else if (kind === FrameKind.system) this.onSystem(connection, peer, frame);
+    else if (kind === FrameKind.ack) this.onAck(peer, frame);
+    else {
+      this.stats_.rejected.unexpected++;
+      this.connectionContext.warn({ peer: peer.toString(), kind }, "dropped a frame of unknown kind");
     }
   }
 
@@ -958,17 +955,23 @@ export class Remoting implements Extension {
 
   private deliverUser(entry: InboundHeader, peer: UniqueAddress, frame: Buffer, at: number): void {
     const header = entry.header;
-    let registration = entry.registration;
-    if (registration === undefined) {
-      registration = entry.registration = this.registry.lookupName(header.typeName);
+    const direct = entry.direct;
+    let message: unknown;
+    if (direct !== null) {
+      message = direct.codec.read(frame, at, frame.length, direct.proto);
+    } else {
+      let registration = entry.registration;
       if (registration === undefined) {
-        throw new EnvelopeDecodeError("unknownType", `type "${header.typeName}" is not registered`);
+        registration = entry.registration = this.registry.lookupName(header.typeName);
+        if (registration === undefined) {
+          throw new EnvelopeDecodeError("unknownType", `type "${header.typeName}" is not registered`);
+        }
       }
-    }
-    const binary = header.format === PayloadFormat.binary;
-    const message = decodePayload(registration, binary, header.fingerprint, frame, at, frame.length);
-    if (binary && registration.direct && header.headerId !== 0 && entry.direct === null) {
-      entry.direct = { codec: registration.codec!, proto: registration.type.prototype as object };
+      const binary = header.format === PayloadFormat.binary;
+      message = decodePayload(registration, binary, header.fingerprint, frame, at, frame.length);
+      if (binary && registration.direct && header.headerId !== 0) {
+        entry.direct = { codec: registration.codec!, proto: registration.type.prototype as object };
+      }
     }
     let recipient = entry.recipient;
     if (recipient === null || recipient.cell.isTerminated) {
