@@ -60,7 +60,7 @@ export class Association implements ConnectionOwner {
     readonly typeName: string;
     /**
      * The target's path, the sender ref and the registration that produced it when the sender was an actor of this
-     * system or none (together they imply the header, see Remoting.repeatedOn), else null. An actor of another
+     * system or none (together they imply the header, see SendPath.repeatedOn), else null. An actor of another
      * in-process system is excluded: its path changes when that system enables remoting.
      */
     readonly repeat: {
