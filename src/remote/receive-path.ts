@@ -181,45 +181,61 @@ export class ReceivePath {
     this.deliverUser(entry, peer, frame, at);
   }
 
+  /**
+   * Decodes and delivers the payload at `frame[at..]` of a user envelope with header `entry`. Kept small, its rare
+   * cases in {@link decodeUser} and {@link liveRecipient}: it is every user envelope's path.
+   */
   private deliverUser(entry: InboundHeader, peer: UniqueAddress, frame: Buffer, at: number): void {
-    const header = entry.header;
     const direct = entry.direct;
-    let message: unknown;
-    if (direct !== null) {
-      message = direct.codec.read(frame, at, frame.length, direct.proto);
-    } else {
-      let registration = entry.registration;
-      if (registration === undefined) {
-        registration = entry.registration = this.registry.lookupName(header.typeName);
-        if (registration === undefined) {
-          throw new EnvelopeDecodeError("unknownType", `type "${header.typeName}" is not registered`);
-        }
-      }
-      const binary = header.format === PayloadFormat.binary;
-      message = decodePayload(registration, binary, header.fingerprint, frame, at, frame.length);
-      if (binary && registration.direct && header.headerId !== 0) {
-        entry.direct = { codec: registration.codec!, proto: registration.type.prototype as object };
-      }
-    }
+    const message =
+      direct === null ? this.decodeUser(entry, frame, at) : direct.codec.read(frame, at, frame.length, direct.proto);
     let recipient = entry.recipient;
     if (recipient === null || recipient.cell.isTerminated) {
-      const found = this.recipientRef(header.recipient);
-      if (!(found instanceof LocalActorRef)) {
-        if (found === null) {
-          this.stats.deadLetters++;
-          this.system.deadLetterOffice.publish(message, entry.sender, `${this.system.address}${header.recipient}`);
-        } else {
-          this.stats.delivered++;
-          found.tell(message, entry.sender);
-        }
-        return;
-      }
-      recipient = found;
-      // Only a remembered header is worth remembering its recipient in (an ask's reply actor never repeats).
-      if (header.headerId !== 0) entry.recipient = found;
+      recipient = this.liveRecipient(entry, message);
+      if (recipient === null) return;
     }
     this.stats.delivered++;
     recipient.deliver(message, entry.sender, peer);
+  }
+
+  /** Decodes a payload with all the checks (and makes the header direct when its type allows, see InboundHeader). */
+  private decodeUser(entry: InboundHeader, frame: Buffer, at: number): unknown {
+    const header = entry.header;
+    let registration = entry.registration;
+    if (registration === undefined) {
+      registration = entry.registration = this.registry.lookupName(header.typeName);
+      if (registration === undefined) {
+        throw new EnvelopeDecodeError("unknownType", `type "${header.typeName}" is not registered`);
+      }
+    }
+    const binary = header.format === PayloadFormat.binary;
+    const message = decodePayload(registration, binary, header.fingerprint, frame, at, frame.length);
+    if (binary && registration.direct && header.headerId !== 0) {
+      entry.direct = { codec: registration.codec!, proto: registration.type.prototype as object };
+    }
+    return message;
+  }
+
+  /**
+   * Looks up the recipient of `entry` anew: returns it when it is a live local actor, else hands `message` to what
+   * the path names (a dead letter when nothing) and returns null.
+   */
+  private liveRecipient(entry: InboundHeader, message: unknown): LocalActorRef<unknown> | null {
+    const header = entry.header;
+    const found = this.recipientRef(header.recipient);
+    if (!(found instanceof LocalActorRef)) {
+      if (found === null) {
+        this.stats.deadLetters++;
+        this.system.deadLetterOffice.publish(message, entry.sender, `${this.system.address}${header.recipient}`);
+      } else {
+        this.stats.delivered++;
+        found.tell(message, entry.sender);
+      }
+      return null;
+    }
+    // Only a remembered header is worth remembering its recipient in (an ask's reply actor never repeats).
+    if (header.headerId !== 0) entry.recipient = found;
+    return found;
   }
 
   private onAskFailure(frame: Buffer): void {
