@@ -385,9 +385,9 @@ export class SendPath {
       if (error instanceof MessageEncodeError) this.stats.unencodable++;
       throw error;
     }
+    const frameBytes = end - start - frameHeaderBytes;
     const max = this.settings.maxFrameBytes;
-    if (end - start - frameHeaderBytes > max)
-      throw new MessageTooLargeError(typeName, end - start - frameHeaderBytes, max);
+    if (frameBytes > max) throw new MessageTooLargeError(typeName, frameBytes, max);
     writeFrameLength(buf, start, end);
     writer.commit(end);
   }
