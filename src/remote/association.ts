@@ -59,11 +59,15 @@ export class Association implements ConnectionOwner {
     readonly senderUid: string | null;
     readonly typeName: string;
     /**
-     * The ref and registration that produced it when the sender was an actor of this system or none (their identity
-     * implies the header, see Remoting.sendRepeat), else null. An actor of another in-process system is excluded: its
-     * path changes when that system enables remoting.
+     * The target's path, the sender ref and the registration that produced it when the sender was an actor of this
+     * system or none (together they imply the header, see SendPath.repeatedOn), else null. An actor of another
+     * in-process system is excluded: its path changes when that system enables remoting.
      */
-    readonly repeat: { readonly target: object; readonly sender: object | null; readonly registration: object } | null;
+    readonly repeat: {
+      readonly targetPath: string;
+      readonly sender: object | null;
+      readonly registration: object;
+    } | null;
   } | null = null;
   writer: FrameWriter;
   private connection: Connection | null = null;

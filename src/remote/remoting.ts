@@ -6,54 +6,21 @@ import {
   type ActorRef,
   type ActorSystem,
   Address,
-  DRAIN_AND_STOP,
-  DrainAndStop,
   type Extension,
   type ExtensionId,
-  InvalidMessageError,
-  LocalActorRef,
   ActorPath as Path,
-  STOP,
-  Stop,
   type SystemMessage,
-  Terminated,
   UniqueAddress,
-  Unwatch,
-  Watch,
 } from "../actor/index.ts";
-import { Association, type AssociationHost, type AssociationState } from "./association.ts";
-import type { PayloadCodec } from "./codec.ts";
+import type { Association, AssociationHost, AssociationState } from "./association.ts";
 import { Connection, type ConnectionContext, type ConnectionOwner } from "./connection.ts";
-import {
-  compressedHeaderBytes,
-  type EnvelopeHeader,
-  encodeControlFrame,
-  FrameKind,
-  type FrameKindValue,
-  PayloadFormat,
-  readControlFrame,
-  readUserEnvelope,
-  readUserHeader,
-  userHeaderBytesBound,
-  userHeaderEnd,
-  writeCompressedHeader,
-  writeFrameLength,
-  writeUserHeader,
-} from "./envelope.ts";
-import {
-  EnvelopeDecodeError,
-  HandshakeError,
-  MessageEncodeError,
-  MessageTooLargeError,
-  RemoteAskError,
-  RemoteDeliveryError,
-  RemotingNotEnabledError,
-} from "./errors.ts";
-import { frameHeaderBytes } from "./frame.ts";
+import { HandshakeError, RemotingNotEnabledError } from "./errors.ts";
 import { FrameWriter } from "./frame-writer.ts";
-import { headerTableSize } from "./header-table.ts";
-import { decodePayload, type MessageRegistration, MessageRegistry } from "./message-registry.ts";
+import { MessageRegistry } from "./message-registry.ts";
+import { ReceivePath } from "./receive-path.ts";
 import { RemoteActorRef } from "./remote-actor-ref.ts";
+import { RemoteWatches } from "./remote-watches.ts";
+import { SendPath } from "./send-path.ts";
 import {
   insecureBindingWarning,
   type RemotingSettings,
@@ -62,6 +29,7 @@ import {
 } from "./settings.ts";
 import { emptyStats, type RemotingStats } from "./stats.ts";
 import { SystemInbox } from "./system-channel.ts";
+import { SystemMessages } from "./system-messages.ts";
 
 /** An inbound envelope remoting dropped as undecodable, for `remoting.onInboundRejected`. */
 export interface InboundRejection {
@@ -95,32 +63,8 @@ export interface PeerInfo {
   readonly pendingSystemMessages: number;
 }
 
-/** What the receive path knows about one header of a connection (kept under its id while the sender uses it). */
-interface InboundHeader {
-  readonly header: EnvelopeHeader;
-  /** Undefined while the type is unknown here (looked up again on every frame, so a later registration works). */
-  registration: MessageRegistration | undefined;
-  readonly sender: ActorRef<unknown> | null;
-  recipient: LocalActorRef<unknown> | null;
-  /**
-   * Once a binary payload of a class rebuilt without `fromJSON` or schema decoded under this header: its codec and
-   * prototype. Nothing they were checked against can change while the header lives (registrations are final), so
-   * the following frames decode without the checks.
-   */
-  direct: { readonly codec: PayloadCodec; readonly proto: object } | null;
-}
-
-/** Takes back header id `defined` (0: none) of a frame that was refused: its definition never reaches the peer. */
-function forgetDefinition(association: Association, defined: number): void {
-  if (defined === 0) return;
-  association.headers.release(defined);
-  association.lastHeader = null;
-}
-
 /** Recently lost incarnations remembered, so refs to them keep failing fast. */
 const lostIncarnationsMax = 4096;
-/** Inbound sender refs cached by path and uid (temp refs of asks are not cached). */
-const senderCacheMax = 10_000;
 
 /**
  * TCP remoting of one actor system (an Extension: it stops with the system). It listens on `host:port`, keeps one
@@ -146,20 +90,11 @@ export class Remoting implements Extension {
   private readonly inbox = new SystemInbox();
   private readonly listeners = new Set<(event: AssociationEvent) => void>();
   private readonly rejectionListeners = new Set<(rejection: InboundRejection) => void>();
-  private readonly recipients = new Map<string, ActorRef<unknown>>();
-  private readonly senders = new Map<string, ActorRef<unknown>>();
-  /** Remote actors watched by local ones: watchee path text → watchee ref and its local watchers. */
-  private readonly remoteWatches = new Map<string, { ref: RemoteActorRef; watchers: Map<string, ActorRef<unknown>> }>();
-  /** Local actors watched by remote ones: peer UniqueAddress text → (watchee|watcher) → pair. */
-  private readonly inboundWatches = new Map<
-    string,
-    Map<string, { watchee: ActorRef<unknown>; watcher: RemoteActorRef }>
-  >();
-  private readonly selfUid: string;
+  private readonly watches = new RemoteWatches();
   private stopped = false;
   private readonly host: AssociationHost;
-  /** The association found last, keyed by Address identity (replies to one peer reuse its Address object). */
-  private lastAssociation: Association | null = null;
+  private readonly sendPath: SendPath;
+  private readonly receivePath: ReceivePath;
 
   private constructor(
     /** The system this remoting serves. */
@@ -171,8 +106,8 @@ export class Remoting implements Extension {
   ) {
     this.settings = settings;
     this.registry = registry;
-    this.selfUid = randomBytes(8).toString("hex");
-    this.selfAddress = new UniqueAddress(Address.tcp(system.name, settings.host, port), this.selfUid);
+    const selfUid = randomBytes(8).toString("hex");
+    this.selfAddress = new UniqueAddress(Address.tcp(system.name, settings.host, port), selfUid);
     const log = system.log;
     this.connectionContext = {
       identity: { system: system.name, cluster: settings.clusterName, uniqueAddress: this.selfAddress },
@@ -183,17 +118,36 @@ export class Remoting implements Extension {
       stats: this.stats_,
       warn: (context, message) => log.warn({ node: this.selfAddress.toString(), ...context }, message),
     };
+    const systemMessages = new SystemMessages(this, selfUid, this.watches);
+    const receivePath = new ReceivePath(
+      this,
+      this.associations,
+      this.blackholed,
+      this.inbox,
+      this.rejectionListeners,
+      systemMessages,
+    );
+    this.receivePath = receivePath;
     this.host = {
       settings,
       stats: this.stats_,
       connectionContext: this.connectionContext,
       admit: (peer) => this.admit(peer),
-      frames: (connection, frames, from) => this.onFrames(connection, frames, from),
+      frames: (connection, frames, from) => receivePath.onFrames(connection, frames, from),
       changed: (association, event) => {
         const peer = association.peer ?? new UniqueAddress(association.address, association.uid ?? "unknown");
         this.emit({ kind: event, peer });
       },
     };
+    this.sendPath = new SendPath(
+      this,
+      this.host,
+      this.associations,
+      this.incarnations,
+      this.lost,
+      this.blackholed,
+      systemMessages,
+    );
   }
 
   /** @internal Binds the listener and installs remote addressing; used by `system.enableRemoting`. */
@@ -356,416 +310,40 @@ export class Remoting implements Extension {
   async stop(): Promise<void> {
     if (this.stopped) return;
     this.stopped = true;
+    this.sendPath.stopped = true;
     for (const association of this.associations.values()) association.stop();
     for (const connection of this.inbound) connection.shutdown();
     await new Promise<void>((resolve) => this.server.close(() => resolve()));
   }
 
-  // ---- outbound ----
+  // ---- the send path's entry points ----
 
   /** @internal Encodes and queues a user message for `target` (see RemoteActorRef.tell). */
   sendUser(target: RemoteActorRef, message: unknown, sender: ActorRef<unknown> | null): void {
-    if (message === undefined || message === null) {
-      throw new InvalidMessageError("tell needs a message value, got " + message);
-    }
-    const registration = this.registry.registrationOf(message);
-    const codec = registration.codec;
-    if (codec !== null && this.sendRepeat(target, message as object, sender, registration, codec)) return;
-    let bound = 0;
-    if (codec !== null) {
-      // Checked before anything else, so a value the codec cannot carry is refused at send even while disconnected.
-      // (The repeated-tell path above skips the string scan: it always writes, and writing finds a lone surrogate.)
-      try {
-        bound = codec.measure(message as object);
-        codec.checkText(message as object);
-      } catch (error) {
-        if (error instanceof MessageEncodeError) this.stats_.unencodable++;
-        throw error;
-      }
-    }
-    const association = this.writableAssociation(target, message, sender);
-    if (association === null) return;
-    if (codec !== null) {
-      this.writeEnvelope(
-        association,
-        FrameKind.user,
-        target,
-        sender,
-        registration.name,
-        null,
-        message as object,
-        codec,
-        bound,
-        registration,
-      );
-    } else {
-      const payload = JSON.stringify(message);
-      this.writeEnvelope(association, FrameKind.user, target, sender, registration.name, payload, null, null, 0, null);
-    }
-  }
-
-  /**
-   * The hot path of a stream of tells: the same target ref, local sender and binary type as the previous envelope on an
-   * up association, with nothing that could drop it. Such an envelope is a header id plus the payload, so none of the
-   * per-message checks of {@link writableAssociation} and {@link writeEnvelope} can change their outcome; any other
-   * case returns false and takes the general path.
-   */
-  private sendRepeat(
-    target: RemoteActorRef,
-    message: object,
-    sender: ActorRef<unknown> | null,
-    registration: MessageRegistration,
-    codec: PayloadCodec,
-  ): boolean {
-    const association = target.association;
-    if (association === null || association.state !== "up" || target.replyConnection !== null) return false;
-    const repeat = association.lastHeader?.repeat;
-    if (
-      repeat === undefined ||
-      repeat === null ||
-      repeat.target !== target ||
-      repeat.sender !== sender ||
-      repeat.registration !== registration ||
-      target.uid === null ||
-      // knownUid is never a lost incarnation (admit refuses those; losing the known one clears it), so this also
-      // keeps refs to lost incarnations on the general path without consulting the lost set, which only grows.
-      target.uid !== association.knownUid ||
-      this.blackholed.size > 0 ||
-      this.stopped
-    ) {
-      return false;
-    }
-    const writer = association.writer;
-    if (writer.bufferedBytes > this.settings.maxBufferedBytes) return false;
-    let bound: number;
-    try {
-      bound = codec.measure(message);
-    } catch (error) {
-      if (error instanceof MessageEncodeError) this.stats_.unencodable++;
-      throw error;
-    }
-    // A frame that could exceed the limit goes the general way, which measures it after writing.
-    if (bound > this.settings.maxFrameBytes - compressedHeaderBytes) return false;
-    const id = association.lastHeader!.id;
-    association.headers.touch(id);
-    const buf = writer.reserve(frameHeaderBytes + compressedHeaderBytes + bound);
-    const start = writer.offset;
-    let end: number;
-    try {
-      end = codec.write(buf, writeCompressedHeader(buf, start + frameHeaderBytes, id), message);
-    } catch (error) {
-      // Nothing was committed: the bytes written so far are overwritten by the next frame.
-      if (error instanceof MessageEncodeError) this.stats_.unencodable++;
-      throw error;
-    }
-    writeFrameLength(buf, start, end);
-    writer.commit(end);
-    return true;
+    this.sendPath.sendUser(target, message, sender);
   }
 
   /** @internal Sends "your ask failed" to a remote asker's reply actor. */
   sendAskFailure(target: RemoteActorRef, error: Error): void {
-    if (target.path.elements[0] !== "temp") return;
-    const association = this.writableAssociation(target, error, null);
-    if (association === null) return;
-    const payload = JSON.stringify({ remoteClass: error.name, message: error.message });
-    this.writeEnvelope(association, FrameKind.askFailure, target, null, "", payload, null, null, 0, null);
-  }
-
-  /**
-   * Checks blackhole, incarnation and connection state for a message to `target`; returns the association to write
-   * on (or, for an ask's reply actor, the open inbound connection the ask came on), or null after dropping (counted;
-   * a local asker behind `sender` is failed fast).
-   */
-  private writableAssociation(
-    target: RemoteActorRef,
-    message: unknown,
-    sender: ActorRef<unknown> | null,
-  ): Association | Connection | null {
-    if (this.stopped) {
-      this.dropped(target, message, sender, "stopped");
-      return null;
-    }
-    const reply = target.replyConnection;
-    if (reply !== null) {
-      // An ask's reply goes back over the connection the ask came on while it is open: request and reply then share
-      // one TCP connection, whose ACKs ride on the data, as a plain request/response socket's do.
-      if (reply.isOpen) {
-        if (this.blackholed.size > 0 && this.blackholed.has(target.path.address.hostPort)) {
-          this.stats_.droppedBlackholed++;
-          return null;
-        }
-        if (reply.writer.bufferedBytes > this.settings.maxBufferedBytes) {
-          this.stats_.droppedOverflow++;
-          this.dropped(target, message, sender, "overflow");
-          return null;
-        }
-        return reply;
-      }
-      target.replyConnection = null;
-    }
-    let association = target.association;
-    if (association === null || association.state === "stopped") {
-      association = this.associationFor(target.path.address);
-      target.association = association;
-    }
-    if (this.blackholed.size > 0 && this.blackholed.has(association.key)) {
-      this.stats_.droppedBlackholed++;
-      return null;
-    }
-    if (
-      target.uid !== null &&
-      ((association.knownUid !== null && association.knownUid !== target.uid) ||
-        (this.lost.size > 0 && this.lost.has(`${target.path.address}#${target.uid}`)))
-    ) {
-      this.stats_.droppedStaleUid++;
-      this.dropped(target, message, sender, "staleUid");
-      return null;
-    }
-    const mode = association.sendMode;
-    if (mode === "drop") {
-      this.stats_.droppedWhileDisconnected++;
-      this.dropped(target, message, sender, "disconnected");
-      return null;
-    }
-    if (target.uid === null && !target.anyIncarnation) {
-      if (mode === "write") target.uid = association.uid;
-      else association.bindOnConnect(target);
-    }
-    if (association.writer.bufferedBytes > this.settings.maxBufferedBytes) {
-      this.stats_.droppedOverflow++;
-      this.dropped(target, message, sender, "overflow");
-      return null;
-    }
-    return association;
-  }
-
-  /**
-   * Writes one user envelope or ask failure into the association's output chunk in a single pass: the header as an id
-   * when this connection already carries it (kind userCompressed), else written out (and given an id unless it names
-   * an ask's one-off reply actor), then the payload: binary through `codec`, or the JSON text `payload`.
-   * @throws MessageTooLargeError when the frame exceeds maxFrameBytes (nothing is written, no id is kept)
-   */
-  private writeEnvelope(
-    via: Association | Connection,
-    kind: FrameKindValue,
-    target: RemoteActorRef,
-    sender: ActorRef<unknown> | null,
-    typeName: string,
-    payload: string | null,
-    message: object | null,
-    codec: PayloadCodec | null,
-    codecBound: number,
-    /** The binary message's registration (remembered for {@link sendRepeat}), else null. */
-    registration: MessageRegistration | null,
-  ): void {
-    const max = this.settings.maxFrameBytes;
-    const payloadBound = payload === null ? codecBound : 3 * payload.length;
-    if (payload !== null && payload.length > max) throw new MessageTooLargeError(typeName, payload.length, max);
-    if (payload === null && codecBound > 3 * max + 64) throw new MessageTooLargeError(typeName, codecBound, max);
-    let senderPath: string | null = null;
-    let senderUid: string | null = null;
-    if (sender !== null) {
-      if (sender instanceof RemoteActorRef) {
-        senderPath = sender.pathText;
-        senderUid = sender.uid;
-      } else {
-        senderPath = sender.path.toString();
-        // This node's uid only for this system's actors: an actor of another system in the same process is a
-        // different node (or none, without remoting).
-        const ours =
-          sender instanceof LocalActorRef
-            ? sender.cell.system === this.system
-            : this.system.isLocalAddress(sender.path.address);
-        senderUid = ours ? this.selfUid : null;
-      }
-    }
-    const writer = via.writer;
-    // Only associations compress headers; a reply on an inbound connection names a one-off reply actor anyway.
-    const association = via instanceof Association ? via : null;
-    const last = association === null ? null : association.lastHeader;
-    let id = 0;
-    let defined = 0;
-    if (
-      association !== null &&
-      last !== null &&
-      last.recipient === target.recipientBytes &&
-      last.sender === senderPath &&
-      last.senderUid === senderUid &&
-      last.typeName === typeName &&
-      kind === FrameKind.user
-    ) {
-      // Consecutive envelopes on one association mostly share recipient, sender and type.
-      id = last.id;
-      association.headers.touch(id);
-    } else if (
-      association !== null &&
-      kind === FrameKind.user &&
-      !isTempPath(senderPath) &&
-      target.path.elements[0] !== "temp"
-    ) {
-      const key = `${target.path.localPart}\n${senderPath ?? ""}\n${senderUid ?? ""}\n${typeName}`;
-      id = association.headers.lookup(key);
-      if (id === 0) id = defined = association.headers.assign(key);
-      association.lastHeader = {
-        id,
-        recipient: target.recipientBytes,
-        sender: senderPath,
-        senderUid,
-        typeName,
-        repeat:
-          registration !== null &&
-          (sender === null || (sender instanceof LocalActorRef && sender.cell.system === this.system))
-            ? { target, sender, registration }
-            : null,
-      };
-    }
-    // else: an ask's reply actor (as sender or recipient) never repeats; its header is written out with id 0.
-    let buf: Buffer;
-    let o: number;
-    if (id !== 0 && defined === 0) {
-      buf = writer.reserve(frameHeaderBytes + compressedHeaderBytes + payloadBound);
-      o = writeCompressedHeader(buf, writer.offset + frameHeaderBytes, id);
-    } else {
-      buf = writer.reserve(userHeaderBytesBound(target.recipientBytes, senderPath, senderUid, typeName) + payloadBound);
-      o = writeUserHeader(
-        buf,
-        writer.offset + frameHeaderBytes,
-        kind,
-        id,
-        target.recipientBytes,
-        senderPath,
-        senderUid,
-        typeName,
-        codec === null ? PayloadFormat.json : PayloadFormat.binary,
-        codec === null ? 0 : codec.fingerprint,
-      );
-    }
-    const start = writer.offset;
-    if (codec === null) {
-      o += buf.write(payload!, o, "utf8");
-    } else {
-      try {
-        o = codec.write(buf, o, message!);
-      } catch (error) {
-        if (association !== null) forgetDefinition(association, defined);
-        if (error instanceof MessageEncodeError) this.stats_.unencodable++;
-        throw error;
-      }
-    }
-    const frameBytes = o - start - frameHeaderBytes;
-    if (frameBytes > max) {
-      if (association !== null) forgetDefinition(association, defined);
-      throw new MessageTooLargeError(typeName, frameBytes, max);
-    }
-    writeFrameLength(buf, start, o);
-    writer.commit(o);
-  }
-
-  private dropped(
-    target: RemoteActorRef,
-    message: unknown,
-    sender: ActorRef<unknown> | null,
-    reason: RemoteDeliveryError["reason"],
-  ): void {
-    if (message instanceof Error) return;
-    this.system.deadLetterOffice.publish(message, sender, target.pathText);
-    if (
-      sender !== null &&
-      !(sender instanceof RemoteActorRef) &&
-      sender.path.elements[0] === "temp" &&
-      sender.failAsk !== undefined
-    ) {
-      sender.failAsk(new RemoteDeliveryError(target.pathText, reason));
-    }
+    this.sendPath.sendAskFailure(target, error);
   }
 
   /** @internal Sends a system message over the sequenced channel (RemoteActorRef.sendSystem). */
   sendSystemMessage(target: RemoteActorRef, message: SystemMessage): void {
-    const to = target.path.localPart;
-    let body: Record<string, unknown>;
-    if (message instanceof Stop) body = { sys: "stop", to };
-    else if (message instanceof DrainAndStop) body = { sys: "drain", to };
-    else if (message instanceof Watch) {
-      body = { sys: "watch", to, ref: message.watcher.path.toString(), refUid: this.uidOf(message.watcher) };
-      let entry = this.remoteWatches.get(target.pathText);
-      if (entry === undefined) this.remoteWatches.set(target.pathText, (entry = { ref: target, watchers: new Map() }));
-      entry.watchers.set(message.watcher.path.toString(), message.watcher);
-    } else if (message instanceof Unwatch) {
-      body = { sys: "unwatch", to, ref: message.watcher.path.toString(), refUid: this.uidOf(message.watcher) };
-      const entry = this.remoteWatches.get(target.pathText);
-      entry?.watchers.delete(message.watcher.path.toString());
-      if (entry?.watchers.size === 0) this.remoteWatches.delete(target.pathText);
-    } else if (message instanceof Terminated) {
-      body = {
-        sys: "terminated",
-        to,
-        ref: message.ref.path.toString(),
-        refUid: this.uidOf(message.ref),
-        addressTerminated: message.addressTerminated,
-      };
-      if (target.uid !== null) {
-        this.inboundWatches
-          .get(new UniqueAddress(target.path.address, target.uid).toString())
-          ?.delete(`${message.ref.path}|${target.pathText}`);
-      }
-    } else {
-      return;
-    }
-    if (this.stopped) return;
-    const association = this.associationFor(target.path.address);
-    if (target.uid === null && !target.anyIncarnation) {
-      if (association.state === "up") target.uid = association.uid;
-      else association.bindOnConnect(target);
-    }
-    if (target.uid !== null && this.isStale(target.path.address, target.uid)) {
-      this.stats_.droppedStaleUid++;
-      if (message instanceof Watch) message.watcher.sendSystem(new Terminated(target, true));
-      return;
-    }
-    const sequenced = association.outbox.enqueue(body);
-    this.stats_.systemSent++;
-    association.ensureConnecting();
-    if (association.state === "up" && !this.blackholed.has(association.key)) {
-      association.writeSystem(sequenced.seq, sequenced.body);
-    }
+    this.sendPath.sendSystemMessage(target, message);
   }
 
-  private uidOf(ref: ActorRef<unknown>): string | null {
-    if (ref instanceof RemoteActorRef) return ref.uid;
-    return this.system.isLocalAddress(ref.path.address) ? this.selfUid : null;
-  }
-
-  private associationFor(address: Address): Association {
-    const last = this.lastAssociation;
-    if (last !== null && last.address === address && last.state !== "stopped") return last;
-    const key = address.hostPort;
-    let association = this.associations.get(key);
-    if (association === undefined || !association.address.equals(address)) {
-      association?.stop();
-      association = new Association(this.host, address);
-      association.knownUid = this.incarnations.get(key) ?? null;
-      this.associations.set(key, association);
-    }
-    this.lastAssociation = association;
-    return association;
-  }
-
-  private isStale(address: Address, uid: string): boolean {
-    const current = this.incarnations.get(address.hostPort);
-    return (current !== undefined && current !== uid) || this.lost.has(`${address}#${uid}`);
-  }
-
-  // ---- inbound ----
+  // ---- association lifecycle ----
 
   private accept(socket: Socket): void {
     if (this.stopped) {
       socket.destroy();
       return;
     }
+    const receivePath = this.receivePath;
     const owner: ConnectionOwner = {
       authenticated: (_connection, peer) => this.admit(peer),
-      frames: (connection, frames, from) => this.onFrames(connection, frames, from),
+      frames: (connection, frames, from) => receivePath.onFrames(connection, frames, from),
       closed: (connection) => {
         this.inbound.delete(connection);
       },
@@ -819,327 +397,10 @@ export class Remoting implements Extension {
       association.drop(new Error(`${text} ${reason}`));
     }
     for (const connection of this.inbound) if (connection.peer?.equals(peer)) connection.close();
-    for (const [path, entry] of this.remoteWatches) {
-      if (entry.ref.path.address.hostPort !== key || (entry.ref.uid !== null && entry.ref.uid !== peer.uid)) continue;
-      this.remoteWatches.delete(path);
-      for (const watcher of entry.watchers.values()) watcher.sendSystem(new Terminated(entry.ref, true));
-    }
-    const watched = this.inboundWatches.get(text);
-    if (watched !== undefined) {
-      this.inboundWatches.delete(text);
-      for (const { watchee, watcher } of watched.values()) watchee.sendSystem(new Unwatch(watcher));
-    }
-    for (const cacheKey of [...this.senders.keys()])
-      if (cacheKey.endsWith(`#${peer.uid}`)) this.senders.delete(cacheKey);
+    this.watches.incarnationLost(peer);
+    this.receivePath.forgetSenders(peer.uid);
     this.system.log.info({ peer: text, reason }, "remote incarnation lost for good");
     this.emit({ kind: "lost", peer, reason });
-  }
-
-  /**
-   * Handles the frames of one received chunk in order. The bulk of the traffic — a header-compressed user envelope
-   * whose header already decoded once, for a live recipient — is decoded and delivered inline; everything else goes
-   * through {@link onFrame}.
-   */
-  private onFrames(connection: Connection, frames: readonly Buffer[], from: number): void {
-    const peer = connection.peer!;
-    const headers = connection.inboundHeaders;
-    for (let i = from; i < frames.length; i++) {
-      // Checked before every frame, the inline ones too: a delivery (a dead letter's or a rejection's listener) may
-      // have closed the connection, e.g. by quarantining the peer, and nothing after that may reach an actor.
-      if (!connection.isOpen) return;
-      const frame = frames[i]!;
-      if (
-        frame[0] === FrameKind.userCompressed &&
-        frame.length >= compressedHeaderBytes &&
-        this.blackholed.size === 0
-      ) {
-        const entry = headers[(frame[1]! << 8) | frame[2]!] as InboundHeader | undefined;
-        const direct = entry?.direct ?? null;
-        const recipient = entry?.recipient ?? null;
-        if (direct !== null && recipient !== null && !recipient.cell.isTerminated) {
-          let message: unknown;
-          try {
-            message = direct.codec.read(frame, compressedHeaderBytes, frame.length, direct.proto);
-          } catch (error) {
-            if (!(error instanceof EnvelopeDecodeError)) throw error;
-            this.rejectedInbound(peer, error);
-            continue;
-          }
-          this.stats_.delivered++;
-          recipient.deliver(message, entry!.sender, peer);
-          continue;
-        }
-      }
-      this.onFrame(connection, peer, frame);
-    }
-  }
-
-  private onFrame(connection: Connection, peer: UniqueAddress, frame: Buffer): void {
-    const kind = frame[0];
-    // Liveness probes are transport, not traffic: a blackholed peer stays connected, like a partitioned-but-open link.
-    if (kind === FrameKind.heartbeat) {
-      connection.writer.writeFrame(heartbeatReplyFrame);
-      return;
-    }
-    if (kind === FrameKind.heartbeatReply) return;
-    if (this.blackholed.size > 0 && this.blackholed.has(peer.address.hostPort)) {
-      this.stats_.droppedBlackholed++;
-      return;
-    }
-    try {
-      if (kind === FrameKind.userCompressed) this.onCompressed(connection, peer, frame);
-      else if (kind === FrameKind.user) this.onUser(connection, peer, frame);
-      else if (kind === FrameKind.askFailure) this.onAskFailure(frame);
-      else if (kind === FrameKind.system) this.onSystem(connection, peer, frame);
-      else if (kind === FrameKind.ack) this.onAck(peer, frame);
-      else {
-        this.stats_.rejected.unexpected++;
-        this.connectionContext.warn({ peer: peer.toString(), kind }, "dropped a frame of unknown kind");
-      }
-    } catch (error) {
-      if (!(error instanceof EnvelopeDecodeError)) throw error;
-      this.rejectedInbound(peer, error);
-    }
-  }
-
-  /** Counts, logs and reports an inbound envelope dropped as undecodable; the association stays up. */
-  private rejectedInbound(peer: UniqueAddress, error: EnvelopeDecodeError): void {
-    this.stats_.rejected[error.reason]++;
-    this.connectionContext.warn({ peer: peer.toString(), error }, "dropped an inbound envelope");
-    if (this.rejectionListeners.size === 0) return;
-    const rejection: InboundRejection = { peer, reason: error.reason, typeName: error.typeName };
-    for (const listener of this.rejectionListeners) {
-      try {
-        listener(rejection);
-      } catch (listenerError) {
-        // Counting above must not turn into a dropped connection because an observer failed.
-        this.connectionContext.warn({ error: listenerError }, "an inbound-rejection listener threw");
-      }
-    }
-  }
-
-  /** A user envelope whose header was defined earlier on this connection: `[8][u16 id][payload]`. */
-  private onCompressed(connection: Connection, peer: UniqueAddress, frame: Buffer): void {
-    if (frame.length < compressedHeaderBytes) throw new EnvelopeDecodeError("undecodable", "truncated header id");
-    const id = (frame[1]! << 8) | frame[2]!;
-    const entry = connection.inboundHeaders[id] as InboundHeader | undefined;
-    if (entry === undefined) {
-      throw new EnvelopeDecodeError(
-        "undecodable",
-        id === 0 || id > headerTableSize ? `header id ${id} is out of range` : `header id ${id} was never defined`,
-      );
-    }
-    this.deliverUser(entry, peer, frame, compressedHeaderBytes);
-  }
-
-  /** A user envelope with its header written out; a non-zero header id defines that id for later frames. */
-  private onUser(connection: Connection, peer: UniqueAddress, frame: Buffer): void {
-    // A definition replaces what its id meant before even when it is refused below: the sender's following frames with
-    // that id belong to the refused header (rejected as never defined), not to the old one (another recipient).
-    if (frame.length >= 3) {
-      const id = (frame[1]! << 8) | frame[2]!;
-      if (id !== 0 && id <= headerTableSize) connection.inboundHeaders[id] = undefined;
-    }
-    const at = userHeaderEnd(frame);
-    const header = readUserHeader(frame);
-    if (header.headerId > headerTableSize) {
-      throw new EnvelopeDecodeError("undecodable", `header id ${header.headerId} is out of range`, header.typeName);
-    }
-    const entry: InboundHeader = {
-      header,
-      registration: this.registry.lookupName(header.typeName),
-      sender: header.sender === null ? null : this.senderRef(header.sender, header.senderUid, peer, connection),
-      recipient: null,
-      direct: null,
-    };
-    if (header.headerId !== 0) connection.inboundHeaders[header.headerId] = entry;
-    this.deliverUser(entry, peer, frame, at);
-  }
-
-  private deliverUser(entry: InboundHeader, peer: UniqueAddress, frame: Buffer, at: number): void {
-    const header = entry.header;
-    let registration = entry.registration;
-    if (registration === undefined) {
-      registration = entry.registration = this.registry.lookupName(header.typeName);
-      if (registration === undefined) {
-        throw new EnvelopeDecodeError("unknownType", `type "${header.typeName}" is not registered`);
-      }
-    }
-    const binary = header.format === PayloadFormat.binary;
-    const message = decodePayload(registration, binary, header.fingerprint, frame, at, frame.length);
-    if (binary && registration.direct && header.headerId !== 0 && entry.direct === null) {
-      entry.direct = { codec: registration.codec!, proto: registration.type.prototype as object };
-    }
-    let recipient = entry.recipient;
-    if (recipient === null || recipient.cell.isTerminated) {
-      const found = this.recipientRef(header.recipient);
-      if (!(found instanceof LocalActorRef)) {
-        if (found === null) {
-          this.stats_.deadLetters++;
-          this.system.deadLetterOffice.publish(message, entry.sender, `${this.system.address}${header.recipient}`);
-        } else {
-          this.stats_.delivered++;
-          found.tell(message, entry.sender);
-        }
-        return;
-      }
-      recipient = found;
-      // Only a remembered header is worth remembering its recipient in (an ask's reply actor never repeats).
-      if (header.headerId !== 0) entry.recipient = found;
-    }
-    this.stats_.delivered++;
-    recipient.deliver(message, entry.sender, peer);
-  }
-
-  private onAskFailure(frame: Buffer): void {
-    const envelope = readUserEnvelope(frame);
-    const payload = envelope.payload as { remoteClass?: unknown; message?: unknown } | null;
-    if (payload === null || typeof payload !== "object" || typeof payload.remoteClass !== "string") {
-      throw new EnvelopeDecodeError("undecodable", "ask failure without remoteClass");
-    }
-    const recipient = this.recipientRef(envelope.recipient);
-    if (recipient === null) {
-      this.stats_.deadLetters++;
-      return;
-    }
-    this.stats_.delivered++;
-    recipient.failAsk?.(
-      new RemoteAskError(envelope.sender ?? "remote actor", payload.remoteClass, String(payload.message ?? "")),
-    );
-  }
-
-  private recipientRef(recipient: string): ActorRef<unknown> | null {
-    if (recipient.startsWith("/temp/")) return this.system.findLocal(["temp", recipient.slice(6)]);
-    const cached = this.recipients.get(recipient);
-    if (cached !== undefined) {
-      if (!(cached as LocalActorRef<unknown>).cell.isTerminated) return cached;
-      this.recipients.delete(recipient);
-    }
-    const ref = this.system.findLocal(recipient.slice(1).split("/"));
-    if (ref instanceof LocalActorRef) {
-      if (this.recipients.size >= senderCacheMax) this.recipients.clear();
-      this.recipients.set(recipient, ref);
-    }
-    return ref;
-  }
-
-  private senderRef(
-    path: string,
-    uid: string | null,
-    peer: UniqueAddress,
-    connection: Connection,
-  ): ActorRef<unknown> | null {
-    const peerAddress = peer.address;
-    const peerText = peerAddress.toString();
-    // Most senders live on the peer itself (every ask's reply actor does): split the path without parsing it.
-    if (path.length > peerText.length + 1 && path[peerText.length] === "/" && path.startsWith(peerText)) {
-      const elements = path.slice(peerText.length + 1).split("/");
-      if (elements[0] === "temp" && elements.length === 2 && elements[1]!.length > 0) {
-        const ref = new RemoteActorRef(this, new Path(peerAddress, elements), uid ?? peer.uid);
-        // No association yet: replies go over `connection`; one is made only if that closed (see writableAssociation).
-        ref.replyConnection = connection;
-        return ref;
-      }
-    }
-    const cacheKey = `${path}#${uid ?? ""}`;
-    const cached = this.senders.get(cacheKey);
-    if (cached !== undefined) return cached;
-    let parsed: ActorPath;
-    try {
-      parsed = Path.parse(path);
-    } catch {
-      throw new EnvelopeDecodeError("undecodable", `bad sender path "${path}"`);
-    }
-    if (this.system.isLocalAddress(parsed.address)) return this.system.actorSelection(parsed);
-    const boundUid = uid ?? (parsed.address.equals(peer.address) ? peer.uid : null);
-    const ref = new RemoteActorRef(this, parsed, boundUid);
-    if (parsed.elements[0] !== "temp") {
-      if (this.senders.size >= senderCacheMax) this.senders.clear();
-      this.senders.set(cacheKey, ref);
-    }
-    return ref;
-  }
-
-  private onSystem(connection: Connection, peer: UniqueAddress, frame: Buffer): void {
-    const doc = readControlFrame(frame);
-    const seq = doc.seq;
-    if (typeof seq !== "number" || !Number.isInteger(seq) || seq < 1 || typeof doc.to !== "string") {
-      throw new EnvelopeDecodeError("undecodable", "system message without seq or recipient");
-    }
-    const text = peer.toString();
-    const verdict = this.inbox.accept(text, seq);
-    if (verdict === "deliver") {
-      this.stats_.systemDelivered++;
-      this.applySystem(peer, doc);
-    } else if (verdict === "duplicate") {
-      this.stats_.systemDuplicates++;
-    }
-    const ack: Record<string, unknown> = { seq: this.inbox.acked(text) };
-    if (verdict === "gap") ack.gap = true;
-    connection.writer.writeFrame(encodeControlFrame(FrameKind.ack, ack));
-  }
-
-  private applySystem(peer: UniqueAddress, doc: Record<string, unknown>): void {
-    const to = doc.to as string;
-    if (to[0] !== "/") throw new EnvelopeDecodeError("undecodable", `bad system recipient "${to}"`);
-    const elements = to.slice(1).split("/");
-    const target = this.system.actorSelection(new Path(this.system.address, elements));
-    const refText = typeof doc.ref === "string" ? doc.ref : null;
-    const refUid = typeof doc.refUid === "string" ? doc.refUid : null;
-    const remoteRef = (): RemoteActorRef => {
-      if (refText === null) throw new EnvelopeDecodeError("undecodable", "system message without ref");
-      let parsed: ActorPath;
-      try {
-        parsed = Path.parse(refText);
-      } catch {
-        throw new EnvelopeDecodeError("undecodable", `bad ref path "${refText}"`);
-      }
-      return new RemoteActorRef(this, parsed, refUid ?? (parsed.address.equals(peer.address) ? peer.uid : null));
-    };
-    switch (doc.sys) {
-      case "stop":
-        target.sendSystem(STOP);
-        return;
-      case "drain":
-        target.sendSystem(DRAIN_AND_STOP);
-        return;
-      case "watch": {
-        const watcher = remoteRef();
-        const key = peer.toString();
-        let pairs = this.inboundWatches.get(key);
-        if (pairs === undefined) this.inboundWatches.set(key, (pairs = new Map()));
-        pairs.set(`${target.path}|${watcher.pathText}`, { watchee: target, watcher });
-        target.sendSystem(new Watch(watcher));
-        return;
-      }
-      case "unwatch": {
-        const watcher = remoteRef();
-        this.inboundWatches.get(peer.toString())?.delete(`${target.path}|${watcher.pathText}`);
-        target.sendSystem(new Unwatch(watcher));
-        return;
-      }
-      case "terminated": {
-        const ref = remoteRef();
-        const entry = this.remoteWatches.get(ref.pathText);
-        if (entry !== undefined) {
-          entry.watchers.delete(target.path.toString());
-          if (entry.watchers.size === 0) this.remoteWatches.delete(ref.pathText);
-        }
-        target.sendSystem(new Terminated(ref, doc.addressTerminated === true));
-        return;
-      }
-      default:
-        throw new EnvelopeDecodeError("undecodable", `unknown system message "${String(doc.sys)}"`);
-    }
-  }
-
-  private onAck(peer: UniqueAddress, frame: Buffer): void {
-    const doc = readControlFrame(frame);
-    if (typeof doc.seq !== "number") throw new EnvelopeDecodeError("undecodable", "ack without seq");
-    const association = this.associations.get(peer.address.hostPort);
-    if (association === undefined || association.outboxUid !== peer.uid) return;
-    association.outbox.ack(doc.seq);
-    if (doc.gap === true) association.resendSystem(doc.seq);
   }
 
   private emit(event: AssociationEvent): void {
@@ -1154,7 +415,6 @@ export class Remoting implements Extension {
 }
 
 const remotingKey = "movie.remoting";
-const heartbeatReplyFrame = encodeControlFrame(FrameKind.heartbeatReply, {});
 
 /** The extension id under which remoting registers (creating it needs settings, so use enableRemoting). */
 export const remotingId: ExtensionId<Remoting> = {
@@ -1163,10 +423,6 @@ export const remotingId: ExtensionId<Remoting> = {
     throw new RemotingNotEnabledError(system.name);
   },
 };
-
-function isTempPath(path: string | null): boolean {
-  return path !== null && path.includes("/temp/");
-}
 
 function peerKey(peer: UniqueAddress | string): string {
   return typeof peer === "string" ? peer : peer.address.hostPort;

@@ -33,7 +33,7 @@ class Mark {
 MessageRegistry.register(Tick, { name: "test.tick", fields: { lane: "string", seq: "int32" } });
 MessageRegistry.register(Mark, { name: "test.mark", fields: { after: "int32" } });
 
-/** Tells `count` Ticks to `to` from itself (one ref, one sender: Remoting.sendRepeat), a Mark after every 97th. */
+/** Tells `count` Ticks to `to` from itself (one ref, one sender: SendPath.repeatedOn), a Mark after every 97th. */
 class Pump extends AbstractBehavior<number> {
   constructor(private readonly to: ActorRef<unknown>) {
     super();

@@ -98,6 +98,34 @@ test("repeated tells carry the sender's current path: a sender of another in-pro
   }
 });
 
+/** Records each Reading's value and its sender's path. */
+class ValueAndSender extends AbstractBehavior<unknown> {
+  constructor(readonly seen: string[]) {
+    super();
+  }
+  receive(message: unknown, ctx: ActorContext<unknown>): void {
+    this.seen.push(`${(message as Reading).value} ${ctx.sender?.path}`);
+  }
+}
+
+test("tells through two refs to one remote actor, interleaved, arrive in order with their sender", async () => {
+  const seen: string[] = [];
+  c.system.spawn(new ValueAndSender(seen), "two-refs");
+  const teller = a.system.spawn(new Collector([]), "teller");
+  const path = `${c.system.address}/user/two-refs`;
+  // Two ref objects for one actor: the repeated-tell path compares the target by path, not by ref.
+  const refs = [a.remoting.refFor(path), a.remoting.refFor(path)];
+  assert.notEqual(refs[0], refs[1]);
+  refs[0]!.tell(new Reading("0", 0), teller);
+  await eventually(() => seen.length === 1, { what: "the association to come up" });
+  for (let i = 1; i <= 20; i++) refs[i % 2]!.tell(new Reading(String(i), i), teller);
+  await eventually(() => seen.length === 21, { what: "21 messages" });
+  assert.deepEqual(
+    seen,
+    Array.from({ length: 21 }, (_, i) => `${i} ${teller.path}`),
+  );
+});
+
 /** Receives one message and stays busy with it until `release` is called (a stop then waits). */
 class Busy extends AbstractBehavior<unknown> {
   release: (() => void) | null = null;

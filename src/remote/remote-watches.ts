@@ -1,0 +1,74 @@
+import type { ActorRef, UniqueAddress } from "../actor/index.ts";
+import { Terminated, Unwatch } from "../actor/index.ts";
+import type { RemoteActorRef } from "./remote-actor-ref.ts";
+
+/**
+ * The watches that cross the wire, in both directions, remembered so that losing a peer incarnation ends them: local
+ * watchers of its actors get `Terminated` (address terminated), and local actors it watched forget their watchers.
+ */
+export class RemoteWatches {
+  /** Remote actors watched by local ones: watchee path text → watchee ref and its local watchers. */
+  private readonly remoteWatches = new Map<string, { ref: RemoteActorRef; watchers: Map<string, ActorRef<unknown>> }>();
+  /** Local actors watched by remote ones: peer UniqueAddress text → (watchee|watcher) → pair. */
+  private readonly inboundWatches = new Map<
+    string,
+    Map<string, { watchee: ActorRef<unknown>; watcher: RemoteActorRef }>
+  >();
+
+  /** The local `watcher` watches the remote `watchee`. */
+  watchRemote(watchee: RemoteActorRef, watcher: ActorRef<unknown>): void {
+    let entry = this.remoteWatches.get(watchee.pathText);
+    if (entry === undefined) this.remoteWatches.set(watchee.pathText, (entry = { ref: watchee, watchers: new Map() }));
+    entry.watchers.set(watcher.path.toString(), watcher);
+  }
+
+  /** The local `watcher` stops watching the remote `watchee`. */
+  unwatchRemote(watchee: RemoteActorRef, watcher: ActorRef<unknown>): void {
+    const entry = this.remoteWatches.get(watchee.pathText);
+    entry?.watchers.delete(watcher.path.toString());
+    if (entry?.watchers.size === 0) this.remoteWatches.delete(watchee.pathText);
+  }
+
+  /** The remote `watchee` reported its termination to the local watcher at `watcherPath`: that watch is over. */
+  remoteTerminated(watchee: RemoteActorRef, watcherPath: string): void {
+    const entry = this.remoteWatches.get(watchee.pathText);
+    if (entry !== undefined) {
+      entry.watchers.delete(watcherPath);
+      if (entry.watchers.size === 0) this.remoteWatches.delete(watchee.pathText);
+    }
+  }
+
+  /** `peer`'s actor `watcher` watches the local `watchee`. */
+  watchInbound(peer: UniqueAddress, watchee: ActorRef<unknown>, watcher: RemoteActorRef): void {
+    const key = peer.toString();
+    let pairs = this.inboundWatches.get(key);
+    if (pairs === undefined) this.inboundWatches.set(key, (pairs = new Map()));
+    pairs.set(`${watchee.path}|${watcher.pathText}`, { watchee, watcher });
+  }
+
+  /** `peer`'s actor `watcher` stops watching the local `watchee`. */
+  unwatchInbound(peer: UniqueAddress, watchee: ActorRef<unknown>, watcher: RemoteActorRef): void {
+    this.inboundWatches.get(peer.toString())?.delete(`${watchee.path}|${watcher.pathText}`);
+  }
+
+  /** The local `watchee` reports its termination to the remote `watcher`: that watch is over. */
+  inboundTerminated(watchee: ActorRef<unknown>, watcher: RemoteActorRef, watcherPeer: UniqueAddress): void {
+    this.inboundWatches.get(watcherPeer.toString())?.delete(`${watchee.path}|${watcher.pathText}`);
+  }
+
+  /** The incarnation `peer` is gone for good: ends every watch it took part in. */
+  incarnationLost(peer: UniqueAddress): void {
+    const key = peer.address.hostPort;
+    for (const [path, entry] of this.remoteWatches) {
+      if (entry.ref.path.address.hostPort !== key || (entry.ref.uid !== null && entry.ref.uid !== peer.uid)) continue;
+      this.remoteWatches.delete(path);
+      for (const watcher of entry.watchers.values()) watcher.sendSystem(new Terminated(entry.ref, true));
+    }
+    const text = peer.toString();
+    const watched = this.inboundWatches.get(text);
+    if (watched !== undefined) {
+      this.inboundWatches.delete(text);
+      for (const { watchee, watcher } of watched.values()) watchee.sendSystem(new Unwatch(watcher));
+    }
+  }
+}
