@@ -39,21 +39,19 @@ const elapsed = (): string => `${((Date.now() - started) / 1000).toFixed(1).padS
 const say = (text: string): void => console.log(`${elapsed()}  ${text}`);
 
 /** A demo node process, with the last status it reported. */
-class DemoNode extends NodeProcess {
+class DemoNode extends NodeProcess<{ node: string; hostPort: string }> {
   last: Status | null = null;
 
   constructor(name: string, role: string, seed: string) {
     super(name, nodeScript, [name, role, seed], {
       execArgv: ["--import", "tsx"],
-      env: { ...process.env, MOVIE_DEMO_PG_URL: database.url, MOVIE_DEMO_PG_SCHEMA: schema },
+      env: { MOVIE_DEMO_PG_URL: database.url, MOVIE_DEMO_PG_SCHEMA: schema },
     });
-    this.onReply = (reply) => {
-      if (reply.type === "status") this.last = reply as unknown as Status;
-    };
   }
 
-  status(): Promise<Status> {
-    return this.request<Status>({ type: "status" }, "status");
+  async status(): Promise<Status> {
+    this.last = await this.request<Status>({ type: "status" });
+    return this.last;
   }
 }
 
@@ -150,7 +148,7 @@ try {
 async function runDemo(): Promise<boolean> {
   const frontend = new DemoNode("frontend", "frontend", "self");
   nodes.push(frontend);
-  const ready = await frontend.request<{ node: string; hostPort: string }>({ type: "noop" }, "ready").catch(() => null);
+  const ready = await frontend.ready.catch(() => null);
   if (ready === null) throw new Error("frontend did not start");
   labels.set(ready.node, "frontend");
   say(`frontend is up at ${ready.node} (the seed node; role frontend, so it hosts no entities)`);
@@ -160,7 +158,7 @@ async function runDemo(): Promise<boolean> {
   ];
   nodes.push(...backends);
   for (const backend of backends) {
-    const up = await backend.request<{ node: string }>({ type: "noop" }, "ready");
+    const up = await backend.ready;
     labels.set(up.node, backend.name);
     say(`${backend.name} is up at ${up.node} (role backend)`);
   }
@@ -203,7 +201,7 @@ async function runDemo(): Promise<boolean> {
       "under the next epoch (a lease the leaving node could not release frees up within the 3 s leaseDuration)",
   );
   const leaveStarted = Date.now();
-  const left = await leaving.request<{ stats: Status["stats"] }>({ type: "leave" }, "left", 30_000);
+  const left = await leaving.request<{ stats: Status["stats"] }>({ type: "leave" }, 30_000);
   say(
     `${leaving.name} was removed after handing off, ${((Date.now() - leaveStarted) / 1000).toFixed(1)} s after it started ` +
       `leaving (its leases: acquired=${left.stats.leaseAcquisitions} ` +
@@ -223,7 +221,7 @@ async function runDemo(): Promise<boolean> {
     retries: number;
     acked: Record<string, number>;
     unresolved: string[];
-  }>({ type: "stop-stream" }, "stream-stopped", 30_000);
+  }>({ type: "stop-stream" }, 30_000);
   clearInterval(ticker);
   await Promise.all([frontend, staying].map((n) => n.status()));
   printSummary(nodes);
@@ -275,7 +273,7 @@ async function runDemo(): Promise<boolean> {
     failed: string[];
     errors: string[];
     retried: number;
-  }>({ type: "verify" }, "verified", 60_000);
+  }>({ type: "verify" }, 60_000);
   const unresolved = new Set(stopped.unresolved);
   let lost = 0;
   let wrong = 0;
@@ -308,7 +306,6 @@ async function runDemo(): Promise<boolean> {
       ? "OK: every order's event-sourced state survived the move intact, and every moved shard's epoch advanced"
       : "MISMATCH: see the counts above",
   );
-  for (const node of [frontend, staying]) node.tell({ type: "shutdown" });
-  await Promise.all([frontend, staying].map((n) => n.whenExited()));
+  await Promise.all([frontend, staying].map((n) => n.shutdown()));
   return ok;
 }

@@ -14,17 +14,23 @@ import {
 import { initEventSourced } from "../../src/sharding/persistent/index.ts";
 import { DeliverOrder, DeliveryAck, GetOrder, OrderBehavior, OrderCommand, OrderReply, ParcelAdded } from "./orders.ts";
 
-type Command =
-  | { type: "stream"; orders: number; pauseMs: number }
+/**
+ * What the demo sends (examples/support/node-process.ts): a request carries an `id` that its one reply echoes. A
+ * stream is told, without an id, and runs until stop-stream; shutdown is not answered, the node exits.
+ */
+type Command = { id?: number } & (
   | { type: "stop-stream" }
   | { type: "status" }
   | { type: "verify" }
   | { type: "leave" }
-  | { type: "shutdown" };
+  | { type: "stream"; orders: number; pauseMs: number }
+  | { type: "shutdown" }
+);
+type Reply = { type: string; [field: string]: unknown };
 
 const [label = "node", role = "backend", seed = "self"] = process.argv.slice(2);
-const send = (message: object): void => {
-  process.send?.(message);
+const reply = (command: Command, message: Reply): void => {
+  process.send?.({ id: command.id, ...message });
 };
 // A node never outlives the demo that drives it (a crashed or interrupted demo closes the IPC channel).
 process.on("disconnect", () => process.exit(1));
@@ -122,7 +128,7 @@ function coordinatorOf(snapshot: ReturnType<typeof cluster.snapshot>): string | 
   return up.sort()[0] ?? null;
 }
 
-function status(): object {
+function status(): Reply {
   const shardsPerNode: Record<string, number> = {};
   for (const owner of sharding.allocations(orders).values()) {
     shardsPerNode[owner.toString()] = (shardsPerNode[owner.toString()] ?? 0) + 1;
@@ -155,7 +161,7 @@ process.on("message", async (command: Command) => {
         streaming.active = false;
         await Promise.all(streaming.loops);
       }
-      send({
+      reply(command, {
         type: "stream-stopped",
         delivered: streaming?.delivered ?? 0,
         retries: streaming?.retries ?? 0,
@@ -164,7 +170,7 @@ process.on("message", async (command: Command) => {
       });
       break;
     case "status":
-      send(status());
+      reply(command, status());
       break;
     case "verify": {
       // Ask every order for its parcels through the sharded ref: the reply is its persisted state and its host.
@@ -193,12 +199,12 @@ process.on("message", async (command: Command) => {
           }
         }
       }
-      send({ type: "verified", parcels, failed, errors, retried, hosts });
+      reply(command, { type: "verified", parcels, failed, errors, retried, hosts });
       break;
     }
     case "leave":
       await cluster.leave();
-      send({ type: "left", stats: sharding.stats });
+      reply(command, { type: "left", stats: sharding.stats });
       break;
     case "shutdown":
       await system.terminate();
@@ -206,4 +212,4 @@ process.on("message", async (command: Command) => {
   }
 });
 
-send({ type: "ready", node: self.toString(), hostPort: self.address.hostPort });
+process.send?.({ id: 0, type: "ready", node: self.toString(), hostPort: self.address.hostPort });

@@ -1,16 +1,27 @@
 /**
- * The demo's handle on one node process: a forked child driven over IPC, one request and its typed reply at a time per
- * reply type. A child can go away at any moment (it was told to shut down, or it crashed), and Node reports that as
- * `disconnect` first and `exit` later: a send in between emits an `error` event on the ChildProcess, which without a
- * listener would crash the demo itself. So a request to a node that is gone, or that goes away before it answers, is
- * rejected with {@link NodeProcessGoneError} instead, and waiters never sit out their timeout.
+ * The driver of a forked node process over IPC, shared by the demo and the multi-process benchmarks. Every request
+ * carries a number `id` that its one reply echoes (`{ id, ...fields }`, or `{ id, error }` when it failed); the child
+ * sends `{ id: 0, ... }` unasked once it is up. Numbers rather than reply types, so that two requests of one kind in
+ * flight, or a late reply to a request that timed out, can never be handed to the wrong caller.
+ *
+ * A child can go away at any moment (it was told to shut down, or it crashed), and Node reports that as `disconnect`
+ * first and `exit` later: a send in between emits an `error` event on the ChildProcess, which without a listener would
+ * crash the parent. So a request to a node that is gone, or that goes away before it answers, is rejected with
+ * {@link NodeProcessGoneError} instead, and waiters never sit out their timeout.
  */
-import { type ChildProcess, type ForkOptions, fork } from "node:child_process";
+import { type ChildProcess, fork } from "node:child_process";
 
-/** A message a node process sends back; `type` says which request it answers. */
-export interface NodeReply {
+/** A command to a node process; `type` says what to do. */
+export interface NodeCommand {
   readonly type: string;
-  readonly [key: string]: unknown;
+  readonly [field: string]: unknown;
+}
+
+/** A reply from a node process: `id` echoes the request (0 is the ready message); `error` marks a failure. */
+export interface NodeReply {
+  readonly id: number;
+  readonly error?: string;
+  readonly [field: string]: unknown;
 }
 
 /** A request could not be answered because the node process disconnected or exited. */
@@ -23,43 +34,66 @@ export class NodeProcessTimeoutError extends Error {
   override readonly name = "NodeProcessTimeoutError";
 }
 
+/** How to fork a {@link NodeProcess}. */
+export interface NodeProcessOptions {
+  /** Node's flags for the child (`["--import", "tsx"]` for a TypeScript script); Node's default is the parent's. */
+  readonly execArgv?: readonly string[];
+  /** Variables set over the parent's environment. */
+  readonly env?: NodeJS.ProcessEnv;
+  /** Writes a CPU profile of the child on its normal exit into `<profileDir>/<name>` (to find hot paths). */
+  readonly profileDir?: string;
+  /** How long the ready message and each request may take unless the request says otherwise (ms); 30 s by default. */
+  readonly requestTimeoutMs?: number;
+}
+
 interface Waiter {
-  readonly type: string;
+  /** What the caller waits for, for the errors' messages. */
+  readonly what: string;
   readonly resolve: (reply: NodeReply) => void;
   readonly reject: (error: Error) => void;
 }
 
 /** One forked node process and the requests in flight to it. */
-export class NodeProcess {
+export class NodeProcess<Ready = NodeReply> {
   readonly process: ChildProcess;
-  private readonly waiters: Waiter[] = [];
-  /** Replies nobody waited for yet (a node may report "ready" while the demo still waits for another). */
-  private readonly unclaimed: NodeReply[] = [];
+  /** The child's first message (id 0); rejects when it goes away or stays silent for the request timeout first. */
+  readonly ready: Promise<Ready>;
+  private readonly pending = new Map<number, Waiter>();
+  private nextId = 1;
+  private readonly requestTimeoutMs: number;
   /** Why the node is gone, once its IPC channel closed or it exited; null while it is connected. */
   private goneReason: string | null = null;
   private readonly exitPromise: Promise<void>;
-
-  /** Called with every reply, claimed or not, before it is handed to a waiter. */
-  onReply: (reply: NodeReply) => void = () => undefined;
 
   constructor(
     readonly name: string,
     script: string,
     args: readonly string[],
-    options: ForkOptions = {},
+    options: NodeProcessOptions = {},
   ) {
-    this.process = fork(script, [...args], { stdio: ["ignore", "inherit", "inherit", "ipc"], ...options });
+    this.requestTimeoutMs = options.requestTimeoutMs ?? 30_000;
+    const profileArgs =
+      options.profileDir === undefined ? [] : ["--cpu-prof", `--cpu-prof-dir=${options.profileDir}/${name}`];
+    this.process = fork(script, [...args], {
+      stdio: ["ignore", "inherit", "inherit", "ipc"],
+      execArgv: [...(options.execArgv ?? process.execArgv), ...profileArgs],
+      env: { ...process.env, ...options.env },
+    });
     this.exitPromise = new Promise((resolve) => this.process.once("exit", () => resolve()));
+    this.ready = this.waitFor<Ready>(0, "its ready message", this.requestTimeoutMs);
+    // Nobody may be listening yet when the node dies before it is up; whoever awaits `ready` still sees the error.
+    this.ready.catch(() => undefined);
     this.process.on("message", (reply: NodeReply) => {
-      this.onReply(reply);
-      const index = this.waiters.findIndex((w) => w.type === reply.type);
-      if (index >= 0) this.waiters.splice(index, 1)[0]!.resolve(reply);
-      else this.unclaimed.push(reply);
+      const waiter = this.pending.get(reply.id);
+      if (waiter === undefined) return; // a tell's answer, or a late one to a request that timed out
+      this.pending.delete(reply.id);
+      if (reply.error !== undefined) waiter.reject(new Error(`${this.name} failed ${waiter.what}: ${reply.error}`));
+      else waiter.resolve(reply);
     });
     this.process.on("disconnect", () => this.gone("its IPC channel closed"));
     this.process.on("exit", (code, signal) => this.gone(`it exited (${signal ?? `code ${code}`})`));
-    // A send racing the channel's close is answered by the callback in request(); this only keeps a late one from
-    // becoming an uncaught 'error' event.
+    // A send racing the channel's close is answered by its callback in send(); this only keeps a late one (or a kill
+    // that could not be delivered) from becoming an uncaught 'error' event.
     this.process.on("error", (error) => this.gone(`its process failed: ${error.message}`));
   }
 
@@ -73,31 +107,55 @@ export class NodeProcess {
     return this.exitPromise;
   }
 
-  /** Sends a command without waiting for an answer; false when the node is already gone. */
-  tell(command: { readonly type: string; readonly [key: string]: unknown }): boolean {
+  /** Sends a command that is not answered; false when the node is already gone. */
+  tell(command: NodeCommand): boolean {
     if (this.exited) return false;
-    this.process.send(command, (error) => {
-      if (error !== null) this.gone(`a send failed: ${error.message}`);
-    });
+    this.send(command);
     return true;
   }
 
   /**
-   * Sends `command` and resolves with the next reply of `replyType` (or one that already arrived unclaimed). Rejects
-   * with {@link NodeProcessGoneError} when the node is or goes away first, and with {@link NodeProcessTimeoutError}
-   * after `timeoutMs`.
+   * Sends `command` and resolves with its reply. Rejects with an Error carrying the child's text when it answers with
+   * `error`, with {@link NodeProcessGoneError} when the node is or goes away first, and with
+   * {@link NodeProcessTimeoutError} after `timeoutMs`.
    */
-  request<T = NodeReply>(
-    command: { readonly type: string; readonly [key: string]: unknown },
-    replyType: string,
-    timeoutMs = 30_000,
-  ): Promise<T> {
-    const early = this.unclaimed.findIndex((r) => r.type === replyType);
-    if (early >= 0) return Promise.resolve(this.unclaimed.splice(early, 1)[0] as unknown as T);
-    if (this.goneReason !== null) return Promise.reject(this.goneError(command.type));
+  request<T = NodeReply>(command: NodeCommand, timeoutMs = this.requestTimeoutMs): Promise<T> {
+    if (this.exited) return Promise.reject(this.goneError(command.type));
+    const id = this.nextId++;
+    const reply = this.waitFor<T>(id, command.type, timeoutMs);
+    this.send({ ...command, id });
+    return reply;
+  }
+
+  /**
+   * Asks the node to shut down and waits for it to exit; the node's reply, or null when it did not answer (it exited
+   * without one, or was already gone). A node still running after `timeoutMs` is killed with SIGKILL.
+   */
+  async shutdown<T = NodeReply>(timeoutMs = 30_000): Promise<T | null> {
+    const reply = this.exited ? null : this.request<T>({ type: "shutdown" }, timeoutMs).catch(() => null);
+    // One deadline for answering and exiting: a node that answered exits by itself, and killing it early would lose
+    // what it writes on exit (a CPU profile).
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const inTime = await Promise.race([
+      this.exitPromise.then(() => true),
+      new Promise<boolean>((resolve) => {
+        timer = setTimeout(() => resolve(false), timeoutMs);
+      }),
+    ]);
+    clearTimeout(timer);
+    if (!inTime) this.process.kill("SIGKILL");
+    await this.exitPromise;
+    return reply;
+  }
+
+  private waitFor<T>(id: number, what: string, timeoutMs: number): Promise<T> {
     return new Promise<T>((resolve, reject) => {
-      const waiter: Waiter = {
-        type: replyType,
+      const timer = setTimeout(() => {
+        this.pending.delete(id);
+        reject(new NodeProcessTimeoutError(`${this.name} did not answer ${what} within ${timeoutMs} ms`));
+      }, timeoutMs);
+      this.pending.set(id, {
+        what,
         resolve: (reply) => {
           clearTimeout(timer);
           resolve(reply as unknown as T);
@@ -106,22 +164,21 @@ export class NodeProcess {
           clearTimeout(timer);
           reject(error);
         },
-      };
-      const timer = setTimeout(() => {
-        const index = this.waiters.indexOf(waiter);
-        if (index >= 0) this.waiters.splice(index, 1);
-        reject(new NodeProcessTimeoutError(`${this.name} did not answer ${command.type} within ${timeoutMs} ms`));
-      }, timeoutMs);
-      this.waiters.push(waiter);
-      this.process.send(command, (error) => {
-        if (error !== null) this.gone(`a send failed: ${error.message}`);
       });
+    });
+  }
+
+  private send(message: object): void {
+    this.process.send(message, (error) => {
+      if (error !== null) this.gone(`a send failed: ${error.message}`);
     });
   }
 
   private gone(reason: string): void {
     if (this.goneReason === null) this.goneReason = reason;
-    for (const waiter of this.waiters.splice(0)) waiter.reject(this.goneError(waiter.type));
+    const waiters = [...this.pending.values()];
+    this.pending.clear();
+    for (const waiter of waiters) waiter.reject(this.goneError(waiter.what));
   }
 
   private goneError(what: string): NodeProcessGoneError {
