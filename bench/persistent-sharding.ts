@@ -15,7 +15,7 @@ import { loadavg } from "node:os";
 import { fileURLToPath } from "node:url";
 import pg from "pg";
 import { PostgresStore } from "../src/persistence/postgres/index.ts";
-import { converged, median, NodeProcess, until } from "./support/node-process.ts";
+import { benchNodeOptions, converged, median, NodeProcess, until } from "./support/node-process.ts";
 import { clock } from "./support/raw-frames.ts";
 
 const url = process.env.MOVIE_POSTGRES_TEST_URL ?? "postgres://postgres@127.0.0.1:5432/test";
@@ -57,7 +57,12 @@ interface Loop {
 /** One node process of this benchmark (bench/persistent-sharding-node.ts). */
 class BenchNode extends NodeProcess<{ node: string; hostPort: string }> {
   constructor(label: string, seed: string) {
-    super(label, nodeScript, [label, seed], { env: { MOVIE_BENCH_PG_URL: url, MOVIE_BENCH_PG_SCHEMA: schema } });
+    super(
+      label,
+      nodeScript,
+      [label, seed],
+      benchNodeOptions({ env: { MOVIE_BENCH_PG_URL: url, MOVIE_BENCH_PG_SCHEMA: schema } }),
+    );
   }
 
   status(name = ""): Promise<Status> {
@@ -128,7 +133,7 @@ try {
   // owner; one on the third node goes third → coordinator → owner.
   const [owner, third] = nodes.filter((n) => n !== coordinator) as [BenchNode, BenchNode];
   const ownerAddress = statuses[nodes.indexOf(owner)]!.node;
-  say(`coordinator ${coordinator.label}, owner ${owner.label}, third node ${third.label}`);
+  say(`coordinator ${coordinator.name}, owner ${owner.name}, third node ${third.name}`);
   const idsOf = async (name: string) =>
     (await owner.request<{ ids: string[] }>({ type: "pick", name, owner: ownerAddress, prefix: "e", count: 256 })).ids;
   const persistentIds = await idsOf("Persistent");
@@ -260,7 +265,7 @@ try {
       nodes.push(victim);
       const victimAddress = (await victim.ready).node;
       const name = `Failover${victims}`;
-      say(`victim ${victim.label} up`);
+      say(`victim ${victim.name} up`);
       await initEverywhere(live, name, "persistent", leaseDuration, true);
       say(`${name} planned`);
       let probe: string | null = null;
@@ -289,9 +294,8 @@ try {
         t0 = clock.now();
         await victim.request({ type: "leave" });
       } else {
-        const exited = new Promise((r) => victim.process.once("exit", r));
         victim.process.kill("SIGKILL");
-        await exited;
+        await victim.whenExited();
         t0 = clock.now();
         // The operator's step: down the dead node through a survivor (forwarded to the leader).
         await coordinator.request({ type: "down", node: victimAddress });

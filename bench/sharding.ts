@@ -19,7 +19,7 @@ import {
   type ShardingMember,
   WeightedLeastLoadedAllocation,
 } from "../src/sharding/index.ts";
-import { converged, median, NodeProcess, until } from "./support/node-process.ts";
+import { benchNodeOptions, converged, median, NodeProcess, until } from "./support/node-process.ts";
 import { clock } from "./support/raw-frames.ts";
 
 const env = (name: string, fallback: number): number => Number(process.env[name] ?? fallback);
@@ -70,7 +70,12 @@ interface Status {
 /** One node process of this benchmark (bench/sharding-node.ts). */
 class BenchNode extends NodeProcess<Ready> {
   constructor(label: string, seed: string, nodeArgs: string[] = []) {
-    super(label, nodeScript, [label, seed], { execArgv: nodeArgs, env: { MOVIE_LOG_LEVEL: "error" } });
+    super(
+      label,
+      nodeScript,
+      [label, seed],
+      benchNodeOptions({ execArgv: nodeArgs, env: { MOVIE_LOG_LEVEL: "error" } }),
+    );
   }
 
   status(name = "Bench"): Promise<Status> {
