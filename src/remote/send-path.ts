@@ -455,5 +455,5 @@ export class SendPath {
 }
 
 function isTempPath(path: string | null): boolean {
-  return path !== null && path.includes("/temp/");
+  return path?.includes("/temp/") === true;
 }
