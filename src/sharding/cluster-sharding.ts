@@ -3,7 +3,6 @@ import {
   type ActorContext,
   type ActorRef,
   type ActorSystem,
-  type AskOptions,
   type Class,
   type Extension,
   type ExtensionId,
@@ -11,7 +10,6 @@ import {
   type LocalActorRef,
   STOP,
   SupervisorStrategies,
-  type SystemMessage,
   type Terminated,
   typeNameOf,
   type UniqueAddress,
@@ -35,7 +33,7 @@ import {
 } from "./coordinator/messages.ts";
 import { PlanShell } from "./coordinator/plan-shell.ts";
 import { ShardingDaemon } from "./daemon.ts";
-import { type EntityRouter, ShardedEntityRef, ShardedEntityType } from "./entity-ref.ts";
+import { ShardedEntityRef, ShardedEntityType } from "./entity-ref.ts";
 import { newEntityTypeState } from "./entity-type-state.ts";
 import { asError, ClusterShardingConfigurationError, NoShardOwnerError } from "./errors.ts";
 import { HandoffParticipant } from "./handoff/handoff-participant.ts";
@@ -75,7 +73,7 @@ const planBytesPerShardMax = 256;
  * forwards one hop to the shard's owner; ownership moves only through a buffered handoff; without a converged
  * coordinator every route fails closed with NoShardOwnerError.
  */
-export class ClusterSharding implements Extension, EntityRouter {
+export class ClusterSharding implements Extension {
   private readonly ctx: ShardingContext;
   private readonly owner: OwnerDelivery;
   private readonly plans: PlanShell;
@@ -396,31 +394,6 @@ export class ClusterSharding implements Extension, EntityRouter {
     timeoutMs = activateTimeoutDefaultMs,
   ): Promise<ShardingControlAck> {
     return this.caller.activate(typeof entityType === "string" ? entityType : entityType.name, entityId, timeoutMs);
-  }
-
-  // ---------------------------------------------------------------------------------------------------------------
-  // Routing (REFERENCE §3.6): refs from entityRefFor call CallerRouter directly; the facade keeps EntityRouter
-
-  /** @internal Behind `ShardedEntityRef.tell`. */
-  route(entityType: string, entityId: string, message: unknown, sender: ActorRef<unknown> | null): void {
-    this.caller.route(entityType, entityId, message, sender);
-  }
-
-  /** @internal Behind `ShardedEntityRef.ask`. */
-  routeAsk<R>(
-    entityType: string,
-    entityId: string,
-    message: unknown,
-    replyType: Class<R>,
-    timeoutMs: number,
-    options?: AskOptions,
-  ): Promise<R> {
-    return this.caller.routeAsk(entityType, entityId, message, replyType, timeoutMs, options);
-  }
-
-  /** @internal Behind `ShardedEntityRef.sendSystem`. */
-  passivate(entityType: string, entityId: string, message: SystemMessage): void {
-    this.caller.passivate(entityType, entityId, message);
   }
 
   // ---------------------------------------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ export class ShardedEntityType<T> {
   ) {}
 }
 
-/** The routing operations a {@link ShardedEntityRef} delegates to (implemented by `ClusterSharding`). */
+/** The routing operations a {@link ShardedEntityRef} delegates to (implemented by sharding's caller-side router). */
 export interface EntityRouter {
   route(entityType: string, entityId: string, message: unknown, sender: ActorRef<unknown> | null): void;
   routeAsk<R>(
