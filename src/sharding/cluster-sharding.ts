@@ -19,7 +19,6 @@ import { type InboundRejection, Remoting, remotingId } from "../remote/index.ts"
 import type { ShardingMember } from "./allocation/strategy.ts";
 import { inProcessCodec, type PayloadCodec, RegistryCodec, registerShardingWireTypes } from "./codec.ts";
 import { activateTimeoutDefaultMs } from "./constants.ts";
-import { routingCoordinator } from "./coordinator/election.ts";
 import {
   PassivateShard,
   PlanRequest,
@@ -379,7 +378,7 @@ export class ClusterSharding implements Extension {
    */
   ownerFor(entityType: ShardedEntityType<unknown> | string, entityId: string): UniqueAddress | null {
     const state = this.ctx.requireType(typeof entityType === "string" ? entityType : entityType.name);
-    const coordinator = routingCoordinator(this.membership.snapshot());
+    const coordinator = this.ctx.routingCoordinator();
     if (coordinator === null || state.plan.author === null || !state.plan.author.equals(coordinator)) return null;
     return state.plan.allocations.get(this.shardOf(entityType, entityId)) ?? null;
   }

@@ -14,7 +14,10 @@ export interface ShardingClusterSnapshot extends ElectionSnapshot {
 export interface ShardingMembership {
   /** This node's identity. */
   readonly selfAddress: UniqueAddress;
-  /** The current local view. */
+  /**
+   * The current local view. A changed view must be a new object, never the previous one mutated: sharding derives
+   * the coordinator once per view object.
+   */
   snapshot(): ShardingClusterSnapshot;
   /** Calls `listener` on every membership change (a current-state event first); returns the unsubscribe function. */
   subscribe(listener: (event: unknown) => void): () => void;

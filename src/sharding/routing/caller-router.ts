@@ -13,7 +13,6 @@ import {
 } from "../../actor/index.ts";
 import { isWellFormedText } from "../../remote/codec.ts";
 import { attachTyped } from "../codec.ts";
-import { routingCoordinator } from "../coordinator/election.ts";
 import { type EnvelopeKind, ShardingControlAck, ShardingEnvelope } from "../coordinator/messages.ts";
 import type { EntityRouter } from "../entity-ref.ts";
 import type { EntityTypeState } from "../entity-type-state.ts";
@@ -117,7 +116,7 @@ export class CallerRouter implements EntityRouter {
   }
 
   private coordinatorOrThrow(): UniqueAddress {
-    const coordinator = routingCoordinator(this.ctx.membership.snapshot());
+    const coordinator = this.ctx.routingCoordinator();
     if (coordinator === null) {
       this.ctx.counters.rejectedEnvelopes++;
       throw NoShardOwnerError.noCoordinator();

@@ -1,12 +1,10 @@
 import type { ActorRef, UniqueAddress } from "../../actor/index.ts";
 import { typedOf } from "../codec.ts";
-import { electCoordinator } from "../coordinator/election.ts";
 import type { ShardingEnvelope } from "../coordinator/messages.ts";
 import type { PlanShell } from "../coordinator/plan-shell.ts";
 import { type EntityTypeState, requireSameSettings } from "../entity-type-state.ts";
 import { asError, ClusterShardingConfigurationError, NoShardOwnerError } from "../errors.ts";
 import type { HandoffShell } from "../handoff/handoff-shell.ts";
-import { isUpMember } from "../membership.ts";
 import type { ShardingContext } from "../sharding-context.ts";
 import type { Delivery } from "./delivery.ts";
 import type { OwnerDelivery } from "./owner-delivery.ts";
@@ -63,8 +61,7 @@ export class EnvelopeRouter {
       );
     }
     const shard = envelope.shardId;
-    const snap = this.ctx.membership.snapshot();
-    const coordinator = electCoordinator(snap);
+    const coordinator = this.ctx.electedCoordinator();
     if (coordinator === null || !coordinator.equals(this.ctx.self))
       throw new NoShardOwnerError(envelope.entityType, shard);
     if (!this.plans.isAuthor(state)) this.plans.reconcileUnlessBootstrapping(state);
@@ -73,11 +70,11 @@ export class EnvelopeRouter {
     if (this.handoffs.bufferInHandoff(state, shard, d)) return;
     let owner = state.plan.allocations.get(shard);
     if (owner === undefined) throw new NoShardOwnerError(envelope.entityType, shard);
-    if (!isUpMember(snap, owner)) {
+    if (!this.ctx.isUpMember(owner)) {
       this.plans.reconcile(state);
       if (this.handoffs.bufferInHandoff(state, shard, d)) return;
       owner = state.plan.allocations.get(shard);
-      if (owner === undefined || !isUpMember(this.ctx.membership.snapshot(), owner)) {
+      if (owner === undefined || !this.ctx.isUpMember(owner)) {
         throw new NoShardOwnerError(envelope.entityType, shard);
       }
     }

@@ -1,7 +1,6 @@
 import type { UniqueAddress } from "../../actor/index.ts";
 import { attachTyped } from "../codec.ts";
 import { leaseRetryIntervalMs } from "../constants.ts";
-import { acceptingCoordinator } from "../coordinator/election.ts";
 import { ShardingControlAck } from "../coordinator/messages.ts";
 import type { EntityTypeState } from "../entity-type-state.ts";
 import {
@@ -50,7 +49,7 @@ export class OwnerDelivery {
    */
   receiveAsOwner(state: EntityTypeState, d: Delivery, origin: UniqueAddress | null): void {
     const { envelope } = d;
-    const coordinator = acceptingCoordinator(this.ctx.membership.snapshot());
+    const coordinator = this.ctx.acceptingCoordinator();
     const fromCoordinator =
       coordinator !== null &&
       envelope.hopCount === 1 &&
@@ -146,7 +145,7 @@ export class OwnerDelivery {
       this.ctx.system.scheduler.scheduleOnce(delay, () => {
         state.barrierTimers.delete(shard);
         if (this.ctx.stopped) return;
-        const coordinator = acceptingCoordinator(this.ctx.membership.snapshot());
+        const coordinator = this.ctx.acceptingCoordinator();
         const authorized = coordinator !== null && this.authorizedShard(state, shard, coordinator);
         this.applyBarrier(
           state,
