@@ -131,7 +131,7 @@ export class CallerRouter implements EntityRouter {
       return this.ctx.daemonOf(coordinator);
     }
     return new LocalCoordinatorEntry(this.ctx.daemon, (envelope, sender) =>
-      this.envelopes.handleEnvelope(state, envelope as ShardingEnvelope, sender, null),
+      this.envelopes.handleEnvelope(state, envelope as ShardingEnvelope, sender, null, true),
     );
   }
 }

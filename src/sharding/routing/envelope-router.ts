@@ -22,12 +22,16 @@ export class EnvelopeRouter {
     private readonly owner: OwnerDelivery,
   ) {}
 
-  /** An envelope at this node: hop 0 means we are asked as coordinator, hop 1 as owner. Never throws. */
+  /**
+   * An envelope at this node: hop 0 means we are asked as coordinator, hop 1 as owner. Never throws. `builtHere`: the
+   * caller-side router of this node built it from this node's settings, so its shard id needs no second hash.
+   */
   handleEnvelope(
     state: EntityTypeState,
     envelope: ShardingEnvelope,
     sender: ActorRef<unknown> | null,
     origin: UniqueAddress | null,
+    builtHere = false,
   ): void {
     const typed = typedOf(envelope);
     let delivery: Delivery = { envelope, sender, typed: typed?.value };
@@ -43,22 +47,24 @@ export class EnvelopeRouter {
         }
         delivery = { envelope, sender, typed: value };
       }
-      if (envelope.hopCount === 0) this.routeAsCoordinator(state, delivery);
+      if (envelope.hopCount === 0) this.routeAsCoordinator(state, delivery, builtHere);
       else this.owner.receiveAsOwner(state, delivery, origin);
     } catch (error) {
       this.ctx.reject(delivery, asError(error));
     }
   }
 
-  private routeAsCoordinator(state: EntityTypeState, d: Delivery): void {
+  private routeAsCoordinator(state: EntityTypeState, d: Delivery, builtHere: boolean): void {
     const { envelope } = d;
-    const settings = state.provider.settings;
-    const expected = settings.partitioner.shardFor(envelope.entityType, envelope.entityId, settings.shardCount);
-    if (expected !== envelope.shardId) {
-      throw new ClusterShardingConfigurationError(
-        `Envelope shard ${envelope.shardId} does not match entity shard ${expected}`,
-        "shardId",
-      );
+    if (!builtHere) {
+      const settings = state.provider.settings;
+      const expected = settings.partitioner.shardFor(envelope.entityType, envelope.entityId, settings.shardCount);
+      if (expected !== envelope.shardId) {
+        throw new ClusterShardingConfigurationError(
+          `Envelope shard ${envelope.shardId} does not match entity shard ${expected}`,
+          "shardId",
+        );
+      }
     }
     const shard = envelope.shardId;
     const coordinator = this.ctx.electedCoordinator();
