@@ -30,6 +30,8 @@ test("every wire message survives a JSON round trip", () => {
   assert.deepEqual(roundTrip(fwd, ShardingEnvelope.fromJSON), fwd);
   assert.deepEqual(roundTrip(new ShardingControlAck(true), ShardingControlAck.fromJSON), new ShardingControlAck(true));
   assert.deepEqual(roundTrip(new PlanRequest("Order", "k", a), PlanRequest.fromJSON), new PlanRequest("Order", "k", a));
+  const knowing = new PlanRequest("Order", "k", a, addr("b").toString(), 7);
+  assert.deepEqual(roundTrip(knowing, PlanRequest.fromJSON), knowing);
   assert.deepEqual(
     roundTrip(new PlanSnapshotRequest("Order", "k", a), PlanSnapshotRequest.fromJSON),
     new PlanSnapshotRequest("Order", "k", a),
@@ -127,4 +129,21 @@ test("malformed messages are rejected with a typed error naming the field", () =
     () => PassivateShard.fromJSON({ entityType: "Order", settingsKey: "k", shardId: 1, coordinator: a, nextOwner: 3 }),
     /nextOwner/,
   );
+});
+
+test("a plan request's known plan: absent means none (an older sender), a malformed one is a typed error", () => {
+  const old = PlanRequest.fromJSON({ entityType: "Order", settingsKey: "k", requester: a });
+  assert.equal(old.knownAuthor, null);
+  assert.equal(old.knownGeneration, 0);
+  const malformed = (fields: Record<string, unknown>, field: string) =>
+    assert.throws(
+      () => PlanRequest.fromJSON({ entityType: "Order", settingsKey: "k", requester: a, ...fields }),
+      (e: unknown) => e instanceof ClusterShardingConfigurationError && e.field === field,
+      JSON.stringify(fields),
+    );
+  malformed({ knownGeneration: -1 }, "knownGeneration");
+  malformed({ knownGeneration: 1.5 }, "knownGeneration");
+  malformed({ knownGeneration: "3" }, "knownGeneration");
+  malformed({ knownAuthor: 5 }, "knownAuthor");
+  malformed({ knownAuthor: "not an address" }, "knownAuthor");
 });

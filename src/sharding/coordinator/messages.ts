@@ -4,7 +4,8 @@
  * ClusterShardingConfigurationError rather than a crash. Who sends what:
  *
  * - `ShardingEnvelope` (User / Activate / Passivate): caller → coordinator (hop 0), coordinator → owner (hop 1).
- * - `PlanRequest`: non-coordinator → coordinator; answered with a `PlanUpdate` to the requester.
+ * - `PlanRequest`: non-coordinator → coordinator; answered with a `PlanUpdate` to the requester unless it already
+ *   holds that plan.
  * - `PlanSnapshotRequest`: bootstrapping coordinator → every Up peer; answered with a `PlanSnapshot` if it has a plan.
  * - `PlanUpdate`: coordinator → every Up member (broadcast after each generation).
  * - `PassivateShard`: coordinator → previous owner (ask); the owner drains the shard and replies `ShardingControlAck`.
@@ -136,6 +137,13 @@ export class PlanRequest {
     readonly settingsKey: string,
     /** The requester's UniqueAddress string; must equal the transport identity. */
     readonly requester: string,
+    /**
+     * The plan the requester holds: its author (UniqueAddress string, null for none) and generation (0 for none). The
+     * coordinator answers a poll only when its own plan differs, so a steady cluster does not re-send every plan to
+     * every member four times a second. Absent on the wire (an older sender): unknown, always answered.
+     */
+    readonly knownAuthor: string | null = null,
+    readonly knownGeneration = 0,
   ) {}
 
   /** @throws ClusterShardingConfigurationError naming the malformed field */
@@ -143,7 +151,10 @@ export class PlanRequest {
     const o = object(json, "PlanRequest");
     const requester = str(o, "requester");
     address(requester, "requester");
-    return new PlanRequest(nonEmpty(o, "entityType"), str(o, "settingsKey"), requester);
+    const knownAuthor = optStr(o, "knownAuthor");
+    if (knownAuthor !== null) address(knownAuthor, "knownAuthor");
+    const knownGeneration = o.knownGeneration === undefined ? 0 : int(o, "knownGeneration", 0);
+    return new PlanRequest(nonEmpty(o, "entityType"), str(o, "settingsKey"), requester, knownAuthor, knownGeneration);
   }
 }
 

@@ -186,7 +186,11 @@ export class PlanShell {
     if (!this.isAuthor(state)) this.reconcileUnlessBootstrapping(state);
     // A newly registered member may change placement.
     else if (known === undefined) this.scheduleReconcile(state, 0);
-    if (this.isAuthor(state)) this.ctx.daemonOf(origin).tell(this.planUpdateOf(state), this.ctx.daemon);
+    if (!this.isAuthor(state)) return;
+    // The requester's copy of this very plan (same author, same generation) would be ignored as a duplicate.
+    const upToDate =
+      request.knownGeneration === state.plan.generation && request.knownAuthor === this.ctx.self.toString();
+    if (!upToDate) this.ctx.daemonOf(origin).tell(this.planUpdateOf(state), this.ctx.daemon);
   }
 
   onPlanSnapshotRequest(request: PlanSnapshotRequest, origin: UniqueAddress | null): void {
@@ -210,7 +214,13 @@ export class PlanShell {
   }
 
   private planRequestOf(state: EntityTypeState): PlanRequest {
-    return new PlanRequest(state.provider.name, state.provider.settings.key, this.ctx.self.toString());
+    return new PlanRequest(
+      state.provider.name,
+      state.provider.settings.key,
+      this.ctx.self.toString(),
+      state.plan.author?.toString() ?? null,
+      state.plan.generation,
+    );
   }
 
   onPlanSnapshot(snapshot: PlanSnapshot, origin: UniqueAddress | null): void {
