@@ -295,6 +295,67 @@ describe("postgres-only behaviour", () => {
     }
   });
 
+  test("a several-event append that loses a race is checked against its fence before it learns the outcome", async () => {
+    // The fence passes when the append starts; another writer then commits the same operation id with other content;
+    // the lease expires; only then does the append hit the unique index. Its follow-up lookup must answer "stale
+    // owner" (the fence first), never the operation's outcome (here a conflict).
+    const raw = await rawClient(ctx.url, ctx.schema);
+    const holder = await rawClient(ctx.url, ctx.schema);
+    const lockKey = randomInt(1, 2 ** 40);
+    try {
+      await raw.query(`CREATE OR REPLACE FUNCTION hold_append() RETURNS trigger LANGUAGE plpgsql AS
+        $$ BEGIN PERFORM pg_advisory_xact_lock(${lockKey}); RETURN NEW; END $$`);
+      await raw.query(`CREATE TRIGGER hold_append BEFORE INSERT ON event_journal FOR EACH ROW
+        WHEN (NEW.persistence_id = 'resolving' AND NEW.payload = '{"n":101}') EXECUTE FUNCTION hold_append()`);
+      const key = { clusterName: "c", entityType: "Resolve", shardId: 1 };
+      const token = (await ctx.store.acquireShardLease(key, "node-a", 3_000))!;
+      await holder.query("SELECT pg_advisory_lock($1)", [lockKey]);
+      const fenced = ctx.store.appendEvents({
+        persistenceId: "resolving",
+        expectedRevision: 0,
+        operationId: "r1",
+        events: [ev(101), ev(102)],
+        fence: token,
+      });
+      fenced.catch(() => {});
+      await eventually(
+        async () =>
+          (
+            await raw.query(
+              "SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = 'movie-pgonly' AND wait_event = 'advisory'",
+            )
+          ).rows[0].n === 1,
+        { what: "the fenced append to pass its fence and wait before inserting" },
+      );
+      await ctx.store.appendEvents({
+        persistenceId: "resolving",
+        expectedRevision: 0,
+        operationId: "r1",
+        events: [ev(201), ev(202)],
+      });
+      await eventually(
+        async () =>
+          (
+            await raw.query(
+              "SELECT count(*)::int AS n FROM shard_lease WHERE entity_type = 'Resolve' AND lease_until_epoch_ms <= movie_now_ms()",
+            )
+          ).rows[0].n === 1,
+        { what: "the fenced append's lease to expire" },
+      );
+      await holder.query("SELECT pg_advisory_unlock($1)", [lockKey]);
+      await assert.rejects(fenced, StaleShardOwnerError);
+      assert.deepEqual(
+        (await ctx.store.loadEvents("resolving")).map((e) => e.payload),
+        [JSON.stringify({ n: 201 }), JSON.stringify({ n: 202 })],
+        "only the other writer's events",
+      );
+    } finally {
+      await holder.end();
+      await raw.query("DROP TRIGGER IF EXISTS hold_append ON event_journal");
+      await raw.end();
+    }
+  });
+
   test("a corrupt stored row is a typed error naming persistence id and sequence", async () => {
     await ctx.store.appendEvents({
       persistenceId: "corrupt",

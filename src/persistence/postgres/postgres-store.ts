@@ -245,7 +245,7 @@ export class PostgresStore implements PersistenceStore {
       a.expectedRevision,
     ).catch((error: unknown) => {
       if ((error as { code?: string }).code !== UNIQUE_VIOLATION) throw error;
-      return this.resolveAppend(a.persistenceId, a.operationId, fingerprint, a.expectedRevision);
+      return this.resolveAppend(a.persistenceId, a.operationId, fingerprint, a.expectedRevision, a.fence);
     });
     return this.writeOutcome(row, a.persistenceId, a.operationId, a.fence);
   }
@@ -329,12 +329,35 @@ export class PostgresStore implements PersistenceStore {
   }
 
   /** The append wrote nothing: ask the database whether it was a retry or a concurrent write. */
-  private resolveAppend(pid: string, op: string, fingerprint: string, expected: number): Promise<StatusRow> {
+  /**
+   * After a several-event append's unique violation: a stale fence (checked first, in the same statement, so a
+   * stale owner never learns of a duplicate), else a duplicate or conflicting operation id, else a moved revision.
+   */
+  private resolveAppend(
+    pid: string,
+    op: string,
+    fingerprint: string,
+    expected: number,
+    fence: ShardLeaseToken | null,
+  ): Promise<StatusRow> {
+    if (fence === null) {
+      return this.writeCall(
+        "appendEvents",
+        "movie_append_resolve",
+        "SELECT movie_append_resolve($1, $2, $3) AS outcome",
+        [pid, op, fingerprint],
+        pid,
+        expected,
+      );
+    }
+    // CASE evaluates the resolve (which may raise MV001) only when the lease is still this owner's.
     return this.writeCall(
       "appendEvents",
-      "movie_append_resolve",
-      "SELECT movie_append_resolve($1, $2, $3) AS outcome",
-      [pid, op, fingerprint],
+      "movie_append_resolve_fenced",
+      `SELECT CASE WHEN EXISTS (SELECT 1 FROM shard_lease WHERE cluster_name = $4 AND entity_type = $5
+          AND shard_id = $6 AND owner = $7 AND epoch = $8 AND lease_until_epoch_ms > movie_now_ms())
+        THEN movie_append_resolve($1, $2, $3) ELSE movie_outcome(3, 0) END AS outcome`,
+      [pid, op, fingerprint, ...fenceArgs(fence)],
       pid,
       expected,
     );
