@@ -1,5 +1,5 @@
 // Finds the PostgreSQL server for tests and gives each test run its own schema (dropped afterwards).
-import { randomBytes } from "node:crypto";
+import { randomBytes, randomInt } from "node:crypto";
 import pg from "pg";
 import { PostgresStore, type PostgresStoreOptions } from "../../src/persistence/postgres/index.ts";
 import { startPrivatePostgres } from "../fixtures/private-postgres.ts";
@@ -94,4 +94,59 @@ export async function rawClient(url: string, schema: string): Promise<pg.Client>
   client.on("error", () => {});
   await client.connect();
   return client;
+}
+
+/**
+ * A gate for orchestrating races on the real server: a BEFORE trigger on each of `triggers` makes the rows it matches
+ * wait on an advisory lock while the gate is shut, so a test can hold a statement at a known point (its fence lock
+ * taken, its row not yet written) and let it go. `raw` is a client for the test's own queries.
+ */
+export interface WriteGate {
+  readonly raw: pg.Client;
+  /** Holds every matching row's statement from now on (takes the advisory lock). */
+  shut(): Promise<void>;
+  /** Lets the held statements go on (releases the advisory lock). */
+  open(): Promise<void>;
+  /** True when exactly one statement of this store's `applicationName` whose text is LIKE `pattern` waits on one of `events`. */
+  waiting(applicationName: string, pattern: string, events: readonly string[]): Promise<boolean>;
+  /** Drops the triggers and closes both clients. */
+  dispose(): Promise<void>;
+}
+
+export async function writeGate(
+  url: string,
+  schema: string,
+  name: string,
+  triggers: readonly { table: string; event: "INSERT" | "UPDATE"; when: string }[],
+): Promise<WriteGate> {
+  const raw = await rawClient(url, schema);
+  const holder = await rawClient(url, schema);
+  const lockKey = randomInt(1, 2 ** 40);
+  await raw.query(`CREATE OR REPLACE FUNCTION ${name}() RETURNS trigger LANGUAGE plpgsql AS
+    $$ BEGIN PERFORM pg_advisory_xact_lock(${lockKey}); RETURN NEW; END $$`);
+  for (const t of triggers) {
+    await raw.query(`CREATE TRIGGER ${name} BEFORE ${t.event} ON ${t.table} FOR EACH ROW
+      WHEN (${t.when}) EXECUTE FUNCTION ${name}()`);
+  }
+  return {
+    raw,
+    shut: async () => {
+      await holder.query("SELECT pg_advisory_lock($1)", [lockKey]);
+    },
+    open: async () => {
+      await holder.query("SELECT pg_advisory_unlock($1)", [lockKey]);
+    },
+    waiting: async (applicationName, pattern, events) =>
+      (
+        await raw.query(
+          "SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = $1 AND wait_event = ANY($3) AND query LIKE $2",
+          [applicationName, pattern, events],
+        )
+      ).rows[0].n === 1,
+    dispose: async () => {
+      await holder.end();
+      for (const t of triggers) await raw.query(`DROP TRIGGER IF EXISTS ${name} ON ${t.table}`);
+      await raw.end();
+    },
+  };
 }

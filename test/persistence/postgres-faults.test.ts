@@ -1,6 +1,5 @@
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
-import { randomInt } from "node:crypto";
 import { after, before, describe, test } from "node:test";
 import {
   CircuitOpenError,
@@ -16,7 +15,7 @@ import {
 } from "../../src/persistence/index.ts";
 import { PostgresStore, postgresMigrationSql, validatePostgresUri } from "../../src/persistence/postgres/index.ts";
 import { eventually } from "../fixtures/eventually.ts";
-import { dropSchema, freshPostgresStore, postgresTestUrl, rawClient, uniqueSchema } from "./pg-fixture.ts";
+import { dropSchema, freshPostgresStore, postgresTestUrl, rawClient, uniqueSchema, writeGate } from "./pg-fixture.ts";
 
 const ev = (n: number) => ({ manifest: "test.Event", payload: JSON.stringify({ n }) });
 
@@ -80,15 +79,12 @@ describe("postgres-only behaviour", () => {
   });
 
   test("a fenced write is serialised before a lease transfer, which then gets epoch + 1", async () => {
-    const raw = await rawClient(ctx.url, ctx.schema);
-    const holder = await rawClient(ctx.url, ctx.schema);
-    const lockKey = randomInt(1, 2 ** 40);
+    const gate = await writeGate(ctx.url, ctx.schema, "hold_write", [
+      { table: "event_journal", event: "INSERT", when: "NEW.persistence_id = 'held'" },
+    ]);
+    const { raw } = gate;
     try {
-      await raw.query(`CREATE OR REPLACE FUNCTION hold_write() RETURNS trigger LANGUAGE plpgsql AS
-        $$ BEGIN PERFORM pg_advisory_xact_lock(${lockKey}); RETURN NEW; END $$`);
-      await raw.query(`CREATE TRIGGER hold_write BEFORE INSERT ON event_journal FOR EACH ROW
-        WHEN (NEW.persistence_id = 'held') EXECUTE FUNCTION hold_write()`);
-      await holder.query("SELECT pg_advisory_lock($1)", [lockKey]);
+      await gate.shut();
       const key = { clusterName: "c", entityType: "Held", shardId: 1 };
       const old = (await ctx.store.acquireShardLease(key, "node-a", 300))!;
       let appended = false;
@@ -97,13 +93,7 @@ describe("postgres-only behaviour", () => {
         .finally(() => {
           appended = true;
         });
-      const waiting = async (pattern: string, event: string) =>
-        (
-          await raw.query(
-            "SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = 'movie-pgonly' AND wait_event_type = 'Lock' AND wait_event = $2 AND query LIKE $1",
-            [pattern, event],
-          )
-        ).rows[0].n === 1;
+      const waiting = (pattern: string, event: string) => gate.waiting("movie-pgonly", pattern, [event]);
       await eventually(() => waiting("INSERT INTO event_journal%", "advisory"), {
         what: "the write to block in its trigger",
         describe: () => ({ appended }),
@@ -126,7 +116,7 @@ describe("postgres-only behaviour", () => {
       });
       assert.equal(transferred, false);
       assert.equal(appended, false);
-      await holder.query("SELECT pg_advisory_unlock($1)", [lockKey]);
+      await gate.open();
       assert.deepEqual(await append, { revision: 1, duplicate: false });
       const next = await transfer;
       assert.equal(next?.owner, "node-b");
@@ -142,17 +132,12 @@ describe("postgres-only behaviour", () => {
         StaleShardOwnerError,
       );
     } finally {
-      await holder.end();
-      await raw.query("DROP TRIGGER IF EXISTS hold_write ON event_journal");
-      await raw.end();
+      await gate.dispose();
     }
   });
 
   test("fenced several-event appends, state saves and snapshot saves also hold off a lease transfer", async () => {
     // These go through the PL/pgSQL write functions, not the one-event INSERT the test above holds.
-    const raw = await rawClient(ctx.url, ctx.schema);
-    const holder = await rawClient(ctx.url, ctx.schema);
-    const lockKey = randomInt(1, 2 ** 40);
     const kinds: [string, string, string, (fence: ShardLeaseToken) => Promise<unknown>][] = [
       [
         "event_journal",
@@ -188,22 +173,17 @@ describe("postgres-only behaviour", () => {
         (fence) => ctx.store.saveSnapshot("held-snap", { sequenceNr: 1, manifest: "S", payload: "{}" }, fence),
       ],
     ];
-    const waiting = async (pattern: string, events: string[]) =>
-      (
-        await raw.query(
-          "SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = 'movie-pgonly' AND wait_event = ANY($2) AND query LIKE $1",
-          [pattern, events],
-        )
-      ).rows[0].n === 1;
+    const gate = await writeGate(
+      ctx.url,
+      ctx.schema,
+      "hold_fenced",
+      kinds.map(([table]) => ({ table, event: "INSERT" as const, when: "NEW.persistence_id LIKE 'held-%'" })),
+    );
+    const { raw } = gate;
+    const waiting = (pattern: string, events: string[]) => gate.waiting("movie-pgonly", pattern, events);
     try {
-      await raw.query(`CREATE OR REPLACE FUNCTION hold_fenced() RETURNS trigger LANGUAGE plpgsql AS
-        $$ BEGIN PERFORM pg_advisory_xact_lock(${lockKey}); RETURN NEW; END $$`);
-      for (const [table] of kinds) {
-        await raw.query(`CREATE TRIGGER hold_fenced BEFORE INSERT ON ${table} FOR EACH ROW
-          WHEN (NEW.persistence_id LIKE 'held-%') EXECUTE FUNCTION hold_fenced()`);
-      }
       for (const [table, persistenceId, pattern, write] of kinds) {
-        await holder.query("SELECT pg_advisory_lock($1)", [lockKey]);
+        await gate.shut();
         const key = { clusterName: "c", entityType: "HeldFn", shardId: kinds.findIndex(([t]) => t === table) };
         const old = (await ctx.store.acquireShardLease(key, "node-a", 250))!;
         const written = write(old);
@@ -230,7 +210,7 @@ describe("postgres-only behaviour", () => {
           },
         );
         assert.equal(transferred, false, `a transfer must wait for the in-flight fenced ${table} write`);
-        await holder.query("SELECT pg_advisory_unlock($1)", [lockKey]);
+        await gate.open();
         await written;
         const next = await transfer;
         assert.equal(next?.owner, "node-b");
@@ -238,21 +218,15 @@ describe("postgres-only behaviour", () => {
         await assert.rejects(write(old), StaleShardOwnerError, `${persistenceId}: the old epoch is fenced off`);
       }
     } finally {
-      await holder.end();
-      for (const [table] of kinds) await raw.query(`DROP TRIGGER IF EXISTS hold_fenced ON ${table}`);
-      await raw.end();
+      await gate.dispose();
     }
   });
 
   test("a fenced write that waits behind a lease release re-reads the row and commits nothing", async () => {
-    const raw = await rawClient(ctx.url, ctx.schema);
-    const holder = await rawClient(ctx.url, ctx.schema);
-    const lockKey = randomInt(1, 2 ** 40);
+    const gate = await writeGate(ctx.url, ctx.schema, "hold_release", [
+      { table: "shard_lease", event: "UPDATE", when: "NEW.entity_type = 'Release'" },
+    ]);
     try {
-      await raw.query(`CREATE OR REPLACE FUNCTION hold_release() RETURNS trigger LANGUAGE plpgsql AS
-        $$ BEGIN PERFORM pg_advisory_xact_lock(${lockKey}); RETURN NEW; END $$`);
-      await raw.query(`CREATE TRIGGER hold_release BEFORE UPDATE ON shard_lease FOR EACH ROW
-        WHEN (NEW.entity_type = 'Release') EXECUTE FUNCTION hold_release()`);
       const key = { clusterName: "c", entityType: "Release", shardId: 1 };
       const token = (await ctx.store.acquireShardLease(key, "node-a", 30_000))!;
       await ctx.store.appendEvents({
@@ -262,14 +236,8 @@ describe("postgres-only behaviour", () => {
         events: [ev(1)],
         fence: token,
       });
-      const waiting = async (pattern: string, events: string[]) =>
-        (
-          await raw.query(
-            "SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = 'movie-pgonly' AND wait_event = ANY($2) AND query LIKE $1",
-            [pattern, events],
-          )
-        ).rows[0].n === 1;
-      await holder.query("SELECT pg_advisory_lock($1)", [lockKey]);
+      const waiting = (pattern: string, events: string[]) => gate.waiting("movie-pgonly", pattern, events);
+      await gate.shut();
       // The release holds the lease row (its UPDATE waits in the trigger); the committed row still says "valid".
       const release = ctx.store.releaseShardLease(token);
       await eventually(() => waiting("%UPDATE shard_lease%", ["advisory"]), { what: "the release to hold the row" });
@@ -284,14 +252,12 @@ describe("postgres-only behaviour", () => {
       await eventually(() => waiting("INSERT INTO event_journal%", ["transactionid", "tuple"]), {
         what: "the fenced write to wait on the lease row",
       });
-      await holder.query("SELECT pg_advisory_unlock($1)", [lockKey]);
+      await gate.open();
       assert.equal(await release, true);
       await assert.rejects(write, StaleShardOwnerError);
       assert.equal(await ctx.store.loadRevision("moving"), 1);
     } finally {
-      await holder.end();
-      await raw.query("DROP TRIGGER IF EXISTS hold_release ON shard_lease");
-      await raw.end();
+      await gate.dispose();
     }
   });
 
@@ -299,17 +265,18 @@ describe("postgres-only behaviour", () => {
     // The fence passes when the append starts; another writer then commits the same operation id with other content;
     // the lease expires; only then does the append hit the unique index. Its follow-up lookup must answer "stale
     // owner" (the fence first), never the operation's outcome (here a conflict).
-    const raw = await rawClient(ctx.url, ctx.schema);
-    const holder = await rawClient(ctx.url, ctx.schema);
-    const lockKey = randomInt(1, 2 ** 40);
+    const gate = await writeGate(ctx.url, ctx.schema, "hold_append", [
+      {
+        table: "event_journal",
+        event: "INSERT",
+        when: `NEW.persistence_id = 'resolving' AND NEW.payload = '{"n":101}'`,
+      },
+    ]);
+    const { raw } = gate;
     try {
-      await raw.query(`CREATE OR REPLACE FUNCTION hold_append() RETURNS trigger LANGUAGE plpgsql AS
-        $$ BEGIN PERFORM pg_advisory_xact_lock(${lockKey}); RETURN NEW; END $$`);
-      await raw.query(`CREATE TRIGGER hold_append BEFORE INSERT ON event_journal FOR EACH ROW
-        WHEN (NEW.persistence_id = 'resolving' AND NEW.payload = '{"n":101}') EXECUTE FUNCTION hold_append()`);
       const key = { clusterName: "c", entityType: "Resolve", shardId: 1 };
       const token = (await ctx.store.acquireShardLease(key, "node-a", 3_000))!;
-      await holder.query("SELECT pg_advisory_lock($1)", [lockKey]);
+      await gate.shut();
       const fenced = ctx.store.appendEvents({
         persistenceId: "resolving",
         expectedRevision: 0,
@@ -318,15 +285,9 @@ describe("postgres-only behaviour", () => {
         fence: token,
       });
       fenced.catch(() => {});
-      await eventually(
-        async () =>
-          (
-            await raw.query(
-              "SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = 'movie-pgonly' AND wait_event = 'advisory'",
-            )
-          ).rows[0].n === 1,
-        { what: "the fenced append to pass its fence and wait before inserting" },
-      );
+      await eventually(() => gate.waiting("movie-pgonly", "SELECT movie_append_events%", ["advisory"]), {
+        what: "the fenced append to pass its fence and wait before inserting",
+      });
       await ctx.store.appendEvents({
         persistenceId: "resolving",
         expectedRevision: 0,
@@ -342,7 +303,7 @@ describe("postgres-only behaviour", () => {
           ).rows[0].n === 1,
         { what: "the fenced append's lease to expire" },
       );
-      await holder.query("SELECT pg_advisory_unlock($1)", [lockKey]);
+      await gate.open();
       await assert.rejects(fenced, StaleShardOwnerError);
       assert.deepEqual(
         (await ctx.store.loadEvents("resolving")).map((e) => e.payload),
@@ -350,9 +311,7 @@ describe("postgres-only behaviour", () => {
         "only the other writer's events",
       );
     } finally {
-      await holder.end();
-      await raw.query("DROP TRIGGER IF EXISTS hold_append ON event_journal");
-      await raw.end();
+      await gate.dispose();
     }
   });
 
