@@ -79,7 +79,11 @@ export class NodeProcess<Ready = NodeReply> {
       execArgv: [...(options.execArgv ?? process.execArgv), ...profileArgs],
       env: { ...process.env, ...options.env },
     });
-    this.exitPromise = new Promise((resolve) => this.process.once("exit", () => resolve()));
+    // 'close' too: a process that could not be spawned (ENOENT, EAGAIN, EMFILE) emits 'error' and 'close', never 'exit'.
+    this.exitPromise = new Promise((resolve) => {
+      this.process.once("exit", () => resolve());
+      this.process.once("close", () => resolve());
+    });
     this.ready = this.waitFor<Ready>(0, "its ready message", this.requestTimeoutMs);
     // Nobody may be listening yet when the node dies before it is up; whoever awaits `ready` still sees the error.
     this.ready.catch(() => undefined);
@@ -102,7 +106,7 @@ export class NodeProcess<Ready = NodeReply> {
     return this.goneReason !== null;
   }
 
-  /** Resolves when the process has exited (at once if it already has). */
+  /** Resolves when the process has exited (at once if it already has), or could not be spawned at all. */
   whenExited(): Promise<void> {
     return this.exitPromise;
   }
