@@ -120,14 +120,22 @@ export class NodeProcess<Ready = NodeReply> {
 
   /**
    * Sends `command` and resolves with its reply. Rejects with an Error carrying the child's text when it answers with
-   * `error`, with {@link NodeProcessGoneError} when the node is or goes away first, and with
-   * {@link NodeProcessTimeoutError} after `timeoutMs`.
+   * `error`, with the channel's error when `command` cannot be serialized, with {@link NodeProcessGoneError} when the
+   * node is or goes away first, and with {@link NodeProcessTimeoutError} after `timeoutMs`.
    */
   request<T = NodeReply>(command: NodeCommand, timeoutMs = this.requestTimeoutMs): Promise<T> {
     if (this.exited) return Promise.reject(this.goneError(command.type));
     const id = this.nextId++;
     const reply = this.waitFor<T>(id, command.type, timeoutMs);
-    this.send({ ...command, id });
+    try {
+      this.send({ ...command, id });
+    } catch (error) {
+      // A command the channel cannot serialize (a BigInt, a cycle) throws before anything is sent: the caller gets
+      // it as this request's rejection, and no waiter is left behind to reject unhandled at its timeout.
+      const waiter = this.pending.get(id);
+      this.pending.delete(id);
+      waiter?.reject(error instanceof Error ? error : new Error(String(error)));
+    }
     return reply;
   }
 
