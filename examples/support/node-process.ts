@@ -87,7 +87,9 @@ export class NodeProcess<Ready = NodeReply> {
     this.ready = this.waitFor<Ready>(0, "its ready message", this.requestTimeoutMs);
     // Nobody may be listening yet when the node dies before it is up; whoever awaits `ready` still sees the error.
     this.ready.catch(() => undefined);
-    this.process.on("message", (reply: NodeReply) => {
+    this.process.on("message", (reply: NodeReply | null) => {
+      // A child may send anything (null included): only an object can be a reply, and a throw here would be uncaught.
+      if (typeof reply !== "object" || reply === null) return;
       const waiter = this.pending.get(reply.id);
       if (waiter === undefined) return; // a tell's answer, or a late one to a request that timed out
       this.pending.delete(reply.id);
