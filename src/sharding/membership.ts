@@ -25,8 +25,3 @@ export interface ShardingMembership {
   registerDepartureGuard(name: string, guard: (member: ShardingMember) => boolean): void;
   unregisterDepartureGuard(name: string): void;
 }
-
-/** True when `node` is an Up member of `snap`. */
-export function isUpMember(snap: ShardingClusterSnapshot, node: UniqueAddress): boolean {
-  return snap.members.some((m) => m.uniqueAddress.equals(node) && m.status === "Up");
-}

@@ -3,9 +3,8 @@ import type { ShardingMember } from "../allocation/strategy.ts";
 import { planSnapshotGenerationMax, planSyncIntervalMs, reconcileIntervalMs } from "../constants.ts";
 import { type EntityTypeState, requireSameSettings } from "../entity-type-state.ts";
 import { asError, ClusterShardingConfigurationError } from "../errors.ts";
-import { isUpMember, type ShardingClusterSnapshot } from "../membership.ts";
+import type { ShardingClusterSnapshot } from "../membership.ts";
 import type { ShardingContext } from "../sharding-context.ts";
-import { acceptingCoordinator, electCoordinator } from "./election.ts";
 import { PlanRequest, PlanSnapshot, PlanSnapshotRequest, PlanUpdate, toAssignments } from "./messages.ts";
 import { acceptPlanUpdate, acceptSnapshot, type PlanEffect, reconcilePlan, sameAllocations } from "./plan.ts";
 
@@ -45,9 +44,9 @@ export class PlanShell {
 
   reconcile(state: EntityTypeState): void {
     if (this.ctx.stopped) return;
-    const snap = this.ctx.membership.snapshot();
-    const coordinator = electCoordinator(snap);
+    const coordinator = this.ctx.electedCoordinator();
     if (coordinator === null || !coordinator.equals(this.ctx.self)) return;
+    const snap = this.ctx.membership.snapshot();
     const peers = snap.members
       .filter((m) => m.status === "Up" && !m.uniqueAddress.equals(this.ctx.self))
       .map((m) => m.uniqueAddress)
@@ -181,7 +180,7 @@ export class PlanShell {
     requireSameSettings(state, request.settingsKey);
     const known = state.registrations.get(request.requester);
     state.registrations.set(request.requester, request.settingsKey);
-    const coordinator = electCoordinator(this.ctx.membership.snapshot());
+    const coordinator = this.ctx.electedCoordinator();
     if (coordinator === null || !coordinator.equals(this.ctx.self)) return;
     if (!this.isAuthor(state)) this.reconcileUnlessBootstrapping(state);
     // A newly registered member may change placement.
@@ -232,9 +231,9 @@ export class PlanShell {
         "generation",
       );
     }
-    const snap = this.ctx.membership.snapshot();
+    const _snap = this.ctx.membership.snapshot();
     if (origin !== null) state.registrations.set(origin.toString(), snapshot.settingsKey);
-    const originIsUpMember = origin !== null && isUpMember(snap, origin);
+    const originIsUpMember = origin !== null && this.ctx.isUpMember(origin);
     if (state.plan.bootstrap !== null) {
       const [next, accepted] = acceptSnapshot(
         state.plan,
@@ -260,7 +259,7 @@ export class PlanShell {
   onPlanUpdate(update: PlanUpdate, origin: UniqueAddress | null): void {
     const state = this.ctx.requireType(update.entityType);
     requireSameSettings(state, update.settingsKey);
-    const coordinator = acceptingCoordinator(this.ctx.membership.snapshot());
+    const coordinator = this.ctx.acceptingCoordinator();
     let outcome: string;
     try {
       [state.plan, outcome] = acceptPlanUpdate(
@@ -284,7 +283,7 @@ export class PlanShell {
   /** Non-coordinators ask the coordinator for the plan now and every 250 ms; the coordinator reconciles. */
   syncPlan(state: EntityTypeState): void {
     if (this.ctx.stopped) return;
-    const coordinator = electCoordinator(this.ctx.membership.snapshot());
+    const coordinator = this.ctx.electedCoordinator();
     if (coordinator?.equals(this.ctx.self)) this.reconcileUnlessBootstrapping(state);
     else if (coordinator !== null) this.ctx.daemonOf(coordinator).tell(this.planRequestOf(state), this.ctx.daemon);
     if (state.planSyncTimer === null) {
@@ -298,7 +297,7 @@ export class PlanShell {
   onMembershipChange(): void {
     if (this.ctx.stopped) return;
     const snap = this.ctx.membership.snapshot();
-    const coordinator = electCoordinator(snap);
+    const coordinator = this.ctx.electedCoordinator();
     const coordinatorText = coordinator?.toString() ?? null;
     const changed = coordinatorText !== this.lastCoordinator;
     this.lastCoordinator = coordinatorText;

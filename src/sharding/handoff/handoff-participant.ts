@@ -1,5 +1,4 @@
 import type { ActorRef, UniqueAddress } from "../../actor/index.ts";
-import { acceptingCoordinator } from "../coordinator/election.ts";
 import { type PassivateShard, type PrepareShard, ShardingControlAck } from "../coordinator/messages.ts";
 import { type EntityTypeState, requireSameSettings } from "../entity-type-state.ts";
 import { asError, ClusterShardingConfigurationError } from "../errors.ts";
@@ -20,7 +19,7 @@ export class HandoffParticipant {
     origin: UniqueAddress | null,
   ): UniqueAddress {
     requireSameSettings(state, settingsKey);
-    const coordinator = acceptingCoordinator(this.ctx.membership.snapshot());
+    const coordinator = this.ctx.acceptingCoordinator();
     const ok =
       coordinator !== null &&
       coordinatorText === coordinator.toString() &&

@@ -1,12 +1,10 @@
 import { askVia, type UniqueAddress } from "../../actor/index.ts";
 import { handoffTimeoutMs } from "../constants.ts";
-import { acceptingCoordinator, electCoordinator } from "../coordinator/election.ts";
 import { PassivateShard, PrepareShard, ShardingControlAck } from "../coordinator/messages.ts";
 import { completeHandoffInPlan } from "../coordinator/plan.ts";
 import type { PlanShell } from "../coordinator/plan-shell.ts";
 import type { EntityTypeState, RunningHandoff } from "../entity-type-state.ts";
 import { asError, NoShardOwnerError, ShardLeaseUnavailableError } from "../errors.ts";
-import { isUpMember, type ShardingClusterSnapshot } from "../membership.ts";
 import type { Delivery } from "../routing/delivery.ts";
 import type { OwnerDelivery } from "../routing/owner-delivery.ts";
 import type { ShardingContext } from "../sharding-context.ts";
@@ -54,13 +52,13 @@ export class HandoffShell {
     next: UniqueAddress | null,
   ): HandoffInput<Delivery> {
     const snap = this.ctx.membership.snapshot();
-    const term = this.handoffTerm(state, snap);
+    const term = this.handoffTerm(state);
     const prev = previous === null ? undefined : snap.members.find((m) => m.uniqueAddress.equals(previous));
     return {
       kind: "attempt",
       stillCoordinator: term === "current",
       settling: term === "settling",
-      nextOwnerUp: next === null || isUpMember(snap, next),
+      nextOwnerUp: next === null || this.ctx.isUpMember(next),
       previousReachable: prev !== undefined && prev.status !== "Down" && prev.status !== "Removed",
     };
   }
@@ -70,11 +68,11 @@ export class HandoffShell {
    * convergence is missing (no member unreachable, still the lowest Up member and author), as while a leave or a
    * status change spreads by gossip; "lost" otherwise (an unreachable member or another coordinator: fail closed).
    */
-  private handoffTerm(state: EntityTypeState, snap: ShardingClusterSnapshot): "current" | "settling" | "lost" {
+  private handoffTerm(state: EntityTypeState): "current" | "settling" | "lost" {
     if (!this.plans.isAuthor(state)) return "lost";
-    const elected = electCoordinator(snap);
+    const elected = this.ctx.electedCoordinator();
     if (elected !== null) return elected.equals(this.ctx.self) ? "current" : "lost";
-    const accepting = acceptingCoordinator(snap);
+    const accepting = this.ctx.acceptingCoordinator();
     return accepting?.equals(this.ctx.self) ? "settling" : "lost";
   }
 
@@ -142,14 +140,13 @@ export class HandoffShell {
         break;
       }
       case "complete": {
-        const snap = this.ctx.membership.snapshot();
-        if (this.handoffTerm(state, snap) === "settling") {
+        if (this.handoffTerm(state) === "settling") {
           // Buffered deliveries were accepted in this term: wait for gossip instead of rejecting them.
           this.feedHandoff(state, shard, { kind: "settling" });
           return;
         }
         try {
-          const coordinator = electCoordinator(snap);
+          const coordinator = this.ctx.electedCoordinator();
           state.plan = completeHandoffInPlan(state.plan, shard, effect.next, this.ctx.self, coordinator);
           this.plans.afterPlanStored(state);
         } catch (error) {
