@@ -43,6 +43,7 @@ import {
 import {
   APPEND_BATCH_SQL,
   APPEND_ONE_SQL,
+  leaseHeldBy,
   MIGRATION_LOCK_KEY,
   postgresMigrations,
   REVISION_MISMATCH_SQLSTATE,
@@ -354,8 +355,7 @@ export class PostgresStore implements PersistenceStore {
     return this.writeCall(
       "appendEvents",
       "movie_append_resolve_fenced",
-      `SELECT CASE WHEN EXISTS (SELECT 1 FROM shard_lease WHERE cluster_name = $4 AND entity_type = $5
-          AND shard_id = $6 AND owner = $7 AND epoch = $8 AND lease_until_epoch_ms > movie_now_ms())
+      `SELECT CASE WHEN EXISTS (SELECT 1 FROM shard_lease WHERE ${leaseHeldBy("$4", "$5", "$6", "$7", "$8")})
         THEN movie_append_resolve($1, $2, $3) ELSE movie_outcome(3, 0) END AS outcome`,
       [pid, op, fingerprint, ...fenceArgs(fence)],
       pid,

@@ -12,11 +12,17 @@ export const REVISION_MISMATCH_SQLSTATE = "MV001";
 // operation-id row inserted earlier in the same statement rolls back. The fence row is locked FOR SHARE: writers on
 // one shard do not queue behind each other, but a transfer or renewal (an UPDATE of that row) waits for every
 // in-flight fenced write to commit, which is what REFERENCE §4.6 requires of the lock.
+/**
+ * The condition under which a shard_lease row is the fence's: this owner, this epoch, unexpired on the database clock.
+ * Its text is part of checksummed migrations (through fenceCheckWith) and must stay byte-identical.
+ */
+export const leaseHeldBy = (cluster: string, type: string, shard: string, owner: string, epoch: string) =>
+  `cluster_name = ${cluster} AND entity_type = ${type} AND shard_id = ${shard} AND owner = ${owner}
+        AND epoch = ${epoch} AND lease_until_epoch_ms > movie_now_ms()`;
 const fenceCheckWith = (stale: string) => `
   IF p_owner IS NOT NULL THEN
     PERFORM 1 FROM shard_lease
-      WHERE cluster_name = p_cluster AND entity_type = p_type AND shard_id = p_shard AND owner = p_owner
-        AND epoch = p_epoch AND lease_until_epoch_ms > movie_now_ms()
+      WHERE ${leaseHeldBy("p_cluster", "p_type", "p_shard", "p_owner", "p_epoch")}
       FOR SHARE;
     IF NOT FOUND THEN
       ${stale}
