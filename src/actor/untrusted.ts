@@ -61,7 +61,7 @@ export function errorName(error: unknown): string {
 /** `"Name: message"` of a thrown value (the message cut to 200 characters), or {@link describe} of a non-Error. */
 export function errorText(error: unknown): string {
   try {
-    if (!(error instanceof Error)) return `a thrown ${describe(error)}`;
+    if (!(error instanceof Error)) return `a non-Error (${describe(error)})`;
     const message: unknown = error.message;
     const text = typeof message === "string" ? message : describe(message);
     return `${errorName(error)}: ${text.length > 200 ? `${text.slice(0, 200)}…` : text}`;
