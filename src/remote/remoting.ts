@@ -22,7 +22,7 @@ import { RemoteActorRef } from "./remote-actor-ref.ts";
 import { RemoteWatches } from "./remote-watches.ts";
 import { SendPath } from "./send-path.ts";
 import {
-  insecureBindingWarning,
+  bindingNotice,
   type RemotingSettings,
   type ResolvedRemotingSettings,
   resolveRemotingSettings,
@@ -178,8 +178,8 @@ export class Remoting implements Extension {
     const bound = server.address();
     const port = typeof bound === "object" && bound !== null ? bound.port : settings.port;
     remoting = new Remoting(system, settings, server, port, options.registry ?? new MessageRegistry());
-    const warning = insecureBindingWarning(settings);
-    if (warning !== null) system.log.warn({ host: settings.host, port }, warning);
+    const notice = bindingNotice(settings);
+    if (notice !== null) system.log[notice.level]({ host: settings.host, port }, notice.message);
     const created = remoting;
     try {
       system.extension({ key: remotingKey, create: () => created });
