@@ -15,6 +15,7 @@ import {
   type Hello,
   makeHello,
 } from "./handshake.ts";
+import { certificateIdentityError } from "./peer-identity.ts";
 import type { RemotingStats } from "./stats.ts";
 
 /** What a connection tells its owner. */
@@ -177,6 +178,7 @@ export class Connection {
           this.reject(result.reply, result.error);
           return;
         }
+        if (this.refuseUncertified(result.peer)) return;
         this.hello = doc as unknown as Hello;
         this.challenge = result.next;
         this.peer = result.peer;
@@ -204,6 +206,7 @@ export class Connection {
         this.reject(result.reply, result.error);
         return;
       }
+      if (this.refuseUncertified(result.peer)) return;
       this.peer = result.peer;
       this.socket.write(encodeControlFrame(FrameKind.handshake, result.next));
       return;
@@ -220,6 +223,15 @@ export class Connection {
       return;
     }
     this.open();
+  }
+
+  /** With TLS: refuses (and counts) a peer whose certificate does not name the address it claims. */
+  private refuseUncertified(claimed: UniqueAddress): boolean {
+    const error = certificateIdentityError(this.socket, claimed.address);
+    if (error === null) return false;
+    this.context.stats.identityMismatches++;
+    this.reject({ step: "reject", reason: error.reason, detail: error.message }, error);
+    return true;
   }
 
   private open(): void {
