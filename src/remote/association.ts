@@ -103,6 +103,11 @@ export class Association implements ConnectionOwner {
     return this.connection?.peer ?? null;
   }
 
+  /** Scheduler time of the last bytes from the peer on the up connection, or null when not up. */
+  get lastHeardMs(): number | null {
+    return this.state === "up" && this.connection !== null ? this.connection.lastReceivedMs : null;
+  }
+
   /** Whether a message offered now is written, held for the first connection, or dropped. */
   get sendMode(): SendMode {
     if (this.state === "up") return "write";
