@@ -83,6 +83,13 @@ export class Connection {
     socket.on("data", (chunk: Buffer) => this.onData(chunk));
     socket.on("error", (error: Error) => {
       if (this.failure === null) this.failure = error;
+      // A TLS record that fails its integrity check errors the socket without closing it: the stream cannot be
+      // trusted from there on, so close it (for a plain socket the close follows anyway).
+      if (this.state === "open" && isTlsError(error)) {
+        this.context.stats.integrityFailures++;
+        this.context.warn({ peer: this.describePeer(), error }, "closing a TLS connection after a record error");
+      }
+      this.close(error);
     });
     socket.on("close", () => this.onClose());
     if (role === "server") this.state = "handshaking";
@@ -275,4 +282,10 @@ export class Connection {
   private describePeer(): string {
     return this.peer?.toString() ?? `${this.socket.remoteAddress}:${this.socket.remotePort}`;
   }
+}
+
+/** OpenSSL's errors (a bad record MAC, a decryption failure, an alert), as opposed to the socket's (ECONNRESET). */
+function isTlsError(error: Error): boolean {
+  const code = (error as { code?: unknown }).code;
+  return typeof code === "string" && code.startsWith("ERR_SSL_");
 }

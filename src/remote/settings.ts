@@ -98,6 +98,13 @@ export function resolveRemotingSettings(settings: RemotingSettings): ResolvedRem
   }
   const clusterName = settings.clusterName ?? "";
   if (typeof clusterName !== "string") throw new InvalidArgumentError("clusterName", "use a string");
+  if (settings.tls !== undefined && (settings.tls === null || typeof settings.tls !== "object")) {
+    throw new InvalidArgumentError("tls", "use Node SecureContextOptions ({ key, cert, ca }) or leave it out");
+  }
+  const minVersion = settings.tls?.minVersion;
+  if (minVersion === "TLSv1" || minVersion === "TLSv1.1") {
+    throw new InvalidArgumentError("tls.minVersion", `${minVersion}; use TLSv1.2 or TLSv1.3 (the default is TLSv1.2)`);
+  }
   if (settings.insecure !== undefined && typeof settings.insecure !== "boolean") {
     throw new InvalidArgumentError("insecure", "use true or false, or leave it out");
   }

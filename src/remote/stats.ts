@@ -33,6 +33,8 @@ export interface RemotingStats {
   identityMismatches: number;
   /** Handshakes refused because they claimed the host:port of a live incarnation with another uid (also in handshakesFailed). */
   incarnationClaimsRefused: number;
+  /** TLS connections closed after the handshake because a record failed its integrity check (or another TLS error). */
+  integrityFailures: number;
   /** Outbound connection attempts. */
   connectAttempts: number;
   /** Associations re-established after a loss. */
@@ -68,6 +70,7 @@ export function emptyStats(): RemotingStats {
     handshakesFailed: 0,
     identityMismatches: 0,
     incarnationClaimsRefused: 0,
+    integrityFailures: 0,
     connectAttempts: 0,
     reconnects: 0,
     heartbeatTimeouts: 0,

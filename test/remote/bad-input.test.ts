@@ -204,6 +204,13 @@ test("a non-loopback host with neither secret nor tls is refused unless insecure
   assert.equal(bindingNotice(resolveRemotingSettings({ host: "127.0.0.1", port: 1 }))?.level, "info");
   assert.equal(bindingNotice(resolveRemotingSettings({ host: "localhost", port: 1 }))?.level, "info");
   assert.equal(bindingNotice(resolveRemotingSettings({ host: "127.0.0.1", port: 1, secret: "s" })), null);
+  // TLS is the integrity option: protocol versions before TLS 1.2 are refused.
+  for (const minVersion of ["TLSv1", "TLSv1.1"] as const) {
+    assert.throws(
+      () => resolveRemotingSettings({ host: "127.0.0.1", port: 1, tls: { minVersion } }),
+      /tls\.minVersion/,
+    );
+  }
 });
 
 test("enableRemoting: 0.0.0.0 without secret or tls is refused (nothing bound); insecure warns once; loopback logs once at info", async () => {

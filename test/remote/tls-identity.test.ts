@@ -3,13 +3,16 @@
 // the server against the client's hello and by the client against the server's challenge (which must be the address
 // it dialled). Certificates are made here with the openssl CLI in a temp dir; no key is committed.
 import assert from "node:assert/strict";
+import { createServer, connect as netConnect, type Server } from "node:net";
 import { after, before, test } from "node:test";
 import { Address } from "../../src/actor/index.ts";
+import { FrameKind, writeUserEnvelope } from "../../src/remote/envelope.ts";
 import { certificateNamesAddress, parseSubjectAltName } from "../../src/remote/peer-identity.ts";
 import { eventually } from "../fixtures/eventually.ts";
 import { createTestPki, freePort, hasOpenssl, type TestPki } from "./fixtures/certificates.ts";
-import { Ping, Pong } from "./fixtures/messages.ts";
+import { Fail, Ping, Pong } from "./fixtures/messages.ts";
 import { Collector, EchoBehavior, type Node, startNode } from "./fixtures/nodes.ts";
+import { rawPeer } from "./fixtures/raw-peer.ts";
 
 const openssl = hasOpenssl();
 let pki: TestPki;
@@ -126,5 +129,98 @@ test("TLS: a certificate whose movie.tcp URI names another port is refused both 
     assert.equal(v.remoting.stats.handshakesOk, 0);
   } finally {
     await v.system.terminate();
+  }
+});
+
+/** A TCP relay to `port` that records what the client sends and, when `flip` is set, corrupts the next chunk. */
+async function relay(port: number): Promise<{ server: Server; port: number; sent: Buffer[]; flipNext: () => void }> {
+  const sent: Buffer[] = [];
+  let flip = false;
+  const server = createServer((client) => {
+    const upstream = netConnect({ host: "127.0.0.1", port });
+    client.on("error", () => {});
+    upstream.on("error", () => {});
+    client.on("data", (chunk: Buffer) => {
+      const copy = Buffer.from(chunk);
+      if (flip) {
+        flip = false;
+        // The last byte of a TLS record is part of its AEAD tag.
+        copy[copy.length - 1]! ^= 0x01;
+      }
+      sent.push(copy);
+      upstream.write(copy);
+    });
+    upstream.on("data", (chunk: Buffer) => client.write(chunk));
+    client.on("close", () => upstream.destroy());
+    upstream.on("close", () => client.destroy());
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const address = server.address();
+  return {
+    server,
+    port: typeof address === "object" && address !== null ? address.port : 0,
+    sent,
+    flipNext: () => {
+      flip = true;
+    },
+  };
+}
+
+/** A JSON envelope of Fail(reason) for B's /user/inbox. */
+function failEnvelope(reason: string): Buffer {
+  const buf = Buffer.alloc(400);
+  const end = writeUserEnvelope(
+    buf,
+    0,
+    FrameKind.user,
+    Buffer.from("/user/inbox"),
+    null,
+    null,
+    "test.fail",
+    JSON.stringify({ reason }),
+  );
+  return buf.subarray(0, end);
+}
+
+test("TLS protects every frame: the handshake and payloads are not readable on the wire, a flipped bit closes the connection", {
+  skip: !openssl,
+}, async () => {
+  const proxy = await relay(b.remoting.selfAddress.address.port!);
+  const raw = pki.issue("raw", "IP:127.0.0.1");
+  const secretText = "confidential-order-4711";
+  try {
+    const delivered0 = b.remoting.stats.delivered;
+    const peer = await rawPeer(b, { handshake: true, port: 40, via: proxy.port, tls: raw });
+    peer.socket.write(failEnvelope(secretText));
+    await eventually(() => atB.some((m) => m instanceof Fail && m.reason === secretText), {
+      what: "the message through the relay",
+      describe: () => b.remoting.stats,
+    });
+    const wire = Buffer.concat(proxy.sent);
+    for (const plain of [secretText, "/user/inbox", "test.fail", '"step"', "movie.tcp://"]) {
+      assert.equal(wire.includes(Buffer.from(plain)), false, `"${plain}" is readable on the wire`);
+    }
+    // Integrity: the relay flips one bit of the next record; TLS refuses it and the connection closes undelivered.
+    const count = atB.length;
+    const failures0 = b.remoting.stats.integrityFailures;
+    proxy.flipNext();
+    peer.socket.write(failEnvelope("tampered"));
+    await eventually(() => peer.isClosed(), {
+      what: "B closing the connection after a record failed its integrity check",
+      describe: () => b.remoting.stats,
+    });
+    assert.equal(b.remoting.stats.integrityFailures, failures0 + 1);
+    assert.equal(atB.length, count);
+    assert.equal(b.remoting.stats.delivered, delivered0 + 1);
+    // B is unharmed: a real TLS node still gets through.
+    const a = await startNode("tlsid-after", { tls: pki.issue("after", "IP:127.0.0.1") });
+    try {
+      const reply = await a.system.actorSelection(`${b.system.address}/user/echo`).ask(new Ping(9), Pong, 5000);
+      assert.equal(reply.n, 9);
+    } finally {
+      await a.system.terminate();
+    }
+  } finally {
+    proxy.server.close();
   }
 });
