@@ -4,7 +4,7 @@
 // reaches, never to a uid merely remembered from before a restart. The memory of uids per host:port is bounded.
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { UniqueAddress } from "../../src/actor/index.ts";
+import { Address, UniqueAddress } from "../../src/actor/index.ts";
 import { type AssociationEvent, RemoteActorRef } from "../../src/remote/index.ts";
 import { eventually } from "../fixtures/eventually.ts";
 import { Ping, Pong } from "./fixtures/messages.ts";
@@ -57,6 +57,40 @@ test("an impostor claiming a live node's host:port with a new uid is refused on 
     assert.equal(a.remoting.stats.reconnects + b.remoting.stats.reconnects, 0);
   } finally {
     await Promise.all([a.system.terminate(), b.system.terminate()]);
+  }
+});
+
+test("a new uid is admitted once the known incarnation's connection is silent for heartbeatTimeout, though still open", async () => {
+  const b = await startNode("silent-b", { heartbeatInterval: 50, heartbeatTimeout: 300 });
+  const lost: string[] = [];
+  b.remoting.onAssociationLost((peer, reason) => lost.push(`${peer.uid}:${reason}`));
+  try {
+    // The known incarnation: a peer that completes the handshake and then never sends another byte (a hung process
+    // whose socket stays open).
+    const known = new UniqueAddress(Address.tcp("silent", "127.0.0.1", 61), "1111111111111111");
+    const successor = new UniqueAddress(known.address, "2222222222222222");
+    const hung = await rawPeer(b, { handshake: true, as: known });
+    try {
+      await assert.rejects(rawPeer(b, { handshake: true, as: successor }), /incarnationClaim/);
+      assert.equal(b.remoting.peerInfo(known)?.uid, known.uid);
+      let tries = 0;
+      await eventually(
+        async () => {
+          tries++;
+          const next = await rawPeer(b, { handshake: true, as: successor }).catch(() => null);
+          next?.socket.destroy();
+          return next !== null;
+        },
+        { what: "the successor admitted after the known one fell silent", describe: () => b.remoting.stats },
+      );
+      assert.ok(tries >= 1);
+      assert.deepEqual(lost, [`${known.uid}:uidChanged`]);
+      await eventually(() => hung.isClosed(), { what: "the silent incarnation's connection closed" });
+    } finally {
+      hung.socket.destroy();
+    }
+  } finally {
+    await b.system.terminate();
   }
 });
 
