@@ -356,6 +356,11 @@ export class Cluster implements Extension {
         // A downed incarnation is gone for good: close its associations so nothing from it is trusted again.
         this.remoting.quarantine(event.member.uniqueAddress);
       }
+      if (event.type === "MemberRemoved" && !event.member.uniqueAddress.equals(this.selfAddress)) {
+        // A removed incarnation may still be connected while it shuts down: its successor on the same host:port
+        // must not be refused as a claim on a live node.
+        this.remoting.markIncarnationGone(event.member.uniqueAddress);
+      }
       for (const listener of this.listeners) this.deliver(listener, event);
     }
     for (const waiter of [...this.waiters]) {

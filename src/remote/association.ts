@@ -103,6 +103,11 @@ export class Association implements ConnectionOwner {
     return this.connection?.peer ?? null;
   }
 
+  /** Scheduler time of the last bytes from the peer on the up connection, or null when not up. */
+  get lastHeardMs(): number | null {
+    return this.state === "up" && this.connection !== null ? this.connection.lastReceivedMs : null;
+  }
+
   /** Whether a message offered now is written, held for the first connection, or dropped. */
   get sendMode(): SendMode {
     if (this.state === "up") return "write";
@@ -144,7 +149,16 @@ export class Association implements ConnectionOwner {
     const tls = this.host.settings.tls;
     let socket: Socket;
     if (tls !== null) {
-      const secure = tlsConnect({ ...tls, host: host!, port: port!, servername: undefined });
+      // The chain is always verified; the name check is the handshake's (peer-identity.ts: the certificate must name
+      // the address the server claims, which must be the one dialled), so URI subjectAltNames work too.
+      const secure = tlsConnect({
+        ...tls,
+        host: host!,
+        port: port!,
+        servername: undefined,
+        rejectUnauthorized: true,
+        checkServerIdentity: () => undefined,
+      });
       secure.once("secureConnect", () => connection.start());
       socket = secure;
     } else {

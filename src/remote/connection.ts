@@ -17,6 +17,7 @@ import {
   handshakeFrameBytesMax,
   makeHello,
 } from "./handshake.ts";
+import { certificateIdentityError } from "./peer-identity.ts";
 import { countInternalError, type RemotingStats } from "./stats.ts";
 
 /** What a connection tells its owner. */
@@ -87,6 +88,13 @@ export class Connection {
     socket.on("data", (chunk: Buffer) => this.onData(chunk));
     socket.on("error", (error: Error) => {
       if (this.failure === null) this.failure = error;
+      // A TLS record that fails its integrity check errors the socket without closing it: the stream cannot be
+      // trusted from there on, so close it (for a plain socket the close follows anyway).
+      if (this.state === "open" && isTlsError(error)) {
+        this.context.stats.integrityFailures++;
+        this.context.warn({ peer: this.describePeer(), error }, "closing a TLS connection after a record error");
+      }
+      this.close(error);
     });
     socket.on("close", () => this.onClose());
     if (role === "server") this.state = "handshaking";
@@ -222,6 +230,7 @@ export class Connection {
           this.reject(result.reply, result.error);
           return;
         }
+        if (this.refuseUncertified(result.peer)) return;
         this.hello = doc as unknown as Hello;
         this.challenge = result.next;
         this.peer = result.peer;
@@ -249,6 +258,7 @@ export class Connection {
         this.reject(result.reply, result.error);
         return;
       }
+      if (this.refuseUncertified(result.peer)) return;
       this.peer = result.peer;
       this.socket.write(encodeControlFrame(FrameKind.handshake, result.next));
       return;
@@ -265,6 +275,15 @@ export class Connection {
       return;
     }
     this.open();
+  }
+
+  /** With TLS: refuses (and counts) a peer whose certificate does not name the address it claims. */
+  private refuseUncertified(claimed: UniqueAddress): boolean {
+    const error = certificateIdentityError(this.socket, claimed.address);
+    if (error === null) return false;
+    this.context.stats.identityMismatches++;
+    this.reject({ step: "reject", reason: error.reason, detail: error.message }, error);
+    return true;
   }
 
   private open(): void {
@@ -312,4 +331,10 @@ export class Connection {
   private describePeer(): string {
     return this.peer?.toString() ?? `${this.socket.remoteAddress}:${this.socket.remotePort}`;
   }
+}
+
+/** OpenSSL's errors (a bad record MAC, a decryption failure, an alert), as opposed to the socket's (ECONNRESET). */
+function isTlsError(error: Error): boolean {
+  const code = (error as { code?: unknown }).code;
+  return typeof code === "string" && code.startsWith("ERR_SSL_");
 }

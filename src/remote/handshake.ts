@@ -256,6 +256,8 @@ const reasons: readonly HandshakeError["reason"][] = [
   "timeout",
   "malformed",
   "closed",
+  "identity",
+  "incarnationClaim",
 ];
 
 function asReason(value: unknown): HandshakeError["reason"] {

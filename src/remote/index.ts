@@ -17,6 +17,7 @@ export {
   RemoteAskError,
   RemoteAskFailedError,
   RemoteDeliveryError,
+  RemotingConfigurationError,
   RemotingNotEnabledError,
   UnknownMessageTypeError,
 } from "./errors.ts";

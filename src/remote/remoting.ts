@@ -22,7 +22,7 @@ import { RemoteActorRef } from "./remote-actor-ref.ts";
 import { RemoteWatches } from "./remote-watches.ts";
 import { SendPath } from "./send-path.ts";
 import {
-  insecureBindingWarning,
+  bindingNotice,
   type RemotingSettings,
   type ResolvedRemotingSettings,
   resolveRemotingSettings,
@@ -67,6 +67,19 @@ export interface PeerInfo {
 const lostIncarnationsMax = 4096;
 
 /**
+ * Host:ports whose last incarnation is remembered. Entries of peers with an association or an open inbound connection
+ * are never evicted (they are what the uid checks and stale-ref detection need, and those are bounded by the
+ * connection and association limits); past the cap the oldest of the others go first. An evicted peer loses only the
+ * memory of its uid: its next incarnation is admitted without a "lost" event, which nothing can be waiting for,
+ * since watches and sequenced system messages need an association. 4,096 entries are well under a megabyte and more
+ * host:ports than a node talks to outside its associations.
+ */
+export const incarnationsMax = 4096;
+
+/** Incarnations membership declared Down or Removed ({@link Remoting.markIncarnationGone}) remembered. */
+const goneIncarnationsMax = 4096;
+
+/**
  * TCP remoting of one actor system (an Extension: it stops with the system). It listens on `host:port`, keeps one
  * outbound connection per peer address (messages to a peer go over this node's connection to it; the peer's
  * messages come over its own connection to this node, so each direction is one TCP connection and there is no
@@ -85,6 +98,9 @@ export class Remoting implements Extension {
   private readonly inbound = new Set<Connection>();
   private readonly incarnations = new Map<string, string>();
   private readonly lost = new Set<string>();
+  private readonly gone = new Set<string>();
+  /** @internal The cap on remembered incarnations ({@link incarnationsMax}; tests lower it). */
+  incarnationsLimit = incarnationsMax;
   private readonly quarantined = new Set<string>();
   private readonly blackholed = new Set<string>();
   private readonly inbox = new SystemInbox();
@@ -178,8 +194,8 @@ export class Remoting implements Extension {
     const bound = server.address();
     const port = typeof bound === "object" && bound !== null ? bound.port : settings.port;
     remoting = new Remoting(system, settings, server, port, options.registry ?? new MessageRegistry());
-    const warning = insecureBindingWarning(settings);
-    if (warning !== null) system.log.warn({ host: settings.host, port }, warning);
+    const notice = bindingNotice(settings);
+    if (notice !== null) system.log[notice.level]({ host: settings.host, port }, notice.message);
     const created = remoting;
     try {
       system.extension({ key: remotingKey, create: () => created });
@@ -209,16 +225,21 @@ export class Remoting implements Extension {
 
   /**
    * A ref for `path` (text or parsed): the local actor for this node's own address, else a remote ref bound to
-   * `uid` when given, else to the incarnation known now or reached first (afterwards a restarted peer makes it fail
-   * fast). `{ anyIncarnation: true }` gives a ref that is never bound: it reaches whichever incarnation listens at
-   * that address (seed-node contact, for example).
+   * `uid` when given, else to the incarnation this node's connection reaches now, else to the one its first message
+   * reaches (afterwards a restarted peer makes it fail fast). `{ anyIncarnation: true }` gives a ref that is never
+   * bound: it reaches whichever incarnation listens at that address (seed-node contact, for example).
    * @throws InvalidAddressError for text that is not an actor path
    */
   refFor(path: string | ActorPath, uid?: string | { anyIncarnation: true }): ActorRef<unknown> {
     const parsed = typeof path === "string" ? Path.parse(path) : path;
     if (this.system.isLocalAddress(parsed.address)) return this.system.actorSelection(parsed);
     if (typeof uid === "object" && uid !== null) return new RemoteActorRef(this, parsed, null, true);
-    return new RemoteActorRef(this, parsed, uid ?? this.incarnations.get(parsed.address.hostPort) ?? null);
+    if (uid !== undefined) return new RemoteActorRef(this, parsed, uid);
+    // Not the last uid remembered for the address: while the association is down that incarnation may be gone (the
+    // peer restarted on the same port), and a ref bound to it would drop every message as staleUid forever.
+    const association = this.associations.get(parsed.address.hostPort);
+    const reached = association?.state === "up" && association.address.equals(parsed.address) ? association.uid : null;
+    return new RemoteActorRef(this, parsed, reached);
   }
 
   /** Calls `listener` for association events; returns the unsubscribe function. */
@@ -250,6 +271,19 @@ export class Remoting implements Extension {
   quarantine(peer: UniqueAddress): void {
     this.quarantined.add(peer.toString());
     this.incarnationLost(peer, "quarantined");
+  }
+
+  /**
+   * Tells remoting that membership marked the incarnation `peer` Down or Removed (the cluster calls this): from now
+   * on a new uid claiming its host:port is admitted even while `peer`'s connections are still alive. Without it, a
+   * new uid is admitted only once every connection of the known incarnation is closed or silent for
+   * `heartbeatTimeout` (a claim alone never retires a live node).
+   */
+  markIncarnationGone(peer: UniqueAddress): void {
+    const text = peer.toString();
+    if (this.gone.has(text)) return;
+    if (this.gone.size >= goneIncarnationsMax) this.gone.delete(this.gone.values().next().value!);
+    this.gone.add(text);
   }
 
   /** Test hook: silently drop all traffic to and from `peer` (as if it were paused), without closing anything. */
@@ -368,12 +402,52 @@ export class Remoting implements Extension {
     const key = peer.address.hostPort;
     const known = this.incarnations.get(key);
     if (known !== undefined && known !== peer.uid) {
-      this.incarnationLost(new UniqueAddress(peer.address, known), "uidChanged");
+      const current = new UniqueAddress(peer.address, known);
+      if (this.isAlive(current)) {
+        this.stats_.incarnationClaimsRefused++;
+        return new HandshakeError(
+          "incarnationClaim",
+          `${key} is served by incarnation ${known}, which is still connected; a new uid for it is admitted once that incarnation's connections close or fall silent, or membership downs or removes it`,
+        );
+      }
+      this.incarnationLost(current, "uidChanged");
     }
-    this.incarnations.set(key, peer.uid);
+    if (known !== peer.uid) {
+      this.incarnations.delete(key);
+      this.incarnations.set(key, peer.uid);
+      if (this.incarnations.size > this.incarnationsLimit) this.evictIncarnations();
+    }
     const association = this.associations.get(key);
     if (association !== undefined) association.knownUid = peer.uid;
     return null;
+  }
+
+  /**
+   * Whether the incarnation `peer` still looks alive: membership has not declared it gone and some connection to or
+   * from it is open and heard from within `heartbeatTimeout` (both directions heartbeat about every second).
+   */
+  private isAlive(peer: UniqueAddress): boolean {
+    if (this.gone.has(peer.toString())) return false;
+    const now = this.system.scheduler.now();
+    const timeout = this.settings.heartbeatTimeoutMs;
+    const association = this.associations.get(peer.address.hostPort);
+    const heardMs = association?.uid === peer.uid ? association.lastHeardMs : null;
+    if (heardMs !== null && now - heardMs <= timeout) return true;
+    for (const connection of this.inbound) {
+      if (connection.isOpen && connection.peer?.equals(peer) && now - connection.lastReceivedMs <= timeout) return true;
+    }
+    return false;
+  }
+
+  /** Drops the oldest remembered incarnations of host:ports with no association and no open inbound connection. */
+  private evictIncarnations(): void {
+    const connected = new Set<string>();
+    for (const connection of this.inbound)
+      if (connection.peer !== null) connected.add(connection.peer.address.hostPort);
+    for (const key of this.incarnations.keys()) {
+      if (this.incarnations.size <= this.incarnationsLimit) return;
+      if (!this.associations.has(key) && !connected.has(key)) this.incarnations.delete(key);
+    }
   }
 
   private incarnationLost(peer: UniqueAddress, reason: "uidChanged" | "quarantined"): void {

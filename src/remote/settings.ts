@@ -1,5 +1,6 @@
 import type { SecureContextOptions } from "node:tls";
 import { InvalidArgumentError } from "../actor/index.ts";
+import { RemotingConfigurationError } from "./errors.ts";
 import { defaultMaxFrameBytes } from "./frame.ts";
 import type { MessageRegistry } from "./message-registry.ts";
 
@@ -11,8 +12,18 @@ export interface RemotingSettings {
   port: number;
   /** Shared secret proven with HMAC-SHA256 in every handshake (never sent). Without it any peer may connect. */
   secret?: string;
-  /** TLS material (key, cert, ca, …) for mutual-certificate TLS on every association; both sides need it. */
+  /**
+   * TLS material (key, cert, ca, …) for mutual-certificate TLS on every association; both sides need it. It is the
+   * integrity and confidentiality option (every frame rides in TLS records), and it binds identity: a peer's
+   * certificate must name the address it claims (an IP or DNS subjectAltName for its host, or the URI
+   * `movie.tcp://system@host:port`).
+   */
   tls?: SecureContextOptions;
+  /**
+   * Allows binding a non-loopback host with neither `secret` nor `tls` (anyone who reaches the port can message every
+   * actor); default false, which refuses such settings with RemotingConfigurationError.
+   */
+  insecure?: boolean;
   /** Largest frame payload in bytes, in and out; default 4 MiB. */
   maxFrameBytes?: number;
   /** Cluster name exchanged in the handshake; peers with another name are refused. Default "". */
@@ -46,6 +57,7 @@ export interface ResolvedRemotingSettings {
 /**
  * Validates `settings` and fills in defaults.
  * @throws InvalidArgumentError naming the first invalid field
+ * @throws RemotingConfigurationError for a non-loopback host with neither `secret` nor `tls` (unless `insecure`)
  */
 export function resolveRemotingSettings(settings: RemotingSettings): ResolvedRemotingSettings {
   if (settings === null || typeof settings !== "object") {
@@ -86,6 +98,24 @@ export function resolveRemotingSettings(settings: RemotingSettings): ResolvedRem
   }
   const clusterName = settings.clusterName ?? "";
   if (typeof clusterName !== "string") throw new InvalidArgumentError("clusterName", "use a string");
+  if (settings.tls !== undefined && (settings.tls === null || typeof settings.tls !== "object")) {
+    throw new InvalidArgumentError("tls", "use Node SecureContextOptions ({ key, cert, ca }) or leave it out");
+  }
+  const minVersion = settings.tls?.minVersion;
+  if (minVersion === "TLSv1" || minVersion === "TLSv1.1") {
+    throw new InvalidArgumentError("tls.minVersion", `${minVersion}; use TLSv1.2 or TLSv1.3 (the default is TLSv1.2)`);
+  }
+  if (settings.insecure !== undefined && typeof settings.insecure !== "boolean") {
+    throw new InvalidArgumentError("insecure", "use true or false, or leave it out");
+  }
+  if (settings.secret === undefined && settings.tls === undefined && settings.insecure !== true) {
+    if (!isLoopbackHost(host)) {
+      throw new RemotingConfigurationError(
+        "secret",
+        `host ${host} is reachable from other machines and neither secret nor tls is set, so anyone who reaches the port could message every actor; set enableRemoting({ secret }) and tls on every node, bind 127.0.0.1, or set insecure: true to accept an open node`,
+      );
+    }
+  }
   return {
     host,
     port,
@@ -100,10 +130,22 @@ export function resolveRemotingSettings(settings: RemotingSettings): ResolvedRem
   };
 }
 
-/** The loud warning to log for `settings`, or null: a non-loopback bind without a shared secret accepts anyone. */
-export function insecureBindingWarning(settings: ResolvedRemotingSettings): string | null {
-  if (settings.secret !== null || isLoopbackHost(settings.host)) return null;
-  return `REMOTING IS OPEN: bound to ${settings.host} without a shared secret; any host that reaches this port can send to every actor. Set enableRemoting({ secret }) (and tls) on every node.`;
+/**
+ * What to log once when remoting binds with `settings`, or null: a loud warning for a non-loopback host opened with
+ * `insecure: true`, a note at info for a loopback host without a secret (any local process may connect).
+ */
+export function bindingNotice(settings: ResolvedRemotingSettings): { level: "warn" | "info"; message: string } | null {
+  if (settings.secret !== null || settings.tls !== null) return null;
+  if (isLoopbackHost(settings.host)) {
+    return {
+      level: "info",
+      message: `remoting bound to loopback ${settings.host} without a secret: any process on this machine can message every actor; set enableRemoting({ secret }) to require one`,
+    };
+  }
+  return {
+    level: "warn",
+    message: `REMOTING IS OPEN: bound to ${settings.host} with insecure: true and neither secret nor tls; any host that reaches this port can send to every actor. Set enableRemoting({ secret }) and tls on every node.`,
+  };
 }
 
 /** True for hosts that only this machine can reach (no secret needed there). */

@@ -37,6 +37,12 @@ export interface RemotingStats {
   headerEvictions: number;
   handshakesOk: number;
   handshakesFailed: number;
+  /** Handshakes refused because the peer's TLS certificate does not name the address it claims (also in handshakesFailed). */
+  identityMismatches: number;
+  /** Handshakes refused because they claimed the host:port of a live incarnation with another uid (also in handshakesFailed). */
+  incarnationClaimsRefused: number;
+  /** TLS connections closed after the handshake because a record failed its integrity check (or another TLS error). */
+  integrityFailures: number;
   /** Outbound connection attempts. */
   connectAttempts: number;
   /** Associations re-established after a loss. */
@@ -85,6 +91,9 @@ export function emptyStats(): RemotingStats {
     headerEvictions: 0,
     handshakesOk: 0,
     handshakesFailed: 0,
+    identityMismatches: 0,
+    incarnationClaimsRefused: 0,
+    integrityFailures: 0,
     connectAttempts: 0,
     reconnects: 0,
     heartbeatTimeouts: 0,
