@@ -131,9 +131,10 @@ export class Association implements ConnectionOwner {
     this.timer = null;
     this.heartbeatTimer?.cancel();
     this.heartbeatTimer = null;
-    // What was accepted before stopping still goes out (a leaving node's last gossip, for one).
+    // What was accepted before stopping still goes out if the peer reads it within the shutdown grace (a leaving
+    // node's last gossip, for one); what it did not read by then is dropped and counted (Connection.shutdown).
     this.connection?.shutdown();
-    this.writer.discard();
+    this.host.stats.droppedAtShutdownFrames += this.writer.discard();
   }
 
   private connect(): void {

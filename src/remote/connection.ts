@@ -17,6 +17,9 @@ import {
 } from "./handshake.ts";
 import type { RemotingStats } from "./stats.ts";
 
+/** Milliseconds a shut-down connection's peer has to read what was queued before the socket is destroyed. */
+export const shutdownGraceMs = 500;
+
 /** What a connection tells its owner. */
 export interface ConnectionOwner {
   /** The peer passed the handshake; return an error to refuse it anyway (a quarantined incarnation). */
@@ -112,17 +115,29 @@ export class Connection {
     this.owner.closed(this, opened);
   }
 
-  /** Flushes what is queued, then closes gracefully (FIN after the data); forced closed after 500 ms. */
+  /**
+   * Hands what is queued to the socket and closes gracefully (FIN after the data). The peer gets
+   * {@link shutdownGraceMs} to read it; then the socket is destroyed and the bytes it still holds are dropped, counted
+   * in `stats.droppedAtShutdownBytes`. Frames queued before the handshake completed never go out
+   * (`stats.droppedAtShutdownFrames`).
+   */
   shutdown(): void {
     if (this.state === "closed") return;
     const opened = this.state === "open";
+    const stats = this.context.stats;
     if (opened) this.writer.flush();
+    else stats.droppedAtShutdownFrames += this.writer.discard();
     this.state = "closed";
     this.timer?.cancel();
     this.timer = null;
     const socket = this.socket;
     socket.end();
-    this.context.scheduler.scheduleOnce(500, () => socket.destroy());
+    this.context.scheduler.scheduleOnce(shutdownGraceMs, () => {
+      if (socket.destroyed) return;
+      // A peer that did not read in time: what the socket still buffers is lost with it.
+      stats.droppedAtShutdownBytes += socket.writableLength;
+      socket.destroy();
+    });
     this.owner.closed(this, opened);
   }
 

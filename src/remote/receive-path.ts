@@ -20,7 +20,7 @@ import {
   readUserHeader,
   userHeaderEnd,
 } from "./envelope.ts";
-import { EnvelopeDecodeError, RemoteAskError } from "./errors.ts";
+import { ConnectionBoundError, EnvelopeDecodeError, RemoteAskError } from "./errors.ts";
 import { headerTableSize } from "./header-table.ts";
 import { decodePayload, type MessageRegistration, type MessageRegistry } from "./message-registry.ts";
 import { RemoteActorRef } from "./remote-actor-ref.ts";
@@ -108,7 +108,7 @@ export class ReceivePath {
     const kind = frame[0];
     // Liveness probes are transport, not traffic: a blackholed peer stays connected, like a partitioned-but-open link.
     if (kind === FrameKind.heartbeat) {
-      connection.writer.writeFrame(heartbeatReplyFrame);
+      this.reply(connection, heartbeatReplyFrame);
       return;
     }
     if (kind === FrameKind.heartbeatReply) return;
@@ -323,7 +323,30 @@ export class ReceivePath {
     }
     const ack: Record<string, unknown> = { seq: this.inbox.acked(text) };
     if (verdict === "gap") ack.gap = true;
-    connection.writer.writeFrame(encodeControlFrame(FrameKind.ack, ack));
+    this.reply(connection, encodeControlFrame(FrameKind.ack, ack));
+  }
+
+  /**
+   * Writes a control reply (heartbeat reply, ack) on the connection the request came on, unless the peer has left
+   * more than `maxBufferedBytes` unread there: such a peer is not reading (or is hostile), and its requests would grow
+   * this node's heap without bound, so the connection is closed (counted in `stats.overflowClosed`). Dropping the
+   * reply alone would keep what is already buffered alive for as long as the peer holds the connection open.
+   */
+  private reply(connection: Connection, frame: Buffer): void {
+    const buffered = connection.writer.bufferedBytes;
+    if (buffered > this.remoting.settings.maxBufferedBytes) {
+      this.stats.overflowClosed++;
+      const peer = connection.peer?.toString() ?? "unknown peer";
+      const error = new ConnectionBoundError(
+        "overflow",
+        peer,
+        `${buffered} bytes of replies unread, over maxBufferedBytes; the peer must read its socket`,
+      );
+      this.connectionContext.warn({ peer, error }, "closing a connection whose peer does not read");
+      connection.close(error);
+      return;
+    }
+    connection.writer.writeFrame(frame);
   }
 
   private onAck(peer: UniqueAddress, frame: Buffer): void {

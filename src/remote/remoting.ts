@@ -61,6 +61,8 @@ export interface PeerInfo {
   readonly inbound: number;
   /** System messages sent and not yet acknowledged. */
   readonly pendingSystemMessages: number;
+  /** Bytes waiting to be written to it: on this node's association plus replies on its inbound connections. */
+  readonly bufferedBytes: number;
 }
 
 /** Recently lost incarnations remembered, so refs to them keep failing fast. */
@@ -287,10 +289,12 @@ export class Remoting implements Extension {
     const association = this.associations.get(key);
     let inbound = 0;
     let address = association?.address.toString() ?? "";
+    let bufferedBytes = association?.writer.bufferedBytes ?? 0;
     for (const connection of this.inbound) {
       if (connection.isOpen && connection.peer?.address.hostPort === key) {
         inbound++;
         address = connection.peer.address.toString();
+        bufferedBytes += connection.writer.bufferedBytes;
       }
     }
     const uid = this.incarnations.get(key) ?? null;
@@ -303,6 +307,7 @@ export class Remoting implements Extension {
       blackholed: this.blackholed.has(key),
       inbound,
       pendingSystemMessages: association?.outbox.pending.length ?? 0,
+      bufferedBytes,
     };
   }
 

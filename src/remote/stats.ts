@@ -1,5 +1,13 @@
 /** Why an inbound frame or envelope was rejected. */
-export type RejectReason = "framing" | "oversize" | "undecodable" | "unknownType" | "schemaInvalid" | "unexpected";
+export type RejectReason =
+  | "framing"
+  | "oversize"
+  | "undecodable"
+  | "unknownType"
+  | "schemaInvalid"
+  | "unexpected"
+  /** Inbound sockets closed at accept: over `maxInboundConnections`, `maxUnauthenticatedConnections` or `maxUnauthenticatedPerIp`. */
+  | "connectionLimit";
 
 /** Counters of one node's remoting (a snapshot from `remoting.stats`). */
 export interface RemotingStats {
@@ -41,6 +49,24 @@ export interface RemotingStats {
   systemResent: number;
   systemDelivered: number;
   systemDuplicates: number;
+  /** Authenticated connections closed because no whole frame arrived within `heartbeatTimeout` (silent or half a frame). */
+  idleTimeouts: number;
+  /** Connections closed because the peer did not read: control replies to it were over `maxBufferedBytes`. */
+  overflowClosed: number;
+  /** Bytes still unsent when a connection's shutdown grace (500 ms) ran out and the socket was destroyed. */
+  droppedAtShutdownBytes: number;
+  /** Frames accepted for a connection that was shut down before its handshake completed (never sent). */
+  droppedAtShutdownFrames: number;
+  /** Associations removed after `associationIdleTimeout` without traffic (no unacknowledged system message, no watch). */
+  associationsExpired: number;
+  /** Associations given up after `maxConnectAttempts` failed attempts without ever connecting. */
+  associationsGivenUp: number;
+  /** Sends refused because they would dial an address learnt only from a peer's claim (a sender or watcher path). */
+  droppedUnknownAddress: number;
+  /** Sends refused because `maxAssociations` associations exist and none could be expired. */
+  droppedAssociationLimit: number;
+  /** Times a socket stopped reading because inbound messages queued in local mailboxes exceeded `maxInboundBacklog`. */
+  readPauses: number;
 }
 
 /** A zeroed counter set. */
@@ -53,7 +79,15 @@ export function emptyStats(): RemotingStats {
     writes: 0,
     delivered: 0,
     deadLetters: 0,
-    rejected: { framing: 0, oversize: 0, undecodable: 0, unknownType: 0, schemaInvalid: 0, unexpected: 0 },
+    rejected: {
+      framing: 0,
+      oversize: 0,
+      undecodable: 0,
+      unknownType: 0,
+      schemaInvalid: 0,
+      unexpected: 0,
+      connectionLimit: 0,
+    },
     droppedWhileDisconnected: 0,
     droppedStaleUid: 0,
     droppedBlackholed: 0,
@@ -70,5 +104,14 @@ export function emptyStats(): RemotingStats {
     systemResent: 0,
     systemDelivered: 0,
     systemDuplicates: 0,
+    idleTimeouts: 0,
+    overflowClosed: 0,
+    droppedAtShutdownBytes: 0,
+    droppedAtShutdownFrames: 0,
+    associationsExpired: 0,
+    associationsGivenUp: 0,
+    droppedUnknownAddress: 0,
+    droppedAssociationLimit: 0,
+    readPauses: 0,
   };
 }
