@@ -4,7 +4,7 @@ import { AbstractBehavior, type ActorContext } from "../../src/actor/index.ts";
 import { encodeControlFrame, FrameKind, writeUserEnvelope } from "../../src/remote/envelope.ts";
 import { eventually } from "../fixtures/eventually.ts";
 import { Ping } from "./fixtures/messages.ts";
-import { type Node, startNode } from "./fixtures/nodes.ts";
+import { startNode } from "./fixtures/nodes.ts";
 import { type RawPeer, rawPeer } from "./fixtures/raw-peer.ts";
 
 /** Answers every Ping with a 60 kB Ping to its sender. */
