@@ -16,6 +16,7 @@ import type { Association, AssociationHost, AssociationState } from "./associati
 import { Connection, type ConnectionContext, type ConnectionOwner } from "./connection.ts";
 import { HandshakeError, RemotingNotEnabledError } from "./errors.ts";
 import { FrameWriter } from "./frame-writer.ts";
+import { InboundLimits } from "./inbound-limits.ts";
 import { MessageRegistry } from "./message-registry.ts";
 import { ReceivePath } from "./receive-path.ts";
 import { RemoteActorRef } from "./remote-actor-ref.ts";
@@ -94,6 +95,8 @@ export class Remoting implements Extension {
   private readonly rejectionListeners = new Set<(rejection: InboundRejection) => void>();
   private readonly watches = new RemoteWatches();
   private stopped = false;
+  private readonly limits: InboundLimits;
+  private limitLogged = false;
   private readonly host: AssociationHost;
   private readonly sendPath: SendPath;
   private readonly receivePath: ReceivePath;
@@ -107,6 +110,7 @@ export class Remoting implements Extension {
     registry: MessageRegistry,
   ) {
     this.settings = settings;
+    this.limits = new InboundLimits(settings);
     this.registry = registry;
     const selfUid = randomBytes(8).toString("hex");
     this.selfAddress = new UniqueAddress(Address.tcp(system.name, settings.host, port), selfUid);
@@ -116,6 +120,8 @@ export class Remoting implements Extension {
       secret: settings.secret,
       handshakeTimeoutMs: settings.handshakeTimeoutMs,
       maxFrameBytes: settings.maxFrameBytes,
+      idleTimeoutMs: settings.heartbeatTimeoutMs,
+      idleCheckMs: settings.heartbeatIntervalMs,
       scheduler: system.scheduler,
       stats: this.stats_,
       warn: (context, message) => log.warn({ node: this.selfAddress.toString(), ...context }, message),
@@ -162,8 +168,20 @@ export class Remoting implements Extension {
     };
     const server =
       settings.tls === null
-        ? createNetServer(onSocket)
-        : createTlsServer({ ...settings.tls, requestCert: true, rejectUnauthorized: true }, onSocket);
+        ? createNetServer()
+        : createTlsServer({
+            ...settings.tls,
+            requestCert: true,
+            rejectUnauthorized: true,
+            // Node's default is 120 s: a stalled TLS handshake would hold an unauthenticated slot that long.
+            handshakeTimeout: settings.handshakeTimeoutMs,
+          });
+    // Every TCP socket, before TLS and before the handshake, is screened against the inbound limits first.
+    server.on("connection", (raw: Socket) => {
+      if (remoting === null) raw.destroy();
+      else remoting.screen(raw);
+    });
+    server.on(settings.tls === null ? "connection" : "secureConnection", onSocket);
     // TLS errors before the handshake (bad certificate) would otherwise be unhandled.
     server.on("tlsClientError", () => {
       if (remoting !== null) remoting.stats_.handshakesFailed++;
@@ -340,14 +358,46 @@ export class Remoting implements Extension {
 
   // ---- association lifecycle ----
 
+  /**
+   * Counts a new inbound TCP socket against the inbound limits, or closes it at once when it would break one
+   * (counted in `stats.rejected.connectionLimit`, logged once per node).
+   */
+  private screen(raw: Socket): void {
+    const ip = raw.remoteAddress;
+    if (this.stopped || ip === undefined) {
+      raw.destroy();
+      return;
+    }
+    const key = `${ip}:${raw.remotePort}`;
+    const refused = this.limits.accept(key, ip);
+    if (refused !== null) {
+      this.stats_.rejected.connectionLimit++;
+      if (!this.limitLogged) {
+        this.limitLogged = true;
+        this.system.log.warn(
+          { ip, limit: refused, value: this.settings[refused] },
+          "refused an inbound connection over a limit (logged once; stats.rejected.connectionLimit counts them)",
+        );
+      }
+      raw.destroy();
+      return;
+    }
+    raw.once("close", () => this.limits.closed(key));
+  }
+
   private accept(socket: Socket): void {
-    if (this.stopped) {
+    if (this.stopped || socket.destroyed) {
       socket.destroy();
       return;
     }
+    const key = `${socket.remoteAddress}:${socket.remotePort}`;
     const receivePath = this.receivePath;
     const owner: ConnectionOwner = {
-      authenticated: (_connection, peer) => this.admit(peer),
+      authenticated: (_connection, peer) => {
+        const refused = this.admit(peer);
+        if (refused === null) this.limits.authenticated(key);
+        return refused;
+      },
       frames: (connection, frames, from) => receivePath.onFrames(connection, frames, from),
       closed: (connection) => {
         this.inbound.delete(connection);
