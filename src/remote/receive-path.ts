@@ -285,6 +285,7 @@ export class ReceivePath {
         const ref = new RemoteActorRef(this.remoting, new Path(peerAddress, elements), uid ?? peer.uid);
         // No association yet: replies go over `connection`; one is made only if that closed (see writableAssociation).
         ref.replyConnection = connection;
+        ref.learned = true;
         return ref;
       }
     }
@@ -300,6 +301,7 @@ export class ReceivePath {
     if (this.system.isLocalAddress(parsed.address)) return this.system.actorSelection(parsed);
     const boundUid = uid ?? (parsed.address.equals(peer.address) ? peer.uid : null);
     const ref = new RemoteActorRef(this.remoting, parsed, boundUid);
+    ref.learned = true;
     if (parsed.elements[0] !== "temp") {
       if (this.senders.size >= senderCacheMax) this.senders.clear();
       this.senders.set(cacheKey, ref);

@@ -146,6 +146,8 @@ export class Remoting implements Extension {
         const peer = association.peer ?? new UniqueAddress(association.address, association.uid ?? "unknown");
         this.emit({ kind: event, peer });
       },
+      watched: (association) => this.watches.watchesAt(association.key),
+      retire: (association, reason) => this.retire(association, reason),
     };
     this.sendPath = new SendPath(
       this,
@@ -429,6 +431,26 @@ export class Remoting implements Extension {
     const association = this.associations.get(key);
     if (association !== undefined) association.knownUid = peer.uid;
     return null;
+  }
+
+  /** Stops and forgets an association that expired or was given up (see AssociationHost.retire). */
+  private retire(association: Association, reason: "expired" | "givenUp"): void {
+    const key = association.key;
+    if (this.associations.get(key) === association) this.associations.delete(key);
+    const peer = association.state === "up" ? association.peer : null;
+    association.stop();
+    if (reason === "expired") {
+      this.stats_.associationsExpired++;
+      if (peer !== null) this.emit({ kind: "disconnected", peer });
+    } else {
+      this.stats_.associationsGivenUp++;
+      // Watches of actors there would otherwise wait forever: nothing will ever report their end.
+      this.watches.addressUnreachable(key);
+    }
+    this.system.log.info(
+      { peer: key, reason, attempts: this.settings.maxConnectAttempts, idleMs: this.settings.associationIdleTimeoutMs },
+      reason === "expired" ? "association expired after carrying no traffic" : "gave up an address that never answered",
+    );
   }
 
   private incarnationLost(peer: UniqueAddress, reason: "uidChanged" | "quarantined"): void {
