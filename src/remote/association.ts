@@ -34,6 +34,13 @@ export interface AssociationHost {
   frames(connection: Connection, frames: readonly Buffer[], from: number): void;
   /** The association came up or went down. */
   changed(association: Association, event: "connected" | "disconnected"): void;
+  /** Whether local actors watch actors at `association`'s address (such an association must not expire). */
+  watched(association: Association): boolean;
+  /**
+   * Stops `association` and forgets it: idle for `associationIdleTimeout` (`"expired"`), or `maxConnectAttempts`
+   * attempts failed without ever connecting (`"givenUp"`). The next send makes a new one.
+   */
+  retire(association: Association, reason: "expired" | "givenUp"): void;
 }
 
 /** How a message offered to an association is treated right now. */
@@ -78,6 +85,11 @@ export class Association implements ConnectionOwner {
   private upOnce = false;
   /** Refs whose first messages wait for the first connection; they are bound to the uid that answers. */
   private awaitingUid: { uid: string | null }[] = [];
+  /** Scheduler time of the last traffic written here (heartbeats aside), for idle expiry. */
+  lastTrafficMs: number;
+  /** Heartbeats written into the current {@link writer}, and its other frames seen at the last idle check. */
+  private heartbeatsWritten = 0;
+  private trafficSeen = 0;
 
   constructor(
     private readonly host: AssociationHost,
@@ -86,6 +98,29 @@ export class Association implements ConnectionOwner {
   ) {
     this.writer = new FrameWriter(host.stats);
     this.headers = this.newHeaderTable();
+    this.lastTrafficMs = host.connectionContext.scheduler.now();
+  }
+
+  /**
+   * Whether this association may expire now: nothing but heartbeats written for `associationIdleTimeout`, no system
+   * message awaiting its ack, no ref awaiting the first connection, and no local watch of an actor there (whose
+   * death only this association's heartbeats and reconnects would notice). Cheap until the timeout has passed.
+   */
+  private idleExpired(): boolean {
+    const now = this.host.connectionContext.scheduler.now();
+    // Frames accepted by the writer, less the heartbeats: counted per socket write, so nothing is added per message.
+    const traffic = this.writer.framesFlushed + this.writer.pendingFrames - this.heartbeatsWritten;
+    if (traffic !== this.trafficSeen) {
+      this.trafficSeen = traffic;
+      this.lastTrafficMs = now;
+      return false;
+    }
+    return (
+      now - this.lastTrafficMs > this.host.settings.associationIdleTimeoutMs &&
+      this.outbox.pending.length === 0 &&
+      this.awaitingUid.length === 0 &&
+      !this.host.watched(this)
+    );
   }
 
   private newHeaderTable(): OutboundHeaderTable {
@@ -136,9 +171,10 @@ export class Association implements ConnectionOwner {
     this.timer = null;
     this.heartbeatTimer?.cancel();
     this.heartbeatTimer = null;
-    // What was accepted before stopping still goes out (a leaving node's last gossip, for one).
+    // What was accepted before stopping still goes out if the peer reads it within the shutdown grace (a leaving
+    // node's last gossip, for one); what it did not read by then is dropped and counted (Connection.shutdown).
     this.connection?.shutdown();
-    this.writer.discard();
+    this.host.stats.droppedAtShutdownFrames += this.writer.discard();
   }
 
   private connect(): void {
@@ -229,6 +265,11 @@ export class Association implements ConnectionOwner {
         });
         return;
       }
+      if (this.idleExpired()) {
+        this.host.retire(this, "expired");
+        return;
+      }
+      this.heartbeatsWritten++;
       this.writer.writeFrame(heartbeatFrame);
       this.armHeartbeat(connection);
     });
@@ -260,7 +301,10 @@ export class Association implements ConnectionOwner {
     this.heartbeatTimer = null;
     const dropped = this.writer.discard();
     this.host.stats.droppedWhileDisconnected += dropped;
+    this.idleExpired();
     this.writer = new FrameWriter(this.host.stats);
+    this.heartbeatsWritten = 0;
+    this.trafficSeen = 0;
     // The peer's table for this connection died with it: the next connection defines every header afresh.
     this.headers = this.newHeaderTable();
     this.lastHeader = null;
@@ -269,10 +313,18 @@ export class Association implements ConnectionOwner {
     this.lostOnce = true;
     this.state = "backoff";
     if (opened) this.host.changed(this, "disconnected");
+    // An address that never answered is not dialled forever (it may have been a typo, or a node long gone).
+    if (!this.upOnce && this.attempt + 1 >= this.host.settings.maxConnectAttempts) {
+      this.host.retire(this, "givenUp");
+      return;
+    }
     const delayMs = backoffDelayMs(this.attempt++, Math.random());
     this.timer = this.host.connectionContext.scheduler.scheduleOnce(delayMs, () => {
       this.timer = null;
-      if (this.state === "backoff") this.connect();
+      if (this.state !== "backoff") return;
+      // One that connected once redials until it carried no traffic for the idle timeout.
+      if (this.idleExpired()) this.host.retire(this, "expired");
+      else this.connect();
     });
   }
 }

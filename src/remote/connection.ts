@@ -3,7 +3,7 @@ import type { Socket } from "node:net";
 import type { Cancellable, Scheduler, UniqueAddress } from "../actor/index.ts";
 import { errorName, errorText } from "../actor/untrusted.ts";
 import { encodeControlFrame, FrameKind, readControlFrame } from "./envelope.ts";
-import { type EnvelopeDecodeError, FramingError, HandshakeError } from "./errors.ts";
+import { ConnectionBoundError, type EnvelopeDecodeError, FramingError, HandshakeError } from "./errors.ts";
 import { FrameDecoder } from "./frame.ts";
 import type { FrameWriter } from "./frame-writer.ts";
 import {
@@ -19,6 +19,9 @@ import {
 } from "./handshake.ts";
 import { certificateIdentityError } from "./peer-identity.ts";
 import { countInternalError, type RemotingStats } from "./stats.ts";
+
+/** Milliseconds a shut-down connection's peer has to read what was queued before the socket is destroyed. */
+export const shutdownGraceMs = 500;
 
 /** What a connection tells its owner. */
 export interface ConnectionOwner {
@@ -39,6 +42,10 @@ export interface ConnectionContext {
   readonly secret: string | null;
   readonly handshakeTimeoutMs: number;
   readonly maxFrameBytes: number;
+  /** Milliseconds without a whole frame after which an inbound connection is closed (the heartbeat timeout). */
+  readonly idleTimeoutMs: number;
+  /** Milliseconds between idle checks of an inbound connection (the heartbeat interval). */
+  readonly idleCheckMs: number;
   readonly scheduler: Scheduler;
   readonly stats: RemotingStats;
   warn(context: object, message: string): void;
@@ -65,7 +72,10 @@ export class Connection {
   failure: Error | null = null;
   /** @internal The receive path's header table of this connection: id → what that header decoded to (header-table.ts). */
   readonly inboundHeaders: unknown[] = [];
-  /** Scheduler time of the last bytes received (heartbeats watch it). */
+  /**
+   * Scheduler time of the last whole frame received (heartbeats and the idle check watch it). Bytes of a frame still
+   * incomplete do not count: a peer that sends half a frame and stalls is as silent as one that sends nothing.
+   */
   lastReceivedMs: number;
 
   constructor(
@@ -125,17 +135,29 @@ export class Connection {
     this.owner.closed(this, opened);
   }
 
-  /** Flushes what is queued, then closes gracefully (FIN after the data); forced closed after 500 ms. */
+  /**
+   * Hands what is queued to the socket and closes gracefully (FIN after the data). The peer gets
+   * {@link shutdownGraceMs} to read it; then the socket is destroyed and the bytes it still holds are dropped, counted
+   * in `stats.droppedAtShutdownBytes`. Frames queued before the handshake completed never go out
+   * (`stats.droppedAtShutdownFrames`).
+   */
   shutdown(): void {
     if (this.state === "closed") return;
     const opened = this.state === "open";
+    const stats = this.context.stats;
     if (opened) this.writer.flush();
+    else stats.droppedAtShutdownFrames += this.writer.discard();
     this.state = "closed";
     this.timer?.cancel();
     this.timer = null;
     const socket = this.socket;
     socket.end();
-    this.context.scheduler.scheduleOnce(500, () => socket.destroy());
+    this.context.scheduler.scheduleOnce(shutdownGraceMs, () => {
+      if (socket.destroyed) return;
+      // A peer that did not read in time: what the socket still buffers is lost with it.
+      stats.droppedAtShutdownBytes += socket.writableLength;
+      socket.destroy();
+    });
     this.owner.closed(this, opened);
   }
 
@@ -172,7 +194,6 @@ export class Connection {
     if (this.state === "closed") return;
     const stats = this.context.stats;
     stats.bytesIn += chunk.length;
-    this.lastReceivedMs = this.context.scheduler.now();
     let frames: Buffer[];
     try {
       frames = this.decoder.push(chunk);
@@ -198,7 +219,9 @@ export class Connection {
       }
       throw error;
     }
+    if (frames.length === 0) return;
     stats.framesIn += frames.length;
+    this.lastReceivedMs = this.context.scheduler.now();
     for (let i = 0; i < frames.length; i++) {
       if (this.state === "open") {
         // Everything from here on is traffic: the owner takes the rest of the chunk in one call.
@@ -296,6 +319,40 @@ export class Connection {
     this.decoder.maxFrameBytes = this.context.maxFrameBytes;
     this.context.stats.handshakesOk++;
     this.writer.attach(this.socket);
+    if (this.role === "server") this.armIdleCheck();
+  }
+
+  /**
+   * Inbound side: the peer's association sends a heartbeat every interval, so a connection without a whole frame for
+   * the heartbeat timeout (a silent peer, or one that sent half a frame and stalled) is closed and counted in
+   * `stats.idleTimeouts`. The outbound side has the association's heartbeat check, which reads the same
+   * {@link lastReceivedMs}.
+   */
+  private armIdleCheck(): void {
+    const { scheduler, idleCheckMs, idleTimeoutMs } = this.context;
+    this.timer = scheduler.scheduleOnce(idleCheckMs, () => {
+      this.timer = null;
+      if (this.state !== "open") return;
+      if (scheduler.now() - this.lastReceivedMs <= idleTimeoutMs) {
+        this.armIdleCheck();
+        return;
+      }
+      // Timers run before the event loop polls sockets: after a stall of this process the peer's bytes may be waiting
+      // unread. Look again once the loop has polled before calling the peer idle.
+      this.timer = scheduler.scheduleOnce(0, () => {
+        this.timer = null;
+        if (this.state !== "open") return;
+        if (scheduler.now() - this.lastReceivedMs <= idleTimeoutMs) {
+          this.armIdleCheck();
+          return;
+        }
+        this.context.stats.idleTimeouts++;
+        const peer = this.describePeer();
+        const error = new ConnectionBoundError("idle", peer, `no whole frame within ${idleTimeoutMs} ms`);
+        this.context.warn({ peer, error }, "closing an idle inbound connection");
+        this.close(error);
+      });
+    });
   }
 
   /** Sends `reply` (none when the peer's own refusal is being logged) and fails the handshake with `error`. */

@@ -110,7 +110,16 @@ export class RemoteDeliveryError extends Error {
   override readonly name = "RemoteDeliveryError";
   constructor(
     readonly target: string,
-    readonly reason: "disconnected" | "staleUid" | "quarantined" | "stopped" | "overflow",
+    readonly reason:
+      | "disconnected"
+      | "staleUid"
+      | "quarantined"
+      | "stopped"
+      | "overflow"
+      /** The target's address was only named by a peer (a sender or watcher path); this node never dials those. */
+      | "unknownAddress"
+      /** `maxAssociations` associations exist and none could be expired. */
+      | "associationLimit",
   ) {
     super(
       `Could not deliver to ${target} (${reason}); remote delivery is at-most-once, so retry at the application level if needed`,
@@ -166,5 +175,22 @@ export class RemotingConfigurationError extends Error {
     detail: string,
   ) {
     super(`Remoting configuration refused: ${detail}`);
+  }
+}
+
+/**
+ * A connection remoting closed because it broke a bound: no whole frame within `heartbeatTimeout` (`"idle"`: a silent
+ * peer, or half a frame and a stall), or replies the peer did not read above `maxBufferedBytes` (`"overflow"`). Kept
+ * as the connection's failure and logged; the peer may connect again.
+ */
+export class ConnectionBoundError extends Error {
+  override readonly name = "ConnectionBoundError";
+  constructor(
+    readonly reason: "idle" | "overflow",
+    /** The peer, as this node knows it (UniqueAddress text, or the socket's remote address). */
+    readonly peer: string,
+    detail: string,
+  ) {
+    super(`Closed the connection to ${peer} (${reason}): ${detail}`);
   }
 }

@@ -8,6 +8,7 @@ export type { AssociationState, SendMode } from "./association.ts";
 export { backoffDefaults, backoffDelayMs } from "./backoff.ts";
 export type { FieldList, FieldSpec, FieldType } from "./codec.ts";
 export {
+  ConnectionBoundError,
   EnvelopeDecodeError,
   FramingError,
   HandshakeError,

@@ -21,7 +21,7 @@ import {
   readUserHeader,
   userHeaderEnd,
 } from "./envelope.ts";
-import { EnvelopeDecodeError, RemoteAskError } from "./errors.ts";
+import { ConnectionBoundError, EnvelopeDecodeError, RemoteAskError } from "./errors.ts";
 import { headerTableSize } from "./header-table.ts";
 import { decodePayload, type MessageRegistration, type MessageRegistry } from "./message-registry.ts";
 import { RemoteActorRef } from "./remote-actor-ref.ts";
@@ -110,7 +110,7 @@ export class ReceivePath {
     const kind = frame[0];
     // Liveness probes are transport, not traffic: a blackholed peer stays connected, like a partitioned-but-open link.
     if (kind === FrameKind.heartbeat) {
-      connection.writer.writeFrame(heartbeatReplyFrame);
+      this.reply(connection, heartbeatReplyFrame);
       return;
     }
     if (kind === FrameKind.heartbeatReply) return;
@@ -288,6 +288,7 @@ export class ReceivePath {
         const ref = new RemoteActorRef(this.remoting, new Path(peerAddress, elements), uid ?? peer.uid);
         // No association yet: replies go over `connection`; one is made only if that closed (see writableAssociation).
         ref.replyConnection = connection;
+        ref.learned = true;
         return ref;
       }
     }
@@ -303,6 +304,7 @@ export class ReceivePath {
     if (this.system.isLocalAddress(parsed.address)) return this.system.actorSelection(parsed);
     const boundUid = uid ?? (parsed.address.equals(peer.address) ? peer.uid : null);
     const ref = new RemoteActorRef(this.remoting, parsed, boundUid);
+    ref.learned = true;
     if (parsed.elements[0] !== "temp") {
       if (this.senders.size >= senderCacheMax) this.senders.clear();
       this.senders.set(cacheKey, ref);
@@ -326,7 +328,30 @@ export class ReceivePath {
     }
     const ack: Record<string, unknown> = { seq: this.inbox.acked(text) };
     if (verdict === "gap") ack.gap = true;
-    connection.writer.writeFrame(encodeControlFrame(FrameKind.ack, ack));
+    this.reply(connection, encodeControlFrame(FrameKind.ack, ack));
+  }
+
+  /**
+   * Writes a control reply (heartbeat reply, ack) on the connection the request came on, unless the peer has left
+   * more than `maxBufferedBytes` unread there: such a peer is not reading (or is hostile), and its requests would grow
+   * this node's heap without bound, so the connection is closed (counted in `stats.overflowClosed`). Dropping the
+   * reply alone would keep what is already buffered alive for as long as the peer holds the connection open.
+   */
+  private reply(connection: Connection, frame: Buffer): void {
+    const buffered = connection.writer.bufferedBytes;
+    if (buffered > this.remoting.settings.maxBufferedBytes) {
+      this.stats.overflowClosed++;
+      const peer = connection.peer?.toString() ?? "unknown peer";
+      const error = new ConnectionBoundError(
+        "overflow",
+        peer,
+        `${buffered} bytes of replies unread, over maxBufferedBytes; the peer must read its socket`,
+      );
+      this.connectionContext.warn({ peer, error }, "closing a connection whose peer does not read");
+      connection.close(error);
+      return;
+    }
+    connection.writer.writeFrame(frame);
   }
 
   private onAck(peer: UniqueAddress, frame: Buffer): void {

@@ -56,6 +56,24 @@ export class RemoteWatches {
     this.inboundWatches.get(watcherPeer.toString())?.delete(`${watchee.path}|${watcher.pathText}`);
   }
 
+  /** Whether a local actor watches an actor at `hostPort` (a scan: called on the rare idle-expiry path only). */
+  watchesAt(hostPort: string): boolean {
+    for (const entry of this.remoteWatches.values()) if (entry.ref.path.address.hostPort === hostPort) return true;
+    return false;
+  }
+
+  /**
+   * Nothing answers at `hostPort` and this node stopped trying: local watchers of actors there get `Terminated`
+   * (address terminated), whichever incarnation they were bound to.
+   */
+  addressUnreachable(hostPort: string): void {
+    for (const [path, entry] of this.remoteWatches) {
+      if (entry.ref.path.address.hostPort !== hostPort) continue;
+      this.remoteWatches.delete(path);
+      for (const watcher of entry.watchers.values()) watcher.sendSystem(new Terminated(entry.ref, true));
+    }
+  }
+
   /** The incarnation `peer` is gone for good: ends every watch it took part in. */
   incarnationLost(peer: UniqueAddress): void {
     const key = peer.address.hostPort;

@@ -16,6 +16,7 @@ import type { Association, AssociationHost, AssociationState } from "./associati
 import { Connection, type ConnectionContext, type ConnectionOwner } from "./connection.ts";
 import { HandshakeError, RemotingNotEnabledError } from "./errors.ts";
 import { FrameWriter } from "./frame-writer.ts";
+import { InboundLimits } from "./inbound-limits.ts";
 import { MessageRegistry } from "./message-registry.ts";
 import { ReceivePath } from "./receive-path.ts";
 import { RemoteActorRef } from "./remote-actor-ref.ts";
@@ -61,6 +62,8 @@ export interface PeerInfo {
   readonly inbound: number;
   /** System messages sent and not yet acknowledged. */
   readonly pendingSystemMessages: number;
+  /** Bytes waiting to be written to it: on this node's association plus replies on its inbound connections. */
+  readonly bufferedBytes: number;
 }
 
 /** Recently lost incarnations remembered, so refs to them keep failing fast. */
@@ -108,6 +111,8 @@ export class Remoting implements Extension {
   private readonly rejectionListeners = new Set<(rejection: InboundRejection) => void>();
   private readonly watches = new RemoteWatches();
   private stopped = false;
+  private readonly limits: InboundLimits;
+  private limitLogged = false;
   private readonly host: AssociationHost;
   private readonly sendPath: SendPath;
   private readonly receivePath: ReceivePath;
@@ -121,6 +126,7 @@ export class Remoting implements Extension {
     registry: MessageRegistry,
   ) {
     this.settings = settings;
+    this.limits = new InboundLimits(settings);
     this.registry = registry;
     const selfUid = randomBytes(8).toString("hex");
     this.selfAddress = new UniqueAddress(Address.tcp(system.name, settings.host, port), selfUid);
@@ -130,6 +136,8 @@ export class Remoting implements Extension {
       secret: settings.secret,
       handshakeTimeoutMs: settings.handshakeTimeoutMs,
       maxFrameBytes: settings.maxFrameBytes,
+      idleTimeoutMs: settings.heartbeatTimeoutMs,
+      idleCheckMs: settings.heartbeatIntervalMs,
       scheduler: system.scheduler,
       stats: this.stats_,
       warn: (context, message) => log.warn({ node: this.selfAddress.toString(), ...context }, message),
@@ -154,6 +162,8 @@ export class Remoting implements Extension {
         const peer = association.peer ?? new UniqueAddress(association.address, association.uid ?? "unknown");
         this.emit({ kind: event, peer });
       },
+      watched: (association) => this.watches.watchesAt(association.key),
+      retire: (association, reason) => this.retire(association, reason),
     };
     this.sendPath = new SendPath(
       this,
@@ -176,8 +186,20 @@ export class Remoting implements Extension {
     };
     const server =
       settings.tls === null
-        ? createNetServer(onSocket)
-        : createTlsServer({ ...settings.tls, requestCert: true, rejectUnauthorized: true }, onSocket);
+        ? createNetServer()
+        : createTlsServer({
+            ...settings.tls,
+            requestCert: true,
+            rejectUnauthorized: true,
+            // Node's default is 120 s: a stalled TLS handshake would hold an unauthenticated slot that long.
+            handshakeTimeout: settings.handshakeTimeoutMs,
+          });
+    // Every TCP socket, before TLS and before the handshake, is screened against the inbound limits first.
+    server.on("connection", (raw: Socket) => {
+      if (remoting === null) raw.destroy();
+      else remoting.screen(raw);
+    });
+    server.on(settings.tls === null ? "connection" : "secureConnection", onSocket);
     // TLS errors before the handshake (bad certificate) would otherwise be unhandled.
     server.on("tlsClientError", () => {
       if (remoting !== null) remoting.stats_.handshakesFailed++;
@@ -321,10 +343,12 @@ export class Remoting implements Extension {
     const association = this.associations.get(key);
     let inbound = 0;
     let address = association?.address.toString() ?? "";
+    let bufferedBytes = association?.writer.bufferedBytes ?? 0;
     for (const connection of this.inbound) {
       if (connection.isOpen && connection.peer?.address.hostPort === key) {
         inbound++;
         address = connection.peer.address.toString();
+        bufferedBytes += connection.writer.bufferedBytes;
       }
     }
     const uid = this.incarnations.get(key) ?? null;
@@ -337,6 +361,7 @@ export class Remoting implements Extension {
       blackholed: this.blackholed.has(key),
       inbound,
       pendingSystemMessages: association?.outbox.pending.length ?? 0,
+      bufferedBytes,
     };
   }
 
@@ -369,14 +394,46 @@ export class Remoting implements Extension {
 
   // ---- association lifecycle ----
 
+  /**
+   * Counts a new inbound TCP socket against the inbound limits, or closes it at once when it would break one
+   * (counted in `stats.rejected.connectionLimit`, logged once per node).
+   */
+  private screen(raw: Socket): void {
+    const ip = raw.remoteAddress;
+    if (this.stopped || ip === undefined) {
+      raw.destroy();
+      return;
+    }
+    const key = `${ip}:${raw.remotePort}`;
+    const refused = this.limits.accept(key, ip);
+    if (refused !== null) {
+      this.stats_.rejected.connectionLimit++;
+      if (!this.limitLogged) {
+        this.limitLogged = true;
+        this.system.log.warn(
+          { ip, limit: refused, value: this.settings[refused] },
+          "refused an inbound connection over a limit (logged once; stats.rejected.connectionLimit counts them)",
+        );
+      }
+      raw.destroy();
+      return;
+    }
+    raw.once("close", () => this.limits.closed(key));
+  }
+
   private accept(socket: Socket): void {
-    if (this.stopped) {
+    if (this.stopped || socket.destroyed) {
       socket.destroy();
       return;
     }
+    const key = `${socket.remoteAddress}:${socket.remotePort}`;
     const receivePath = this.receivePath;
     const owner: ConnectionOwner = {
-      authenticated: (_connection, peer) => this.admit(peer),
+      authenticated: (_connection, peer) => {
+        const refused = this.admit(peer);
+        if (refused === null) this.limits.authenticated(key);
+        return refused;
+      },
       frames: (connection, frames, from) => receivePath.onFrames(connection, frames, from),
       closed: (connection) => {
         this.inbound.delete(connection);
@@ -448,6 +505,26 @@ export class Remoting implements Extension {
       if (this.incarnations.size <= this.incarnationsLimit) return;
       if (!this.associations.has(key) && !connected.has(key)) this.incarnations.delete(key);
     }
+  }
+
+  /** Stops and forgets an association that expired or was given up (see AssociationHost.retire). */
+  private retire(association: Association, reason: "expired" | "givenUp"): void {
+    const key = association.key;
+    if (this.associations.get(key) === association) this.associations.delete(key);
+    const peer = association.state === "up" ? association.peer : null;
+    association.stop();
+    if (reason === "expired") {
+      this.stats_.associationsExpired++;
+      if (peer !== null) this.emit({ kind: "disconnected", peer });
+    } else {
+      this.stats_.associationsGivenUp++;
+      // Watches of actors there would otherwise wait forever: nothing will ever report their end.
+      this.watches.addressUnreachable(key);
+    }
+    this.system.log.info(
+      { peer: key, reason, attempts: this.settings.maxConnectAttempts, idleMs: this.settings.associationIdleTimeoutMs },
+      reason === "expired" ? "association expired after carrying no traffic" : "gave up an address that never answered",
+    );
   }
 
   private incarnationLost(peer: UniqueAddress, reason: "uidChanged" | "quarantined"): void {

@@ -202,7 +202,13 @@ export class SendPath {
     }
     let association = target.association;
     if (association === null || association.state === "stopped") {
-      association = this.associationFor(target.path.address);
+      const found = this.associationFor(target);
+      if (typeof found === "string") {
+        this.refusedAssociation(found);
+        this.dropped(target, message, sender, found);
+        return null;
+      }
+      association = found;
       target.association = association;
     }
     if (this.blackholed.size > 0 && this.blackholed.has(association.key)) {
@@ -415,7 +421,13 @@ export class SendPath {
     const body = this.systemMessages.bodyOf(target, message);
     if (body === null) return;
     if (this.stopped) return;
-    const association = this.associationFor(target.path.address);
+    const association = this.associationFor(target);
+    if (typeof association === "string") {
+      this.refusedAssociation(association);
+      // Nothing will ever report on an actor this node cannot reach: its watcher learns now.
+      if (message instanceof Watch) message.watcher.sendSystem(new Terminated(target, true));
+      return;
+    }
     if (target.uid === null && !target.anyIncarnation) {
       if (association.state === "up") target.uid = association.uid;
       else association.bindOnConnect(target);
@@ -433,12 +445,24 @@ export class SendPath {
     }
   }
 
-  private associationFor(address: Address): Association {
+  /**
+   * The association to `target`'s address, made when there is none, or why none may be made: the address was only
+   * named in a peer's frames (`target.learned`) and no authenticated handshake showed a node there ("unknownAddress":
+   * a forged sender path must not make this node dial arbitrary hosts), or `maxAssociations` exist and none could be
+   * expired ("associationLimit").
+   */
+  private associationFor(target: RemoteActorRef): Association | "unknownAddress" | "associationLimit" {
+    const address = target.path.address;
     const last = this.lastAssociation;
     if (last !== null && last.address === address && last.state !== "stopped") return last;
     const key = address.hostPort;
     let association = this.associations.get(key);
     if (association === undefined || !association.address.equals(address)) {
+      // A claim never replaces an association either (another system name at a known host:port).
+      if (target.learned && (association !== undefined || !this.incarnations.has(key))) return "unknownAddress";
+      if (association === undefined && this.associations.size >= this.settings.maxAssociations && !this.evictOne()) {
+        return "associationLimit";
+      }
       association?.stop();
       association = new Association(this.host, address);
       association.knownUid = this.incarnations.get(key) ?? null;
@@ -446,6 +470,27 @@ export class SendPath {
     }
     this.lastAssociation = association;
     return association;
+  }
+
+  /**
+   * Makes room for one association at `maxAssociations`: retires the one that carried traffic least recently among
+   * those with no unacknowledged system message and no local watch. Returns false when none qualifies. A scan, on the
+   * rare path of a new association at the limit.
+   */
+  private evictOne(): boolean {
+    let oldest: Association | null = null;
+    for (const association of this.associations.values()) {
+      if (association.outbox.pending.length > 0 || this.host.watched(association)) continue;
+      if (oldest === null || association.lastTrafficMs < oldest.lastTrafficMs) oldest = association;
+    }
+    if (oldest === null) return false;
+    this.host.retire(oldest, "expired");
+    return true;
+  }
+
+  private refusedAssociation(reason: "unknownAddress" | "associationLimit"): void {
+    if (reason === "unknownAddress") this.stats.droppedUnknownAddress++;
+    else this.stats.droppedAssociationLimit++;
   }
 
   private isStale(address: Address, uid: string): boolean {

@@ -38,6 +38,47 @@ export interface RemotingSettings {
   heartbeatTimeout?: number;
   /** Registry for this system (falls back to the process-wide default); default a fresh one over the default. */
   registry?: MessageRegistry;
+  /**
+   * Inbound connections open at once, authenticated or not; a socket past it is closed at accept (counted in
+   * `stats.rejected.connectionLimit`). Default 1,024: one per peer node, so room for a large cluster, and well under
+   * a process's usual 1,024–65,536 file descriptors.
+   */
+  maxInboundConnections?: number;
+  /**
+   * Inbound connections still in their handshake at once; past it a new socket is closed at accept (counted).
+   * Default 128: honest handshakes take milliseconds, so this only binds under a connection flood, which then costs
+   * at most this many sockets for `handshakeTimeout` each.
+   */
+  maxUnauthenticatedConnections?: number;
+  /**
+   * Inbound connections in their handshake at once from one remote IP; past it a new socket from that IP is closed at
+   * accept (counted). Default 16: a host runs a few nodes, each dialling once per peer, so one flooding host cannot
+   * use up `maxUnauthenticatedConnections` for everyone.
+   */
+  maxUnauthenticatedPerIp?: number;
+  /**
+   * Milliseconds an outbound association may carry no traffic (heartbeats aside) before it is closed and forgotten
+   * (counted in `stats.associationsExpired`); one with unacknowledged system messages or watches is kept. Default
+   * 300,000 (5 minutes); the next send dials again.
+   */
+  associationIdleTimeout?: number;
+  /**
+   * Outbound associations kept at once; a send that needs one more when none can be expired is dropped (counted in
+   * `stats.droppedAssociationLimit`). Default 4,096.
+   */
+  maxAssociations?: number;
+  /**
+   * Failed connection attempts after which an association that never connected is given up (counted in
+   * `stats.associationsGivenUp`; watchers of actors there get `Terminated`); the next send starts afresh. Default 20
+   * (about 30 s of backoff). An association that connected once keeps redialling until it expires.
+   */
+  maxConnectAttempts?: number;
+  /**
+   * Inbound messages delivered to local mailboxes and not yet processed above which remoting stops reading its
+   * sockets until half of them are processed (TCP then slows the senders, whose own `maxBufferedBytes` applies).
+   * Checked once per received chunk, so it may be exceeded by one chunk's messages. Default 100,000.
+   */
+  maxInboundBacklog?: number;
 }
 
 /** Settings with every default filled in. */
@@ -52,6 +93,25 @@ export interface ResolvedRemotingSettings {
   readonly maxBufferedBytes: number;
   readonly heartbeatIntervalMs: number;
   readonly heartbeatTimeoutMs: number;
+  readonly maxInboundConnections: number;
+  readonly maxUnauthenticatedConnections: number;
+  readonly maxUnauthenticatedPerIp: number;
+  readonly associationIdleTimeoutMs: number;
+  readonly maxAssociations: number;
+  readonly maxConnectAttempts: number;
+  readonly maxInboundBacklog: number;
+}
+
+/**
+ * `value` when it is an integer of at least 1, `fallback` when undefined.
+ * @throws InvalidArgumentError naming `field` otherwise
+ */
+function positiveInteger(field: string, value: unknown, fallback: number): number {
+  if (value === undefined) return fallback;
+  if (typeof value !== "number" || !Number.isSafeInteger(value) || value < 1) {
+    throw new InvalidArgumentError(field, "use an integer of at least 1 or leave it out for the default");
+  }
+  return value;
 }
 
 /**
@@ -127,6 +187,17 @@ export function resolveRemotingSettings(settings: RemotingSettings): ResolvedRem
     maxBufferedBytes,
     heartbeatIntervalMs,
     heartbeatTimeoutMs,
+    maxInboundConnections: positiveInteger("maxInboundConnections", settings.maxInboundConnections, 1024),
+    maxUnauthenticatedConnections: positiveInteger(
+      "maxUnauthenticatedConnections",
+      settings.maxUnauthenticatedConnections,
+      128,
+    ),
+    maxUnauthenticatedPerIp: positiveInteger("maxUnauthenticatedPerIp", settings.maxUnauthenticatedPerIp, 16),
+    associationIdleTimeoutMs: positiveInteger("associationIdleTimeout", settings.associationIdleTimeout, 300_000),
+    maxAssociations: positiveInteger("maxAssociations", settings.maxAssociations, 4096),
+    maxConnectAttempts: positiveInteger("maxConnectAttempts", settings.maxConnectAttempts, 20),
+    maxInboundBacklog: positiveInteger("maxInboundBacklog", settings.maxInboundBacklog, 100_000),
   };
 }
 

@@ -7,7 +7,9 @@ export type RejectReason =
   | "schemaInvalid"
   | "unexpected"
   /** An unexpected error while handling a connection's bytes: the connection was closed (see `internalErrors`). */
-  | "internal";
+  | "internal"
+  /** Inbound sockets closed at accept: over `maxInboundConnections`, `maxUnauthenticatedConnections` or `maxUnauthenticatedPerIp`. */
+  | "connectionLimit";
 
 /** Counters of one node's remoting (a snapshot from `remoting.stats`). */
 export interface RemotingStats {
@@ -62,6 +64,24 @@ export interface RemotingStats {
   internalErrors: Record<string, number>;
   /** Handshake frames above `handshakeFrameBytesMax` (4 KiB): the connection was closed before buffering them. */
   handshakeOversize: number;
+  /** Authenticated connections closed because no whole frame arrived within `heartbeatTimeout` (silent or half a frame). */
+  idleTimeouts: number;
+  /** Connections closed because the peer did not read: control replies to it were over `maxBufferedBytes`. */
+  overflowClosed: number;
+  /** Bytes still unsent when a connection's shutdown grace (500 ms) ran out and the socket was destroyed. */
+  droppedAtShutdownBytes: number;
+  /** Frames accepted for a connection that was shut down before its handshake completed (never sent). */
+  droppedAtShutdownFrames: number;
+  /** Associations removed after `associationIdleTimeout` without traffic (no unacknowledged system message, no watch). */
+  associationsExpired: number;
+  /** Associations given up after `maxConnectAttempts` failed attempts without ever connecting. */
+  associationsGivenUp: number;
+  /** Sends refused because they would dial an address learnt only from a peer's claim (a sender or watcher path). */
+  droppedUnknownAddress: number;
+  /** Sends refused because `maxAssociations` associations exist and none could be expired. */
+  droppedAssociationLimit: number;
+  /** Times a socket stopped reading because inbound messages queued in local mailboxes exceeded `maxInboundBacklog`. */
+  readPauses: number;
 }
 
 /** A zeroed counter set. */
@@ -82,6 +102,7 @@ export function emptyStats(): RemotingStats {
       schemaInvalid: 0,
       unexpected: 0,
       internal: 0,
+      connectionLimit: 0,
     },
     droppedWhileDisconnected: 0,
     droppedStaleUid: 0,
@@ -104,6 +125,15 @@ export function emptyStats(): RemotingStats {
     systemDuplicates: 0,
     internalErrors: Object.create(null) as Record<string, number>,
     handshakeOversize: 0,
+    idleTimeouts: 0,
+    overflowClosed: 0,
+    droppedAtShutdownBytes: 0,
+    droppedAtShutdownFrames: 0,
+    associationsExpired: 0,
+    associationsGivenUp: 0,
+    droppedUnknownAddress: 0,
+    droppedAssociationLimit: 0,
+    readPauses: 0,
   };
 }
 

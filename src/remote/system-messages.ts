@@ -84,11 +84,14 @@ export class SystemMessages {
       } catch {
         throw new EnvelopeDecodeError("undecodable", `bad ref path "${refText}"`);
       }
-      return new RemoteActorRef(
+      const ref = new RemoteActorRef(
         this.remoting,
         parsed,
         refUid ?? (parsed.address.equals(peer.address) ? peer.uid : null),
       );
+      // The peer's claim: a Terminated for this watcher must not make this node dial an address it never chose.
+      ref.learned = true;
+      return ref;
     };
     switch (doc.sys) {
       case "stop":
