@@ -38,6 +38,11 @@ export class RemoteWatches {
     }
   }
 
+  /** True when the local actor at `watcherPath` watches the remote `watchee` (its Terminated is expected). */
+  isWatching(watchee: RemoteActorRef, watcherPath: string): boolean {
+    return this.remoteWatches.get(watchee.pathText)?.watchers.has(watcherPath) === true;
+  }
+
   /** `peer`'s actor `watcher` watches the local `watchee`. */
   watchInbound(peer: UniqueAddress, watchee: ActorRef<unknown>, watcher: RemoteActorRef): void {
     const key = peer.toString();

@@ -2,6 +2,7 @@ import type { SecureContextOptions } from "node:tls";
 import { InvalidArgumentError } from "../actor/index.ts";
 import { defaultMaxFrameBytes } from "./frame.ts";
 import type { MessageRegistry } from "./message-registry.ts";
+import type { RemoteStopPolicy } from "./system-authorization.ts";
 
 /** Options of `system.enableRemoting`. */
 export interface RemotingSettings {
@@ -25,6 +26,11 @@ export interface RemotingSettings {
   heartbeatInterval?: number;
   /** Milliseconds without any frame from the peer after which its connection is closed and re-dialled; default 5,000. */
   heartbeatTimeout?: number;
+  /**
+   * Whether peers may STOP or DrainAndStop this node's `/user` actors: "allow" (default) or "deny". Peers can never
+   * stop `/system` or `/temp` actors; once the cluster is enabled only members may (see `remoting.setPeerAuthorizer`).
+   */
+  remoteStop?: RemoteStopPolicy;
   /** Registry for this system (falls back to the process-wide default); default a fresh one over the default. */
   registry?: MessageRegistry;
 }
@@ -41,6 +47,7 @@ export interface ResolvedRemotingSettings {
   readonly maxBufferedBytes: number;
   readonly heartbeatIntervalMs: number;
   readonly heartbeatTimeoutMs: number;
+  readonly remoteStop: RemoteStopPolicy;
 }
 
 /**
@@ -84,6 +91,10 @@ export function resolveRemotingSettings(settings: RemotingSettings): ResolvedRem
       `${String(heartbeatTimeoutMs)} ms; use more than heartbeatInterval`,
     );
   }
+  const remoteStop = settings.remoteStop ?? "allow";
+  if (remoteStop !== "allow" && remoteStop !== "deny") {
+    throw new InvalidArgumentError("remoteStop", 'use "allow" or "deny"');
+  }
   const clusterName = settings.clusterName ?? "";
   if (typeof clusterName !== "string") throw new InvalidArgumentError("clusterName", "use a string");
   return {
@@ -97,6 +108,7 @@ export function resolveRemotingSettings(settings: RemotingSettings): ResolvedRem
     maxBufferedBytes,
     heartbeatIntervalMs,
     heartbeatTimeoutMs,
+    remoteStop,
   };
 }
 

@@ -1,5 +1,13 @@
 /** Why an inbound frame or envelope was rejected. */
-export type RejectReason = "framing" | "oversize" | "undecodable" | "unknownType" | "schemaInvalid" | "unexpected";
+export type RejectReason =
+  | "framing"
+  | "oversize"
+  | "undecodable"
+  | "unknownType"
+  | "schemaInvalid"
+  | "unexpected"
+  /** Remote system messages refused by system-authorization.ts (STOP of a system actor, watch from a non-member…). */
+  | "unauthorizedSystem";
 
 /** Counters of one node's remoting (a snapshot from `remoting.stats`). */
 export interface RemotingStats {
@@ -53,7 +61,15 @@ export function emptyStats(): RemotingStats {
     writes: 0,
     delivered: 0,
     deadLetters: 0,
-    rejected: { framing: 0, oversize: 0, undecodable: 0, unknownType: 0, schemaInvalid: 0, unexpected: 0 },
+    rejected: {
+      framing: 0,
+      oversize: 0,
+      undecodable: 0,
+      unknownType: 0,
+      schemaInvalid: 0,
+      unexpected: 0,
+      unauthorizedSystem: 0,
+    },
     droppedWhileDisconnected: 0,
     droppedStaleUid: 0,
     droppedBlackholed: 0,
