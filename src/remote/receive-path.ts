@@ -26,7 +26,7 @@ import { decodePayload, type MessageRegistration, type MessageRegistry } from ".
 import { RemoteActorRef } from "./remote-actor-ref.ts";
 import type { InboundRejection, Remoting } from "./remoting.ts";
 import type { RemotingStats } from "./stats.ts";
-import type { SystemInbox } from "./system-channel.ts";
+import type { InboxVerdict, SystemInbox } from "./system-channel.ts";
 import type { SystemMessages } from "./system-messages.ts";
 
 /** What the receive path knows about one header of a connection (kept under its id while the sender uses it). */
@@ -310,28 +310,47 @@ export class ReceivePath {
   private onSystem(connection: Connection, peer: UniqueAddress, frame: Buffer): void {
     const doc = readControlFrame(frame);
     const seq = doc.seq;
+    const epoch = doc.epoch ?? 0;
     if (typeof seq !== "number" || !Number.isInteger(seq) || seq < 1 || typeof doc.to !== "string") {
       throw new EnvelopeDecodeError("undecodable", "system message without seq or recipient");
     }
-    const text = peer.toString();
-    const verdict = this.inbox.accept(text, seq);
-    if (verdict === "deliver") {
-      this.stats.systemDelivered++;
-      this.systemMessages.apply(peer, doc);
-    } else if (verdict === "duplicate") {
-      this.stats.systemDuplicates++;
+    if (typeof epoch !== "number" || !Number.isSafeInteger(epoch) || epoch < 0) {
+      throw new EnvelopeDecodeError("undecodable", "system message with an epoch that is not a non-negative integer");
     }
-    const ack: Record<string, unknown> = { seq: this.inbox.acked(text) };
+    const text = peer.toString();
+    const placed = this.inbox.observe(text, epoch);
+    let verdict: InboxVerdict = "duplicate";
+    if (placed === "stale") {
+      this.stats.systemDuplicates++;
+    } else {
+      if (placed === "restarted") {
+        // The peer abandoned its stream (its pending bound was reached): some watches, unwatches or Terminated of the
+        // lost messages were for this pair, so every watch between the two ends, as for a lost incarnation.
+        this.stats.systemStreamRestarts++;
+        this.systemMessages.streamLost(peer.address, peer.uid);
+      }
+      verdict = this.inbox.accept(text, seq);
+      if (verdict === "deliver") {
+        this.stats.systemDelivered++;
+        this.systemMessages.apply(peer, doc);
+      } else if (verdict === "duplicate") {
+        this.stats.systemDuplicates++;
+      }
+    }
+    const ack: Record<string, unknown> = { seq: this.inbox.acked(text), epoch: this.inbox.epochOf(text) };
     if (verdict === "gap") ack.gap = true;
     connection.writer.writeFrame(encodeControlFrame(FrameKind.ack, ack));
   }
 
   private onAck(peer: UniqueAddress, frame: Buffer): void {
     const doc = readControlFrame(frame);
-    if (typeof doc.seq !== "number") throw new EnvelopeDecodeError("undecodable", "ack without seq");
+    const epoch = doc.epoch ?? 0;
+    if (typeof doc.seq !== "number" || typeof epoch !== "number") {
+      throw new EnvelopeDecodeError("undecodable", "ack without a numeric seq and epoch");
+    }
     const association = this.associations.get(peer.address.hostPort);
     if (association === undefined || association.outboxUid !== peer.uid) return;
-    association.outbox.ack(doc.seq);
-    if (doc.gap === true) association.resendSystem(doc.seq);
+    association.outbox.ack(doc.seq, epoch);
+    if (doc.gap === true && epoch === association.outbox.epoch) association.gapReported();
   }
 }

@@ -1,5 +1,5 @@
-import type { ActorRef, UniqueAddress } from "../actor/index.ts";
-import { Terminated, Unwatch } from "../actor/index.ts";
+import type { ActorRef, Address } from "../actor/index.ts";
+import { Terminated, UniqueAddress, Unwatch } from "../actor/index.ts";
 import type { RemoteActorRef } from "./remote-actor-ref.ts";
 
 /**
@@ -63,13 +63,24 @@ export class RemoteWatches {
 
   /** The incarnation `peer` is gone for good: ends every watch it took part in. */
   incarnationLost(peer: UniqueAddress): void {
-    const key = peer.address.hostPort;
+    this.endWatches(peer.address, peer.uid);
+  }
+
+  /**
+   * Ends every watch between this node and the peer at `address` with incarnation `uid` (null: any incarnation there):
+   * local watchers of its actors get `Terminated` (address terminated), local actors it watched forget their
+   * watchers. Used when the incarnation is lost, and when the system stream with it was abandoned.
+   */
+  endWatches(address: Address, uid: string | null): void {
+    const key = address.hostPort;
     for (const [path, entry] of this.remoteWatches) {
-      if (entry.ref.path.address.hostPort !== key || (entry.ref.uid !== null && entry.ref.uid !== peer.uid)) continue;
+      if (entry.ref.path.address.hostPort !== key) continue;
+      if (uid !== null && entry.ref.uid !== null && entry.ref.uid !== uid) continue;
       this.remoteWatches.delete(path);
       for (const watcher of entry.watchers.values()) watcher.sendSystem(new Terminated(entry.ref, true));
     }
-    const text = peer.toString();
+    if (uid === null) return;
+    const text = new UniqueAddress(address, uid).toString();
     const watched = this.inboundWatches.get(text);
     if (watched !== undefined) {
       this.inboundWatches.delete(text);

@@ -49,6 +49,12 @@ export interface RemotingStats {
   systemResent: number;
   systemDelivered: number;
   systemDuplicates: number;
+  /** System streams this node abandoned because a peer left more than 1,024 messages unacknowledged (a partition). */
+  systemStreamResets: number;
+  /** System streams a peer abandoned and restarted towards this node (its pending bound was reached). */
+  systemStreamRestarts: number;
+  /** Gap reports not answered by an immediate resend (at most one resend per 200 ms per association). */
+  systemResendsThrottled: number;
 }
 
 /** A zeroed counter set. */
@@ -86,5 +92,8 @@ export function emptyStats(): RemotingStats {
     systemResent: 0,
     systemDelivered: 0,
     systemDuplicates: 0,
+    systemStreamResets: 0,
+    systemStreamRestarts: 0,
+    systemResendsThrottled: 0,
   };
 }

@@ -2,6 +2,7 @@ import {
   type ActorPath,
   type ActorRef,
   type ActorSystem,
+  type Address,
   DRAIN_AND_STOP,
   DrainAndStop,
   ActorPath as Path,
@@ -37,6 +38,25 @@ export class SystemMessages {
     private readonly watches: RemoteWatches,
   ) {
     this.system = remoting.system;
+  }
+
+  /** True for the system messages that cross the wire (the others stay local, see {@link bodyOf}). */
+  static crossesWire(message: SystemMessage): boolean {
+    return (
+      message instanceof Stop ||
+      message instanceof DrainAndStop ||
+      message instanceof Watch ||
+      message instanceof Unwatch ||
+      message instanceof Terminated
+    );
+  }
+
+  /**
+   * The system stream with the peer at `address` (incarnation `uid`, null when none is known yet) was abandoned, by
+   * this node or by the peer: every watch between the two ends as if that incarnation were lost (see system-channel.ts).
+   */
+  streamLost(address: Address, uid: string | null): void {
+    this.watches.endWatches(address, uid);
   }
 
   /** The channel body of `message` for the remote `target`, or null for a system message that stays local. */
