@@ -8,7 +8,8 @@
  *   business); to `/user/*` they need an authorized peer and `remoteStop: "allow"`.
  * - Watch and Unwatch (remote DeathWatch) need an authorized peer, for `/user/*` and `/system/*` alike.
  * - Terminated is the watched side's answer to a watch this node sent: accepted for any watcher under `/user` or
- *   `/system` (the caller checks that the watch exists and that the terminated actor lives on the sending peer).
+ *   `/system` (the caller checks that the terminated actor lives on the sending peer, and drops a Terminated for a
+ *   watch it no longer holds).
  */
 
 /** Whether peers may STOP or DrainAndStop this node's `/user` actors (`enableRemoting({ remoteStop })`). */
@@ -20,10 +21,9 @@ export type RemoteSystemKind = "stop" | "drain" | "watch" | "unwatch" | "termina
 /**
  * Why a remote system message was refused: `protectedPath` (its recipient is a reply actor or a system actor that
  * peers may not stop), `notMember` (the peer is not authorized, e.g. not a cluster member), `stopDenied`
- * (`remoteStop: "deny"`), `foreignRef` (the watcher or terminated actor it names does not live on the sending peer),
- * `notWatched` (a Terminated for a watch this node does not hold).
+ * (`remoteStop: "deny"`), `foreignRef` (the watcher or terminated actor it names does not live on the sending peer).
  */
-export type SystemRefusal = "protectedPath" | "notMember" | "stopDenied" | "foreignRef" | "notWatched";
+export type SystemRefusal = "protectedPath" | "notMember" | "stopDenied" | "foreignRef";
 
 /** The refusal for a `kind` message to a path whose first element is `root`, or null when it may be applied. */
 export function authorizeSystemMessage(

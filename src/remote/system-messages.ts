@@ -138,10 +138,9 @@ export class SystemMessages {
       target.sendSystem(new Unwatch(ref));
     } else {
       const watcherPath = target.path.toString();
-      if (!this.watches.isWatching(ref, watcherPath)) {
-        this.refuse(peer, kind, to, "notWatched");
-        return;
-      }
+      // A Terminated for a watch this node no longer holds is stale, not hostile (the watcher unwatched while it was
+      // on the way, or the stream restarted): dropped without a count, as the watcher's cell would drop it.
+      if (!this.watches.isWatching(ref, watcherPath)) return;
       this.watches.remoteTerminated(ref, watcherPath);
       target.sendSystem(new Terminated(ref, doc.addressTerminated === true));
     }

@@ -148,10 +148,14 @@ test("remoteStop: deny refuses remote STOP and DRAIN of /user actors; watch stil
   system(denyNode, peer, { sys: "watch", to: "/user/victim", ref: `${peer.identity.uniqueAddress.address}/user/w` });
   await eventually(() => denyNode.remoting.stats.systemDelivered === 3, { what: "the watch delivered" });
   assert.equal(denyNode.remoting.stats.rejected.unauthorizedSystem, 2);
+  // But only for its own actors: a watch on behalf of another node's actor would send that node Terminated.
+  system(denyNode, peer, { sys: "watch", to: "/user/victim", ref: `${watcherNode.system.address}/user/w` });
+  system(denyNode, peer, { sys: "unwatch", to: "/user/victim", ref: `${watcherNode.system.address}/user/w` });
+  await eventually(() => denyNode.remoting.stats.rejected.unauthorizedSystem === 4, { what: "foreign refs refused" });
   peer.socket.destroy();
 });
 
-test("with an authorizer installed, a peer it refuses can neither stop, watch nor unwatch; a Terminated needs a watch", async () => {
+test("with an authorizer installed, a peer it refuses can neither stop, watch nor unwatch", async () => {
   const refusedPeers: string[] = [];
   node.remoting.setPeerAuthorizer((peer: UniqueAddress) => {
     if (peer.address.port === 1) {
@@ -170,8 +174,8 @@ test("with an authorizer installed, a peer it refuses can neither stop, watch no
     system(node, peer, { sys: "watch", to: "/user/member-only", ref: own });
     system(node, peer, { sys: "unwatch", to: "/user/member-only", ref: own });
     system(node, peer, { sys: "watch", to: "/system/daemon", ref: own });
-    // A Terminated nobody here asked for (the node watches nothing on this peer).
-    system(node, peer, { sys: "terminated", to: "/user/member-only", ref: own, addressTerminated: false });
+    // A watch on behalf of another node's actor (the peer speaks only for its own).
+    system(node, peer, { sys: "watch", to: "/user/member-only", ref: `${watcherNode.system.address}/user/w` });
     await eventually(() => node.remoting.stats.rejected.unauthorizedSystem === before + 6, {
       what: "six refusals",
       describe: () => node.remoting.stats.rejected,
