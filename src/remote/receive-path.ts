@@ -310,13 +310,10 @@ export class ReceivePath {
   private onSystem(connection: Connection, peer: UniqueAddress, frame: Buffer): void {
     const doc = readControlFrame(frame);
     const seq = doc.seq;
-    const epoch = doc.epoch ?? 0;
     if (typeof seq !== "number" || !Number.isInteger(seq) || seq < 1 || typeof doc.to !== "string") {
       throw new EnvelopeDecodeError("undecodable", "system message without seq or recipient");
     }
-    if (typeof epoch !== "number" || !Number.isSafeInteger(epoch) || epoch < 0) {
-      throw new EnvelopeDecodeError("undecodable", "system message with an epoch that is not a non-negative integer");
-    }
+    const epoch = streamEpoch(doc);
     const text = peer.toString();
     const placed = this.inbox.observe(text, epoch);
     let verdict: InboxVerdict = "duplicate";
@@ -344,13 +341,24 @@ export class ReceivePath {
 
   private onAck(peer: UniqueAddress, frame: Buffer): void {
     const doc = readControlFrame(frame);
-    const epoch = doc.epoch ?? 0;
-    if (typeof doc.seq !== "number" || typeof epoch !== "number") {
-      throw new EnvelopeDecodeError("undecodable", "ack without a numeric seq and epoch");
-    }
+    if (typeof doc.seq !== "number") throw new EnvelopeDecodeError("undecodable", "ack without seq");
+    const epoch = streamEpoch(doc);
     const association = this.associations.get(peer.address.hostPort);
     if (association === undefined || association.outboxUid !== peer.uid) return;
     association.outbox.ack(doc.seq, epoch);
     if (doc.gap === true && epoch === association.outbox.epoch) association.gapReported();
   }
+}
+
+/**
+ * The system stream epoch a system frame or ack names: absent means 0 (the first stream's frames carry none).
+ * @throws EnvelopeDecodeError for anything but a non-negative safe integer
+ */
+function streamEpoch(doc: Record<string, unknown>): number {
+  const epoch = doc.epoch;
+  if (epoch === undefined) return 0;
+  if (typeof epoch !== "number" || !Number.isSafeInteger(epoch) || epoch < 0) {
+    throw new EnvelopeDecodeError("undecodable", "system stream epoch is not a non-negative integer");
+  }
+  return epoch;
 }

@@ -8,10 +8,12 @@ import {
   STOP,
   Terminated,
 } from "../../src/actor/index.ts";
+import { encodeControlFrame, FrameKind } from "../../src/remote/envelope.ts";
 import { ResendLimiter, SystemInbox, SystemOutbox, systemPendingMax } from "../../src/remote/system-channel.ts";
 import { eventually } from "../fixtures/eventually.ts";
 import { Ping, Pong } from "./fixtures/messages.ts";
 import { EchoBehavior, type Node, startNode } from "./fixtures/nodes.ts";
+import { rawPeer } from "./fixtures/raw-peer.ts";
 
 class Watcher extends AbstractBehavior<ActorRef<unknown>> {
   readonly terminated: Terminated[] = [];
@@ -151,6 +153,26 @@ test("a peer that reports a gap on every frame gets at most one resend per inter
     what: "the stream caught up once the peer stopped reporting gaps",
     describe: () => a.remoting.stats,
   });
+});
+
+test("hostile epochs and acks are refused as undecodable, counted, and the connection stays up", async () => {
+  const peer = await rawPeer(a, { handshake: true });
+  const before = a.remoting.stats.rejected.undecodable;
+  const hostile: unknown[] = [{ toString: 1 }, -1, 1.5, "2", Number.MAX_SAFE_INTEGER + 2, [1], null];
+  for (const epoch of hostile) {
+    peer.socket.write(encodeControlFrame(FrameKind.system, { seq: 1, epoch, sys: "stop", to: "/user/x" }));
+    peer.socket.write(encodeControlFrame(FrameKind.ack, { seq: 1, epoch }));
+  }
+  await eventually(() => a.remoting.stats.rejected.undecodable === before + 2 * hostile.length, {
+    what: "every hostile frame refused",
+    describe: () => a.remoting.stats.rejected,
+  });
+  assert.equal(peer.isClosed(), false);
+  // A huge but valid epoch only restarts this peer's own stream with the node.
+  peer.socket.write(encodeControlFrame(FrameKind.system, { seq: 1, sys: "stop", to: "/user/x" }));
+  peer.socket.write(encodeControlFrame(FrameKind.system, { seq: 1, epoch: 2 ** 40, sys: "stop", to: "/user/x" }));
+  await eventually(() => a.remoting.stats.systemStreamRestarts === 1, { what: "the peer's stream restarted" });
+  peer.socket.destroy();
 });
 
 function noPending(...nodes: Node[]): boolean {
