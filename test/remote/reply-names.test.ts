@@ -2,9 +2,10 @@ import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import { AbstractBehavior, type ActorContext, type ActorRef } from "../../src/actor/index.ts";
 import { ReplyNames } from "../../src/actor/reply-names.ts";
+import { headerTableSize } from "../../src/remote/header-table.ts";
 import { eventually } from "../fixtures/eventually.ts";
 import { Ping, Pong } from "./fixtures/messages.ts";
-import { type Node, startNode } from "./fixtures/nodes.ts";
+import { EchoBehavior, type Node, startNode } from "./fixtures/nodes.ts";
 
 /** Remembers the sender of every Ping without replying (the ask stays pending until the test replies). */
 class Holder extends AbstractBehavior<unknown> {
@@ -84,4 +85,17 @@ test("a peer that saw one reply name and replies to guessed neighbours and `$N` 
   assert.equal(reply.n, 1, "the ask got the real reply, not a spoofed one");
   attackerHolder.senders[0]!.tell(new Pong(0));
   assert.equal((await bait).n, 0);
+});
+
+test("reply actors' headers are still one-off: more asks than the header table holds evict no header id", async () => {
+  server.system.spawn(new EchoBehavior(), "echo");
+  const echo = asker.system.actorSelection(`${server.system.address}/user/echo`);
+  const before = { asker: asker.remoting.stats.headerEvictions, server: server.remoting.stats.headerEvictions };
+  const count = headerTableSize + 500;
+  for (let i = 0; i < count; i += 250) {
+    const replies = await Promise.all(Array.from({ length: 250 }, (_, j) => echo.ask(new Ping(i + j), Pong, 5_000)));
+    for (const [j, reply] of replies.entries()) assert.equal(reply.n, i + j);
+  }
+  assert.equal(asker.remoting.stats.headerEvictions, before.asker, "no ask took a header id at the asker");
+  assert.equal(server.remoting.stats.headerEvictions, before.server, "no reply took a header id at the server");
 });
