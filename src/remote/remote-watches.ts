@@ -3,10 +3,21 @@ import { Terminated, UniqueAddress, Unwatch } from "../actor/index.ts";
 import type { RemoteActorRef } from "./remote-actor-ref.ts";
 
 /**
+ * Most watches one peer incarnation may hold on this node's actors: each costs an entry here and one in the watched
+ * actor's watcher table, and a peer names as many distinct watchers as it likes.
+ */
+export const inboundWatchesPerPeerMax = 100_000;
+
+/**
  * The watches that cross the wire, in both directions, remembered so that losing a peer incarnation ends them: local
  * watchers of its actors get `Terminated` (address terminated), and local actors it watched forget their watchers.
  */
 export class RemoteWatches {
+  constructor(
+    /** Most watches one peer incarnation may hold here (tests lower it). */
+    private readonly perPeerMax = inboundWatchesPerPeerMax,
+  ) {}
+
   /** Remote actors watched by local ones: watchee path text → watchee ref and its local watchers. */
   private readonly remoteWatches = new Map<string, { ref: RemoteActorRef; watchers: Map<string, ActorRef<unknown>> }>();
   /** Local actors watched by remote ones: peer UniqueAddress text → (watchee|watcher) → pair. */
@@ -44,11 +55,18 @@ export class RemoteWatches {
   }
 
   /** `peer`'s actor `watcher` watches the local `watchee`. */
-  watchInbound(peer: UniqueAddress, watchee: ActorRef<unknown>, watcher: RemoteActorRef): void {
+  /**
+   * `peer`'s actor `watcher` watches the local `watchee`; false (nothing recorded) when the peer already holds the
+   * most watches on this node's actors (default {@link inboundWatchesPerPeerMax}).
+   */
+  watchInbound(peer: UniqueAddress, watchee: ActorRef<unknown>, watcher: RemoteActorRef): boolean {
     const key = peer.toString();
     let pairs = this.inboundWatches.get(key);
     if (pairs === undefined) this.inboundWatches.set(key, (pairs = new Map()));
-    pairs.set(`${watchee.path}|${watcher.pathText}`, { watchee, watcher });
+    const pair = `${watchee.path}|${watcher.pathText}`;
+    if (pairs.size >= this.perPeerMax && !pairs.has(pair)) return false;
+    pairs.set(pair, { watchee, watcher });
+    return true;
   }
 
   /** `peer`'s actor `watcher` stops watching the local `watchee`. */

@@ -55,6 +55,8 @@ export interface RemotingStats {
   systemStreamRestarts: number;
   /** Gap reports not answered by an immediate resend (at most one resend per 200 ms per association). */
   systemResendsThrottled: number;
+  /** Remote watches refused because the peer already held 100,000 watches on this node's actors. */
+  systemWatchesRefused: number;
 }
 
 /** A zeroed counter set. */
@@ -95,5 +97,6 @@ export function emptyStats(): RemotingStats {
     systemStreamResets: 0,
     systemStreamRestarts: 0,
     systemResendsThrottled: 0,
+    systemWatchesRefused: 0,
   };
 }

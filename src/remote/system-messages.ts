@@ -131,7 +131,10 @@ export class SystemMessages {
       return;
     }
     if (kind === "watch") {
-      this.watches.watchInbound(peer, target, ref);
+      if (!this.watches.watchInbound(peer, target, ref)) {
+        this.refuse(peer, kind, to, "watchLimit");
+        return;
+      }
       target.sendSystem(new Watch(ref));
     } else if (kind === "unwatch") {
       this.watches.unwatchInbound(peer, target, ref);
@@ -159,9 +162,13 @@ export class SystemMessages {
     return new RemoteActorRef(this.remoting, parsed, refUid ?? (parsed.address.equals(peer.address) ? peer.uid : null));
   }
 
-  /** Counts a refused system message and logs the first refusal of each peer incarnation. */
-  private refuse(peer: UniqueAddress, kind: RemoteSystemKind, to: string, reason: SystemRefusal): void {
-    this.remoting.stats_.rejected.unauthorizedSystem++;
+  /**
+   * Counts a refused system message (`rejected.unauthorizedSystem`, or `systemWatchesRefused` for a watch over the
+   * per-peer bound) and logs the first refusal of each peer incarnation.
+   */
+  private refuse(peer: UniqueAddress, kind: RemoteSystemKind, to: string, reason: SystemRefusal | "watchLimit"): void {
+    if (reason === "watchLimit") this.remoting.stats_.systemWatchesRefused++;
+    else this.remoting.stats_.rejected.unauthorizedSystem++;
     const key = peer.toString();
     if (this.loggedPeers.has(key)) return;
     if (this.loggedPeers.size >= loggedPeersMax) this.loggedPeers.clear();

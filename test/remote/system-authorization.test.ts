@@ -5,14 +5,16 @@ import {
   type ActorContext,
   type ActorRef,
   ActorSystem,
+  Address,
   type Logger,
   type Signal,
   STOP,
   Terminated,
-  type UniqueAddress,
+  UniqueAddress,
 } from "../../src/actor/index.ts";
 import { encodeControlFrame, FrameKind } from "../../src/remote/envelope.ts";
-import type { Remoting } from "../../src/remote/index.ts";
+import type { RemoteActorRef, Remoting } from "../../src/remote/index.ts";
+import { inboundWatchesPerPeerMax, RemoteWatches } from "../../src/remote/remote-watches.ts";
 import { authorizeSystemMessage } from "../../src/remote/system-authorization.ts";
 import { eventually } from "../fixtures/eventually.ts";
 import { Ping, Pong } from "./fixtures/messages.ts";
@@ -228,4 +230,19 @@ test("remote DeathWatch between authorized peers still works, and a third peer c
     node.remoting.setPeerAuthorizer(null);
     watcherNode.remoting.setPeerAuthorizer(null);
   }
+});
+
+test("one peer holds at most a bounded number of watches on this node's actors; unwatching frees room", () => {
+  const watches = new RemoteWatches(3);
+  const peer = new UniqueAddress(Address.tcp("p", "127.0.0.1", 9), "00");
+  const other = new UniqueAddress(Address.tcp("q", "127.0.0.1", 8), "01");
+  const watchee = { path: "movie.tcp://n@127.0.0.1:1/user/a" } as unknown as ActorRef<unknown>;
+  const watcher = (n: number) => ({ pathText: `${peer.address}/user/w${n}` }) as unknown as RemoteActorRef;
+  for (let i = 0; i < 3; i++) assert.equal(watches.watchInbound(peer, watchee, watcher(i)), true);
+  assert.equal(watches.watchInbound(peer, watchee, watcher(3)), false, "a fourth distinct watch is refused");
+  assert.equal(watches.watchInbound(peer, watchee, watcher(1)), true, "a repeated watch costs nothing");
+  assert.equal(watches.watchInbound(other, watchee, watcher(9)), true, "the bound is per peer");
+  watches.unwatchInbound(peer, watchee, watcher(0));
+  assert.equal(watches.watchInbound(peer, watchee, watcher(3)), true);
+  assert.equal(inboundWatchesPerPeerMax, 100_000);
 });
