@@ -54,7 +54,6 @@ export class RemoteWatches {
     return this.remoteWatches.get(watchee.pathText)?.watchers.has(watcherPath) === true;
   }
 
-  /** `peer`'s actor `watcher` watches the local `watchee`. */
   /**
    * `peer`'s actor `watcher` watches the local `watchee`; false (nothing recorded) when the peer already holds the
    * most watches on this node's actors (default {@link inboundWatchesPerPeerMax}).

@@ -107,13 +107,14 @@ export class SystemInbox {
   /**
    * Places a message of stream `epoch` from `peer` (a UniqueAddress string): a newer epoch than the one known starts
    * over at sequence 0 ("restarted": the caller ends the watches with the peer), an older one is "stale". A peer not
-   * known yet starts at whatever epoch it sends.
+   * known yet with an epoch past 0 restarted too: it may have abandoned messages this node never saw (and ended the
+   * watches this node holds on its actors), so this node must end its side as well.
    */
   observe(peer: string, epoch: number): EpochVerdict {
     const known = this.streams.get(peer);
     if (known === undefined) {
       this.stream(peer).epoch = epoch;
-      return "current";
+      return epoch === 0 ? "current" : "restarted";
     }
     if (epoch === known.epoch) return "current";
     if (epoch < known.epoch) return "stale";

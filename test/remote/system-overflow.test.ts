@@ -57,7 +57,9 @@ test("the channel core: a full outbox restarts its stream at a new epoch; the in
   assert.equal(inbox.accept("p", 1), "deliver");
   assert.equal(inbox.observe("p", 0), "stale");
   assert.equal(inbox.epochOf("p"), 1);
-  assert.equal(inbox.observe("q", 3), "current", "a stream first seen at a later epoch is simply that stream");
+  assert.equal(inbox.observe("q", 3), "restarted", "a stream first seen past epoch 0 abandoned messages unseen here");
+  assert.equal(inbox.observe("q", 3), "current");
+  assert.equal(inbox.observe("r", 0), "current");
 
   const limiter = new ResendLimiter(200);
   assert.equal(limiter.request(1000), "now");
@@ -120,6 +122,33 @@ test("a partition holding more than 1,024 system messages: the stream restarts, 
   assert.ok(inB < 400, `B received ${inB} frames after the unblackhole (76 system, 1 STOP, heartbeats, acks)`);
   assert.ok(outA < 400, `A wrote ${outA} frames after the unblackhole`);
   assert.equal(b.remoting.stats.systemDuplicates <= 8, true);
+});
+
+test("a stream restart reaches a watcher whose node never got a system message from the restarting one", async () => {
+  const [c, d] = await Promise.all([startNode("overflow-c"), startNode("overflow-d")]);
+  try {
+    // D watches C's actor; C never sent D a system message, so D's inbox has no stream from C yet.
+    const watched = c.system.spawn(new EchoBehavior(), "watched");
+    const remote = d.system.actorSelection(watched.path.toString());
+    assert.equal((await remote.ask(new Ping(3), Pong, 3000)).n, 3);
+    const watcher = new Watcher();
+    d.system.spawn(watcher, "watcher").tell(remote);
+    await eventually(() => c.remoting.stats.systemDelivered === 1 && noPending(d), { what: "the watch at C" });
+    const peerD = d.remoting.selfAddress;
+    c.remoting.blackhole(peerD);
+    for (let i = 0; i <= systemPendingMax; i++)
+      c.system.actorSelection(`${d.system.address}/user/n-${i}`).sendSystem(STOP);
+    assert.equal(c.remoting.stats.systemStreamResets, 1);
+    c.remoting.unblackhole(peerD);
+    await eventually(() => watcher.terminated.length === 1 && noPending(c), {
+      what: "D's watcher told the watch ended",
+      describe: () => ({ c: c.remoting.stats, d: d.remoting.stats }),
+    });
+    assert.equal(watcher.terminated[0]!.addressTerminated, true);
+    assert.equal(d.remoting.stats.systemStreamRestarts, 1);
+  } finally {
+    await Promise.all([c.system.terminate(), d.system.terminate()]);
+  }
 });
 
 test("a peer that reports a gap on every frame gets at most one resend per interval, not one per report", async () => {
