@@ -17,6 +17,7 @@ import {
 import type { Extension, ExtensionId } from "./extension.ts";
 import { ConsoleLogger, type Logger } from "./logger.ts";
 import { ActorPath, isValidActorName } from "./path.ts";
+import { ReplyNames } from "./reply-names.ts";
 import type { SupervisorStrategy } from "./supervision.ts";
 import { type SystemMessage, Terminated, Watch } from "./system-messages.ts";
 
@@ -81,7 +82,7 @@ export class ActorSystem {
   private readonly systemGuardian: ActorCell<unknown>;
   private readonly temps = new Map<string, PromiseActorRef<unknown>>();
   private nameCounter = 0;
-  private tempCounter = 0;
+  private readonly replyNames = new ReplyNames();
   private terminating: Promise<void> | null = null;
   private terminatedFlag = false;
   private resolveTerminated!: () => void;
@@ -279,9 +280,12 @@ export class ActorSystem {
     return name;
   }
 
-  /** @internal Names a pending ask's reply actor under `/temp` so it can be found by path; returns the name. */
+  /**
+   * @internal Names a pending ask's reply actor under `/temp` so it can be found by path; returns the name, 128
+   * random bits (see ReplyNames: a reply that guesses no name completes no ask).
+   */
   registerTemp(ref: PromiseActorRef<unknown>): string {
-    const name = `$${(this.tempCounter++).toString(36)}`;
+    const name = this.replyNames.next();
     this.temps.set(name, ref);
     return name;
   }

@@ -9,7 +9,7 @@ import { FrameWriter } from "./frame-writer.ts";
 import { headerTableSize, OutboundHeaderTable } from "./header-table.ts";
 import type { ResolvedRemotingSettings } from "./settings.ts";
 import type { RemotingStats } from "./stats.ts";
-import { SystemOutbox } from "./system-channel.ts";
+import { ResendLimiter, SystemOutbox } from "./system-channel.ts";
 
 /**
  * Lifecycle of the outbound side of an association:
@@ -82,6 +82,8 @@ export class Association implements ConnectionOwner {
   private attempt = 0;
   private timer: Cancellable | null = null;
   private heartbeatTimer: Cancellable | null = null;
+  private readonly resendLimiter = new ResendLimiter();
+  private resendTimer: Cancellable | null = null;
   private upOnce = false;
   /** Refs whose first messages wait for the first connection; they are bound to the uid that answers. */
   private awaitingUid: { uid: string | null }[] = [];
@@ -171,6 +173,7 @@ export class Association implements ConnectionOwner {
     this.timer = null;
     this.heartbeatTimer?.cancel();
     this.heartbeatTimer = null;
+    this.cancelResend();
     // What was accepted before stopping still goes out if the peer reads it within the shutdown grace (a leaving
     // node's last gossip, for one); what it did not read by then is dropped and counted (Connection.shutdown).
     this.connection?.shutdown();
@@ -276,18 +279,46 @@ export class Association implements ConnectionOwner {
   }
 
   /** Writes every unacknowledged system message again (after a reconnect, an unblackhole, or a gap report). */
-  resendSystem(afterSeq = 0): void {
+  resendSystem(): void {
     if (this.state !== "up") return;
     for (const message of this.outbox.pending) {
-      if (message.seq <= afterSeq) continue;
       this.host.stats.systemResent++;
       this.writeSystem(message.seq, message.body);
     }
   }
 
-  /** @internal Writes one sequenced system message on the live connection. */
+  /**
+   * The peer reported a gap in the system stream: resend what it has not acknowledged, at most once per
+   * systemResendIntervalMs (one deferred resend covers the reports in between). Every frame of a resend that arrives
+   * out of order is reported again, so unthrottled resends multiplied (millions of frames a second), and a hostile
+   * peer could turn one small ack into 1,024 frames at will.
+   */
+  gapReported(): void {
+    if (this.state !== "up") return;
+    const scheduler = this.host.connectionContext.scheduler;
+    const decision = this.resendLimiter.request(scheduler.now());
+    if (decision === "now") {
+      this.resendSystem();
+      return;
+    }
+    this.host.stats.systemResendsThrottled++;
+    if (decision === null) return;
+    this.resendTimer = scheduler.scheduleOnce(decision, () => {
+      this.resendTimer = null;
+      this.resendLimiter.fired(scheduler.now());
+      this.resendSystem();
+    });
+  }
+
+  private cancelResend(): void {
+    this.resendTimer?.cancel();
+    this.resendTimer = null;
+    this.resendLimiter.cancelled();
+  }
+
+  /** @internal Writes one sequenced system message of the outbox's current stream on the live connection. */
   writeSystem(seq: number, body: Record<string, unknown>): void {
-    this.writer.writeFrame(systemFrame(seq, body));
+    this.writer.writeFrame(systemFrame(this.outbox.epoch, seq, body));
   }
 
   frames(connection: Connection, frames: readonly Buffer[], from: number): void {
@@ -299,6 +330,8 @@ export class Association implements ConnectionOwner {
     this.connection = null;
     this.heartbeatTimer?.cancel();
     this.heartbeatTimer = null;
+    // The next connection resends everything on its own.
+    this.cancelResend();
     const dropped = this.writer.discard();
     this.host.stats.droppedWhileDisconnected += dropped;
     this.idleExpired();
@@ -331,6 +364,7 @@ export class Association implements ConnectionOwner {
 
 const heartbeatFrame = encodeControlFrame(FrameKind.heartbeat, {});
 
-function systemFrame(seq: number, body: Record<string, unknown>): Buffer {
-  return encodeControlFrame(FrameKind.system, { seq, ...body });
+function systemFrame(epoch: number, seq: number, body: Record<string, unknown>): Buffer {
+  // The first stream's frames carry no epoch (it is 0), as before epochs existed.
+  return encodeControlFrame(FrameKind.system, epoch === 0 ? { seq, ...body } : { seq, epoch, ...body });
 }

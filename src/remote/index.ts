@@ -30,7 +30,15 @@ export {
   type RegisterOptions,
 } from "./message-registry.ts";
 export { RemoteActorRef } from "./remote-actor-ref.ts";
-export { type AssociationEvent, type InboundRejection, type PeerInfo, Remoting, remotingId } from "./remoting.ts";
+export {
+  type AssociationEvent,
+  type InboundRejection,
+  type PeerAuthorizer,
+  type PeerInfo,
+  Remoting,
+  remotingId,
+} from "./remoting.ts";
 export { type RemotingSettings, resolveRemotingSettings } from "./settings.ts";
 export type { StandardSchemaResult, StandardSchemaV1 } from "./standard-schema.ts";
 export type { RejectReason, RemotingStats } from "./stats.ts";
+export type { RemoteStopPolicy } from "./system-authorization.ts";

@@ -27,7 +27,7 @@ import { decodePayload, type MessageRegistration, type MessageRegistry } from ".
 import { RemoteActorRef } from "./remote-actor-ref.ts";
 import type { InboundRejection, Remoting } from "./remoting.ts";
 import type { RemotingStats } from "./stats.ts";
-import type { SystemInbox } from "./system-channel.ts";
+import type { InboxVerdict, SystemInbox } from "./system-channel.ts";
 import type { SystemMessages } from "./system-messages.ts";
 
 /** What the receive path knows about one header of a connection (kept under its id while the sender uses it). */
@@ -318,15 +318,28 @@ export class ReceivePath {
     if (typeof seq !== "number" || !Number.isInteger(seq) || seq < 1 || typeof doc.to !== "string") {
       throw new EnvelopeDecodeError("undecodable", "system message without seq or recipient");
     }
+    const epoch = streamEpoch(doc);
     const text = peer.toString();
-    const verdict = this.inbox.accept(text, seq);
-    if (verdict === "deliver") {
-      this.stats.systemDelivered++;
-      this.systemMessages.apply(peer, doc);
-    } else if (verdict === "duplicate") {
+    const placed = this.inbox.observe(text, epoch);
+    let verdict: InboxVerdict = "duplicate";
+    if (placed === "stale") {
       this.stats.systemDuplicates++;
+    } else {
+      if (placed === "restarted") {
+        // The peer abandoned its stream (its pending bound was reached): some watches, unwatches or Terminated of the
+        // lost messages were for this pair, so every watch between the two ends, as for a lost incarnation.
+        this.stats.systemStreamRestarts++;
+        this.systemMessages.streamLost(peer.address, peer.uid);
+      }
+      verdict = this.inbox.accept(text, seq);
+      if (verdict === "deliver") {
+        this.stats.systemDelivered++;
+        this.systemMessages.apply(peer, doc);
+      } else if (verdict === "duplicate") {
+        this.stats.systemDuplicates++;
+      }
     }
-    const ack: Record<string, unknown> = { seq: this.inbox.acked(text) };
+    const ack: Record<string, unknown> = { seq: this.inbox.acked(text), epoch: this.inbox.epochOf(text) };
     if (verdict === "gap") ack.gap = true;
     this.reply(connection, encodeControlFrame(FrameKind.ack, ack));
   }
@@ -357,9 +370,23 @@ export class ReceivePath {
   private onAck(peer: UniqueAddress, frame: Buffer): void {
     const doc = readControlFrame(frame);
     if (typeof doc.seq !== "number") throw new EnvelopeDecodeError("undecodable", "ack without seq");
+    const epoch = streamEpoch(doc);
     const association = this.associations.get(peer.address.hostPort);
     if (association === undefined || association.outboxUid !== peer.uid) return;
-    association.outbox.ack(doc.seq);
-    if (doc.gap === true) association.resendSystem(doc.seq);
+    association.outbox.ack(doc.seq, epoch);
+    if (doc.gap === true && epoch === association.outbox.epoch) association.gapReported();
   }
+}
+
+/**
+ * The system stream epoch a system frame or ack names: absent means 0 (the first stream's frames carry none).
+ * @throws EnvelopeDecodeError for anything but a non-negative safe integer
+ */
+function streamEpoch(doc: Record<string, unknown>): number {
+  const epoch = doc.epoch;
+  if (epoch === undefined) return 0;
+  if (typeof epoch !== "number" || !Number.isSafeInteger(epoch) || epoch < 0) {
+    throw new EnvelopeDecodeError("undecodable", "system stream epoch is not a non-negative integer");
+  }
+  return epoch;
 }

@@ -66,6 +66,12 @@ export interface PeerInfo {
   readonly bufferedBytes: number;
 }
 
+/**
+ * Says whether an authenticated peer incarnation may send this node the system messages that act on its actors
+ * (watch, unwatch, and STOP/DrainAndStop of `/user` actors); see `remoting.setPeerAuthorizer`.
+ */
+export type PeerAuthorizer = (peer: UniqueAddress) => boolean;
+
 /** Recently lost incarnations remembered, so refs to them keep failing fast. */
 const lostIncarnationsMax = 4096;
 
@@ -113,6 +119,7 @@ export class Remoting implements Extension {
   private stopped = false;
   private readonly limits: InboundLimits;
   private limitLogged = false;
+  private peerAuthorizer: PeerAuthorizer | null = null;
   private readonly host: AssociationHost;
   private readonly sendPath: SendPath;
   private readonly receivePath: ReceivePath;
@@ -306,6 +313,31 @@ export class Remoting implements Extension {
     if (this.gone.has(text)) return;
     if (this.gone.size >= goneIncarnationsMax) this.gone.delete(this.gone.values().next().value!);
     this.gone.add(text);
+  }
+
+  /**
+   * Installs the predicate that says whether an authenticated peer incarnation may watch this node's actors and stop
+   * its `/user` actors (cluster installs "a member that is not Removed" when it is enabled); null removes it. Without
+   * one every authenticated peer is authorized. `/system` and `/temp` actors are never stoppable remotely, and
+   * `remoteStop: "deny"` refuses remote stops whatever the predicate says. A predicate that throws counts as false.
+   */
+  setPeerAuthorizer(authorizer: PeerAuthorizer | null): void {
+    this.peerAuthorizer = authorizer;
+  }
+
+  /** @internal Whether `peer` passes the installed {@link setPeerAuthorizer} predicate (true when none is). */
+  peerAuthorized(peer: UniqueAddress): boolean {
+    const authorizer = this.peerAuthorizer;
+    if (authorizer === null) return true;
+    try {
+      return authorizer(peer) === true;
+    } catch (error) {
+      this.system.log.warn(
+        { peer: peer.toString(), error },
+        "the peer authorizer threw; the peer counts as unauthorized",
+      );
+      return false;
+    }
   }
 
   /** Test hook: silently drop all traffic to and from `peer` (as if it were paused), without closing anything. */

@@ -29,7 +29,7 @@ import { RemoteActorRef } from "./remote-actor-ref.ts";
 import type { Remoting } from "./remoting.ts";
 import type { ResolvedRemotingSettings } from "./settings.ts";
 import type { RemotingStats } from "./stats.ts";
-import type { SystemMessages } from "./system-messages.ts";
+import { SystemMessages } from "./system-messages.ts";
 
 /** Takes back header id `defined` (0: none) of a frame that was refused: its definition never reaches the peer. */
 function forgetDefinition(association: Association, defined: number): void {
@@ -418,9 +418,7 @@ export class SendPath {
 
   /** Sends a system message over the sequenced channel (RemoteActorRef.sendSystem). */
   sendSystemMessage(target: RemoteActorRef, message: SystemMessage): void {
-    const body = this.systemMessages.bodyOf(target, message);
-    if (body === null) return;
-    if (this.stopped) return;
+    if (this.stopped || !SystemMessages.crossesWire(message)) return;
     const association = this.associationFor(target);
     if (typeof association === "string") {
       this.refusedAssociation(association);
@@ -428,6 +426,10 @@ export class SendPath {
       if (message instanceof Watch) message.watcher.sendSystem(new Terminated(target, true));
       return;
     }
+    // Before the message's own bookkeeping (a watch it registers belongs to the new stream).
+    if (association.outbox.full) this.restartStream(association);
+    const body = this.systemMessages.bodyOf(target, message);
+    if (body === null) return;
     if (target.uid === null && !target.anyIncarnation) {
       if (association.state === "up") target.uid = association.uid;
       else association.bindOnConnect(target);
@@ -443,6 +445,21 @@ export class SendPath {
     if (association.state === "up" && !this.blackholed.has(association.key)) {
       association.writeSystem(sequenced.seq, sequenced.body);
     }
+  }
+
+  /**
+   * The peer left 1,024 system messages unacknowledged (a partition, a peer that never acks): abandons the stream and
+   * starts the next epoch, ending every watch with the peer as if its incarnation were lost (see system-channel.ts).
+   */
+  private restartStream(association: Association): void {
+    const abandoned = association.outbox.restartStream();
+    this.stats.systemStreamResets++;
+    const uid = association.outboxUid ?? association.knownUid;
+    this.systemMessages.streamLost(association.address, uid);
+    this.system.log.warn(
+      { peer: association.key, abandoned, epoch: association.outbox.epoch },
+      "a peer left too many system messages unacknowledged; the system stream was restarted and its watches ended",
+    );
   }
 
   /**

@@ -3,6 +3,7 @@ import { InvalidArgumentError } from "../actor/index.ts";
 import { RemotingConfigurationError } from "./errors.ts";
 import { defaultMaxFrameBytes } from "./frame.ts";
 import type { MessageRegistry } from "./message-registry.ts";
+import type { RemoteStopPolicy } from "./system-authorization.ts";
 
 /** Options of `system.enableRemoting`. */
 export interface RemotingSettings {
@@ -36,6 +37,11 @@ export interface RemotingSettings {
   heartbeatInterval?: number;
   /** Milliseconds without any frame from the peer after which its connection is closed and re-dialled; default 5,000. */
   heartbeatTimeout?: number;
+  /**
+   * Whether peers may STOP or DrainAndStop this node's `/user` actors: "allow" (default) or "deny". Peers can never
+   * stop `/system` or `/temp` actors; once the cluster is enabled only members may (see `remoting.setPeerAuthorizer`).
+   */
+  remoteStop?: RemoteStopPolicy;
   /** Registry for this system (falls back to the process-wide default); default a fresh one over the default. */
   registry?: MessageRegistry;
   /**
@@ -100,6 +106,7 @@ export interface ResolvedRemotingSettings {
   readonly maxAssociations: number;
   readonly maxConnectAttempts: number;
   readonly maxInboundBacklog: number;
+  readonly remoteStop: RemoteStopPolicy;
 }
 
 /**
@@ -156,6 +163,10 @@ export function resolveRemotingSettings(settings: RemotingSettings): ResolvedRem
       `${String(heartbeatTimeoutMs)} ms; use more than heartbeatInterval`,
     );
   }
+  const remoteStop = settings.remoteStop ?? "allow";
+  if (remoteStop !== "allow" && remoteStop !== "deny") {
+    throw new InvalidArgumentError("remoteStop", 'use "allow" or "deny"');
+  }
   const clusterName = settings.clusterName ?? "";
   if (typeof clusterName !== "string") throw new InvalidArgumentError("clusterName", "use a string");
   if (settings.tls !== undefined && (settings.tls === null || typeof settings.tls !== "object")) {
@@ -198,6 +209,7 @@ export function resolveRemotingSettings(settings: RemotingSettings): ResolvedRem
     maxAssociations: positiveInteger("maxAssociations", settings.maxAssociations, 4096),
     maxConnectAttempts: positiveInteger("maxConnectAttempts", settings.maxConnectAttempts, 20),
     maxInboundBacklog: positiveInteger("maxInboundBacklog", settings.maxInboundBacklog, 100_000),
+    remoteStop,
   };
 }
 

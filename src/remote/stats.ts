@@ -9,7 +9,9 @@ export type RejectReason =
   /** An unexpected error while handling a connection's bytes: the connection was closed (see `internalErrors`). */
   | "internal"
   /** Inbound sockets closed at accept: over `maxInboundConnections`, `maxUnauthenticatedConnections` or `maxUnauthenticatedPerIp`. */
-  | "connectionLimit";
+  | "connectionLimit"
+  /** Remote system messages refused by system-authorization.ts (STOP of a system actor, watch from a non-member…). */
+  | "unauthorizedSystem";
 
 /** Counters of one node's remoting (a snapshot from `remoting.stats`). */
 export interface RemotingStats {
@@ -82,6 +84,14 @@ export interface RemotingStats {
   droppedAssociationLimit: number;
   /** Times a socket stopped reading because inbound messages queued in local mailboxes exceeded `maxInboundBacklog`. */
   readPauses: number;
+  /** System streams this node abandoned because a peer left more than 1,024 messages unacknowledged (a partition). */
+  systemStreamResets: number;
+  /** System streams a peer abandoned and restarted towards this node (its pending bound was reached). */
+  systemStreamRestarts: number;
+  /** Gap reports not answered by an immediate resend (at most one resend per 200 ms per association). */
+  systemResendsThrottled: number;
+  /** Remote watches refused because the peer already held 100,000 watches on this node's actors. */
+  systemWatchesRefused: number;
 }
 
 /** A zeroed counter set. */
@@ -103,6 +113,7 @@ export function emptyStats(): RemotingStats {
       unexpected: 0,
       internal: 0,
       connectionLimit: 0,
+      unauthorizedSystem: 0,
     },
     droppedWhileDisconnected: 0,
     droppedStaleUid: 0,
@@ -134,6 +145,10 @@ export function emptyStats(): RemotingStats {
     droppedUnknownAddress: 0,
     droppedAssociationLimit: 0,
     readPauses: 0,
+    systemStreamResets: 0,
+    systemStreamRestarts: 0,
+    systemResendsThrottled: 0,
+    systemWatchesRefused: 0,
   };
 }
 
