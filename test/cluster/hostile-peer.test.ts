@@ -87,7 +87,10 @@ test("gossip from a non-member adds no member, gets no answer and dials nothing;
         nodes.every(
           (n) => n.cluster.stats.gossipRejected.nonMember >= 1 && n.cluster.stats.nonMemberMessagesDropped >= 1,
         ),
-      { what: "every node refused the gossip and the heartbeat", describe: () => nodes.map((n) => n.cluster.stats) },
+      {
+        what: "every node refused the gossip and the heartbeat",
+        describe: () => nodes.map((n) => ({ members: n.cluster.snapshot().members.length, stats: n.cluster.stats })),
+      },
     );
     for (const n of nodes) {
       const members = n.cluster.snapshot().members.map((m) => m.uniqueAddress.toString());

@@ -34,13 +34,19 @@ const speakingStatuses = new Set(["Joining", "Up", "Leaving", "Exiting"]);
 /**
  * True when this node takes gossip from the authenticated `sender` at all: its exact incarnation is a member here
  * with a live status, or its address is one of the configured `seeds` (a seed that formed a cluster on its own and
- * that this node contacts with its joins). Anyone else is a non-member whose claims are never merged, answered or
- * dialled.
+ * that this node contacts with its joins) not held by another live incarnation. Anyone else is a non-member whose
+ * claims are never merged, answered or dialled.
  */
 export function admitsGossipFrom(local: MemberMap, sender: UniqueAddress, seeds: readonly Address[]): boolean {
   const record = local.get(sender.toString());
   if (record !== undefined) return speakingStatuses.has(record.status);
-  return seeds.some((seed) => seed.equals(sender.address));
+  if (!seeds.some((seed) => seed.equals(sender.address))) return false;
+  // A new incarnation of a seed whose earlier one is still a member here waits, as its join does, until that one
+  // has left or been downed: two live records for one host:port are never created.
+  for (const m of local.values()) {
+    if (m.status !== "Removed" && m.uniqueAddress.address.equals(sender.address)) return false;
+  }
+  return true;
 }
 
 /**
