@@ -15,7 +15,13 @@ import {
 } from "../../src/cluster/index.ts";
 import { eventually } from "../fixtures/eventually.ts";
 import { DeliverOrder, GetOrder, OrderBehavior, OrderCommand, OrderReply } from "../sharding/fixtures/order.ts";
-import { describeNodes, settled, startShardingNodes, terminateAll } from "../sharding/fixtures/tcp-nodes.ts";
+import {
+  describeNodes,
+  planSettled,
+  settled,
+  startShardingNodes,
+  terminateAll,
+} from "../sharding/fixtures/tcp-nodes.ts";
 import { allUp, describe, startClusterNodes, terminateAll as terminateClusterNodes } from "./fixtures/nodes.ts";
 
 /** Everything the attacker's own `/system/cluster` receives (replies it should never get). */
@@ -58,6 +64,10 @@ test("gossip from a non-member adds no member, gets no answer and dials nothing;
   try {
     for (const n of nodes) n.sharding.init("Order", OrderCommand, { shardCount: 16 }, (id) => new OrderBehavior(id));
     await eventually(() => nodes.every((n) => settled(n, 3)), { what: "3 Up", describe: describeNodes(nodes) });
+    await eventually(() => planSettled(nodes, "Order", { shardCount: 16 }), {
+      what: "a settled plan",
+      describe: describeNodes(nodes, "Order"),
+    });
     const uid = attacker.self.uid;
     // The reproduction of the issue: the sender's own record, a phantom leader at 0.0.0.0:1 (lowest address) and 50
     // more phantoms, every record "self-authored" by the sender's uid.
