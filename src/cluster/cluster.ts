@@ -12,10 +12,11 @@ import { MessageRegistry, type Remoting } from "../remote/index.ts";
 import { ClusterDaemon, type ClusterInboundOrigin } from "./cluster-daemon.ts";
 import { ClusterAwaitTimeoutError, ClusterConfigurationError } from "./errors.ts";
 import { type ClusterEvent, diffSnapshots } from "./events.ts";
-import type { Member, MemberStatus } from "./member.ts";
+import { type Member, type MemberStatus, memberKey } from "./member.ts";
 import {
   initialMembership,
   leaderOfState,
+  type MembershipEffect,
   type MembershipInput,
   type MembershipState,
   snapshotOf,
@@ -51,6 +52,20 @@ interface Waiter {
 
 const refCacheMax = 4_096;
 
+/** How many distinct (category, sender) refusals are logged; later ones are only counted (bounded memory). */
+const refusalLogMax = 1_024;
+
+/** Statuses whose incarnation counts as a cluster member for remote system messages (see `isAuthorizedPeer`). */
+const authorizedStatuses = new Set<MemberStatus>(["Joining", "Up", "Leaving", "Exiting"]);
+
+/**
+ * The hook remoting offers for authorising system messages from peers (remote never imports cluster, so cluster
+ * installs a predicate). Looked up structurally: a remoting without it simply is not asked (`peer-authorizer`).
+ */
+interface PeerAuthorizerHost {
+  setPeerAuthorizer?(authorizer: ((peer: UniqueAddress) => boolean) | null): void;
+}
+
 /**
  * Cluster membership of one actor system (an Extension; it stops before remoting). It runs the membership core
  * (`membership.ts`) behind the `/system/cluster` daemon: joins through the seeds, gossips, heartbeats every peer,
@@ -70,6 +85,14 @@ export class Cluster implements Extension {
   private readonly refs = new Map<string, ActorRef<unknown>>();
   private readonly daemon: ActorRef<unknown>;
   private stopped = false;
+  /** Set once this node learned it was downed; see `onDowned`. */
+  private downed = false;
+  /** Unique-address strings of the members whose system messages remoting may accept. */
+  private authorizedPeers: ReadonlySet<string> = new Set();
+  /** Downed members the leader still tells they are Down; quarantined once that notice ends. */
+  private readonly quarantineLater = new Map<string, UniqueAddress>();
+  /** (category, sender) pairs already logged. */
+  private readonly refusalsLogged = new Set<string>();
   private readonly departureReady = (member: Member): boolean => {
     for (const [name, guard] of this.guards) {
       try {
@@ -150,6 +173,8 @@ export class Cluster implements Extension {
       };
       this.timers.set(kind, this.system.scheduler.scheduleOnce(intervalMs, run));
     };
+    // peer-authorizer: once the cluster runs, remote system messages to /user/* are accepted from members only.
+    (this.remoting as Remoting & PeerAuthorizerHost).setPeerAuthorizer?.((peer) => this.isAuthorizedPeer(peer));
     // Join at once rather than after a full retry interval: startup time is what a user waits for.
     this.apply({ kind: "join-tick" });
     loop("join-tick", this.settings.joinRetryIntervalMs);
@@ -165,6 +190,15 @@ export class Cluster implements Extension {
   /** What this node sees now: members (not Removed), unreachable set, leader, convergence, own status. */
   snapshot(): ClusterSnapshot {
     return this.current;
+  }
+
+  /**
+   * True when `peer` (address and uid) is a member here with status Joining, Up, Leaving or Exiting: a Down or
+   * Removed incarnation, an unknown one, or any peer once this node itself was downed, is not. O(1); this is the
+   * predicate remoting asks before applying a remote system message to a user actor.
+   */
+  isAuthorizedPeer(peer: UniqueAddress): boolean {
+    return !this.downed && this.authorizedPeers.has(peer.toString());
   }
 
   /** This node's own status. */
@@ -199,19 +233,20 @@ export class Cluster implements Extension {
 
   /**
    * Leaves gracefully: asks the leader to mark `address` (default this node) Leaving, repeating the request every
-   * gossip round, and resolves once that member is Removed in this node's view. Leaving another node from a
-   * non-leader needs a remoting shared secret on both nodes.
-   * @throws ClusterConfigurationError (rejects) for another node without a secret; ClusterAwaitTimeoutError after
+   * gossip round, and resolves once that member is Removed in this node's view. Only the leader can make another
+   * node leave (a leave request names its sender, REFERENCE §6).
+   * @throws ClusterConfigurationError (rejects) for another node when this one is not the leader; ClusterAwaitTimeoutError after
    * `timeoutMs` (default `leaveTimeout`, 60,000 ms)
    */
   leave(address: UniqueAddress | string = this.selfAddress, timeoutMs = this.settings.leaveTimeoutMs): Promise<void> {
     let target: UniqueAddress;
     try {
       target = typeof address === "string" ? UniqueAddress.parse(address) : address;
-      if (!target.equals(this.selfAddress) && !this.isLeader && !this.secretConfigured) {
+      if (!target.equals(this.selfAddress) && !this.isLeader) {
+        // REFERENCE §6: a leave request is valid only when its target is its sender.
         throw new ClusterConfigurationError(
           "leave",
-          "leaving another node through the leader requires a remoting shared secret; invoke leave on that node or on the leader",
+          "only the leader or the node itself can make a node leave; invoke leave on that node or on the leader",
         );
       }
     } catch (error) {
@@ -266,21 +301,34 @@ export class Cluster implements Extension {
   stop(): void {
     if (this.stopped) return;
     this.stopped = true;
+    (this.remoting as Remoting & PeerAuthorizerHost).setPeerAuthorizer?.(null);
+    this.halt();
+    this.listeners.clear();
+  }
+
+  /** Stops timers and fails pending waits (the cluster is done on this node). */
+  private halt(): void {
     for (const timer of this.timers.values()) timer.cancel();
     this.timers.clear();
     for (const waiter of this.waiters) {
       waiter.timer.cancel();
-      waiter.reject(new ClusterConfigurationError("stop", "the actor system terminated before the awaited status"));
+      waiter.reject(
+        new ClusterConfigurationError(
+          "stop",
+          this.downed
+            ? "this node was downed by its leader before the awaited status; restart it to rejoin"
+            : "the actor system terminated before the awaited status",
+        ),
+      );
     }
     this.waiters.clear();
-    this.listeners.clear();
   }
 
   // ---- inbound (from the daemon) ----
 
   /** @internal */
   receiveInbound(message: ClusterMessage, from: ClusterInboundOrigin): void {
-    if (this.stopped) return;
+    if (this.stopped || this.downed) return;
     try {
       this.apply({ kind: "message", origin: from.origin, senderPath: from.senderPath, message });
     } catch (error) {
@@ -305,6 +353,7 @@ export class Cluster implements Extension {
     const [next, effects] = step(before, input, this.system.scheduler.now(), { departureReady: this.departureReady });
     this.state = next;
     let outcome: boolean | null = null;
+    let selfDowned: Extract<MembershipEffect, { kind: "self-downed" }> | null = null;
     for (const effect of effects) {
       switch (effect.kind) {
         case "send":
@@ -317,7 +366,18 @@ export class Cluster implements Extension {
           outcome = effect.accepted;
           break;
         case "reject":
-          this.system.log.debug({ node: String(this.selfAddress), reason: effect.reason }, "cluster message refused");
+          if (effect.from !== undefined && effect.category !== undefined) {
+            this.logRefusalOnce(effect.category, effect.from, effect.reason);
+          } else {
+            this.system.log.debug({ node: String(this.selfAddress), reason: effect.reason }, "cluster message refused");
+          }
+          break;
+        case "gossip-rejected":
+          this.counters.gossipRejected[effect.reason] += effect.count;
+          this.logRefusalOnce(`gossip.${effect.reason}`, effect.from, effect.detail);
+          break;
+        case "self-downed":
+          selfDowned = effect;
           break;
       }
     }
@@ -329,7 +389,50 @@ export class Cluster implements Extension {
     ) {
       this.publish();
     }
+    for (const [key, peer] of this.quarantineLater) {
+      if (this.state.downNotice.has(key)) continue;
+      this.quarantineLater.delete(key);
+      this.remoting.quarantine(peer);
+    }
+    if (selfDowned !== null) this.onSelfDowned(selfDowned.status, selfDowned.by);
     return outcome;
+  }
+
+  /**
+   * Logs a refusal at warn level once per category and sender (the counters count every one), remembering at most
+   * {@link refusalLogMax} pairs so a flood of forged senders cannot grow memory.
+   */
+  private logRefusalOnce(category: string, from: UniqueAddress, reason: string): void {
+    const key = `${category} ${from}`;
+    if (this.refusalsLogged.has(key) || this.refusalsLogged.size >= refusalLogMax) return;
+    this.refusalsLogged.add(key);
+    this.system.log.warn(
+      { node: this.selfAddress.toString(), from: from.toString(), category, reason },
+      "cluster refused a message from this sender (logged once per sender and reason; see cluster stats)",
+    );
+  }
+
+  /** This node was downed by its leader: publish `SelfDowned` (sharding stops its entities), then `onDowned`. */
+  private onSelfDowned(status: MemberStatus, by: string): void {
+    if (this.downed || this.stopped) return;
+    this.downed = true;
+    this.counters.selfDowned = 1;
+    const action = this.settings.onDowned;
+    const member = this.state.members.get(this.selfAddress.toString())!;
+    this.system.log.warn(
+      { node: this.selfAddress.toString(), status, by, onDowned: action },
+      action === "terminate"
+        ? "this node was downed by the cluster leader: stopping its entities and terminating the actor system (onDowned: terminate); restart it to rejoin with a new uid"
+        : "this node was downed by the cluster leader: stopping its entities and its membership, the actor system keeps running (onDowned: leave); restart it to rejoin with a new uid",
+    );
+    for (const listener of this.listeners) this.deliver(listener, { type: "SelfDowned", member, action });
+    // No more gossip, heartbeats or joins from this incarnation: the cluster has let it go.
+    this.halt();
+    if (action === "terminate") {
+      this.system.terminate().catch((error: unknown) => {
+        this.system.log.warn({ error }, "terminating the actor system after being downed failed");
+      });
+    }
   }
 
   private send(to: Address, message: ClusterMessage): void {
@@ -351,10 +454,20 @@ export class Cluster implements Extension {
     const next = snapshotOf(this.state);
     const events = diffSnapshots(this.current, next);
     this.current = next;
+    const peers = new Set<string>();
+    for (const [key, m] of this.state.members) if (authorizedStatuses.has(m.status)) peers.add(key);
+    peers.delete(this.selfAddress.toString());
+    this.authorizedPeers = peers;
     for (const event of events) {
-      if (event.type === "MemberDowned" && !event.member.uniqueAddress.equals(this.selfAddress)) {
-        // A downed incarnation is gone for good: close its associations so nothing from it is trusted again.
-        this.remoting.quarantine(event.member.uniqueAddress);
+      const downed =
+        event.type === "MemberDowned" ||
+        (event.type === "MemberRemoved" && event.previousStatus !== "Exiting" && event.previousStatus !== "Down");
+      if (downed && !event.member.uniqueAddress.equals(this.selfAddress)) {
+        // A downed incarnation is gone for good: close its associations so nothing from it is trusted again; the
+        // leader first finishes telling it so (downNotice), over the association it still has.
+        const key = memberKey(event.member);
+        if (this.state.downNotice.has(key)) this.quarantineLater.set(key, event.member.uniqueAddress);
+        else this.remoting.quarantine(event.member.uniqueAddress);
       }
       if (event.type === "MemberRemoved" && !event.member.uniqueAddress.equals(this.selfAddress)) {
         // A removed incarnation may still be connected while it shuts down: its successor on the same host:port

@@ -85,6 +85,8 @@ export class ClusterSharding implements Extension {
   private readonly membership: ShardingMembership;
   private readonly self: UniqueAddress;
   private daemonContext: ActorContext<unknown> | null = null;
+  /** This node's own status in the last membership view that listed it. */
+  private lastSelfStatus: string | undefined;
   private readonly daemon: ActorRef<unknown>;
   private readonly unsubscribe: () => void;
   private readonly unsubscribeRejections: () => void;
@@ -118,8 +120,27 @@ export class ClusterSharding implements Extension {
     this.envelopes = new EnvelopeRouter(this.ctx, this.plans, this.handoffs, this.owner);
     this.caller = new CallerRouter(this.ctx, this.envelopes);
     this.membership.registerDepartureGuard(departureGuardName, (member) => this.plans.departureReady(member));
-    this.unsubscribe = this.membership.subscribe(() => this.plans.onMembershipChange());
+    this.unsubscribe = this.membership.subscribe(() => this.onMembershipChange());
     this.unsubscribeRejections = runtime.inboundRejections?.((r) => this.onInboundRejection(r)) ?? (() => {});
+  }
+
+  private onMembershipChange(): void {
+    if (this.ctx.stopped) return;
+    const status = this.membership.snapshot().members.find((m) => m.uniqueAddress.equals(this.self))?.status;
+    const was = this.lastSelfStatus;
+    if (status !== undefined) this.lastSelfStatus = status;
+    // Down, or gone (Removed) without having left gracefully: the cluster has put this node out, so nothing here
+    // may keep serving. Its entities stop now, whatever the plan still says, and this extension stops with them.
+    const graceful = was === "Leaving" || was === "Exiting";
+    if (status === "Down" || (status === undefined && was !== undefined && !graceful)) {
+      this.system.log.warn(
+        { node: this.self.toString(), status: status ?? "Removed", localEntities: this.localEntityCount },
+        "this node was downed: sharding stops every local entity and no longer serves",
+      );
+      void this.stop();
+      return;
+    }
+    this.plans.onMembershipChange();
   }
 
   private onInboundRejection(rejection: InboundRejection): void {
