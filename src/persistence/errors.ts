@@ -187,3 +187,22 @@ export class UnknownManifestError extends Error {
     super(`No persistence codec entry for ${manifest}; register the class with codec.register(Class)`);
   }
 }
+
+/**
+ * The store refused a request at once because a bounded queue is full (group commit's `maxWaiting` appends already
+ * wait for a statement): the database is not keeping up. Nothing was sent, so a retry with the same OperationId is
+ * safe.
+ */
+export class PersistenceOverloadedError extends Error {
+  override readonly name = "PersistenceOverloadedError";
+  constructor(
+    /** The bounded queue, e.g. "group commit". */
+    readonly queue: string,
+    /** Its bound (items). */
+    readonly limit: number,
+  ) {
+    super(
+      `Persistence ${queue} is full (${limit} requests already wait for the database); nothing was written: back off and retry with the same OperationId, or raise the bound if the database has headroom`,
+    );
+  }
+}

@@ -17,7 +17,10 @@ export interface PersistenceSettings {
   poolSize?: number;
   /** Timeout, retries and circuit breaker of the PostgreSQL backend. */
   resilience?: Partial<ResilienceSettings>;
-  /** Group commit of the PostgreSQL backend's one-event appends, or false for none; default 64 per batch, 1 in flight. */
+  /**
+   * Group commit of the PostgreSQL backend's one-event appends, or false for none; default 64 per batch, 1 in flight,
+   * at most 10,000 waiting (past that an append rejects PersistenceOverloadedError).
+   */
   groupCommit?: Partial<GroupCommitSettings> | false;
 }
 

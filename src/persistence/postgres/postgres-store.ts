@@ -68,7 +68,8 @@ export interface PostgresStoreOptions {
   onPoolError?: (error: Error) => void;
   /**
    * Group commit of one-event appends: bounds of the batches, or false to send each append on its own.
-   * Default { maxBatchSize: 64, maxConcurrentBatches: 1 }.
+   * Default { maxBatchSize: 64, maxConcurrentBatches: 1, maxWaiting: 10_000 }; past maxWaiting an append rejects
+   * PersistenceOverloadedError at once.
    */
   groupCommit?: Partial<GroupCommitSettings> | false;
 }
