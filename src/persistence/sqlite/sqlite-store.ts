@@ -16,7 +16,7 @@ import {
   validateLeaseRequest,
   validateLeaseToken,
 } from "../lease.ts";
-import { type AppliedMigration, pendingMigrations } from "../migrations.ts";
+import { type AppliedMigration, checkRebaseline, planMigrations } from "../migrations.ts";
 import { OperationId } from "../operation-id.ts";
 import {
   type AppendEventsRequest,
@@ -73,7 +73,14 @@ export class SqliteStore implements PersistenceStore {
     ) => WriteResult
   >;
 
-  private constructor(private readonly db: SqliteDatabase) {
+  private constructor(
+    private readonly db: SqliteDatabase,
+    /**
+     * Versions whose checksum this open rewrote from an earlier build's version-and-name checksum to the statement
+     * checksum (once per database; empty afterwards).
+     */
+    readonly rebaselinedMigrations: readonly number[],
+  ) {
     this.s = prepare(db);
     this.appendTx = db.transaction((a: ReturnType<typeof checkAppend>, fingerprint: string): WriteResult => {
       this.checkFenceNow(a.fence);
@@ -148,6 +155,7 @@ export class SqliteStore implements PersistenceStore {
       throw new PersistenceConfigurationError("dbPath", "must be a file path or :memory:");
     }
     let db: SqliteDatabase;
+    let rebaselined: number[];
     try {
       db = new Database(options.dbPath);
       db.pragma("journal_mode = WAL");
@@ -160,12 +168,12 @@ export class SqliteStore implements PersistenceStore {
     try {
       db.pragma(`busy_timeout = ${options.busyTimeoutMs ?? 5000}`);
       db.pragma("synchronous = NORMAL");
-      migrate(db);
+      rebaselined = migrate(db);
     } catch (error) {
       db.close();
       throw error;
     }
-    return new SqliteStore(db);
+    return new SqliteStore(db, rebaselined);
   }
 
   async appendEvents(request: AppendEventsRequest): Promise<WriteResult> {
@@ -416,23 +424,38 @@ function prepare(db: SqliteDatabase) {
   };
 }
 
-function migrate(db: SqliteDatabase): void {
+/** Runs the pending migrations; returns the versions re-baselined from an earlier build's checksums. */
+function migrate(db: SqliteDatabase): number[] {
   // SQLite serialises writers itself: the immediate transaction around the history read is the schema lock.
   db.exec(`CREATE TABLE IF NOT EXISTS movie_schema_migration (version INTEGER PRIMARY KEY, name TEXT NOT NULL,
     checksum TEXT NOT NULL, applied_at TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP)`);
-  db.transaction(() => {
-    const applied = db
-      .prepare("SELECT version, name, checksum FROM movie_schema_migration")
-      .all() as AppliedMigration[];
-    for (const migration of pendingMigrations(sqliteMigrations, applied)) {
-      for (const sql of migration.statements) db.exec(sql);
-      db.prepare("INSERT INTO movie_schema_migration (version, name, checksum) VALUES (?, ?, ?)").run(
-        migration.version,
-        migration.name,
-        migration.checksum,
-      );
-    }
-  }).immediate();
+  return db
+    .transaction((): number[] => {
+      const applied = db
+        .prepare("SELECT version, name, checksum FROM movie_schema_migration")
+        .all() as AppliedMigration[];
+      const plan = planMigrations(sqliteMigrations, applied);
+      if (plan.rebaseline.length > 0) {
+        // Rows of an earlier build (version and name only): the objects its history creates are the evidence that this
+        // history ran; then each row gets the statement checksum, once, in this same transaction.
+        const objects = db
+          .prepare("SELECT type || ':' || lower(name) AS o FROM sqlite_master WHERE type IN ('table', 'index')")
+          .all() as { o: string }[];
+        checkRebaseline(sqliteMigrations, plan, new Set(objects.map((r) => r.o)));
+        const update = db.prepare("UPDATE movie_schema_migration SET checksum = ? WHERE version = ? AND name = ?");
+        for (const m of plan.rebaseline) update.run(m.checksum, m.version, m.name);
+      }
+      for (const migration of plan.pending) {
+        for (const sql of migration.statements) db.exec(sql);
+        db.prepare("INSERT INTO movie_schema_migration (version, name, checksum) VALUES (?, ?, ?)").run(
+          migration.version,
+          migration.name,
+          migration.checksum,
+        );
+      }
+      return plan.rebaseline.map((m) => m.version);
+    })
+    .immediate();
 }
 
 function storedEvent(persistenceId: string, row: Record<string, unknown>): StoredEvent {
