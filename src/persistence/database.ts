@@ -41,7 +41,12 @@ export class Database implements Extension {
       store = new MemoryStore({ scheduler: this.system.scheduler });
     } else if (checked.backend === "sqlite") {
       const { SqliteStore } = await import("./sqlite/index.ts");
-      const sqlite = SqliteStore.open({ dbPath: checked.dbPath ?? defaultSqlitePath });
+      const sqlite = SqliteStore.open({
+        dbPath: checked.dbPath ?? defaultSqlitePath,
+        ...(checked.synchronous === undefined ? {} : { synchronous: checked.synchronous }),
+        ...(checked.busyTimeoutMs === undefined ? {} : { busyTimeoutMs: checked.busyTimeoutMs }),
+        scheduler: this.system.scheduler,
+      });
       this.logRebaseline(sqlite.rebaselinedMigrations);
       store = sqlite;
     } else {

@@ -11,6 +11,10 @@ export interface PersistenceSettings {
   connectionUri?: string;
   /** SQLite database file for "sqlite"; default data/movie_persistence.sqlite3. */
   dbPath?: string;
+  /** SQLite PRAGMA synchronous; default "normal" (see SqliteStoreOptions.synchronous for what it risks). */
+  synchronous?: "normal" | "full";
+  /** SQLite: total (asynchronous) wait for another connection's write lock, ms; default 5000. */
+  busyTimeoutMs?: number;
   /** PostgreSQL schema for all tables (created if missing); default the server's search_path. */
   schema?: string;
   /** PostgreSQL connections; default 4. */
