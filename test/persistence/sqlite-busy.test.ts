@@ -2,6 +2,7 @@
 // attempt and retries on the scheduler, so timers keep firing; the write completes once the lock is released, or
 // rejects PersistenceTimeoutError after busyTimeoutMs. Plus the synchronous setting.
 import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -67,6 +68,50 @@ test("sqlite: while another connection holds the write lock for ~1 s the event l
   } finally {
     if (holder.inTransaction) holder.exec("ROLLBACK");
     holder.close();
+    await store.close();
+  }
+});
+
+/**
+ * The other process (plain Node, no TypeScript loader, so it starts fast): takes the write lock, says so, holds it for
+ * argv[2] ms with a synchronous sleep (it does nothing else), then commits and exits.
+ */
+const lockHolder = `
+const Database = require("better-sqlite3");
+const db = new Database(process.argv[1]);
+db.exec("BEGIN IMMEDIATE");
+db.exec("CREATE TABLE IF NOT EXISTS lock_probe (n INTEGER)");
+process.stdout.write("locked\\n");
+Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, Number(process.argv[2]));
+db.exec("COMMIT");
+db.close();
+process.stdout.write("released\\n");
+`;
+
+test("sqlite: another process holding the write lock for ~1 s does not stall this one's event loop", async () => {
+  const path = freshPath();
+  const store = SqliteStore.open({ dbPath: path, busyTimeoutMs: 4000 });
+  const child = spawn(process.execPath, ["-e", lockHolder, path, "1000"], { stdio: ["ignore", "pipe", "inherit"] });
+  try {
+    let output = "";
+    const exited = new Promise<number | null>((resolve) => child.on("exit", resolve));
+    await new Promise<void>((resolve, reject) => {
+      child.stdout.on("data", (chunk: Buffer) => {
+        output += chunk.toString();
+        if (output.includes("locked")) resolve();
+      });
+      child.on("exit", () => reject(new Error(`the child exited before locking: ${output}`)));
+    });
+    const ticks = tickCounter();
+    const result = await store.appendEvents(append("x"));
+    ticks.running = false;
+    assert.deepEqual(result, { revision: 1, duplicate: false });
+    assert.ok(output.includes("released") || (await exited) === 0, "written after the other process committed");
+    assert.ok(ticks.ticks >= 20, `timers kept firing while the lock was held (${ticks.ticks} ticks)`);
+    assert.ok(ticks.maxGapMs < 400, `the event loop was never blocked for long (longest gap ${ticks.maxGapMs} ms)`);
+    assert.equal(await exited, 0);
+  } finally {
+    child.kill();
     await store.close();
   }
 });
