@@ -9,6 +9,13 @@ import type { SupervisorStrategy } from "./supervision.ts";
 export interface SpawnOptions {
   /** How the parent handles this child's failures; defaults to the parent behavior's strategy, then restart. */
   supervision?: SupervisorStrategy;
+  /**
+   * Most messages the mailbox holds (1..1,000,000); one more goes to dead letters (counted in
+   * `ActorSystem.mailboxOverflowCount`) and an ask carrying it rejects with MailboxOverflowError. Timer firings and
+   * watch notifications are never refused. Default the system's `mailboxCapacity` for actors under `/user`, else
+   * unbounded.
+   */
+  mailboxCapacity?: number;
 }
 
 /** What a behavior sees of its own actor while it handles a message. */

@@ -1,4 +1,4 @@
-import { ActorCell, LocalActorRef } from "./actor-cell.ts";
+import { ActorCell, LocalActorRef, requireMailboxCapacity } from "./actor-cell.ts";
 import type { SpawnOptions } from "./actor-context.ts";
 import type { ActorRef, AskOptions, Class } from "./actor-ref.ts";
 import { Address } from "./address.ts";
@@ -29,6 +29,11 @@ export interface ActorSystemOptions {
   logger?: Logger;
   /** Strategy for failures of top-level actors (those spawned with `system.spawn`); default restart. */
   guardianSupervision?: SupervisorStrategy;
+  /**
+   * Mailbox capacity (messages, 1..1,000,000) of every actor under `/user` that does not set its own in
+   * `SpawnOptions.mailboxCapacity`; default unbounded. Infrastructure actors under `/system` stay unbounded.
+   */
+  mailboxCapacity?: number;
 }
 
 /** Resolves paths that are not local to this system (installed by remoting). */
@@ -89,6 +94,9 @@ export class ActorSystem {
   /** Resolves once {@link ActorSystem.terminate} has finished. */
   readonly whenTerminated: Promise<void>;
   private remoteResolver: RemoteRefResolver | null = null;
+  /** @internal The `mailboxCapacity` option, validated. */
+  readonly defaultMailboxCapacity: number | undefined;
+  private overflowLogged = false;
   private readonly extensions = new Map<string, Extension>();
   private readonly extensionOrder: Extension[] = [];
 
@@ -97,6 +105,10 @@ export class ActorSystem {
     options: ActorSystemOptions,
   ) {
     this.scheduler = options.scheduler ?? new RealScheduler();
+    this.defaultMailboxCapacity =
+      options.mailboxCapacity === undefined
+        ? undefined
+        : requireMailboxCapacity("mailboxCapacity", options.mailboxCapacity);
     this.timeouts = new TimeoutQueue(this.scheduler);
     this.log = options.logger ?? new ConsoleLogger(undefined, { system: name });
     this.currentAddress = Address.local(name);
@@ -118,7 +130,7 @@ export class ActorSystem {
 
   /**
    * Creates an actor system called `name` (letters, digits, `-`, `_`; it appears in every actor path).
-   * @throws InvalidArgumentError for an invalid name
+   * @throws InvalidArgumentError for an invalid name or mailbox capacity
    */
   static create(name: string, options: ActorSystemOptions = {}): ActorSystem {
     if (typeof name !== "string" || !systemNamePattern.test(name)) {
@@ -145,6 +157,21 @@ export class ActorSystem {
     return this.deadLetterOffice.count;
   }
 
+  /** Messages refused by a full bounded mailbox so far (each is also a dead letter). */
+  get mailboxOverflowCount(): number {
+    return this.deadLetterOffice.overflowCount;
+  }
+
+  /** @internal Logs the first mailbox overflow of this system (later ones are only counted). */
+  noteMailboxOverflow(recipient: string, capacity: number): void {
+    if (this.overflowLogged) return;
+    this.overflowLogged = true;
+    this.log.warn(
+      { actor: recipient, capacity },
+      "a bounded mailbox is full: messages to it go to dead letters (mailboxOverflowCount counts them; logged once)",
+    );
+  }
+
   /** Calls `listener` for every dead letter; returns the unsubscribe function. */
   onDeadLetter(listener: (letter: DeadLetter) => void): () => void {
     return this.deadLetterOffice.subscribe(listener);
@@ -157,7 +184,8 @@ export class ActorSystem {
 
   /**
    * Starts a top-level actor under `/user`.
-   * @throws InvalidActorNameError, DuplicateActorNameError, ActorSystemTerminatedError
+   * @throws InvalidActorNameError, DuplicateActorNameError, ActorSystemTerminatedError, InvalidArgumentError (a bad
+   *   `mailboxCapacity`)
    */
   spawn<T>(behavior: BehaviorSource<T>, name?: string, options?: SpawnOptions): ActorRef<T> {
     if (this.terminating !== null) throw new ActorSystemTerminatedError(this.name);

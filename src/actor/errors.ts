@@ -45,6 +45,26 @@ export class InvalidActorNameError extends Error {
   }
 }
 
+/**
+ * A message reached a bounded mailbox that was full: it went to dead letters instead (counted in
+ * `ActorSystem.mailboxOverflowCount`), and an ask carrying it rejects with this error.
+ */
+export class MailboxOverflowError extends Error {
+  override readonly name = "MailboxOverflowError";
+  constructor(
+    /** The recipient's path. */
+    readonly recipient: string,
+    /** Its mailbox capacity (messages). */
+    readonly capacity: number,
+    /** The class name of the refused message. */
+    readonly messageType: string,
+  ) {
+    super(
+      `Mailbox of ${recipient} is full (${capacity} messages); the ${messageType} was not delivered: the actor is not keeping up, so slow the sender and retry later, or raise its mailboxCapacity`,
+    );
+  }
+}
+
 /** A sibling with the same name is still alive. */
 export class DuplicateActorNameError extends Error {
   override readonly name = "DuplicateActorNameError";

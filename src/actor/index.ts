@@ -23,6 +23,7 @@ export {
   InvalidActorNameError,
   InvalidArgumentError,
   InvalidMessageError,
+  MailboxOverflowError,
   requireDurationMs,
   typeNameOf,
 } from "./errors.ts";

@@ -11,13 +11,20 @@ export interface PersistenceSettings {
   connectionUri?: string;
   /** SQLite database file for "sqlite"; default data/movie_persistence.sqlite3. */
   dbPath?: string;
+  /** SQLite PRAGMA synchronous; default "normal" (see SqliteStoreOptions.synchronous for what it risks). */
+  synchronous?: "normal" | "full";
+  /** SQLite: total (asynchronous) wait for another connection's write lock, ms; default 5000. */
+  busyTimeoutMs?: number;
   /** PostgreSQL schema for all tables (created if missing); default the server's search_path. */
   schema?: string;
   /** PostgreSQL connections; default 4. */
   poolSize?: number;
   /** Timeout, retries and circuit breaker of the PostgreSQL backend. */
   resilience?: Partial<ResilienceSettings>;
-  /** Group commit of the PostgreSQL backend's one-event appends, or false for none; default 64 per batch, 1 in flight. */
+  /**
+   * Group commit of the PostgreSQL backend's one-event appends, or false for none; default 64 per batch, 1 in flight,
+   * at most 10,000 waiting (past that an append rejects PersistenceOverloadedError).
+   */
   groupCommit?: Partial<GroupCommitSettings> | false;
 }
 

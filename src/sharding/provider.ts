@@ -126,7 +126,12 @@ export class EntityProvider<T> implements ShardingProvider {
   private create(shardId: number, entityId: string): Entity {
     if (this.draining.has(shardId)) throw new ShardHandoffInProgressError(this.name, shardId);
     const source = this.factory(entityId);
-    const ref = this.host.spawn(source, this.entities.childName(entityId, 200)) as ActorRef<unknown>;
+    const capacity = this.settings.entityMailboxCapacity;
+    const ref = this.host.spawn(
+      source,
+      this.entities.childName(entityId, 200),
+      capacity === null ? undefined : { mailboxCapacity: capacity },
+    ) as ActorRef<unknown>;
     this.host.watch(ref);
     const entity: Entity = { ref, shardId, lastActivityMs: this.scheduler.now() };
     this.entities.add(entityId, entity);

@@ -22,6 +22,13 @@ export interface ShardingSettingsOptions {
   leaseRenewInterval?: number;
   /** Passivate an entity after this long without messages, ms; default null (never). */
   idleTimeout?: number | null;
+  /**
+   * Mailbox capacity of each entity actor on this node (messages, 1..1,000,000), or null for unbounded (the default).
+   * A delivery past it is a dead letter (`ActorSystem.mailboxOverflowCount`) and an ask behind it rejects with
+   * MailboxOverflowError. Local, not part of the settings key: nodes may differ (a smaller node may bound tighter),
+   * and a later init of the same type on this node keeps the first value.
+   */
+  entityMailboxCapacity?: number | null;
 }
 
 /** The fields {@link ShardingSettings.incompatibleField} can name. */
@@ -46,6 +53,8 @@ export class ShardingSettings {
   readonly leaseRenewInterval: number;
   /** Milliseconds, or null when idle passivation is off. */
   readonly idleTimeout: number | null;
+  /** Messages per entity mailbox, or null when unbounded; local (not in {@link key}). */
+  readonly entityMailboxCapacity: number | null;
   /**
    * Deterministic text identical on every node with the same settings; every envelope carries it and a receiver with
    * another key rejects the envelope.
@@ -79,6 +88,17 @@ export class ShardingSettings {
       );
     }
     this.idleTimeout = idle;
+    const capacity = options.entityMailboxCapacity ?? null;
+    if (
+      capacity !== null &&
+      (typeof capacity !== "number" || !Number.isSafeInteger(capacity) || capacity < 1 || capacity > 1_000_000)
+    ) {
+      throw new ClusterShardingConfigurationError(
+        `entity mailbox capacity must be a whole number of messages 1..1000000 (got ${typeof capacity === "number" ? capacity : typeof capacity}); pass null for unbounded`,
+        "entityMailboxCapacity",
+      );
+    }
+    this.entityMailboxCapacity = capacity;
     this.key = [
       this.shardCount,
       this.partitioner.configurationKey,

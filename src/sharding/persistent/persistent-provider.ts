@@ -197,6 +197,8 @@ export class PersistentEntityProvider<T> implements ShardingProvider {
    * left to time out; a tell is dropped (at most once) and counted.
    */
   private onDeadLetter(letter: DeadLetter): void {
+    // A full mailbox already failed the ask with MailboxOverflowError and counted the letter.
+    if (letter.reason === "mailboxOverflow") return;
     const shardId = this.shardByPath.get(letter.recipient);
     if (shardId === undefined) return;
     this.options.stats.rejectedEnvelopes++;
@@ -224,7 +226,12 @@ export class PersistentEntityProvider<T> implements ShardingProvider {
 
   private create(shardId: number, entityId: string, token: ShardLeaseToken): PersistentEntity {
     const name = this.entities.childName(entityId, 180, `@${token.epoch}`);
-    const ref = this.options.host.spawn(this.options.behaviorFor(entityId, token), name) as ActorRef<unknown>;
+    const capacity = this.settings.entityMailboxCapacity;
+    const ref = this.options.host.spawn(
+      this.options.behaviorFor(entityId, token),
+      name,
+      capacity === null ? undefined : { mailboxCapacity: capacity },
+    ) as ActorRef<unknown>;
     this.options.host.watch(ref);
     this.shardByPath.set(ref.path.toString(), shardId);
     const entity: PersistentEntity = { ref, shardId, epoch: token.epoch, lastActivityMs: this.options.scheduler.now() };

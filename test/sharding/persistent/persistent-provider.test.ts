@@ -4,7 +4,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, test } from "node:test";
-import { AskTimeoutError, STOP } from "../../../src/actor/index.ts";
+import { AskTimeoutError, MailboxOverflowError, STOP } from "../../../src/actor/index.ts";
 import {
   Database,
   DurableState,
@@ -357,4 +357,51 @@ test("a write under a superseded epoch (a paused owner resuming) commits nothing
   await eventually(() => provider.keeper.state.shards.get(shard) === undefined, {
     what: "the next renewal to find the lease gone",
   });
+});
+
+test("entityMailboxCapacity bounds persistent entities: past it an ask rejects MailboxOverflowError, queued ones persist", async () => {
+  for (const entry of cluster.entries()) entry.unreachable.clear();
+  cluster.emit();
+  const bounded = initEventSourced(sharding, tallies, {
+    ...settings,
+    routingName: "Tally-bounded",
+    entityMailboxCapacity: 2,
+  });
+  await eventually(() => sharding.allocations(bounded).size === 4, { what: "a plan for the bounded facade" });
+  const ref = sharding.entityRefFor(bounded, "b-1");
+  await eventually(
+    async () => {
+      try {
+        return (await ref.ask(new GetTally(), TallyReply, 2_000)).total === 0;
+      } catch {
+        return false;
+      }
+    },
+    { what: "the entity to start under its lease" },
+  );
+  const blocker = await rawClient(pg.url, pg.schema);
+  try {
+    await blocker.query("BEGIN");
+    await blocker.query("LOCK TABLE event_journal IN EXCLUSIVE MODE");
+    const sent = pg.store.groupCommitStats.statements;
+    // The entity is inside its first command (its append waits on the lock) while the next ones queue.
+    const first = ref.ask(new AddPoints(1, "b-op-1"), TallyReply, 10_000);
+    await eventually(() => pg.store.groupCommitStats.statements > sent, { what: "the first append to be sent" });
+    const queued = [
+      ref.ask(new AddPoints(1, "b-op-2"), TallyReply, 10_000),
+      ref.ask(new GetTally(), TallyReply, 10_000),
+    ];
+    const overflows = node.system.mailboxOverflowCount;
+    await assert.rejects(ref.ask(new AddPoints(1, "b-op-3"), TallyReply, 5_000), MailboxOverflowError);
+    assert.equal(node.system.mailboxOverflowCount, overflows + 1);
+    await blocker.query("COMMIT");
+    assert.equal((await first).total, 1);
+    assert.deepEqual(
+      (await Promise.all(queued)).map((r) => r.total),
+      [2, 2],
+    );
+  } finally {
+    await blocker.query("ROLLBACK").catch(() => undefined);
+    await blocker.end();
+  }
 });
