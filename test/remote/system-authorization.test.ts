@@ -153,7 +153,10 @@ test("remoteStop: deny refuses remote STOP and DRAIN of /user actors; watch stil
   // But only for its own actors: a watch on behalf of another node's actor would send that node Terminated.
   system(denyNode, peer, { sys: "watch", to: "/user/victim", ref: `${watcherNode.system.address}/user/w` });
   system(denyNode, peer, { sys: "unwatch", to: "/user/victim", ref: `${watcherNode.system.address}/user/w` });
-  await eventually(() => denyNode.remoting.stats.rejected.unauthorizedSystem === 4, { what: "foreign refs refused" });
+  // Nor for another incarnation at its own address.
+  const ownRef = `${peer.identity.uniqueAddress.address}/user/w`;
+  system(denyNode, peer, { sys: "watch", to: "/user/victim", ref: ownRef, refUid: "ffffffffffffffff" });
+  await eventually(() => denyNode.remoting.stats.rejected.unauthorizedSystem === 5, { what: "foreign refs refused" });
   peer.socket.destroy();
 });
 
