@@ -13,7 +13,7 @@ import {
   UniqueAddress,
 } from "../../src/actor/index.ts";
 import { encodeControlFrame, FrameKind } from "../../src/remote/envelope.ts";
-import type { RemoteActorRef, Remoting } from "../../src/remote/index.ts";
+import { type RemoteActorRef, type Remoting, resolveRemotingSettings } from "../../src/remote/index.ts";
 import { inboundWatchesPerPeerMax, RemoteWatches } from "../../src/remote/remote-watches.ts";
 import { authorizeSystemMessage } from "../../src/remote/system-authorization.ts";
 import { eventually } from "../fixtures/eventually.ts";
@@ -93,6 +93,11 @@ test("the policy: nothing reaches /temp or other roots; STOP/DRAIN never reach /
       assert.equal(authorizeSystemMessage(kind, root, false, "allow"), "notMember");
     }
   }
+  assert.equal(resolveRemotingSettings({ host: "127.0.0.1", port: 0 }).remoteStop, "allow", "the default");
+  assert.throws(
+    () => resolveRemotingSettings({ host: "127.0.0.1", port: 0, remoteStop: "maybe" as "deny" }),
+    (error: Error) => error.name === "InvalidArgumentError" && error.message.includes("remoteStop"),
+  );
   // The watched side's answer: the caller checks it matches a watch this node holds.
   assert.equal(authorizeSystemMessage("terminated", "system", false, "allow"), null);
   assert.equal(authorizeSystemMessage("terminated", "user", false, "allow"), null);
