@@ -339,7 +339,10 @@ export class ReceivePath {
         this.stats.systemDuplicates++;
       }
     }
-    const ack: Record<string, unknown> = { seq: this.inbox.acked(text), epoch: this.inbox.epochOf(text) };
+    const ack: Record<string, unknown> = { seq: this.inbox.acked(text) };
+    // Like system frames, acks of the first stream carry no epoch.
+    const ackEpoch = this.inbox.epochOf(text);
+    if (ackEpoch !== 0) ack.epoch = ackEpoch;
     if (verdict === "gap") ack.gap = true;
     this.reply(connection, encodeControlFrame(FrameKind.ack, ack));
   }

@@ -68,11 +68,13 @@ export class SystemOutbox {
     return abandoned;
   }
 
-  /** Starts over for a new peer incarnation; returns how many unacknowledged messages were abandoned. */
+  /** Starts over at epoch 0 for a new peer incarnation; returns how many unacknowledged messages were abandoned. */
   reset(): number {
     const abandoned = this.unacked.length;
     this.unacked = [];
     this.nextSeq = 1;
+    // A new incarnation has never seen this node's streams: a later epoch would read as a restart to it.
+    this.epoch = 0;
     return abandoned;
   }
 }

@@ -126,7 +126,7 @@ export class SystemMessages {
     // Watch, Unwatch and Terminated name an actor of the sending peer (the watcher, or the watchee that terminated): a
     // peer speaks only for its own actors, so it can neither subscribe a third node to Terminated nor end its watches.
     const ref = this.peerRef(peer, doc);
-    if (!ref.path.address.equals(peer.address)) {
+    if (ref === null) {
       this.refuse(peer, kind, to, "foreignRef");
       return;
     }
@@ -149,22 +149,24 @@ export class SystemMessages {
     }
   }
 
-  /** The peer's actor that a watch, unwatch or Terminated names (its `ref` and `refUid`). */
-  private peerRef(peer: UniqueAddress, doc: Record<string, unknown>): RemoteActorRef {
+  /**
+   * The peer's actor that a watch, unwatch or Terminated names (its `ref`, bound to the peer's own incarnation), or
+   * null when `ref` or `refUid` name another node or another incarnation.
+   * @throws EnvelopeDecodeError when `ref` is missing or not an actor path
+   */
+  private peerRef(peer: UniqueAddress, doc: Record<string, unknown>): RemoteActorRef | null {
     if (typeof doc.ref !== "string") throw new EnvelopeDecodeError("undecodable", "system message without ref");
-    const refUid = typeof doc.refUid === "string" ? doc.refUid : null;
     let parsed: ActorPath;
     try {
       parsed = Path.parse(doc.ref);
     } catch {
       throw new EnvelopeDecodeError("undecodable", "system message ref is not an actor path");
     }
-    const ref = new RemoteActorRef(
-      this.remoting,
-      parsed,
-      refUid ?? (parsed.address.equals(peer.address) ? peer.uid : null),
-    );
-    // The peer's claim: a Terminated for this watcher must not make this node dial an address it never chose.
+    if (!parsed.address.equals(peer.address)) return null;
+    if (doc.refUid !== undefined && doc.refUid !== null && doc.refUid !== peer.uid) return null;
+    const ref = new RemoteActorRef(this.remoting, parsed, peer.uid);
+    // Only ever the authenticated peer's own address; marked as learned all the same, so a ref built from a frame
+    // can never be the first reason to dial an address.
     ref.learned = true;
     return ref;
   }
@@ -182,7 +184,7 @@ export class SystemMessages {
     this.loggedPeers.add(key);
     this.remoting.connectionContext.warn(
       { peer: key, kind, to: to.length > 200 ? `${to.slice(0, 200)}…` : to, reason },
-      "refused a remote system message (further refusals from this peer are only counted in rejected.unauthorizedSystem)",
+      "refused a remote system message (further refusals from this peer are only counted)",
     );
   }
 }

@@ -3,6 +3,7 @@ import { after, before, test } from "node:test";
 import { AbstractBehavior, type ActorContext, type ActorRef } from "../../src/actor/index.ts";
 import { ReplyNames } from "../../src/actor/reply-names.ts";
 import { headerTableSize } from "../../src/remote/header-table.ts";
+import type { RemoteActorRef } from "../../src/remote/index.ts";
 import { eventually } from "../fixtures/eventually.ts";
 import { Ping, Pong } from "./fixtures/messages.ts";
 import { EchoBehavior, type Node, startNode } from "./fixtures/nodes.ts";
@@ -69,10 +70,13 @@ test("a peer that saw one reply name and replies to guessed neighbours and `$N` 
   }
   const deliveredBefore = asker.remoting.stats.delivered + asker.remoting.stats.deadLetters;
   for (const guess of guesses) {
-    attacker.system.actorSelection(`${asker.system.address}/temp/${guess}`).tell(new Pong(666));
+    const guessed = attacker.system.actorSelection(`${asker.system.address}/temp/${guess}`);
+    guessed.tell(new Pong(666));
+    // And an ask failure, which would reject the ask instead.
+    attacker.remoting.sendAskFailure(guessed as RemoteActorRef, new Error("spoofed failure"));
   }
   await eventually(
-    () => asker.remoting.stats.delivered + asker.remoting.stats.deadLetters >= deliveredBefore + guesses.size,
+    () => asker.remoting.stats.delivered + asker.remoting.stats.deadLetters >= deliveredBefore + 2 * guesses.size,
     {
       what: "every spoofed reply processed at the asker",
       describe: () => asker.remoting.stats,

@@ -13,7 +13,7 @@ import {
   UniqueAddress,
 } from "../../src/actor/index.ts";
 import { encodeControlFrame, FrameKind } from "../../src/remote/envelope.ts";
-import type { RemoteActorRef, Remoting } from "../../src/remote/index.ts";
+import { type RemoteActorRef, type Remoting, resolveRemotingSettings } from "../../src/remote/index.ts";
 import { inboundWatchesPerPeerMax, RemoteWatches } from "../../src/remote/remote-watches.ts";
 import { authorizeSystemMessage } from "../../src/remote/system-authorization.ts";
 import { eventually } from "../fixtures/eventually.ts";
@@ -93,6 +93,11 @@ test("the policy: nothing reaches /temp or other roots; STOP/DRAIN never reach /
       assert.equal(authorizeSystemMessage(kind, root, false, "allow"), "notMember");
     }
   }
+  assert.equal(resolveRemotingSettings({ host: "127.0.0.1", port: 0 }).remoteStop, "allow", "the default");
+  assert.throws(
+    () => resolveRemotingSettings({ host: "127.0.0.1", port: 0, remoteStop: "maybe" as "deny" }),
+    (error: Error) => error.name === "InvalidArgumentError" && error.message.includes("remoteStop"),
+  );
   // The watched side's answer: the caller checks it matches a watch this node holds.
   assert.equal(authorizeSystemMessage("terminated", "system", false, "allow"), null);
   assert.equal(authorizeSystemMessage("terminated", "user", false, "allow"), null);
@@ -153,7 +158,10 @@ test("remoteStop: deny refuses remote STOP and DRAIN of /user actors; watch stil
   // But only for its own actors: a watch on behalf of another node's actor would send that node Terminated.
   system(denyNode, peer, { sys: "watch", to: "/user/victim", ref: `${watcherNode.system.address}/user/w` });
   system(denyNode, peer, { sys: "unwatch", to: "/user/victim", ref: `${watcherNode.system.address}/user/w` });
-  await eventually(() => denyNode.remoting.stats.rejected.unauthorizedSystem === 4, { what: "foreign refs refused" });
+  // Nor for another incarnation at its own address.
+  const ownRef = `${peer.identity.uniqueAddress.address}/user/w`;
+  system(denyNode, peer, { sys: "watch", to: "/user/victim", ref: ownRef, refUid: "ffffffffffffffff" });
+  await eventually(() => denyNode.remoting.stats.rejected.unauthorizedSystem === 5, { what: "foreign refs refused" });
   peer.socket.destroy();
 });
 

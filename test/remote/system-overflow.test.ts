@@ -47,6 +47,9 @@ test("the channel core: a full outbox restarts its stream at a new epoch; the in
   assert.equal(out.pending.length, 1, "an ack of the abandoned stream acknowledges nothing in the new one");
   out.ack(1, 1);
   assert.equal(out.pending.length, 0);
+  out.enqueue({});
+  assert.equal(out.reset(), 1);
+  assert.equal(out.epoch, 0, "a new peer incarnation starts at epoch 0");
 
   const inbox = new SystemInbox();
   assert.equal(inbox.observe("p", 0), "current");
