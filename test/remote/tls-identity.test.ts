@@ -5,7 +5,7 @@
 import assert from "node:assert/strict";
 import { createServer, connect as netConnect, type Server } from "node:net";
 import { after, before, test } from "node:test";
-import { Address } from "../../src/actor/index.ts";
+import { Address, UniqueAddress } from "../../src/actor/index.ts";
 import { FrameKind, writeUserEnvelope } from "../../src/remote/envelope.ts";
 import { certificateNamesAddress, parseSubjectAltName } from "../../src/remote/peer-identity.ts";
 import { eventually } from "../fixtures/eventually.ts";
@@ -130,6 +130,26 @@ test("TLS: a certificate whose movie.tcp URI names another port is refused both 
   } finally {
     await v.system.terminate();
   }
+});
+
+test("TLS: a client with a valid certificate for 127.0.0.1 that claims another host in its hello is refused", {
+  skip: !openssl,
+}, async () => {
+  const cert = pki.issue("claimer", "IP:127.0.0.1");
+  const mismatches0 = b.remoting.stats.identityMismatches;
+  const ok0 = b.remoting.stats.handshakesOk;
+  for (const claimed of ["movie.tcp://raw@127.0.0.2:2551#00000000000000aa", "movie.tcp://raw@node1.example.com:1#bb"]) {
+    await assert.rejects(
+      rawPeer(b, { handshake: true, tls: cert, as: UniqueAddress.parse(claimed) }),
+      /peer refused: identity|closed during the handshake/,
+      claimed,
+    );
+  }
+  await eventually(() => b.remoting.stats.identityMismatches === mismatches0 + 2, {
+    what: "both claims refused as identity",
+    describe: () => b.remoting.stats,
+  });
+  assert.equal(b.remoting.stats.handshakesOk, ok0);
 });
 
 /** A TCP relay to `port` that records what the client sends and, when `flip` is set, corrupts the next chunk. */
