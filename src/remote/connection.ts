@@ -15,7 +15,7 @@ import {
   type Hello,
   makeHello,
 } from "./handshake.ts";
-import { certificateIdentityError } from "./peer-identity.ts";
+import { certificateMismatch } from "./peer-identity.ts";
 import type { RemotingStats } from "./stats.ts";
 
 /** What a connection tells its owner. */
@@ -234,10 +234,10 @@ export class Connection {
 
   /** With TLS: refuses (and counts) a peer whose certificate does not name the address it claims. */
   private refuseUncertified(claimed: UniqueAddress): boolean {
-    const error = certificateIdentityError(this.socket, claimed.address);
-    if (error === null) return false;
+    const detail = certificateMismatch(this.socket, claimed.address);
+    if (detail === null) return false;
     this.context.stats.identityMismatches++;
-    this.reject({ step: "reject", reason: error.reason, detail: error.message }, error);
+    this.reject({ step: "reject", reason: "identity", detail }, new HandshakeError("identity", detail));
     return true;
   }
 
