@@ -55,6 +55,36 @@ test("subjectAltName parsing and the address rule (pure)", () => {
     const parsed = parseSubjectAltName(bad);
     assert.equal(certificateNamesAddress(parsed, at("movie.tcp://s@127.0.0.1:1")), false, String(bad));
   }
+  // Seeded random text from the format's own characters: never a throw, never more than 64 names.
+  let seed = 15;
+  const random = () => {
+    seed = (seed * 1103515245 + 12345) % 2 ** 31;
+    return seed / 2 ** 31;
+  };
+  const pieces = [
+    "DNS:",
+    "IP Address:",
+    "URI:",
+    ", ",
+    '"',
+    "\\",
+    "\\u00",
+    ":",
+    ",",
+    "127.0.0.1",
+    "movie.tcp://s@h:1",
+    "*.",
+  ];
+  for (let i = 0; i < 2000; i++) {
+    let text = "";
+    const n = Math.floor(random() * 40);
+    for (let j = 0; j < n; j++) text += pieces[Math.floor(random() * pieces.length)];
+    const parsed = parseSubjectAltName(text);
+    assert.ok(parsed.ips.length + parsed.dns.length + parsed.uris.length <= 64, text);
+    certificateNamesAddress(parsed, at("movie.tcp://s@127.0.0.1:1"));
+  }
+  const many = parseSubjectAltName(Array.from({ length: 1000 }, () => "DNS:a").join(", "));
+  assert.equal(many.dns.length, 64);
 });
 
 test("TLS: a certificate naming the node's IP is accepted both ways; a movie.tcp URI subjectAltName alone works too", {
