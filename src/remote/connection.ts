@@ -17,7 +17,7 @@ import {
   handshakeFrameBytesMax,
   makeHello,
 } from "./handshake.ts";
-import { certificateIdentityError } from "./peer-identity.ts";
+import { certificateMismatch } from "./peer-identity.ts";
 import { countInternalError, type RemotingStats } from "./stats.ts";
 
 /** Milliseconds a shut-down connection's peer has to read what was queued before the socket is destroyed. */
@@ -302,10 +302,10 @@ export class Connection {
 
   /** With TLS: refuses (and counts) a peer whose certificate does not name the address it claims. */
   private refuseUncertified(claimed: UniqueAddress): boolean {
-    const error = certificateIdentityError(this.socket, claimed.address);
-    if (error === null) return false;
+    const detail = certificateMismatch(this.socket, claimed.address);
+    if (detail === null) return false;
     this.context.stats.identityMismatches++;
-    this.reject({ step: "reject", reason: error.reason, detail: error.message }, error);
+    this.reject({ step: "reject", reason: "identity", detail }, new HandshakeError("identity", detail));
     return true;
   }
 

@@ -1,7 +1,6 @@
 import { isIP } from "node:net";
 import { TLSSocket } from "node:tls";
 import type { Address } from "../actor/index.ts";
-import { HandshakeError } from "./errors.ts";
 
 /**
  * Binding a handshake's claimed address to the peer's TLS certificate. With TLS, the CA vouches for the certificate;
@@ -112,10 +111,10 @@ function describeNames(names: CertificateNames): string {
 }
 
 /**
- * For a TLS socket: an `identity` HandshakeError when the peer's certificate does not name `claimed`, else null
- * (also null for a plain socket, where there is no certificate to bind to).
+ * For a TLS socket: why the peer's certificate does not name `claimed` (the detail of an `identity` refusal), else
+ * null (also null for a plain socket, where there is no certificate to bind to).
  */
-export function certificateIdentityError(socket: unknown, claimed: Address): HandshakeError | null {
+export function certificateMismatch(socket: unknown, claimed: Address): string | null {
   if (!(socket instanceof TLSSocket)) return null;
   let text: unknown;
   try {
@@ -125,8 +124,5 @@ export function certificateIdentityError(socket: unknown, claimed: Address): Han
   }
   const names = parseSubjectAltName(text);
   if (certificateNamesAddress(names, claimed)) return null;
-  return new HandshakeError(
-    "identity",
-    `the peer claims ${claimed} but its certificate names ${describeNames(names)}; issue each node a certificate whose subjectAltName is its host's IP or DNS name, or the URI ${claimed}`,
-  );
+  return `the peer claims ${claimed} but its certificate names ${describeNames(names)}; issue each node a certificate whose subjectAltName is its host's IP or DNS name, or the URI ${claimed}`;
 }

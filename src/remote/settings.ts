@@ -1,3 +1,4 @@
+import { isIP } from "node:net";
 import type { SecureContextOptions } from "node:tls";
 import { InvalidArgumentError } from "../actor/index.ts";
 import { RemotingConfigurationError } from "./errors.ts";
@@ -233,5 +234,6 @@ export function bindingNotice(settings: ResolvedRemotingSettings): { level: "war
 
 /** True for hosts that only this machine can reach (no secret needed there). */
 export function isLoopbackHost(host: string): boolean {
-  return host === "localhost" || host === "::1" || host.startsWith("127.");
+  // 127/8 only as an IPv4 literal: a host name such as "127.example.com" resolves wherever its owner wants.
+  return host === "localhost" || host === "::1" || (isIP(host) === 4 && host.startsWith("127."));
 }

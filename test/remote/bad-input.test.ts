@@ -194,6 +194,10 @@ test("a non-loopback host with neither secret nor tls is refused unless insecure
     () => resolveRemotingSettings({ host: "0.0.0.0", port: 1, insecure: false }),
     RemotingConfigurationError,
   );
+  // Only loopback literals count as loopback: a name that merely starts like one resolves anywhere.
+  for (const host of ["127.example.com", "localhost.example.com", "::", "0.0.0.0"]) {
+    assert.throws(() => resolveRemotingSettings({ host, port: 1 }), RemotingConfigurationError, host);
+  }
   assert.equal(bindingNotice(resolveRemotingSettings({ host: "10.1.2.3", port: 1, secret: "s" })), null);
   assert.equal(bindingNotice(resolveRemotingSettings({ host: "10.1.2.3", port: 1, tls: {} })), null);
   assert.equal(bindingNotice(resolveRemotingSettings({ host: "10.1.2.3", port: 1, insecure: true }))?.level, "warn");

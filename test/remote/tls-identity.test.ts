@@ -5,7 +5,7 @@
 import assert from "node:assert/strict";
 import { createServer, connect as netConnect, type Server } from "node:net";
 import { after, before, test } from "node:test";
-import { Address } from "../../src/actor/index.ts";
+import { Address, UniqueAddress } from "../../src/actor/index.ts";
 import { FrameKind, writeUserEnvelope } from "../../src/remote/envelope.ts";
 import { certificateNamesAddress, parseSubjectAltName } from "../../src/remote/peer-identity.ts";
 import { eventually } from "../fixtures/eventually.ts";
@@ -55,6 +55,36 @@ test("subjectAltName parsing and the address rule (pure)", () => {
     const parsed = parseSubjectAltName(bad);
     assert.equal(certificateNamesAddress(parsed, at("movie.tcp://s@127.0.0.1:1")), false, String(bad));
   }
+  // Seeded random text from the format's own characters: never a throw, never more than 64 names.
+  let seed = 15;
+  const random = () => {
+    seed = (seed * 1103515245 + 12345) % 2 ** 31;
+    return seed / 2 ** 31;
+  };
+  const pieces = [
+    "DNS:",
+    "IP Address:",
+    "URI:",
+    ", ",
+    '"',
+    "\\",
+    "\\u00",
+    ":",
+    ",",
+    "127.0.0.1",
+    "movie.tcp://s@h:1",
+    "*.",
+  ];
+  for (let i = 0; i < 2000; i++) {
+    let text = "";
+    const n = Math.floor(random() * 40);
+    for (let j = 0; j < n; j++) text += pieces[Math.floor(random() * pieces.length)];
+    const parsed = parseSubjectAltName(text);
+    assert.ok(parsed.ips.length + parsed.dns.length + parsed.uris.length <= 64, text);
+    certificateNamesAddress(parsed, at("movie.tcp://s@127.0.0.1:1"));
+  }
+  const many = parseSubjectAltName(Array.from({ length: 1000 }, () => "DNS:a").join(", "));
+  assert.equal(many.dns.length, 64);
 });
 
 test("TLS: a certificate naming the node's IP is accepted both ways; a movie.tcp URI subjectAltName alone works too", {
@@ -130,6 +160,26 @@ test("TLS: a certificate whose movie.tcp URI names another port is refused both 
   } finally {
     await v.system.terminate();
   }
+});
+
+test("TLS: a client with a valid certificate for 127.0.0.1 that claims another host in its hello is refused", {
+  skip: !openssl,
+}, async () => {
+  const cert = pki.issue("claimer", "IP:127.0.0.1");
+  const mismatches0 = b.remoting.stats.identityMismatches;
+  const ok0 = b.remoting.stats.handshakesOk;
+  for (const claimed of ["movie.tcp://raw@127.0.0.2:2551#00000000000000aa", "movie.tcp://raw@node1.example.com:1#bb"]) {
+    await assert.rejects(
+      rawPeer(b, { handshake: true, tls: cert, as: UniqueAddress.parse(claimed) }),
+      /peer refused: identity|closed during the handshake/,
+      claimed,
+    );
+  }
+  await eventually(() => b.remoting.stats.identityMismatches === mismatches0 + 2, {
+    what: "both claims refused as identity",
+    describe: () => b.remoting.stats,
+  });
+  assert.equal(b.remoting.stats.handshakesOk, ok0);
 });
 
 /** A TCP relay to `port` that records what the client sends and, when `flip` is set, corrupts the next chunk. */
