@@ -80,12 +80,26 @@ export type FieldsProblem = "notAnObject" | "protoKey";
  * skipped: it is the class's own, never data, and copying it would either run a setter, throw on a getter-only
  * property, or shadow a method (an own `constructor` makes the instance unrecognisable to the registry that sends it
  * on). Every other key becomes an own data property by plain assignment, which runs no code because nothing on the
- * chain has that name.
+ * chain has that name. The check costs one `in` per key; the copy is the same native one as before.
  */
 export function instanceFromFields(proto: object, json: unknown): object | FieldsProblem {
   if (json === null || typeof json !== "object" || Array.isArray(json)) return "notAnObject";
   const source = json as Record<string, unknown>;
   const keys = Object.keys(source);
+  for (let i = 0; i < keys.length; i++) {
+    if (keys[i]! in proto) return copyOwnFields(proto, source, keys);
+  }
+  // No key is on the chain ("__proto__" is, on Object.prototype), so no assignment can reach a setter or the
+  // prototype: Object.assign is safe here, and its native copy keeps the common case as cheap as it always was.
+  return Object.assign(Object.create(proto) as object, source);
+}
+
+/** The slow path of {@link instanceFromFields}, for a payload with a key that names a member of the chain. */
+function copyOwnFields(
+  proto: object,
+  source: Record<string, unknown>,
+  keys: readonly string[],
+): object | FieldsProblem {
   const target = Object.create(proto) as Record<string, unknown>;
   for (let i = 0; i < keys.length; i++) {
     const key = keys[i]!;
