@@ -45,6 +45,21 @@ export function describe(value: unknown): string {
 }
 
 /**
+ * The name of the class of object `value` (from its prototype's `constructor`, so an own `constructor` key does not
+ * count), or null for a null-prototype object, a nameless class or anything that throws on the way (a Proxy).
+ */
+export function classNameOf(value: object): string | null {
+  try {
+    const proto: unknown = Object.getPrototypeOf(value);
+    if (proto === null || typeof proto !== "object") return null;
+    const name: unknown = (proto as { constructor?: { name?: unknown } }).constructor?.name;
+    return typeof name === "string" && name.length > 0 && name.length <= 64 ? name : null;
+  } catch {
+    return null;
+  }
+}
+
+/**
  * The `name` of a thrown value when it is an `Error` whose name is a short string, else "NonError" (the key under
  * which an unexpected error is counted). Never throws.
  */
