@@ -3,10 +3,18 @@
 // for an error no check foresaw, closes only that connection (counted in rejected.internal). The node keeps
 // answering remote asks, and no prototype is polluted.
 import assert from "node:assert/strict";
+import { createServer, type Socket } from "node:net";
 import { after, before, test } from "node:test";
-import { AbstractBehavior, type ActorContext, type ActorRef } from "../../src/actor/index.ts";
-import { FrameKind, type FrameKindValue, writeUserEnvelope } from "../../src/remote/envelope.ts";
+import { AbstractBehavior, type ActorContext, type ActorRef, Address, UniqueAddress } from "../../src/actor/index.ts";
+import {
+  encodeControlFrame,
+  FrameKind,
+  type FrameKindValue,
+  readControlFrame,
+  writeUserEnvelope,
+} from "../../src/remote/envelope.ts";
 import { FrameDecoder } from "../../src/remote/frame.ts";
+import { protocolVersion } from "../../src/remote/handshake.ts";
 import { MessageEncodeError, MessageRegistry, RemoteAskError, type StandardSchemaV1 } from "../../src/remote/index.ts";
 import { eventually } from "../fixtures/eventually.ts";
 import { assertAnswersAsk, helloFrame, rawClient, rawJsonFrame } from "./fixtures/hostile.ts";
@@ -267,6 +275,55 @@ test("an error no check foresaw closes only that connection, is counted by name,
   await eventually(() => received.length === 1, { what: "another peer's message delivered" });
   other.socket.destroy();
   await assertAnswersAsk(a, b);
+});
+
+test("the guard also covers outbound connections: a hostile server's frame after the handshake closes only that one", async () => {
+  const sockets = new Set<Socket>();
+  let self: UniqueAddress | null = null;
+  let connections = 0;
+  const server = createServer((socket) => {
+    // Only the first connection is served: the redials after it are cut, so exactly one frame reaches the guard.
+    if (++connections > 1) {
+      socket.destroy();
+      return;
+    }
+    sockets.add(socket);
+    socket.on("close", () => sockets.delete(socket));
+    socket.on("error", () => {});
+    const decoder = new FrameDecoder();
+    socket.on("data", (chunk: Buffer) => {
+      for (const frame of decoder.push(chunk)) {
+        const step = frame[0] === FrameKind.handshake ? readControlFrame(frame).step : null;
+        if (step === "hello") {
+          const challenge = { step: "challenge", version: protocolVersion, system: "fake", cluster: "" };
+          socket.write(
+            encodeControlFrame(FrameKind.handshake, { ...challenge, from: self!.toString(), nonce: "01", proof: "" }),
+          );
+        } else if (step === "confirm") {
+          socket.write(encodeControlFrame(FrameKind.handshake, { step: "accepted" }));
+          socket.write(userFrame("/user/inbox", "hostile.trap", "{}"));
+        }
+      }
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", () => resolve()));
+  self = new UniqueAddress(Address.tcp("fake", "127.0.0.1", (server.address() as { port: number }).port), "0b0b");
+  const s0 = a.remoting.stats;
+  try {
+    a.system.actorSelection(`${self.address}/user/anyone`).tell(new Ping(1));
+    await eventually(() => a.remoting.stats.rejected.internal > s0.rejected.internal, {
+      what: "the client's guard to catch the hostile server's frame",
+      describe: () => a.remoting.stats,
+    });
+    const s = a.remoting.stats;
+    assert.ok(s.handshakesOk > s0.handshakesOk, "the handshake itself succeeded");
+    assert.equal(s.rejected.internal - s0.rejected.internal, 1);
+    assert.equal((s.internalErrors.TrapError ?? 0) - (s0.internalErrors.TrapError ?? 0), 1);
+    await assertAnswersAsk(a, b);
+  } finally {
+    for (const socket of sockets) socket.destroy();
+    await new Promise<void>((resolve) => server.close(() => resolve()));
+  }
 });
 
 test("no hostile payload pollutes a prototype", async () => {
