@@ -340,9 +340,10 @@ test("no hostile payload pollutes a prototype", async () => {
   const hello = await rawClient(a);
   const text = helloFrame(a).subarray(5).toString("utf8");
   hello.socket.write(
-    rawJsonFrame(FrameKind.handshake, `{"__proto__":${proto},"cluster":{"__proto__":${proto}},${text.slice(1)}`),
+    rawJsonFrame(FrameKind.handshake, `${text.slice(0, -1)},"version":{"__proto__":${proto}},"__proto__":${proto}}`),
   );
   await hello.closed;
+  assert.equal(hello.replies[0]?.reason, "version", "the later version key wins and is refused");
   assert.deepEqual(Object.getOwnPropertyNames(Object.prototype).sort(), prototypeNamesBefore);
   assert.equal(({} as { polluted?: unknown }).polluted, undefined);
   assert.equal(Object.hasOwn(Area.prototype, "polluted"), false);
