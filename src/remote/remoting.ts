@@ -18,6 +18,7 @@ import { HandshakeError, RemotingNotEnabledError } from "./errors.ts";
 import { FrameWriter } from "./frame-writer.ts";
 import { InboundLimits } from "./inbound-limits.ts";
 import { MessageRegistry } from "./message-registry.ts";
+import { ReadGate } from "./read-gate.ts";
 import { ReceivePath } from "./receive-path.ts";
 import { RemoteActorRef } from "./remote-actor-ref.ts";
 import { RemoteWatches } from "./remote-watches.ts";
@@ -96,6 +97,7 @@ export class Remoting implements Extension {
   private readonly watches = new RemoteWatches();
   private stopped = false;
   private readonly limits: InboundLimits;
+  private readonly readGate: ReadGate;
   private limitLogged = false;
   private readonly host: AssociationHost;
   private readonly sendPath: SendPath;
@@ -111,6 +113,12 @@ export class Remoting implements Extension {
   ) {
     this.settings = settings;
     this.limits = new InboundLimits(settings);
+    this.readGate = new ReadGate(
+      () => system.inboundBacklog,
+      settings.maxInboundBacklog,
+      system.scheduler,
+      this.stats_,
+    );
     this.registry = registry;
     const selfUid = randomBytes(8).toString("hex");
     this.selfAddress = new UniqueAddress(Address.tcp(system.name, settings.host, port), selfUid);
@@ -124,6 +132,7 @@ export class Remoting implements Extension {
       idleCheckMs: settings.heartbeatIntervalMs,
       scheduler: system.scheduler,
       stats: this.stats_,
+      readGate: this.readGate,
       warn: (context, message) => log.warn({ node: this.selfAddress.toString(), ...context }, message),
     };
     const systemMessages = new SystemMessages(this, selfUid, this.watches);
@@ -336,6 +345,7 @@ export class Remoting implements Extension {
     if (this.stopped) return;
     this.stopped = true;
     this.sendPath.stopped = true;
+    this.readGate.stop();
     for (const association of this.associations.values()) association.stop();
     for (const connection of this.inbound) connection.shutdown();
     await new Promise<void>((resolve) => this.server.close(() => resolve()));
@@ -403,6 +413,7 @@ export class Remoting implements Extension {
       frames: (connection, frames, from) => receivePath.onFrames(connection, frames, from),
       closed: (connection) => {
         this.inbound.delete(connection);
+        this.readGate.forget(connection);
       },
     };
     const connection = new Connection(
