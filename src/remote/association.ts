@@ -115,12 +115,11 @@ export class Association implements ConnectionOwner {
       this.lastTrafficMs = now;
       return false;
     }
-    return (
-      now - this.lastTrafficMs > this.host.settings.associationIdleTimeoutMs &&
-      this.outbox.pending.length === 0 &&
-      this.awaitingUid.length === 0 &&
-      !this.host.watched(this)
-    );
+    if (now - this.lastTrafficMs <= this.host.settings.associationIdleTimeoutMs) return false;
+    if (this.outbox.pending.length === 0 && this.awaitingUid.length === 0 && !this.host.watched(this)) return true;
+    // Kept: look again only after another idle timeout (the watch lookup is a scan).
+    this.lastTrafficMs = now;
+    return false;
   }
 
   private newHeaderTable(): OutboundHeaderTable {
@@ -285,9 +284,10 @@ export class Association implements ConnectionOwner {
     this.connection = null;
     this.heartbeatTimer?.cancel();
     this.heartbeatTimer = null;
+    // The old writer's traffic is the last this association carried: note it before the writer goes.
+    this.idleExpired();
     const dropped = this.writer.discard();
     this.host.stats.droppedWhileDisconnected += dropped;
-    this.idleExpired();
     this.writer = new FrameWriter(this.host.stats);
     this.heartbeatsWritten = 0;
     this.trafficSeen = 0;
