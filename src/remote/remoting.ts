@@ -194,8 +194,10 @@ export class Remoting implements Extension {
     });
     server.on(settings.tls === null ? "connection" : "secureConnection", onSocket);
     // TLS errors before the handshake (bad certificate) would otherwise be unhandled.
-    server.on("tlsClientError", () => {
+    server.on("tlsClientError", (_error: Error, socket: Socket) => {
       if (remoting !== null) remoting.stats_.handshakesFailed++;
+      // With a listener, Node leaves the socket open (a handshake timeout, for one): close it here.
+      socket.destroy();
     });
     server.on("error", (error) => system.log.warn({ error }, "remoting listener error"));
     await new Promise<void>((resolve, reject) => {
