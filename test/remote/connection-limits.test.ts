@@ -178,15 +178,14 @@ test("after the handshake, a silent peer and a peer that sent half a frame are c
     raws.push(silent, half);
     // A frame announced as 100 bytes, of which 10 arrive; then the bytes trickle on but the frame never completes.
     half.socket.write(Buffer.from([0, 0, 0, 100, 1, 2, 3, 4, 5, 6]));
-    const trickle = setInterval(() => half.socket.write(Buffer.from([7])), 20);
-    try {
-      await eventually(() => silent.isClosed() && half.isClosed(), {
-        what: "both idle connections closed",
-        describe: () => node.remoting.stats,
-      });
-    } finally {
-      clearInterval(trickle);
-    }
+    // Each poll trickles one more byte of it: bytes keep coming, yet no frame completes.
+    await eventually(
+      () => {
+        if (!half.isClosed()) half.socket.write(Buffer.from([7]));
+        return silent.isClosed() && half.isClosed();
+      },
+      { what: "both idle connections closed", describe: () => node.remoting.stats },
+    );
     assert.equal(node.remoting.stats.idleTimeouts, 2);
     // The real peer's association heartbeats: its inbound connection at the node survived the same timeouts.
     assert.equal((await echo.ask(new Ping(2), Pong, 3000)).n, 2);
