@@ -392,7 +392,12 @@ export class ActorCell<T> implements Runnable, ActorContext<T>, TimeoutTarget {
     }
     let mailbox = this.mailbox;
     if (mailbox === null) mailbox = this.mailbox = new Mailbox();
-    mailbox.push(sender === null && origin === null ? message : new Envelope(message, sender, origin));
+    if (origin === null) {
+      mailbox.push(sender === null ? message : new Envelope(message, sender, null));
+    } else {
+      mailbox.push(new Envelope(message, sender, origin));
+      this.system.inboundBacklog++;
+    }
     if ((flags & (flagScheduled | flagBusy)) === 0) {
       this.flags = flags | flagScheduled;
       this.system.dispatcher.schedule(this);
@@ -472,8 +477,10 @@ export class ActorCell<T> implements Runnable, ActorContext<T>, TimeoutTarget {
     while (mailbox.size > 0 && processed < throughput) {
       const item = mailbox.shift();
       processed++;
-      if (item instanceof Envelope) this.handleMessage(item.message, item.sender, item.origin);
-      else this.handleMessage(item, null, null);
+      if (item instanceof Envelope) {
+        if (item.origin !== null) this.system.inboundBacklog--;
+        this.handleMessage(item.message, item.sender, item.origin);
+      } else this.handleMessage(item, null, null);
       if ((this.flags & (stateMask | flagBusy)) !== stateRunning) return;
       if (this.rare !== null && this.hasSystemMessages()) break;
     }
@@ -789,7 +796,8 @@ export class ActorCell<T> implements Runnable, ActorContext<T>, TimeoutTarget {
     const mailbox = this.mailbox;
     if (mailbox === null || mailbox.size === 0) return;
     const recipient = this.path.toString();
-    mailbox.drain((message, sender) => {
+    mailbox.drain((message, sender, origin) => {
+      if (origin !== null) this.system.inboundBacklog--;
       if (message instanceof InternalFire) return;
       this.system.deadLetterOffice.publish(message, sender, recipient);
     });

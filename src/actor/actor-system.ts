@@ -72,6 +72,11 @@ class DeadLetterRef implements ActorRef<unknown> {
  */
 export class ActorSystem {
   /** @internal */ readonly dispatcher = new Dispatcher();
+  /**
+   * @internal Messages remoting delivered into local mailboxes (those with an origin) and not yet processed or
+   * dead-lettered; remoting stops reading its sockets above a bound (read backpressure).
+   */
+  inboundBacklog = 0;
   /** @internal */ readonly deadLetterOffice = new DeadLetterOffice();
   /** The clock and timers every part of the system uses. */
   readonly scheduler: Scheduler;

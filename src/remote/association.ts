@@ -117,12 +117,11 @@ export class Association implements ConnectionOwner {
       this.lastTrafficMs = now;
       return false;
     }
-    return (
-      now - this.lastTrafficMs > this.host.settings.associationIdleTimeoutMs &&
-      this.outbox.pending.length === 0 &&
-      this.awaitingUid.length === 0 &&
-      !this.host.watched(this)
-    );
+    if (now - this.lastTrafficMs <= this.host.settings.associationIdleTimeoutMs) return false;
+    if (this.outbox.pending.length === 0 && this.awaitingUid.length === 0 && !this.host.watched(this)) return true;
+    // Kept: look again only after another idle timeout (the watch lookup is a scan).
+    this.lastTrafficMs = now;
+    return false;
   }
 
   private newHeaderTable(): OutboundHeaderTable {
@@ -332,9 +331,10 @@ export class Association implements ConnectionOwner {
     this.heartbeatTimer = null;
     // The next connection resends everything on its own.
     this.cancelResend();
+    // The old writer's traffic is the last this association carried: note it before the writer goes.
+    this.idleExpired();
     const dropped = this.writer.discard();
     this.host.stats.droppedWhileDisconnected += dropped;
-    this.idleExpired();
     this.writer = new FrameWriter(this.host.stats);
     this.heartbeatsWritten = 0;
     this.trafficSeen = 0;

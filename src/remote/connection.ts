@@ -18,7 +18,11 @@ import {
   makeHello,
 } from "./handshake.ts";
 import { certificateMismatch } from "./peer-identity.ts";
+import type { ReadGate } from "./read-gate.ts";
 import { countInternalError, type RemotingStats } from "./stats.ts";
+
+/** A heartbeat reply written unasked to the peer of a connection whose reading is paused. */
+const keepAliveFrame = encodeControlFrame(FrameKind.heartbeatReply, {});
 
 /** Milliseconds a shut-down connection's peer has to read what was queued before the socket is destroyed. */
 export const shutdownGraceMs = 500;
@@ -48,6 +52,8 @@ export interface ConnectionContext {
   readonly idleCheckMs: number;
   readonly scheduler: Scheduler;
   readonly stats: RemotingStats;
+  /** Read backpressure of inbound connections, looked at once per received chunk. */
+  readonly readGate: ReadGate;
   warn(context: object, message: string): void;
 }
 
@@ -77,6 +83,8 @@ export class Connection {
    * incomplete do not count: a peer that sends half a frame and stalls is as silent as one that sends nothing.
    */
   lastReceivedMs: number;
+  /** True while the read gate holds this connection's reading (inbound connections only). */
+  private readPaused = false;
 
   constructor(
     readonly socket: Socket,
@@ -226,6 +234,8 @@ export class Connection {
       if (this.state === "open") {
         // Everything from here on is traffic: the owner takes the rest of the chunk in one call.
         this.owner.frames(this, frames, i);
+        // Once per chunk, not per message: a slow node stops reading a fast peer (read-gate.ts).
+        if (this.role === "server") this.context.readGate.afterChunk(this);
         return;
       }
       if (this.state === "handshaking") this.onHandshakeFrame(frames[i]!);
@@ -322,6 +332,23 @@ export class Connection {
     if (this.role === "server") this.armIdleCheck();
   }
 
+  /** @internal The read gate stops reading this connection; the peer is kept from timing out meanwhile. */
+  pauseReading(): void {
+    if (this.state !== "open") return;
+    this.readPaused = true;
+    this.socket.pause();
+  }
+
+  /** @internal The read gate lets this connection read again. */
+  resumeReading(): void {
+    if (!this.readPaused) return;
+    this.readPaused = false;
+    if (this.state !== "open") return;
+    // Its heartbeats waited unread in the socket: the pause was this node's, not the peer's silence.
+    this.lastReceivedMs = this.context.scheduler.now();
+    this.socket.resume();
+  }
+
   /**
    * Inbound side: the peer's association sends a heartbeat every interval, so a connection without a whole frame for
    * the heartbeat timeout (a silent peer, or one that sent half a frame and stalled) is closed and counted in
@@ -333,6 +360,13 @@ export class Connection {
     this.timer = scheduler.scheduleOnce(idleCheckMs, () => {
       this.timer = null;
       if (this.state !== "open") return;
+      if (this.readPaused) {
+        // This node is not reading the peer's heartbeats, so it does not answer them: a reply unasked keeps the
+        // peer's association from timing out while the backlog drains.
+        this.writer.writeFrame(keepAliveFrame);
+        this.armIdleCheck();
+        return;
+      }
       if (scheduler.now() - this.lastReceivedMs <= idleTimeoutMs) {
         this.armIdleCheck();
         return;
@@ -342,7 +376,7 @@ export class Connection {
       this.timer = scheduler.scheduleOnce(0, () => {
         this.timer = null;
         if (this.state !== "open") return;
-        if (scheduler.now() - this.lastReceivedMs <= idleTimeoutMs) {
+        if (this.readPaused || scheduler.now() - this.lastReceivedMs <= idleTimeoutMs) {
           this.armIdleCheck();
           return;
         }

@@ -18,6 +18,7 @@ import { HandshakeError, RemotingNotEnabledError } from "./errors.ts";
 import { FrameWriter } from "./frame-writer.ts";
 import { InboundLimits } from "./inbound-limits.ts";
 import { MessageRegistry } from "./message-registry.ts";
+import { ReadGate } from "./read-gate.ts";
 import { ReceivePath } from "./receive-path.ts";
 import { RemoteActorRef } from "./remote-actor-ref.ts";
 import { RemoteWatches } from "./remote-watches.ts";
@@ -118,6 +119,7 @@ export class Remoting implements Extension {
   private readonly watches = new RemoteWatches();
   private stopped = false;
   private readonly limits: InboundLimits;
+  private readonly readGate: ReadGate;
   private limitLogged = false;
   private peerAuthorizer: PeerAuthorizer | null = null;
   private readonly host: AssociationHost;
@@ -134,6 +136,12 @@ export class Remoting implements Extension {
   ) {
     this.settings = settings;
     this.limits = new InboundLimits(settings);
+    this.readGate = new ReadGate(
+      () => system.inboundBacklog,
+      settings.maxInboundBacklog,
+      system.scheduler,
+      this.stats_,
+    );
     this.registry = registry;
     const selfUid = randomBytes(8).toString("hex");
     this.selfAddress = new UniqueAddress(Address.tcp(system.name, settings.host, port), selfUid);
@@ -147,6 +155,7 @@ export class Remoting implements Extension {
       idleCheckMs: settings.heartbeatIntervalMs,
       scheduler: system.scheduler,
       stats: this.stats_,
+      readGate: this.readGate,
       warn: (context, message) => log.warn({ node: this.selfAddress.toString(), ...context }, message),
     };
     const systemMessages = new SystemMessages(this, selfUid, this.watches);
@@ -208,8 +217,10 @@ export class Remoting implements Extension {
     });
     server.on(settings.tls === null ? "connection" : "secureConnection", onSocket);
     // TLS errors before the handshake (bad certificate) would otherwise be unhandled.
-    server.on("tlsClientError", () => {
+    server.on("tlsClientError", (_error: Error, socket: Socket) => {
       if (remoting !== null) remoting.stats_.handshakesFailed++;
+      // With a listener, Node leaves the socket open (a handshake timeout, for one): close it here.
+      socket.destroy();
     });
     server.on("error", (error) => system.log.warn({ error }, "remoting listener error"));
     await new Promise<void>((resolve, reject) => {
@@ -402,6 +413,7 @@ export class Remoting implements Extension {
     if (this.stopped) return;
     this.stopped = true;
     this.sendPath.stopped = true;
+    this.readGate.stop();
     for (const association of this.associations.values()) association.stop();
     for (const connection of this.inbound) connection.shutdown();
     await new Promise<void>((resolve) => this.server.close(() => resolve()));
@@ -469,6 +481,7 @@ export class Remoting implements Extension {
       frames: (connection, frames, from) => receivePath.onFrames(connection, frames, from),
       closed: (connection) => {
         this.inbound.delete(connection);
+        this.readGate.forget(connection);
       },
     };
     const connection = new Connection(

@@ -1,5 +1,9 @@
 import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { connect, type Socket } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { test } from "node:test";
 import { InboundLimits } from "../../src/remote/inbound-limits.ts";
 import { resolveRemotingSettings } from "../../src/remote/settings.ts";
@@ -174,15 +178,14 @@ test("after the handshake, a silent peer and a peer that sent half a frame are c
     raws.push(silent, half);
     // A frame announced as 100 bytes, of which 10 arrive; then the bytes trickle on but the frame never completes.
     half.socket.write(Buffer.from([0, 0, 0, 100, 1, 2, 3, 4, 5, 6]));
-    const trickle = setInterval(() => half.socket.write(Buffer.from([7])), 20);
-    try {
-      await eventually(() => silent.isClosed() && half.isClosed(), {
-        what: "both idle connections closed",
-        describe: () => node.remoting.stats,
-      });
-    } finally {
-      clearInterval(trickle);
-    }
+    // Each poll trickles one more byte of it: bytes keep coming, yet no frame completes.
+    await eventually(
+      () => {
+        if (!half.isClosed()) half.socket.write(Buffer.from([7]));
+        return silent.isClosed() && half.isClosed();
+      },
+      { what: "both idle connections closed", describe: () => node.remoting.stats },
+    );
     assert.equal(node.remoting.stats.idleTimeouts, 2);
     // The real peer's association heartbeats: its inbound connection at the node survived the same timeouts.
     assert.equal((await echo.ask(new Ping(2), Pong, 3000)).n, 2);
@@ -191,5 +194,57 @@ test("after the handshake, a silent peer and a peer that sent half a frame are c
   } finally {
     for (const raw of raws) raw.socket.destroy();
     await Promise.all([peer.system.terminate(), node.system.terminate()]);
+  }
+});
+
+/** A throwaway self-signed key and certificate (enough to listen with TLS), or null without openssl. */
+function selfSigned(): { key: Buffer; cert: Buffer } | null {
+  const dir = mkdtempSync(join(tmpdir(), "movie-limits-"));
+  try {
+    execFileSync(
+      "openssl",
+      [
+        ...["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"],
+        ...["-keyout", "node.key", "-out", "node.crt", "-days", "1", "-subj", "/CN=127.0.0.1"],
+      ],
+      { cwd: dir, stdio: "ignore" },
+    );
+    return { key: readFileSync(join(dir, "node.key")), cert: readFileSync(join(dir, "node.crt")) };
+  } catch {
+    return null;
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+const tls = selfSigned();
+
+test("with TLS, sockets still in the TLS handshake count as unauthenticated and time out after handshakeTimeout", {
+  skip: tls === null,
+}, async () => {
+  const node = await startNode("limits-tls", { tls: tls!, maxUnauthenticatedPerIp: 1, handshakeTimeout: 300 });
+  const sockets: Socket[] = [];
+  try {
+    // Plain TCP to a TLS listener, never starting TLS: a stalled handshake.
+    const first = await tcp(node, "127.0.0.7");
+    const second = await tcp(node, "127.0.0.7");
+    sockets.push(first.socket, second.socket);
+    await eventually(() => second.closed(), { what: "the second stalled socket from 127.0.0.7 refused" });
+    assert.equal(node.remoting.stats.rejected.connectionLimit, 1);
+    // Node's TLS default would hold it for 120 s; handshakeTimeout applies.
+    await eventually(() => first.closed(), { what: "the stalled TLS handshake timed out", timeoutMs: 5000 });
+    // Its slot is free again.
+    await eventually(
+      async () => {
+        const next = await tcp(node, "127.0.0.7");
+        sockets.push(next.socket);
+        await new Promise((resolve) => setImmediate(resolve));
+        return !next.closed() && node.remoting.stats.rejected.connectionLimit <= 2;
+      },
+      { what: "a new socket from 127.0.0.7 admitted", describe: () => node.remoting.stats.rejected },
+    );
+  } finally {
+    for (const socket of sockets) socket.destroy();
+    await node.system.terminate();
   }
 });

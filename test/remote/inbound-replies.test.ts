@@ -130,3 +130,29 @@ test("shutdown: bytes a peer did not read within the grace are counted as droppe
     await node.system.terminate();
   }
 });
+
+test("ask replies over the connection of a peer that does not read stop at maxBufferedBytes (dropped and counted)", async () => {
+  const maxBufferedBytes = 1024 * 1024;
+  const node = await startNode("replies-ask", { maxBufferedBytes, maxFrameBytes: 256 * 1024 });
+  node.system.spawn(new BigReplies(), "big");
+  let raw: RawPeer | null = null;
+  try {
+    raw = await rawPeer(node, { handshake: true, port: 24 });
+    raw.socket.pause();
+    // 400 asks whose 60 kB replies (24 MB) the peer never reads.
+    raw.socket.write(Buffer.concat(Array.from({ length: 400 }, (_, n) => pingFrom(raw!, "/user/big", n))));
+    let mostBuffered = 0;
+    await eventually(
+      () => {
+        mostBuffered = Math.max(mostBuffered, node.remoting.peerInfo("127.0.0.1:24")?.bufferedBytes ?? 0);
+        return node.remoting.stats.droppedOverflow > 0 && node.remoting.stats.delivered === 400;
+      },
+      { what: "replies past the bound dropped", describe: () => node.remoting.stats },
+    );
+    // Checked before each reply: one reply past the bound at most.
+    assert.ok(mostBuffered <= maxBufferedBytes + 64 * 1024, `the node buffered ${mostBuffered} bytes for the peer`);
+  } finally {
+    raw?.socket.destroy();
+    await node.system.terminate();
+  }
+});
