@@ -64,6 +64,8 @@ const authorizedStatuses = new Set<MemberStatus>(["Joining", "Up", "Leaving", "E
  */
 interface PeerAuthorizerHost {
   setPeerAuthorizer?(authorizer: ((peer: UniqueAddress) => boolean) | null): void;
+  /** Lets remoting admit a successor uid on the same host:port (membership declared this incarnation gone). */
+  markIncarnationGone?(peer: UniqueAddress): void;
 }
 
 /**
@@ -459,15 +461,11 @@ export class Cluster implements Extension {
     peers.delete(this.selfAddress.toString());
     this.authorizedPeers = peers;
     for (const event of events) {
-      const downed =
-        event.type === "MemberDowned" ||
-        (event.type === "MemberRemoved" && event.previousStatus !== "Exiting" && event.previousStatus !== "Down");
-      if (downed && !event.member.uniqueAddress.equals(this.selfAddress)) {
-        // A downed incarnation is gone for good: close its associations so nothing from it is trusted again; the
-        // leader first finishes telling it so (downNotice), over the association it still has.
-        const key = memberKey(event.member);
-        if (this.state.downNotice.has(key)) this.quarantineLater.set(key, event.member.uniqueAddress);
-        else this.remoting.quarantine(event.member.uniqueAddress);
+      if (
+        (event.type === "MemberDowned" || event.type === "MemberRemoved") &&
+        !event.member.uniqueAddress.equals(this.selfAddress)
+      ) {
+        this.retire(event.member, event.type === "MemberDowned" ? "Down" : event.previousStatus);
       }
       for (const listener of this.listeners) this.deliver(listener, event);
     }
@@ -478,6 +476,23 @@ export class Cluster implements Extension {
         waiter.resolve();
       }
     }
+  }
+
+  /**
+   * Another member became Down or Removed (`from` is the status it had before Removed, or "Down"). That is the only
+   * thing that retires an incarnation in remoting: its successor on the same host:port may then be admitted even
+   * while the old process is still connected (incarnation-gone). A downed one (not a graceful Exiting → Removed) is
+   * also quarantined so nothing from it is trusted again; the leader first finishes telling it (downNotice), over
+   * the association it still has.
+   */
+  private retire(member: Member, from: MemberStatus): void {
+    const peer = member.uniqueAddress;
+    (this.remoting as Remoting & PeerAuthorizerHost).markIncarnationGone?.(peer);
+    // A graceful departure (Leaving/Exiting → Removed) is not quarantined: the leaver still gets its final gossip.
+    if (from === "Leaving" || from === "Exiting" || (from === "Down" && member.status === "Removed")) return;
+    const key = memberKey(member);
+    if (this.state.downNotice.has(key)) this.quarantineLater.set(key, peer);
+    else this.remoting.quarantine(peer);
   }
 
   private deliver(listener: (event: ClusterEvent) => void, event: ClusterEvent): void {
