@@ -254,6 +254,11 @@ export class Cluster implements Extension {
     } catch (error) {
       return Promise.reject(error);
     }
+    if (this.downed) {
+      return Promise.reject(
+        new ClusterConfigurationError("leave", "this node was downed and is out of the cluster; restart it to rejoin"),
+      );
+    }
     const key = target.toString();
     const removed = (_: ClusterSnapshot, state: MembershipState) => state.members.get(key)?.status === "Removed";
     if (removed(this.current, this.state)) return Promise.resolve();
@@ -263,12 +268,13 @@ export class Cluster implements Extension {
 
   /**
    * Marks `address` Down through the leader (here when this node leads, else sent to the leader), which then removes
-   * it; works when the target is unreachable. Returns false for this node itself or a member that is not known.
+   * it; works when the target is unreachable. Returns false for this node itself, a member that is not known, or
+   * when this node was downed itself.
    * @throws ClusterConfigurationError when this node is not the leader and remoting has no shared secret (REFERENCE §6)
    */
   down(address: UniqueAddress | string): boolean {
     const target = typeof address === "string" ? UniqueAddress.parse(address) : address;
-    if (target.equals(this.selfAddress)) return false;
+    if (target.equals(this.selfAddress) || this.downed) return false;
     if (!this.isLeader && !this.secretConfigured) {
       throw new ClusterConfigurationError(
         "down",

@@ -8,7 +8,7 @@ import {
   recordAck,
   unreachableKeys,
 } from "./failure-detector.ts";
-import { decideGossip, type GossipRejection } from "./gossip/authorize.ts";
+import { admitsGossipFrom, decideGossip, type GossipRejection } from "./gossip/authorize.ts";
 import { membershipDigest } from "./gossip/digest.ts";
 import { type MemberMap, mergeMembers } from "./gossip/merge.ts";
 import { leaderActions } from "./leader-actions.ts";
@@ -595,7 +595,10 @@ function receiveGossip(
   effects.push({ kind: "count", stat: "gossipReceived" });
   let next = state;
   if (selfMember(state).status !== "Removed") {
-    const decision = decideGossip(state.members, membersOf(message), from, leaderOfState(state), seeds, maxMembers);
+    // Admission first, so a stranger's records are never even looked at.
+    const decision = admitsGossipFrom(state.members, from, seeds)
+      ? decideGossip(state.members, membersOf(message), from, leaderOfState(state), seeds, maxMembers)
+      : ({ kind: "refused", reason: "nonMember" } as const);
     if (decision.kind === "refused") {
       effects.push({
         kind: "gossip-rejected",

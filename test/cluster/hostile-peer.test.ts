@@ -156,6 +156,19 @@ test("join for another address, leave of another member and down from a non-memb
         new ClusterLeave("movie-cluster", b.cluster.selfAddress.toString(), cAddress),
         b.system.actorSelection(`${b.system.address}/system/cluster`),
       );
+    // A member that is not the leader gossips a phantom (authored by itself) and a Down of c: both refused.
+    const bKey = b.cluster.selfAddress.toString();
+    const phantom = up(`movie.tcp://movie@127.0.0.1:9#${b.cluster.selfAddress.uid}`, b.cluster.selfAddress.uid);
+    const downOfC = { ...up(cAddress, b.cluster.selfAddress.uid), status: "Down" as const, revision: 99 };
+    b.system
+      .actorSelection(`${leader.system.address}/system/cluster`)
+      .tell(
+        new ClusterGossip("movie-cluster", bKey, leader.cluster.selfAddress.toString(), 1, "0".repeat(64), [
+          phantom,
+          downOfC,
+        ]),
+        b.system.actorSelection(`${b.system.address}/system/cluster`),
+      );
     // A down request sent to a node that is not the leader.
     attacker.sendTo(b, new ClusterDown("movie-cluster", attacker.self.toString(), cAddress));
     await eventually(
@@ -166,6 +179,8 @@ test("join for another address, leave of another member and down from a non-memb
           s.leaveRequestsRejected >= before.leaveRequestsRejected + 2 &&
           s.downRequestsRejected >= before.downRequestsRejected + 1 &&
           s.requestsFromNonMembersRejected >= 2 &&
+          s.gossipRejected.phantom >= 1 &&
+          s.gossipRejected.notLeader >= 1 &&
           b.cluster.stats.downRequestsRejected >= 1
         );
       },
