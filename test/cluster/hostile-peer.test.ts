@@ -18,6 +18,7 @@ import { DeliverOrder, GetOrder, OrderBehavior, OrderCommand, OrderReply } from 
 import {
   describeNodes,
   planSettled,
+  recordingLogger,
   settled,
   startShardingNodes,
   terminateAll,
@@ -59,7 +60,8 @@ const up = (address: string, changedBy: string, upNumber = 1): MemberJSON => ({
 });
 
 test("gossip from a non-member adds no member, gets no answer and dials nothing; sharding still routes", async () => {
-  const nodes = await startShardingNodes(3);
+  const logger = recordingLogger();
+  const nodes = await startShardingNodes(3, [], logger);
   const attacker = await startAttacker();
   try {
     for (const n of nodes) n.sharding.init("Order", OrderCommand, { shardCount: 16 }, (id) => new OrderBehavior(id));
@@ -85,7 +87,8 @@ test("gossip from a non-member adds no member, gets no answer and dials nothing;
         "0".repeat(64),
         records,
       );
-      attacker.sendTo(target, gossip);
+      // Three times: counted three times, logged once per node (once per sender and reason).
+      for (let i = 0; i < 3; i++) attacker.sendTo(target, gossip);
       // Probes of the failure detector from a non-member are not answered either.
       attacker.sendTo(
         target,
@@ -95,13 +98,18 @@ test("gossip from a non-member adds no member, gets no answer and dials nothing;
     await eventually(
       () =>
         nodes.every(
-          (n) => n.cluster.stats.gossipRejected.nonMember >= 1 && n.cluster.stats.nonMemberMessagesDropped >= 1,
+          (n) => n.cluster.stats.gossipRejected.nonMember >= 3 && n.cluster.stats.nonMemberMessagesDropped >= 1,
         ),
       {
         what: "every node refused the gossip and the heartbeat",
         describe: () => nodes.map((n) => ({ members: n.cluster.snapshot().members.length, stats: n.cluster.stats })),
       },
     );
+    const refusals = logger.warnings.filter(
+      (w) => "category" in w.context && w.context.category === "gossip.nonMember" && "from" in w.context,
+    );
+    assert.equal(refusals.length, 3, "one warning per node for the same sender and reason");
+    assert.ok(refusals.every((w) => (w.context as { from: string }).from === attacker.self.toString()));
     for (const n of nodes) {
       const members = n.cluster.snapshot().members.map((m) => m.uniqueAddress.toString());
       assert.equal(members.length, 3, `no phantom member on ${n.port}: ${members.join(", ")}`);
