@@ -237,8 +237,8 @@ export class Cluster implements Extension {
    * Leaves gracefully: asks the leader to mark `address` (default this node) Leaving, repeating the request every
    * gossip round, and resolves once that member is Removed in this node's view. Only the leader can make another
    * node leave (a leave request names its sender, REFERENCE §6).
-   * @throws ClusterConfigurationError (rejects) for another node when this one is not the leader; ClusterAwaitTimeoutError after
-   * `timeoutMs` (default `leaveTimeout`, 60,000 ms)
+   * @throws ClusterConfigurationError (rejects) for another node when this one is not the leader, or once this node
+   * was downed; ClusterAwaitTimeoutError after `timeoutMs` (default `leaveTimeout`, 60,000 ms)
    */
   leave(address: UniqueAddress | string = this.selfAddress, timeoutMs = this.settings.leaveTimeoutMs): Promise<void> {
     let target: UniqueAddress;
