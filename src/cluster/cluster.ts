@@ -64,6 +64,8 @@ const authorizedStatuses = new Set<MemberStatus>(["Joining", "Up", "Leaving", "E
  */
 interface PeerAuthorizerHost {
   setPeerAuthorizer?(authorizer: ((peer: UniqueAddress) => boolean) | null): void;
+  /** Lets remoting admit a successor uid on the same host:port (membership declared this incarnation gone). */
+  markIncarnationGone?(peer: UniqueAddress): void;
 }
 
 /**
@@ -235,8 +237,8 @@ export class Cluster implements Extension {
    * Leaves gracefully: asks the leader to mark `address` (default this node) Leaving, repeating the request every
    * gossip round, and resolves once that member is Removed in this node's view. Only the leader can make another
    * node leave (a leave request names its sender, REFERENCE §6).
-   * @throws ClusterConfigurationError (rejects) for another node when this one is not the leader; ClusterAwaitTimeoutError after
-   * `timeoutMs` (default `leaveTimeout`, 60,000 ms)
+   * @throws ClusterConfigurationError (rejects) for another node when this one is not the leader, or once this node
+   * was downed; ClusterAwaitTimeoutError after `timeoutMs` (default `leaveTimeout`, 60,000 ms)
    */
   leave(address: UniqueAddress | string = this.selfAddress, timeoutMs = this.settings.leaveTimeoutMs): Promise<void> {
     let target: UniqueAddress;
@@ -252,6 +254,11 @@ export class Cluster implements Extension {
     } catch (error) {
       return Promise.reject(error);
     }
+    if (this.downed) {
+      return Promise.reject(
+        new ClusterConfigurationError("leave", "this node was downed and is out of the cluster; restart it to rejoin"),
+      );
+    }
     const key = target.toString();
     const removed = (_: ClusterSnapshot, state: MembershipState) => state.members.get(key)?.status === "Removed";
     if (removed(this.current, this.state)) return Promise.resolve();
@@ -261,12 +268,13 @@ export class Cluster implements Extension {
 
   /**
    * Marks `address` Down through the leader (here when this node leads, else sent to the leader), which then removes
-   * it; works when the target is unreachable. Returns false for this node itself or a member that is not known.
+   * it; works when the target is unreachable. Returns false for this node itself, a member that is not known, or
+   * when this node was downed itself.
    * @throws ClusterConfigurationError when this node is not the leader and remoting has no shared secret (REFERENCE §6)
    */
   down(address: UniqueAddress | string): boolean {
     const target = typeof address === "string" ? UniqueAddress.parse(address) : address;
-    if (target.equals(this.selfAddress)) return false;
+    if (target.equals(this.selfAddress) || this.downed) return false;
     if (!this.isLeader && !this.secretConfigured) {
       throw new ClusterConfigurationError(
         "down",
@@ -459,15 +467,11 @@ export class Cluster implements Extension {
     peers.delete(this.selfAddress.toString());
     this.authorizedPeers = peers;
     for (const event of events) {
-      const downed =
-        event.type === "MemberDowned" ||
-        (event.type === "MemberRemoved" && event.previousStatus !== "Exiting" && event.previousStatus !== "Down");
-      if (downed && !event.member.uniqueAddress.equals(this.selfAddress)) {
-        // A downed incarnation is gone for good: close its associations so nothing from it is trusted again; the
-        // leader first finishes telling it so (downNotice), over the association it still has.
-        const key = memberKey(event.member);
-        if (this.state.downNotice.has(key)) this.quarantineLater.set(key, event.member.uniqueAddress);
-        else this.remoting.quarantine(event.member.uniqueAddress);
+      if (
+        (event.type === "MemberDowned" || event.type === "MemberRemoved") &&
+        !event.member.uniqueAddress.equals(this.selfAddress)
+      ) {
+        this.retire(event.member, event.type === "MemberDowned" ? "Down" : event.previousStatus);
       }
       if (event.type === "MemberRemoved" && !event.member.uniqueAddress.equals(this.selfAddress)) {
         // A removed incarnation may still be connected while it shuts down: its successor on the same host:port
@@ -483,6 +487,23 @@ export class Cluster implements Extension {
         waiter.resolve();
       }
     }
+  }
+
+  /**
+   * Another member became Down or Removed (`from` is the status it had before Removed, or "Down"). That is the only
+   * thing that retires an incarnation in remoting: its successor on the same host:port may then be admitted even
+   * while the old process is still connected (incarnation-gone). A downed one (not a graceful Exiting → Removed) is
+   * also quarantined so nothing from it is trusted again; the leader first finishes telling it (downNotice), over
+   * the association it still has.
+   */
+  private retire(member: Member, from: MemberStatus): void {
+    const peer = member.uniqueAddress;
+    (this.remoting as Remoting & PeerAuthorizerHost).markIncarnationGone?.(peer);
+    // A graceful departure (Leaving/Exiting → Removed) is not quarantined: the leaver still gets its final gossip.
+    if (from === "Leaving" || from === "Exiting" || (from === "Down" && member.status === "Removed")) return;
+    const key = memberKey(member);
+    if (this.state.downNotice.has(key)) this.quarantineLater.set(key, peer);
+    else this.remoting.quarantine(peer);
   }
 
   private deliver(listener: (event: ClusterEvent) => void, event: ClusterEvent): void {

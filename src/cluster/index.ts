@@ -33,6 +33,7 @@ export {
 } from "./member.ts";
 export {
   authenticate,
+  type DownNotice,
   downNoticeRounds,
   initialMembership,
   type MembershipConfig,

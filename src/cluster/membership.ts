@@ -8,7 +8,7 @@ import {
   recordAck,
   unreachableKeys,
 } from "./failure-detector.ts";
-import { decideGossip, type GossipRejection } from "./gossip/authorize.ts";
+import { admitsGossipFrom, decideGossip, type GossipRejection } from "./gossip/authorize.ts";
 import { membershipDigest } from "./gossip/digest.ts";
 import { type MemberMap, mergeMembers } from "./gossip/merge.ts";
 import { leaderActions } from "./leader-actions.ts";
@@ -70,7 +70,15 @@ export interface MembershipState {
    * every round, until it acknowledges a round sent after the down or {@link downNoticeRounds} rounds have passed,
    * so a downed node learns it is out (and stops its entities) instead of serving on unaware.
    */
-  readonly downNotice: ReadonlyMap<string, { readonly sinceRound: number; readonly roundsLeft: number }>;
+  readonly downNotice: ReadonlyMap<string, DownNotice>;
+}
+
+/** One downed member still being told (see {@link MembershipState.downNotice}). */
+export interface DownNotice {
+  /** The gossip round of the down: an ack of a later round means the member has seen it. */
+  readonly sinceRound: number;
+  /** Gossip rounds left before the leader gives up telling it. */
+  readonly roundsLeft: number;
 }
 
 /** How many gossip rounds a downed member is told it is Down before the leader gives up on it (it may be dead). */
@@ -329,16 +337,15 @@ function gossipTick(state: MembershipState, effects: MembershipEffect[], nowMs: 
     }
   }
   let downNotice = state.downNotice;
-  for (const [key, notice] of state.downNotice) {
-    const m = state.members.get(key);
-    if (m === undefined || notice.roundsLeft <= 0) {
-      if (downNotice === state.downNotice) downNotice = new Map(downNotice);
-      (downNotice as Map<string, unknown>).delete(key);
-    } else if (!targets.includes(m)) {
-      targets.push(m);
-      if (downNotice === state.downNotice) downNotice = new Map(downNotice);
-      (downNotice as Map<string, unknown>).set(key, { ...notice, roundsLeft: notice.roundsLeft - 1 });
+  if (downNotice.size > 0) {
+    const remaining = new Map<string, DownNotice>();
+    for (const [key, notice] of state.downNotice) {
+      const m = state.members.get(key);
+      if (m === undefined || notice.roundsLeft <= 0) continue;
+      if (!targets.includes(m)) targets.push(m);
+      remaining.set(key, { ...notice, roundsLeft: notice.roundsLeft - 1 });
     }
+    downNotice = remaining;
   }
   next = { ...next, farewell, downNotice };
   if (targets.length > 0) {
@@ -443,8 +450,7 @@ function receive(
     effects.push({ kind: "count", stat: "nonMemberMessagesDropped" });
     effects.push({
       kind: "reject",
-      reason: `${message.constructor.name} from ${from}, which is not a member here; dropped unanswered`,
-      // (constructor.name is one of this module's class names, never peer input)
+      reason: `${probeName(message)} from ${from}, which is not a member here; dropped unanswered`,
       from,
       category: "nonMember",
     });
@@ -480,6 +486,11 @@ function receive(
   }
   if (message instanceof ClusterLeave) return receiveLeave(state, from, message, effects, nowMs);
   return receiveDown(state, from, message, effects, nowMs);
+}
+
+function probeName(message: ClusterMessage): string {
+  if (message instanceof ClusterGossipAck) return "gossip ack";
+  return message instanceof ClusterHeartbeat ? "heartbeat" : "heartbeat ack";
 }
 
 function isLeader(state: MembershipState): boolean {
@@ -595,7 +606,10 @@ function receiveGossip(
   effects.push({ kind: "count", stat: "gossipReceived" });
   let next = state;
   if (selfMember(state).status !== "Removed") {
-    const decision = decideGossip(state.members, membersOf(message), from, leaderOfState(state), seeds, maxMembers);
+    // Admission first, so a stranger's records are never even looked at.
+    const decision = admitsGossipFrom(state.members, from, seeds)
+      ? decideGossip(state.members, membersOf(message), from, leaderOfState(state), seeds, maxMembers)
+      : ({ kind: "refused", reason: "nonMember" } as const);
     if (decision.kind === "refused") {
       effects.push({
         kind: "gossip-rejected",
@@ -621,7 +635,7 @@ function receiveGossip(
           reason,
           from,
           count,
-          detail: `${count} record(s) refused, e.g. ${example.uniqueAddress} ${example.status} by ${example.changedBy}`,
+          detail: `${count} record(s) refused, e.g. ${example.status} record of ${example.uniqueAddress}`,
         });
       }
       if (decision.changed.length > 0) {

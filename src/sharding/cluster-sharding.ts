@@ -137,7 +137,9 @@ export class ClusterSharding implements Extension {
         { node: this.self.toString(), status: status ?? "Removed", localEntities: this.localEntityCount },
         "this node was downed: sharding stops every local entity and no longer serves",
       );
-      void this.stop();
+      this.stop().catch((error: unknown) => {
+        this.system.log.warn({ error }, "sharding failed to stop after this node was downed");
+      });
       return;
     }
     this.plans.onMembershipChange();

@@ -18,6 +18,7 @@ import { DeliverOrder, GetOrder, OrderBehavior, OrderCommand, OrderReply } from 
 import {
   describeNodes,
   planSettled,
+  recordingLogger,
   settled,
   startShardingNodes,
   terminateAll,
@@ -59,7 +60,8 @@ const up = (address: string, changedBy: string, upNumber = 1): MemberJSON => ({
 });
 
 test("gossip from a non-member adds no member, gets no answer and dials nothing; sharding still routes", async () => {
-  const nodes = await startShardingNodes(3);
+  const logger = recordingLogger();
+  const nodes = await startShardingNodes(3, [], logger);
   const attacker = await startAttacker();
   try {
     for (const n of nodes) n.sharding.init("Order", OrderCommand, { shardCount: 16 }, (id) => new OrderBehavior(id));
@@ -85,7 +87,8 @@ test("gossip from a non-member adds no member, gets no answer and dials nothing;
         "0".repeat(64),
         records,
       );
-      attacker.sendTo(target, gossip);
+      // Three times: counted three times, logged once per node (once per sender and reason).
+      for (let i = 0; i < 3; i++) attacker.sendTo(target, gossip);
       // Probes of the failure detector from a non-member are not answered either.
       attacker.sendTo(
         target,
@@ -95,13 +98,18 @@ test("gossip from a non-member adds no member, gets no answer and dials nothing;
     await eventually(
       () =>
         nodes.every(
-          (n) => n.cluster.stats.gossipRejected.nonMember >= 1 && n.cluster.stats.nonMemberMessagesDropped >= 1,
+          (n) => n.cluster.stats.gossipRejected.nonMember >= 3 && n.cluster.stats.nonMemberMessagesDropped >= 1,
         ),
       {
         what: "every node refused the gossip and the heartbeat",
         describe: () => nodes.map((n) => ({ members: n.cluster.snapshot().members.length, stats: n.cluster.stats })),
       },
     );
+    const refusals = logger.warnings.filter(
+      (w) => "category" in w.context && w.context.category === "gossip.nonMember" && "from" in w.context,
+    );
+    assert.equal(refusals.length, 3, "one warning per node for the same sender and reason");
+    assert.ok(refusals.every((w) => (w.context as { from: string }).from === attacker.self.toString()));
     for (const n of nodes) {
       const members = n.cluster.snapshot().members.map((m) => m.uniqueAddress.toString());
       assert.equal(members.length, 3, `no phantom member on ${n.port}: ${members.join(", ")}`);
@@ -156,6 +164,19 @@ test("join for another address, leave of another member and down from a non-memb
         new ClusterLeave("movie-cluster", b.cluster.selfAddress.toString(), cAddress),
         b.system.actorSelection(`${b.system.address}/system/cluster`),
       );
+    // A member that is not the leader gossips a phantom (authored by itself) and a Down of c: both refused.
+    const bKey = b.cluster.selfAddress.toString();
+    const phantom = up(`movie.tcp://movie@127.0.0.1:9#${b.cluster.selfAddress.uid}`, b.cluster.selfAddress.uid);
+    const downOfC = { ...up(cAddress, b.cluster.selfAddress.uid), status: "Down" as const, revision: 99 };
+    b.system
+      .actorSelection(`${leader.system.address}/system/cluster`)
+      .tell(
+        new ClusterGossip("movie-cluster", bKey, leader.cluster.selfAddress.toString(), 1, "0".repeat(64), [
+          phantom,
+          downOfC,
+        ]),
+        b.system.actorSelection(`${b.system.address}/system/cluster`),
+      );
     // A down request sent to a node that is not the leader.
     attacker.sendTo(b, new ClusterDown("movie-cluster", attacker.self.toString(), cAddress));
     await eventually(
@@ -166,6 +187,8 @@ test("join for another address, leave of another member and down from a non-memb
           s.leaveRequestsRejected >= before.leaveRequestsRejected + 2 &&
           s.downRequestsRejected >= before.downRequestsRejected + 1 &&
           s.requestsFromNonMembersRejected >= 2 &&
+          s.gossipRejected.phantom >= 1 &&
+          s.gossipRejected.notLeader >= 1 &&
           b.cluster.stats.downRequestsRejected >= 1
         );
       },

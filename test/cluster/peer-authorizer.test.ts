@@ -15,16 +15,18 @@ async function start(seedPort: number | null, onDowned: "leave" | "terminate" = 
   const remoting = await system.enableRemoting({ host: "127.0.0.1", port: 0 });
   const installed: Authorizer[] = [];
   Object.defineProperty(remoting, "setPeerAuthorizer", { value: (a: Authorizer) => installed.push(a) });
+  const gone: string[] = [];
+  Object.defineProperty(remoting, "markIncarnationGone", { value: (p: UniqueAddress) => gone.push(p.toString()) });
   const port = remoting.selfAddress.address.port!;
   const cluster: Cluster = await system.enableCluster({
     ...fastSettings,
     seedNodes: [`127.0.0.1:${seedPort ?? port}`],
     onDowned,
   });
-  return { system, cluster, installed, port };
+  return { system, cluster, installed, gone, port };
 }
 
-test("members (not Down or Removed) are authorized peers; strangers and a downed incarnation are not", async () => {
+test("members (not Down or Removed) are authorized peers; a downed incarnation is not, and is marked gone", async () => {
   const a = await start(null);
   const [b, c] = await Promise.all([start(a.port), start(a.port)]);
   const nodes = [a, b, c];
@@ -49,6 +51,10 @@ test("members (not Down or Removed) are authorized peers; strangers and a downed
       what: "the victim de-authorized",
     });
     await eventually(() => victim.cluster.stats.selfDowned === 1, { what: "the victim learned it was downed" });
+    // Membership's Down is what lets remoting retire that incarnation (a successor uid may then take its host:port).
+    assert.ok(witness.gone.includes(victim.cluster.selfAddress.toString()), "marked gone on the witness");
+    assert.ok(leader.gone.includes(victim.cluster.selfAddress.toString()), "marked gone on the leader");
+    assert.ok(!witness.gone.includes(leader.cluster.selfAddress.toString()), "a live member never is");
     assert.equal(victim.installed.at(-1)!(witness.cluster.selfAddress), false, "a downed node trusts nobody");
     await leader.system.terminate();
     assert.equal(leader.installed.at(-1), null, "removed when the cluster stops");

@@ -93,9 +93,9 @@ export function authorizeGossip(
 
 /** The decision on one whole gossip message. */
 export type GossipDecision =
-  /** Refused whole (`nonMember` or `overCapacity`): nothing merged, nothing answered. */
+  /** Refused whole (`nonMember` or `overCapacity`): nothing merged; a non-member is not even answered. */
   | { readonly kind: "refused"; readonly reason: "nonMember" | "overCapacity" }
-  /** Accepted: `members` is the merged map (`local` itself when nothing changed); `rejected` are the refused records. */
+  /** Accepted: `members` is the merged map (`local` itself when nothing changed); `rejected`, the refused records. */
   | {
       readonly kind: "accepted";
       readonly members: MemberMap;
