@@ -113,7 +113,8 @@ export class ShardingSettings {
   /**
    * Validates `options` over the defaults.
    * @throws ClusterShardingConfigurationError naming the invalid field (shard count < 1, non-positive durations,
-   * renewal not below the lease duration, a strategy without a configuration key)
+   * renewal not below the lease duration, a strategy without a configuration key, an entity mailbox capacity outside
+   * 1..1,000,000)
    */
   static create(options: ShardingSettingsOptions = {}): ShardingSettings {
     if (options === null || typeof options !== "object") {

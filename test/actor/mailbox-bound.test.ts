@@ -149,3 +149,22 @@ test("mailbox capacities are validated", (t) => {
   assert.equal(system.findLocal(["user"])?.path.toString(), `movie://${system.name}/user`);
   system.spawn(Behaviors.ignore<unknown>(), "max", { mailboxCapacity: 1_000_000 });
 });
+
+test("an overflowing message with a hostile constructor key is refused cleanly, named by its prototype", async (t) => {
+  const { promise, open } = gate();
+  t.after(open);
+  const system = testSystem(t);
+  const seen: unknown[] = [];
+  const ref = system.spawn(holder(seen, promise), "hostile", { mailboxCapacity: 1 });
+  ref.tell("first");
+  await eventually(() => seen.length === 1);
+  ref.tell("queued");
+  // As a JSON payload decodes: own data properties named like the prototype's.
+  const hostile = JSON.parse('{"constructor":{"name":{"toString":1}},"__proto__":{"x":1}}') as object;
+  await assert.rejects(ref.ask(hostile, Pong, 5_000), (error: unknown) => {
+    assert.ok(error instanceof MailboxOverflowError);
+    assert.equal(error.messageType, "Object");
+    return true;
+  });
+  assert.equal(system.mailboxOverflowCount, 1);
+});

@@ -392,8 +392,10 @@ test("entityMailboxCapacity bounds persistent entities: past it an ask rejects M
       ref.ask(new GetTally(), TallyReply, 10_000),
     ];
     const overflows = node.system.mailboxOverflowCount;
+    const rejected = sharding.stats.rejectedEnvelopes;
     await assert.rejects(ref.ask(new AddPoints(1, "b-op-3"), TallyReply, 5_000), MailboxOverflowError);
     assert.equal(node.system.mailboxOverflowCount, overflows + 1);
+    assert.equal(sharding.stats.rejectedEnvelopes, rejected, "an overflow is not also a lease-barrier rejection");
     await blocker.query("COMMIT");
     assert.equal((await first).total, 1);
     assert.deepEqual(
