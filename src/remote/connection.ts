@@ -1,6 +1,7 @@
 import { randomBytes } from "node:crypto";
 import type { Socket } from "node:net";
 import type { Cancellable, Scheduler, UniqueAddress } from "../actor/index.ts";
+import { errorName, errorText } from "../actor/untrusted.ts";
 import { encodeControlFrame, FrameKind, readControlFrame } from "./envelope.ts";
 import { type EnvelopeDecodeError, FramingError, HandshakeError } from "./errors.ts";
 import { FrameDecoder } from "./frame.ts";
@@ -13,9 +14,10 @@ import {
   checkConfirm,
   type HandshakeIdentity,
   type Hello,
+  handshakeFrameBytesMax,
   makeHello,
 } from "./handshake.ts";
-import type { RemotingStats } from "./stats.ts";
+import { countInternalError, type RemotingStats } from "./stats.ts";
 
 /** What a connection tells its owner. */
 export interface ConnectionOwner {
@@ -44,7 +46,10 @@ export interface ConnectionContext {
 /**
  * One TCP (or TLS) socket, either direction: framing, the handshake, then frames for the owner. A framing error or a
  * failed handshake closes the socket (the stream cannot be trusted) and is counted; nothing before a completed
- * handshake ever reaches the owner's frame handler, so it never reaches an actor.
+ * handshake ever reaches the owner's frame handler, so it never reaches an actor. Until then frames are capped at
+ * `handshakeFrameBytesMax`. Every byte the peer sends is handled under one guard: an unexpected error anywhere below
+ * (a bug, or input a check missed) closes this connection and is counted in `rejected.internal`, never thrown out of
+ * the socket's listener (which would end the process).
  */
 export class Connection {
   private readonly decoder: FrameDecoder;
@@ -71,7 +76,7 @@ export class Connection {
     /** For a client: the system name the server must run. */
     private readonly expectedSystem: string | null,
   ) {
-    this.decoder = new FrameDecoder(context.maxFrameBytes);
+    this.decoder = new FrameDecoder(Math.min(handshakeFrameBytesMax, context.maxFrameBytes));
     this.lastReceivedMs = context.scheduler.now();
     socket.setNoDelay(true);
     this.timer = context.scheduler.scheduleOnce(context.handshakeTimeoutMs, () => {
@@ -126,7 +131,36 @@ export class Connection {
     this.owner.closed(this, opened);
   }
 
+  /** The guard around everything the peer's bytes cause (see the class comment). */
   private onData(chunk: Buffer): void {
+    try {
+      this.receive(chunk);
+    } catch (error) {
+      this.internalFailure(error);
+    }
+  }
+
+  /** Closes the connection after an unexpected error while handling its bytes; counts it, logs each kind once. */
+  private internalFailure(error: unknown): void {
+    try {
+      const name = errorName(error);
+      const count = countInternalError(this.context.stats, name);
+      if (count === 1) {
+        this.context.warn(
+          { peer: this.describePeer(), role: this.role, errorName: name, error: errorText(error) },
+          "closing a connection after an unexpected error while handling its input (counted in rejected.internal; later ones of this kind are only counted)",
+        );
+      }
+      const failure = new Error(`unexpected ${errorText(error)} while handling input`);
+      if (this.state === "open" || this.state === "closed") this.close(failure);
+      else this.failHandshake(new HandshakeError("malformed", failure.message));
+    } catch {
+      // The bookkeeping itself failed: still never let the error out of the socket's listener.
+      this.socket.destroy();
+    }
+  }
+
+  private receive(chunk: Buffer): void {
     if (this.state === "closed") return;
     const stats = this.context.stats;
     stats.bytesIn += chunk.length;
@@ -138,9 +172,20 @@ export class Connection {
       if (error instanceof FramingError) {
         if (error.frameBytes === 0) stats.rejected.framing++;
         else stats.rejected.oversize++;
-        this.context.warn({ peer: this.describePeer(), error }, "closing a connection after a framing error");
-        if (this.state !== "open") this.failHandshake(new HandshakeError("malformed", error.message));
-        else this.close(error);
+        if (this.state !== "open") {
+          if (error.frameBytes > 0) stats.handshakeOversize++;
+          this.failHandshake(
+            new HandshakeError(
+              "malformed",
+              error.frameBytes === 0
+                ? error.message
+                : `handshake frame of ${error.frameBytes} bytes exceeds ${error.maxFrameBytes}; closed before reading it`,
+            ),
+          );
+        } else {
+          this.context.warn({ peer: this.describePeer(), error }, "closing a connection after a framing error");
+          this.close(error);
+        }
         return;
       }
       throw error;
@@ -226,6 +271,10 @@ export class Connection {
     this.timer?.cancel();
     this.timer = null;
     this.state = "open";
+    // Traffic may use the full frame size. A peer sends none before its last handshake frame is answered (a client
+    // waits for accepted; a server writes on an inbound connection only in answer to traffic), so no honest frame
+    // shares a chunk with the handshake and was measured against the small cap.
+    this.decoder.maxFrameBytes = this.context.maxFrameBytes;
     this.context.stats.handshakesOk++;
     this.writer.attach(this.socket);
   }

@@ -6,6 +6,7 @@ import {
   ActorPath as Path,
   type UniqueAddress,
 } from "../actor/index.ts";
+import { describe } from "../actor/untrusted.ts";
 import type { Association } from "./association.ts";
 import type { PayloadCodec } from "./codec.ts";
 import type { Connection, ConnectionContext } from "./connection.ts";
@@ -98,6 +99,7 @@ export class ReceivePath {
           this.onCompressed(connection, peer, frame);
         else this.onFrame(connection, peer, frame);
       } catch (error) {
+        // Anything else is unexpected: the connection's guard closes the connection and counts it (connection.ts).
         if (!(error instanceof EnvelopeDecodeError)) throw error;
         this.rejectedInbound(peer, error);
       }
@@ -250,9 +252,10 @@ export class ReceivePath {
       return;
     }
     this.stats.delivered++;
-    recipient.failAsk?.(
-      new RemoteAskError(envelope.sender ?? "remote actor", payload.remoteClass, String(payload.message ?? "")),
-    );
+    // The message is the peer's text: a string as it is, anything else only named (never its own toString).
+    const message = payload.message;
+    const text = typeof message === "string" ? message : message === undefined ? "" : describe(message);
+    recipient.failAsk?.(new RemoteAskError(envelope.sender ?? "remote actor", payload.remoteClass, text));
   }
 
   private recipientRef(recipient: string): ActorRef<unknown> | null {
@@ -295,7 +298,7 @@ export class ReceivePath {
     try {
       parsed = Path.parse(path);
     } catch {
-      throw new EnvelopeDecodeError("undecodable", `bad sender path "${path}"`);
+      throw new EnvelopeDecodeError("undecodable", `bad sender path ${describe(path)}`);
     }
     if (this.system.isLocalAddress(parsed.address)) return this.system.actorSelection(parsed);
     const boundUid = uid ?? (parsed.address.equals(peer.address) ? peer.uid : null);

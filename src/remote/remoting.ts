@@ -204,7 +204,7 @@ export class Remoting implements Extension {
   /** A snapshot of the counters. */
   get stats(): RemotingStats {
     const s = this.stats_;
-    return { ...s, rejected: { ...s.rejected } };
+    return { ...s, rejected: { ...s.rejected }, internalErrors: { ...s.internalErrors } };
   }
 
   /**

@@ -1,5 +1,13 @@
 /** Why an inbound frame or envelope was rejected. */
-export type RejectReason = "framing" | "oversize" | "undecodable" | "unknownType" | "schemaInvalid" | "unexpected";
+export type RejectReason =
+  | "framing"
+  | "oversize"
+  | "undecodable"
+  | "unknownType"
+  | "schemaInvalid"
+  | "unexpected"
+  /** An unexpected error while handling a connection's bytes: the connection was closed (see `internalErrors`). */
+  | "internal";
 
 /** Counters of one node's remoting (a snapshot from `remoting.stats`). */
 export interface RemotingStats {
@@ -41,6 +49,13 @@ export interface RemotingStats {
   systemResent: number;
   systemDelivered: number;
   systemDuplicates: number;
+  /**
+   * `rejected.internal` by the error's `name` ("NonError" for a thrown non-Error; at most 32 names, the rest under
+   * "other"): what to report as a bug, since every expected refusal has its own counter.
+   */
+  internalErrors: Record<string, number>;
+  /** Handshake frames above `handshakeFrameBytesMax` (4 KiB): the connection was closed before buffering them. */
+  handshakeOversize: number;
 }
 
 /** A zeroed counter set. */
@@ -53,7 +68,15 @@ export function emptyStats(): RemotingStats {
     writes: 0,
     delivered: 0,
     deadLetters: 0,
-    rejected: { framing: 0, oversize: 0, undecodable: 0, unknownType: 0, schemaInvalid: 0, unexpected: 0 },
+    rejected: {
+      framing: 0,
+      oversize: 0,
+      undecodable: 0,
+      unknownType: 0,
+      schemaInvalid: 0,
+      unexpected: 0,
+      internal: 0,
+    },
     droppedWhileDisconnected: 0,
     droppedStaleUid: 0,
     droppedBlackholed: 0,
@@ -70,5 +93,19 @@ export function emptyStats(): RemotingStats {
     systemResent: 0,
     systemDelivered: 0,
     systemDuplicates: 0,
+    internalErrors: Object.create(null) as Record<string, number>,
+    handshakeOversize: 0,
   };
+}
+
+/** Most distinct error names `internalErrors` keeps apart. */
+const internalErrorNamesMax = 32;
+
+/** Counts one unexpected error named `name` in `rejected.internal` and `internalErrors`; returns its new count. */
+export function countInternalError(stats: RemotingStats, name: string): number {
+  stats.rejected.internal++;
+  const counts = stats.internalErrors;
+  const key = Object.hasOwn(counts, name) || Object.keys(counts).length < internalErrorNamesMax ? name : "other";
+  counts[key] = (counts[key] ?? 0) + 1;
+  return counts[key];
 }

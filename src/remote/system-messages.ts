@@ -13,6 +13,7 @@ import {
   Unwatch,
   Watch,
 } from "../actor/index.ts";
+import { describe } from "../actor/untrusted.ts";
 import { EnvelopeDecodeError } from "./errors.ts";
 import { RemoteActorRef } from "./remote-actor-ref.ts";
 import type { RemoteWatches } from "./remote-watches.ts";
@@ -70,7 +71,7 @@ export class SystemMessages {
   /** Applies the system message `doc` that the authenticated `peer` sent to one of this node's actors. */
   apply(peer: UniqueAddress, doc: Record<string, unknown>): void {
     const to = doc.to as string;
-    if (to[0] !== "/") throw new EnvelopeDecodeError("undecodable", `bad system recipient "${to}"`);
+    if (to[0] !== "/") throw new EnvelopeDecodeError("undecodable", `bad system recipient ${describe(to)}`);
     const elements = to.slice(1).split("/");
     const target = this.system.actorSelection(new Path(this.system.address, elements));
     const refText = typeof doc.ref === "string" ? doc.ref : null;
@@ -115,7 +116,7 @@ export class SystemMessages {
         return;
       }
       default:
-        throw new EnvelopeDecodeError("undecodable", `unknown system message "${String(doc.sys)}"`);
+        throw new EnvelopeDecodeError("undecodable", `unknown system message ${describe(doc.sys)}`);
     }
   }
 }
