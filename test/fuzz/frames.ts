@@ -7,8 +7,8 @@
  */
 import { compileCodec } from "../../src/remote/codec.ts";
 import { FrameKind, PayloadFormat } from "../../src/remote/envelope.ts";
-import { headerTableSize } from "../../src/remote/header-table.ts";
 import { protocolVersion } from "../../src/remote/handshake.ts";
+import { headerTableSize } from "../../src/remote/header-table.ts";
 import { MessageRegistry } from "../../src/remote/message-registry.ts";
 import { wireNames } from "../../src/sharding/coordinator/messages.ts";
 import { ShardingEnvelopeCodec } from "../../src/sharding/envelope-codec.ts";
@@ -230,7 +230,8 @@ export function predict(payload: Buffer): Pick<GenFrame, "outcome" | "heartbeats
   if (kind === FrameKind.system) {
     const doc = parseObject(payload.subarray(1));
     const seq = doc?.seq;
-    const valid = doc !== null && typeof seq === "number" && Number.isInteger(seq) && seq >= 1 && typeof doc.to === "string";
+    const valid =
+      doc !== null && typeof seq === "number" && Number.isInteger(seq) && seq >= 1 && typeof doc.to === "string";
     // In order: delivered (and maybe then refused by apply); a duplicate: counted; a gap: only acknowledged.
     return { outcome: valid ? [0, 2] : [1, 1], heartbeats: 0 };
   }
@@ -277,7 +278,10 @@ function ackFrame(ctx: FuzzContext): GenFrame {
 function heartbeatFrame(ctx: FuzzContext): GenFrame {
   const kind = ctx.rng.chance(0.7) ? FrameKind.heartbeat : FrameKind.heartbeatReply;
   const body = ctx.rng.chance(0.5) ? Buffer.from("{}") : pickHostileJson(ctx.rng, 0, 0).bytes;
-  return made(Buffer.concat([Buffer.from([kind]), body]), `heartbeat${kind === FrameKind.heartbeatReply ? "Reply" : ""}`);
+  return made(
+    Buffer.concat([Buffer.from([kind]), body]),
+    `heartbeat${kind === FrameKind.heartbeatReply ? "Reply" : ""}`,
+  );
 }
 
 function headerString(ctx: FuzzContext, valid: string): { bytes: Buffer; name: string } {
@@ -312,11 +316,12 @@ function header(
   ]);
   const r = headerString(ctx, recipient);
   const s = headerString(ctx, validSender);
-  const u =
-    rng.chance(0.8) ? { bytes: Buffer.from(rng.chance(0.5) ? "" : (ctx.self.split("#")[1] ?? "")), name: "" } : {
-      bytes: rng.bytes(rng.int(256)),
-      name: "randomUid",
-    };
+  const u = rng.chance(0.8)
+    ? { bytes: Buffer.from(rng.chance(0.5) ? "" : (ctx.self.split("#")[1] ?? "")), name: "" }
+    : {
+        bytes: rng.bytes(rng.int(256)),
+        name: "randomUid",
+      };
   const t = headerString(ctx, typeName);
   const headerId = pickHeaderId(ctx);
   const fmt = rng.chance(0.95) ? format : rng.int(256);
@@ -409,7 +414,9 @@ function binaryPayload(ctx: FuzzContext): { bytes: Buffer; label: string } {
   const s = hostileText(ctx);
   if (s.name) labels.push(`s=${s.name}`);
   parts.push(binaryText(ctx, s.bytes));
-  const j = rng.chance(0.5) ? { name: "", bytes: Buffer.from("[1]") } : pickHostileJson(rng, ctx.hugeBytes, ctx.hugeChance);
+  const j = rng.chance(0.5)
+    ? { name: "", bytes: Buffer.from("[1]") }
+    : pickHostileJson(rng, ctx.hugeBytes, ctx.hugeChance);
   if (j.name) labels.push(`j=${j.name}`);
   parts.push(binaryText(ctx, j.bytes));
   const presence = rng.chance(0.9) ? rng.int(3) : rng.pick([3, 255]);
@@ -484,7 +491,9 @@ function shardingEnvelopeFrame(ctx: FuzzContext): GenFrame {
   if (rng.chance(0.8)) {
     const name = rng.chance(0.85) ? fuzzTypeNames.plain : rng.pick(["test.ping", "nope", "", "__proto__"]);
     const template: Json = { a: 1, b: "b", c: null };
-    const mutation = rng.chance(0.7) ? randomMutation(rng, template, ctx.hugeBytes, ctx.hugeChance) : { op: "none" as const };
+    const mutation = rng.chance(0.7)
+      ? randomMutation(rng, template, ctx.hugeBytes, ctx.hugeChance)
+      : { op: "none" as const };
     labels.push(`message=${name}:${describeMutation(mutation)}`);
     const nameBytes = Buffer.from(name);
     const format = rng.chance(0.95) ? PayloadFormat.json : rng.int(256);
@@ -508,7 +517,14 @@ function shardingEnvelopeFrame(ctx: FuzzContext): GenFrame {
     payload = payload.subarray(0, at);
     labels.push(`truncated@${at}`);
   }
-  const h = header(ctx, FrameKind.user, wireNames.envelope, "/system/sharding", PayloadFormat.binary, envelopeFingerprint);
+  const h = header(
+    ctx,
+    FrameKind.user,
+    wireNames.envelope,
+    "/system/sharding",
+    PayloadFormat.binary,
+    envelopeFingerprint,
+  );
   const typed = Buffer.concat([h.bytes, payload]);
   return made(typed, `sharding ${fixed.label} ${labels.join(" ")} ${h.label}`.trim());
 }
@@ -550,7 +566,8 @@ function mutatedFrame(ctx: FuzzContext): GenFrame {
     if (op === 0) payload[at] = payload[at]! ^ (1 << rng.int(8));
     else if (op === 1) payload[at] = rng.pick([0, 0xff, 0x7f, 0x80, 0x22, 0x5c, 0x7b]);
     else if (op === 2) payload = payload.subarray(0, Math.max(1, at));
-    else if (op === 3) payload = Buffer.concat([payload.subarray(0, at), rng.bytes(1 + rng.int(16)), payload.subarray(at)]);
+    else if (op === 3)
+      payload = Buffer.concat([payload.subarray(0, at), rng.bytes(1 + rng.int(16)), payload.subarray(at)]);
     else payload = Buffer.concat([payload, payload.subarray(at, at + 64)]);
     ops.push(`${["flip", "set", "cut", "insert", "repeat"][op]}@${at}`);
   }
@@ -623,7 +640,9 @@ export function handshakeFrame(
   hugeBytes: number,
   hugeChance: number,
 ): { bytes: Buffer; label: string; valid: boolean } {
-  const mutation: JsonMutation = rng.chance(validChance) ? { op: "none" } : randomMutation(rng, template, hugeBytes, hugeChance);
+  const mutation: JsonMutation = rng.chance(validChance)
+    ? { op: "none" }
+    : randomMutation(rng, template, hugeBytes, hugeChance);
   return {
     bytes: controlFrame(FrameKind.handshake, renderJson(template, mutation)),
     label: describeMutation(mutation),
@@ -735,7 +754,12 @@ function binaryTextExact(text: string): Buffer {
  * The sweep's frames, every `stride`-th from `offset` (a stride of 1 is all of them): each dictionary value at each
  * field of each document, each field missing, extra `__proto__`/`constructor` keys, each value as the whole document.
  */
-export function* sweepFrames(ctx: FuzzContext, values: readonly Hostile[], offset: number, stride: number): Generator<GenFrame> {
+export function* sweepFrames(
+  ctx: FuzzContext,
+  values: readonly Hostile[],
+  offset: number,
+  stride: number,
+): Generator<GenFrame> {
   let i = 0;
   for (const doc of sweepDocuments(ctx)) {
     for (const mutation of allMutations(doc.template, values)) {
@@ -754,11 +778,19 @@ export function sweepHandshakes(
   const out: { step: "hello" | "confirm"; bytes: Buffer; label: string }[] = [];
   const hello = helloTemplate(target, self, "aabb");
   for (const mutation of allMutations(hello, values)) {
-    out.push({ step: "hello", bytes: controlFrame(FrameKind.handshake, renderJson(hello, mutation)), label: `hello ${describeMutation(mutation)}` });
+    out.push({
+      step: "hello",
+      bytes: controlFrame(FrameKind.handshake, renderJson(hello, mutation)),
+      label: `hello ${describeMutation(mutation)}`,
+    });
   }
   const confirm: Json = { step: "confirm", proof: "00" };
   for (const mutation of allMutations(confirm, values)) {
-    out.push({ step: "confirm", bytes: controlFrame(FrameKind.handshake, renderJson(confirm, mutation)), label: `confirm ${describeMutation(mutation)}` });
+    out.push({
+      step: "confirm",
+      bytes: controlFrame(FrameKind.handshake, renderJson(confirm, mutation)),
+      label: `confirm ${describeMutation(mutation)}`,
+    });
   }
   return out;
 }

@@ -36,8 +36,11 @@ export function pathsOf(template: Json, prefix: JsonPath = []): JsonPath[] {
 /** Paths to objects inside `template`, the root included (where an extra key can go). */
 function objectPaths(template: Json, prefix: JsonPath = []): JsonPath[] {
   const out: JsonPath[] = [];
-  if (Array.isArray(template)) template.forEach((v, i) => out.push(...objectPaths(v, [...prefix, i])));
-  else if (template !== null && typeof template === "object") {
+  if (Array.isArray(template)) {
+    template.forEach((v, i) => {
+      out.push(...objectPaths(v, [...prefix, i]));
+    });
+  } else if (template !== null && typeof template === "object") {
     out.push(prefix);
     for (const [k, v] of Object.entries(template)) out.push(...objectPaths(v, [...prefix, k]));
   }

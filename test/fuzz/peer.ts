@@ -3,7 +3,7 @@
  * server (with or without the shared secret), and what the target wrote back (heartbeat replies, acks with a gap,
  * Pongs, asks whose reply actor can then be attacked).
  */
-import { type Socket, connect } from "node:net";
+import { connect, type Socket } from "node:net";
 import { UniqueAddress } from "../../src/actor/index.ts";
 import { FrameKind, PayloadFormat, readUserHeader, userHeaderEnd } from "../../src/remote/envelope.ts";
 import { FrameDecoder } from "../../src/remote/frame.ts";
@@ -12,8 +12,8 @@ import {
   answerHello,
   type Challenge,
   checkConfirm,
-  type Hello,
   type HandshakeIdentity,
+  type Hello,
   makeHello,
 } from "../../src/remote/handshake.ts";
 import { controlFrame } from "./frames.ts";
@@ -28,6 +28,10 @@ export class PeerSocket {
   readonly askSenders: string[] = [];
   readonly handshakeDocs: Record<string, unknown>[] = [];
   closed = false;
+  /** Whether to answer the node's heartbeats. */
+  answerHeartbeats = false;
+  /** For a connection the node dialled: the fake server's system name and port. */
+  server: { system: string; port: number } | null = null;
   private readonly headers = new Map<number, { typeName: string; sender: string | null }>();
   private waiters: (() => void)[] = [];
   readonly whenClosed: Promise<void>;
@@ -60,11 +64,21 @@ export class PeerSocket {
     for (const w of waiters) w();
   }
 
+  /** Frames received, by kind. */
+  readonly received: Record<number, number> = {};
+  /** Frames received in total. */
+  receivedFrames = 0;
+
   private onFrame(f: Buffer): void {
-    const kind = f[0];
+    const kind = f[0]!;
+    this.received[kind] = (this.received[kind] ?? 0) + 1;
+    this.receivedFrames++;
     if (kind === FrameKind.heartbeatReply) this.heartbeatReplies++;
-    else if (kind === FrameKind.heartbeat) this.write(controlFrame(FrameKind.heartbeatReply, Buffer.from("{}")));
-    else if (kind === FrameKind.handshake) {
+    else if (kind === FrameKind.heartbeat) {
+      // Answered only where the node would otherwise time the connection out (it dialled this side): an answer is
+      // a frame the node counts, at a moment the batch accounting cannot see.
+      if (this.answerHeartbeats) this.write(controlFrame(FrameKind.heartbeatReply, Buffer.from("{}")));
+    } else if (kind === FrameKind.handshake) {
       try {
         this.handshakeDocs.push(JSON.parse(f.toString("utf8", 1)) as Record<string, unknown>);
       } catch {
