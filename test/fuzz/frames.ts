@@ -12,7 +12,7 @@ import { headerTableSize } from "../../src/remote/header-table.ts";
 import { MessageRegistry } from "../../src/remote/message-registry.ts";
 import { wireNames } from "../../src/sharding/coordinator/messages.ts";
 import { ShardingEnvelopeCodec } from "../../src/sharding/envelope-codec.ts";
-import { type Hostile, headerStrings, pickHostileJson } from "./dictionary.ts";
+import { deepValues, type Hostile, headerStrings, pickHostileJson, smallJson } from "./dictionary.ts";
 import { describeMutation, type Json, type JsonMutation, pathsOf, randomMutation, renderJson } from "./json.ts";
 import type { Prng } from "./prng.ts";
 import { binaryFields, fuzzTypeNames } from "./types.ts";
@@ -632,6 +632,17 @@ export const rejectTemplate: Json = { step: "reject", reason: "malformed", detai
 /** An accepted template. */
 export const acceptedTemplate: Json = { step: "accepted" };
 
+const dangerousNames = new Set([
+  "toStringNumber",
+  "toStringNull",
+  "valueOfNumber",
+  "bothObjects",
+  "toJSONObject",
+  "arrayOfBad",
+]);
+/** Values that break `String()` or a recursive walk. */
+const dangerous: readonly Hostile[] = [...smallJson.filter((h) => dangerousNames.has(h.name)), ...deepValues];
+
 /** A handshake frame of `template` under a random mutation (or none with probability `validChance`). */
 export function handshakeFrame(
   rng: Prng,
@@ -640,9 +651,15 @@ export function handshakeFrame(
   hugeBytes: number,
   hugeChance: number,
 ): { bytes: Buffer; label: string; valid: boolean } {
-  const mutation: JsonMutation = rng.chance(validChance)
+  let mutation: JsonMutation = rng.chance(validChance)
     ? { op: "none" }
     : randomMutation(rng, template, hugeBytes, hugeChance);
+  // Half the hostile ones put a value that breaks stringification or recursion at a field, the class of input that
+  // ends a process where an error text is built from the peer's document.
+  const paths = pathsOf(template);
+  if (mutation.op !== "none" && paths.length > 0 && rng.chance(0.5)) {
+    mutation = { op: "set", path: rng.pick(paths), value: rng.pick(dangerous) };
+  }
   return {
     bytes: controlFrame(FrameKind.handshake, renderJson(template, mutation)),
     label: describeMutation(mutation),
