@@ -45,6 +45,21 @@ export function describe(value: unknown): string {
 }
 
 /**
+ * The name of the class of object `value` (from its prototype's `constructor`, so an own `constructor` key does not
+ * count), or null for a null-prototype object, a nameless class or anything that throws on the way (a Proxy).
+ */
+export function classNameOf(value: object): string | null {
+  try {
+    const proto: unknown = Object.getPrototypeOf(value);
+    if (proto === null || typeof proto !== "object") return null;
+    const name: unknown = (proto as { constructor?: { name?: unknown } }).constructor?.name;
+    return typeof name === "string" && name.length > 0 && name.length <= 64 ? name : null;
+  } catch {
+    return null;
+  }
+}
+
+/**
  * The `name` of a thrown value when it is an `Error` whose name is a short string, else "NonError" (the key under
  * which an unexpected error is counted). Never throws.
  */
@@ -61,7 +76,7 @@ export function errorName(error: unknown): string {
 /** `"Name: message"` of a thrown value (the message cut to 200 characters), or {@link describe} of a non-Error. */
 export function errorText(error: unknown): string {
   try {
-    if (!(error instanceof Error)) return `a thrown ${describe(error)}`;
+    if (!(error instanceof Error)) return `a non-Error (${describe(error)})`;
     const message: unknown = error.message;
     const text = typeof message === "string" ? message : describe(message);
     return `${errorName(error)}: ${text.length > 200 ? `${text.slice(0, 200)}…` : text}`;
@@ -80,12 +95,26 @@ export type FieldsProblem = "notAnObject" | "protoKey";
  * skipped: it is the class's own, never data, and copying it would either run a setter, throw on a getter-only
  * property, or shadow a method (an own `constructor` makes the instance unrecognisable to the registry that sends it
  * on). Every other key becomes an own data property by plain assignment, which runs no code because nothing on the
- * chain has that name.
+ * chain has that name. The check costs one `in` per key; the copy is the same native one as before.
  */
 export function instanceFromFields(proto: object, json: unknown): object | FieldsProblem {
   if (json === null || typeof json !== "object" || Array.isArray(json)) return "notAnObject";
   const source = json as Record<string, unknown>;
   const keys = Object.keys(source);
+  for (let i = 0; i < keys.length; i++) {
+    if (keys[i]! in proto) return copyOwnFields(proto, source, keys);
+  }
+  // No key is on the chain ("__proto__" is, on Object.prototype), so no assignment can reach a setter or the
+  // prototype: Object.assign is safe here, and its native copy keeps the common case as cheap as it always was.
+  return Object.assign(Object.create(proto) as object, source);
+}
+
+/** The slow path of {@link instanceFromFields}, for a payload with a key that names a member of the chain. */
+function copyOwnFields(
+  proto: object,
+  source: Record<string, unknown>,
+  keys: readonly string[],
+): object | FieldsProblem {
   const target = Object.create(proto) as Record<string, unknown>;
   for (let i = 0; i < keys.length; i++) {
     const key = keys[i]!;

@@ -1,3 +1,4 @@
+import { classNameOf } from "../actor/untrusted.ts";
 import { EnvelopeDecodeError, MessageEncodeError } from "./errors.ts";
 
 /**
@@ -336,11 +337,12 @@ interface NativeBuffer extends Buffer {
   utf8Write(text: string, offset: number): number;
 }
 
+/** What a refused value was, for MessageEncodeError; never runs the value's own code (it may have come from a peer). */
 function describe(value: unknown): string {
   if (value === null) return "null";
   if (typeof value === "string") return value.length > 40 ? `a string of ${value.length} characters` : `a string`;
   if (typeof value === "number") return `the number ${value}`;
-  if (typeof value === "object") return (value as object).constructor?.name ?? "an object";
+  if (typeof value === "object") return classNameOf(value) ?? "an object";
   return typeof value;
 }
 

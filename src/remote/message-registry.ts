@@ -1,4 +1,4 @@
-import { errorText, instanceFromFields } from "../actor/untrusted.ts";
+import { classNameOf, errorText, instanceFromFields } from "../actor/untrusted.ts";
 import { compileCodec, type FieldList, fieldListProblem, type PayloadCodec } from "./codec.ts";
 import { readPayload } from "./envelope.ts";
 import { EnvelopeDecodeError, MessageRegistrationError, UnknownMessageTypeError } from "./errors.ts";
@@ -297,5 +297,5 @@ function memberFieldProblem(type: MessageClass, fields: FieldList): string | nul
 function describeType(message: unknown): string {
   if (message === null) return "null";
   if (typeof message !== "object") return typeof message;
-  return (message as object).constructor?.name ?? "Object";
+  return classNameOf(message as object) ?? "Object";
 }
