@@ -45,7 +45,13 @@ export interface Crash {
 export interface TargetStats {
   readonly stats: RemotingStats;
   readonly pollution: string[];
-  readonly seen: { messages: number; badPrototype: number; unsendable: number; samples: string[] };
+  readonly seen: {
+    messages: number;
+    badPrototype: number;
+    unsendable: number;
+    resendFailed: number;
+    samples: string[];
+  };
   readonly members: number;
   readonly memory: NodeJS.MemoryUsage;
 }
@@ -271,9 +277,18 @@ export async function runCampaign(target: Target, options: CampaignOptions): Pro
     if (now.pollution.length > 0 && before.pollution.length === 0) {
       findings.push({ what: "pollution", detail: now.pollution.join("; "), frames: labels });
     }
-    if (now.seen.badPrototype > before.seen.badPrototype || now.seen.unsendable > before.seen.unsendable) {
+    if (
+      now.seen.badPrototype > before.seen.badPrototype ||
+      now.seen.unsendable > before.seen.unsendable ||
+      now.seen.resendFailed > before.seen.resendFailed
+    ) {
       findings.push({
-        what: now.seen.badPrototype > before.seen.badPrototype ? "swapped prototype" : "unsendable instance",
+        what:
+          now.seen.badPrototype > before.seen.badPrototype
+            ? "swapped prototype"
+            : now.seen.unsendable > before.seen.unsendable
+              ? "unsendable instance"
+              : "re-sending a received message threw",
         detail: now.seen.samples.join("; "),
         frames: labels,
       });
