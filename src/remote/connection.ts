@@ -179,7 +179,7 @@ export class Connection {
               "malformed",
               error.frameBytes === 0
                 ? error.message
-                : `handshake frame of ${error.frameBytes} bytes exceeds ${error.maxFrameBytes}; closed before reading it`,
+                : `handshake frame of ${error.frameBytes} bytes exceeds ${error.maxFrameBytes}; closed before reading it (a Movie node of this protocol version never sends one that large)`,
             ),
           );
         } else {
