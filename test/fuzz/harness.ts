@@ -208,7 +208,14 @@ export async function runCampaign(target: Target, options: CampaignOptions): Pro
   let before = baseline;
   const { host, port } = parseHostPort(target.info.address);
   let uidCounter = 0;
-  const nextIdentity = (p: number) => fuzzIdentity(p, `fz${options.seed.toString(16)}x${(uidCounter++).toString(16)}`);
+  const nextIdentity = (p: number) => {
+    const n = uidCounter++;
+    return fuzzIdentity(
+      p,
+      `fz${options.seed.toString(16)}x${n.toString(16)}`,
+      `127.0.${1 + ((n >> 8) % 254)}.${1 + (n % 254)}`,
+    );
+  };
 
   // The well-behaved peer: a correct ask on its own connection, answered with a Pong.
   const wellBehaved = async (): Promise<void> => {

@@ -157,12 +157,16 @@ export async function openPeer(host: string, port: number): Promise<PeerSocket> 
   return peer;
 }
 
-/** A fuzzer identity `raw@127.0.0.1:<port>#<uid>` (the port is never listened on, so the node cannot dial it). */
-export function fuzzIdentity(port: number, uid: string): HandshakeIdentity {
+/**
+ * A fuzzer identity `raw@<host>:<port>#<uid>`: a loopback host (127.0.0.1 unless given) and a port nothing listens on,
+ * so the node cannot reach what it claims. Successive connections take distinct hosts, so none looks like a new
+ * incarnation of an earlier one (whose connection may not yet count as gone).
+ */
+export function fuzzIdentity(port: number, uid: string, host = "127.0.0.1"): HandshakeIdentity {
   return {
     system: "raw",
     cluster: "",
-    uniqueAddress: UniqueAddress.parse(`movie.tcp://raw@127.0.0.1:${port}#${uid}`),
+    uniqueAddress: UniqueAddress.parse(`movie.tcp://raw@${host}:${port}#${uid}`),
   };
 }
 
