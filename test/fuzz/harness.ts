@@ -617,9 +617,25 @@ export async function runCampaign(target: Target, options: CampaignOptions): Pro
   if (!crashed() && options.hostileServer > 0) {
     // The hostile server gets what is left of the budget, at least 3 s.
     const left = options.budgetMs === undefined ? 30_000 : Math.max(3000, options.budgetMs - (Date.now() - started));
+    const s0 = (await targetStats(target)).stats;
+    const conversations0 = totals.hostileServer;
     await hostileServer(target, rng.fork(), options, totals, findings, Math.min(30_000, left), () =>
       progress("hostile server"),
     );
+    if (!crashed()) {
+      // Every connection the node dialled and the fake server answered ended in a counted handshake outcome (the
+      // node's own refusal or timeout, or a success this side then closed).
+      const s1 = (await targetStats(target)).stats;
+      const decided = s1.handshakesOk + s1.handshakesFailed - (s0.handshakesOk + s0.handshakesFailed);
+      const conversations = totals.hostileServer - conversations0;
+      if (decided < conversations) {
+        findings.push({
+          what: "accounting",
+          detail: `the node dialled ${conversations} hostile-server connections, but handshakesOk + handshakesFailed rose by ${decided}`,
+          frames: target.recent.slice(),
+        });
+      }
+    }
   }
 
   // ---- the end ----------------------------------------------------------------------------------------------------

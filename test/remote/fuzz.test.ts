@@ -43,9 +43,14 @@ async function campaign(name: string, seed: number, secret: string | null): Prom
     budgetMs: 11_000,
     progress: (line) => console.log(`fuzz ${name}: ${line}`),
   });
+  const t = result.totals;
+  console.log(
+    `fuzz ${name}: ${t.frames} frames after the handshake, ${t.preHandshake} connections before it, ${t.hostileServer} to the hostile server, ${t.wellBehavedAsks} asks answered, rejected ${JSON.stringify(result.final.stats.rejected)}`,
+  );
   assert.equal(target.node.exited, false, `the target exited; crashes: ${JSON.stringify(target.crashes)}`);
   assert.deepEqual(result.findings, [], summary(result));
   assert.ok(result.totals.frames > 500, `only ${result.totals.frames} frames were sent`);
+  assert.ok(t.preHandshake > 0 && t.hostileServer > 0, "every phase ran");
   assert.ok(result.totals.wellBehavedAsks >= 2, "the well-behaved asks were answered");
   assert.deepEqual(result.final.pollution, []);
   // A real node, as a well-behaved peer, still gets its answer.
