@@ -7,16 +7,19 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
 import Database from "better-sqlite3";
+import { ActorSystem } from "../../src/actor/index.ts";
 import {
   legacyMigrationChecksum,
   type Migration,
   MigrationChecksumMismatchError,
   migrationChecksum,
+  Database as PersistenceDatabase,
   planMigrations,
   schemaObjects,
 } from "../../src/persistence/index.ts";
 import { PostgresStore, postgresMigrations } from "../../src/persistence/postgres/index.ts";
 import { SqliteStore, sqliteMigrations } from "../../src/persistence/sqlite/index.ts";
+import { CapturingLogger } from "../actor/support.ts";
 import { dropSchema, postgresTestUrl, rawClient, uniqueSchema } from "./pg-fixture.ts";
 
 const dir = mkdtempSync(join(tmpdir(), "movie-migrations-"));
@@ -156,5 +159,31 @@ test("postgres: a history with other SQL is refused; an earlier build's is re-ba
   } finally {
     await raw.end();
     await dropSchema(url, schema);
+  }
+});
+
+test("Database.configure logs the versions it re-baselined, once", async () => {
+  const path = freshPath();
+  (await SqliteStore.open({ dbPath: path })).close();
+  const raw = new Database(path);
+  for (const m of sqliteMigrations) {
+    raw
+      .prepare("UPDATE movie_schema_migration SET checksum = ? WHERE version = ?")
+      .run(legacyMigrationChecksum(m.version, m.name), m.version);
+  }
+  raw.close();
+  for (const expected of [[1, 2, 3, 4, 5, 6, 7], null]) {
+    const logger = new CapturingLogger();
+    const system = ActorSystem.create("rebaseline", { logger });
+    try {
+      await PersistenceDatabase.get(system).configure({ backend: "sqlite", dbPath: path });
+      const lines = logger.records.filter((r) => /re-baselined/.test(r.message));
+      assert.deepEqual(
+        lines.map((r) => (r.context as { versions: number[] }).versions),
+        expected === null ? [] : [expected],
+      );
+    } finally {
+      await system.terminate();
+    }
   }
 });
