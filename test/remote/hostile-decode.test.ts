@@ -5,9 +5,11 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 import {
   EnvelopeDecodeError,
+  MessageEncodeError,
   MessageRegistrationError,
   MessageRegistry,
   type StandardSchemaV1,
+  UnknownMessageTypeError,
 } from "../../src/remote/index.ts";
 
 class Shape {
@@ -106,4 +108,22 @@ test("declaring a binary field that names a member of the class is refused at re
     );
   }
   assert.equal(registry.register(Shape, { name: "t.shape.bin", fields: { side: "number" } }).name, "t.shape.bin");
+});
+
+test("refusals at send name a hostile value's class from its prototype, never running its code", () => {
+  // What a received JSON value can hold; sending it on must give the typed refusal, not a TypeError from its text.
+  class Labelled {
+    constructor(readonly label: string) {}
+  }
+  const registry = new MessageRegistry(null);
+  const codec = registry.register(Labelled, { name: "t.labelled", fields: { label: "string" } }).codec!;
+  const hostile = JSON.parse('{"constructor":{"name":{"toString":1}}}');
+  const refusedAs = (actual: string) => (error: unknown) =>
+    error instanceof MessageEncodeError && error.field === "label" && error.actual === actual;
+  assert.throws(() => codec.measure({ label: hostile }), refusedAs("Object"));
+  assert.throws(() => codec.measure({ label: Object.create(null) }), refusedAs("an object"));
+  assert.throws(
+    () => registry.registrationOf(hostile),
+    (error: unknown) => error instanceof UnknownMessageTypeError && error.typeName === "Object",
+  );
 });
