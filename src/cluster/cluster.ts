@@ -184,9 +184,13 @@ export class Cluster implements Extension {
     loop("heartbeat-tick", this.settings.heartbeatIntervalMs);
   }
 
-  /** A copy of the counters. */
+  /** A copy of the counters (a snapshot: later refusals do not change it). */
   get stats(): ClusterStats {
-    return { ...this.counters, subscribers: this.listeners.size };
+    return {
+      ...this.counters,
+      gossipRejected: { ...this.counters.gossipRejected },
+      subscribers: this.listeners.size,
+    };
   }
 
   /** What this node sees now: members (not Removed), unreachable set, leader, convergence, own status. */
