@@ -11,6 +11,7 @@ import {
   type StandardSchemaV1,
   UnknownMessageTypeError,
 } from "../../src/remote/index.ts";
+import { countInternalError, emptyStats } from "../../src/remote/stats.ts";
 
 class Shape {
   constructor(readonly side: number) {}
@@ -126,4 +127,19 @@ test("refusals at send name a hostile value's class from its prototype, never ru
     () => registry.registrationOf(hostile),
     (error: unknown) => error instanceof UnknownMessageTypeError && error.typeName === "Object",
   );
+});
+
+test("unexpected errors are counted by name in a bounded record that no name can corrupt", () => {
+  const stats = emptyStats();
+  for (const name of ["__proto__", "constructor", "toString", "TypeError", "TypeError"])
+    countInternalError(stats, name);
+  assert.equal(stats.rejected.internal, 5);
+  assert.equal(Object.getPrototypeOf(stats.internalErrors), null);
+  assert.equal(Object.getOwnPropertyDescriptor(stats.internalErrors, "__proto__")?.value, 1, "an own key");
+  assert.equal(stats.internalErrors.constructor, 1);
+  assert.equal(stats.internalErrors.TypeError, 2);
+  for (let i = 0; i < 100; i++) countInternalError(stats, `E${i}`);
+  assert.equal(Object.keys(stats.internalErrors).length, 33, "32 names and other");
+  assert.equal(stats.internalErrors.other, 100 - (32 - 4));
+  assert.equal(stats.rejected.internal, 105);
 });

@@ -179,6 +179,7 @@ test("an ask failure whose message is an object fails the ask with a described m
   await eventually(() => senders.length === 1, { what: "the ask to reach b" });
   const replyTo = senders[0]!.path.localPart;
   const raw = await peer();
+  const delivered0 = a.remoting.stats.delivered;
   raw.socket.write(userFrame(replyTo, "", '{"remoteClass":"Boom","message":{"toString":1}}', FrameKind.askFailure));
   await assert.rejects(pending, (error: unknown) => {
     assert.ok(error instanceof RemoteAskError, String(error));
@@ -186,6 +187,7 @@ test("an ask failure whose message is an object fails the ask with a described m
     assert.equal(error.remoteMessage, "an object");
     return true;
   });
+  assert.equal(a.remoting.stats.delivered - delivered0, 1, "the ask failure counted as delivered");
   assert.equal(raw.isClosed(), false);
   assertNoInternalErrors();
   raw.socket.destroy();
@@ -196,6 +198,7 @@ test("a payload key naming a getter-only property is not assigned: the message a
   const assertNoInternalErrors = noInternalErrorsFromNow();
   received.length = 0;
   const raw = await peer();
+  const delivered0 = a.remoting.stats.delivered;
   raw.socket.write(userFrame("/user/inbox", "hostile.area", '{"w":2,"double":7,"toString":5}'));
   await eventually(() => received.length === 1, { what: "the Area to arrive" });
   const area = received[0] as Area;
@@ -203,9 +206,11 @@ test("a payload key naming a getter-only property is not assigned: the message a
   assert.equal(area.w, 2);
   assert.equal(area.double, 4, "the class's getter, not the payload's value");
   assert.equal(Object.hasOwn(area, "toString"), false, "a method is not shadowed by data");
+  assert.equal(a.remoting.stats.delivered - delivered0, 1);
   assert.equal(raw.isClosed(), false);
   assertNoInternalErrors();
   raw.socket.destroy();
+  await assertAnswersAsk(a, b);
 });
 
 test("a schema whose validate throws refuses the envelope as schemaInvalid; the connection stays", async () => {
@@ -239,6 +244,7 @@ test('a message that arrived with a "constructor" key can be sent on, and still 
     ],
   );
   raw.socket.destroy();
+  await assertAnswersAsk(a, b);
 });
 
 test("an error no check foresaw closes only that connection, is counted by name, and the node keeps serving", async () => {
