@@ -64,3 +64,17 @@ test("member records are validated: roles sorted and unique, revision above 0, a
   assert.match(String(memberFromJSON({ ...record, changedBy: "" })), /changedBy/);
   assert.match(String(memberFromJSON({ ...record, address: "nope" })), /unique address/);
 });
+
+test("a member record with hostile values is refused with a text, never by running the value's code", () => {
+  const base = { address: "movie.tcp://s@127.0.0.1:1#u", status: "Up", roles: [], upNumber: 1, revision: 1 };
+  const hostile = { toString: 1, valueOf: 1 };
+  for (const record of [
+    { ...base, status: hostile },
+    { ...base, status: [[[]]] },
+    { ...base, address: "x".repeat(100_000) },
+  ]) {
+    const result = memberFromJSON(record);
+    assert.equal(typeof result, "string");
+    assert.ok((result as string).length < 300, result as string);
+  }
+});
