@@ -1,3 +1,4 @@
+import { describe } from "../actor/untrusted.ts";
 import { LeastLoadedAllocation } from "./allocation/least-loaded.ts";
 import type { ShardAllocationStrategy } from "./allocation/strategy.ts";
 import { leaseDurationDefaultMs, leaseRenewIntervalDefaultMs, shardCountDefault } from "./constants.ts";
@@ -69,21 +70,21 @@ export class ShardingSettings {
     this.leaseDuration = options.leaseDuration ?? leaseDurationDefaultMs;
     if (!isPositive(this.leaseDuration)) {
       throw new ClusterShardingConfigurationError(
-        `shard lease duration must be positive (got ${String(this.leaseDuration)} ms)`,
+        `shard lease duration must be positive (got ${describe(this.leaseDuration)} ms)`,
         "leaseDuration",
       );
     }
     this.leaseRenewInterval = options.leaseRenewInterval ?? leaseRenewIntervalDefaultMs;
     if (!isPositive(this.leaseRenewInterval) || this.leaseRenewInterval >= this.leaseDuration) {
       throw new ClusterShardingConfigurationError(
-        `shard lease renewal interval must be positive and shorter than its duration (got ${String(this.leaseRenewInterval)} ms for a ${this.leaseDuration} ms lease)`,
+        `shard lease renewal interval must be positive and shorter than its duration (got ${describe(this.leaseRenewInterval)} ms for a ${this.leaseDuration} ms lease)`,
         "leaseRenewInterval",
       );
     }
     const idle = options.idleTimeout ?? null;
     if (idle !== null && !isPositive(idle)) {
       throw new ClusterShardingConfigurationError(
-        `entity idle timeout must be positive (got ${String(idle)} ms); pass null to disable idle passivation`,
+        `entity idle timeout must be positive (got ${describe(idle)} ms); pass null to disable idle passivation`,
         "idleTimeout",
       );
     }
