@@ -76,6 +76,9 @@ export class SystemMessages {
     const target = this.system.actorSelection(new Path(this.system.address, elements));
     const refText = typeof doc.ref === "string" ? doc.ref : null;
     const refUid = typeof doc.refUid === "string" ? doc.refUid : null;
+    // A uid names an incarnation and is never empty: an empty one would fail later, where a ref is turned back into
+    // a unique address (a Terminated for that watcher), outside any check.
+    if (refUid === "") throw new EnvelopeDecodeError("undecodable", "system message with an empty refUid");
     const remoteRef = (): RemoteActorRef => {
       if (refText === null) throw new EnvelopeDecodeError("undecodable", "system message without ref");
       let parsed: ActorPath;
