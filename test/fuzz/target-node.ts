@@ -5,6 +5,7 @@
 // its stack; it never catches one to carry on.
 import { AbstractBehavior, type ActorContext, ActorSystem, silentLogger } from "../../src/actor/index.ts";
 import "../../src/cluster/index.ts";
+import { MessageEncodeError } from "../../src/remote/index.ts";
 import { ClusterSharding, ShardingSettings } from "../../src/sharding/index.ts";
 import { Ping, Pong } from "../remote/fixtures/messages.ts";
 import { EchoBehavior } from "../remote/fixtures/nodes.ts";
@@ -114,9 +115,12 @@ function resend(message: unknown): void {
   try {
     system.actorSelection("movie.tcp://void@127.0.0.1:1/user/void").tell(message);
   } catch (error) {
+    // A value the class's declared fields cannot carry (it came as JSON) is refused at send, typed: that is the
+    // documented behaviour. Anything else (the class no longer found, an untyped error) is a finding.
+    if (error instanceof MessageEncodeError) return;
     seen.resendFailed++;
     if (seen.samples.length < 10)
-      seen.samples.push(`resend: ${describeError(error).name}: ${describeError(error).message}`);
+      seen.samples.push(`resend: ${describeError(error).stack.split("\n").slice(0, 6).join(" <")}`);
   }
 }
 
