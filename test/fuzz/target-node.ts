@@ -139,7 +139,21 @@ class Entity extends AbstractBehavior<FzPlain> {
 
 const maxFrameBytes = Number(process.env.FUZZ_MAX_FRAME_BYTES ?? 4 * 1024 * 1024);
 const secret = process.env.FUZZ_SECRET || undefined;
-const system = ActorSystem.create("fuzz", { logger: silentLogger });
+/** The connection guard's reports (an error no check refused), kept for the harness's findings. */
+const guardReports: string[] = [];
+const logger = {
+  ...silentLogger,
+  warn(context: object, message: string): void {
+    if (!message.includes("unexpected error") || guardReports.length >= 20) return;
+    let text = message;
+    try {
+      const c = context as { errorName?: unknown; error?: unknown; peer?: unknown };
+      text = `${typeof c.errorName === "string" ? c.errorName : "?"}: ${typeof c.error === "string" ? c.error : "?"}`;
+    } catch {}
+    guardReports.push(text);
+  },
+};
+const system = ActorSystem.create("fuzz", { logger });
 const remoting = await system.enableRemoting({
   host: "127.0.0.1",
   port: 0,
@@ -182,6 +196,7 @@ function handle(
         stats: remoting.stats,
         pollution: pollution(),
         seen,
+        guardReports,
         members: cluster.snapshot().members.length,
         memory: process.memoryUsage(),
       });
