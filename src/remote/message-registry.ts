@@ -1,7 +1,12 @@
 import { classNameOf, errorText, instanceFromFields } from "../actor/untrusted.ts";
 import { compileCodec, type FieldList, fieldListProblem, type PayloadCodec } from "./codec.ts";
 import { readPayload } from "./envelope.ts";
-import { EnvelopeDecodeError, MessageRegistrationError, UnknownMessageTypeError } from "./errors.ts";
+import {
+  EnvelopeDecodeError,
+  MessageEncodeError,
+  MessageRegistrationError,
+  UnknownMessageTypeError,
+} from "./errors.ts";
 import { isStandardSchema, type StandardSchemaV1 } from "./standard-schema.ts";
 
 /** A class that can cross the wire: constructed by `new`, optionally rebuilt by a static `fromJSON`. */
@@ -208,7 +213,32 @@ export function decodePayload(
     }
     return decodeBinary(entry, buf, at, end);
   }
-  return rebuild(entry, readPayload(buf, at, entry.name, end));
+  const message = rebuild(entry, readPayload(buf, at, entry.name, end));
+  if (entry.codec !== null) fitsDeclaredFields(entry, entry.codec, message);
+  return message;
+}
+
+/**
+ * Refuses a message of a class with declared `fields` that arrived as JSON (a hand-built or hostile sender) with a
+ * value its declaration cannot carry: delivered, it could not be sent on. Only the JSON path pays for the check.
+ * @throws EnvelopeDecodeError (reason `undecodable`) naming the field
+ */
+function fitsDeclaredFields(entry: MessageRegistration, codec: PayloadCodec, message: unknown): void {
+  try {
+    codec.measure(message as object);
+    codec.checkText(message as object);
+  } catch (error) {
+    // Any failure means the same (a JSON value too deep to encode again throws a RangeError, not a refusal).
+    const why =
+      error instanceof MessageEncodeError
+        ? `${error.field} is not ${error.expected} (${error.actual})`
+        : errorText(error);
+    throw new EnvelopeDecodeError(
+      "undecodable",
+      `JSON payload of "${entry.name}" does not fit its declared fields: ${why}`,
+      entry.name,
+    );
+  }
 }
 
 /**
