@@ -59,16 +59,6 @@ const refusalLogMax = 1_024;
 const authorizedStatuses = new Set<MemberStatus>(["Joining", "Up", "Leaving", "Exiting"]);
 
 /**
- * The hook remoting offers for authorising system messages from peers (remote never imports cluster, so cluster
- * installs a predicate). Looked up structurally: a remoting without it simply is not asked (`peer-authorizer`).
- */
-interface PeerAuthorizerHost {
-  setPeerAuthorizer?(authorizer: ((peer: UniqueAddress) => boolean) | null): void;
-  /** Lets remoting admit a successor uid on the same host:port (membership declared this incarnation gone). */
-  markIncarnationGone?(peer: UniqueAddress): void;
-}
-
-/**
  * Cluster membership of one actor system (an Extension; it stops before remoting). It runs the membership core
  * (`membership.ts`) behind the `/system/cluster` daemon: joins through the seeds, gossips, heartbeats every peer,
  * and reports what it sees as snapshots and events. Get it from `system.enableCluster(settings)` or
@@ -176,7 +166,7 @@ export class Cluster implements Extension {
       this.timers.set(kind, this.system.scheduler.scheduleOnce(intervalMs, run));
     };
     // peer-authorizer: once the cluster runs, remote system messages to /user/* are accepted from members only.
-    (this.remoting as Remoting & PeerAuthorizerHost).setPeerAuthorizer?.((peer) => this.isAuthorizedPeer(peer));
+    this.remoting.setPeerAuthorizer((peer) => this.isAuthorizedPeer(peer));
     // Join at once rather than after a full retry interval: startup time is what a user waits for.
     this.apply({ kind: "join-tick" });
     loop("join-tick", this.settings.joinRetryIntervalMs);
@@ -309,7 +299,7 @@ export class Cluster implements Extension {
   stop(): void {
     if (this.stopped) return;
     this.stopped = true;
-    (this.remoting as Remoting & PeerAuthorizerHost).setPeerAuthorizer?.(null);
+    this.remoting.setPeerAuthorizer(null);
     this.halt();
     this.listeners.clear();
   }
@@ -473,11 +463,6 @@ export class Cluster implements Extension {
       ) {
         this.retire(event.member, event.type === "MemberDowned" ? "Down" : event.previousStatus);
       }
-      if (event.type === "MemberRemoved" && !event.member.uniqueAddress.equals(this.selfAddress)) {
-        // A removed incarnation may still be connected while it shuts down: its successor on the same host:port
-        // must not be refused as a claim on a live node.
-        this.remoting.markIncarnationGone(event.member.uniqueAddress);
-      }
       for (const listener of this.listeners) this.deliver(listener, event);
     }
     for (const waiter of [...this.waiters]) {
@@ -498,7 +483,7 @@ export class Cluster implements Extension {
    */
   private retire(member: Member, from: MemberStatus): void {
     const peer = member.uniqueAddress;
-    (this.remoting as Remoting & PeerAuthorizerHost).markIncarnationGone?.(peer);
+    this.remoting.markIncarnationGone(peer);
     // A graceful departure (Leaving/Exiting → Removed) is not quarantined: the leaver still gets its final gossip.
     if (from === "Leaving" || from === "Exiting" || (from === "Down" && member.status === "Removed")) return;
     const key = memberKey(member);
