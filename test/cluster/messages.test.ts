@@ -64,3 +64,19 @@ test("member records are validated: roles sorted and unique, revision above 0, a
   assert.match(String(memberFromJSON({ ...record, changedBy: "" })), /changedBy/);
   assert.match(String(memberFromJSON({ ...record, address: "nope" })), /unique address/);
 });
+
+test("member records and the messages that carry them are refused, not thrown through, for hostile field values", () => {
+  const hostile = JSON.parse('{"toString":1,"valueOf":1}') as unknown;
+  let deep: unknown = [];
+  for (let i = 0; i < 20_000; i++) deep = [deep];
+  for (const value of [hostile, deep]) {
+    assert.match(String(memberFromJSON({ ...record, status: value })), /member\.status an (object|array) is unknown/);
+    assert.throws(
+      () => ClusterJoin.fromJSON({ clusterName: "c", from: record.address, member: { ...record, status: value } }),
+      (e: Error) => e.name === "InvalidClusterMessageError" && /member\.status/.test(e.message),
+    );
+  }
+  const long = "x".repeat(100_000);
+  const text = String(memberFromJSON({ ...record, address: long }));
+  assert.ok(text.length < 200, "a refusal quotes at most an excerpt of a peer's string");
+});
