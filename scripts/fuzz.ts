@@ -55,6 +55,7 @@ const rows: [string, string | number][] = [
   ["node framesIn", s.framesIn],
   ["node delivered / dead letters", `${s.delivered} / ${s.deadLetters}`],
   ["node rejected", JSON.stringify(s.rejected)],
+  ["node internal errors (guard) by name", JSON.stringify(s.internalErrors ?? {})],
   ["node handshakes ok / failed", `${s.handshakesOk} / ${s.handshakesFailed}`],
   ["node rss MiB", Math.round(final.memory.rss / 1048576)],
   ["node exited", target.node.exited ? "YES" : "no"],

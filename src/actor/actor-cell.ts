@@ -27,6 +27,7 @@ import {
   Unwatch,
   Watch,
 } from "./system-messages.ts";
+import { describe } from "./untrusted.ts";
 
 /** How many messages one actor handles per dispatcher run before others get a turn. */
 const throughput = 64;
@@ -151,7 +152,7 @@ function isThenable(value: unknown): value is PromiseLike<unknown> {
 }
 
 function asError(value: unknown): Error {
-  return value instanceof Error ? value : new Error(String(value));
+  return value instanceof Error ? value : new Error(`a non-Error was thrown: ${describe(value)}`);
 }
 
 /**

@@ -165,7 +165,7 @@ export class Cluster implements Extension {
       };
       this.timers.set(kind, this.system.scheduler.scheduleOnce(intervalMs, run));
     };
-    // peer-authorizer: once the cluster runs, remote system messages to /user/* are accepted from members only.
+    // Once the cluster runs, remote system messages to /user/* are accepted from members only.
     this.remoting.setPeerAuthorizer((peer) => this.isAuthorizedPeer(peer));
     // Join at once rather than after a full retry interval: startup time is what a user waits for.
     this.apply({ kind: "join-tick" });
@@ -174,9 +174,13 @@ export class Cluster implements Extension {
     loop("heartbeat-tick", this.settings.heartbeatIntervalMs);
   }
 
-  /** A copy of the counters. */
+  /** A copy of the counters (a snapshot: later refusals do not change it). */
   get stats(): ClusterStats {
-    return { ...this.counters, subscribers: this.listeners.size };
+    return {
+      ...this.counters,
+      gossipRejected: { ...this.counters.gossipRejected },
+      subscribers: this.listeners.size,
+    };
   }
 
   /** What this node sees now: members (not Removed), unreachable set, leader, convergence, own status. */

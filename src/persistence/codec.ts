@@ -73,7 +73,8 @@ export class PersistenceCodec {
   /**
    * Rebuilds a stored value: through the class's `fromJSON`, else as an instance carrying the payload's own fields.
    * @throws CorruptPersistentRecordError naming `persistenceId` and `sequenceNr` for bad JSON, an unknown manifest, a
-   * failing `fromJSON`, or (without `fromJSON`) a payload that is not a JSON object or has a `__proto__` key
+   * failing `fromJSON` or upcaster, or (without `fromJSON`) a payload that is not a JSON object or has a `__proto__`
+   * key
    */
   decode(manifest: string, payload: string, persistenceId: string, sequenceNr: number): unknown {
     let json: unknown;
@@ -90,7 +91,27 @@ export class PersistenceCodec {
     for (let depth = 0; depth < upcastDepthMax; depth++) {
       const upcaster = this.upcasters.get(current);
       if (upcaster === undefined) break;
-      ({ manifest: current, json } = upcaster(json));
+      // The upcaster sees stored (untrusted) JSON: whatever it throws or returns, the caller gets the typed error.
+      let next: unknown;
+      try {
+        next = upcaster(json);
+      } catch (error) {
+        throw new CorruptPersistentRecordError(
+          persistenceId,
+          sequenceNr,
+          `the upcaster of manifest ${current} rejected the payload (${errorText(error)})`,
+        );
+      }
+      const manifestNext = (next as { manifest?: unknown } | null)?.manifest;
+      if (next === null || typeof next !== "object" || typeof manifestNext !== "string") {
+        throw new CorruptPersistentRecordError(
+          persistenceId,
+          sequenceNr,
+          `the upcaster of manifest ${current} did not return { manifest, json }`,
+        );
+      }
+      current = manifestNext;
+      json = (next as { json?: unknown }).json;
     }
     if (current === JSON_MANIFEST) return json;
     const entry = this.byManifest.get(current);

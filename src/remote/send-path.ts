@@ -490,15 +490,22 @@ export class SendPath {
   }
 
   /**
-   * Makes room for one association at `maxAssociations`: retires the one that carried traffic least recently among
-   * those with no unacknowledged system message and no local watch. Returns false when none qualifies. A scan, on the
-   * rare path of a new association at the limit.
+   * Makes room for one association at `maxAssociations`: retires, among those with no unacknowledged system message
+   * and no local watch, one that is not connected if any (addresses that do not answer go first, so a flood of them
+   * cannot push out live peers), else the one that carried traffic least recently. Returns false when none
+   * qualifies. A scan, on the rare path of a new association at the limit.
    */
   private evictOne(): boolean {
     let oldest: Association | null = null;
     for (const association of this.associations.values()) {
       if (association.outbox.pending.length > 0 || this.host.watched(association)) continue;
-      if (oldest === null || association.lastTrafficMs < oldest.lastTrafficMs) oldest = association;
+      if (
+        oldest === null ||
+        (oldest.state === "up" && association.state !== "up") ||
+        ((oldest.state === "up") === (association.state === "up") && association.lastTrafficMs < oldest.lastTrafficMs)
+      ) {
+        oldest = association;
+      }
     }
     if (oldest === null) return false;
     this.host.retire(oldest, "expired");

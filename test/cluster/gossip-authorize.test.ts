@@ -186,3 +186,48 @@ test("core: a graceful leave is not a downing", () => {
   assert.ok(sim.until(() => c.state.members.get(String(c.self))?.status === "Removed", 5_000));
   assert.equal(c.selfDowned, null);
 });
+
+test("property (seeded): whatever a non-leader gossips, only its own unknown Up record can enter, and nothing else changes", () => {
+  let rng = 7;
+  const random = () => {
+    rng = (rng + 0x6d2b79f5) | 0;
+    let t = Math.imul(rng ^ (rng >>> 15), rng | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+  const pick = <T>(xs: readonly T[]): T => xs[Math.floor(random() * xs.length)]!;
+  const pool = [A, B, C, D, ua(2555), ua(2551, "other-uid"), new UniqueAddress(Address.tcp("sys", "0.0.0.0", 1), "x")];
+  const statuses = ["Joining", "Up", "Leaving", "Exiting", "Down", "Removed"] as const;
+  for (let round = 0; round < 2_000; round++) {
+    const local = map(
+      member(A, "Up"),
+      ...pool.slice(1, 1 + Math.floor(random() * 4)).map((who) => member(who, pick(statuses), { changedBy: A.uid })),
+    );
+    const sender = pick(pool);
+    const leader = random() < 0.5 ? A : null;
+    const incoming = Array.from({ length: 1 + Math.floor(random() * 4) }, () =>
+      member(pick(pool), pick(statuses), {
+        changedBy: pick([sender.uid, A.uid, "someone"]),
+        revision: 1 + Math.floor(random() * 5),
+      }),
+    );
+    const decision = decideGossip(local, incoming, sender, leader, seeds, 6);
+    if (!admitsGossipFrom(local, sender, seeds)) {
+      assert.deepEqual(decision, { kind: "refused", reason: "nonMember" });
+      continue;
+    }
+    if (decision.kind !== "accepted") continue;
+    assert.ok(decision.members.size <= 6, "capacity holds");
+    for (const record of decision.changed) {
+      assert.notEqual(record.status, "Joining", "no Joining record via gossip");
+      if (leader?.equals(sender) === true) {
+        assert.equal(record.changedBy, sender.uid, "the leader's changes are its own");
+      } else {
+        assert.ok(record.uniqueAddress.equals(sender), `a non-leader added ${record.uniqueAddress}`);
+        assert.equal(local.get(String(record.uniqueAddress)), undefined, "only an unknown record");
+        assert.equal(record.status, "Up");
+        assert.equal(record.changedBy, sender.uid);
+      }
+    }
+  }
+});

@@ -195,6 +195,7 @@ test("join for another address, leave of another member and down from a non-memb
       { what: "every request refused", describe: () => nodes.map((n) => n.cluster.stats) },
     );
     assert.equal(leader.cluster.stats.leaveRequestsAccepted, 0);
+    assert.equal(before.gossipRejected.phantom, 0, "a stats object is a snapshot, nested counters included");
     assert.equal(leader.cluster.stats.downRequestsAccepted, 0);
     assert.equal(b.cluster.stats.requestsFromNonMembersRejected, 1, "the non-leader refused it as a non-member's");
     await eventually(() => nodes.every((n) => allUp(n, 3)), { what: "still 3 Up", describe: describe(nodes) });

@@ -5,7 +5,10 @@
  * intervals, and after every batch a check that the target's counters account for every frame. Shared by
  * test/remote/fuzz.test.ts and scripts/fuzz.ts.
  */
+import { writeFileSync } from "node:fs";
 import { createServer, type Server, type Socket } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { NodeProcess } from "../../examples/support/node-process.ts";
 import { Address, UniqueAddress } from "../../src/actor/index.ts";
 import { FrameKind, PayloadFormat } from "../../src/remote/envelope.ts";
@@ -172,7 +175,12 @@ class Accounting {
  * frames, pollution, a missing answer); the caller asserts there are none.
  */
 export async function runCampaign(target: Target, options: CampaignOptions): Promise<CampaignResult> {
-  const rng = new Prng(options.seed);
+  // One independent stream per phase, so how far a time-bounded phase got never changes what the next one sends.
+  const root = new Prng(options.seed);
+  const preRng = root.fork();
+  const rng = root.fork();
+  const serverRng = root.fork();
+  const askRng = root.fork();
   const findings: Finding[] = [];
   const closes: Finding[] = [];
   const position = { pre: 0, post: 0 };
@@ -224,7 +232,7 @@ export async function runCampaign(target: Target, options: CampaignOptions): Pro
     totals.connections++;
     try {
       await clientHandshake(peer, identity, target.info.system, target.secret);
-      const n = 1 + rng.int(1_000_000);
+      const n = 1 + askRng.int(1_000_000);
       const sender = Buffer.from(`${identity.uniqueAddress.address}/temp/$wb${n}`);
       const head = userHeader({
         kind: FrameKind.user,
@@ -278,6 +286,16 @@ export async function runCampaign(target: Target, options: CampaignOptions): Pro
       findings.push({
         what: "accounting",
         detail: `framesIn +${dFrames} (at least ${expect.framesIn}; ${framesCum} in all, at most ${cum.framesHi} + ${self} self), outcome counters +${dOutcome} (at least ${expect.outcomeLo}; ${outcomeCum} in all, at most ${cum.outcomeHi} + ${self}); before ${JSON.stringify(b)} after ${JSON.stringify(a)}`,
+        frames: labels,
+      });
+    }
+    if (a.rejected.internal > b.rejected.internal) {
+      const names: Record<string, number> = {};
+      for (const [k, v] of Object.entries(a.internalErrors))
+        if (v !== b.internalErrors[k]) names[k] = v - (b.internalErrors[k] ?? 0);
+      findings.push({
+        what: "internal error",
+        detail: `the connection guard caught ${a.rejected.internal - b.rejected.internal} unexpected error(s) ${JSON.stringify(names)}: a frame no check refused`,
         frames: labels,
       });
     }
@@ -451,7 +469,7 @@ export async function runCampaign(target: Target, options: CampaignOptions): Pro
     }
     for (let i = 0; i < options.preHandshake && !overBudget(0.3) && !crashed(); i += pool) {
       const n = Math.min(pool, options.preHandshake - i);
-      await Promise.all(Array.from({ length: n }, () => one(rng.fork())));
+      await Promise.all(Array.from({ length: n }, () => one(preRng.fork())));
       if (crashed()) break;
       progress("before handshake");
     }
@@ -546,6 +564,54 @@ export async function runCampaign(target: Target, options: CampaignOptions): Pro
         detail: `${findings[findings.length - 1]!.detail} received ${JSON.stringify(peer.received)}`,
       };
     for (const t of peer.askSenders.splice(0)) ctx.temps.push(t);
+    if (!closing && peer.closed && findings.length > n0 && findings[findings.length - 1]!.what === "internal error") {
+      await bisect(frames);
+    }
+  };
+
+  /** Finds the frame of `frames` whose prefix makes the node close the connection; saves it for a reproduction. */
+  const bisect = async (frames: GenFrame[]): Promise<void> => {
+    const s0 = (await targetStats(target)).stats;
+    const closesWith = async (sent: GenFrame[]): Promise<boolean> => {
+      const { peer } = await newSession();
+      peer.write(Buffer.concat([...sent.map((f) => f.bytes), probe]));
+      const hb = sent.reduce((n, f) => n + f.heartbeats, 1);
+      await peer.until(() => peer.heartbeatReplies >= hb, 10_000, "replay").catch(() => undefined);
+      const closed = peer.closed && peer.heartbeatReplies < hb;
+      peer.destroy();
+      await peer.whenClosed;
+      return closed;
+    };
+    let lo = 1;
+    let hi = frames.length;
+    if (await closesWith(frames)) {
+      while (lo < hi) {
+        const mid = (lo + hi) >> 1;
+        if (await closesWith(frames.slice(0, mid))) hi = mid;
+        else lo = mid + 1;
+      }
+      const culprit = frames[lo - 1]!;
+      const alone = await closesWith([culprit]);
+      const file = join(tmpdir(), `fuzz-culprit-${options.seed}-${totals.batches}.bin`);
+      writeFileSync(file, culprit.bytes);
+      findings.push({
+        what: "internal error culprit",
+        detail: `frame ${lo} of the batch${alone ? " (alone, too)" : " (only after the frames before it)"}: ${culprit.label}; bytes in ${file}`,
+        frames: frames.slice(0, lo).map((f) => f.label),
+      });
+    } else {
+      findings.push({
+        what: "internal error culprit",
+        detail: "not reproduced on a fresh connection",
+        frames: frames.map((f) => f.label),
+      });
+    }
+    // The replays are not accounted frame by frame: their counts join the expectations as they are.
+    const s1 = await targetStats(target);
+    cum.framesHi += s1.stats.framesIn - s0.framesIn;
+    cum.outcomeHi += outcomeOf(s1.stats) - outcomeOf(s0);
+    cum.received += s1.stats.framesOut - s0.framesOut;
+    before = s1;
   };
 
   // The sweep after the handshake: every dictionary value at every field of every frame kind's JSON.
@@ -619,7 +685,7 @@ export async function runCampaign(target: Target, options: CampaignOptions): Pro
     const left = options.budgetMs === undefined ? 30_000 : Math.max(3000, options.budgetMs - (Date.now() - started));
     const s0 = (await targetStats(target)).stats;
     const conversations0 = totals.hostileServer;
-    await hostileServer(target, rng.fork(), options, totals, findings, Math.min(30_000, left), () =>
+    await hostileServer(target, serverRng, options, totals, findings, Math.min(30_000, left), () =>
       progress("hostile server"),
     );
     if (!crashed()) {

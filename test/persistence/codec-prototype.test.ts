@@ -97,3 +97,19 @@ test("no stored payload pollutes a prototype", () => {
   assert.equal(Object.hasOwn(Account.prototype, "polluted"), false);
   assert.equal(({} as { polluted?: unknown }).polluted, undefined);
 });
+
+test("an upcaster that throws (anything) or returns no { manifest, json } gives the typed error", () => {
+  const c = codec()
+    .registerUpcaster("Account.v0", (json) => {
+      throw (json as { toThrow: unknown }).toThrow;
+    })
+    .registerUpcaster("Account.v00", () => null as unknown as { manifest: string; json: unknown })
+    .registerUpcaster("Account.v000", () => ({ manifest: JSON.parse('{"toString":1}'), json: {} }));
+  assert.throws(
+    () => c.decode("Account.v0", '{"toThrow":null}', "acc-1", 7),
+    corrupt(/upcaster of manifest Account\.v0 rejected/),
+  );
+  assert.throws(() => c.decode("Account.v0", '{"toThrow":{"toString":1}}', "acc-1", 7), corrupt(/a non-Error/));
+  assert.throws(() => c.decode("Account.v00", "{}", "acc-1", 7), corrupt(/did not return/));
+  assert.throws(() => c.decode("Account.v000", "{}", "acc-1", 7), corrupt(/did not return/));
+});

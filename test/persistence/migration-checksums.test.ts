@@ -7,16 +7,19 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
 import Database from "better-sqlite3";
+import { ActorSystem } from "../../src/actor/index.ts";
 import {
   legacyMigrationChecksum,
   type Migration,
   MigrationChecksumMismatchError,
   migrationChecksum,
+  Database as PersistenceDatabase,
   planMigrations,
   schemaObjects,
 } from "../../src/persistence/index.ts";
 import { PostgresStore, postgresMigrations } from "../../src/persistence/postgres/index.ts";
 import { SqliteStore, sqliteMigrations } from "../../src/persistence/sqlite/index.ts";
+import { CapturingLogger } from "../actor/support.ts";
 import { dropSchema, postgresTestUrl, rawClient, uniqueSchema } from "./pg-fixture.ts";
 
 const dir = mkdtempSync(join(tmpdir(), "movie-migrations-"));
@@ -158,3 +161,84 @@ test("postgres: a history with other SQL is refused; an earlier build's is re-ba
     await dropSchema(url, schema);
   }
 });
+
+test("Database.configure logs the versions it re-baselined, once", async () => {
+  const path = freshPath();
+  (await SqliteStore.open({ dbPath: path })).close();
+  const raw = new Database(path);
+  for (const m of sqliteMigrations) {
+    raw
+      .prepare("UPDATE movie_schema_migration SET checksum = ? WHERE version = ?")
+      .run(legacyMigrationChecksum(m.version, m.name), m.version);
+  }
+  raw.close();
+  for (const expected of [[1, 2, 3, 4, 5, 6, 7], null]) {
+    const logger = new CapturingLogger();
+    const system = ActorSystem.create("rebaseline", { logger });
+    try {
+      await PersistenceDatabase.get(system).configure({ backend: "sqlite", dbPath: path });
+      const lines = logger.records.filter((r) => /re-baselined/.test(r.message));
+      assert.deepEqual(
+        lines.map((r) => (r.context as { versions: number[] }).versions),
+        expected === null ? [] : [expected],
+      );
+    } finally {
+      await system.terminate();
+    }
+  }
+});
+
+test("an earlier build's database at an older version is re-baselined, then migrated on (SQLite at 4, PostgreSQL at 6)", async () => {
+  const path = freshPath();
+  (await SqliteStore.open({ dbPath: path })).close();
+  const raw = new Database(path);
+  raw.prepare("DELETE FROM movie_schema_migration WHERE version > 4").run();
+  for (const m of sqliteMigrations.slice(0, 4)) {
+    raw
+      .prepare("UPDATE movie_schema_migration SET checksum = ? WHERE version = ?")
+      .run(legacyMigrationChecksum(m.version, m.name), m.version);
+  }
+  const lite = SqliteStore.open({ dbPath: path });
+  assert.deepEqual(lite.rebaselinedMigrations, [1, 2, 3, 4]);
+  await lite.close();
+  assert.deepEqual(
+    (raw.prepare("SELECT checksum FROM movie_schema_migration ORDER BY version").all() as { checksum: string }[]).map(
+      (r) => r.checksum,
+    ),
+    sqliteMigrations.map((m) => m.checksum),
+  );
+  raw.close();
+
+  const url = await postgresTestUrl();
+  const schema = uniqueSchema("checksum4");
+  const client = await rawClient(url, schema);
+  try {
+    await (await PostgresStore.connect({ connectionUri: url, schema, poolSize: 1 })).close();
+    // (At 6, not 4: this database really ran 5 and 6, and 6 dropped a function that 1..4 leave behind.)
+    await client.query("DELETE FROM movie_schema_migration WHERE version > 6");
+    for (const m of postgresMigrations.slice(0, 6)) {
+      await client.query("UPDATE movie_schema_migration SET checksum = $1 WHERE version = $2", [
+        legacyMigrationChecksum(m.version, m.name),
+        m.version,
+      ]);
+    }
+    const store = await PostgresStore.connect({ connectionUri: url, schema, poolSize: 1 });
+    assert.deepEqual(store.rebaselinedMigrations, [1, 2, 3, 4, 5, 6]);
+    assert.deepEqual(
+      await store.appendEvents({ persistenceId: "p", expectedRevision: 0, operationId: "o", events: [ev] }),
+      { revision: 1, duplicate: false },
+      "migration 7 ran again on top",
+    );
+    await store.close();
+    const rows = await client.query("SELECT checksum FROM movie_schema_migration ORDER BY version");
+    assert.deepEqual(
+      rows.rows.map((r: { checksum: string }) => r.checksum),
+      postgresMigrations.map((m) => m.checksum),
+    );
+  } finally {
+    await client.end();
+    await dropSchema(url, schema);
+  }
+});
+
+const ev = { manifest: "m", payload: "{}" };

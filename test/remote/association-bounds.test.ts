@@ -208,3 +208,26 @@ test("maxAssociations: a new association retires the one idle longest; with none
     await Promise.all([a.system.terminate(), ...nodes.map((n) => n.system.terminate())]);
   }
 });
+
+test("maxAssociations: an address that does not answer is retired before a live peer, however recent", async () => {
+  const a = await startNode("cap2-a", { maxAssociations: 2 });
+  const b = await startNode("cap2-b");
+  const c = await startNode("cap2-c");
+  try {
+    const toB = a.system.actorSelection(b.system.spawn(new EchoBehavior(), "echo").path.toString());
+    const toC = a.system.actorSelection(c.system.spawn(new EchoBehavior(), "echo").path.toString());
+    assert.equal((await toB.ask(new Ping(1), Pong, 3000)).n, 1);
+    const port = await deadPort();
+    a.system.actorSelection(`movie.tcp://ghost@127.0.0.1:${port}/user/g`).tell(new Ping(2));
+    await eventually(() => a.remoting.peerInfo(`127.0.0.1:${port}`)?.state === "backoff", {
+      what: "the ghost failing",
+    });
+    // B's association is the older one, but it is up: the ghost's goes.
+    assert.equal((await toC.ask(new Ping(3), Pong, 3000)).n, 3);
+    assert.equal(a.remoting.stats.associationsExpired, 1);
+    assert.equal(a.remoting.peerInfo(`127.0.0.1:${port}`), null);
+    assert.equal(a.remoting.peerInfo(b.remoting.selfAddress)?.state, "up");
+  } finally {
+    await Promise.all([a.system.terminate(), b.system.terminate(), c.system.terminate()]);
+  }
+});

@@ -54,6 +54,44 @@ test("inbound limits (pure): totals and per-IP counts of unauthenticated sockets
   assert.equal(limits.accept("a:8", "a"), null);
 });
 
+test("inbound limits: a seeded random walk of accepts, handshakes and closes always matches a simple model", () => {
+  const settings = { maxInboundConnections: 12, maxUnauthenticatedConnections: 7, maxUnauthenticatedPerIp: 3 };
+  let seed = 15;
+  const random = (n: number): number => {
+    seed = (seed * 1103515245 + 12345) % 2 ** 31;
+    return seed % n;
+  };
+  const limits = new InboundLimits(settings);
+  const model = new Map<string, { ip: string; authenticated: boolean }>();
+  for (let step = 0; step < 5000; step++) {
+    const ip = `10.0.0.${random(4)}`;
+    const key = `${ip}:${random(8)}`;
+    const op = random(3);
+    if (op === 0) {
+      if (model.has(key)) continue;
+      const unauthenticated = [...model.values()].filter((c) => !c.authenticated);
+      const expected =
+        model.size >= settings.maxInboundConnections
+          ? "maxInboundConnections"
+          : unauthenticated.length >= settings.maxUnauthenticatedConnections
+            ? "maxUnauthenticatedConnections"
+            : unauthenticated.filter((c) => c.ip === ip).length >= settings.maxUnauthenticatedPerIp
+              ? "maxUnauthenticatedPerIp"
+              : null;
+      assert.equal(limits.accept(key, ip), expected, `step ${step}`);
+      if (expected === null) model.set(key, { ip, authenticated: false });
+    } else if (op === 1) {
+      limits.authenticated(key);
+      const entry = model.get(key);
+      if (entry !== undefined) entry.authenticated = true;
+    } else {
+      limits.closed(key);
+      model.delete(key);
+    }
+    assert.equal(limits.size, model.size, `step ${step}`);
+  }
+});
+
 test("settings: the limits must be positive integers", () => {
   for (const field of [
     "maxInboundConnections",

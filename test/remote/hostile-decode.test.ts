@@ -5,10 +5,13 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 import {
   EnvelopeDecodeError,
+  MessageEncodeError,
   MessageRegistrationError,
   MessageRegistry,
   type StandardSchemaV1,
+  UnknownMessageTypeError,
 } from "../../src/remote/index.ts";
+import { countInternalError, emptyStats } from "../../src/remote/stats.ts";
 
 class Shape {
   constructor(readonly side: number) {}
@@ -106,4 +109,37 @@ test("declaring a binary field that names a member of the class is refused at re
     );
   }
   assert.equal(registry.register(Shape, { name: "t.shape.bin", fields: { side: "number" } }).name, "t.shape.bin");
+});
+
+test("refusals at send name a hostile value's class from its prototype, never running its code", () => {
+  // What a received JSON value can hold; sending it on must give the typed refusal, not a TypeError from its text.
+  class Labelled {
+    constructor(readonly label: string) {}
+  }
+  const registry = new MessageRegistry(null);
+  const codec = registry.register(Labelled, { name: "t.labelled", fields: { label: "string" } }).codec!;
+  const hostile = JSON.parse('{"constructor":{"name":{"toString":1}}}');
+  const refusedAs = (actual: string) => (error: unknown) =>
+    error instanceof MessageEncodeError && error.field === "label" && error.actual === actual;
+  assert.throws(() => codec.measure({ label: hostile }), refusedAs("Object"));
+  assert.throws(() => codec.measure({ label: Object.create(null) }), refusedAs("an object"));
+  assert.throws(
+    () => registry.registrationOf(hostile),
+    (error: unknown) => error instanceof UnknownMessageTypeError && error.typeName === "Object",
+  );
+});
+
+test("unexpected errors are counted by name in a bounded record that no name can corrupt", () => {
+  const stats = emptyStats();
+  for (const name of ["__proto__", "constructor", "toString", "TypeError", "TypeError"])
+    countInternalError(stats, name);
+  assert.equal(stats.rejected.internal, 5);
+  assert.equal(Object.getPrototypeOf(stats.internalErrors), null);
+  assert.equal(Object.getOwnPropertyDescriptor(stats.internalErrors, "__proto__")?.value, 1, "an own key");
+  assert.equal(stats.internalErrors.constructor, 1);
+  assert.equal(stats.internalErrors.TypeError, 2);
+  for (let i = 0; i < 100; i++) countInternalError(stats, `E${i}`);
+  assert.equal(Object.keys(stats.internalErrors).length, 33, "32 names and other");
+  assert.equal(stats.internalErrors.other, 100 - (32 - 4));
+  assert.equal(stats.rejected.internal, 105);
 });

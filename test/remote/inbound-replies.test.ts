@@ -1,7 +1,16 @@
 import assert from "node:assert/strict";
+import { createServer, type Socket } from "node:net";
 import { test } from "node:test";
-import { AbstractBehavior, type ActorContext } from "../../src/actor/index.ts";
-import { encodeControlFrame, FrameKind, writeUserEnvelope } from "../../src/remote/envelope.ts";
+import { AbstractBehavior, type ActorContext, Address, UniqueAddress } from "../../src/actor/index.ts";
+import { encodeControlFrame, FrameKind, readControlFrame, writeUserEnvelope } from "../../src/remote/envelope.ts";
+import { FrameDecoder } from "../../src/remote/frame.ts";
+import {
+  answerHello,
+  type Challenge,
+  checkConfirm,
+  type HandshakeIdentity,
+  type Hello,
+} from "../../src/remote/handshake.ts";
 import { eventually } from "../fixtures/eventually.ts";
 import { Ping } from "./fixtures/messages.ts";
 import { startNode } from "./fixtures/nodes.ts";
@@ -153,6 +162,76 @@ test("ask replies over the connection of a peer that does not read stop at maxBu
     assert.ok(mostBuffered <= maxBufferedBytes + 64 * 1024, `the node buffered ${mostBuffered} bytes for the peer`);
   } finally {
     raw?.socket.destroy();
+    await node.system.terminate();
+  }
+});
+
+test("a hostile server that floods this node's own connection with heartbeats and never reads is closed the same way", async () => {
+  const maxBufferedBytes = 256 * 1024;
+  const node = await startNode("replies-client", { maxFrameBytes: 64 * 1024, maxBufferedBytes });
+  const server = createServer();
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const port = (server.address() as { port: number }).port;
+  const identity: HandshakeIdentity = {
+    system: "hostile",
+    cluster: "",
+    uniqueAddress: new UniqueAddress(Address.tcp("hostile", "127.0.0.1", port), "00000000000000aa"),
+  };
+  const sockets: Socket[] = [];
+  let flooded = 0;
+  // Answers the handshake, then stops reading and writes heartbeats until the node closes the socket.
+  server.on("connection", (socket) => {
+    sockets.push(socket);
+    socket.on("error", () => {});
+    const decoder = new FrameDecoder();
+    let hello: Hello | null = null;
+    let challenge: Challenge | null = null;
+    socket.on("data", (chunk) => {
+      for (const frame of decoder.push(chunk)) {
+        const doc = readControlFrame(frame);
+        if (hello === null) {
+          const answered = answerHello(identity, null, doc, "ccdd");
+          if (!answered.ok) return;
+          hello = doc as unknown as Hello;
+          challenge = answered.next;
+          socket.write(encodeControlFrame(FrameKind.handshake, answered.next));
+        } else if (challenge !== null) {
+          if (!checkConfirm(identity, null, hello, challenge, doc).ok) return;
+          challenge = null;
+          socket.write(encodeControlFrame(FrameKind.handshake, { step: "accepted" }));
+          socket.pause();
+          const heartbeat = encodeControlFrame(FrameKind.heartbeat, {});
+          const chunk64k = Buffer.concat(Array.from({ length: Math.floor(65536 / heartbeat.length) }, () => heartbeat));
+          const pump = (): void => {
+            while (!socket.destroyed && flooded < 64 * 1024 * 1024) {
+              flooded += chunk64k.length;
+              if (!socket.write(chunk64k)) {
+                socket.once("drain", pump);
+                return;
+              }
+            }
+          };
+          pump();
+          return;
+        }
+      }
+    });
+  });
+  try {
+    const key = `127.0.0.1:${port}`;
+    node.system.actorSelection(`movie.tcp://hostile@${key}/user/x`).tell(new Ping(1));
+    let mostBuffered = 0;
+    await eventually(
+      () => {
+        mostBuffered = Math.max(mostBuffered, node.remoting.peerInfo(key)?.bufferedBytes ?? 0);
+        return node.remoting.stats.overflowClosed >= 1;
+      },
+      { what: "the node to close its connection to a server that does not read", describe: () => ({ flooded }) },
+    );
+    assert.ok(mostBuffered <= maxBufferedBytes + 64 * 1024, `the node buffered ${mostBuffered} bytes for the server`);
+  } finally {
+    for (const socket of sockets) socket.destroy();
+    server.close();
     await node.system.terminate();
   }
 });
