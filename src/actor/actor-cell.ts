@@ -6,7 +6,13 @@ import { askVia } from "./ask.ts";
 import type { AbstractBehavior, BehaviorSource } from "./behavior.ts";
 import type { Cancellable, TimeoutTarget } from "./clock.ts";
 import type { Runnable } from "./dispatcher.ts";
-import { InvalidArgumentError, InvalidMessageError, MailboxOverflowError, requireDurationMs } from "./errors.ts";
+import {
+  InvalidArgumentError,
+  InvalidMessageError,
+  MailboxOverflowError,
+  requireDurationMs,
+  typeNameOf,
+} from "./errors.ts";
 import type { Logger } from "./logger.ts";
 import { Envelope, Mailbox } from "./mailbox.ts";
 import { ActorPath } from "./path.ts";
@@ -108,21 +114,6 @@ export function requireMailboxCapacity(argument: string, value: unknown): number
     );
   }
   return value;
-}
-
-/**
- * The class name of a message for an error text, read from its prototype's constructor, never from the message's own
- * fields: a decoded remote payload may carry a `constructor` key of any shape.
- */
-function classNameOf(message: unknown): string {
-  if (message === null || typeof message !== "object") return typeof message;
-  try {
-    const ctor: unknown = Object.getPrototypeOf(message)?.constructor;
-    const name: unknown = typeof ctor === "function" ? ctor.name : undefined;
-    return typeof name === "string" && name.length > 0 ? name : "Object";
-  } catch {
-    return "Object";
-  }
 }
 
 /**
@@ -419,7 +410,7 @@ export class ActorCell<T> implements Runnable, ActorContext<T>, TimeoutTarget {
     const recipient = this.path.toString();
     const capacity = this.flags >>> capacityShift;
     // The ask first: a dead-letter listener (sharding's persistent provider) may fail it with an error of its own.
-    sender?.failAsk?.(new MailboxOverflowError(recipient, capacity, classNameOf(message)));
+    sender?.failAsk?.(new MailboxOverflowError(recipient, capacity, typeNameOf(message)));
     this.system.deadLetterOffice.publish(message, sender, recipient, true);
     this.system.noteMailboxOverflow(recipient, capacity);
   }

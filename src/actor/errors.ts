@@ -1,4 +1,5 @@
-import { describe } from "./untrusted.ts";
+import { classNameOf, describe } from "./untrusted.ts";
+
 /** Errors raised by the actor runtime. Each has a stable `name` and carries the fields a caller acts on. */
 
 /** An ask got no reply within its timeout. */
@@ -115,9 +116,13 @@ export function requireDurationMs(argument: string, value: number, options: { po
   return value;
 }
 
-/** The class name of a value, for error texts. */
+/**
+ * The class name of a value, for error texts: its prototype's constructor's name ("Object" for a plain, null-prototype
+ * or nameless one), else its `typeof`. Never runs the value's code nor reads its own fields, so a decoded remote
+ * payload with a `constructor` key of any shape (or a Proxy) cannot make an error text throw.
+ */
 export function typeNameOf(value: unknown): string {
   if (value === null) return "null";
-  if (typeof value === "object") return (value as object).constructor?.name ?? "Object";
+  if (typeof value === "object") return classNameOf(value as object) ?? "Object";
   return typeof value;
 }

@@ -606,7 +606,7 @@ function receiveGossip(
   effects.push({ kind: "count", stat: "gossipReceived" });
   let next = state;
   if (selfMember(state).status !== "Removed") {
-    // Admission first, so a stranger's records are never even looked at.
+    // Admission first, so a stranger's records (validated once, at decode) are never merged or compared.
     const decision = admitsGossipFrom(state.members, from, seeds)
       ? decideGossip(state.members, membersOf(message), from, leaderOfState(state), seeds, maxMembers)
       : ({ kind: "refused", reason: "nonMember" } as const);

@@ -1,4 +1,5 @@
-import { classNameOf, describe, errorText, instanceFromFields } from "../actor/untrusted.ts";
+import { typeNameOf } from "../actor/index.ts";
+import { describe, errorText, instanceFromFields } from "../actor/untrusted.ts";
 import { compileCodec, type FieldList, fieldListProblem, type PayloadCodec } from "./codec.ts";
 import { readPayload } from "./envelope.ts";
 import {
@@ -161,7 +162,7 @@ export class MessageRegistry {
     // Senders repeat themselves, and a registration never changes once made: remember the last class looked up.
     if (type === this.lastType && type !== undefined) return this.lastEntry!;
     const entry = type === undefined ? undefined : this.lookupType(type);
-    if (entry === undefined) throw new UnknownMessageTypeError(describeType(message));
+    if (entry === undefined) throw new UnknownMessageTypeError(typeNameOf(message));
     this.lastType = type;
     this.lastEntry = entry;
     return entry;
@@ -322,10 +323,4 @@ function memberFieldProblem(type: MessageClass, fields: FieldList): string | nul
     if (field in proto) return `field "${field}" names a member of the class (a method or accessor); rename the field`;
   }
   return null;
-}
-
-function describeType(message: unknown): string {
-  if (message === null) return "null";
-  if (typeof message !== "object") return typeof message;
-  return classNameOf(message as object) ?? "Object";
 }

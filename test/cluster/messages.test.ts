@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
+import { UniqueAddress } from "../../src/actor/index.ts";
 import { type MemberJSON, memberFromJSON } from "../../src/cluster/member.ts";
 import {
   ClusterDown,
@@ -76,5 +77,28 @@ test("a member record with hostile values is refused with a text, never by runni
     const result = memberFromJSON(record);
     assert.equal(typeof result, "string");
     assert.ok((result as string).length < 300, result as string);
+  }
+});
+
+test("a received gossip's records are parsed once, at decode (membership then reads the parsed ones)", () => {
+  const records = Array.from({ length: 50 }, (_, i) => ({
+    ...record,
+    address: `movie.tcp://sys@127.0.0.1:${3000 + i}#u${i}`,
+  }));
+  const json = JSON.parse(JSON.stringify(new ClusterGossip("c", from, to, 1, "0".repeat(64), records))) as unknown;
+  const parse = UniqueAddress.parse;
+  let calls = 0;
+  UniqueAddress.parse = (text: string) => {
+    calls++;
+    return parse.call(UniqueAddress, text);
+  };
+  try {
+    const gossip = ClusterGossip.fromJSON(json);
+    const members = membersOf(gossip);
+    assert.equal(members.length, 50);
+    assert.equal(members[7]!.uniqueAddress.toString(), records[7]!.address);
+    assert.equal(calls, 2 + 50, "from, to and each record once");
+  } finally {
+    UniqueAddress.parse = parse;
   }
 });
