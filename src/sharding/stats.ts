@@ -38,6 +38,11 @@ export interface ShardingStats {
    */
   readonly rejectedEnvelopes: number;
   /**
+   * The part of `rejectedEnvelopes` refused on the owner because the shard's entities held `shardMailboxCapacity`
+   * messages not yet processed.
+   */
+  readonly shardMailboxOverflows: number;
+  /**
    * The part of `rejectedEnvelopes` that could not even be decoded, by reason: a sharding frame remoting could not
    * rebuild (`undecodable`: a field failed validation; `schemaInvalid`), or a valid envelope whose user payload has
    * an unregistered type or an invalid body (`payload`).
@@ -76,6 +81,7 @@ export function zeroStats(): MutableShardingStats {
     leaseLosses: 0,
     leaseRetries: 0,
     rejectedEnvelopes: 0,
+    shardMailboxOverflows: 0,
     malformedEnvelopes: { undecodable: 0, schemaInvalid: 0, payload: 0 },
   };
 }
