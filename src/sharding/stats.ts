@@ -1,5 +1,6 @@
 /**
- * The 15 sharding counters of REFERENCE §7 (plus a breakdown of malformed envelopes), process-wide for one actor system and summed over entity types.
+ * The 15 sharding counters of REFERENCE §7 (plus a breakdown of malformed envelopes and the shard mailbox bound's
+ * refusals), process-wide for one actor system and summed over entity types.
  * Exposed as a frozen snapshot; the extension increments a private mutable copy.
  */
 export interface ShardingStats {
@@ -38,16 +39,16 @@ export interface ShardingStats {
    */
   readonly rejectedEnvelopes: number;
   /**
-   * The part of `rejectedEnvelopes` refused on the owner because the shard's entities held `shardMailboxCapacity`
-   * messages not yet processed.
-   */
-  readonly shardMailboxOverflows: number;
-  /**
    * The part of `rejectedEnvelopes` that could not even be decoded, by reason: a sharding frame remoting could not
    * rebuild (`undecodable`: a field failed validation; `schemaInvalid`), or a valid envelope whose user payload has
    * an unregistered type or an invalid body (`payload`).
    */
   readonly malformedEnvelopes: Readonly<Record<MalformedReason, number>>;
+  /**
+   * Beyond REFERENCE §7: the part of `rejectedEnvelopes` refused on the owner because the shard's entities already
+   * held `shardMailboxCapacity` messages not yet started (each is also a dead letter with reason mailboxOverflow).
+   */
+  readonly shardMailboxOverflows: number;
 }
 
 /** Why an inbound sharding envelope could not be decoded (see {@link ShardingStats.malformedEnvelopes}). */
@@ -81,7 +82,7 @@ export function zeroStats(): MutableShardingStats {
     leaseLosses: 0,
     leaseRetries: 0,
     rejectedEnvelopes: 0,
-    shardMailboxOverflows: 0,
     malformedEnvelopes: { undecodable: 0, schemaInvalid: 0, payload: 0 },
+    shardMailboxOverflows: 0,
   };
 }
