@@ -115,26 +115,35 @@ test("a shard's entities hold shardMailboxCapacity messages together; past it te
   unsubscribe();
 });
 
-test("the shard bound and the per-entity bound apply together: the entity's own capacity still refuses first", async () => {
+test("with entityMailboxCapacity too: an entity's own bound refuses first and uses none of the shard's room", async () => {
   const node = cluster.addNode("both-bounds");
   const type = node.sharding.init(
     "BothBounds",
     OrderCommandClass,
-    { shardCount: 2, shardMailboxCapacity: 10, entityMailboxCapacity: 1 },
+    { shardCount: 2, shardMailboxCapacity: 2, entityMailboxCapacity: 1 },
     (id) => new GatedSequenceBehavior(id),
   );
   await eventually(() => node.sharding.allocations(type).size === 2, { what: "a plan" });
-  const [a, b] = idsInShard(node.sharding, type, 0, "bb-", 2) as [string, string];
+  const [a, b, c] = idsInShard(node.sharding, type, 0, "bb-", 3) as [string, string, string];
   closeHolds();
   node.sharding.entityRefFor(type, a).tell(new Hold());
-  await eventually(() => holding.has(a), { what: "the entity held" });
+  node.sharding.entityRefFor(type, b).tell(new Hold());
+  await eventually(() => holding.has(a) && holding.has(b), { what: "two entities held" });
   node.sharding.entityRefFor(type, a).tell(new Seq(1));
   await assert.rejects(node.sharding.entityRefFor(type, a).ask(new Seq(2), OrderReply, 5_000), MailboxOverflowError);
   assert.equal(node.sharding.stats.shardMailboxOverflows, 0);
-  // The shard still has room for another entity's message.
-  assert.ok((await node.sharding.entityRefFor(type, b).ask(new Seq(3), OrderReply, 5_000)) instanceof OrderReply);
+  // The entity's refusal took none of the shard's room: one more fits (in another entity), then the shard is full.
+  node.sharding.entityRefFor(type, b).tell(new Seq(3));
+  await assert.rejects(
+    node.sharding.entityRefFor(type, c).ask(new Seq(4), OrderReply, 5_000),
+    ShardMailboxOverflowError,
+  );
+  assert.equal(node.sharding.stats.shardMailboxOverflows, 1);
   openHolds();
-  await eventually(() => sequenceSink.get(a)?.length === 1, { what: "the queued one ran" });
+  await eventually(() => sequenceSink.get(a)?.length === 1 && sequenceSink.get(b)?.length === 1, {
+    what: "the queued ones ran",
+  });
+  assert.ok((await node.sharding.entityRefFor(type, c).ask(new Seq(5), OrderReply, 5_000)) instanceof OrderReply);
 });
 
 test("shardMailboxCapacity is validated, local (not in the settings key) and compatible across inits", () => {
