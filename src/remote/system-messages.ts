@@ -87,6 +87,11 @@ export class SystemMessages {
       } catch {
         throw new EnvelopeDecodeError("undecodable", `bad ref path "${refText}"`);
       }
+      // A watcher lives on a node reachable over TCP: a ref without host and port (movie://other/…) would be dialled
+      // with no port when this node writes it a Terminated, a TypeError thrown from inside the receive path.
+      if (!parsed.address.isRemote) {
+        throw new EnvelopeDecodeError("undecodable", "system message ref is not a remote address (no host:port)");
+      }
       return new RemoteActorRef(
         this.remoting,
         parsed,

@@ -14,17 +14,16 @@ after(async () => {
   await node.system.terminate();
 });
 
-test("a watch with an empty refUid is refused as undecodable and the connection stays up", async () => {
-  node = await startNode("ref-uid");
-  const peer = await rawPeer(node, { handshake: true });
+/** Each case claims its own peer address (port), so its seq 1 is not a duplicate of another case's. */
+async function refusedWatch(refUid: string, ref: string, port: number): Promise<void> {
+  const peer = await rawPeer(node, { handshake: true, port });
   let heartbeatReplies = 0;
   const decoder = new FrameDecoder();
   peer.socket.on("data", (chunk: Buffer) => {
     for (const f of decoder.push(chunk)) if (f[0] === FrameKind.heartbeatReply) heartbeatReplies++;
   });
   const before = node.remoting.stats;
-  const ref = `${node.system.address}/user/watcher`;
-  peer.socket.write(encodeControlFrame(FrameKind.system, { seq: 1, to: "/user/none", sys: "watch", ref, refUid: "" }));
+  peer.socket.write(encodeControlFrame(FrameKind.system, { seq: 1, to: "/user/none", sys: "watch", ref, refUid }));
   peer.socket.write(encodeControlFrame(FrameKind.heartbeat, {}));
   await eventually(() => heartbeatReplies === 1 || peer.isClosed(), { what: "the heartbeat reply" });
   const stats = node.remoting.stats;
@@ -32,4 +31,13 @@ test("a watch with an empty refUid is refused as undecodable and the connection 
   assert.equal(stats.rejected.internal, before.rejected.internal);
   assert.equal(stats.rejected.undecodable, before.rejected.undecodable + 1);
   peer.socket.destroy();
+}
+
+test("a watch with an empty refUid is refused as undecodable and the connection stays up", async () => {
+  node = await startNode("ref-uid");
+  await refusedWatch("", `${node.system.address}/user/watcher`, 1);
+});
+
+test("a watch whose ref has no host:port (movie://other/…) is refused as undecodable and the connection stays up", async () => {
+  await refusedWatch("u", "movie://other/user/watcher", 2);
 });
