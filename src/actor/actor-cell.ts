@@ -15,6 +15,7 @@ import {
 } from "./errors.ts";
 import type { Logger } from "./logger.ts";
 import { Envelope, Mailbox } from "./mailbox.ts";
+import type { MailboxBudget } from "./mailbox-budget.ts";
 import { ActorPath } from "./path.ts";
 import { defaultSupervisorStrategy, restartAllowed, type SupervisorStrategy } from "./supervision.ts";
 import {
@@ -98,7 +99,12 @@ const flagParentWatches = 64;
  * flagClosed: an unbounded mailbox pays nothing per message for the feature.
  */
 const flagBounded = 128;
-const capacityShift = 8;
+/**
+ * The actor counts its queued messages in a shared {@link MailboxBudget} (kept in the rare extras). A flag, so an
+ * actor without one tests nothing extra: `enqueue` folds it into its one rare-path test, `run` checks it once per run.
+ */
+const flagBudgeted = 256;
+const capacityShift = 9;
 /** Largest mailbox capacity: shifted into the flags it must keep them a small integer (31 bits in V8). */
 export const mailboxCapacityMax = 1_000_000;
 
@@ -136,6 +142,8 @@ class CellExtras {
   receiveTimeoutGeneration = 0;
   restartTimesMs: number[] | null = null;
   terminatedWaiters: (() => void)[] | null = null;
+  /** The shared count this actor's queued messages are part of (flagBudgeted). */
+  budget: MailboxBudget | null = null;
 }
 
 /**
@@ -179,9 +187,14 @@ export class ActorCell<T> implements Runnable, ActorContext<T>, TimeoutTarget {
     private readonly supervision: SupervisorStrategy | undefined,
     /** Validated (requireMailboxCapacity), or undefined for an unbounded mailbox. */
     mailboxCapacity?: number,
+    budget?: MailboxBudget,
   ) {
     this.ref = new LocalActorRef(this);
     if (mailboxCapacity !== undefined) this.flags = flagBounded | (mailboxCapacity << capacityShift);
+    if (budget !== undefined) {
+      this.extras().budget = budget;
+      this.flags |= flagBudgeted;
+    }
   }
 
   private extras(): CellExtras {
@@ -269,6 +282,7 @@ export class ActorCell<T> implements Runnable, ActorContext<T>, TimeoutTarget {
       behavior,
       options?.supervision,
       capacity,
+      options?.mailboxBudget,
     );
     if (extras.childCells === null) extras.childCells = new Map();
     extras.childCells.set(childName, child as ActorCell<unknown>);
@@ -378,7 +392,7 @@ export class ActorCell<T> implements Runnable, ActorContext<T>, TimeoutTarget {
   enqueue(message: unknown, sender: ActorRef<unknown> | null, origin: UniqueAddress | null): void {
     const flags = this.flags;
     // One test for both rare conditions, so an open unbounded mailbox pays a single branch per message.
-    if ((flags & (flagClosed | flagBounded)) !== 0) {
+    if ((flags & (flagClosed | flagBounded | flagBudgeted)) !== 0) {
       if ((flags & flagClosed) !== 0) {
         // Timer and receive-timeout firings are the actor's own bookkeeping, not letters anyone sent.
         if (message instanceof InternalFire) return;
@@ -386,10 +400,16 @@ export class ActorCell<T> implements Runnable, ActorContext<T>, TimeoutTarget {
         return;
       }
       // The actor's own firings are never refused: there is at most one per timer, watch and receive timeout.
-      if ((this.mailbox?.size ?? 0) >= flags >>> capacityShift && !(message instanceof InternalFire)) {
+      if (
+        (flags & flagBounded) !== 0 &&
+        (this.mailbox?.size ?? 0) >= flags >>> capacityShift &&
+        !(message instanceof InternalFire)
+      ) {
         this.overflow(message, sender);
         return;
       }
+      // Every queued item counts (firings too), so the budget always equals what its actors hold.
+      if ((flags & flagBudgeted) !== 0) this.rare!.budget!.count++;
     }
     let mailbox = this.mailbox;
     if (mailbox === null) mailbox = this.mailbox = new Mailbox();
@@ -475,6 +495,7 @@ export class ActorCell<T> implements Runnable, ActorContext<T>, TimeoutTarget {
     const mailbox = this.mailbox;
     if (mailbox === null) return;
     let processed = 0;
+    let paused = false;
     while (mailbox.size > 0 && processed < throughput) {
       const item = mailbox.shift();
       processed++;
@@ -482,9 +503,15 @@ export class ActorCell<T> implements Runnable, ActorContext<T>, TimeoutTarget {
         if (item.origin !== null) this.system.inboundBacklog--;
         this.handleMessage(item.message, item.sender, item.origin);
       } else this.handleMessage(item, null, null);
-      if ((this.flags & (stateMask | flagBusy)) !== stateRunning) return;
+      if ((this.flags & (stateMask | flagBusy)) !== stateRunning) {
+        paused = true;
+        break;
+      }
       if (this.rare !== null && this.hasSystemMessages()) break;
     }
+    // Once per run rather than per message; a stop inside the run subtracted what it drained itself.
+    if ((this.flags & flagBudgeted) !== 0) this.rare!.budget!.count -= processed;
+    if (paused) return;
     if (mailbox.size > 0 || this.hasSystemMessages()) this.scheduleRun();
   }
 
@@ -797,6 +824,7 @@ export class ActorCell<T> implements Runnable, ActorContext<T>, TimeoutTarget {
     const mailbox = this.mailbox;
     if (mailbox === null || mailbox.size === 0) return;
     const recipient = this.path.toString();
+    if ((this.flags & flagBudgeted) !== 0) this.rare!.budget!.count -= mailbox.size;
     mailbox.drain((message, sender, origin) => {
       if (origin !== null) this.system.inboundBacklog--;
       if (message instanceof InternalFire) return;

@@ -3,6 +3,7 @@ import type { ActorSystem } from "./actor-system.ts";
 import type { UniqueAddress } from "./address.ts";
 import type { BehaviorSource } from "./behavior.ts";
 import type { Logger } from "./logger.ts";
+import type { MailboxBudget } from "./mailbox-budget.ts";
 import type { SupervisorStrategy } from "./supervision.ts";
 
 /** Options of `spawn`. */
@@ -16,6 +17,11 @@ export interface SpawnOptions {
    * unbounded.
    */
   mailboxCapacity?: number;
+  /**
+   * A count shared with other actors: every message queued here adds one, every message taken out subtracts it (see
+   * MailboxBudget). Counting only; the deliverer refuses. Default none (nothing counted, nothing paid per message).
+   */
+  mailboxBudget?: MailboxBudget;
 }
 
 /** What a behavior sees of its own actor while it handles a message. */

@@ -20,6 +20,7 @@ import { ActorPath, isValidActorName } from "./path.ts";
 import { ReplyNames } from "./reply-names.ts";
 import type { SupervisorStrategy } from "./supervision.ts";
 import { type SystemMessage, Terminated, Watch } from "./system-messages.ts";
+import { describe } from "./untrusted.ts";
 
 /** Options of {@link ActorSystem.create}. */
 export interface ActorSystemOptions {
@@ -141,7 +142,7 @@ export class ActorSystem {
     if (typeof name !== "string" || !systemNamePattern.test(name)) {
       throw new InvalidArgumentError(
         "actor system name",
-        `"${String(name)}"; use 1-64 letters, digits, - or _, starting with a letter or digit`,
+        `${describe(name)}; use 1-64 letters, digits, - or _, starting with a letter or digit`,
       );
     }
     return new ActorSystem(name, options);
@@ -308,7 +309,7 @@ export class ActorSystem {
         if (siblings?.has(generated) !== true) return generated;
       }
     }
-    if (typeof name !== "string" || !isValidActorName(name)) throw new InvalidActorNameError(String(name));
+    if (typeof name !== "string" || !isValidActorName(name)) throw new InvalidActorNameError(describe(name));
     if (siblings?.has(name) === true) throw new DuplicateActorNameError(parentPath.toString(), name);
     return name;
   }

@@ -1,4 +1,4 @@
-import { classNameOf } from "./untrusted.ts";
+import { classNameOf, describe } from "./untrusted.ts";
 
 /** Errors raised by the actor runtime. Each has a stable `name` and carries the fields a caller acts on. */
 
@@ -110,7 +110,7 @@ export function requireDurationMs(argument: string, value: number, options: { po
   if (typeof value !== "number" || !Number.isFinite(value) || value < 0 || (options.positive === true && value === 0)) {
     throw new InvalidArgumentError(
       argument,
-      `${String(value)} ms; expected a finite number ${options.positive === true ? "above 0" : "of 0 or more"}`,
+      `${describe(value)} ms; expected a finite number ${options.positive === true ? "above 0" : "of 0 or more"}`,
     );
   }
   return value;

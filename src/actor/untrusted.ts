@@ -23,8 +23,10 @@ export function describe(value: unknown): string {
       return `${JSON.stringify(value.slice(0, describedStringMax))}… (${value.length} characters)`;
     }
     case "number":
+      // String() of a number primitive runs no user code; JSON would print NaN and Infinity as null.
+      return Object.is(value, -0) ? "-0" : String(value);
     case "boolean":
-      return JSON.stringify(value) ?? "a number";
+      return value ? "true" : "false";
     case "undefined":
       return "undefined";
     case "bigint":

@@ -1,4 +1,5 @@
 import { Address } from "../actor/index.ts";
+import { describe } from "../actor/untrusted.ts";
 import { ClusterConfigurationError } from "./errors.ts";
 import type { OnDowned } from "./events.ts";
 import { maxMembersDefault } from "./gossip/merge.ts";
@@ -75,7 +76,7 @@ export const clusterDefaults = {
 function duration(setting: string, value: unknown, fallback: number): number {
   if (value === undefined) return fallback;
   if (typeof value !== "number" || !Number.isFinite(value) || value <= 0) {
-    throw new ClusterConfigurationError(setting, `${String(value)} ms; use a finite number of milliseconds above 0`);
+    throw new ClusterConfigurationError(setting, `${describe(value)} ms; use a finite number of milliseconds above 0`);
   }
   return value;
 }
@@ -83,14 +84,14 @@ function duration(setting: string, value: unknown, fallback: number): number {
 function count(setting: string, value: unknown, fallback: number): number {
   if (value === undefined) return fallback;
   if (!Number.isSafeInteger(value) || (value as number) < 1) {
-    throw new ClusterConfigurationError(setting, `${String(value)}; use an integer of 1 or more`);
+    throw new ClusterConfigurationError(setting, `${describe(value)}; use an integer of 1 or more`);
   }
   return value as number;
 }
 
 function seed(text: unknown, systemName: string): Address {
   if (typeof text !== "string") {
-    throw new ClusterConfigurationError("seedNodes", `${String(text)} is not a string; use "host:port"`);
+    throw new ClusterConfigurationError("seedNodes", `${describe(text)} is not a string; use "host:port"`);
   }
   const hostPort = /^([^\s/@#:]+|\[[0-9a-fA-F:]+\]):(\d{1,5})$/.exec(text);
   let address: Address | null = null;
@@ -133,7 +134,7 @@ export function resolveClusterSettings(settings: ClusterSettings, systemName: st
   if (typeof clusterName !== "string" || !/^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/.test(clusterName)) {
     throw new ClusterConfigurationError(
       "clusterName",
-      `"${String(clusterName)}"; use 1-128 letters, digits, '.', '_' or '-', starting with a letter or digit`,
+      `${describe(clusterName)}; use 1-128 letters, digits, '.', '_' or '-', starting with a letter or digit`,
     );
   }
   const detector = settings.failureDetector ?? {};

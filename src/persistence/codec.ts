@@ -1,5 +1,5 @@
 import type { Class } from "../actor/index.ts";
-import { errorText, instanceFromFields } from "../actor/untrusted.ts";
+import { describe, errorText, instanceFromFields } from "../actor/untrusted.ts";
 import { CorruptPersistentRecordError, InvalidPersistenceRequestError, UnknownManifestError } from "./errors.ts";
 
 /** The manifest of plain JSON values (objects, arrays, strings, numbers, booleans) that are not class instances. */
@@ -35,7 +35,7 @@ export class PersistenceCodec {
   register<T>(cls: CodecClass<T>, options: { manifest?: string } = {}): this {
     const manifest = options.manifest ?? cls.name;
     if (typeof manifest !== "string" || manifest.length === 0 || manifest === JSON_MANIFEST) {
-      throw new InvalidPersistenceRequestError("manifest", `"${String(manifest)}" is empty or reserved`);
+      throw new InvalidPersistenceRequestError("manifest", `${describe(manifest)} is empty or reserved`);
     }
     const existing = this.byManifest.get(manifest);
     if (existing !== undefined) {

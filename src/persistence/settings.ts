@@ -1,3 +1,4 @@
+import { describe } from "../actor/untrusted.ts";
 import { PersistenceConfigurationError } from "./errors.ts";
 import type { GroupCommitSettings } from "./group-commit.ts";
 import type { ResilienceSettings } from "./resilience.ts";
@@ -45,7 +46,7 @@ export function validatePersistenceSettings(
   }
   const backend = settings.backend ?? "memory";
   if (!backends.includes(backend)) {
-    throw new PersistenceConfigurationError("backend", `"${String(backend)}"; use one of ${backends.join(", ")}`);
+    throw new PersistenceConfigurationError("backend", `${describe(backend)}; use one of ${backends.join(", ")}`);
   }
   if (backend === "postgres") {
     const uri = settings.connectionUri;

@@ -151,7 +151,12 @@ export function compileCodec(typeName: string, fields: FieldList, proto: object 
         );
         break;
       case "int32":
-        measureValue.push(`if ((v | 0) !== v || (v === 0 && 1 / v < 0)) ${fail("an int32")}`, "n += 4;");
+        // typeof first: `v | 0` runs a value's toString/valueOf (a received object whose toString is not a function
+        // throws a TypeError, a 20,000-deep array a RangeError) where a MessageEncodeError is due.
+        measureValue.push(
+          `if (typeof v !== "number" || (v | 0) !== v || (v === 0 && 1 / v < 0)) ${fail("an int32")}`,
+          "n += 4;",
+        );
         // Plain byte stores and loads; `<< 24` on the top byte restores the sign.
         writeValue.push("buf[o] = v; buf[o + 1] = v >>> 8; buf[o + 2] = v >>> 16; buf[o + 3] = v >>> 24;", "o += 4;");
         readValue.push(

@@ -1,5 +1,5 @@
 import { typeNameOf } from "../actor/index.ts";
-import { errorText, instanceFromFields } from "../actor/untrusted.ts";
+import { describe, errorText, instanceFromFields } from "../actor/untrusted.ts";
 import { compileCodec, type FieldList, fieldListProblem, type PayloadCodec } from "./codec.ts";
 import { readPayload } from "./envelope.ts";
 import {
@@ -75,10 +75,10 @@ export class MessageRegistry {
    * list, or the class is registered again with different `fields`
    */
   register(type: MessageClass, options: RegisterOptions = {}): MessageRegistration {
-    if (typeof type !== "function") throw new MessageRegistrationError(String(type), "expected a class");
+    if (typeof type !== "function") throw new MessageRegistrationError(describe(type), "expected a class");
     const name = options.name ?? type.name;
     if (typeof name !== "string" || name.length === 0 || name.length > 1024) {
-      throw new MessageRegistrationError(String(name), "the name must be 1-1024 characters; pass { name }");
+      throw new MessageRegistrationError(describe(name), "the name must be 1-1024 characters; pass { name }");
     }
     if (options.schema !== undefined && !isStandardSchema(options.schema)) {
       throw new MessageRegistrationError(name, "schema is not a Standard Schema v1 object (no ~standard.validate)");

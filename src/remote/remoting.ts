@@ -328,8 +328,8 @@ export class Remoting implements Extension {
 
   /**
    * Installs the predicate that says whether an authenticated peer incarnation may watch this node's actors and stop
-   * its `/user` actors (cluster installs "a member that is not Removed" when it is enabled); null removes it. Without
-   * one every authenticated peer is authorized. `/system` and `/temp` actors are never stoppable remotely, and
+   * its `/user` actors (once enabled, the cluster installs "a Joining, Up, Leaving or Exiting member, and nobody once
+   * this node was downed"); null removes it. Without one every authenticated peer is authorized. `/system` and `/temp` actors are never stoppable remotely, and
    * `remoteStop: "deny"` refuses remote stops whatever the predicate says. A predicate that throws counts as false.
    */
   setPeerAuthorizer(authorizer: PeerAuthorizer | null): void {

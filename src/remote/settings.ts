@@ -1,6 +1,7 @@
 import { isIP } from "node:net";
 import type { SecureContextOptions } from "node:tls";
 import { InvalidArgumentError } from "../actor/index.ts";
+import { describe } from "../actor/untrusted.ts";
 import { RemotingConfigurationError } from "./errors.ts";
 import { defaultMaxFrameBytes } from "./frame.ts";
 import type { MessageRegistry } from "./message-registry.ts";
@@ -133,35 +134,35 @@ export function resolveRemotingSettings(settings: RemotingSettings): ResolvedRem
   }
   const { host, port } = settings;
   if (typeof host !== "string" || host.length === 0 || /[\s/@#]/.test(host)) {
-    throw new InvalidArgumentError("remoting host", `"${String(host)}"; use a host name or IP such as 127.0.0.1`);
+    throw new InvalidArgumentError("remoting host", `${describe(host)}; use a host name or IP such as 127.0.0.1`);
   }
   if (!Number.isInteger(port) || port < 0 || port > 65535) {
-    throw new InvalidArgumentError("remoting port", `${String(port)}; use 0-65535 (0 picks a free port)`);
+    throw new InvalidArgumentError("remoting port", `${describe(port)}; use 0-65535 (0 picks a free port)`);
   }
   if (settings.secret !== undefined && (typeof settings.secret !== "string" || settings.secret.length === 0)) {
     throw new InvalidArgumentError("remoting secret", "use a non-empty string or leave it out");
   }
   const maxFrameBytes = settings.maxFrameBytes ?? defaultMaxFrameBytes;
   if (!Number.isInteger(maxFrameBytes) || maxFrameBytes < 1024 || maxFrameBytes > 0xffffffff) {
-    throw new InvalidArgumentError("maxFrameBytes", `${String(maxFrameBytes)}; use an integer from 1024 to 2^32-1`);
+    throw new InvalidArgumentError("maxFrameBytes", `${describe(maxFrameBytes)}; use an integer from 1024 to 2^32-1`);
   }
   const handshakeTimeoutMs = settings.handshakeTimeout ?? 2_000;
   if (typeof handshakeTimeoutMs !== "number" || !(handshakeTimeoutMs > 0) || !Number.isFinite(handshakeTimeoutMs)) {
-    throw new InvalidArgumentError("handshakeTimeout", `${String(handshakeTimeoutMs)} ms; use a positive number`);
+    throw new InvalidArgumentError("handshakeTimeout", `${describe(handshakeTimeoutMs)} ms; use a positive number`);
   }
   const maxBufferedBytes = settings.maxBufferedBytes ?? 64 * 1024 * 1024;
   if (!Number.isInteger(maxBufferedBytes) || maxBufferedBytes < maxFrameBytes) {
-    throw new InvalidArgumentError("maxBufferedBytes", `${String(maxBufferedBytes)}; use at least maxFrameBytes`);
+    throw new InvalidArgumentError("maxBufferedBytes", `${describe(maxBufferedBytes)}; use at least maxFrameBytes`);
   }
   const heartbeatIntervalMs = settings.heartbeatInterval ?? 1_000;
   const heartbeatTimeoutMs = settings.heartbeatTimeout ?? 5_000;
   if (!(heartbeatIntervalMs > 0) || !Number.isFinite(heartbeatIntervalMs)) {
-    throw new InvalidArgumentError("heartbeatInterval", `${String(heartbeatIntervalMs)} ms; use a positive number`);
+    throw new InvalidArgumentError("heartbeatInterval", `${describe(heartbeatIntervalMs)} ms; use a positive number`);
   }
   if (!(heartbeatTimeoutMs > heartbeatIntervalMs) || !Number.isFinite(heartbeatTimeoutMs)) {
     throw new InvalidArgumentError(
       "heartbeatTimeout",
-      `${String(heartbeatTimeoutMs)} ms; use more than heartbeatInterval`,
+      `${describe(heartbeatTimeoutMs)} ms; use more than heartbeatInterval`,
     );
   }
   const remoteStop = settings.remoteStop ?? "allow";

@@ -55,6 +55,8 @@ export interface TargetStats {
     resendFailed: number;
     samples: string[];
   };
+  /** What the connection guard logged (an error name and text per kind: logged once each). */
+  readonly guardReports: string[];
   readonly members: number;
   readonly memory: NodeJS.MemoryUsage;
 }
@@ -295,7 +297,7 @@ export async function runCampaign(target: Target, options: CampaignOptions): Pro
         if (v !== b.internalErrors[k]) names[k] = v - (b.internalErrors[k] ?? 0);
       findings.push({
         what: "internal error",
-        detail: `the connection guard caught ${a.rejected.internal - b.rejected.internal} unexpected error(s) ${JSON.stringify(names)}: a frame no check refused`,
+        detail: `the connection guard caught ${a.rejected.internal - b.rejected.internal} unexpected error(s) ${JSON.stringify(names)}: a frame no check refused; the guard logged: ${now.guardReports.join(" / ")}`,
         frames: labels,
       });
     }

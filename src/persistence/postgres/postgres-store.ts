@@ -1,5 +1,6 @@
 import pg from "pg";
 import { RealScheduler, type Scheduler } from "../../actor/index.ts";
+import { describe } from "../../actor/untrusted.ts";
 import {
   ConcurrentWriteError,
   CorruptPersistentRecordError,
@@ -183,7 +184,7 @@ export class PostgresStore implements PersistenceStore {
     }
     const poolSize = options.poolSize ?? 4;
     if (!Number.isSafeInteger(poolSize) || poolSize < 1 || poolSize > 1000) {
-      throw new PersistenceConfigurationError("poolSize", `${String(poolSize)}; expected a whole number 1..1000`);
+      throw new PersistenceConfigurationError("poolSize", `${describe(poolSize)}; expected a whole number 1..1000`);
     }
     const resilience = { ...defaultResilience, ...options.resilience };
     // Disabled: every append leaves at once, alone (as many in flight as callers).
