@@ -252,13 +252,14 @@ export class Association implements ConnectionOwner {
     this.heartbeatTimer = scheduler.scheduleOnce(heartbeatIntervalMs, () => {
       this.heartbeatTimer = null;
       if (connection !== this.connection || this.state !== "up") return;
-      if (scheduler.now() - connection.lastReceivedMs > heartbeatTimeoutMs) {
+      // While the read gate holds this connection the peer's heartbeat replies wait unread: not the peer's silence.
+      if (!connection.isReadPaused && scheduler.now() - connection.lastReceivedMs > heartbeatTimeoutMs) {
         // Timers run before the event loop polls sockets: after a long stall of this process the peer's bytes may be
         // waiting unread. Look again once the loop has polled before calling the peer silent.
         this.heartbeatTimer = scheduler.scheduleOnce(0, () => {
           this.heartbeatTimer = null;
           if (connection !== this.connection || this.state !== "up") return;
-          if (scheduler.now() - connection.lastReceivedMs > heartbeatTimeoutMs) {
+          if (!connection.isReadPaused && scheduler.now() - connection.lastReceivedMs > heartbeatTimeoutMs) {
             this.host.stats.heartbeatTimeouts++;
             connection.close(new Error(`no frame from ${connection.peer} within ${heartbeatTimeoutMs} ms`));
           } else {
@@ -325,6 +326,7 @@ export class Association implements ConnectionOwner {
   }
 
   closed(connection: Connection, opened: boolean): void {
+    this.host.connectionContext.readGate.forget(connection);
     if (connection !== this.connection) return;
     this.connection = null;
     this.heartbeatTimer?.cancel();

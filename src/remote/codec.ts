@@ -202,6 +202,9 @@ export function compileCodec(typeName: string, fields: FieldList, proto: object 
         readValue.push(
           ...readText("v"),
           `try { ${into} = JSON.parse(v); } catch { throw bad(${JSON.stringify(`field "${field.name}" is not valid JSON`)}); }`,
+          // Parsed JSON always encodes again, except past the stack's depth: refused here, so a delivered instance can
+          // be sent on. Only a text long enough to nest that deep is scanned (a length compare for the rest).
+          `if (v.length > ${2 * jsonNestingMax} && nestsTooDeep(v)) throw bad(${JSON.stringify(`field "${field.name}" nests deeper than ${jsonNestingMax} levels`)});`,
         );
         jsonFields++;
         break;
@@ -256,6 +259,7 @@ export function compileCodec(typeName: string, fields: FieldList, proto: object 
   const factory = new Function(
     "refuse",
     "bad",
+    "nestsTooDeep",
     "writeText",
     "j",
     "proto",
@@ -271,7 +275,7 @@ return {
   read(buf, at, end, proto) { ${readLines.join("\n")} },
 };`,
   ) as (...args: unknown[]) => Pick<PayloadCodec, "measure" | "write" | "checkText" | "read">;
-  const compiled = factory(refuse, bad, writeText, jsonScratch, proto, doubleBytes, doubleView);
+  const compiled = factory(refuse, bad, nestsTooDeep, writeText, jsonScratch, proto, doubleBytes, doubleView);
   return {
     fields: list,
     fingerprint,
@@ -280,6 +284,33 @@ return {
     checkText: compiled.checkText,
     read: compiled.read,
   };
+}
+
+/**
+ * Deepest nesting of arrays and objects a received `"json"` field may have (JSON.stringify recurses, and overflows
+ * the stack a few thousand levels down, so a deeper value could be delivered but never sent on).
+ */
+export const jsonNestingMax = 1_000;
+
+/** Whether the JSON text `text` (already parsed, so well formed) nests arrays and objects deeper than {@link jsonNestingMax}. */
+export function nestsTooDeep(text: string): boolean {
+  let depth = 0;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (c === 0x22) {
+      // Skip the string: its brackets are text. Well-formed JSON, so every escape is a backslash and one more unit.
+      for (i++; i < text.length; i++) {
+        const d = text.charCodeAt(i);
+        if (d === 0x5c) i++;
+        else if (d === 0x22) break;
+      }
+    } else if (c === 0x5b || c === 0x7b) {
+      if (++depth > jsonNestingMax) return true;
+    } else if (c === 0x5d || c === 0x7d) {
+      depth--;
+    }
+  }
+  return false;
 }
 
 /**

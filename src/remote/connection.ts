@@ -83,7 +83,7 @@ export class Connection {
    * incomplete do not count: a peer that sends half a frame and stalls is as silent as one that sends nothing.
    */
   lastReceivedMs: number;
-  /** True while the read gate holds this connection's reading (inbound connections only). */
+  /** True while the read gate holds this connection's reading. */
   private readPaused = false;
 
   constructor(
@@ -234,8 +234,9 @@ export class Connection {
       if (this.state === "open") {
         // Everything from here on is traffic: the owner takes the rest of the chunk in one call.
         this.owner.frames(this, frames, i);
-        // Once per chunk, not per message: a slow node stops reading a fast peer (read-gate.ts).
-        if (this.role === "server") this.context.readGate.afterChunk(this);
+        // Once per chunk, not per message: a slow node stops reading a fast peer (read-gate.ts), in either direction
+        // (a peer this node dialled may write traffic on that connection too).
+        this.context.readGate.afterChunk(this);
         return;
       }
       if (this.state === "handshaking") this.onHandshakeFrame(frames[i]!);
@@ -337,6 +338,11 @@ export class Connection {
     if (this.state !== "open") return;
     this.readPaused = true;
     this.socket.pause();
+  }
+
+  /** @internal True while the read gate holds this connection's reading (its peer's frames wait unread). */
+  get isReadPaused(): boolean {
+    return this.readPaused;
   }
 
   /** @internal The read gate lets this connection read again. */

@@ -1,7 +1,7 @@
 import type { Cancellable, Scheduler } from "../actor/index.ts";
 import type { RemotingStats } from "./stats.ts";
 
-/** What the gate pauses: an inbound connection's reading. */
+/** What the gate pauses: a connection's reading (accepted or dialled: a peer may send traffic on either). */
 export interface Pausable {
   pauseReading(): void;
   resumeReading(): void;
@@ -11,7 +11,7 @@ export interface Pausable {
 const pollMs = 2;
 
 /**
- * Socket read backpressure of one node: after each received chunk of an inbound connection, {@link afterChunk} looks
+ * Socket read backpressure of one node: after each received chunk of a connection, {@link afterChunk} looks
  * at how many inbound messages wait in local mailboxes (`backlog()`, the actor system's count); above `max` that
  * connection stops reading, so TCP slows its sender instead of this node's heap growing. While any connection is
  * paused the backlog is polled, and all resume once it is down to half of `max`. The check is once per chunk, so the
