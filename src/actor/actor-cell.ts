@@ -391,7 +391,7 @@ export class ActorCell<T> implements Runnable, ActorContext<T>, TimeoutTarget {
   /** @internal Enqueues a user message (or a dead letter once the actor stopped accepting). */
   enqueue(message: unknown, sender: ActorRef<unknown> | null, origin: UniqueAddress | null): void {
     const flags = this.flags;
-    // One test for both rare conditions, so an open unbounded mailbox pays a single branch per message.
+    // One test for all rare conditions (closed, bounded, budgeted), so an open unbounded mailbox pays a single branch.
     if ((flags & (flagClosed | flagBounded | flagBudgeted)) !== 0) {
       if ((flags & flagClosed) !== 0) {
         // Timer and receive-timeout firings are the actor's own bookkeeping, not letters anyone sent.
