@@ -4,7 +4,7 @@
 // other shards are unaffected, and the shard accepts again once its entities catch up.
 import assert from "node:assert/strict";
 import { after, test } from "node:test";
-import { type DeadLetter, MailboxOverflowError } from "../../src/actor/index.ts";
+import { type DeadLetter, MailboxOverflowError, UniqueAddress } from "../../src/actor/index.ts";
 import { RemoteAskError } from "../../src/remote/index.ts";
 import {
   type ClusterSharding,
@@ -162,13 +162,15 @@ test("shardMailboxCapacity is validated, local (not in the settings key) and com
   }
 });
 
-test("over TCP: a caller on another node gets RemoteAskError naming ShardMailboxOverflowError; the owner counts the tells", async () => {
-  tcpNodes = await startShardingNodes(2);
-  const [caller, owner] = tcpNodes as [ShardingNode, ShardingNode];
-  await eventually(() => tcpNodes.every((n) => settled(n, 2)), { what: "two Up members" });
+/**
+ * Over TCP: `caller` asks an entity of a shard owned by `owner` whose entities are full. With the caller as
+ * coordinator the ask is forwarded one hop and relayed (the owner answers the asker directly); with the owner as
+ * coordinator it is a remote route to it. Either way the refusal reaches the asker at once.
+ */
+async function refusedAcrossNodes(caller: ShardingNode, owner: ShardingNode, typeName: string): Promise<void> {
   const settings = { shardCount: 4, shardMailboxCapacity: 2 };
-  const type = caller.sharding.init("TcpBound", OrderCommandClass, settings, (id) => new GatedSequenceBehavior(id));
-  owner.sharding.init("TcpBound", OrderCommandClass, settings, (id) => new GatedSequenceBehavior(id));
+  const type = caller.sharding.init(typeName, OrderCommandClass, settings, (id) => new GatedSequenceBehavior(id));
+  owner.sharding.init(typeName, OrderCommandClass, settings, (id) => new GatedSequenceBehavior(id));
   await eventually(
     () =>
       tcpNodes.every((n) => n.sharding.allocations(type).size === 4) &&
@@ -178,29 +180,46 @@ test("over TCP: a caller on another node gets RemoteAskError naming ShardMailbox
   const shard = [...caller.sharding.allocations(type).entries()].find(([, o]) =>
     o.equals(owner.cluster.selfAddress),
   )![0];
-  const [a, b] = idsInShard(caller.sharding, type, shard, "tcp-", 2) as [string, string];
+  const [a, b] = idsInShard(caller.sharding, type, shard, `${typeName}-`, 2) as [string, string];
   closeHolds();
   for (const id of [a, b]) caller.sharding.entityRefFor(type, id).tell(new Hold());
   await eventually(() => holding.has(a) && holding.has(b), { what: "two entities held on the owner" });
   const delivered = owner.sharding.stats.localDeliveries;
+  const overflows = owner.sharding.stats.shardMailboxOverflows;
+  const callerOverflows = caller.sharding.stats.shardMailboxOverflows;
   caller.sharding.entityRefFor(type, a).tell(new Seq(1));
   caller.sharding.entityRefFor(type, b).tell(new Seq(2));
   await eventually(() => owner.sharding.stats.localDeliveries === delivered + 2, { what: "two queued on the owner" });
   await assert.rejects(caller.sharding.entityRefFor(type, a).ask(new Seq(3), OrderReply, 5_000), (error: unknown) => {
     assert.ok(error instanceof RemoteAskError, String(error));
     assert.equal(error.remoteClass, "ShardMailboxOverflowError");
-    assert.match(error.remoteMessage, new RegExp(`TcpBound/${shard} already holds 2 messages`));
+    assert.match(error.remoteMessage, new RegExp(`${typeName}/${shard} already holds 2 messages`));
     return true;
   });
   caller.sharding.entityRefFor(type, b).tell(new Seq(4));
-  await eventually(() => owner.sharding.stats.shardMailboxOverflows === 2, {
+  await eventually(() => owner.sharding.stats.shardMailboxOverflows === overflows + 2, {
     what: "the ask and the tell refused on the owner",
     describe: () => owner.sharding.stats,
   });
-  assert.equal(caller.sharding.stats.shardMailboxOverflows, 0, "counted where the bound is: the owner");
+  assert.equal(caller.sharding.stats.shardMailboxOverflows, callerOverflows, "counted where the bound is: the owner");
   openHolds();
   await eventually(() => sequenceSink.get(a)?.length === 1 && sequenceSink.get(b)?.length === 1, {
     what: "the queued ones ran",
   });
   assert.ok((await caller.sharding.entityRefFor(type, a).ask(new Seq(5), OrderReply, 5_000)) instanceof OrderReply);
+}
+
+test("over TCP: a caller on another node gets RemoteAskError naming ShardMailboxOverflowError, relayed or routed", async () => {
+  tcpNodes = await startShardingNodes(2);
+  await eventually(() => tcpNodes.every((n) => settled(n, 2)), { what: "two Up members" });
+  // The coordinator is the lowest Up member.
+  const [coordinator, other] = [...tcpNodes].sort((x, y) =>
+    UniqueAddress.compare(x.cluster.selfAddress, y.cluster.selfAddress),
+  ) as [ShardingNode, ShardingNode];
+  const forwards = coordinator.sharding.stats.forwards;
+  await refusedAcrossNodes(coordinator, other, "TcpRelayed");
+  assert.ok(coordinator.sharding.stats.forwards > forwards, "the relayed case went through a forward");
+  const remoteRoutes = other.sharding.stats.remoteRoutes;
+  await refusedAcrossNodes(other, coordinator, "TcpRouted");
+  assert.ok(other.sharding.stats.remoteRoutes > remoteRoutes, "the routed case went to the coordinator-owner");
 });
