@@ -302,8 +302,6 @@ export class ReceivePath {
       throw new EnvelopeDecodeError("undecodable", `bad sender path ${describe(path)}`);
     }
     if (this.system.isLocalAddress(parsed.address)) return this.system.actorSelection(parsed);
-    // A sender elsewhere must be reachable by host:port: a reply to `movie://other/…` would dial port null.
-    if (!parsed.address.isRemote) throw new EnvelopeDecodeError("undecodable", "sender path has no host:port");
     const boundUid = uid ?? (parsed.address.equals(peer.address) ? peer.uid : null);
     const ref = new RemoteActorRef(this.remoting, parsed, boundUid);
     ref.learned = true;
