@@ -20,6 +20,7 @@ import {
   rawSinkServer,
   rawTell,
 } from "./support/raw-frames.ts";
+import { benchTls, makeBenchCertificates } from "./support/tls.ts";
 
 const tellCount = Number(process.env.MOVIE_BENCH_TELLS ?? 1_500_000);
 const tellWindow = 50_000;
@@ -55,6 +56,16 @@ class Res {
 }
 // The hot types declare binary fields (MOVIE_BENCH_JSON=1 measures the JSON payload instead).
 const binary = process.env.MOVIE_BENCH_JSON !== "1";
+// MOVIE_BENCH_TLS=1: both Movie nodes run inside mutual TLS (the integrity option); the raw ceiling stays plain TCP,
+// so the ratio to it shows what TLS costs on the hot path. Results then go to bench/results/remote-tls.json.
+const withTls = process.env.MOVIE_BENCH_TLS === "1";
+/** Remoting settings of both benchmark nodes (certificates from the dir the parent made, with TLS). */
+function benchSettings(): { host: string; port: number; tls?: ReturnType<typeof benchTls> } {
+  const dir = process.env.MOVIE_BENCH_TLS_DIR;
+  return withTls && dir !== undefined
+    ? { host: "127.0.0.1", port: 0, tls: benchTls(dir) }
+    : { host: "127.0.0.1", port: 0 };
+}
 const tickType = MessageRegistry.register(Tick, {
   name: "bench.tick",
   ...(binary ? { fields: { seq: "number", payload: "string" } } : {}),
@@ -90,7 +101,7 @@ function cpuMicros(): number {
 
 async function child(): Promise<void> {
   const system = ActorSystem.create("bench-server");
-  const remoting = await system.enableRemoting({ host: "127.0.0.1", port: 0 });
+  const remoting = await system.enableRemoting(benchSettings());
   system.spawn(new Sink(), "sink");
   system.spawn(new Responder(), "responder");
   // Raw sink: counts frames, answers a 4-byte count every ackEvery frames. The JSON variant also parses each
@@ -205,6 +216,8 @@ async function parent(): Promise<void> {
     process.env.MOVIE_BENCH_PROFILE === undefined
       ? []
       : ["--cpu-prof", `--cpu-prof-dir=${process.env.MOVIE_BENCH_PROFILE}`];
+  const certificates = withTls ? makeBenchCertificates() : null;
+  if (certificates !== null) process.env.MOVIE_BENCH_TLS_DIR = certificates.dir;
   const proc = spawn(process.execPath, [...profile, "--import", "tsx", new URL(import.meta.url).pathname, "--child"], {
     stdio: ["pipe", "pipe", "inherit"],
     env: { ...process.env, MOVIE_LOG_LEVEL: "error" },
@@ -213,7 +226,7 @@ async function parent(): Promise<void> {
   const info = JSON.parse(line) as { address: string; rawSink: number; rawJsonSink: number; rawEcho: number };
 
   const system = ActorSystem.create("bench-client");
-  const remoting = await system.enableRemoting({ host: "127.0.0.1", port: 0 });
+  const remoting = await system.enableRemoting(benchSettings());
   const acks = new AckCollector();
   const ackRef = system.spawn(acks, "acks");
   const sink = system.actorSelection(`${info.address}/user/sink`);
@@ -375,7 +388,7 @@ async function parent(): Promise<void> {
       .map((x) => x.toFixed(2))
       .join(
         " ",
-      )}; ${binary ? "binary codec" : "JSON"} payloads; ${tellCount} tells of a ${tickFrame.length}-byte frame, ${sequentialAsks} sequential asks, ${parallelAsks} asks at ${inFlight} in flight`,
+      )}; ${binary ? "binary codec" : "JSON"} payloads${withTls ? " inside mutual TLS" : ""}; ${tellCount} tells of a ${tickFrame.length}-byte frame, ${sequentialAsks} sequential asks, ${parallelAsks} asks at ${inFlight} in flight`,
   );
   console.table(rows);
   const targets = {
@@ -389,7 +402,7 @@ async function parent(): Promise<void> {
   console.log("targets", targets);
   mkdirSync(new URL("./results/", import.meta.url), { recursive: true });
   writeFileSync(
-    new URL("./results/remote.json", import.meta.url),
+    new URL(withTls ? "./results/remote-tls.json" : "./results/remote.json", import.meta.url),
     `${JSON.stringify(
       {
         bench: "remote",
@@ -397,6 +410,7 @@ async function parent(): Promise<void> {
         cpus: cpus().length,
         loadAverage: loadavg(),
         payload: binary ? "binary" : "json",
+        tls: withTls,
         workload: { tellCount, tellWindow, sequentialAsks, parallelAsks, inFlight, frameBytes: tickFrame.length },
         rows,
         rounds: { rawTells, rawJsonTells, movieTells, seqRates, cpuPerMessage: { ...cpu, ask } },

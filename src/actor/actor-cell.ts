@@ -6,9 +6,16 @@ import { askVia } from "./ask.ts";
 import type { AbstractBehavior, BehaviorSource } from "./behavior.ts";
 import type { Cancellable, TimeoutTarget } from "./clock.ts";
 import type { Runnable } from "./dispatcher.ts";
-import { InvalidMessageError, requireDurationMs } from "./errors.ts";
+import {
+  InvalidArgumentError,
+  InvalidMessageError,
+  MailboxOverflowError,
+  requireDurationMs,
+  typeNameOf,
+} from "./errors.ts";
 import type { Logger } from "./logger.ts";
 import { Envelope, Mailbox } from "./mailbox.ts";
+import type { MailboxBudget } from "./mailbox-budget.ts";
 import { ActorPath } from "./path.ts";
 import { defaultSupervisorStrategy, restartAllowed, type SupervisorStrategy } from "./supervision.ts";
 import {
@@ -21,6 +28,7 @@ import {
   Unwatch,
   Watch,
 } from "./system-messages.ts";
+import { describe } from "./untrusted.ts";
 
 /** How many messages one actor handles per dispatcher run before others get a turn. */
 const throughput = 64;
@@ -85,6 +93,34 @@ const flagRestarting = 32;
  * system queue behind it were a fifth of an idle entity's memory.
  */
 const flagParentWatches = 64;
+/**
+ * The mailbox is bounded; its capacity sits in the bits from {@link capacityShift} up. In the flags rather than a
+ * field, so a bounded actor costs no more memory than an unbounded one, and `enqueue` tests this bit together with
+ * flagClosed: an unbounded mailbox pays nothing per message for the feature.
+ */
+const flagBounded = 128;
+/**
+ * The actor counts its queued messages in a shared {@link MailboxBudget} (kept in the rare extras). A flag, so an
+ * actor without one tests nothing extra: `enqueue` folds it into its one rare-path test, `run` checks it once per run.
+ */
+const flagBudgeted = 256;
+const capacityShift = 9;
+/** Largest mailbox capacity: shifted into the flags it must keep them a small integer (31 bits in V8). */
+export const mailboxCapacityMax = 1_000_000;
+
+/**
+ * Validates a mailbox capacity setting.
+ * @throws InvalidArgumentError unless a whole number 1..1,000,000
+ */
+export function requireMailboxCapacity(argument: string, value: unknown): number {
+  if (typeof value !== "number" || !Number.isSafeInteger(value) || value < 1 || value > mailboxCapacityMax) {
+    throw new InvalidArgumentError(
+      argument,
+      `${typeof value === "number" ? value : typeof value}; expected a whole number of messages 1..${mailboxCapacityMax}`,
+    );
+  }
+  return value;
+}
 
 /**
  * What few actors ever need — children, watchers, timers, receive timeout, restart history, drain bookkeeping, system
@@ -106,6 +142,8 @@ class CellExtras {
   receiveTimeoutGeneration = 0;
   restartTimesMs: number[] | null = null;
   terminatedWaiters: (() => void)[] | null = null;
+  /** The shared count this actor's queued messages are part of (flagBudgeted). */
+  budget: MailboxBudget | null = null;
 }
 
 /**
@@ -122,7 +160,7 @@ function isThenable(value: unknown): value is PromiseLike<unknown> {
 }
 
 function asError(value: unknown): Error {
-  return value instanceof Error ? value : new Error(String(value));
+  return value instanceof Error ? value : new Error(`a non-Error was thrown: ${describe(value)}`);
 }
 
 /**
@@ -147,8 +185,16 @@ export class ActorCell<T> implements Runnable, ActorContext<T>, TimeoutTarget {
     readonly name: string,
     private readonly source: BehaviorSource<T>,
     private readonly supervision: SupervisorStrategy | undefined,
+    /** Validated (requireMailboxCapacity), or undefined for an unbounded mailbox. */
+    mailboxCapacity?: number,
+    budget?: MailboxBudget,
   ) {
     this.ref = new LocalActorRef(this);
+    if (mailboxCapacity !== undefined) this.flags = flagBounded | (mailboxCapacity << capacityShift);
+    if (budget !== undefined) {
+      this.extras().budget = budget;
+      this.flags |= flagBudgeted;
+    }
   }
 
   private extras(): CellExtras {
@@ -220,14 +266,41 @@ export class ActorCell<T> implements Runnable, ActorContext<T>, TimeoutTarget {
     name: string | undefined,
     options: SpawnOptions | undefined,
   ): ActorCell<C> {
+    const requested = options?.mailboxCapacity;
+    const capacity =
+      requested !== undefined
+        ? requireMailboxCapacity("mailboxCapacity", requested)
+        : this.system.defaultMailboxCapacity !== undefined && this.inUserTree()
+          ? this.system.defaultMailboxCapacity
+          : undefined;
     const extras = this.extras();
     const childName = this.system.claimChildName(this.path, extras.childCells, name);
-    const child = new ActorCell<C>(this.system, this as ActorCell<unknown>, childName, behavior, options?.supervision);
+    const child = new ActorCell<C>(
+      this.system,
+      this as ActorCell<unknown>,
+      childName,
+      behavior,
+      options?.supervision,
+      capacity,
+      options?.mailboxBudget,
+    );
     if (extras.childCells === null) extras.childCells = new Map();
     extras.childCells.set(childName, child as ActorCell<unknown>);
     if (this.state >= stateStopping) child.requestStop();
     child.scheduleRun();
     return child;
+  }
+
+  /** True for `/user` and the actors under it (where the system's default mailbox capacity applies). */
+  private inUserTree(): boolean {
+    let cell: ActorCell<unknown> = this as ActorCell<unknown>;
+    while (cell.parent !== null) cell = cell.parent;
+    return cell.name === "user";
+  }
+
+  /** The mailbox capacity, or null when unbounded. */
+  get mailboxCapacity(): number | null {
+    return (this.flags & flagBounded) === 0 ? null : this.flags >>> capacityShift;
   }
 
   /** @internal Looks up a live child by name. */
@@ -318,19 +391,48 @@ export class ActorCell<T> implements Runnable, ActorContext<T>, TimeoutTarget {
   /** @internal Enqueues a user message (or a dead letter once the actor stopped accepting). */
   enqueue(message: unknown, sender: ActorRef<unknown> | null, origin: UniqueAddress | null): void {
     const flags = this.flags;
-    if ((flags & flagClosed) !== 0) {
-      // Timer and receive-timeout firings are the actor's own bookkeeping, not letters anyone sent.
-      if (message instanceof InternalFire) return;
-      this.system.deadLetterOffice.publish(message, sender, this.path.toString());
-      return;
+    // One test for all rare conditions (closed, bounded, budgeted), so an open unbounded mailbox pays a single branch.
+    if ((flags & (flagClosed | flagBounded | flagBudgeted)) !== 0) {
+      if ((flags & flagClosed) !== 0) {
+        // Timer and receive-timeout firings are the actor's own bookkeeping, not letters anyone sent.
+        if (message instanceof InternalFire) return;
+        this.system.deadLetterOffice.publish(message, sender, this.path.toString());
+        return;
+      }
+      // The actor's own firings are never refused: there is at most one per timer, watch and receive timeout.
+      if (
+        (flags & flagBounded) !== 0 &&
+        (this.mailbox?.size ?? 0) >= flags >>> capacityShift &&
+        !(message instanceof InternalFire)
+      ) {
+        this.overflow(message, sender);
+        return;
+      }
+      // Every queued item counts (firings too), so the budget always equals what its actors hold.
+      if ((flags & flagBudgeted) !== 0) this.rare!.budget!.count++;
     }
     let mailbox = this.mailbox;
     if (mailbox === null) mailbox = this.mailbox = new Mailbox();
-    mailbox.push(sender === null && origin === null ? message : new Envelope(message, sender, origin));
+    if (origin === null) {
+      mailbox.push(sender === null ? message : new Envelope(message, sender, null));
+    } else {
+      mailbox.push(new Envelope(message, sender, origin));
+      this.system.inboundBacklog++;
+    }
     if ((flags & (flagScheduled | flagBusy)) === 0) {
       this.flags = flags | flagScheduled;
       this.system.dispatcher.schedule(this);
     }
+  }
+
+  /** A full bounded mailbox refuses `message`: the ask behind it fails at once, then it is a counted dead letter. */
+  private overflow(message: unknown, sender: ActorRef<unknown> | null): void {
+    const recipient = this.path.toString();
+    const capacity = this.flags >>> capacityShift;
+    // The ask first: a dead-letter listener (sharding's persistent provider) may fail it with an error of its own.
+    sender?.failAsk?.(new MailboxOverflowError(recipient, capacity, typeNameOf(message)));
+    this.system.deadLetterOffice.publish(message, sender, recipient, true);
+    this.system.noteMailboxOverflow(recipient, capacity);
   }
 
   /** @internal Enqueues a system message; system messages run before queued user messages. */
@@ -393,14 +495,23 @@ export class ActorCell<T> implements Runnable, ActorContext<T>, TimeoutTarget {
     const mailbox = this.mailbox;
     if (mailbox === null) return;
     let processed = 0;
+    let paused = false;
     while (mailbox.size > 0 && processed < throughput) {
       const item = mailbox.shift();
       processed++;
-      if (item instanceof Envelope) this.handleMessage(item.message, item.sender, item.origin);
-      else this.handleMessage(item, null, null);
-      if ((this.flags & (stateMask | flagBusy)) !== stateRunning) return;
+      if (item instanceof Envelope) {
+        if (item.origin !== null) this.system.inboundBacklog--;
+        this.handleMessage(item.message, item.sender, item.origin);
+      } else this.handleMessage(item, null, null);
+      if ((this.flags & (stateMask | flagBusy)) !== stateRunning) {
+        paused = true;
+        break;
+      }
       if (this.rare !== null && this.hasSystemMessages()) break;
     }
+    // Once per run rather than per message; a stop inside the run subtracted what it drained itself.
+    if ((this.flags & flagBudgeted) !== 0) this.rare!.budget!.count -= processed;
+    if (paused) return;
     if (mailbox.size > 0 || this.hasSystemMessages()) this.scheduleRun();
   }
 
@@ -713,7 +824,9 @@ export class ActorCell<T> implements Runnable, ActorContext<T>, TimeoutTarget {
     const mailbox = this.mailbox;
     if (mailbox === null || mailbox.size === 0) return;
     const recipient = this.path.toString();
-    mailbox.drain((message, sender) => {
+    if ((this.flags & flagBudgeted) !== 0) this.rare!.budget!.count -= mailbox.size;
+    mailbox.drain((message, sender, origin) => {
+      if (origin !== null) this.system.inboundBacklog--;
       if (message instanceof InternalFire) return;
       this.system.deadLetterOffice.publish(message, sender, recipient);
     });

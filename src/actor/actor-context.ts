@@ -3,12 +3,25 @@ import type { ActorSystem } from "./actor-system.ts";
 import type { UniqueAddress } from "./address.ts";
 import type { BehaviorSource } from "./behavior.ts";
 import type { Logger } from "./logger.ts";
+import type { MailboxBudget } from "./mailbox-budget.ts";
 import type { SupervisorStrategy } from "./supervision.ts";
 
 /** Options of `spawn`. */
 export interface SpawnOptions {
   /** How the parent handles this child's failures; defaults to the parent behavior's strategy, then restart. */
   supervision?: SupervisorStrategy;
+  /**
+   * Most messages the mailbox holds (1..1,000,000); one more goes to dead letters (counted in
+   * `ActorSystem.mailboxOverflowCount`) and an ask carrying it rejects with MailboxOverflowError. Timer firings and
+   * watch notifications are never refused. Default the system's `mailboxCapacity` for actors under `/user`, else
+   * unbounded.
+   */
+  mailboxCapacity?: number;
+  /**
+   * A count shared with other actors: every message queued here adds one, every message taken out subtracts it (see
+   * MailboxBudget). Counting only; the deliverer refuses. Default none (nothing counted, nothing paid per message).
+   */
+  mailboxBudget?: MailboxBudget;
 }
 
 /** What a behavior sees of its own actor while it handles a message. */

@@ -1,4 +1,4 @@
-import { ActorCell, LocalActorRef } from "./actor-cell.ts";
+import { ActorCell, LocalActorRef, requireMailboxCapacity } from "./actor-cell.ts";
 import type { SpawnOptions } from "./actor-context.ts";
 import type { ActorRef, AskOptions, Class } from "./actor-ref.ts";
 import { Address } from "./address.ts";
@@ -17,8 +17,10 @@ import {
 import type { Extension, ExtensionId } from "./extension.ts";
 import { ConsoleLogger, type Logger } from "./logger.ts";
 import { ActorPath, isValidActorName } from "./path.ts";
+import { ReplyNames } from "./reply-names.ts";
 import type { SupervisorStrategy } from "./supervision.ts";
 import { type SystemMessage, Terminated, Watch } from "./system-messages.ts";
+import { describe } from "./untrusted.ts";
 
 /** Options of {@link ActorSystem.create}. */
 export interface ActorSystemOptions {
@@ -28,6 +30,11 @@ export interface ActorSystemOptions {
   logger?: Logger;
   /** Strategy for failures of top-level actors (those spawned with `system.spawn`); default restart. */
   guardianSupervision?: SupervisorStrategy;
+  /**
+   * Mailbox capacity (messages, 1..1,000,000) of every actor under `/user` that does not set its own in
+   * `SpawnOptions.mailboxCapacity`; default unbounded. Infrastructure actors under `/system` stay unbounded.
+   */
+  mailboxCapacity?: number;
 }
 
 /** Resolves paths that are not local to this system (installed by remoting). */
@@ -66,6 +73,11 @@ class DeadLetterRef implements ActorRef<unknown> {
  */
 export class ActorSystem {
   /** @internal */ readonly dispatcher = new Dispatcher();
+  /**
+   * @internal Messages remoting delivered into local mailboxes (those with an origin) and not yet processed or
+   * dead-lettered; remoting stops reading its sockets above a bound (read backpressure).
+   */
+  inboundBacklog = 0;
   /** @internal */ readonly deadLetterOffice = new DeadLetterOffice();
   /** The clock and timers every part of the system uses. */
   readonly scheduler: Scheduler;
@@ -81,13 +93,16 @@ export class ActorSystem {
   private readonly systemGuardian: ActorCell<unknown>;
   private readonly temps = new Map<string, PromiseActorRef<unknown>>();
   private nameCounter = 0;
-  private tempCounter = 0;
+  private readonly replyNames = new ReplyNames();
   private terminating: Promise<void> | null = null;
   private terminatedFlag = false;
   private resolveTerminated!: () => void;
   /** Resolves once {@link ActorSystem.terminate} has finished. */
   readonly whenTerminated: Promise<void>;
   private remoteResolver: RemoteRefResolver | null = null;
+  /** @internal The `mailboxCapacity` option, validated. */
+  readonly defaultMailboxCapacity: number | undefined;
+  private overflowLogged = false;
   private readonly extensions = new Map<string, Extension>();
   private readonly extensionOrder: Extension[] = [];
 
@@ -96,6 +111,10 @@ export class ActorSystem {
     options: ActorSystemOptions,
   ) {
     this.scheduler = options.scheduler ?? new RealScheduler();
+    this.defaultMailboxCapacity =
+      options.mailboxCapacity === undefined
+        ? undefined
+        : requireMailboxCapacity("mailboxCapacity", options.mailboxCapacity);
     this.timeouts = new TimeoutQueue(this.scheduler);
     this.log = options.logger ?? new ConsoleLogger(undefined, { system: name });
     this.currentAddress = Address.local(name);
@@ -117,13 +136,13 @@ export class ActorSystem {
 
   /**
    * Creates an actor system called `name` (letters, digits, `-`, `_`; it appears in every actor path).
-   * @throws InvalidArgumentError for an invalid name
+   * @throws InvalidArgumentError for an invalid name or mailbox capacity
    */
   static create(name: string, options: ActorSystemOptions = {}): ActorSystem {
     if (typeof name !== "string" || !systemNamePattern.test(name)) {
       throw new InvalidArgumentError(
         "actor system name",
-        `"${String(name)}"; use 1-64 letters, digits, - or _, starting with a letter or digit`,
+        `${describe(name)}; use 1-64 letters, digits, - or _, starting with a letter or digit`,
       );
     }
     return new ActorSystem(name, options);
@@ -144,6 +163,21 @@ export class ActorSystem {
     return this.deadLetterOffice.count;
   }
 
+  /** Messages refused by a full bounded mailbox so far (each is also a dead letter). */
+  get mailboxOverflowCount(): number {
+    return this.deadLetterOffice.overflowCount;
+  }
+
+  /** @internal Logs the first mailbox overflow of this system (later ones are only counted). */
+  noteMailboxOverflow(recipient: string, capacity: number): void {
+    if (this.overflowLogged) return;
+    this.overflowLogged = true;
+    this.log.warn(
+      { actor: recipient, capacity },
+      "a bounded mailbox is full: messages to it go to dead letters (mailboxOverflowCount counts them; logged once)",
+    );
+  }
+
   /** Calls `listener` for every dead letter; returns the unsubscribe function. */
   onDeadLetter(listener: (letter: DeadLetter) => void): () => void {
     return this.deadLetterOffice.subscribe(listener);
@@ -156,7 +190,8 @@ export class ActorSystem {
 
   /**
    * Starts a top-level actor under `/user`.
-   * @throws InvalidActorNameError, DuplicateActorNameError, ActorSystemTerminatedError
+   * @throws InvalidActorNameError, DuplicateActorNameError, ActorSystemTerminatedError, InvalidArgumentError (a bad
+   *   `mailboxCapacity`)
    */
   spawn<T>(behavior: BehaviorSource<T>, name?: string, options?: SpawnOptions): ActorRef<T> {
     if (this.terminating !== null) throw new ActorSystemTerminatedError(this.name);
@@ -274,14 +309,17 @@ export class ActorSystem {
         if (siblings?.has(generated) !== true) return generated;
       }
     }
-    if (typeof name !== "string" || !isValidActorName(name)) throw new InvalidActorNameError(String(name));
+    if (typeof name !== "string" || !isValidActorName(name)) throw new InvalidActorNameError(describe(name));
     if (siblings?.has(name) === true) throw new DuplicateActorNameError(parentPath.toString(), name);
     return name;
   }
 
-  /** @internal Names a pending ask's reply actor under `/temp` so it can be found by path; returns the name. */
+  /**
+   * @internal Names a pending ask's reply actor under `/temp` so it can be found by path; returns the name, 128
+   * random bits (see ReplyNames: a reply that guesses no name completes no ask).
+   */
   registerTemp(ref: PromiseActorRef<unknown>): string {
-    const name = `$${(this.tempCounter++).toString(36)}`;
+    const name = this.replyNames.next();
     this.temps.set(name, ref);
     return name;
   }

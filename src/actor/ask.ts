@@ -11,6 +11,7 @@ import {
 } from "./errors.ts";
 import type { ActorPath } from "./path.ts";
 import type { SystemMessage } from "./system-messages.ts";
+import { describe } from "./untrusted.ts";
 
 /**
  * The temporary reply actor of one ask: a ref that settles the ask's Promise on the first reply and cleans up when
@@ -184,7 +185,7 @@ export function askVia<T, R>(
   try {
     target.tell(message, replyTo);
   } catch (error) {
-    replyTo.failAsk(error instanceof Error ? error : new Error(String(error)));
+    replyTo.failAsk(error instanceof Error ? error : new Error(`a non-Error was thrown: ${describe(error)}`));
   }
   return replyTo.promise;
 }

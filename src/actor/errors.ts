@@ -1,3 +1,5 @@
+import { classNameOf, describe } from "./untrusted.ts";
+
 /** Errors raised by the actor runtime. Each has a stable `name` and carries the fields a caller acts on. */
 
 /** An ask got no reply within its timeout. */
@@ -45,6 +47,26 @@ export class InvalidActorNameError extends Error {
   }
 }
 
+/**
+ * A message reached a bounded mailbox that was full: it went to dead letters instead (counted in
+ * `ActorSystem.mailboxOverflowCount`), and an ask carrying it rejects with this error.
+ */
+export class MailboxOverflowError extends Error {
+  override readonly name = "MailboxOverflowError";
+  constructor(
+    /** The recipient's path. */
+    readonly recipient: string,
+    /** Its mailbox capacity (messages). */
+    readonly capacity: number,
+    /** The class name of the refused message. */
+    readonly messageType: string,
+  ) {
+    super(
+      `Mailbox of ${recipient} is full (${capacity} messages); the ${messageType} was not delivered: the actor is not keeping up, so slow the sender and retry later, or raise its mailboxCapacity`,
+    );
+  }
+}
+
 /** A sibling with the same name is still alive. */
 export class DuplicateActorNameError extends Error {
   override readonly name = "DuplicateActorNameError";
@@ -88,15 +110,19 @@ export function requireDurationMs(argument: string, value: number, options: { po
   if (typeof value !== "number" || !Number.isFinite(value) || value < 0 || (options.positive === true && value === 0)) {
     throw new InvalidArgumentError(
       argument,
-      `${String(value)} ms; expected a finite number ${options.positive === true ? "above 0" : "of 0 or more"}`,
+      `${describe(value)} ms; expected a finite number ${options.positive === true ? "above 0" : "of 0 or more"}`,
     );
   }
   return value;
 }
 
-/** The class name of a value, for error texts. */
+/**
+ * The class name of a value, for error texts: its prototype's constructor's name ("Object" for a plain, null-prototype
+ * or nameless one), else its `typeof`. Never runs the value's code nor reads its own fields, so a decoded remote
+ * payload with a `constructor` key of any shape (or a Proxy) cannot make an error text throw.
+ */
 export function typeNameOf(value: unknown): string {
   if (value === null) return "null";
-  if (typeof value === "object") return (value as object).constructor?.name ?? "Object";
+  if (typeof value === "object") return classNameOf(value as object) ?? "Object";
   return typeof value;
 }

@@ -23,11 +23,13 @@ export {
   InvalidActorNameError,
   InvalidArgumentError,
   InvalidMessageError,
+  MailboxOverflowError,
   requireDurationMs,
   typeNameOf,
 } from "./errors.ts";
 export type { Extension, ExtensionId } from "./extension.ts";
 export { ConsoleLogger, type Logger, type LogLevel, silentLogger } from "./logger.ts";
+export { MailboxBudget } from "./mailbox-budget.ts";
 export { ActorPath, isValidActorName } from "./path.ts";
 export { defaultSupervisorStrategy, SupervisorStrategies, type SupervisorStrategy } from "./supervision.ts";
 export {

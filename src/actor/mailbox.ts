@@ -49,11 +49,11 @@ export class Mailbox {
   }
 
   /** Empties the mailbox, calling `each` for every message in order. */
-  drain(each: (message: unknown, sender: ActorRef<unknown> | null) => void): void {
+  drain(each: (message: unknown, sender: ActorRef<unknown> | null, origin: UniqueAddress | null) => void): void {
     while (this.count > 0) {
       const item = this.shift();
-      if (item instanceof Envelope) each(item.message, item.sender);
-      else each(item, null);
+      if (item instanceof Envelope) each(item.message, item.sender, item.origin);
+      else each(item, null, null);
     }
   }
 

@@ -12,10 +12,11 @@ import { MessageRegistry, type Remoting } from "../remote/index.ts";
 import { ClusterDaemon, type ClusterInboundOrigin } from "./cluster-daemon.ts";
 import { ClusterAwaitTimeoutError, ClusterConfigurationError } from "./errors.ts";
 import { type ClusterEvent, diffSnapshots } from "./events.ts";
-import type { Member, MemberStatus } from "./member.ts";
+import { type Member, type MemberStatus, memberKey } from "./member.ts";
 import {
   initialMembership,
   leaderOfState,
+  type MembershipEffect,
   type MembershipInput,
   type MembershipState,
   snapshotOf,
@@ -51,6 +52,12 @@ interface Waiter {
 
 const refCacheMax = 4_096;
 
+/** How many distinct (category, sender) refusals are logged; later ones are only counted (bounded memory). */
+const refusalLogMax = 1_024;
+
+/** Statuses whose incarnation counts as a cluster member for remote system messages (see `isAuthorizedPeer`). */
+const authorizedStatuses = new Set<MemberStatus>(["Joining", "Up", "Leaving", "Exiting"]);
+
 /**
  * Cluster membership of one actor system (an Extension; it stops before remoting). It runs the membership core
  * (`membership.ts`) behind the `/system/cluster` daemon: joins through the seeds, gossips, heartbeats every peer,
@@ -70,6 +77,14 @@ export class Cluster implements Extension {
   private readonly refs = new Map<string, ActorRef<unknown>>();
   private readonly daemon: ActorRef<unknown>;
   private stopped = false;
+  /** Set once this node learned it was downed; see `onDowned`. */
+  private downed = false;
+  /** Unique-address strings of the members whose system messages remoting may accept. */
+  private authorizedPeers: ReadonlySet<string> = new Set();
+  /** Downed members the leader still tells they are Down; quarantined once that notice ends. */
+  private readonly quarantineLater = new Map<string, UniqueAddress>();
+  /** (category, sender) pairs already logged. */
+  private readonly refusalsLogged = new Set<string>();
   private readonly departureReady = (member: Member): boolean => {
     for (const [name, guard] of this.guards) {
       try {
@@ -150,6 +165,8 @@ export class Cluster implements Extension {
       };
       this.timers.set(kind, this.system.scheduler.scheduleOnce(intervalMs, run));
     };
+    // Once the cluster runs, remote system messages to /user/* are accepted from members only.
+    this.remoting.setPeerAuthorizer((peer) => this.isAuthorizedPeer(peer));
     // Join at once rather than after a full retry interval: startup time is what a user waits for.
     this.apply({ kind: "join-tick" });
     loop("join-tick", this.settings.joinRetryIntervalMs);
@@ -157,14 +174,27 @@ export class Cluster implements Extension {
     loop("heartbeat-tick", this.settings.heartbeatIntervalMs);
   }
 
-  /** A copy of the counters. */
+  /** A copy of the counters (a snapshot: later refusals do not change it). */
   get stats(): ClusterStats {
-    return { ...this.counters, subscribers: this.listeners.size };
+    return {
+      ...this.counters,
+      gossipRejected: { ...this.counters.gossipRejected },
+      subscribers: this.listeners.size,
+    };
   }
 
   /** What this node sees now: members (not Removed), unreachable set, leader, convergence, own status. */
   snapshot(): ClusterSnapshot {
     return this.current;
+  }
+
+  /**
+   * True when `peer` (address and uid) is a member here with status Joining, Up, Leaving or Exiting: a Down or
+   * Removed incarnation, an unknown one, or any peer once this node itself was downed, is not. O(1); this is the
+   * predicate remoting asks before applying a remote system message to a user actor.
+   */
+  isAuthorizedPeer(peer: UniqueAddress): boolean {
+    return !this.downed && this.authorizedPeers.has(peer.toString());
   }
 
   /** This node's own status. */
@@ -199,23 +229,29 @@ export class Cluster implements Extension {
 
   /**
    * Leaves gracefully: asks the leader to mark `address` (default this node) Leaving, repeating the request every
-   * gossip round, and resolves once that member is Removed in this node's view. Leaving another node from a
-   * non-leader needs a remoting shared secret on both nodes.
-   * @throws ClusterConfigurationError (rejects) for another node without a secret; ClusterAwaitTimeoutError after
-   * `timeoutMs` (default `leaveTimeout`, 60,000 ms)
+   * gossip round, and resolves once that member is Removed in this node's view. Only the leader can make another
+   * node leave (a leave request names its sender, REFERENCE §6).
+   * @throws ClusterConfigurationError (rejects) for another node when this one is not the leader, or once this node
+   * was downed; ClusterAwaitTimeoutError after `timeoutMs` (default `leaveTimeout`, 60,000 ms)
    */
   leave(address: UniqueAddress | string = this.selfAddress, timeoutMs = this.settings.leaveTimeoutMs): Promise<void> {
     let target: UniqueAddress;
     try {
       target = typeof address === "string" ? UniqueAddress.parse(address) : address;
-      if (!target.equals(this.selfAddress) && !this.isLeader && !this.secretConfigured) {
+      if (!target.equals(this.selfAddress) && !this.isLeader) {
+        // REFERENCE §6: a leave request is valid only when its target is its sender.
         throw new ClusterConfigurationError(
           "leave",
-          "leaving another node through the leader requires a remoting shared secret; invoke leave on that node or on the leader",
+          "only the leader or the node itself can make a node leave; invoke leave on that node or on the leader",
         );
       }
     } catch (error) {
       return Promise.reject(error);
+    }
+    if (this.downed) {
+      return Promise.reject(
+        new ClusterConfigurationError("leave", "this node was downed and is out of the cluster; restart it to rejoin"),
+      );
     }
     const key = target.toString();
     const removed = (_: ClusterSnapshot, state: MembershipState) => state.members.get(key)?.status === "Removed";
@@ -226,12 +262,13 @@ export class Cluster implements Extension {
 
   /**
    * Marks `address` Down through the leader (here when this node leads, else sent to the leader), which then removes
-   * it; works when the target is unreachable. Returns false for this node itself or a member that is not known.
+   * it; works when the target is unreachable. Returns false for this node itself, a member that is not known, or
+   * when this node was downed itself.
    * @throws ClusterConfigurationError when this node is not the leader and remoting has no shared secret (REFERENCE §6)
    */
   down(address: UniqueAddress | string): boolean {
     const target = typeof address === "string" ? UniqueAddress.parse(address) : address;
-    if (target.equals(this.selfAddress)) return false;
+    if (target.equals(this.selfAddress) || this.downed) return false;
     if (!this.isLeader && !this.secretConfigured) {
       throw new ClusterConfigurationError(
         "down",
@@ -266,21 +303,34 @@ export class Cluster implements Extension {
   stop(): void {
     if (this.stopped) return;
     this.stopped = true;
+    this.remoting.setPeerAuthorizer(null);
+    this.halt();
+    this.listeners.clear();
+  }
+
+  /** Stops timers and fails pending waits (the cluster is done on this node). */
+  private halt(): void {
     for (const timer of this.timers.values()) timer.cancel();
     this.timers.clear();
     for (const waiter of this.waiters) {
       waiter.timer.cancel();
-      waiter.reject(new ClusterConfigurationError("stop", "the actor system terminated before the awaited status"));
+      waiter.reject(
+        new ClusterConfigurationError(
+          "stop",
+          this.downed
+            ? "this node was downed by its leader before the awaited status; restart it to rejoin"
+            : "the actor system terminated before the awaited status",
+        ),
+      );
     }
     this.waiters.clear();
-    this.listeners.clear();
   }
 
   // ---- inbound (from the daemon) ----
 
   /** @internal */
   receiveInbound(message: ClusterMessage, from: ClusterInboundOrigin): void {
-    if (this.stopped) return;
+    if (this.stopped || this.downed) return;
     try {
       this.apply({ kind: "message", origin: from.origin, senderPath: from.senderPath, message });
     } catch (error) {
@@ -305,6 +355,7 @@ export class Cluster implements Extension {
     const [next, effects] = step(before, input, this.system.scheduler.now(), { departureReady: this.departureReady });
     this.state = next;
     let outcome: boolean | null = null;
+    let selfDowned: Extract<MembershipEffect, { kind: "self-downed" }> | null = null;
     for (const effect of effects) {
       switch (effect.kind) {
         case "send":
@@ -317,7 +368,18 @@ export class Cluster implements Extension {
           outcome = effect.accepted;
           break;
         case "reject":
-          this.system.log.debug({ node: String(this.selfAddress), reason: effect.reason }, "cluster message refused");
+          if (effect.from !== undefined && effect.category !== undefined) {
+            this.logRefusalOnce(effect.category, effect.from, effect.reason);
+          } else {
+            this.system.log.debug({ node: String(this.selfAddress), reason: effect.reason }, "cluster message refused");
+          }
+          break;
+        case "gossip-rejected":
+          this.counters.gossipRejected[effect.reason] += effect.count;
+          this.logRefusalOnce(`gossip.${effect.reason}`, effect.from, effect.detail);
+          break;
+        case "self-downed":
+          selfDowned = effect;
           break;
       }
     }
@@ -329,7 +391,50 @@ export class Cluster implements Extension {
     ) {
       this.publish();
     }
+    for (const [key, peer] of this.quarantineLater) {
+      if (this.state.downNotice.has(key)) continue;
+      this.quarantineLater.delete(key);
+      this.remoting.quarantine(peer);
+    }
+    if (selfDowned !== null) this.onSelfDowned(selfDowned.status, selfDowned.by);
     return outcome;
+  }
+
+  /**
+   * Logs a refusal at warn level once per category and sender (the counters count every one), remembering at most
+   * {@link refusalLogMax} pairs so a flood of forged senders cannot grow memory.
+   */
+  private logRefusalOnce(category: string, from: UniqueAddress, reason: string): void {
+    const key = `${category} ${from}`;
+    if (this.refusalsLogged.has(key) || this.refusalsLogged.size >= refusalLogMax) return;
+    this.refusalsLogged.add(key);
+    this.system.log.warn(
+      { node: this.selfAddress.toString(), from: from.toString(), category, reason },
+      "cluster refused a message from this sender (logged once per sender and reason; see cluster stats)",
+    );
+  }
+
+  /** This node was downed by its leader: publish `SelfDowned` (sharding stops its entities), then `onDowned`. */
+  private onSelfDowned(status: MemberStatus, by: string): void {
+    if (this.downed || this.stopped) return;
+    this.downed = true;
+    this.counters.selfDowned = 1;
+    const action = this.settings.onDowned;
+    const member = this.state.members.get(this.selfAddress.toString())!;
+    this.system.log.warn(
+      { node: this.selfAddress.toString(), status, by, onDowned: action },
+      action === "terminate"
+        ? "this node was downed by the cluster leader: stopping its entities and terminating the actor system (onDowned: terminate); restart it to rejoin with a new uid"
+        : "this node was downed by the cluster leader: stopping its entities and its membership, the actor system keeps running (onDowned: leave); restart it to rejoin with a new uid",
+    );
+    for (const listener of this.listeners) this.deliver(listener, { type: "SelfDowned", member, action });
+    // No more gossip, heartbeats or joins from this incarnation: the cluster has let it go.
+    this.halt();
+    if (action === "terminate") {
+      this.system.terminate().catch((error: unknown) => {
+        this.system.log.warn({ error }, "terminating the actor system after being downed failed");
+      });
+    }
   }
 
   private send(to: Address, message: ClusterMessage): void {
@@ -351,10 +456,16 @@ export class Cluster implements Extension {
     const next = snapshotOf(this.state);
     const events = diffSnapshots(this.current, next);
     this.current = next;
+    const peers = new Set<string>();
+    for (const [key, m] of this.state.members) if (authorizedStatuses.has(m.status)) peers.add(key);
+    peers.delete(this.selfAddress.toString());
+    this.authorizedPeers = peers;
     for (const event of events) {
-      if (event.type === "MemberDowned" && !event.member.uniqueAddress.equals(this.selfAddress)) {
-        // A downed incarnation is gone for good: close its associations so nothing from it is trusted again.
-        this.remoting.quarantine(event.member.uniqueAddress);
+      if (
+        (event.type === "MemberDowned" || event.type === "MemberRemoved") &&
+        !event.member.uniqueAddress.equals(this.selfAddress)
+      ) {
+        this.retire(event.member, event.type === "MemberDowned" ? "Down" : event.previousStatus);
       }
       for (const listener of this.listeners) this.deliver(listener, event);
     }
@@ -365,6 +476,23 @@ export class Cluster implements Extension {
         waiter.resolve();
       }
     }
+  }
+
+  /**
+   * Another member became Down or Removed (`from` is the status it had before Removed, or "Down"). That is the only
+   * thing that retires an incarnation in remoting: its successor on the same host:port may then be admitted even
+   * while the old process is still connected (incarnation-gone). A downed one (not a graceful Exiting → Removed) is
+   * also quarantined so nothing from it is trusted again; the leader first finishes telling it (downNotice), over
+   * the association it still has.
+   */
+  private retire(member: Member, from: MemberStatus): void {
+    const peer = member.uniqueAddress;
+    this.remoting.markIncarnationGone(peer);
+    // A graceful departure (Leaving/Exiting → Removed) is not quarantined: the leaver still gets its final gossip.
+    if (from === "Leaving" || from === "Exiting" || (from === "Down" && member.status === "Removed")) return;
+    const key = memberKey(member);
+    if (this.state.downNotice.has(key)) this.quarantineLater.set(key, peer);
+    else this.remoting.quarantine(peer);
   }
 
   private deliver(listener: (event: ClusterEvent) => void, event: ClusterEvent): void {

@@ -17,7 +17,15 @@ export type ClusterEvent =
   | { readonly type: "UnreachableMember"; readonly member: Member }
   | { readonly type: "ReachableMember"; readonly member: Member }
   | { readonly type: "LeaderChanged"; readonly leader: UniqueAddress | null }
-  | { readonly type: "ConvergenceChanged"; readonly converged: boolean };
+  | { readonly type: "ConvergenceChanged"; readonly converged: boolean }
+  /**
+   * This node learned from its leader that it was downed (or removed without leaving): it is out of the cluster
+   * for good. Published after the `MemberDowned`/`MemberRemoved` of itself, before the `onDowned` action runs.
+   */
+  | { readonly type: "SelfDowned"; readonly member: Member; readonly action: OnDowned };
+
+/** What a node does once it learns it was downed: see `ClusterSettings.onDowned`. */
+export type OnDowned = "leave" | "terminate";
 
 /** The `type` of every cluster event. */
 export type ClusterEventType = ClusterEvent["type"];

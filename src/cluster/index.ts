@@ -9,9 +9,17 @@ import "./enable-cluster.ts";
 export { Cluster, ClusterNotEnabledError, clusterExtensionKey } from "./cluster.ts";
 export { isConverged, leaderOf } from "./convergence.ts";
 export { ClusterAwaitTimeoutError, ClusterConfigurationError, InvalidClusterMessageError } from "./errors.ts";
-export { type ClusterEvent, type ClusterEventType, diffSnapshots } from "./events.ts";
+export { type ClusterEvent, type ClusterEventType, diffSnapshots, type OnDowned } from "./events.ts";
 export type { DetectorState, PeerObservation } from "./failure-detector.ts";
-export { type AuthorizedGossip, authorizeGossip, type GossipRejection } from "./gossip/authorize.ts";
+export {
+  type AuthorizedGossip,
+  admitsGossipFrom,
+  authorizeGossip,
+  decideGossip,
+  type GossipDecision,
+  type GossipRejection,
+  gossipRejections,
+} from "./gossip/authorize.ts";
 export { membershipDigest } from "./gossip/digest.ts";
 export { compareRecords, type MemberMap, type MergeResult, maxMembersDefault, mergeMembers } from "./gossip/merge.ts";
 export { type LeaderActionsResult, leaderActions } from "./leader-actions.ts";
@@ -25,6 +33,8 @@ export {
 } from "./member.ts";
 export {
   authenticate,
+  type DownNotice,
+  downNoticeRounds,
   initialMembership,
   type MembershipConfig,
   type MembershipEffect,

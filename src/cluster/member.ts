@@ -1,4 +1,5 @@
 import { UniqueAddress } from "../actor/index.ts";
+import { describe } from "../actor/untrusted.ts";
 
 /**
  * Where a member is in its life. Transitions only move forward: `Joining → Up → Leaving → Exiting → Removed`, or
@@ -100,10 +101,10 @@ export function memberFromJSON(json: unknown): Member | string {
   try {
     uniqueAddress = UniqueAddress.parse(j.address);
   } catch {
-    return `member.address "${j.address}" is not a unique address`;
+    return `member.address ${describe(j.address)} is not a unique address`;
   }
   if (!uniqueAddress.address.isRemote) return "member.address is not a remote address";
-  if (!isMemberStatus(j.status)) return `member.status ${String(j.status)} is unknown`;
+  if (!isMemberStatus(j.status)) return `member.status ${describe(j.status)} is unknown`;
   if (!Array.isArray(j.roles) || !j.roles.every((r) => typeof r === "string" && r.length > 0)) {
     return "member.roles is not an array of non-empty strings";
   }

@@ -8,11 +8,11 @@ import {
   recordAck,
   unreachableKeys,
 } from "./failure-detector.ts";
-import { authorizeGossip } from "./gossip/authorize.ts";
+import { admitsGossipFrom, decideGossip, type GossipRejection } from "./gossip/authorize.ts";
 import { membershipDigest } from "./gossip/digest.ts";
 import { type MemberMap, mergeMembers } from "./gossip/merge.ts";
 import { leaderActions } from "./leader-actions.ts";
-import { type Member, memberKey, memberToJSON, sortMembers, withStatus } from "./member.ts";
+import { type Member, type MemberStatus, memberKey, memberToJSON, sortMembers, withStatus } from "./member.ts";
 import {
   ClusterDown,
   ClusterGossip,
@@ -65,7 +65,24 @@ export interface MembershipState {
   readonly farewell: ReadonlySet<string>;
   /** True once this node asked to leave; the request is repeated every gossip round while it is still Up. */
   readonly leaveRequested: boolean;
+  /**
+   * Members this node (as leader) downed while they may still be alive: each still gets the gossip that says so,
+   * every round, until it acknowledges a round sent after the down or {@link downNoticeRounds} rounds have passed,
+   * so a downed node learns it is out (and stops its entities) instead of serving on unaware.
+   */
+  readonly downNotice: ReadonlyMap<string, DownNotice>;
 }
+
+/** One downed member still being told (see {@link MembershipState.downNotice}). */
+export interface DownNotice {
+  /** The gossip round of the down: an ack of a later round means the member has seen it. */
+  readonly sinceRound: number;
+  /** Gossip rounds left before the leader gives up telling it. */
+  readonly roundsLeft: number;
+}
+
+/** How many gossip rounds a downed member is told it is Down before the leader gives up on it (it may be dead). */
+export const downNoticeRounds = 10;
 
 /** What the membership core reacts to. */
 export type MembershipInput =
@@ -89,7 +106,29 @@ export type MembershipEffect =
   | { readonly kind: "count"; readonly stat: ClusterStatName }
   /** The answer to a `leave` or `down` input: true if applied here or sent to the leader. */
   | { readonly kind: "outcome"; readonly accepted: boolean }
-  | { readonly kind: "reject"; readonly reason: string };
+  /**
+   * A refused message or request. With `from` and `category`, the shell logs it once per sender and category
+   * (bounded); otherwise at debug level.
+   */
+  | {
+      readonly kind: "reject";
+      readonly reason: string;
+      readonly from?: UniqueAddress;
+      readonly category?: string;
+    }
+  /** Gossip refused for `reason` (`count` records, or 1 for a whole message): counted in `gossipRejected`. */
+  | {
+      readonly kind: "gossip-rejected";
+      readonly reason: GossipRejection;
+      readonly from: UniqueAddress;
+      readonly count: number;
+      readonly detail: string;
+    }
+  /**
+   * This node's own record became Down, or Removed without a graceful leave, by its leader's word: it is out of
+   * the cluster for good and must stop its entities (the shell applies `onDowned`).
+   */
+  | { readonly kind: "self-downed"; readonly status: MemberStatus; readonly by: string };
 
 /** Hooks the shell lends the core for one step. */
 export interface StepContext {
@@ -134,6 +173,7 @@ export function initialMembership(config: MembershipConfig, nowMs: number): Memb
       heartbeatSeq: 0,
       farewell: new Set(),
       leaveRequested: false,
+      downNotice: new Map(),
     },
     members,
     nowMs,
@@ -186,7 +226,7 @@ function commit(state: MembershipState, members: MemberMap, nowMs: number): Memb
   let acks = state.acks;
   for (const key of acks.keys()) {
     const m = members.get(key);
-    if (m === undefined || (m.status === "Removed" && !state.farewell.has(key))) {
+    if (m === undefined || (m.status === "Removed" && !state.farewell.has(key) && !state.downNotice.has(key))) {
       if (acks === state.acks) acks = new Map(acks);
       (acks as Map<string, string>).delete(key);
     }
@@ -223,7 +263,23 @@ export function step(state: MembershipState, input: MembershipInput, nowMs: numb
       next = requestDown(state, input.target, effects, nowMs);
       break;
   }
-  return [runLeaderActions(next, nowMs, context), effects];
+  next = runLeaderActions(next, nowMs, context);
+  const was = selfMember(state).status;
+  const now = selfMember(next);
+  if (isDowning(was, now.status, next.leaveRequested)) {
+    effects.push({ kind: "self-downed", status: now.status, by: now.changedBy });
+  }
+  return [next, effects];
+}
+
+/**
+ * True when this node's own status moving from `was` to `now` means it was put out of the cluster rather than
+ * leaving: it became Down, or Removed from a status a graceful departure never skips from (Exiting or Down).
+ */
+function isDowning(was: MemberStatus, now: MemberStatus, leaveRequested: boolean): boolean {
+  if (was === "Down" || was === "Removed" || was === now) return false;
+  if (now === "Down") return true;
+  return now === "Removed" && was !== "Exiting" && !(leaveRequested && was === "Leaving");
 }
 
 function clusterAddressOf(member: Member): Address {
@@ -280,7 +336,18 @@ function gossipTick(state: MembershipState, effects: MembershipEffect[], nowMs: 
       (farewell as Set<string>).delete(key);
     }
   }
-  next = { ...next, farewell };
+  let downNotice = state.downNotice;
+  if (downNotice.size > 0) {
+    const remaining = new Map<string, DownNotice>();
+    for (const [key, notice] of state.downNotice) {
+      const m = state.members.get(key);
+      if (m === undefined || notice.roundsLeft <= 0) continue;
+      if (!targets.includes(m)) targets.push(m);
+      remaining.set(key, { ...notice, roundsLeft: notice.roundsLeft - 1 });
+    }
+    downNotice = remaining;
+  }
+  next = { ...next, farewell, downNotice };
   if (targets.length > 0) {
     const records = gossipRecords(state);
     for (const m of targets) {
@@ -373,9 +440,34 @@ function receive(
   }
   if (message instanceof ClusterWelcome) return receiveWelcome(state, from, message, effects, nowMs);
   if (message instanceof ClusterGossip) return receiveGossip(state, from, message, effects, nowMs);
+  const probe =
+    message instanceof ClusterGossipAck ||
+    message instanceof ClusterHeartbeat ||
+    message instanceof ClusterHeartbeatAck;
+  if (probe && !state.members.has(from.toString())) {
+    // Acks and heartbeats of an incarnation this node never admitted are neither stored (they would grow `acks`
+    // per forged sender) nor answered (an answer would dial an address learned only from the sender's claim).
+    effects.push({ kind: "count", stat: "nonMemberMessagesDropped" });
+    effects.push({
+      kind: "reject",
+      reason: `${probeName(message)} from ${from}, which is not a member here; dropped unanswered`,
+      from,
+      category: "nonMember",
+    });
+    return state;
+  }
   if (message instanceof ClusterGossipAck) {
     effects.push({ kind: "count", stat: "gossipAcksReceived" });
-    return { ...state, acks: new Map(state.acks).set(from.toString(), message.digest) };
+    const key = from.toString();
+    let next: MembershipState = { ...state, acks: new Map(state.acks).set(key, message.digest) };
+    const notice = state.downNotice.get(key);
+    if (notice !== undefined && message.round > notice.sinceRound) {
+      // The downed node answered a round that carried its Down record: it knows.
+      const downNotice = new Map(state.downNotice);
+      downNotice.delete(key);
+      next = { ...next, downNotice };
+    }
+    return next;
   }
   if (message instanceof ClusterHeartbeat) {
     effects.push({ kind: "count", stat: "heartbeatsReceived" });
@@ -394,6 +486,11 @@ function receive(
   }
   if (message instanceof ClusterLeave) return receiveLeave(state, from, message, effects, nowMs);
   return receiveDown(state, from, message, effects, nowMs);
+}
+
+function probeName(message: ClusterMessage): string {
+  if (message instanceof ClusterGossipAck) return "gossip ack";
+  return message instanceof ClusterHeartbeat ? "heartbeat" : "heartbeat ack";
 }
 
 function isLeader(state: MembershipState): boolean {
@@ -505,17 +602,46 @@ function receiveGossip(
   effects: MembershipEffect[],
   nowMs: number,
 ): MembershipState {
-  const { self, clusterName, maxMembers } = state.config;
+  const { self, clusterName, maxMembers, seeds } = state.config;
   effects.push({ kind: "count", stat: "gossipReceived" });
   let next = state;
   if (selfMember(state).status !== "Removed") {
-    const authorized = authorizeGossip(state.members, membersOf(message), from, leaderOfState(state));
-    for (const _ of authorized.rejected) effects.push({ kind: "count", stat: "gossipRecordsRejected" });
-    const merged = mergeMembers(state.members, authorized.accepted, maxMembers);
-    if (merged.overflow) effects.push({ kind: "count", stat: "capacityRejections" });
-    else if (merged.changed.length > 0) {
-      effects.push({ kind: "count", stat: "membershipMerges" });
-      next = commit(state, merged.members, nowMs);
+    // Admission first, so a stranger's records (validated once, at decode) are never merged or compared.
+    const decision = admitsGossipFrom(state.members, from, seeds)
+      ? decideGossip(state.members, membersOf(message), from, leaderOfState(state), seeds, maxMembers)
+      : ({ kind: "refused", reason: "nonMember" } as const);
+    if (decision.kind === "refused") {
+      effects.push({
+        kind: "gossip-rejected",
+        reason: decision.reason,
+        from,
+        count: 1,
+        detail:
+          decision.reason === "nonMember"
+            ? "the sender is neither a member nor a configured seed; gossip dropped unanswered"
+            : `merging it would exceed maxMembers (${maxMembers}, tombstones included); gossip rejected whole`,
+      });
+      if (decision.reason === "overCapacity") effects.push({ kind: "count", stat: "capacityRejections" });
+      // A non-member gets no ack: answering would dial an address known only from its own claim.
+      if (decision.reason === "nonMember") return state;
+    } else {
+      const byReason = new Map<GossipRejection, number>();
+      for (const r of decision.rejected) byReason.set(r.reason, (byReason.get(r.reason) ?? 0) + 1);
+      for (const [reason, count] of byReason) {
+        for (let i = 0; i < count; i++) effects.push({ kind: "count", stat: "gossipRecordsRejected" });
+        const example = decision.rejected.find((r) => r.reason === reason)!.member;
+        effects.push({
+          kind: "gossip-rejected",
+          reason,
+          from,
+          count,
+          detail: `${count} record(s) refused, e.g. ${example.status} record of ${example.uniqueAddress}`,
+        });
+      }
+      if (decision.changed.length > 0) {
+        effects.push({ kind: "count", stat: "membershipMerges" });
+        next = commit(state, decision.members, nowMs);
+      }
     }
   } else {
     // A removed node takes only the final word about itself (so that leave() completes), nothing else.
@@ -539,8 +665,24 @@ function applyLeave(state: MembershipState, target: UniqueAddress, nowMs: number
 function applyDown(state: MembershipState, target: UniqueAddress, nowMs: number): MembershipState | null {
   const record = state.members.get(target.toString());
   if (record === undefined || record.status === "Down" || record.status === "Removed") return null;
-  const members = new Map(state.members).set(memberKey(record), withStatus(record, "Down", state.config.self.uid));
-  return commit(state, members, nowMs);
+  const key = memberKey(record);
+  const members = new Map(state.members).set(key, withStatus(record, "Down", state.config.self.uid));
+  // The downed node may be alive: keep telling it for a few rounds (see `downNotice`).
+  const downNotice = new Map(state.downNotice).set(key, {
+    sinceRound: state.gossipRound,
+    roundsLeft: downNoticeRounds,
+  });
+  return commit({ ...state, downNotice }, members, nowMs);
+}
+
+/** Statuses of a member whose leave or down requests count (REFERENCE §6: requests come from members). */
+const requestingStatuses = new Set(["Joining", "Up", "Leaving", "Exiting"]);
+
+/** Why a leave or down request from `from` is refused because of who sent it, or null when the sender may ask. */
+function nonMemberRequest(state: MembershipState, from: UniqueAddress): string | null {
+  const status = state.members.get(from.toString())?.status;
+  if (status !== undefined && requestingStatuses.has(status)) return null;
+  return `${from} is ${status === undefined ? "not a member" : status} here`;
 }
 
 function requestLeave(
@@ -611,9 +753,22 @@ function receiveLeave(
   nowMs: number,
 ): MembershipState {
   const target = UniqueAddress.parse(message.target);
-  if (!target.equals(from) && !state.config.remoteDownAllowed) {
+  const notMember = nonMemberRequest(state, from);
+  if (notMember !== null) {
     effects.push({ kind: "count", stat: "leaveRequestsRejected" });
-    effects.push({ kind: "reject", reason: `leave of ${target} requested by ${from} without a shared secret` });
+    effects.push({ kind: "count", stat: "requestsFromNonMembersRejected" });
+    effects.push({ kind: "reject", reason: `leave request refused: ${notMember}`, from, category: "leaveNonMember" });
+    return state;
+  }
+  if (!target.equals(from)) {
+    // REFERENCE §6: a leave request is valid only when target == sender (a member leaves only itself).
+    effects.push({ kind: "count", stat: "leaveRequestsRejected" });
+    effects.push({
+      kind: "reject",
+      reason: `leave of ${target} requested by ${from}: a node may only ask to leave itself`,
+      from,
+      category: "leaveOther",
+    });
     return state;
   }
   if (!isLeader(state)) {
@@ -632,6 +787,13 @@ function receiveDown(
   effects: MembershipEffect[],
   nowMs: number,
 ): MembershipState {
+  const notMember = nonMemberRequest(state, from);
+  if (notMember !== null) {
+    effects.push({ kind: "count", stat: "downRequestsRejected" });
+    effects.push({ kind: "count", stat: "requestsFromNonMembersRejected" });
+    effects.push({ kind: "reject", reason: `down request refused: ${notMember}`, from, category: "downNonMember" });
+    return state;
+  }
   if (!state.config.remoteDownAllowed) {
     effects.push({ kind: "count", stat: "downRequestsRejected" });
     effects.push({

@@ -50,11 +50,24 @@ function hexDigest(type: string, j: Json, field: string): string {
 
 const parsedMembers = new WeakMap<object, readonly Member[]>();
 
-function memberList(type: string, j: Json, field: string, maxCount: number): MemberJSON[] {
+/** The records of `j[field]`, validated and parsed once: {@link membersOf} then returns the parsed ones for free. */
+function memberList(type: string, j: Json, field: string, maxCount: number): [MemberJSON[], Member[]] {
   const v = j[field];
   if (!Array.isArray(v)) throw new InvalidClusterMessageError(type, `${field} is not an array`);
   if (v.length > maxCount) throw new InvalidClusterMessageError(type, `${field} has more than ${maxCount} records`);
-  return v.map((m) => memberJson(type, m));
+  const parsed: Member[] = new Array(v.length);
+  for (let i = 0; i < v.length; i++) {
+    const member = memberFromJSON(v[i]);
+    if (typeof member === "string") throw new InvalidClusterMessageError(type, member);
+    parsed[i] = member;
+  }
+  return [v as MemberJSON[], parsed];
+}
+
+/** `message` with its decoded records remembered for {@link membersOf}. */
+function withMembers<M extends ClusterWelcome | ClusterGossip>(message: M, parsed: readonly Member[]): M {
+  parsedMembers.set(message, parsed);
+  return message;
 }
 
 function memberJson(type: string, m: unknown): MemberJSON {
@@ -63,7 +76,7 @@ function memberJson(type: string, m: unknown): MemberJSON {
   return m as MemberJSON;
 }
 
-/** The parsed records of a welcome or gossip (parsed once, cached per message). */
+/** The parsed records of a welcome or gossip (parsed once, by `fromJSON` for a received one; cached per message). */
 export function membersOf(message: ClusterWelcome | ClusterGossip): readonly Member[] {
   let members = parsedMembers.get(message);
   if (members === undefined) {
@@ -107,12 +120,11 @@ export class ClusterWelcome {
   static fromJSON(json: unknown): ClusterWelcome {
     const t = ClusterWelcome.wireName;
     const j = object(t, json);
-    return new ClusterWelcome(
-      str(t, j, "clusterName"),
-      uniqueAddress(t, j, "from"),
-      uniqueAddress(t, j, "to"),
-      memberList(t, j, "members", wireMembersMax),
-    );
+    const clusterName = str(t, j, "clusterName");
+    const from = uniqueAddress(t, j, "from");
+    const to = uniqueAddress(t, j, "to");
+    const [members, parsed] = memberList(t, j, "members", wireMembersMax);
+    return withMembers(new ClusterWelcome(clusterName, from, to, members), parsed);
   }
 }
 
@@ -130,14 +142,13 @@ export class ClusterGossip {
   static fromJSON(json: unknown): ClusterGossip {
     const t = ClusterGossip.wireName;
     const j = object(t, json);
-    return new ClusterGossip(
-      str(t, j, "clusterName"),
-      uniqueAddress(t, j, "from"),
-      uniqueAddress(t, j, "to"),
-      int(t, j, "round"),
-      hexDigest(t, j, "digest"),
-      memberList(t, j, "members", wireMembersMax),
-    );
+    const clusterName = str(t, j, "clusterName");
+    const from = uniqueAddress(t, j, "from");
+    const to = uniqueAddress(t, j, "to");
+    const round = int(t, j, "round");
+    const digest = hexDigest(t, j, "digest");
+    const [members, parsed] = memberList(t, j, "members", wireMembersMax);
+    return withMembers(new ClusterGossip(clusterName, from, to, round, digest, members), parsed);
   }
 }
 

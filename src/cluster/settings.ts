@@ -1,5 +1,7 @@
 import { Address } from "../actor/index.ts";
+import { describe } from "../actor/untrusted.ts";
 import { ClusterConfigurationError } from "./errors.ts";
+import type { OnDowned } from "./events.ts";
 import { maxMembersDefault } from "./gossip/merge.ts";
 
 /** Options of `system.enableCluster`. Durations are milliseconds. */
@@ -31,6 +33,16 @@ export interface ClusterSettings {
   };
   /** Default timeout of `leave()`, `awaitUp()` and `awaitRemoved()`. Default 10,000 ms for awaits, 60,000 for leave. */
   leaveTimeout?: number;
+  /**
+   * What this node does when it learns from its leader that it was downed while alive (its own record Down, or
+   * Removed without a graceful leave). Either way a `SelfDowned` event is published first and sharding stops every
+   * local entity; then `"terminate"` terminates the actor system (a supervisor restarts the process, which rejoins
+   * with a new uid) and `"leave"` only stops this node's membership (no more gossip, heartbeats or joins) and keeps
+   * the system running for the application to decide. Default `"terminate"`, as Akka's
+   * `run-coordinated-shutdown-when-down = on`: a downed uid can never rejoin, so the process is of no further use
+   * to the cluster, and a half-alive node is the more dangerous outcome.
+   */
+  onDowned?: OnDowned;
 }
 
 /** Settings with every default filled in and validated. */
@@ -45,6 +57,7 @@ export interface ResolvedClusterSettings {
   readonly heartbeatIntervalMs: number;
   readonly heartbeatTimeoutMs: number;
   readonly leaveTimeoutMs: number;
+  readonly onDowned: OnDowned;
 }
 
 /** The defaults of REFERENCE §6. */
@@ -57,12 +70,13 @@ export const clusterDefaults = {
   heartbeatIntervalMs: 1_000,
   heartbeatTimeoutMs: 5_000,
   leaveTimeoutMs: 60_000,
+  onDowned: "terminate",
 } as const;
 
 function duration(setting: string, value: unknown, fallback: number): number {
   if (value === undefined) return fallback;
   if (typeof value !== "number" || !Number.isFinite(value) || value <= 0) {
-    throw new ClusterConfigurationError(setting, `${String(value)} ms; use a finite number of milliseconds above 0`);
+    throw new ClusterConfigurationError(setting, `${describe(value)} ms; use a finite number of milliseconds above 0`);
   }
   return value;
 }
@@ -70,14 +84,14 @@ function duration(setting: string, value: unknown, fallback: number): number {
 function count(setting: string, value: unknown, fallback: number): number {
   if (value === undefined) return fallback;
   if (!Number.isSafeInteger(value) || (value as number) < 1) {
-    throw new ClusterConfigurationError(setting, `${String(value)}; use an integer of 1 or more`);
+    throw new ClusterConfigurationError(setting, `${describe(value)}; use an integer of 1 or more`);
   }
   return value as number;
 }
 
 function seed(text: unknown, systemName: string): Address {
   if (typeof text !== "string") {
-    throw new ClusterConfigurationError("seedNodes", `${String(text)} is not a string; use "host:port"`);
+    throw new ClusterConfigurationError("seedNodes", `${describe(text)} is not a string; use "host:port"`);
   }
   const hostPort = /^([^\s/@#:]+|\[[0-9a-fA-F:]+\]):(\d{1,5})$/.exec(text);
   let address: Address | null = null;
@@ -120,7 +134,7 @@ export function resolveClusterSettings(settings: ClusterSettings, systemName: st
   if (typeof clusterName !== "string" || !/^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/.test(clusterName)) {
     throw new ClusterConfigurationError(
       "clusterName",
-      `"${String(clusterName)}"; use 1-128 letters, digits, '.', '_' or '-', starting with a letter or digit`,
+      `${describe(clusterName)}; use 1-128 letters, digits, '.', '_' or '-', starting with a letter or digit`,
     );
   }
   const detector = settings.failureDetector ?? {};
@@ -143,7 +157,12 @@ export function resolveClusterSettings(settings: ClusterSettings, systemName: st
       `${heartbeatTimeoutMs} ms must be greater than heartbeatInterval ${heartbeatIntervalMs} ms`,
     );
   }
+  const onDowned = settings.onDowned ?? clusterDefaults.onDowned;
+  if (onDowned !== "leave" && onDowned !== "terminate") {
+    throw new ClusterConfigurationError("onDowned", 'use "terminate" (the default) or "leave"');
+  }
   return {
+    onDowned,
     seedNodes: seeds.map((s) => seed(s, systemName)),
     roles: [...new Set(roles as string[])].sort(),
     clusterName,

@@ -1,3 +1,5 @@
+import type { GossipRejection } from "./gossip/authorize.ts";
+
 /** Counters of one node's membership (REFERENCE §6 "ClusterStats"), all starting at 0. */
 export interface ClusterStats {
   /** Join requests sent to seeds or the leader. */
@@ -13,8 +15,19 @@ export interface ClusterStats {
   gossipSent: number;
   gossipReceived: number;
   gossipAcksReceived: number;
-  /** Gossiped records refused by the authorisation rules. */
+  /** Gossiped records refused by the authorisation rules (the record-level part of `gossipRejected`). */
   gossipRecordsRejected: number;
+  /**
+   * Gossip refused, by reason: whole messages from non-members (`nonMember`) or that would overflow `maxMembers`
+   * (`overCapacity`), and single records (`phantom`, `notLeader`, `joining`). See `GossipRejection`.
+   */
+  gossipRejected: Record<GossipRejection, number>;
+  /** Heartbeats, heartbeat acks and gossip acks from an incarnation that is not a member here (dropped, unanswered). */
+  nonMemberMessagesDropped: number;
+  /** Leave and down requests from a sender that is not a live member here (also counted in `*RequestsRejected`). */
+  requestsFromNonMembersRejected: number;
+  /** 1 once this node learned from its leader that it was downed (or removed without leaving); see `onDowned`. */
+  selfDowned: number;
   /** Merges that changed the local state. */
   membershipMerges: number;
   /** Merges refused whole because they would exceed `maxMembers`. */
@@ -40,8 +53,8 @@ export interface ClusterStats {
   subscribers: number;
 }
 
-/** The name of one counter. */
-export type ClusterStatName = keyof ClusterStats;
+/** The name of one plain counter (the nested `gossipRejected` is counted through its own effect). */
+export type ClusterStatName = Exclude<keyof ClusterStats, "gossipRejected">;
 
 /** All counters at zero. */
 export function emptyClusterStats(): ClusterStats {
@@ -56,6 +69,10 @@ export function emptyClusterStats(): ClusterStats {
     gossipReceived: 0,
     gossipAcksReceived: 0,
     gossipRecordsRejected: 0,
+    gossipRejected: { nonMember: 0, phantom: 0, notLeader: 0, joining: 0, overCapacity: 0 },
+    nonMemberMessagesDropped: 0,
+    requestsFromNonMembersRejected: 0,
+    selfDowned: 0,
     membershipMerges: 0,
     capacityRejections: 0,
     heartbeatsSent: 0,

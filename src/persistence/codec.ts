@@ -1,4 +1,5 @@
 import type { Class } from "../actor/index.ts";
+import { describe, errorText, instanceFromFields } from "../actor/untrusted.ts";
 import { CorruptPersistentRecordError, InvalidPersistenceRequestError, UnknownManifestError } from "./errors.ts";
 
 /** The manifest of plain JSON values (objects, arrays, strings, numbers, booleans) that are not class instances. */
@@ -34,7 +35,7 @@ export class PersistenceCodec {
   register<T>(cls: CodecClass<T>, options: { manifest?: string } = {}): this {
     const manifest = options.manifest ?? cls.name;
     if (typeof manifest !== "string" || manifest.length === 0 || manifest === JSON_MANIFEST) {
-      throw new InvalidPersistenceRequestError("manifest", `"${String(manifest)}" is empty or reserved`);
+      throw new InvalidPersistenceRequestError("manifest", `${describe(manifest)} is empty or reserved`);
     }
     const existing = this.byManifest.get(manifest);
     if (existing !== undefined) {
@@ -70,8 +71,10 @@ export class PersistenceCodec {
   }
 
   /**
-   * Rebuilds a stored value.
-   * @throws CorruptPersistentRecordError naming `persistenceId` and `sequenceNr` for bad JSON or an unknown manifest
+   * Rebuilds a stored value: through the class's `fromJSON`, else as an instance carrying the payload's own fields.
+   * @throws CorruptPersistentRecordError naming `persistenceId` and `sequenceNr` for bad JSON, an unknown manifest, a
+   * failing `fromJSON` or upcaster, or (without `fromJSON`) a payload that is not a JSON object or has a `__proto__`
+   * key
    */
   decode(manifest: string, payload: string, persistenceId: string, sequenceNr: number): unknown {
     let json: unknown;
@@ -88,23 +91,62 @@ export class PersistenceCodec {
     for (let depth = 0; depth < upcastDepthMax; depth++) {
       const upcaster = this.upcasters.get(current);
       if (upcaster === undefined) break;
-      ({ manifest: current, json } = upcaster(json));
+      // The upcaster sees stored (untrusted) JSON: whatever it throws or returns, the caller gets the typed error.
+      let next: unknown;
+      try {
+        next = upcaster(json);
+      } catch (error) {
+        throw new CorruptPersistentRecordError(
+          persistenceId,
+          sequenceNr,
+          `the upcaster of manifest ${current} rejected the payload (${errorText(error)})`,
+        );
+      }
+      const manifestNext = (next as { manifest?: unknown } | null)?.manifest;
+      if (next === null || typeof next !== "object" || typeof manifestNext !== "string") {
+        throw new CorruptPersistentRecordError(
+          persistenceId,
+          sequenceNr,
+          `the upcaster of manifest ${current} did not return { manifest, json }`,
+        );
+      }
+      current = manifestNext;
+      json = (next as { json?: unknown }).json;
     }
     if (current === JSON_MANIFEST) return json;
     const entry = this.byManifest.get(current);
     if (entry === undefined) {
       throw new CorruptPersistentRecordError(persistenceId, sequenceNr, `manifest ${current} is not registered`);
     }
-    try {
-      if (typeof entry.cls.fromJSON === "function") return entry.cls.fromJSON(json);
-      return Object.assign(Object.create(entry.cls.prototype as object), json);
-    } catch (error) {
+    if (typeof entry.cls.fromJSON === "function") {
+      try {
+        return entry.cls.fromJSON(json);
+      } catch (error) {
+        throw new CorruptPersistentRecordError(
+          persistenceId,
+          sequenceNr,
+          `${current}.fromJSON rejected the payload (${errorText(error)})`,
+        );
+      }
+    }
+    // Own fields only: a stored "__proto__" key must not swap the instance's prototype, and a key naming a member of
+    // the class (a getter-only property, a method, "constructor") is the class's, not data (see instanceFromFields).
+    const built = instanceFromFields(entry.cls.prototype as object, json);
+    if (built === "notAnObject") {
       throw new CorruptPersistentRecordError(
         persistenceId,
         sequenceNr,
-        `${current}.fromJSON rejected the payload (${(error as Error).message})`,
+        `the payload of ${current} is not a JSON object; give the class a static fromJSON to rebuild other shapes`,
       );
     }
+    if (built === "protoKey") {
+      throw new CorruptPersistentRecordError(
+        persistenceId,
+        sequenceNr,
+        `the payload of ${current} has a __proto__ key`,
+      );
+    }
+    return built;
   }
 
   /** A defensive copy made by encoding and decoding (what a command handler sees of the state). */

@@ -41,10 +41,17 @@ export class Database implements Extension {
       store = new MemoryStore({ scheduler: this.system.scheduler });
     } else if (checked.backend === "sqlite") {
       const { SqliteStore } = await import("./sqlite/index.ts");
-      store = SqliteStore.open({ dbPath: checked.dbPath ?? defaultSqlitePath });
+      const sqlite = SqliteStore.open({
+        dbPath: checked.dbPath ?? defaultSqlitePath,
+        ...(checked.synchronous === undefined ? {} : { synchronous: checked.synchronous }),
+        ...(checked.busyTimeoutMs === undefined ? {} : { busyTimeoutMs: checked.busyTimeoutMs }),
+        scheduler: this.system.scheduler,
+      });
+      this.logRebaseline(sqlite.rebaselinedMigrations);
+      store = sqlite;
     } else {
       const { PostgresStore } = await import("./postgres/index.ts");
-      store = await PostgresStore.connect({
+      const postgres = await PostgresStore.connect({
         connectionUri: checked.connectionUri!,
         ...(checked.schema === undefined ? {} : { schema: checked.schema }),
         ...(checked.poolSize === undefined ? {} : { poolSize: checked.poolSize }),
@@ -53,6 +60,8 @@ export class Database implements Extension {
         scheduler: this.system.scheduler,
         onPoolError: (error) => this.system.log.warn({ error }, "idle PostgreSQL connection failed"),
       });
+      this.logRebaseline(postgres.rebaselinedMigrations);
+      store = postgres;
     }
     await this.replace(store, true);
     return store;
@@ -96,6 +105,14 @@ export class Database implements Extension {
   async stop(): Promise<void> {
     if (this.current !== null && this.owned) await this.current.close();
     this.current = null;
+  }
+
+  private logRebaseline(versions: readonly number[]): void {
+    if (versions.length === 0) return;
+    this.system.log.info(
+      { versions },
+      "persistence migrations recorded by an earlier build were re-baselined to statement checksums (once)",
+    );
   }
 
   private async replace(store: PersistenceStore, owned: boolean): Promise<void> {

@@ -1,4 +1,5 @@
 import type { AbstractBehavior, ActorRef, ActorSystem, Class } from "../actor/index.ts";
+import { describe } from "../actor/untrusted.ts";
 import { type EntityId, EntityType } from "./entity-type.ts";
 import { InvalidPersistenceRequestError } from "./errors.ts";
 import type { ShardLeaseToken } from "./lease.ts";
@@ -33,7 +34,7 @@ export class EntityRegistry {
     makeActor: Registration<C>["makeActor"],
   ): EntityType<C> {
     if (typeof name !== "string" || name.length === 0 || name.includes(":")) {
-      throw new InvalidPersistenceRequestError("entity type name", `"${String(name)}" must be non-empty without ":"`);
+      throw new InvalidPersistenceRequestError("entity type name", `${describe(name)} must be non-empty without ":"`);
     }
     const existing = this.types.get(name);
     if (existing !== undefined) {

@@ -113,16 +113,26 @@ export class UnsupportedSchemaVersionError extends Error {
   }
 }
 
-/** An applied migration's checksum differs from this build's: the history was edited or comes from another build. */
+/**
+ * An applied migration's recorded checksum is not this build's hash of its statements (the migration's SQL was edited,
+ * or another build migrated the database), or it is an earlier build's version-and-name checksum while schema
+ * objects that history creates are missing (`missingObjects`).
+ */
 export class MigrationChecksumMismatchError extends Error {
   override readonly name = "MigrationChecksumMismatchError";
   constructor(
     readonly version: number,
+    /** This build's checksum of the migration's statements. */
     readonly expectedChecksum: string,
+    /** What the database records. */
     readonly actualChecksum: string,
+    /** Objects (`table event_journal`, …) the applied history creates that the database lacks; empty otherwise. */
+    readonly missingObjects: readonly string[] = [],
   ) {
     super(
-      `Migration ${version} checksum mismatch: expected ${expectedChecksum} but the database records ${actualChecksum}; restore the original history`,
+      missingObjects.length === 0
+        ? `Migration ${version} checksum mismatch: this build's statements hash to ${expectedChecksum} but the database records ${actualChecksum}, so the SQL that was applied is not this build's; connect with the build that migrated this database or restore it from a backup (never edit an applied migration: add a new version). If the change is known and intended, record this build's checksum for version ${version} by hand`
+        : `Migration ${version} records the checksum of an earlier build (version and name only), but objects its history creates are missing (${missingObjects.join(", ")}): the database was not migrated by this history; restore it from a backup, or drop the schema and let the store migrate it afresh`,
     );
   }
 }
@@ -185,5 +195,24 @@ export class UnknownManifestError extends Error {
   override readonly name = "UnknownManifestError";
   constructor(readonly manifest: string) {
     super(`No persistence codec entry for ${manifest}; register the class with codec.register(Class)`);
+  }
+}
+
+/**
+ * The store refused a request at once because a bounded queue is full (group commit's `maxWaiting` appends already
+ * wait for a statement): the database is not keeping up. Nothing was sent, so a retry with the same OperationId is
+ * safe.
+ */
+export class PersistenceOverloadedError extends Error {
+  override readonly name = "PersistenceOverloadedError";
+  constructor(
+    /** The bounded queue, e.g. "group commit". */
+    readonly queue: string,
+    /** Its bound (items). */
+    readonly limit: number,
+  ) {
+    super(
+      `Persistence ${queue} is full (${limit} requests already wait for the database); nothing was written: back off and retry with the same OperationId, or raise the bound if the database has headroom`,
+    );
   }
 }

@@ -14,7 +14,7 @@ import { Database } from "./database.ts";
 import type { EventEffect } from "./effect.ts";
 import { EntityRegistry } from "./entity-registry.ts";
 import type { EntityId, EntityType } from "./entity-type.ts";
-import { ConcurrentWriteError, StaleShardOwnerError } from "./errors.ts";
+import { ConcurrentWriteError, PersistenceOverloadedError, StaleShardOwnerError } from "./errors.ts";
 import type { ShardLeaseToken } from "./lease.ts";
 import type { PersistenceStore } from "./store.ts";
 
@@ -103,6 +103,9 @@ export abstract class PersistentEntityActor<Command> extends AbstractBehavior<Co
       context.self.sendSystem(STOP);
       return;
     }
+    // Refused before it was sent (the store's queue is full): nothing was written, so the state is current. No
+    // recovery read and no log line per refusal, which would add load and noise while the database is behind.
+    if (error instanceof PersistenceOverloadedError) return;
     if (!(error instanceof ConcurrentWriteError))
       context.log.warn({ error, persistenceId: this.entityId.persistenceId }, "persist failed");
     this.recovered = false;

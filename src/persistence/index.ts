@@ -28,10 +28,15 @@ export { MemoryStore, type MemoryStoreOptions } from "./memory/index.ts";
 export {
   type AppliedMigration,
   CURRENT_SCHEMA_VERSION,
+  checkRebaseline,
+  legacyMigrationChecksum,
   MIGRATION_NAMES,
   type Migration,
+  type MigrationPlan,
   migrationChecksum,
-  pendingMigrations,
+  planMigrations,
+  type SchemaObject,
+  schemaObjects,
 } from "./migrations.ts";
 export { OperationId } from "./operation-id.ts";
 export {

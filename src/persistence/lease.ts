@@ -1,3 +1,4 @@
+import { describe } from "../actor/untrusted.ts";
 import { InvalidPersistenceRequestError } from "./errors.ts";
 
 /** Identifies one shard lease: (cluster name, entity type, shard id), REFERENCE §4.4 `shard_lease`. */
@@ -29,7 +30,10 @@ export function validateLeaseKey(key: ShardLeaseKey): ShardLeaseKey {
   requireNonEmpty("clusterName", key.clusterName);
   requireNonEmpty("entityType", key.entityType);
   if (!Number.isSafeInteger(key.shardId) || key.shardId < 0) {
-    throw new InvalidPersistenceRequestError("shardId", `${String(key.shardId)}; expected a whole number of 0 or more`);
+    throw new InvalidPersistenceRequestError(
+      "shardId",
+      `${describe(key.shardId)}; expected a whole number of 0 or more`,
+    );
   }
   return key;
 }
@@ -43,7 +47,7 @@ export function validateLeaseRequest(owner: string, durationMs: number): void {
   if (!Number.isSafeInteger(durationMs) || durationMs <= 0) {
     throw new InvalidPersistenceRequestError(
       "lease duration",
-      `${String(durationMs)} ms; expected a whole number above 0`,
+      `${describe(durationMs)} ms; expected a whole number above 0`,
     );
   }
 }
@@ -59,7 +63,7 @@ export function validateLeaseToken(token: ShardLeaseToken): ShardLeaseToken {
   validateLeaseKey(token.key);
   requireNonEmpty("owner", token.owner);
   if (!Number.isSafeInteger(token.epoch) || token.epoch < 1) {
-    throw new InvalidPersistenceRequestError("epoch", `${String(token.epoch)}; expected a whole number of 1 or more`);
+    throw new InvalidPersistenceRequestError("epoch", `${describe(token.epoch)}; expected a whole number of 1 or more`);
   }
   return token;
 }

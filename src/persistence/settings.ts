@@ -1,3 +1,4 @@
+import { describe } from "../actor/untrusted.ts";
 import { PersistenceConfigurationError } from "./errors.ts";
 import type { GroupCommitSettings } from "./group-commit.ts";
 import type { ResilienceSettings } from "./resilience.ts";
@@ -11,13 +12,20 @@ export interface PersistenceSettings {
   connectionUri?: string;
   /** SQLite database file for "sqlite"; default data/movie_persistence.sqlite3. */
   dbPath?: string;
+  /** SQLite PRAGMA synchronous; default "normal" (see SqliteStoreOptions.synchronous for what it risks). */
+  synchronous?: "normal" | "full";
+  /** SQLite: total (asynchronous) wait for another connection's write lock, ms; default 5000. */
+  busyTimeoutMs?: number;
   /** PostgreSQL schema for all tables (created if missing); default the server's search_path. */
   schema?: string;
   /** PostgreSQL connections; default 4. */
   poolSize?: number;
   /** Timeout, retries and circuit breaker of the PostgreSQL backend. */
   resilience?: Partial<ResilienceSettings>;
-  /** Group commit of the PostgreSQL backend's one-event appends, or false for none; default 64 per batch, 1 in flight. */
+  /**
+   * Group commit of the PostgreSQL backend's one-event appends, or false for none; default 64 per batch, 1 in flight,
+   * at most 10,000 waiting (past that an append rejects PersistenceOverloadedError).
+   */
   groupCommit?: Partial<GroupCommitSettings> | false;
 }
 
@@ -38,7 +46,7 @@ export function validatePersistenceSettings(
   }
   const backend = settings.backend ?? "memory";
   if (!backends.includes(backend)) {
-    throw new PersistenceConfigurationError("backend", `"${String(backend)}"; use one of ${backends.join(", ")}`);
+    throw new PersistenceConfigurationError("backend", `${describe(backend)}; use one of ${backends.join(", ")}`);
   }
   if (backend === "postgres") {
     const uri = settings.connectionUri;

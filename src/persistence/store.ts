@@ -4,6 +4,8 @@
  * transaction, that the lease row has this owner, this epoch and an unexpired lease on the database clock, and
  * otherwise raises StaleShardOwnerError and commits nothing. The fence check comes before duplicate detection.
  */
+
+import { describe } from "../actor/untrusted.ts";
 import { CorruptPersistentRecordError, InvalidPersistenceRequestError } from "./errors.ts";
 import { type ShardLeaseKey, type ShardLeaseToken, validateLeaseToken } from "./lease.ts";
 import { OperationId } from "./operation-id.ts";
@@ -162,7 +164,7 @@ export function checkPersistenceId(persistenceId: string): string {
  */
 export function checkSequence(field: string, value: number): number {
   if (!Number.isSafeInteger(value) || value < 0) {
-    throw new InvalidPersistenceRequestError(field, `${String(value)}; expected a whole number of 0 or more`);
+    throw new InvalidPersistenceRequestError(field, `${describe(value)}; expected a whole number of 0 or more`);
   }
   return value;
 }

@@ -9,7 +9,7 @@ import { FrameWriter } from "./frame-writer.ts";
 import { headerTableSize, OutboundHeaderTable } from "./header-table.ts";
 import type { ResolvedRemotingSettings } from "./settings.ts";
 import type { RemotingStats } from "./stats.ts";
-import { SystemOutbox } from "./system-channel.ts";
+import { ResendLimiter, SystemOutbox } from "./system-channel.ts";
 
 /**
  * Lifecycle of the outbound side of an association:
@@ -34,6 +34,13 @@ export interface AssociationHost {
   frames(connection: Connection, frames: readonly Buffer[], from: number): void;
   /** The association came up or went down. */
   changed(association: Association, event: "connected" | "disconnected"): void;
+  /** Whether local actors watch actors at `association`'s address (such an association must not expire). */
+  watched(association: Association): boolean;
+  /**
+   * Stops `association` and forgets it: idle for `associationIdleTimeout` (`"expired"`), or `maxConnectAttempts`
+   * attempts failed without ever connecting (`"givenUp"`). The next send makes a new one.
+   */
+  retire(association: Association, reason: "expired" | "givenUp"): void;
 }
 
 /** How a message offered to an association is treated right now. */
@@ -75,9 +82,16 @@ export class Association implements ConnectionOwner {
   private attempt = 0;
   private timer: Cancellable | null = null;
   private heartbeatTimer: Cancellable | null = null;
+  private readonly resendLimiter = new ResendLimiter();
+  private resendTimer: Cancellable | null = null;
   private upOnce = false;
   /** Refs whose first messages wait for the first connection; they are bound to the uid that answers. */
   private awaitingUid: { uid: string | null }[] = [];
+  /** Scheduler time of the last traffic written here (heartbeats aside), for idle expiry. */
+  lastTrafficMs: number;
+  /** Heartbeats written into the current {@link writer}, and its other frames seen at the last idle check. */
+  private heartbeatsWritten = 0;
+  private trafficSeen = 0;
 
   constructor(
     private readonly host: AssociationHost,
@@ -86,6 +100,28 @@ export class Association implements ConnectionOwner {
   ) {
     this.writer = new FrameWriter(host.stats);
     this.headers = this.newHeaderTable();
+    this.lastTrafficMs = host.connectionContext.scheduler.now();
+  }
+
+  /**
+   * Whether this association may expire now: nothing but heartbeats written for `associationIdleTimeout`, no system
+   * message awaiting its ack, no ref awaiting the first connection, and no local watch of an actor there (whose
+   * death only this association's heartbeats and reconnects would notice). Cheap until the timeout has passed.
+   */
+  private idleExpired(): boolean {
+    const now = this.host.connectionContext.scheduler.now();
+    // Frames accepted by the writer, less the heartbeats: counted per socket write, so nothing is added per message.
+    const traffic = this.writer.framesFlushed + this.writer.pendingFrames - this.heartbeatsWritten;
+    if (traffic !== this.trafficSeen) {
+      this.trafficSeen = traffic;
+      this.lastTrafficMs = now;
+      return false;
+    }
+    if (now - this.lastTrafficMs <= this.host.settings.associationIdleTimeoutMs) return false;
+    if (this.outbox.pending.length === 0 && this.awaitingUid.length === 0 && !this.host.watched(this)) return true;
+    // Kept: look again only after another idle timeout (the watch lookup is a scan).
+    this.lastTrafficMs = now;
+    return false;
   }
 
   private newHeaderTable(): OutboundHeaderTable {
@@ -101,6 +137,11 @@ export class Association implements ConnectionOwner {
   /** The peer's current incarnation, once connected. */
   get peer(): UniqueAddress | null {
     return this.connection?.peer ?? null;
+  }
+
+  /** Scheduler time of the last bytes from the peer on the up connection, or null when not up. */
+  get lastHeardMs(): number | null {
+    return this.state === "up" && this.connection !== null ? this.connection.lastReceivedMs : null;
   }
 
   /** Whether a message offered now is written, held for the first connection, or dropped. */
@@ -131,9 +172,11 @@ export class Association implements ConnectionOwner {
     this.timer = null;
     this.heartbeatTimer?.cancel();
     this.heartbeatTimer = null;
-    // What was accepted before stopping still goes out (a leaving node's last gossip, for one).
+    this.cancelResend();
+    // What was accepted before stopping still goes out if the peer reads it within the shutdown grace (a leaving
+    // node's last gossip, for one); what it did not read by then is dropped and counted (Connection.shutdown).
     this.connection?.shutdown();
-    this.writer.discard();
+    this.host.stats.droppedAtShutdownFrames += this.writer.discard();
   }
 
   private connect(): void {
@@ -144,7 +187,16 @@ export class Association implements ConnectionOwner {
     const tls = this.host.settings.tls;
     let socket: Socket;
     if (tls !== null) {
-      const secure = tlsConnect({ ...tls, host: host!, port: port!, servername: undefined });
+      // The chain is always verified; the name check is the handshake's (peer-identity.ts: the certificate must name
+      // the address the server claims, which must be the one dialled), so URI subjectAltNames work too.
+      const secure = tlsConnect({
+        ...tls,
+        host: host!,
+        port: port!,
+        servername: undefined,
+        rejectUnauthorized: true,
+        checkServerIdentity: () => undefined,
+      });
       secure.once("secureConnect", () => connection.start());
       socket = secure;
     } else {
@@ -200,13 +252,14 @@ export class Association implements ConnectionOwner {
     this.heartbeatTimer = scheduler.scheduleOnce(heartbeatIntervalMs, () => {
       this.heartbeatTimer = null;
       if (connection !== this.connection || this.state !== "up") return;
-      if (scheduler.now() - connection.lastReceivedMs > heartbeatTimeoutMs) {
+      // While the read gate holds this connection the peer's heartbeat replies wait unread: not the peer's silence.
+      if (!connection.isReadPaused && scheduler.now() - connection.lastReceivedMs > heartbeatTimeoutMs) {
         // Timers run before the event loop polls sockets: after a long stall of this process the peer's bytes may be
         // waiting unread. Look again once the loop has polled before calling the peer silent.
         this.heartbeatTimer = scheduler.scheduleOnce(0, () => {
           this.heartbeatTimer = null;
           if (connection !== this.connection || this.state !== "up") return;
-          if (scheduler.now() - connection.lastReceivedMs > heartbeatTimeoutMs) {
+          if (!connection.isReadPaused && scheduler.now() - connection.lastReceivedMs > heartbeatTimeoutMs) {
             this.host.stats.heartbeatTimeouts++;
             connection.close(new Error(`no frame from ${connection.peer} within ${heartbeatTimeoutMs} ms`));
           } else {
@@ -215,24 +268,57 @@ export class Association implements ConnectionOwner {
         });
         return;
       }
+      if (this.idleExpired()) {
+        this.host.retire(this, "expired");
+        return;
+      }
+      this.heartbeatsWritten++;
       this.writer.writeFrame(heartbeatFrame);
       this.armHeartbeat(connection);
     });
   }
 
   /** Writes every unacknowledged system message again (after a reconnect, an unblackhole, or a gap report). */
-  resendSystem(afterSeq = 0): void {
+  resendSystem(): void {
     if (this.state !== "up") return;
     for (const message of this.outbox.pending) {
-      if (message.seq <= afterSeq) continue;
       this.host.stats.systemResent++;
       this.writeSystem(message.seq, message.body);
     }
   }
 
-  /** @internal Writes one sequenced system message on the live connection. */
+  /**
+   * The peer reported a gap in the system stream: resend what it has not acknowledged, at most once per
+   * systemResendIntervalMs (one deferred resend covers the reports in between). Every frame of a resend that arrives
+   * out of order is reported again, so unthrottled resends multiplied (millions of frames a second), and a hostile
+   * peer could turn one small ack into 1,024 frames at will.
+   */
+  gapReported(): void {
+    if (this.state !== "up") return;
+    const scheduler = this.host.connectionContext.scheduler;
+    const decision = this.resendLimiter.request(scheduler.now());
+    if (decision === "now") {
+      this.resendSystem();
+      return;
+    }
+    this.host.stats.systemResendsThrottled++;
+    if (decision === null) return;
+    this.resendTimer = scheduler.scheduleOnce(decision, () => {
+      this.resendTimer = null;
+      this.resendLimiter.fired(scheduler.now());
+      this.resendSystem();
+    });
+  }
+
+  private cancelResend(): void {
+    this.resendTimer?.cancel();
+    this.resendTimer = null;
+    this.resendLimiter.cancelled();
+  }
+
+  /** @internal Writes one sequenced system message of the outbox's current stream on the live connection. */
   writeSystem(seq: number, body: Record<string, unknown>): void {
-    this.writer.writeFrame(systemFrame(seq, body));
+    this.writer.writeFrame(systemFrame(this.outbox.epoch, seq, body));
   }
 
   frames(connection: Connection, frames: readonly Buffer[], from: number): void {
@@ -240,13 +326,20 @@ export class Association implements ConnectionOwner {
   }
 
   closed(connection: Connection, opened: boolean): void {
+    this.host.connectionContext.readGate.forget(connection);
     if (connection !== this.connection) return;
     this.connection = null;
     this.heartbeatTimer?.cancel();
     this.heartbeatTimer = null;
+    // The next connection resends everything on its own.
+    this.cancelResend();
+    // The old writer's traffic is the last this association carried: note it before the writer goes.
+    this.idleExpired();
     const dropped = this.writer.discard();
     this.host.stats.droppedWhileDisconnected += dropped;
     this.writer = new FrameWriter(this.host.stats);
+    this.heartbeatsWritten = 0;
+    this.trafficSeen = 0;
     // The peer's table for this connection died with it: the next connection defines every header afresh.
     this.headers = this.newHeaderTable();
     this.lastHeader = null;
@@ -255,16 +348,25 @@ export class Association implements ConnectionOwner {
     this.lostOnce = true;
     this.state = "backoff";
     if (opened) this.host.changed(this, "disconnected");
+    // An address that never answered is not dialled forever (it may have been a typo, or a node long gone).
+    if (!this.upOnce && this.attempt + 1 >= this.host.settings.maxConnectAttempts) {
+      this.host.retire(this, "givenUp");
+      return;
+    }
     const delayMs = backoffDelayMs(this.attempt++, Math.random());
     this.timer = this.host.connectionContext.scheduler.scheduleOnce(delayMs, () => {
       this.timer = null;
-      if (this.state === "backoff") this.connect();
+      if (this.state !== "backoff") return;
+      // One that connected once redials until it carried no traffic for the idle timeout.
+      if (this.idleExpired()) this.host.retire(this, "expired");
+      else this.connect();
     });
   }
 }
 
 const heartbeatFrame = encodeControlFrame(FrameKind.heartbeat, {});
 
-function systemFrame(seq: number, body: Record<string, unknown>): Buffer {
-  return encodeControlFrame(FrameKind.system, { seq, ...body });
+function systemFrame(epoch: number, seq: number, body: Record<string, unknown>): Buffer {
+  // The first stream's frames carry no epoch (it is 0), as before epochs existed.
+  return encodeControlFrame(FrameKind.system, epoch === 0 ? { seq, ...body } : { seq, epoch, ...body });
 }

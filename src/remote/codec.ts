@@ -1,3 +1,4 @@
+import { classNameOf } from "../actor/untrusted.ts";
 import { EnvelopeDecodeError, MessageEncodeError } from "./errors.ts";
 
 /**
@@ -150,7 +151,12 @@ export function compileCodec(typeName: string, fields: FieldList, proto: object 
         );
         break;
       case "int32":
-        measureValue.push(`if ((v | 0) !== v || (v === 0 && 1 / v < 0)) ${fail("an int32")}`, "n += 4;");
+        // typeof first: `v | 0` runs a value's toString/valueOf (a received object whose toString is not a function
+        // throws a TypeError, a 20,000-deep array a RangeError) where a MessageEncodeError is due.
+        measureValue.push(
+          `if (typeof v !== "number" || (v | 0) !== v || (v === 0 && 1 / v < 0)) ${fail("an int32")}`,
+          "n += 4;",
+        );
         // Plain byte stores and loads; `<< 24` on the top byte restores the sign.
         writeValue.push("buf[o] = v; buf[o + 1] = v >>> 8; buf[o + 2] = v >>> 16; buf[o + 3] = v >>> 24;", "o += 4;");
         readValue.push(
@@ -196,6 +202,9 @@ export function compileCodec(typeName: string, fields: FieldList, proto: object 
         readValue.push(
           ...readText("v"),
           `try { ${into} = JSON.parse(v); } catch { throw bad(${JSON.stringify(`field "${field.name}" is not valid JSON`)}); }`,
+          // Parsed JSON always encodes again, except past the stack's depth: refused here, so a delivered instance can
+          // be sent on. Only a text long enough to nest that deep is scanned (a length compare for the rest).
+          `if (v.length > ${2 * jsonNestingMax} && nestsTooDeep(v)) throw bad(${JSON.stringify(`field "${field.name}" nests deeper than ${jsonNestingMax} levels`)});`,
         );
         jsonFields++;
         break;
@@ -250,6 +259,7 @@ export function compileCodec(typeName: string, fields: FieldList, proto: object 
   const factory = new Function(
     "refuse",
     "bad",
+    "nestsTooDeep",
     "writeText",
     "j",
     "proto",
@@ -265,7 +275,7 @@ return {
   read(buf, at, end, proto) { ${readLines.join("\n")} },
 };`,
   ) as (...args: unknown[]) => Pick<PayloadCodec, "measure" | "write" | "checkText" | "read">;
-  const compiled = factory(refuse, bad, writeText, jsonScratch, proto, doubleBytes, doubleView);
+  const compiled = factory(refuse, bad, nestsTooDeep, writeText, jsonScratch, proto, doubleBytes, doubleView);
   return {
     fields: list,
     fingerprint,
@@ -274,6 +284,33 @@ return {
     checkText: compiled.checkText,
     read: compiled.read,
   };
+}
+
+/**
+ * Deepest nesting of arrays and objects a received `"json"` field may have (JSON.stringify recurses, and overflows
+ * the stack a few thousand levels down, so a deeper value could be delivered but never sent on).
+ */
+export const jsonNestingMax = 1_000;
+
+/** Whether the JSON text `text` (already parsed, so well formed) nests arrays and objects deeper than {@link jsonNestingMax}. */
+export function nestsTooDeep(text: string): boolean {
+  let depth = 0;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (c === 0x22) {
+      // Skip the string: its brackets are text. Well-formed JSON, so every escape is a backslash and one more unit.
+      for (i++; i < text.length; i++) {
+        const d = text.charCodeAt(i);
+        if (d === 0x5c) i++;
+        else if (d === 0x22) break;
+      }
+    } else if (c === 0x5b || c === 0x7b) {
+      if (++depth > jsonNestingMax) return true;
+    } else if (c === 0x5d || c === 0x7d) {
+      depth--;
+    }
+  }
+  return false;
 }
 
 /**
@@ -336,11 +373,12 @@ interface NativeBuffer extends Buffer {
   utf8Write(text: string, offset: number): number;
 }
 
+/** What a refused value was, for MessageEncodeError; never runs the value's own code (it may have come from a peer). */
 function describe(value: unknown): string {
   if (value === null) return "null";
   if (typeof value === "string") return value.length > 40 ? `a string of ${value.length} characters` : `a string`;
   if (typeof value === "number") return `the number ${value}`;
-  if (typeof value === "object") return (value as object).constructor?.name ?? "an object";
+  if (typeof value === "object") return classNameOf(value) ?? "an object";
   return typeof value;
 }
 

@@ -110,7 +110,16 @@ export class RemoteDeliveryError extends Error {
   override readonly name = "RemoteDeliveryError";
   constructor(
     readonly target: string,
-    readonly reason: "disconnected" | "staleUid" | "quarantined" | "stopped" | "overflow",
+    readonly reason:
+      | "disconnected"
+      | "staleUid"
+      | "quarantined"
+      | "stopped"
+      | "overflow"
+      /** The target's address was only named by a peer (a sender or watcher path); this node never dials those. */
+      | "unknownAddress"
+      /** `maxAssociations` associations exist and none could be expired. */
+      | "associationLimit",
   ) {
     super(
       `Could not deliver to ${target} (${reason}); remote delivery is at-most-once, so retry at the application level if needed`,
@@ -121,11 +130,22 @@ export class RemoteDeliveryError extends Error {
 /**
  * A peer failed the handshake (version, system or cluster name, secret, timeout, or a malformed reply). When the peer
  * refused this node (`byPeer`), `reason` is the reason the peer sent and the message reads "peer refused: <reason>".
+ * `identity`: with TLS, the peer's certificate does not name the address it claims (or was dialled at).
+ * `incarnationClaim`: the peer claims a host:port whose known incarnation (another uid) is still alive.
  */
 export class HandshakeError extends Error {
   override readonly name = "HandshakeError";
   constructor(
-    readonly reason: "version" | "systemName" | "clusterName" | "authentication" | "timeout" | "malformed" | "closed",
+    readonly reason:
+      | "version"
+      | "systemName"
+      | "clusterName"
+      | "authentication"
+      | "timeout"
+      | "malformed"
+      | "closed"
+      | "identity"
+      | "incarnationClaim",
     detail: string,
     /** True when the peer refused this node (its reject message named `reason`), false when this node refused. */
     readonly byPeer = false,
@@ -141,5 +161,36 @@ export class RemotingNotEnabledError extends Error {
     super(
       `Remoting is not enabled on actor system ${systemName}; call await system.enableRemoting({ host, port }) first`,
     );
+  }
+}
+
+/**
+ * `enableRemoting` settings that would expose the node: a non-loopback host with neither `secret` nor `tls` (anyone
+ * who reaches the port could message every actor). `field` names the setting to add.
+ */
+export class RemotingConfigurationError extends Error {
+  override readonly name = "RemotingConfigurationError";
+  constructor(
+    readonly field: "secret" | "tls" | "insecure",
+    detail: string,
+  ) {
+    super(`Remoting configuration refused: ${detail}`);
+  }
+}
+
+/**
+ * A connection remoting closed because it broke a bound: no whole frame within `heartbeatTimeout` (`"idle"`: a silent
+ * peer, or half a frame and a stall), or replies the peer did not read above `maxBufferedBytes` (`"overflow"`). Kept
+ * as the connection's failure and logged; the peer may connect again.
+ */
+export class ConnectionBoundError extends Error {
+  override readonly name = "ConnectionBoundError";
+  constructor(
+    readonly reason: "idle" | "overflow",
+    /** The peer, as this node knows it (UniqueAddress text, or the socket's remote address). */
+    readonly peer: string,
+    detail: string,
+  ) {
+    super(`Closed the connection to ${peer} (${reason}): ${detail}`);
   }
 }

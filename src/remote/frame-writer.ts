@@ -90,6 +90,8 @@ export class FrameWriter {
   private heldFrames = 0;
   private flushQueued = false;
   private sink: WritableSink | null = null;
+  /** Frames this writer handed to its socket so far (counted per write, not per frame; idle expiry reads it). */
+  framesFlushed = 0;
   private readonly flushTask = (): void => {
     this.flushQueued = false;
     this.flush();
@@ -172,6 +174,7 @@ export class FrameWriter {
     const owners = this.heldChunks;
     this.counters.writes++;
     this.counters.framesOut += this.heldFrames;
+    this.framesFlushed += this.heldFrames;
     this.counters.bytesOut += this.heldBytes;
     this.held = [];
     this.heldChunks = [];

@@ -30,7 +30,15 @@ export class FrameDecoder {
   private neededBytes = -1;
   private failed: FramingError | null = null;
 
-  constructor(private readonly maxFrameBytes = defaultMaxFrameBytes) {}
+  /**
+   * Largest frame payload accepted from now on, in bytes; a connection starts with the handshake's small cap and
+   * raises it once authenticated. A lower value applies to the length of the next frame header read.
+   */
+  maxFrameBytes: number;
+
+  constructor(maxFrameBytes = defaultMaxFrameBytes) {
+    this.maxFrameBytes = maxFrameBytes;
+  }
 
   /** Bytes held back waiting for the rest of a frame. */
   get bufferedBytes(): number {

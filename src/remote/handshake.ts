@@ -1,5 +1,6 @@
 import { createHmac, timingSafeEqual } from "node:crypto";
 import { UniqueAddress } from "../actor/index.ts";
+import { describe } from "../actor/untrusted.ts";
 import { HandshakeError } from "./errors.ts";
 
 /**
@@ -13,7 +14,16 @@ import { HandshakeError } from "./errors.ts";
  * With a shared secret each side proves knowledge of it with HMAC-SHA256 over both nonces and both identities (with a
  * role label, so one side's proof can never be replayed as the other's); the secret itself is never sent. Without a
  * secret the proofs are empty and the handshake still checks version, system name and cluster name (REFERENCE §5).
+ *
+ * Every step is total: the peer's document is untrusted JSON, so fields are type-checked before use and error texts
+ * name them with `describe` (never `String()` or interpolation, which run a value's own `toString`).
  */
+
+/**
+ * Largest handshake frame either side accepts, in bytes (4 KiB): a step is a few hundred bytes, and the cap applies
+ * before the frame is buffered or parsed, so an unauthenticated peer cannot make a node hold or parse megabytes.
+ */
+export const handshakeFrameBytesMax = 4 * 1024;
 
 /**
  * Version of the wire protocol; peers with another version are refused. 2: per-connection header ids (kind
@@ -103,10 +113,10 @@ export function answerHello(
   const common = checkCommon(local, doc);
   if (common !== null) return common;
   if (doc.toSystem !== local.system) {
-    return fail("systemName", `the client expected system "${String(doc.toSystem)}", this is "${local.system}"`);
+    return fail("systemName", `the client expected system ${describe(doc.toSystem)}, this is "${local.system}"`);
   }
   const peer = parsePeer(doc.from, doc.system);
-  if (peer === null) return fail("malformed", `bad unique address "${doc.from}"`);
+  if (peer === null) return fail("malformed", `bad unique address ${describe(doc.from)}`);
   const proof = prove(secret, "server", doc.nonce, nonce, local.uniqueAddress.toString(), doc.from);
   return {
     ok: true,
@@ -145,10 +155,10 @@ export function answerChallenge(
   const common = checkCommon(local, doc);
   if (common !== null) return common;
   if (doc.system !== expectedSystem) {
-    return fail("systemName", `expected system "${expectedSystem}", the server runs "${String(doc.system)}"`);
+    return fail("systemName", `expected system "${expectedSystem}", the server runs ${describe(doc.system)}`);
   }
   const peer = parsePeer(doc.from, doc.system);
-  if (peer === null) return fail("malformed", `bad unique address "${doc.from}"`);
+  if (peer === null) return fail("malformed", `bad unique address ${describe(doc.from)}`);
   if (secret !== null) {
     const expected = prove(secret, "server", hello.nonce, doc.nonce, doc.from, hello.from);
     if (!sameProof(expected, doc.proof)) return fail("authentication", "the server does not know the shared secret");
@@ -193,11 +203,11 @@ export function checkAccepted(accepted: unknown): { ok: true } | StepFailure {
 
 function checkCommon(local: HandshakeIdentity, doc: Record<string, unknown>): StepResult<never> | null {
   if (doc.version !== protocolVersion) {
-    return fail("version", `peer speaks protocol ${String(doc.version)}, this node ${protocolVersion}`);
+    return fail("version", `peer speaks protocol ${describe(doc.version)}, this node ${protocolVersion}`);
   }
   if (typeof doc.system !== "string") return fail("malformed", "missing system name");
   if ((doc.cluster ?? "") !== local.cluster) {
-    return fail("clusterName", `peer is in cluster "${String(doc.cluster)}", this node in "${local.cluster}"`);
+    return fail("clusterName", `peer is in cluster ${describe(doc.cluster)}, this node in "${local.cluster}"`);
   }
   return null;
 }
@@ -246,6 +256,8 @@ const reasons: readonly HandshakeError["reason"][] = [
   "timeout",
   "malformed",
   "closed",
+  "identity",
+  "incarnationClaim",
 ];
 
 function asReason(value: unknown): HandshakeError["reason"] {
@@ -254,7 +266,13 @@ function asReason(value: unknown): HandshakeError["reason"] {
 
 /** The peer's reject: its reason (one this node does not know reads as malformed) and detail; not answered. */
 function peerRefused(doc: Record<string, unknown>): StepFailure {
-  return { ok: false, error: new HandshakeError(asReason(doc.reason), String(doc.detail), true), reply: null };
+  return { ok: false, error: new HandshakeError(asReason(doc.reason), refusalDetail(doc.detail), true), reply: null };
+}
+
+/** The detail of the peer's reject as this node logs it: a string cut to 200 characters, else what kind it was. */
+function refusalDetail(detail: unknown): string {
+  if (typeof detail !== "string") return `(no detail: ${describe(detail)})`;
+  return detail.length > 200 ? `${detail.slice(0, 200)}…` : detail;
 }
 
 function fail(reason: HandshakeError["reason"], detail: string): StepFailure & { readonly reply: Reject } {

@@ -8,6 +8,7 @@ export type { AssociationState, SendMode } from "./association.ts";
 export { backoffDefaults, backoffDelayMs } from "./backoff.ts";
 export type { FieldList, FieldSpec, FieldType } from "./codec.ts";
 export {
+  ConnectionBoundError,
   EnvelopeDecodeError,
   FramingError,
   HandshakeError,
@@ -17,6 +18,7 @@ export {
   RemoteAskError,
   RemoteAskFailedError,
   RemoteDeliveryError,
+  RemotingConfigurationError,
   RemotingNotEnabledError,
   UnknownMessageTypeError,
 } from "./errors.ts";
@@ -28,7 +30,15 @@ export {
   type RegisterOptions,
 } from "./message-registry.ts";
 export { RemoteActorRef } from "./remote-actor-ref.ts";
-export { type AssociationEvent, type InboundRejection, type PeerInfo, Remoting, remotingId } from "./remoting.ts";
+export {
+  type AssociationEvent,
+  type InboundRejection,
+  type PeerAuthorizer,
+  type PeerInfo,
+  Remoting,
+  remotingId,
+} from "./remoting.ts";
 export { type RemotingSettings, resolveRemotingSettings } from "./settings.ts";
 export type { StandardSchemaResult, StandardSchemaV1 } from "./standard-schema.ts";
 export type { RejectReason, RemotingStats } from "./stats.ts";
+export type { RemoteStopPolicy } from "./system-authorization.ts";

@@ -1,6 +1,13 @@
+import { typeNameOf } from "../actor/index.ts";
+import { describe, errorText, instanceFromFields } from "../actor/untrusted.ts";
 import { compileCodec, type FieldList, fieldListProblem, type PayloadCodec } from "./codec.ts";
 import { readPayload } from "./envelope.ts";
-import { EnvelopeDecodeError, MessageRegistrationError, UnknownMessageTypeError } from "./errors.ts";
+import {
+  EnvelopeDecodeError,
+  MessageEncodeError,
+  MessageRegistrationError,
+  UnknownMessageTypeError,
+} from "./errors.ts";
 import { isStandardSchema, type StandardSchemaV1 } from "./standard-schema.ts";
 
 /** A class that can cross the wire: constructed by `new`, optionally rebuilt by a static `fromJSON`. */
@@ -68,16 +75,16 @@ export class MessageRegistry {
    * list, or the class is registered again with different `fields`
    */
   register(type: MessageClass, options: RegisterOptions = {}): MessageRegistration {
-    if (typeof type !== "function") throw new MessageRegistrationError(String(type), "expected a class");
+    if (typeof type !== "function") throw new MessageRegistrationError(describe(type), "expected a class");
     const name = options.name ?? type.name;
     if (typeof name !== "string" || name.length === 0 || name.length > 1024) {
-      throw new MessageRegistrationError(String(name), "the name must be 1-1024 characters; pass { name }");
+      throw new MessageRegistrationError(describe(name), "the name must be 1-1024 characters; pass { name }");
     }
     if (options.schema !== undefined && !isStandardSchema(options.schema)) {
       throw new MessageRegistrationError(name, "schema is not a Standard Schema v1 object (no ~standard.validate)");
     }
     if (options.fields !== undefined) {
-      const problem = fieldListProblem(options.fields);
+      const problem = fieldListProblem(options.fields) ?? memberFieldProblem(type, options.fields);
       if (problem !== null) throw new MessageRegistrationError(name, problem);
     }
     const byType = this.existing(type, name);
@@ -155,7 +162,7 @@ export class MessageRegistry {
     // Senders repeat themselves, and a registration never changes once made: remember the last class looked up.
     if (type === this.lastType && type !== undefined) return this.lastEntry!;
     const entry = type === undefined ? undefined : this.lookupType(type);
-    if (entry === undefined) throw new UnknownMessageTypeError(describeType(message));
+    if (entry === undefined) throw new UnknownMessageTypeError(typeNameOf(message));
     this.lastType = type;
     this.lastEntry = entry;
     return entry;
@@ -207,43 +214,49 @@ export function decodePayload(
     }
     return decodeBinary(entry, buf, at, end);
   }
-  return rebuild(entry, readPayload(buf, at, entry.name, end));
+  const message = rebuild(entry, readPayload(buf, at, entry.name, end));
+  if (entry.codec !== null) fitsDeclaredFields(entry, entry.codec, message);
+  return message;
 }
 
-/** Validates and rebuilds one message (shared by every registry). */
+/**
+ * Refuses a message of a class with declared `fields` that arrived as JSON (a hand-built or hostile sender) with a
+ * value its declaration cannot carry: delivered, it could not be sent on. Only the JSON path pays for the check.
+ * @throws EnvelopeDecodeError (reason `undecodable`) naming the field
+ */
+function fitsDeclaredFields(entry: MessageRegistration, codec: PayloadCodec, message: unknown): void {
+  try {
+    codec.measure(message as object);
+    codec.checkText(message as object);
+  } catch (error) {
+    // Any failure means the same (a JSON value too deep to encode again throws a RangeError, not a refusal).
+    const why =
+      error instanceof MessageEncodeError
+        ? `${error.field} is not ${error.expected} (${error.actual})`
+        : errorText(error);
+    throw new EnvelopeDecodeError(
+      "undecodable",
+      `JSON payload of "${entry.name}" does not fit its declared fields: ${why}`,
+      entry.name,
+    );
+  }
+}
+
+/**
+ * Validates and rebuilds one message (shared by every registry). Total over any parsed JSON: a schema or `fromJSON`
+ * that throws, or returns something unusable, refuses the envelope like invalid input does. Without `fromJSON` the
+ * instance gets the payload's own fields only, never one that names a member of the class (see instanceFromFields).
+ */
 function rebuild(entry: MessageRegistration, json: unknown): unknown {
   let value = json;
-  if (entry.schema !== null) {
-    const result = entry.schema["~standard"].validate(json);
-    if (typeof (result as Promise<unknown>).then === "function") {
-      throw new EnvelopeDecodeError(
-        "schemaInvalid",
-        `schema of "${entry.name}" is asynchronous; use a synchronous one`,
-        entry.name,
-      );
-    }
-    const settled = result as Exclude<typeof result, Promise<unknown>>;
-    if (settled.issues !== undefined) {
-      const first = settled.issues[0];
-      throw new EnvelopeDecodeError(
-        "schemaInvalid",
-        `"${entry.name}" failed its schema: ${first === undefined ? "invalid" : first.message}`,
-        entry.name,
-      );
-    }
-    value = settled.value;
-  }
+  if (entry.schema !== null) value = validated(entry, entry.schema, json);
   const fromJSON = entry.type.fromJSON;
   if (typeof fromJSON === "function") {
     let built: unknown;
     try {
       built = fromJSON.call(entry.type, value);
     } catch (error) {
-      throw new EnvelopeDecodeError(
-        "undecodable",
-        `${entry.name}.fromJSON threw ${error instanceof Error ? `${error.name}: ${error.message}` : String(error)}`,
-        entry.name,
-      );
+      throw new EnvelopeDecodeError("undecodable", `${entry.name}.fromJSON threw ${errorText(error)}`, entry.name);
     }
     if (!(built instanceof entry.type)) {
       throw new EnvelopeDecodeError(
@@ -254,18 +267,60 @@ function rebuild(entry: MessageRegistration, json: unknown): unknown {
     }
     return built;
   }
-  if (value === null || typeof value !== "object" || Array.isArray(value)) {
+  const built = instanceFromFields(entry.type.prototype as object, value);
+  if (built === "notAnObject") {
     throw new EnvelopeDecodeError("undecodable", `payload of "${entry.name}" is not a JSON object`, entry.name);
   }
-  // Object.assign would run the __proto__ setter and swap the instance's prototype.
-  if (Object.hasOwn(value, "__proto__")) {
+  if (built === "protoKey") {
     throw new EnvelopeDecodeError("undecodable", `payload of "${entry.name}" has a __proto__ field`, entry.name);
   }
-  return Object.assign(Object.create(entry.type.prototype as object) as object, value);
+  return built;
 }
 
-function describeType(message: unknown): string {
-  if (message === null) return "null";
-  if (typeof message !== "object") return typeof message;
-  return (message as object).constructor?.name ?? "Object";
+/** The value `schema` makes of `json`. @throws EnvelopeDecodeError (reason `schemaInvalid`) */
+function validated(entry: MessageRegistration, schema: StandardSchemaV1, json: unknown): unknown {
+  let result: unknown;
+  try {
+    result = schema["~standard"].validate(json);
+  } catch (error) {
+    throw new EnvelopeDecodeError(
+      "schemaInvalid",
+      `the schema of "${entry.name}" threw ${errorText(error)}; a validator should return issues instead`,
+      entry.name,
+    );
+  }
+  if (result === null || typeof result !== "object") {
+    throw new EnvelopeDecodeError("schemaInvalid", `the schema of "${entry.name}" returned no result`, entry.name);
+  }
+  if (typeof (result as { then?: unknown }).then === "function") {
+    throw new EnvelopeDecodeError(
+      "schemaInvalid",
+      `schema of "${entry.name}" is asynchronous; use a synchronous one`,
+      entry.name,
+    );
+  }
+  const settled = result as { readonly value?: unknown; readonly issues?: unknown };
+  if (settled.issues !== undefined) {
+    const first: unknown = Array.isArray(settled.issues) ? settled.issues[0] : undefined;
+    const message: unknown =
+      first !== null && typeof first === "object" ? (first as { message?: unknown }).message : undefined;
+    throw new EnvelopeDecodeError(
+      "schemaInvalid",
+      `"${entry.name}" failed its schema: ${typeof message === "string" ? message : "invalid"}`,
+      entry.name,
+    );
+  }
+  return settled.value;
+}
+
+/**
+ * A declared field named like a member of the class (a method, an accessor, `constructor`, `toString`, …), or null:
+ * decoding would assign it over that member (a getter-only one throws), and a JSON payload never carries it.
+ */
+function memberFieldProblem(type: MessageClass, fields: FieldList): string | null {
+  const proto = type.prototype as object;
+  for (const field of Object.keys(fields)) {
+    if (field in proto) return `field "${field}" names a member of the class (a method or accessor); rename the field`;
+  }
+  return null;
 }

@@ -6,6 +6,7 @@ import {
   ActorPath as Path,
   type UniqueAddress,
 } from "../actor/index.ts";
+import { describe } from "../actor/untrusted.ts";
 import type { Association } from "./association.ts";
 import type { PayloadCodec } from "./codec.ts";
 import type { Connection, ConnectionContext } from "./connection.ts";
@@ -20,13 +21,13 @@ import {
   readUserHeader,
   userHeaderEnd,
 } from "./envelope.ts";
-import { EnvelopeDecodeError, RemoteAskError } from "./errors.ts";
+import { ConnectionBoundError, EnvelopeDecodeError, RemoteAskError } from "./errors.ts";
 import { headerTableSize } from "./header-table.ts";
 import { decodePayload, type MessageRegistration, type MessageRegistry } from "./message-registry.ts";
 import { RemoteActorRef } from "./remote-actor-ref.ts";
 import type { InboundRejection, Remoting } from "./remoting.ts";
 import type { RemotingStats } from "./stats.ts";
-import type { SystemInbox } from "./system-channel.ts";
+import type { InboxVerdict, SystemInbox } from "./system-channel.ts";
 import type { SystemMessages } from "./system-messages.ts";
 
 /** What the receive path knows about one header of a connection (kept under its id while the sender uses it). */
@@ -98,6 +99,7 @@ export class ReceivePath {
           this.onCompressed(connection, peer, frame);
         else this.onFrame(connection, peer, frame);
       } catch (error) {
+        // Anything else is unexpected: the connection's guard closes the connection and counts it (connection.ts).
         if (!(error instanceof EnvelopeDecodeError)) throw error;
         this.rejectedInbound(peer, error);
       }
@@ -108,7 +110,7 @@ export class ReceivePath {
     const kind = frame[0];
     // Liveness probes are transport, not traffic: a blackholed peer stays connected, like a partitioned-but-open link.
     if (kind === FrameKind.heartbeat) {
-      connection.writer.writeFrame(heartbeatReplyFrame);
+      this.reply(connection, heartbeatReplyFrame);
       return;
     }
     if (kind === FrameKind.heartbeatReply) return;
@@ -250,9 +252,10 @@ export class ReceivePath {
       return;
     }
     this.stats.delivered++;
-    recipient.failAsk?.(
-      new RemoteAskError(envelope.sender ?? "remote actor", payload.remoteClass, String(payload.message ?? "")),
-    );
+    // The message is the peer's text: a string as it is, anything else only named (never its own toString).
+    const message = payload.message;
+    const text = typeof message === "string" ? message : message === undefined ? "" : describe(message);
+    recipient.failAsk?.(new RemoteAskError(envelope.sender ?? "remote actor", payload.remoteClass, text));
   }
 
   private recipientRef(recipient: string): ActorRef<unknown> | null {
@@ -285,6 +288,7 @@ export class ReceivePath {
         const ref = new RemoteActorRef(this.remoting, new Path(peerAddress, elements), uid ?? peer.uid);
         // No association yet: replies go over `connection`; one is made only if that closed (see writableAssociation).
         ref.replyConnection = connection;
+        ref.learned = true;
         return ref;
       }
     }
@@ -295,11 +299,12 @@ export class ReceivePath {
     try {
       parsed = Path.parse(path);
     } catch {
-      throw new EnvelopeDecodeError("undecodable", `bad sender path "${path}"`);
+      throw new EnvelopeDecodeError("undecodable", `bad sender path ${describe(path)}`);
     }
     if (this.system.isLocalAddress(parsed.address)) return this.system.actorSelection(parsed);
     const boundUid = uid ?? (parsed.address.equals(peer.address) ? peer.uid : null);
     const ref = new RemoteActorRef(this.remoting, parsed, boundUid);
+    ref.learned = true;
     if (parsed.elements[0] !== "temp") {
       if (this.senders.size >= senderCacheMax) this.senders.clear();
       this.senders.set(cacheKey, ref);
@@ -313,25 +318,78 @@ export class ReceivePath {
     if (typeof seq !== "number" || !Number.isInteger(seq) || seq < 1 || typeof doc.to !== "string") {
       throw new EnvelopeDecodeError("undecodable", "system message without seq or recipient");
     }
+    const epoch = streamEpoch(doc);
     const text = peer.toString();
-    const verdict = this.inbox.accept(text, seq);
-    if (verdict === "deliver") {
-      this.stats.systemDelivered++;
-      this.systemMessages.apply(peer, doc);
-    } else if (verdict === "duplicate") {
+    const placed = this.inbox.observe(text, epoch);
+    let verdict: InboxVerdict = "duplicate";
+    if (placed === "stale") {
       this.stats.systemDuplicates++;
+    } else {
+      if (placed === "restarted") {
+        // The peer abandoned its stream (its pending bound was reached): some watches, unwatches or Terminated of the
+        // lost messages were for this pair, so every watch between the two ends, as for a lost incarnation.
+        this.stats.systemStreamRestarts++;
+        this.systemMessages.streamLost(peer.address, peer.uid);
+      }
+      verdict = this.inbox.accept(text, seq);
+      if (verdict === "deliver") {
+        this.stats.systemDelivered++;
+        this.systemMessages.apply(peer, doc);
+      } else if (verdict === "duplicate") {
+        this.stats.systemDuplicates++;
+      }
     }
     const ack: Record<string, unknown> = { seq: this.inbox.acked(text) };
+    // Like system frames, acks of the first stream carry no epoch.
+    const ackEpoch = this.inbox.epochOf(text);
+    if (ackEpoch !== 0) ack.epoch = ackEpoch;
     if (verdict === "gap") ack.gap = true;
-    connection.writer.writeFrame(encodeControlFrame(FrameKind.ack, ack));
+    this.reply(connection, encodeControlFrame(FrameKind.ack, ack));
+  }
+
+  /**
+   * Writes a control reply (heartbeat reply, ack) on the connection the request came on, unless the peer has left
+   * more than `maxBufferedBytes` unread there: such a peer is not reading (or is hostile), and its requests would grow
+   * this node's heap without bound, so the connection is closed (counted in `stats.overflowClosed`). Dropping the
+   * reply alone would keep what is already buffered alive for as long as the peer holds the connection open.
+   */
+  private reply(connection: Connection, frame: Buffer): void {
+    const buffered = connection.writer.bufferedBytes;
+    if (buffered > this.remoting.settings.maxBufferedBytes) {
+      this.stats.overflowClosed++;
+      const peer = connection.peer?.toString() ?? "unknown peer";
+      const error = new ConnectionBoundError(
+        "overflow",
+        peer,
+        `${buffered} bytes of replies unread, over maxBufferedBytes; the peer must read its socket`,
+      );
+      this.connectionContext.warn({ peer, error }, "closing a connection whose peer does not read");
+      connection.close(error);
+      return;
+    }
+    connection.writer.writeFrame(frame);
   }
 
   private onAck(peer: UniqueAddress, frame: Buffer): void {
     const doc = readControlFrame(frame);
     if (typeof doc.seq !== "number") throw new EnvelopeDecodeError("undecodable", "ack without seq");
+    const epoch = streamEpoch(doc);
     const association = this.associations.get(peer.address.hostPort);
     if (association === undefined || association.outboxUid !== peer.uid) return;
-    association.outbox.ack(doc.seq);
-    if (doc.gap === true) association.resendSystem(doc.seq);
+    association.outbox.ack(doc.seq, epoch);
+    if (doc.gap === true && epoch === association.outbox.epoch) association.gapReported();
   }
+}
+
+/**
+ * The system stream epoch a system frame or ack names: absent means 0 (the first stream's frames carry none).
+ * @throws EnvelopeDecodeError for anything but a non-negative safe integer
+ */
+function streamEpoch(doc: Record<string, unknown>): number {
+  const epoch = doc.epoch;
+  if (epoch === undefined) return 0;
+  if (typeof epoch !== "number" || !Number.isSafeInteger(epoch) || epoch < 0) {
+    throw new EnvelopeDecodeError("undecodable", "system stream epoch is not a non-negative integer");
+  }
+  return epoch;
 }

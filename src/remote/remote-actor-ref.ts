@@ -28,6 +28,11 @@ export class RemoteActorRef<T = unknown> implements ActorRef<T> {
    * association.
    */
   replyConnection: Connection | null = null;
+  /**
+   * @internal True for a ref made from a peer's claim (a sender or watcher path in its frames): sends to it never
+   * dial its address unless an authenticated handshake has shown a node there (see SendPath.associationFor).
+   */
+  learned = false;
 
   constructor(
     private readonly remoting: Remoting,

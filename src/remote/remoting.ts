@@ -16,13 +16,15 @@ import type { Association, AssociationHost, AssociationState } from "./associati
 import { Connection, type ConnectionContext, type ConnectionOwner } from "./connection.ts";
 import { HandshakeError, RemotingNotEnabledError } from "./errors.ts";
 import { FrameWriter } from "./frame-writer.ts";
+import { InboundLimits } from "./inbound-limits.ts";
 import { MessageRegistry } from "./message-registry.ts";
+import { ReadGate } from "./read-gate.ts";
 import { ReceivePath } from "./receive-path.ts";
 import { RemoteActorRef } from "./remote-actor-ref.ts";
 import { RemoteWatches } from "./remote-watches.ts";
 import { SendPath } from "./send-path.ts";
 import {
-  insecureBindingWarning,
+  bindingNotice,
   type RemotingSettings,
   type ResolvedRemotingSettings,
   resolveRemotingSettings,
@@ -61,10 +63,31 @@ export interface PeerInfo {
   readonly inbound: number;
   /** System messages sent and not yet acknowledged. */
   readonly pendingSystemMessages: number;
+  /** Bytes waiting to be written to it: on this node's association plus replies on its inbound connections. */
+  readonly bufferedBytes: number;
 }
+
+/**
+ * Says whether an authenticated peer incarnation may send this node the system messages that act on its actors
+ * (watch, unwatch, and STOP/DrainAndStop of `/user` actors); see `remoting.setPeerAuthorizer`.
+ */
+export type PeerAuthorizer = (peer: UniqueAddress) => boolean;
 
 /** Recently lost incarnations remembered, so refs to them keep failing fast. */
 const lostIncarnationsMax = 4096;
+
+/**
+ * Host:ports whose last incarnation is remembered. Entries of peers with an association or an open inbound connection
+ * are never evicted (they are what the uid checks and stale-ref detection need, and those are bounded by the
+ * connection and association limits); past the cap the oldest of the others go first. An evicted peer loses only the
+ * memory of its uid: its next incarnation is admitted without a "lost" event, which nothing can be waiting for,
+ * since watches and sequenced system messages need an association. 4,096 entries are well under a megabyte and more
+ * host:ports than a node talks to outside its associations.
+ */
+export const incarnationsMax = 4096;
+
+/** Incarnations membership declared Down or Removed ({@link Remoting.markIncarnationGone}) remembered. */
+const goneIncarnationsMax = 4096;
 
 /**
  * TCP remoting of one actor system (an Extension: it stops with the system). It listens on `host:port`, keeps one
@@ -85,6 +108,9 @@ export class Remoting implements Extension {
   private readonly inbound = new Set<Connection>();
   private readonly incarnations = new Map<string, string>();
   private readonly lost = new Set<string>();
+  private readonly gone = new Set<string>();
+  /** @internal The cap on remembered incarnations ({@link incarnationsMax}; tests lower it). */
+  incarnationsLimit = incarnationsMax;
   private readonly quarantined = new Set<string>();
   private readonly blackholed = new Set<string>();
   private readonly inbox = new SystemInbox();
@@ -92,6 +118,10 @@ export class Remoting implements Extension {
   private readonly rejectionListeners = new Set<(rejection: InboundRejection) => void>();
   private readonly watches = new RemoteWatches();
   private stopped = false;
+  private readonly limits: InboundLimits;
+  private readonly readGate: ReadGate;
+  private limitLogged = false;
+  private peerAuthorizer: PeerAuthorizer | null = null;
   private readonly host: AssociationHost;
   private readonly sendPath: SendPath;
   private readonly receivePath: ReceivePath;
@@ -105,6 +135,13 @@ export class Remoting implements Extension {
     registry: MessageRegistry,
   ) {
     this.settings = settings;
+    this.limits = new InboundLimits(settings);
+    this.readGate = new ReadGate(
+      () => system.inboundBacklog,
+      settings.maxInboundBacklog,
+      system.scheduler,
+      this.stats_,
+    );
     this.registry = registry;
     const selfUid = randomBytes(8).toString("hex");
     this.selfAddress = new UniqueAddress(Address.tcp(system.name, settings.host, port), selfUid);
@@ -114,8 +151,11 @@ export class Remoting implements Extension {
       secret: settings.secret,
       handshakeTimeoutMs: settings.handshakeTimeoutMs,
       maxFrameBytes: settings.maxFrameBytes,
+      idleTimeoutMs: settings.heartbeatTimeoutMs,
+      idleCheckMs: settings.heartbeatIntervalMs,
       scheduler: system.scheduler,
       stats: this.stats_,
+      readGate: this.readGate,
       warn: (context, message) => log.warn({ node: this.selfAddress.toString(), ...context }, message),
     };
     const systemMessages = new SystemMessages(this, selfUid, this.watches);
@@ -138,6 +178,8 @@ export class Remoting implements Extension {
         const peer = association.peer ?? new UniqueAddress(association.address, association.uid ?? "unknown");
         this.emit({ kind: event, peer });
       },
+      watched: (association) => this.watches.watchesAt(association.key),
+      retire: (association, reason) => this.retire(association, reason),
     };
     this.sendPath = new SendPath(
       this,
@@ -160,11 +202,25 @@ export class Remoting implements Extension {
     };
     const server =
       settings.tls === null
-        ? createNetServer(onSocket)
-        : createTlsServer({ ...settings.tls, requestCert: true, rejectUnauthorized: true }, onSocket);
+        ? createNetServer()
+        : createTlsServer({
+            ...settings.tls,
+            requestCert: true,
+            rejectUnauthorized: true,
+            // Node's default is 120 s: a stalled TLS handshake would hold an unauthenticated slot that long.
+            handshakeTimeout: settings.handshakeTimeoutMs,
+          });
+    // Every TCP socket, before TLS and before the handshake, is screened against the inbound limits first.
+    server.on("connection", (raw: Socket) => {
+      if (remoting === null) raw.destroy();
+      else remoting.screen(raw);
+    });
+    server.on(settings.tls === null ? "connection" : "secureConnection", onSocket);
     // TLS errors before the handshake (bad certificate) would otherwise be unhandled.
-    server.on("tlsClientError", () => {
+    server.on("tlsClientError", (_error: Error, socket: Socket) => {
       if (remoting !== null) remoting.stats_.handshakesFailed++;
+      // With a listener, Node leaves the socket open (a handshake timeout, for one): close it here.
+      socket.destroy();
     });
     server.on("error", (error) => system.log.warn({ error }, "remoting listener error"));
     await new Promise<void>((resolve, reject) => {
@@ -178,8 +234,8 @@ export class Remoting implements Extension {
     const bound = server.address();
     const port = typeof bound === "object" && bound !== null ? bound.port : settings.port;
     remoting = new Remoting(system, settings, server, port, options.registry ?? new MessageRegistry());
-    const warning = insecureBindingWarning(settings);
-    if (warning !== null) system.log.warn({ host: settings.host, port }, warning);
+    const notice = bindingNotice(settings);
+    if (notice !== null) system.log[notice.level]({ host: settings.host, port }, notice.message);
     const created = remoting;
     try {
       system.extension({ key: remotingKey, create: () => created });
@@ -204,21 +260,26 @@ export class Remoting implements Extension {
   /** A snapshot of the counters. */
   get stats(): RemotingStats {
     const s = this.stats_;
-    return { ...s, rejected: { ...s.rejected } };
+    return { ...s, rejected: { ...s.rejected }, internalErrors: { ...s.internalErrors } };
   }
 
   /**
    * A ref for `path` (text or parsed): the local actor for this node's own address, else a remote ref bound to
-   * `uid` when given, else to the incarnation known now or reached first (afterwards a restarted peer makes it fail
-   * fast). `{ anyIncarnation: true }` gives a ref that is never bound: it reaches whichever incarnation listens at
-   * that address (seed-node contact, for example).
+   * `uid` when given, else to the incarnation this node's connection reaches now, else to the one its first message
+   * reaches (afterwards a restarted peer makes it fail fast). `{ anyIncarnation: true }` gives a ref that is never
+   * bound: it reaches whichever incarnation listens at that address (seed-node contact, for example).
    * @throws InvalidAddressError for text that is not an actor path
    */
   refFor(path: string | ActorPath, uid?: string | { anyIncarnation: true }): ActorRef<unknown> {
     const parsed = typeof path === "string" ? Path.parse(path) : path;
     if (this.system.isLocalAddress(parsed.address)) return this.system.actorSelection(parsed);
     if (typeof uid === "object" && uid !== null) return new RemoteActorRef(this, parsed, null, true);
-    return new RemoteActorRef(this, parsed, uid ?? this.incarnations.get(parsed.address.hostPort) ?? null);
+    if (uid !== undefined) return new RemoteActorRef(this, parsed, uid);
+    // Not the last uid remembered for the address: while the association is down that incarnation may be gone (the
+    // peer restarted on the same port), and a ref bound to it would drop every message as staleUid forever.
+    const association = this.associations.get(parsed.address.hostPort);
+    const reached = association?.state === "up" && association.address.equals(parsed.address) ? association.uid : null;
+    return new RemoteActorRef(this, parsed, reached);
   }
 
   /** Calls `listener` for association events; returns the unsubscribe function. */
@@ -250,6 +311,44 @@ export class Remoting implements Extension {
   quarantine(peer: UniqueAddress): void {
     this.quarantined.add(peer.toString());
     this.incarnationLost(peer, "quarantined");
+  }
+
+  /**
+   * Tells remoting that membership marked the incarnation `peer` Down or Removed (the cluster calls this): from now
+   * on a new uid claiming its host:port is admitted even while `peer`'s connections are still alive. Without it, a
+   * new uid is admitted only once every connection of the known incarnation is closed or silent for
+   * `heartbeatTimeout` (a claim alone never retires a live node).
+   */
+  markIncarnationGone(peer: UniqueAddress): void {
+    const text = peer.toString();
+    if (this.gone.has(text)) return;
+    if (this.gone.size >= goneIncarnationsMax) this.gone.delete(this.gone.values().next().value!);
+    this.gone.add(text);
+  }
+
+  /**
+   * Installs the predicate that says whether an authenticated peer incarnation may watch this node's actors and stop
+   * its `/user` actors (once enabled, the cluster installs "a Joining, Up, Leaving or Exiting member, and nobody once
+   * this node was downed"); null removes it. Without one every authenticated peer is authorized. `/system` and `/temp` actors are never stoppable remotely, and
+   * `remoteStop: "deny"` refuses remote stops whatever the predicate says. A predicate that throws counts as false.
+   */
+  setPeerAuthorizer(authorizer: PeerAuthorizer | null): void {
+    this.peerAuthorizer = authorizer;
+  }
+
+  /** @internal Whether `peer` passes the installed {@link setPeerAuthorizer} predicate (true when none is). */
+  peerAuthorized(peer: UniqueAddress): boolean {
+    const authorizer = this.peerAuthorizer;
+    if (authorizer === null) return true;
+    try {
+      return authorizer(peer) === true;
+    } catch (error) {
+      this.system.log.warn(
+        { peer: peer.toString(), error },
+        "the peer authorizer threw; the peer counts as unauthorized",
+      );
+      return false;
+    }
   }
 
   /** Test hook: silently drop all traffic to and from `peer` (as if it were paused), without closing anything. */
@@ -287,10 +386,12 @@ export class Remoting implements Extension {
     const association = this.associations.get(key);
     let inbound = 0;
     let address = association?.address.toString() ?? "";
+    let bufferedBytes = association?.writer.bufferedBytes ?? 0;
     for (const connection of this.inbound) {
       if (connection.isOpen && connection.peer?.address.hostPort === key) {
         inbound++;
         address = connection.peer.address.toString();
+        bufferedBytes += connection.writer.bufferedBytes;
       }
     }
     const uid = this.incarnations.get(key) ?? null;
@@ -303,6 +404,7 @@ export class Remoting implements Extension {
       blackholed: this.blackholed.has(key),
       inbound,
       pendingSystemMessages: association?.outbox.pending.length ?? 0,
+      bufferedBytes,
     };
   }
 
@@ -311,6 +413,7 @@ export class Remoting implements Extension {
     if (this.stopped) return;
     this.stopped = true;
     this.sendPath.stopped = true;
+    this.readGate.stop();
     for (const association of this.associations.values()) association.stop();
     for (const connection of this.inbound) connection.shutdown();
     await new Promise<void>((resolve) => this.server.close(() => resolve()));
@@ -335,17 +438,50 @@ export class Remoting implements Extension {
 
   // ---- association lifecycle ----
 
+  /**
+   * Counts a new inbound TCP socket against the inbound limits, or closes it at once when it would break one
+   * (counted in `stats.rejected.connectionLimit`, logged once per node).
+   */
+  private screen(raw: Socket): void {
+    const ip = raw.remoteAddress;
+    if (this.stopped || ip === undefined) {
+      raw.destroy();
+      return;
+    }
+    const key = `${ip}:${raw.remotePort}`;
+    const refused = this.limits.accept(key, ip);
+    if (refused !== null) {
+      this.stats_.rejected.connectionLimit++;
+      if (!this.limitLogged) {
+        this.limitLogged = true;
+        this.system.log.warn(
+          { ip, limit: refused, value: this.settings[refused] },
+          "refused an inbound connection over a limit (logged once; stats.rejected.connectionLimit counts them)",
+        );
+      }
+      raw.destroy();
+      return;
+    }
+    raw.once("close", () => this.limits.closed(key));
+  }
+
   private accept(socket: Socket): void {
-    if (this.stopped) {
+    if (this.stopped || socket.destroyed) {
       socket.destroy();
       return;
     }
+    const key = `${socket.remoteAddress}:${socket.remotePort}`;
     const receivePath = this.receivePath;
     const owner: ConnectionOwner = {
-      authenticated: (_connection, peer) => this.admit(peer),
+      authenticated: (_connection, peer) => {
+        const refused = this.admit(peer);
+        if (refused === null) this.limits.authenticated(key);
+        return refused;
+      },
       frames: (connection, frames, from) => receivePath.onFrames(connection, frames, from),
       closed: (connection) => {
         this.inbound.delete(connection);
+        this.readGate.forget(connection);
       },
     };
     const connection = new Connection(
@@ -368,12 +504,72 @@ export class Remoting implements Extension {
     const key = peer.address.hostPort;
     const known = this.incarnations.get(key);
     if (known !== undefined && known !== peer.uid) {
-      this.incarnationLost(new UniqueAddress(peer.address, known), "uidChanged");
+      const current = new UniqueAddress(peer.address, known);
+      if (this.isAlive(current)) {
+        this.stats_.incarnationClaimsRefused++;
+        return new HandshakeError(
+          "incarnationClaim",
+          `${key} is served by incarnation ${known}, which is still connected; a new uid for it is admitted once that incarnation's connections close or fall silent, or membership downs or removes it`,
+        );
+      }
+      this.incarnationLost(current, "uidChanged");
     }
-    this.incarnations.set(key, peer.uid);
+    if (known !== peer.uid) {
+      this.incarnations.delete(key);
+      this.incarnations.set(key, peer.uid);
+      if (this.incarnations.size > this.incarnationsLimit) this.evictIncarnations();
+    }
     const association = this.associations.get(key);
     if (association !== undefined) association.knownUid = peer.uid;
     return null;
+  }
+
+  /**
+   * Whether the incarnation `peer` still looks alive: membership has not declared it gone and some connection to or
+   * from it is open and heard from within `heartbeatTimeout` (both directions heartbeat about every second).
+   */
+  private isAlive(peer: UniqueAddress): boolean {
+    if (this.gone.has(peer.toString())) return false;
+    const now = this.system.scheduler.now();
+    const timeout = this.settings.heartbeatTimeoutMs;
+    const association = this.associations.get(peer.address.hostPort);
+    const heardMs = association?.uid === peer.uid ? association.lastHeardMs : null;
+    if (heardMs !== null && now - heardMs <= timeout) return true;
+    for (const connection of this.inbound) {
+      if (connection.isOpen && connection.peer?.equals(peer) && now - connection.lastReceivedMs <= timeout) return true;
+    }
+    return false;
+  }
+
+  /** Drops the oldest remembered incarnations of host:ports with no association and no open inbound connection. */
+  private evictIncarnations(): void {
+    const connected = new Set<string>();
+    for (const connection of this.inbound)
+      if (connection.peer !== null) connected.add(connection.peer.address.hostPort);
+    for (const key of this.incarnations.keys()) {
+      if (this.incarnations.size <= this.incarnationsLimit) return;
+      if (!this.associations.has(key) && !connected.has(key)) this.incarnations.delete(key);
+    }
+  }
+
+  /** Stops and forgets an association that expired or was given up (see AssociationHost.retire). */
+  private retire(association: Association, reason: "expired" | "givenUp"): void {
+    const key = association.key;
+    if (this.associations.get(key) === association) this.associations.delete(key);
+    const peer = association.state === "up" ? association.peer : null;
+    association.stop();
+    if (reason === "expired") {
+      this.stats_.associationsExpired++;
+      if (peer !== null) this.emit({ kind: "disconnected", peer });
+    } else {
+      this.stats_.associationsGivenUp++;
+      // Watches of actors there would otherwise wait forever: nothing will ever report their end.
+      this.watches.addressUnreachable(key);
+    }
+    this.system.log.info(
+      { peer: key, reason, attempts: this.settings.maxConnectAttempts, idleMs: this.settings.associationIdleTimeoutMs },
+      reason === "expired" ? "association expired after carrying no traffic" : "gave up an address that never answered",
+    );
   }
 
   private incarnationLost(peer: UniqueAddress, reason: "uidChanged" | "quarantined"): void {

@@ -29,7 +29,7 @@ import { RemoteActorRef } from "./remote-actor-ref.ts";
 import type { Remoting } from "./remoting.ts";
 import type { ResolvedRemotingSettings } from "./settings.ts";
 import type { RemotingStats } from "./stats.ts";
-import type { SystemMessages } from "./system-messages.ts";
+import { SystemMessages } from "./system-messages.ts";
 
 /** Takes back header id `defined` (0: none) of a frame that was refused: its definition never reaches the peer. */
 function forgetDefinition(association: Association, defined: number): void {
@@ -202,7 +202,13 @@ export class SendPath {
     }
     let association = target.association;
     if (association === null || association.state === "stopped") {
-      association = this.associationFor(target.path.address);
+      const found = this.associationFor(target);
+      if (typeof found === "string") {
+        this.refusedAssociation(found);
+        this.dropped(target, message, sender, found);
+        return null;
+      }
+      association = found;
       target.association = association;
     }
     if (this.blackholed.size > 0 && this.blackholed.has(association.key)) {
@@ -412,10 +418,18 @@ export class SendPath {
 
   /** Sends a system message over the sequenced channel (RemoteActorRef.sendSystem). */
   sendSystemMessage(target: RemoteActorRef, message: SystemMessage): void {
+    if (this.stopped || !SystemMessages.crossesWire(message)) return;
+    const association = this.associationFor(target);
+    if (typeof association === "string") {
+      this.refusedAssociation(association);
+      // Nothing will ever report on an actor this node cannot reach: its watcher learns now.
+      if (message instanceof Watch) message.watcher.sendSystem(new Terminated(target, true));
+      return;
+    }
+    // Before the message's own bookkeeping (a watch it registers belongs to the new stream).
+    if (association.outbox.full) this.restartStream(association);
     const body = this.systemMessages.bodyOf(target, message);
     if (body === null) return;
-    if (this.stopped) return;
-    const association = this.associationFor(target.path.address);
     if (target.uid === null && !target.anyIncarnation) {
       if (association.state === "up") target.uid = association.uid;
       else association.bindOnConnect(target);
@@ -433,12 +447,39 @@ export class SendPath {
     }
   }
 
-  private associationFor(address: Address): Association {
+  /**
+   * The peer left 1,024 system messages unacknowledged (a partition, a peer that never acks): abandons the stream and
+   * starts the next epoch, ending every watch with the peer as if its incarnation were lost (see system-channel.ts).
+   */
+  private restartStream(association: Association): void {
+    const abandoned = association.outbox.restartStream();
+    this.stats.systemStreamResets++;
+    const uid = association.outboxUid ?? association.knownUid;
+    this.systemMessages.streamLost(association.address, uid);
+    this.system.log.warn(
+      { peer: association.key, abandoned, epoch: association.outbox.epoch },
+      "a peer left too many system messages unacknowledged; the system stream was restarted and its watches ended",
+    );
+  }
+
+  /**
+   * The association to `target`'s address, made when there is none, or why none may be made: the address was only
+   * named in a peer's frames (`target.learned`) and no authenticated handshake showed a node there ("unknownAddress":
+   * a forged sender path must not make this node dial arbitrary hosts), or `maxAssociations` exist and none could be
+   * expired ("associationLimit").
+   */
+  private associationFor(target: RemoteActorRef): Association | "unknownAddress" | "associationLimit" {
+    const address = target.path.address;
     const last = this.lastAssociation;
     if (last !== null && last.address === address && last.state !== "stopped") return last;
     const key = address.hostPort;
     let association = this.associations.get(key);
     if (association === undefined || !association.address.equals(address)) {
+      // A claim never replaces an association either (another system name at a known host:port).
+      if (target.learned && (association !== undefined || !this.incarnations.has(key))) return "unknownAddress";
+      if (association === undefined && this.associations.size >= this.settings.maxAssociations && !this.evictOne()) {
+        return "associationLimit";
+      }
       association?.stop();
       association = new Association(this.host, address);
       association.knownUid = this.incarnations.get(key) ?? null;
@@ -446,6 +487,34 @@ export class SendPath {
     }
     this.lastAssociation = association;
     return association;
+  }
+
+  /**
+   * Makes room for one association at `maxAssociations`: retires, among those with no unacknowledged system message
+   * and no local watch, one that is not connected if any (addresses that do not answer go first, so a flood of them
+   * cannot push out live peers), else the one that carried traffic least recently. Returns false when none
+   * qualifies. A scan, on the rare path of a new association at the limit.
+   */
+  private evictOne(): boolean {
+    let oldest: Association | null = null;
+    for (const association of this.associations.values()) {
+      if (association.outbox.pending.length > 0 || this.host.watched(association)) continue;
+      if (
+        oldest === null ||
+        (oldest.state === "up" && association.state !== "up") ||
+        ((oldest.state === "up") === (association.state === "up") && association.lastTrafficMs < oldest.lastTrafficMs)
+      ) {
+        oldest = association;
+      }
+    }
+    if (oldest === null) return false;
+    this.host.retire(oldest, "expired");
+    return true;
+  }
+
+  private refusedAssociation(reason: "unknownAddress" | "associationLimit"): void {
+    if (reason === "unknownAddress") this.stats.droppedUnknownAddress++;
+    else this.stats.droppedAssociationLimit++;
   }
 
   private isStale(address: Address, uid: string): boolean {

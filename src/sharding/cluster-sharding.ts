@@ -48,6 +48,9 @@ import { ShardingSettings, type ShardingSettingsOptions } from "./settings.ts";
 import { daemonName, ShardingContext } from "./sharding-context.ts";
 import { type MalformedReason, type MutableShardingStats, type ShardingStats, snapshotStats } from "./stats.ts";
 
+/** How many distinct (sender, error) rejections the daemon logs; later ones are only counted (bounded memory). */
+const rejectionLogMax = 1_024;
+
 /** The options that wire sharding to a membership view and a payload codec (remoting and cluster by default). */
 export interface ShardingRuntime {
   readonly membership: ShardingMembership;
@@ -85,6 +88,10 @@ export class ClusterSharding implements Extension {
   private readonly membership: ShardingMembership;
   private readonly self: UniqueAddress;
   private daemonContext: ActorContext<unknown> | null = null;
+  /** Sender and error of each rejection logged (at most {@link rejectionLogMax}; later ones are only counted). */
+  private readonly rejectionsLogged = new Set<string>();
+  /** This node's own status in the last membership view that listed it. */
+  private lastSelfStatus: string | undefined;
   private readonly daemon: ActorRef<unknown>;
   private readonly unsubscribe: () => void;
   private readonly unsubscribeRejections: () => void;
@@ -118,8 +125,29 @@ export class ClusterSharding implements Extension {
     this.envelopes = new EnvelopeRouter(this.ctx, this.plans, this.handoffs, this.owner);
     this.caller = new CallerRouter(this.ctx, this.envelopes);
     this.membership.registerDepartureGuard(departureGuardName, (member) => this.plans.departureReady(member));
-    this.unsubscribe = this.membership.subscribe(() => this.plans.onMembershipChange());
+    this.unsubscribe = this.membership.subscribe(() => this.onMembershipChange());
     this.unsubscribeRejections = runtime.inboundRejections?.((r) => this.onInboundRejection(r)) ?? (() => {});
+  }
+
+  private onMembershipChange(): void {
+    if (this.ctx.stopped) return;
+    const status = this.membership.snapshot().members.find((m) => m.uniqueAddress.equals(this.self))?.status;
+    const was = this.lastSelfStatus;
+    if (status !== undefined) this.lastSelfStatus = status;
+    // Down, or gone (Removed) without having left gracefully: the cluster has put this node out, so nothing here
+    // may keep serving. Its entities stop now, whatever the plan still says, and this extension stops with them.
+    const graceful = was === "Leaving" || was === "Exiting";
+    if (status === "Down" || (status === undefined && was !== undefined && !graceful)) {
+      this.system.log.warn(
+        { node: this.self.toString(), status: status ?? "Removed", localEntities: this.localEntityCount },
+        "this node was downed: sharding stops every local entity and no longer serves",
+      );
+      this.stop().catch((error: unknown) => {
+        this.system.log.warn({ error }, "sharding failed to stop after this node was downed");
+      });
+      return;
+    }
+    this.plans.onMembershipChange();
   }
 
   private onInboundRejection(rejection: InboundRejection): void {
@@ -431,7 +459,15 @@ export class ClusterSharding implements Extension {
       this.ctx.counters.rejectedEnvelopes++;
       const err = asError(error);
       if (sender !== null && expectsReply(message)) sender.failAsk?.(err);
-      ctx.log.warn({ error: err.message, origin: origin?.toString() }, "sharding daemon rejected a message");
+      // Once per sender and error: a peer repeating a refused message must not write a log line per message.
+      const key = `${origin?.toString() ?? "local"} ${err.name}: ${err.message.slice(0, 200)}`;
+      if (!this.rejectionsLogged.has(key) && this.rejectionsLogged.size < rejectionLogMax) {
+        this.rejectionsLogged.add(key);
+        ctx.log.warn(
+          { error: err.message, origin: origin?.toString() },
+          "sharding daemon rejected a message (logged once per sender and error; stats.rejectedEnvelopes counts every one)",
+        );
+      }
     }
   }
 

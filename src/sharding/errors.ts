@@ -72,6 +72,25 @@ export class ShardHandoffInProgressError extends Error {
   }
 }
 
+/**
+ * The owner refused a message because the entities of its shard already hold `capacity` messages not yet started
+ * (the `shardMailboxCapacity` setting). Nothing was delivered: retry later, or send less to this shard.
+ */
+export class ShardMailboxOverflowError extends Error {
+  override readonly name = "ShardMailboxOverflowError";
+  constructor(
+    readonly entityType: string,
+    readonly shardId: number,
+    /** The shard's bound, in messages. */
+    readonly capacity: number,
+  ) {
+    super(
+      `Shard ${entityType}/${shardId} already holds ${capacity} messages not yet processed (shardMailboxCapacity); ` +
+        "the message was not delivered: retry later or send less to this shard",
+    );
+  }
+}
+
 /** A sharded entity ref was sent a system message other than STOP. */
 export class UnsupportedSystemMessageError extends Error {
   override readonly name = "UnsupportedSystemMessageError";

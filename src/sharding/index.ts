@@ -40,6 +40,7 @@ export {
   NoShardOwnerError,
   ShardHandoffInProgressError,
   ShardLeaseUnavailableError,
+  ShardMailboxOverflowError,
   UnsupportedSystemMessageError,
 } from "./errors.ts";
 export type { ShardingClusterSnapshot, ShardingMembership } from "./membership.ts";

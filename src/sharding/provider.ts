@@ -1,8 +1,9 @@
-import type { ActorContext, ActorRef, BehaviorSource, Scheduler } from "../actor/index.ts";
+import type { ActorContext, ActorRef, BehaviorSource, Scheduler, SpawnOptions } from "../actor/index.ts";
 import { DRAIN_AND_STOP, STOP } from "../actor/index.ts";
 import { EntityTable, type TableEntity } from "./entity-table.ts";
 import { ShardHandoffInProgressError } from "./errors.ts";
 import type { ShardingSettings } from "./settings.ts";
+import { ShardBudgets } from "./shard-budgets.ts";
 import type { MutableShardingStats } from "./stats.ts";
 
 /**
@@ -52,6 +53,8 @@ type Entity = TableEntity;
 export class EntityProvider<T> implements ShardingProvider {
   private readonly entities = new EntityTable<Entity>();
   private readonly draining = new Set<number>();
+  /** Null when `shardMailboxCapacity` is unbounded: a delivery then pays one comparison for the feature. */
+  private readonly budgets: ShardBudgets | null;
 
   constructor(
     readonly name: string,
@@ -61,7 +64,10 @@ export class EntityProvider<T> implements ShardingProvider {
     private readonly host: ActorContext<unknown>,
     private readonly scheduler: Scheduler,
     private readonly stats: MutableShardingStats,
-  ) {}
+  ) {
+    const shardCapacity = settings.shardMailboxCapacity;
+    this.budgets = shardCapacity === null ? null : new ShardBudgets(name, shardCapacity, host, stats);
+  }
 
   get entityCount(): number {
     return this.entities.size;
@@ -74,7 +80,12 @@ export class EntityProvider<T> implements ShardingProvider {
   }
 
   deliver(shardId: number, entityId: string, message: unknown, sender: ActorRef<unknown> | null): void {
-    const entity = this.entities.get(entityId) ?? this.create(shardId, entityId);
+    const existing = this.entities.get(entityId);
+    // Before an activation: a refused message must not create its entity.
+    if (this.budgets !== null) {
+      this.budgets.admit(shardId, message, sender, existing?.ref.path.toString() ?? this.host.self.path.toString());
+    }
+    const entity = existing ?? this.create(shardId, entityId);
     entity.lastActivityMs = this.scheduler.now();
     entity.ref.tell(message, sender);
     this.stats.localDeliveries++;
@@ -126,11 +137,27 @@ export class EntityProvider<T> implements ShardingProvider {
   private create(shardId: number, entityId: string): Entity {
     if (this.draining.has(shardId)) throw new ShardHandoffInProgressError(this.name, shardId);
     const source = this.factory(entityId);
-    const ref = this.host.spawn(source, this.entities.childName(entityId, 200)) as ActorRef<unknown>;
+    const ref = this.host.spawn(
+      source,
+      this.entities.childName(entityId, 200),
+      entitySpawnOptions(this.settings, this.budgets, shardId),
+    ) as ActorRef<unknown>;
     this.host.watch(ref);
     const entity: Entity = { ref, shardId, lastActivityMs: this.scheduler.now() };
     this.entities.add(entityId, entity);
     this.stats.activations++;
     return entity;
   }
+}
+
+/** An entity actor's spawn options: the per-entity capacity and the shard's budget, each when set. */
+export function entitySpawnOptions(
+  settings: ShardingSettings,
+  budgets: ShardBudgets | null,
+  shardId: number,
+): SpawnOptions | undefined {
+  const capacity = settings.entityMailboxCapacity;
+  if (budgets === null) return capacity === null ? undefined : { mailboxCapacity: capacity };
+  const budget = budgets.of(shardId);
+  return capacity === null ? { mailboxBudget: budget } : { mailboxCapacity: capacity, mailboxBudget: budget };
 }

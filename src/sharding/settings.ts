@@ -1,3 +1,4 @@
+import { describe } from "../actor/untrusted.ts";
 import { LeastLoadedAllocation } from "./allocation/least-loaded.ts";
 import type { ShardAllocationStrategy } from "./allocation/strategy.ts";
 import { leaseDurationDefaultMs, leaseRenewIntervalDefaultMs, shardCountDefault } from "./constants.ts";
@@ -22,7 +23,27 @@ export interface ShardingSettingsOptions {
   leaseRenewInterval?: number;
   /** Passivate an entity after this long without messages, ms; default null (never). */
   idleTimeout?: number | null;
+  /**
+   * Mailbox capacity of each entity actor on this node (messages, 1..1,000,000), or null for unbounded (the default).
+   * A delivery past it is a dead letter (`ActorSystem.mailboxOverflowCount`) and an ask behind it rejects with
+   * MailboxOverflowError. Local, not part of the settings key: nodes may differ (a smaller node may bound tighter),
+   * and a later init of the same type on this node keeps the first value.
+   */
+  entityMailboxCapacity?: number | null;
+  /**
+   * Most messages waiting, together, in the mailboxes of one shard's entities on this node (1..100,000,000), or null
+   * for unbounded (the default). A delivery past it is refused with ShardMailboxOverflowError (a dead letter with
+   * reason `mailboxOverflow`, counted in `ShardingStats.shardMailboxOverflows`, logged once per shard), so a hot
+   * shard of many entities cannot grow the heap even when each stays under `entityMailboxCapacity`. A message
+   * counts from its delivery until its entity starts it; the retry barrier's buffer flushes through the same check.
+   * Local, not part of the settings key: it bounds this node's memory, no protocol decision depends on it, so nodes
+   * may differ; a later init of the same type on this node keeps the first value.
+   */
+  shardMailboxCapacity?: number | null;
 }
+
+/** Largest `shardMailboxCapacity`. */
+const shardMailboxCapacityMax = 100_000_000;
 
 /** The fields {@link ShardingSettings.incompatibleField} can name. */
 export type ShardingSettingsField =
@@ -46,6 +67,10 @@ export class ShardingSettings {
   readonly leaseRenewInterval: number;
   /** Milliseconds, or null when idle passivation is off. */
   readonly idleTimeout: number | null;
+  /** Messages per entity mailbox, or null when unbounded; local (not in {@link key}). */
+  readonly entityMailboxCapacity: number | null;
+  /** Messages waiting in one shard's entity mailboxes together, or null when unbounded; local (not in {@link key}). */
+  readonly shardMailboxCapacity: number | null;
   /**
    * Deterministic text identical on every node with the same settings; every envelope carries it and a receiver with
    * another key rejects the envelope.
@@ -60,25 +85,50 @@ export class ShardingSettings {
     this.leaseDuration = options.leaseDuration ?? leaseDurationDefaultMs;
     if (!isPositive(this.leaseDuration)) {
       throw new ClusterShardingConfigurationError(
-        `shard lease duration must be positive (got ${String(this.leaseDuration)} ms)`,
+        `shard lease duration must be positive (got ${describe(this.leaseDuration)} ms)`,
         "leaseDuration",
       );
     }
     this.leaseRenewInterval = options.leaseRenewInterval ?? leaseRenewIntervalDefaultMs;
     if (!isPositive(this.leaseRenewInterval) || this.leaseRenewInterval >= this.leaseDuration) {
       throw new ClusterShardingConfigurationError(
-        `shard lease renewal interval must be positive and shorter than its duration (got ${String(this.leaseRenewInterval)} ms for a ${this.leaseDuration} ms lease)`,
+        `shard lease renewal interval must be positive and shorter than its duration (got ${describe(this.leaseRenewInterval)} ms for a ${this.leaseDuration} ms lease)`,
         "leaseRenewInterval",
       );
     }
     const idle = options.idleTimeout ?? null;
     if (idle !== null && !isPositive(idle)) {
       throw new ClusterShardingConfigurationError(
-        `entity idle timeout must be positive (got ${String(idle)} ms); pass null to disable idle passivation`,
+        `entity idle timeout must be positive (got ${describe(idle)} ms); pass null to disable idle passivation`,
         "idleTimeout",
       );
     }
     this.idleTimeout = idle;
+    const capacity = options.entityMailboxCapacity ?? null;
+    if (
+      capacity !== null &&
+      (typeof capacity !== "number" || !Number.isSafeInteger(capacity) || capacity < 1 || capacity > 1_000_000)
+    ) {
+      throw new ClusterShardingConfigurationError(
+        `entity mailbox capacity must be a whole number of messages 1..1000000 (got ${typeof capacity === "number" ? capacity : typeof capacity}); pass null for unbounded`,
+        "entityMailboxCapacity",
+      );
+    }
+    this.entityMailboxCapacity = capacity;
+    const shardCapacity = options.shardMailboxCapacity ?? null;
+    if (
+      shardCapacity !== null &&
+      (typeof shardCapacity !== "number" ||
+        !Number.isSafeInteger(shardCapacity) ||
+        shardCapacity < 1 ||
+        shardCapacity > shardMailboxCapacityMax)
+    ) {
+      throw new ClusterShardingConfigurationError(
+        `shard mailbox capacity must be a whole number of messages 1..${shardMailboxCapacityMax} (got ${typeof shardCapacity === "number" ? shardCapacity : typeof shardCapacity}); pass null for unbounded`,
+        "shardMailboxCapacity",
+      );
+    }
+    this.shardMailboxCapacity = shardCapacity;
     this.key = [
       this.shardCount,
       this.partitioner.configurationKey,
@@ -93,7 +143,8 @@ export class ShardingSettings {
   /**
    * Validates `options` over the defaults.
    * @throws ClusterShardingConfigurationError naming the invalid field (shard count < 1, non-positive durations,
-   * renewal not below the lease duration, a strategy without a configuration key)
+   * renewal not below the lease duration, a strategy without a configuration key, an entity mailbox capacity outside
+   * 1..1,000,000)
    */
   static create(options: ShardingSettingsOptions = {}): ShardingSettings {
     if (options === null || typeof options !== "object") {

@@ -1,5 +1,6 @@
 /**
- * The 15 sharding counters of REFERENCE §7 (plus a breakdown of malformed envelopes), process-wide for one actor system and summed over entity types.
+ * The 15 sharding counters of REFERENCE §7 (plus a breakdown of malformed envelopes and the shard mailbox bound's
+ * refusals), process-wide for one actor system and summed over entity types.
  * Exposed as a frozen snapshot; the extension increments a private mutable copy.
  */
 export interface ShardingStats {
@@ -43,6 +44,11 @@ export interface ShardingStats {
    * an unregistered type or an invalid body (`payload`).
    */
   readonly malformedEnvelopes: Readonly<Record<MalformedReason, number>>;
+  /**
+   * Beyond REFERENCE §7: the part of `rejectedEnvelopes` refused on the owner because the shard's entities already
+   * held `shardMailboxCapacity` messages not yet started (each is also a dead letter with reason mailboxOverflow).
+   */
+  readonly shardMailboxOverflows: number;
 }
 
 /** Why an inbound sharding envelope could not be decoded (see {@link ShardingStats.malformedEnvelopes}). */
@@ -77,5 +83,6 @@ export function zeroStats(): MutableShardingStats {
     leaseRetries: 0,
     rejectedEnvelopes: 0,
     malformedEnvelopes: { undecodable: 0, schemaInvalid: 0, payload: 0 },
+    shardMailboxOverflows: 0,
   };
 }

@@ -1,4 +1,5 @@
 import { compareStrings } from "../actor/index.ts";
+import { describe } from "../actor/untrusted.ts";
 import { ClusterSingletonConfigurationError } from "./errors.ts";
 
 /** Options of `ClusterSingleton.init`; durations in milliseconds. */
@@ -117,7 +118,7 @@ function positiveMs(name: string, field: string, value: number | undefined, fall
     throw new ClusterSingletonConfigurationError(
       name,
       field,
-      `${field} must be a positive number of milliseconds (got ${String(value)})`,
+      `${field} must be a positive number of milliseconds (got ${describe(value)})`,
     );
   }
   return value;

@@ -289,11 +289,13 @@ test("a downed member is quarantined: its associations close and it is refused f
       what: "victim removed",
       describe: describe(nodes),
     });
-    // The victim still runs, but nobody answers it any more: it sees both survivors unreachable.
-    await eventually(() => victim.cluster.snapshot().unreachable.length === 2, {
-      what: "the survivors unreachable from the quarantined victim",
+    // The leader told the victim before quarantining it: it knows it is out, and (default onDowned) terminated.
+    await eventually(() => victim.system.isTerminated, {
+      what: "the downed victim terminated",
       describe: describe([victim]),
     });
+    assert.equal(victim.cluster.stats.selfDowned, 1);
+    assert.equal(victim.cluster.snapshot().selfStatus !== "Up", true);
     assert.equal(
       [leader, other].every((n) =>
         n.cluster.snapshot().members.every((m) => !m.uniqueAddress.equals(victim.cluster.selfAddress)),

@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
+import { UniqueAddress } from "../../src/actor/index.ts";
 import { type MemberJSON, memberFromJSON } from "../../src/cluster/member.ts";
 import {
   ClusterDown,
@@ -63,4 +64,41 @@ test("member records are validated: roles sorted and unique, revision above 0, a
   assert.match(String(memberFromJSON({ ...record, revision: 0 })), /revision/);
   assert.match(String(memberFromJSON({ ...record, changedBy: "" })), /changedBy/);
   assert.match(String(memberFromJSON({ ...record, address: "nope" })), /unique address/);
+});
+
+test("a member record with hostile values is refused with a text, never by running the value's code", () => {
+  const base = { address: "movie.tcp://s@127.0.0.1:1#u", status: "Up", roles: [], upNumber: 1, revision: 1 };
+  const hostile = { toString: 1, valueOf: 1 };
+  for (const record of [
+    { ...base, status: hostile },
+    { ...base, status: [[[]]] },
+    { ...base, address: "x".repeat(100_000) },
+  ]) {
+    const result = memberFromJSON(record);
+    assert.equal(typeof result, "string");
+    assert.ok((result as string).length < 300, result as string);
+  }
+});
+
+test("a received gossip's records are parsed once, at decode (membership then reads the parsed ones)", () => {
+  const records = Array.from({ length: 50 }, (_, i) => ({
+    ...record,
+    address: `movie.tcp://sys@127.0.0.1:${3000 + i}#u${i}`,
+  }));
+  const json = JSON.parse(JSON.stringify(new ClusterGossip("c", from, to, 1, "0".repeat(64), records))) as unknown;
+  const parse = UniqueAddress.parse;
+  let calls = 0;
+  UniqueAddress.parse = (text: string) => {
+    calls++;
+    return parse.call(UniqueAddress, text);
+  };
+  try {
+    const gossip = ClusterGossip.fromJSON(json);
+    const members = membersOf(gossip);
+    assert.equal(members.length, 50);
+    assert.equal(members[7]!.uniqueAddress.toString(), records[7]!.address);
+    assert.equal(calls, 2 + 50, "from, to and each record once");
+  } finally {
+    UniqueAddress.parse = parse;
+  }
 });

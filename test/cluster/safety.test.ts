@@ -31,13 +31,13 @@ test("a non-leader's change to a known record is refused even when the sender au
   const rewritten = member(C, "Up", { changedBy: B.uid, revision: 3, upNumber: 9 });
   assert.deepEqual(
     authorizeGossip(local, [rewritten], B, A).rejected.map((r) => r.reason),
-    ["change-not-from-leader"],
+    ["notLeader"],
   );
   // Nor may B bump its own known Up record (new roles) without being the leader.
   const ownBump = member(B, "Up", { revision: 2, roles: ["admin"] });
   assert.deepEqual(
     authorizeGossip(local, [ownBump], B, A).rejected.map((r) => r.reason),
-    ["change-not-from-leader"],
+    ["notLeader"],
   );
   assert.equal(authorizeGossip(local, [ownBump], B, B).accepted.length, 1, "the same change from the leader passes");
 });
@@ -129,11 +129,11 @@ test("a message whose claimed sender is another incarnation of the transport's a
   assert.ok(a.rejects.at(-1)?.includes("is not the transport identity"));
 });
 
-test("leave and down requests: only the leader acts; leave of another node needs a secret", () => {
+test("leave and down requests: only the leader acts; a leave request must name its sender", () => {
   const sim = new Sim({ remoteDownAllowed: false });
   const [a, b, c] = startCluster(sim, 3) as [SimNode, SimNode, SimNode];
   assert.ok(sim.until(() => sim.allUp([a, b, c])));
-  // Without a secret, b may not ask the leader to make c leave.
+  // b may not ask the leader to make c leave (REFERENCE §6: a leave request is valid only when target == sender).
   sim.input(a, {
     kind: "message",
     ...from(b),

@@ -21,6 +21,8 @@ export interface SimNode {
   alive: boolean;
   stats: ClusterStats;
   rejects: string[];
+  /** The status this node was downed to, once it learned it (the `self-downed` effect). */
+  selfDowned: string | null;
   departureReady: (member: Member) => boolean;
 }
 
@@ -84,6 +86,7 @@ export class Sim {
       alive: true,
       stats: emptyClusterStats(),
       rejects: [],
+      selfDowned: null,
       departureReady: () => true,
     };
     this.nodes.set(self.address.toString(), node);
@@ -113,6 +116,10 @@ export class Sim {
       if (effect.kind === "send") this.queue.push({ from: node.self, to: effect.to, message: effect.message });
       else if (effect.kind === "count") node.stats[effect.stat]++;
       else if (effect.kind === "outcome") outcome = effect.accepted;
+      else if (effect.kind === "gossip-rejected") {
+        node.stats.gossipRejected[effect.reason] += effect.count;
+        node.rejects.push(`${effect.reason}: ${effect.detail}`);
+      } else if (effect.kind === "self-downed") node.selfDowned = effect.status;
       else node.rejects.push(effect.reason);
     }
     return outcome;

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { GroupCommit, groupCommitSettings } from "../../src/persistence/group-commit.ts";
-import { PersistenceConfigurationError } from "../../src/persistence/index.ts";
+import { PersistenceConfigurationError, PersistenceOverloadedError } from "../../src/persistence/index.ts";
 
 interface Item {
   key: string;
@@ -9,10 +9,10 @@ interface Item {
 }
 
 /** A GroupCommit whose statements the test completes by hand. */
-function harness(maxBatchSize: number, maxConcurrentBatches: number) {
+function harness(maxBatchSize: number, maxConcurrentBatches: number, maxWaiting = 10_000) {
   const sent: { items: readonly Item[]; finish: (outcomes: PromiseSettledResult<number>[] | Error) => void }[] = [];
   const gc = new GroupCommit<Item, number>(
-    { maxBatchSize, maxConcurrentBatches },
+    { maxBatchSize, maxConcurrentBatches, maxWaiting },
     (i) => i.key,
     (items) =>
       new Promise((resolve, reject) => {
@@ -53,7 +53,7 @@ test("group commit: a lone item leaves at once; items arriving while the bound i
   );
   sent[1]!.finish(ok(sent[1]!.items));
   assert.deepEqual(await Promise.all(later), [2, 3, 4]);
-  assert.deepEqual(gc.stats, { statements: 2, batches: 1, batchedItems: 3, largestBatch: 3 });
+  assert.deepEqual(gc.stats, { statements: 2, batches: 1, batchedItems: 3, largestBatch: 3, overloaded: 0 });
 });
 
 test("group commit: two items of one key never share a statement, and keep their order", async () => {
@@ -142,7 +142,14 @@ test("group commit: each item gets its own outcome; a failed statement fails onl
 });
 
 test("group commit: settings are validated", () => {
-  assert.deepEqual(groupCommitSettings(), { maxBatchSize: 64, maxConcurrentBatches: 1 });
+  assert.deepEqual(groupCommitSettings(), { maxBatchSize: 64, maxConcurrentBatches: 1, maxWaiting: 10_000 });
+  assert.equal(groupCommitSettings({ maxWaiting: 1_000_000 }).maxWaiting, 1_000_000);
+  assert.throws(() => groupCommitSettings({ maxWaiting: 0 }), PersistenceConfigurationError);
+  assert.throws(() => groupCommitSettings({ maxWaiting: 1_000_001 }), PersistenceConfigurationError);
+  assert.throws(
+    () => groupCommitSettings({ maxWaiting: { toString: 1 } as unknown as number }),
+    PersistenceConfigurationError,
+  );
   assert.throws(() => groupCommitSettings({ maxBatchSize: 0 }), PersistenceConfigurationError);
   assert.throws(() => groupCommitSettings({ maxConcurrentBatches: 1.5 }), PersistenceConfigurationError);
 });
@@ -181,4 +188,59 @@ test("group commit: a lone writer is never held; writers answered by a statement
     [1, 4, 4, 4, 4, 4],
   );
   assert.deepEqual(await Promise.all(loops), [6, 5, 5, 5]);
+});
+
+test("group commit: past maxWaiting an item is refused at once, typed and counted; the queue still drains", async () => {
+  const { gc, sent, ok } = harness(64, 1, 3);
+  const gate = gc.submit(item("g", 0));
+  const queued = [gc.submit(item("a", 1)), gc.submit(item("a", 2)), gc.submit(item("b", 3))];
+  assert.equal(gc.waiting, 3);
+  const refused = gc.submit(item("c", 4));
+  await assert.rejects(refused, (error: unknown) => {
+    assert.ok(error instanceof PersistenceOverloadedError);
+    assert.equal(error.name, "PersistenceOverloadedError");
+    assert.equal(error.limit, 3);
+    assert.match(error.message, /retry with the same OperationId/);
+    return true;
+  });
+  assert.equal(gc.stats.overloaded, 1);
+  assert.equal(gc.waiting, 3, "the refused item was not queued");
+  for (let i = 0; i < 3; i++) {
+    sent[i]!.finish(ok(sent[i]!.items));
+    await settle();
+  }
+  assert.deepEqual(await Promise.all([gate, ...queued]), [0, 1, 2, 3]);
+  assert.deepEqual(
+    sent.map((s) => s.items.map((i) => `${i.key}${i.n}`)),
+    [["g0"], ["a1", "b3"], ["a2"]],
+  );
+  // Room again: the next item is accepted.
+  const after = gc.submit(item("c", 5));
+  sent[3]!.finish(ok(sent[3]!.items));
+  assert.equal(await after, 5);
+});
+
+test("group commit: a large backlog of one hot key and many others leaves in per-key order, one per key per statement", async () => {
+  const { gc, sent, ok } = harness(64, 1);
+  const gate = gc.submit(item("gate", 0));
+  const results: Promise<number>[] = [];
+  // 5,000 items: every tenth on the hot key, the rest on their own keys.
+  for (let n = 1; n <= 5000; n++) results.push(gc.submit(item(n % 10 === 0 ? "hot" : `k${n}`, n)));
+  assert.equal(gc.waiting, 5000);
+  sent[0]!.finish(ok(sent[0]!.items));
+  await gate;
+  for (let i = 1; gc.waiting > 0 || sent.length > i; i++) {
+    await settle();
+    const s = sent[i]!;
+    const keys = s.items.map((x) => x.key);
+    assert.equal(new Set(keys).size, keys.length, `statement ${i} carries one item per key`);
+    assert.ok(s.items.length <= 64);
+    s.finish(ok(s.items));
+  }
+  assert.equal((await Promise.all(results)).length, 5000);
+  const hotOrder = sent.flatMap((s) => s.items.filter((x) => x.key === "hot").map((x) => x.n));
+  assert.deepEqual(
+    hotOrder,
+    Array.from({ length: 500 }, (_, i) => (i + 1) * 10),
+  );
 });

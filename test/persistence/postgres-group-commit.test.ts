@@ -12,6 +12,7 @@ import {
   OperationConflictError,
   PersistenceConfigurationError,
   PersistenceConnectionError,
+  PersistenceOverloadedError,
   type ShardLeaseToken,
   StaleShardOwnerError,
 } from "../../src/persistence/index.ts";
@@ -344,6 +345,32 @@ test("group commit: a statement-level failure of a batch does not fail its batch
   }
 });
 
+test("group commit: past maxWaiting an append is refused at once (typed, counted, nothing written); a retry succeeds", async () => {
+  const h = await heldStore("full", { groupCommit: { maxConcurrentBatches: 1, maxWaiting: 2 } });
+  try {
+    const { store } = h;
+    const { gate } = await closeGate(h);
+    const append = (persistenceId: string) =>
+      store.appendEvents({ persistenceId, expectedRevision: 0, operationId: `op-${persistenceId}`, events: [ev(1)] });
+    const queued = [append("q-1"), append("q-2")];
+    await eventually(() => store.groupCommitStats.waiting === 2, { what: "two appends to queue behind the gate" });
+    await assert.rejects(append("refused"), PersistenceOverloadedError);
+    assert.equal(store.groupCommitStats.overloaded, 1);
+    assert.equal(store.groupCommitStats.waiting, 2);
+    assert.equal(store.circuitMode, "closed", "an overload is not a database failure");
+    await h.holder.query("SELECT pg_advisory_unlock($1)", [h.gateKey]);
+    await gate;
+    assert.deepEqual(await Promise.all(queued), [
+      { revision: 1, duplicate: false },
+      { revision: 1, duplicate: false },
+    ]);
+    assert.equal(await store.loadRevision("refused"), 0, "the refused append wrote nothing");
+    assert.deepEqual(await append("refused"), { revision: 1, duplicate: false });
+  } finally {
+    await h.dispose();
+  }
+});
+
 test("group commit: pg_terminate_backend during a batch fails it; each append retries and commits once", async () => {
   const h = await heldStore("term", { resilience: { operationTimeoutMs: 60_000, maxRetries: 2 } });
   const lone = await heldStore("term0", { resilience: { operationTimeoutMs: 60_000, maxRetries: 0 } });
@@ -528,6 +555,7 @@ test("group commit: switched off, every append is its own statement; bad bounds 
       batches: 0,
       batchedItems: 0,
       largestBatch: 0,
+      overloaded: 0,
       waiting: 0,
     });
     await assert.rejects(

@@ -179,37 +179,74 @@ test("a connection that never completes the handshake is closed after handshakeT
   }
 });
 
-test("binding a non-loopback host without a secret is a loud warning; loopback or a secret is not", async () => {
-  const { insecureBindingWarning, resolveRemotingSettings } = await import("../../src/remote/settings.ts");
+test("a non-loopback host with neither secret nor tls is refused unless insecure; insecure warns, loopback notes at info", async () => {
+  const { bindingNotice, resolveRemotingSettings } = await import("../../src/remote/settings.ts");
+  const { RemotingConfigurationError } = await import("../../src/remote/errors.ts");
+  assert.throws(
+    () => resolveRemotingSettings({ host: "10.1.2.3", port: 1 }),
+    (error: unknown) =>
+      error instanceof RemotingConfigurationError &&
+      error.name === "RemotingConfigurationError" &&
+      error.field === "secret" &&
+      /set enableRemoting\(\{ secret \}\) and tls.*insecure: true/.test(error.message),
+  );
+  assert.throws(
+    () => resolveRemotingSettings({ host: "0.0.0.0", port: 1, insecure: false }),
+    RemotingConfigurationError,
+  );
+  // Only loopback literals count as loopback: a name that merely starts like one resolves anywhere.
+  for (const host of ["127.example.com", "localhost.example.com", "::", "0.0.0.0"]) {
+    assert.throws(() => resolveRemotingSettings({ host, port: 1 }), RemotingConfigurationError, host);
+  }
+  assert.equal(bindingNotice(resolveRemotingSettings({ host: "10.1.2.3", port: 1, secret: "s" })), null);
+  assert.equal(bindingNotice(resolveRemotingSettings({ host: "10.1.2.3", port: 1, tls: {} })), null);
+  assert.equal(bindingNotice(resolveRemotingSettings({ host: "10.1.2.3", port: 1, insecure: true }))?.level, "warn");
   assert.match(
-    insecureBindingWarning(resolveRemotingSettings({ host: "10.1.2.3", port: 1 })) ?? "",
+    bindingNotice(resolveRemotingSettings({ host: "10.1.2.3", port: 1, insecure: true }))!.message,
     /REMOTING IS OPEN/,
   );
-  assert.equal(insecureBindingWarning(resolveRemotingSettings({ host: "10.1.2.3", port: 1, secret: "s" })), null);
-  assert.equal(insecureBindingWarning(resolveRemotingSettings({ host: "127.0.0.1", port: 1 })), null);
-  assert.equal(insecureBindingWarning(resolveRemotingSettings({ host: "localhost", port: 1 })), null);
+  assert.equal(bindingNotice(resolveRemotingSettings({ host: "127.0.0.1", port: 1 }))?.level, "info");
+  assert.equal(bindingNotice(resolveRemotingSettings({ host: "localhost", port: 1 }))?.level, "info");
+  assert.equal(bindingNotice(resolveRemotingSettings({ host: "127.0.0.1", port: 1, secret: "s" })), null);
+  // TLS is the integrity option: protocol versions before TLS 1.2 are refused.
+  for (const minVersion of ["TLSv1", "TLSv1.1"] as const) {
+    assert.throws(
+      () => resolveRemotingSettings({ host: "127.0.0.1", port: 1, tls: { minVersion } }),
+      /tls\.minVersion/,
+    );
+  }
 });
 
-test("enableRemoting on a non-loopback host without a secret logs the warning; with a secret or on loopback it does not", async () => {
+test("enableRemoting: 0.0.0.0 without secret or tls is refused (nothing bound); insecure warns once; loopback logs once at info", async () => {
   const { ActorSystem } = await import("../../src/actor/index.ts");
+  const { RemotingConfigurationError } = await import("../../src/remote/errors.ts");
+  const { remotingId } = await import("../../src/remote/remoting.ts");
   const { CapturingLogger } = await import("../actor/support.ts");
-  const loud = (logger: InstanceType<typeof CapturingLogger>) =>
-    logger.records.filter(
-      (r) => (r.level === "warn" || r.level === "error") && /REMOTING IS OPEN.*0\.0\.0\.0/.test(r.message),
-    );
+  {
+    const system = ActorSystem.create("exposed");
+    try {
+      await assert.rejects(system.enableRemoting({ host: "0.0.0.0", port: 0 }), RemotingConfigurationError);
+      assert.equal(system.hasExtension(remotingId), undefined);
+    } finally {
+      await system.terminate();
+    }
+  }
   const cases = [
-    { host: "0.0.0.0", secret: undefined, warned: 1 },
-    { host: "0.0.0.0", secret: "s", warned: 0 },
-    { host: "127.0.0.1", secret: undefined, warned: 0 },
+    { host: "0.0.0.0", extra: { insecure: true }, warn: 1, info: 0 },
+    { host: "0.0.0.0", extra: { secret: "s" }, warn: 0, info: 0 },
+    { host: "127.0.0.1", extra: {}, warn: 0, info: 1 },
+    { host: "127.0.0.1", extra: { secret: "s" }, warn: 0, info: 0 },
   ];
-  for (const { host, secret, warned } of cases) {
+  for (const { host, extra, warn, info } of cases) {
     const logger = new CapturingLogger();
     const system = ActorSystem.create("exposed", { logger });
     try {
-      await system.enableRemoting({ host, port: 0, ...(secret === undefined ? {} : { secret }) });
-      const any = logger.records.filter((r) => /REMOTING IS OPEN/.test(r.message));
-      assert.equal(loud(logger).length, warned, `${host} ${secret === undefined ? "without" : "with"} a secret`);
-      assert.equal(any.length, warned);
+      await system.enableRemoting({ host, port: 0, ...extra });
+      const at = (level: string, pattern: RegExp) =>
+        logger.records.filter((r) => r.level === level && pattern.test(r.message)).length;
+      const what = `${host} ${JSON.stringify(extra)}`;
+      assert.equal(at("warn", /REMOTING IS OPEN.*0\.0\.0\.0/), warn, what);
+      assert.equal(at("info", /without a secret/), info, what);
     } finally {
       await system.terminate();
     }

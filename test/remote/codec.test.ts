@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import fc from "fast-check";
-import { compileCodec, type FieldList } from "../../src/remote/codec.ts";
+import { compileCodec, type FieldList, jsonNestingMax } from "../../src/remote/codec.ts";
 import {
   EnvelopeDecodeError,
   MessageEncodeError,
@@ -303,4 +303,34 @@ test("a toJSON that encodes another message of the same class mid-measure does n
       b: "inner-b",
     },
   );
+});
+
+test("a json field nested deeper than jsonNestingMax is undecodable, so every delivered instance can be sent on", () => {
+  const codec = compileCodec("test.deep", { j: "json" });
+  const bytesOf = (text: string): Buffer => {
+    const buf = Buffer.alloc(4 + text.length);
+    buf.writeUInt32LE((text.length | 0x80000000) >>> 0, 0);
+    buf.write(text, 4, "latin1");
+    return buf;
+  };
+  // The layout used above is the codec's own (ASCII flag, little-endian length).
+  const probe = Buffer.alloc(16);
+  codec.measure({ j: [1] });
+  assert.deepEqual(probe.subarray(0, codec.write(probe, 0, { j: [1] })), bytesOf("[1]"));
+  const read = (text: string) => {
+    const bytes = bytesOf(text);
+    return codec.read(bytes, 0, bytes.length, Object.prototype) as { j: unknown };
+  };
+  for (const deep of ["[".repeat(20_000) + "]".repeat(20_000), `${'{"a":'.repeat(20_000)}1${"}".repeat(20_000)}`]) {
+    assert.throws(
+      () => read(deep),
+      (e: unknown) => e instanceof EnvelopeDecodeError && e.reason === "undecodable" && /nests deeper/.test(e.message),
+    );
+  }
+  // At the limit it decodes and encodes again; brackets inside strings (escaped quotes too) are text, not nesting.
+  const atLimit = read("[".repeat(jsonNestingMax) + "]".repeat(jsonNestingMax));
+  codec.measure(atLimit);
+  const inString = read(JSON.stringify([`\\"${"[".repeat(5_000)}`, "{".repeat(5_000)]));
+  assert.equal((inString.j as string[])[1]!.length, 5_000);
+  codec.measure(inString);
 });

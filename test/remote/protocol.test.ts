@@ -179,7 +179,7 @@ test("system messages are numbered, acked cumulatively, de-duplicated and gaps r
   const m2 = out.enqueue({ sys: "watch" });
   out.enqueue({ sys: "unwatch" });
   assert.deepEqual([m1.seq, m2.seq], [1, 2]);
-  out.ack(2);
+  out.ack(2, 0);
   assert.deepEqual(
     out.pending.map((m) => m.seq),
     [3],

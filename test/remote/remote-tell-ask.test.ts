@@ -140,6 +140,9 @@ test("a remote ask times out and can be cancelled; the temp reply actor is freed
 test("three-node sender path: A asks B, B forwards to C with A's reply ref, C replies straight to A", async () => {
   const cEcho = c.system.spawn(new EchoBehavior(), "echo3");
   b.system.spawn(new EchoBehavior(), "forwarder");
+  // C dials only addresses where a handshake showed it a node: A's own connection to C does (association-bounds tests
+  // show a reply to a never-met address is dropped instead).
+  assert.equal((await a.system.actorSelection(cEcho.path.toString()).ask(new Ping(32), Pong, 3000)).n, 32);
   const before = b.remoting.stats.delivered;
   const reply = await a.system
     .actorSelection(`${b.system.address}/user/forwarder`)

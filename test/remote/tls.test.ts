@@ -1,71 +1,28 @@
 import assert from "node:assert/strict";
-import { execFileSync } from "node:child_process";
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import { test } from "node:test";
 import { eventually } from "../fixtures/eventually.ts";
+import { createTestPki, hasOpenssl } from "./fixtures/certificates.ts";
 import { Ping, Pong } from "./fixtures/messages.ts";
 import { Collector, EchoBehavior, startNode } from "./fixtures/nodes.ts";
 import { rawPeer } from "./fixtures/raw-peer.ts";
 
-/** A throwaway CA and one node certificate for 127.0.0.1 (both client and server use), made with openssl. */
-function makeCertificates(dir: string, name: string): { key: Buffer; cert: Buffer; ca: Buffer } {
-  const run = (...args: string[]) => execFileSync("openssl", args, { cwd: dir, stdio: "ignore" });
-  const ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"];
-  run(
-    "req",
-    "-x509",
-    ...ec,
-    "-keyout",
-    `${name}-ca.key`,
-    "-out",
-    `${name}-ca.crt`,
-    "-days",
-    "1",
-    "-subj",
-    `/CN=${name}-ca`,
-  );
-  run("req", ...ec, "-keyout", `${name}.key`, "-out", `${name}.csr`, "-subj", "/CN=127.0.0.1");
-  writeFileSync(join(dir, `${name}.ext`), "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth\n");
-  run(
-    "x509",
-    "-req",
-    "-in",
-    `${name}.csr`,
-    "-CA",
-    `${name}-ca.crt`,
-    "-CAkey",
-    `${name}-ca.key`,
-    "-CAcreateserial",
-    "-out",
-    `${name}.crt`,
-    "-days",
-    "1",
-    "-extfile",
-    `${name}.ext`,
-  );
-  const read = (f: string) => readFileSync(join(dir, f));
-  return { key: read(`${name}.key`), cert: read(`${name}.crt`), ca: read(`${name}-ca.crt`) };
+/** A throwaway CA (its own temp dir) and one node certificate for 127.0.0.1 that both client and server use. */
+function makeCertificates(name: string) {
+  const pki = createTestPki();
+  return { tls: pki.issue(name, "IP:127.0.0.1"), dispose: () => pki.dispose() };
 }
 
-let hasOpenssl = true;
-try {
-  execFileSync("openssl", ["version"], { stdio: "ignore" });
-} catch {
-  hasOpenssl = false;
-}
+const openssl = hasOpenssl();
 
 test("mutual TLS: nodes with certificates from the shared CA talk; others are refused", {
-  skip: !hasOpenssl,
+  skip: !openssl,
 }, async () => {
-  const dir = mkdtempSync(join(tmpdir(), "movie-tls-"));
-  const good = makeCertificates(dir, "good");
-  const rogue = makeCertificates(dir, "rogue");
-  const a = await startNode("tls-a", { tls: good, secret: "s" });
-  const b = await startNode("tls-b", { tls: good, secret: "s" });
+  const good = makeCertificates("good");
+  const rogue = makeCertificates("rogue");
+  const a = await startNode("tls-a", { tls: good.tls, secret: "s" });
+  const b = await startNode("tls-b", { tls: good.tls, secret: "s" });
   const plain = await startNode("tls-plain", { secret: "s" });
-  const stranger = await startNode("tls-stranger", { tls: rogue, secret: "s" });
+  const stranger = await startNode("tls-stranger", { tls: rogue.tls, secret: "s" });
   try {
     b.system.spawn(new EchoBehavior(), "echo");
     const got: unknown[] = [];
@@ -81,24 +38,24 @@ test("mutual TLS: nodes with certificates from the shared CA talk; others are re
     assert.equal(got.length, 0);
   } finally {
     await Promise.all([a, b, plain, stranger].map((n) => n.system.terminate()));
-    rmSync(dir, { recursive: true, force: true });
+    good.dispose();
+    rogue.dispose();
   }
 });
 
 test("mutual TLS: a client that trusts the CA but presents no certificate, or an untrusted one, is refused", {
-  skip: !hasOpenssl,
+  skip: !openssl,
 }, async () => {
-  const dir = mkdtempSync(join(tmpdir(), "movie-tls-"));
-  const good = makeCertificates(dir, "good");
-  const rogue = makeCertificates(dir, "rogue");
-  const b = await startNode("tls-guarded", { tls: good });
+  const good = makeCertificates("good");
+  const rogue = makeCertificates("rogue");
+  const b = await startNode("tls-guarded", { tls: good.tls });
   try {
     const got: unknown[] = [];
     b.system.spawn(new Collector(got), "inbox");
     // The server's certificate checks out for both clients; only the server's check of theirs can refuse them.
     const clients = [
-      { what: "no client certificate", tls: { ca: good.ca } },
-      { what: "a certificate from another CA", tls: { ca: good.ca, key: rogue.key, cert: rogue.cert } },
+      { what: "no client certificate", tls: { ca: good.tls.ca } },
+      { what: "a certificate from another CA", tls: { ca: good.tls.ca, key: rogue.tls.key, cert: rogue.tls.cert } },
     ];
     for (const [i, client] of clients.entries()) {
       const failed0 = b.remoting.stats.handshakesFailed;
@@ -118,6 +75,7 @@ test("mutual TLS: a client that trusts the CA but presents no certificate, or an
     assert.equal(got.length, 0);
   } finally {
     await b.system.terminate();
-    rmSync(dir, { recursive: true, force: true });
+    good.dispose();
+    rogue.dispose();
   }
 });

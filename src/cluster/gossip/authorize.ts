@@ -1,22 +1,63 @@
-import type { UniqueAddress } from "../../actor/index.ts";
+import type { Address, UniqueAddress } from "../../actor/index.ts";
 import { type Member, memberKey, sameMember } from "../member.ts";
-import type { MemberMap } from "./merge.ts";
+import { type MemberMap, mergeMembers } from "./merge.ts";
 
-/** Why one gossiped record was refused. */
-export type GossipRejection = "joining-via-gossip" | "unknown-record-not-self-authored" | "change-not-from-leader";
+/**
+ * Why gossip (a whole message or one of its records) was refused, the keys of `ClusterStats.gossipRejected`:
+ * - `nonMember`: the sender is neither a member here (Joining, Up, Leaving or Exiting) nor a configured seed;
+ * - `phantom`: an unknown record that is not the sender's own self-authored Up record, from a sender that is not
+ *   this node's leader (members appear only through a join the leader admitted);
+ * - `notLeader`: a change to a known record from a sender that is not this node's leader, or not authored by it;
+ * - `joining`: a Joining record, which only a join request may create;
+ * - `overCapacity`: the merge would hold more than `maxMembers` records (rejected whole, fail closed).
+ */
+export type GossipRejection = "nonMember" | "phantom" | "notLeader" | "joining" | "overCapacity";
 
-/** The records of one gossip that may be merged, and how many were refused and why. */
+/** Every {@link GossipRejection}, in a fixed order. */
+export const gossipRejections: readonly GossipRejection[] = [
+  "nonMember",
+  "phantom",
+  "notLeader",
+  "joining",
+  "overCapacity",
+];
+
+/** The records of one gossip that may be merged, and which were refused and why. */
 export interface AuthorizedGossip {
   readonly accepted: readonly Member[];
   readonly rejected: readonly { readonly member: Member; readonly reason: GossipRejection }[];
 }
 
+/** Statuses whose holder may gossip to this node (a Down or Removed incarnation no longer speaks for anything). */
+const speakingStatuses = new Set(["Joining", "Up", "Leaving", "Exiting"]);
+
 /**
- * Filters the records of a gossip from an authenticated `sender` (REFERENCE §6 "Gossip authorisation"):
+ * True when this node takes gossip from the authenticated `sender` at all: its exact incarnation is a member here
+ * with a live status, or its address is one of the configured `seeds` (a seed that formed a cluster on its own and
+ * that this node contacts with its joins) not held by another live incarnation. Anyone else is a non-member whose
+ * claims are never merged, answered or dialled.
+ */
+export function admitsGossipFrom(local: MemberMap, sender: UniqueAddress, seeds: readonly Address[]): boolean {
+  const record = local.get(sender.toString());
+  if (record !== undefined) return speakingStatuses.has(record.status);
+  if (!seeds.some((seed) => seed.equals(sender.address))) return false;
+  // A new incarnation of a seed whose earlier one is still a member here waits, as its join does, until that one
+  // has left or been downed: two live records for one host:port are never created.
+  for (const m of local.values()) {
+    if (m.status !== "Removed" && m.uniqueAddress.address.equals(sender.address)) return false;
+  }
+  return true;
+}
+
+/**
+ * Filters the records of a gossip from an authenticated, admitted `sender` (REFERENCE §6 "Gossip authorisation");
+ * `leader` is the receiver's leader before the merge:
  * - a record identical to the local one is always accepted (it changes nothing);
- * - a Joining record is never accepted via gossip (no phantom joiners: only a join request creates one);
- * - an unknown Up record is accepted only when the sender authored it (a seed that formed a cluster on its own);
- * - any other change, terminal records included, only when the sender is the receiver's leader and authored it.
+ * - a Joining record is never accepted via gossip (only a join request creates one);
+ * - an unknown Up record is accepted when it is the sender's own record, authored by the sender (a seed that formed
+ *   independently): its unique address must equal the sender's, so nobody can describe a third node;
+ * - any other change, unknown and terminal records included, only when the sender is the receiver's leader and the
+ *   record was authored by it (that is how members the leader admitted, promoted or downed spread).
  */
 export function authorizeGossip(
   local: MemberMap,
@@ -29,23 +70,55 @@ export function authorizeGossip(
   const fromLeader = leader?.equals(sender) === true;
   for (const record of incoming) {
     const current = local.get(memberKey(record));
+    const authoredBySender = record.changedBy === sender.uid;
     if (current !== undefined && sameMember(current, record)) {
       accepted.push(record);
     } else if (record.status === "Joining") {
-      rejected.push({ member: record, reason: "joining-via-gossip" });
-    } else if (current === undefined && record.status === "Up" && record.changedBy === sender.uid) {
+      rejected.push({ member: record, reason: "joining" });
+    } else if (fromLeader && authoredBySender) {
       accepted.push(record);
-    } else if (fromLeader && record.changedBy === sender.uid) {
+    } else if (
+      current === undefined &&
+      record.status === "Up" &&
+      authoredBySender &&
+      record.uniqueAddress.equals(sender)
+    ) {
       accepted.push(record);
     } else {
-      rejected.push({
-        member: record,
-        reason:
-          current === undefined && record.status === "Up"
-            ? "unknown-record-not-self-authored"
-            : "change-not-from-leader",
-      });
+      rejected.push({ member: record, reason: current === undefined ? "phantom" : "notLeader" });
     }
   }
   return { accepted, rejected };
+}
+
+/** The decision on one whole gossip message. */
+export type GossipDecision =
+  /** Refused whole (`nonMember` or `overCapacity`): nothing merged; a non-member is not even answered. */
+  | { readonly kind: "refused"; readonly reason: "nonMember" | "overCapacity" }
+  /** Accepted: `members` is the merged map (`local` itself when nothing changed); `rejected`, the refused records. */
+  | {
+      readonly kind: "accepted";
+      readonly members: MemberMap;
+      readonly changed: readonly Member[];
+      readonly rejected: AuthorizedGossip["rejected"];
+    };
+
+/**
+ * Everything a receiver decides about one gossip from the authenticated `sender`, as a pure function: sender
+ * admission ({@link admitsGossipFrom}), per-record authorisation ({@link authorizeGossip}) and the capacity of the
+ * merge (`maxMembers`, live records plus tombstones; an overflowing merge is rejected whole).
+ */
+export function decideGossip(
+  local: MemberMap,
+  incoming: readonly Member[],
+  sender: UniqueAddress,
+  leader: UniqueAddress | null,
+  seeds: readonly Address[],
+  maxMembers: number,
+): GossipDecision {
+  if (!admitsGossipFrom(local, sender, seeds)) return { kind: "refused", reason: "nonMember" };
+  const authorized = authorizeGossip(local, incoming, sender, leader);
+  const merged = mergeMembers(local, authorized.accepted, maxMembers);
+  if (merged.overflow) return { kind: "refused", reason: "overCapacity" };
+  return { kind: "accepted", members: merged.members, changed: merged.changed, rejected: authorized.rejected };
 }

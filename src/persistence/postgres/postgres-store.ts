@@ -1,5 +1,6 @@
 import pg from "pg";
 import { RealScheduler, type Scheduler } from "../../actor/index.ts";
+import { describe } from "../../actor/untrusted.ts";
 import {
   ConcurrentWriteError,
   CorruptPersistentRecordError,
@@ -18,7 +19,7 @@ import {
   validateLeaseRequest,
   validateLeaseToken,
 } from "../lease.ts";
-import { type AppliedMigration, pendingMigrations } from "../migrations.ts";
+import { type AppliedMigration, checkRebaseline, planMigrations } from "../migrations.ts";
 import { OperationId } from "../operation-id.ts";
 import { defaultResilience, type ResilienceSettings, type ResilienceStats, Resilient } from "../resilience.ts";
 import {
@@ -68,7 +69,8 @@ export interface PostgresStoreOptions {
   onPoolError?: (error: Error) => void;
   /**
    * Group commit of one-event appends: bounds of the batches, or false to send each append on its own.
-   * Default { maxBatchSize: 64, maxConcurrentBatches: 1 }.
+   * Default { maxBatchSize: 64, maxConcurrentBatches: 1, maxWaiting: 10_000 }; past maxWaiting an append rejects
+   * PersistenceOverloadedError at once.
    */
   groupCommit?: Partial<GroupCommitSettings> | false;
 }
@@ -155,6 +157,11 @@ export class PostgresStore implements PersistenceStore {
     resilience: ResilienceSettings,
     scheduler: Scheduler,
     groupCommit: GroupCommitSettings,
+    /**
+     * Versions whose checksum this connect rewrote from an earlier build's version-and-name checksum to the statement
+     * checksum (once per database; empty afterwards).
+     */
+    readonly rebaselinedMigrations: readonly number[],
   ) {
     this.resilient = new Resilient(resilience, scheduler, isPostgresConnectionError);
     this.appends = new GroupCommit(
@@ -177,7 +184,7 @@ export class PostgresStore implements PersistenceStore {
     }
     const poolSize = options.poolSize ?? 4;
     if (!Number.isSafeInteger(poolSize) || poolSize < 1 || poolSize > 1000) {
-      throw new PersistenceConfigurationError("poolSize", `${String(poolSize)}; expected a whole number 1..1000`);
+      throw new PersistenceConfigurationError("poolSize", `${describe(poolSize)}; expected a whole number 1..1000`);
     }
     const resilience = { ...defaultResilience, ...options.resilience };
     // Disabled: every append leaves at once, alone (as many in flight as callers).
@@ -194,13 +201,21 @@ export class PostgresStore implements PersistenceStore {
     const onPoolError = options.onPoolError ?? (() => {});
     // An idle connection killed by the server surfaces here; without a listener it would crash the process.
     pool.on("error", onPoolError);
+    let rebaselined: number[];
     try {
-      await migrate(pool, schema);
+      rebaselined = await migrate(pool, schema);
     } catch (error) {
       await pool.end();
       throw error;
     }
-    return new PostgresStore(pool, schema, resilience, options.scheduler ?? new RealScheduler(), groupCommit);
+    return new PostgresStore(
+      pool,
+      schema,
+      resilience,
+      options.scheduler ?? new RealScheduler(),
+      groupCommit,
+      rebaselined,
+    );
   }
 
   /** Retry, timeout and breaker counters. */
@@ -664,7 +679,13 @@ function leaseToken(key: ShardLeaseKey, row: Record<string, unknown>): ShardLeas
   };
 }
 
-async function migrate(pool: Queryable & Pick<pg.Pool, "connect">, schema: string | null): Promise<void> {
+/** Every table, index and function of the current schema as `kind:name` (see checkRebaseline). */
+const SCHEMA_OBJECTS_SQL = `SELECT CASE c.relkind WHEN 'i' THEN 'index:' ELSE 'table:' END || c.relname AS o
+    FROM pg_class c WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind IN ('r', 'p', 'i')
+  UNION ALL SELECT 'function:' || p.proname FROM pg_proc p WHERE p.pronamespace = current_schema()::regnamespace`;
+
+/** Runs the pending migrations; returns the versions re-baselined from an earlier build's checksums. */
+async function migrate(pool: Queryable & Pick<pg.Pool, "connect">, schema: string | null): Promise<number[]> {
   const client = await pool.connect();
   try {
     // Session-level lock: two nodes starting at once migrate one after the other (REFERENCE §4.4).
@@ -676,7 +697,28 @@ async function migrate(pool: Queryable & Pick<pg.Pool, "connect">, schema: strin
         name TEXT NOT NULL, checksum TEXT NOT NULL, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())`);
       const applied = (await client.query("SELECT version, name, checksum FROM movie_schema_migration"))
         .rows as AppliedMigration[];
-      for (const migration of pendingMigrations(postgresMigrations, applied)) {
+      const plan = planMigrations(postgresMigrations, applied);
+      if (plan.rebaseline.length > 0) {
+        // Rows of an earlier build (version and name only): the objects its history creates are the evidence that
+        // this history ran; then each row gets the statement checksum, once, under the migration lock.
+        const objects = await client.query(SCHEMA_OBJECTS_SQL);
+        checkRebaseline(postgresMigrations, plan, new Set(objects.rows.map((r: { o: string }) => r.o)));
+        await client.query("BEGIN");
+        try {
+          for (const m of plan.rebaseline) {
+            await client.query("UPDATE movie_schema_migration SET checksum = $1 WHERE version = $2 AND name = $3", [
+              m.checksum,
+              m.version,
+              m.name,
+            ]);
+          }
+          await client.query("COMMIT");
+        } catch (error) {
+          await client.query("ROLLBACK");
+          throw error;
+        }
+      }
+      for (const migration of plan.pending) {
         await client.query("BEGIN");
         try {
           for (const sql of migration.statements) await client.query(sql);
@@ -691,6 +733,7 @@ async function migrate(pool: Queryable & Pick<pg.Pool, "connect">, schema: strin
           throw error;
         }
       }
+      return plan.rebaseline.map((m) => m.version);
     } finally {
       await client.query("SELECT pg_advisory_unlock($1::bigint)", [MIGRATION_LOCK_KEY.toString()]);
     }

@@ -1,9 +1,11 @@
 import Database, { type Database as SqliteDatabase, type Statement, type Transaction } from "better-sqlite3";
+import { RealScheduler, type Scheduler } from "../../actor/index.ts";
 import {
   ConcurrentWriteError,
   CorruptPersistentRecordError,
   OperationConflictError,
   PersistenceConfigurationError,
+  PersistenceTimeoutError,
   StaleShardOwnerError,
   StoreClosedError,
   UnsafeRetentionError,
@@ -16,7 +18,7 @@ import {
   validateLeaseRequest,
   validateLeaseToken,
 } from "../lease.ts";
-import { type AppliedMigration, pendingMigrations } from "../migrations.ts";
+import { type AppliedMigration, checkRebaseline, planMigrations } from "../migrations.ts";
 import { OperationId } from "../operation-id.ts";
 import {
   type AppendEventsRequest,
@@ -41,9 +43,46 @@ import { SQLITE_NOW_MS, sqliteMigrations } from "./schema.ts";
 export interface SqliteStoreOptions {
   /** Database file path, or ":memory:". */
   dbPath: string;
-  /** SQLite busy timeout in milliseconds when another process holds the write lock; default 5000. */
+  /**
+   * How long an operation waits in total, in milliseconds, while another connection or process holds the write lock,
+   * before it rejects PersistenceTimeoutError (nothing was written; retry with the same OperationId); default 5000.
+   * The wait is asynchronous: the event loop keeps running (see busySyncWaitMs). Opening the store (its migration
+   * check) waits synchronously, up to this long, once.
+   */
   busyTimeoutMs?: number;
+  /**
+   * The longest the event loop is blocked in one attempt (SQLite's own busy handler), in milliseconds, 0..50;
+   * default 5. When the lock is still held after it, the operation is retried on the scheduler with a backoff from
+   * 1 ms doubling to 50 ms, until busyTimeoutMs.
+   */
+  busySyncWaitMs?: number;
+  /**
+   * PRAGMA synchronous: "normal" (default) syncs the WAL at checkpoints only, so the last transactions committed
+   * before a power loss or OS crash may be lost (never a corrupt database; a process crash loses nothing); "full"
+   * syncs the WAL at every commit, so a committed write survives power loss, at the cost of one fsync per commit.
+   */
+  synchronous?: "normal" | "full";
+  /** Timers of the busy retries; default the real clock. */
+  scheduler?: Scheduler;
 }
+
+/** Counters of a {@link SqliteStore}. */
+export interface SqliteStoreStats {
+  /** Operations that found the write lock held past busySyncWaitMs and were retried asynchronously. */
+  busyRetries: number;
+  /** Operations that gave up after busyTimeoutMs (PersistenceTimeoutError). */
+  busyTimeouts: number;
+}
+
+/** True for SQLite's "the database is locked by another connection" (SQLITE_BUSY and its extended codes). */
+function isBusy(error: unknown): boolean {
+  const code = (error as { code?: unknown } | null)?.code;
+  return typeof code === "string" && code.startsWith("SQLITE_BUSY");
+}
+
+/** Backoff of the asynchronous busy retries, in milliseconds. */
+const busyRetryFirstMs = 1;
+const busyRetryMaxMs = 50;
 
 interface LeaseRow {
   owner: string;
@@ -53,8 +92,10 @@ interface LeaseRow {
 
 /**
  * The SQLite backend (better-sqlite3): the full contract, including the lease table and fence SQL on the database
- * clock (`julianday('now')`). Each operation is one synchronous immediate transaction, so it is atomic. Not a
- * supported clustered mode (REFERENCE §4.7): sharding accepts only "postgres".
+ * clock (`julianday('now')`). Each operation is one synchronous immediate transaction, so it is atomic. While
+ * another connection holds the write lock, an attempt blocks at most busySyncWaitMs (a few milliseconds) and is then
+ * retried on the scheduler, so the event loop keeps running. Not a supported clustered mode (REFERENCE §4.7):
+ * sharding accepts only "postgres".
  */
 export class SqliteStore implements PersistenceStore {
   readonly backendName = "sqlite" as const;
@@ -73,7 +114,19 @@ export class SqliteStore implements PersistenceStore {
     ) => WriteResult
   >;
 
-  private constructor(private readonly db: SqliteDatabase) {
+  /** Busy-retry counters. */
+  readonly stats: SqliteStoreStats = { busyRetries: 0, busyTimeouts: 0 };
+
+  private constructor(
+    private readonly db: SqliteDatabase,
+    private readonly scheduler: Scheduler,
+    private readonly busyTimeoutMs: number,
+    /**
+     * Versions whose checksum this open rewrote from an earlier build's version-and-name checksum to the statement
+     * checksum (once per database; empty afterwards).
+     */
+    readonly rebaselinedMigrations: readonly number[],
+  ) {
     this.s = prepare(db);
     this.appendTx = db.transaction((a: ReturnType<typeof checkAppend>, fingerprint: string): WriteResult => {
       this.checkFenceNow(a.fence);
@@ -147,7 +200,25 @@ export class SqliteStore implements PersistenceStore {
     if (typeof options.dbPath !== "string" || options.dbPath.length === 0) {
       throw new PersistenceConfigurationError("dbPath", "must be a file path or :memory:");
     }
+    const busyTimeoutMs = options.busyTimeoutMs ?? 5000;
+    if (typeof busyTimeoutMs !== "number" || !Number.isSafeInteger(busyTimeoutMs) || busyTimeoutMs < 0) {
+      throw new PersistenceConfigurationError("busyTimeoutMs", "expected a whole number of milliseconds, 0 or more");
+    }
+    const busySyncWaitMs = options.busySyncWaitMs ?? 5;
+    if (
+      typeof busySyncWaitMs !== "number" ||
+      !Number.isSafeInteger(busySyncWaitMs) ||
+      busySyncWaitMs < 0 ||
+      busySyncWaitMs > 50
+    ) {
+      throw new PersistenceConfigurationError("busySyncWaitMs", "expected a whole number of milliseconds 0..50");
+    }
+    const synchronous = options.synchronous ?? "normal";
+    if (synchronous !== "normal" && synchronous !== "full") {
+      throw new PersistenceConfigurationError("synchronous", 'expected "normal" or "full"');
+    }
     let db: SqliteDatabase;
+    let rebaselined: number[];
     try {
       db = new Database(options.dbPath);
       db.pragma("journal_mode = WAL");
@@ -158,34 +229,44 @@ export class SqliteStore implements PersistenceStore {
       );
     }
     try {
-      db.pragma(`busy_timeout = ${options.busyTimeoutMs ?? 5000}`);
-      db.pragma("synchronous = NORMAL");
-      migrate(db);
+      db.pragma(`synchronous = ${synchronous === "full" ? "FULL" : "NORMAL"}`);
+      // Opening is synchronous: its one migration transaction may wait for the lock the whole busyTimeoutMs.
+      db.pragma(`busy_timeout = ${busyTimeoutMs}`);
+      rebaselined = migrate(db);
+      // From now on SQLite's own (blocking) busy handler waits at most busySyncWaitMs; the rest is asynchronous.
+      db.pragma(`busy_timeout = ${busySyncWaitMs}`);
     } catch (error) {
       db.close();
       throw error;
     }
-    return new SqliteStore(db);
+    return new SqliteStore(db, options.scheduler ?? new RealScheduler(), busyTimeoutMs, rebaselined);
   }
 
   async appendEvents(request: AppendEventsRequest): Promise<WriteResult> {
     this.open();
     const append = checkAppend(request);
-    return this.appendTx.immediate(append, eventsFingerprint(append.events));
+    const fingerprint = eventsFingerprint(append.events);
+    return this.run("appendEvents", () => this.appendTx.immediate(append, fingerprint));
   }
 
   async loadEvents(persistenceId: string, afterSeq = 0): Promise<StoredEvent[]> {
     this.open();
     checkPersistenceId(persistenceId);
     checkSequence("afterSeq", afterSeq);
-    const rows = this.s.selectEvents.all(persistenceId, afterSeq) as Record<string, unknown>[];
+    const rows = await this.run(
+      "loadEvents",
+      () => this.s.selectEvents.all(persistenceId, afterSeq) as Record<string, unknown>[],
+    );
     return rows.map((row) => storedEvent(persistenceId, row));
   }
 
   async loadRevision(persistenceId: string): Promise<number> {
     this.open();
     checkPersistenceId(persistenceId);
-    return (this.s.selectRevision.get(persistenceId) as { revision: number } | undefined)?.revision ?? 0;
+    return this.run(
+      "loadRevision",
+      () => (this.s.selectRevision.get(persistenceId) as { revision: number } | undefined)?.revision ?? 0,
+    );
   }
 
   async saveSnapshot(
@@ -198,7 +279,7 @@ export class SqliteStore implements PersistenceStore {
     checkSequence("snapshot.sequenceNr", snapshot.sequenceNr);
     checkRecord("snapshot", snapshot);
     const f = checkFence(fence);
-    return this.tx(() => {
+    return this.tx("saveSnapshot", () => {
       this.checkFenceNow(f);
       return (
         this.s.upsertSnapshot.run(persistenceId, snapshot.sequenceNr, snapshot.manifest, snapshot.payload).changes === 1
@@ -209,7 +290,10 @@ export class SqliteStore implements PersistenceStore {
   async loadSnapshot(persistenceId: string): Promise<SnapshotRecord | null> {
     this.open();
     checkPersistenceId(persistenceId);
-    const row = this.s.selectSnapshot.get(persistenceId) as Record<string, unknown> | undefined;
+    const row = await this.run(
+      "loadSnapshot",
+      () => this.s.selectSnapshot.get(persistenceId) as Record<string, unknown> | undefined,
+    );
     if (row === undefined) return null;
     const sequenceNr = row.sequence_nr;
     if (typeof sequenceNr !== "number" || typeof row.manifest !== "string" || typeof row.payload !== "string") {
@@ -222,7 +306,7 @@ export class SqliteStore implements PersistenceStore {
     this.open();
     checkPersistenceId(persistenceId);
     const f = checkFence(fence);
-    return this.tx(() => {
+    return this.tx("deleteSnapshot", () => {
       this.checkFenceNow(f);
       return this.s.deleteSnapshot.run(persistenceId).changes === 1;
     });
@@ -237,7 +321,7 @@ export class SqliteStore implements PersistenceStore {
     checkPersistenceId(persistenceId);
     checkSequence("toSequenceNr", toSequenceNr);
     const f = checkFence(fence);
-    return this.tx(() => {
+    return this.tx("deleteEventsTo", () => {
       this.checkFenceNow(f);
       const snapshot = this.s.selectSnapshot.get(persistenceId) as { sequence_nr: number } | undefined;
       if (snapshot === undefined || snapshot.sequence_nr < toSequenceNr) {
@@ -262,7 +346,10 @@ export class SqliteStore implements PersistenceStore {
   async loadState(persistenceId: string): Promise<StateRecord | null> {
     this.open();
     checkPersistenceId(persistenceId);
-    const row = this.s.selectState.get(persistenceId) as Record<string, unknown> | undefined;
+    const row = await this.run(
+      "loadState",
+      () => this.s.selectState.get(persistenceId) as Record<string, unknown> | undefined,
+    );
     if (row === undefined) return null;
     if (typeof row.revision !== "number" || typeof row.manifest !== "string") {
       throw new CorruptPersistentRecordError(
@@ -279,13 +366,17 @@ export class SqliteStore implements PersistenceStore {
     this.open();
     validateLeaseKey(key);
     validateLeaseRequest(owner, durationMs);
-    const row = this.s.acquireLease.get({
-      cluster: key.clusterName,
-      type: key.entityType,
-      shard: key.shardId,
-      owner,
-      duration: durationMs,
-    }) as LeaseRow | undefined;
+    const row = await this.run(
+      "acquireShardLease",
+      () =>
+        this.s.acquireLease.get({
+          cluster: key.clusterName,
+          type: key.entityType,
+          shard: key.shardId,
+          owner,
+          duration: durationMs,
+        }) as LeaseRow | undefined,
+    );
     return row === undefined ? null : leaseToken(key, row);
   }
 
@@ -294,9 +385,13 @@ export class SqliteStore implements PersistenceStore {
     validateLeaseToken(token);
     validateLeaseRequest(token.owner, durationMs);
     const k = token.key;
-    const row = this.s.renewLease.get(durationMs, k.clusterName, k.entityType, k.shardId, token.owner, token.epoch) as
-      | LeaseRow
-      | undefined;
+    const row = await this.run(
+      "renewShardLease",
+      () =>
+        this.s.renewLease.get(durationMs, k.clusterName, k.entityType, k.shardId, token.owner, token.epoch) as
+          | LeaseRow
+          | undefined,
+    );
     return row === undefined ? null : leaseToken(k, row);
   }
 
@@ -304,7 +399,15 @@ export class SqliteStore implements PersistenceStore {
     this.open();
     validateLeaseToken(token);
     const k = token.key;
-    return this.s.releaseLease.run(k.clusterName, k.entityType, k.shardId, token.owner, token.epoch).changes === 1;
+    return this.run(
+      "releaseShardLease",
+      () => this.s.releaseLease.run(k.clusterName, k.entityType, k.shardId, token.owner, token.epoch).changes === 1,
+    );
+  }
+
+  /** The connection's PRAGMA synchronous: "normal" or "full". */
+  get synchronous(): "normal" | "full" {
+    return this.db.pragma("synchronous", { simple: true }) === 2 ? "full" : "normal";
   }
 
   async close(): Promise<void> {
@@ -318,24 +421,65 @@ export class SqliteStore implements PersistenceStore {
     manifest: string,
     payload: string | null,
     deleted: boolean,
-  ): WriteResult {
+  ): WriteResult | Promise<WriteResult> {
     checkPersistenceId(request.persistenceId);
     checkSequence("expectedRevision", request.expectedRevision);
     const op = OperationId.from(request.operationId).value;
     const fence = checkFence(request.fence);
-    return this.stateTx.immediate(
-      request.persistenceId,
-      request.expectedRevision,
-      op,
-      manifest,
-      payload,
-      deleted,
-      fence,
+    return this.run(deleted ? "deleteState" : "saveState", () =>
+      this.stateTx.immediate(request.persistenceId, request.expectedRevision, op, manifest, payload, deleted, fence),
     );
   }
 
-  private tx<R>(fn: () => R): R {
-    return this.db.transaction(fn).immediate();
+  private tx<R>(operation: string, fn: () => R): R | Promise<R> {
+    const transaction = this.db.transaction(fn);
+    return this.run(operation, () => transaction.immediate());
+  }
+
+  /**
+   * Runs `work` (one synchronous statement or transaction) now; when another connection holds the write lock past
+   * busySyncWaitMs, retries it on the scheduler instead of blocking the event loop, until busyTimeoutMs.
+   * @throws PersistenceTimeoutError after busyTimeoutMs; StoreClosedError when the store closed meanwhile
+   */
+  private run<R>(operation: string, work: () => R): R | Promise<R> {
+    try {
+      return work();
+    } catch (error) {
+      if (!isBusy(error)) throw error;
+      return this.retryWhenBusy(operation, work);
+    }
+  }
+
+  private retryWhenBusy<R>(operation: string, work: () => R): Promise<R> {
+    this.stats.busyRetries++;
+    const startedMs = this.scheduler.now();
+    return new Promise<R>((resolve, reject) => {
+      let delayMs = busyRetryFirstMs;
+      const attempt = (): void => {
+        if (this.closed) {
+          reject(new StoreClosedError("sqlite"));
+          return;
+        }
+        try {
+          resolve(work());
+          return;
+        } catch (error) {
+          if (!isBusy(error)) {
+            reject(error);
+            return;
+          }
+        }
+        const waitedMs = this.scheduler.now() - startedMs;
+        if (waitedMs >= this.busyTimeoutMs) {
+          this.stats.busyTimeouts++;
+          reject(new PersistenceTimeoutError(operation, this.busyTimeoutMs));
+          return;
+        }
+        delayMs = Math.min(delayMs * 2, busyRetryMaxMs);
+        this.scheduler.scheduleOnce(Math.min(delayMs, this.busyTimeoutMs - waitedMs), attempt);
+      };
+      this.scheduler.scheduleOnce(busyRetryFirstMs, attempt);
+    });
   }
 
   private checkFenceNow(fence: ShardLeaseToken | null): void {
@@ -416,23 +560,38 @@ function prepare(db: SqliteDatabase) {
   };
 }
 
-function migrate(db: SqliteDatabase): void {
+/** Runs the pending migrations; returns the versions re-baselined from an earlier build's checksums. */
+function migrate(db: SqliteDatabase): number[] {
   // SQLite serialises writers itself: the immediate transaction around the history read is the schema lock.
   db.exec(`CREATE TABLE IF NOT EXISTS movie_schema_migration (version INTEGER PRIMARY KEY, name TEXT NOT NULL,
     checksum TEXT NOT NULL, applied_at TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP)`);
-  db.transaction(() => {
-    const applied = db
-      .prepare("SELECT version, name, checksum FROM movie_schema_migration")
-      .all() as AppliedMigration[];
-    for (const migration of pendingMigrations(sqliteMigrations, applied)) {
-      for (const sql of migration.statements) db.exec(sql);
-      db.prepare("INSERT INTO movie_schema_migration (version, name, checksum) VALUES (?, ?, ?)").run(
-        migration.version,
-        migration.name,
-        migration.checksum,
-      );
-    }
-  }).immediate();
+  return db
+    .transaction((): number[] => {
+      const applied = db
+        .prepare("SELECT version, name, checksum FROM movie_schema_migration")
+        .all() as AppliedMigration[];
+      const plan = planMigrations(sqliteMigrations, applied);
+      if (plan.rebaseline.length > 0) {
+        // Rows of an earlier build (version and name only): the objects its history creates are the evidence that this
+        // history ran; then each row gets the statement checksum, once, in this same transaction.
+        const objects = db
+          .prepare("SELECT type || ':' || lower(name) AS o FROM sqlite_master WHERE type IN ('table', 'index')")
+          .all() as { o: string }[];
+        checkRebaseline(sqliteMigrations, plan, new Set(objects.map((r) => r.o)));
+        const update = db.prepare("UPDATE movie_schema_migration SET checksum = ? WHERE version = ? AND name = ?");
+        for (const m of plan.rebaseline) update.run(m.checksum, m.version, m.name);
+      }
+      for (const migration of plan.pending) {
+        for (const sql of migration.statements) db.exec(sql);
+        db.prepare("INSERT INTO movie_schema_migration (version, name, checksum) VALUES (?, ?, ?)").run(
+          migration.version,
+          migration.name,
+          migration.checksum,
+        );
+      }
+      return plan.rebaseline.map((m) => m.version);
+    })
+    .immediate();
 }
 
 function storedEvent(persistenceId: string, row: Record<string, unknown>): StoredEvent {

@@ -14,8 +14,9 @@ import { bindEntity } from "../lease/entity-epoch.ts";
 import type { LeaseCounter } from "../lease/lease-book.ts";
 import { LeaseKeeper, type LeaseStore } from "../lease/lease-keeper.ts";
 import type { ShardLeaseToken } from "../lease/lease-token.ts";
-import type { ShardingProvider } from "../provider.ts";
+import { entitySpawnOptions, type ShardingProvider } from "../provider.ts";
 import type { ShardingSettings } from "../settings.ts";
+import { ShardBudgets } from "../shard-budgets.ts";
 import type { MutableShardingStats } from "../stats.ts";
 
 /** Which persistence extension backs a provider. */
@@ -72,6 +73,8 @@ export class PersistentEntityProvider<T> implements ShardingProvider {
   /** Entity actor path → shard, from activation until its Terminated arrives (dead letters name the path). */
   private readonly shardByPath = new Map<string, number>();
   private readonly unsubscribeDeadLetters: () => void;
+  /** Null when `shardMailboxCapacity` is unbounded. */
+  private readonly budgets: ShardBudgets | null;
 
   /** @throws ClusterShardingConfigurationError for invalid lease settings */
   constructor(private readonly options: PersistentProviderOptions<T>) {
@@ -101,6 +104,9 @@ export class PersistentEntityProvider<T> implements ShardingProvider {
       },
     );
     this.unsubscribeDeadLetters = options.onDeadLetter((letter) => this.onDeadLetter(letter));
+    const shardCapacity = options.settings.shardMailboxCapacity;
+    this.budgets =
+      shardCapacity === null ? null : new ShardBudgets(options.name, shardCapacity, options.host, options.stats);
   }
 
   get entityCount(): number {
@@ -130,6 +136,11 @@ export class PersistentEntityProvider<T> implements ShardingProvider {
   }
 
   deliver(shardId: number, entityId: string, message: unknown, sender: ActorRef<unknown> | null): void {
+    // Before an activation (and its lease check): a refused command must not create its entity.
+    if (this.budgets !== null) {
+      const existing = this.entities.get(entityId)?.ref ?? this.options.host.self;
+      this.budgets.admit(shardId, message, sender, existing.path.toString());
+    }
     const entity = this.entityFor(shardId, entityId).entity;
     entity.lastActivityMs = this.options.scheduler.now();
     entity.ref.tell(message, sender);
@@ -197,6 +208,8 @@ export class PersistentEntityProvider<T> implements ShardingProvider {
    * left to time out; a tell is dropped (at most once) and counted.
    */
   private onDeadLetter(letter: DeadLetter): void {
+    // A full mailbox already failed the ask with MailboxOverflowError and counted the letter.
+    if (letter.reason === "mailboxOverflow") return;
     const shardId = this.shardByPath.get(letter.recipient);
     if (shardId === undefined) return;
     this.options.stats.rejectedEnvelopes++;
@@ -224,7 +237,11 @@ export class PersistentEntityProvider<T> implements ShardingProvider {
 
   private create(shardId: number, entityId: string, token: ShardLeaseToken): PersistentEntity {
     const name = this.entities.childName(entityId, 180, `@${token.epoch}`);
-    const ref = this.options.host.spawn(this.options.behaviorFor(entityId, token), name) as ActorRef<unknown>;
+    const ref = this.options.host.spawn(
+      this.options.behaviorFor(entityId, token),
+      name,
+      entitySpawnOptions(this.settings, this.budgets, shardId),
+    ) as ActorRef<unknown>;
     this.options.host.watch(ref);
     this.shardByPath.set(ref.path.toString(), shardId);
     const entity: PersistentEntity = { ref, shardId, epoch: token.epoch, lastActivityMs: this.options.scheduler.now() };

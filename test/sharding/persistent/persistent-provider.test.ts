@@ -4,7 +4,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, test } from "node:test";
-import { AskTimeoutError, STOP } from "../../../src/actor/index.ts";
+import { AskTimeoutError, MailboxOverflowError, STOP } from "../../../src/actor/index.ts";
 import {
   Database,
   DurableState,
@@ -19,7 +19,7 @@ import {
 } from "../../../src/persistence/index.ts";
 import { SqliteStore } from "../../../src/persistence/sqlite/index.ts";
 import type { ClusterSharding } from "../../../src/sharding/cluster-sharding.ts";
-import { ClusterShardingConfigurationError } from "../../../src/sharding/errors.ts";
+import { ClusterShardingConfigurationError, ShardMailboxOverflowError } from "../../../src/sharding/errors.ts";
 import {
   initDurableState,
   initEventSourced,
@@ -357,4 +357,112 @@ test("a write under a superseded epoch (a paused owner resuming) commits nothing
   await eventually(() => provider.keeper.state.shards.get(shard) === undefined, {
     what: "the next renewal to find the lease gone",
   });
+});
+
+test("entityMailboxCapacity bounds persistent entities: past it an ask rejects MailboxOverflowError, queued ones persist", async () => {
+  for (const entry of cluster.entries()) entry.unreachable.clear();
+  cluster.emit();
+  const bounded = initEventSourced(sharding, tallies, {
+    ...settings,
+    routingName: "Tally-bounded",
+    entityMailboxCapacity: 2,
+  });
+  await eventually(() => sharding.allocations(bounded).size === 4, { what: "a plan for the bounded facade" });
+  const ref = sharding.entityRefFor(bounded, "b-1");
+  await eventually(
+    async () => {
+      try {
+        return (await ref.ask(new GetTally(), TallyReply, 2_000)).total === 0;
+      } catch {
+        return false;
+      }
+    },
+    { what: "the entity to start under its lease" },
+  );
+  const blocker = await rawClient(pg.url, pg.schema);
+  try {
+    await blocker.query("BEGIN");
+    await blocker.query("LOCK TABLE event_journal IN EXCLUSIVE MODE");
+    const sent = pg.store.groupCommitStats.statements;
+    // The entity is inside its first command (its append waits on the lock) while the next ones queue.
+    const first = ref.ask(new AddPoints(1, "b-op-1"), TallyReply, 10_000);
+    await eventually(() => pg.store.groupCommitStats.statements > sent, { what: "the first append to be sent" });
+    const queued = [
+      ref.ask(new AddPoints(1, "b-op-2"), TallyReply, 10_000),
+      ref.ask(new GetTally(), TallyReply, 10_000),
+    ];
+    const overflows = node.system.mailboxOverflowCount;
+    const rejected = sharding.stats.rejectedEnvelopes;
+    await assert.rejects(ref.ask(new AddPoints(1, "b-op-3"), TallyReply, 5_000), MailboxOverflowError);
+    assert.equal(node.system.mailboxOverflowCount, overflows + 1);
+    assert.equal(sharding.stats.rejectedEnvelopes, rejected, "an overflow is not also a lease-barrier rejection");
+    await blocker.query("COMMIT");
+    assert.equal((await first).total, 1);
+    assert.deepEqual(
+      (await Promise.all(queued)).map((r) => r.total),
+      [2, 2],
+    );
+  } finally {
+    await blocker.query("ROLLBACK").catch(() => undefined);
+    await blocker.end();
+  }
+});
+
+test("shardMailboxCapacity bounds a persistent shard: past it a command to another entity of the shard is refused, typed", async () => {
+  for (const entry of cluster.entries()) entry.unreachable.clear();
+  cluster.emit();
+  const bounded = initEventSourced(sharding, tallies, {
+    ...settings,
+    routingName: "Tally-shard-bounded",
+    shardMailboxCapacity: 2,
+  });
+  await eventually(() => sharding.allocations(bounded).size === 4, { what: "a plan for the shard-bounded facade" });
+  const shard = sharding.shardOf(bounded, "sb-0");
+  const other = Array.from({ length: 100 }, (_, i) => `sb-${i + 1}`).find(
+    (id) => sharding.shardOf(bounded, id) === shard,
+  )!;
+  const ref = sharding.entityRefFor(bounded, "sb-0");
+  await eventually(
+    async () => {
+      try {
+        return (await ref.ask(new GetTally(), TallyReply, 2_000)).total === 0;
+      } catch {
+        return false;
+      }
+    },
+    { what: "the entity to start under its lease" },
+  );
+  const blocker = await rawClient(pg.url, pg.schema);
+  try {
+    await blocker.query("BEGIN");
+    await blocker.query("LOCK TABLE event_journal IN EXCLUSIVE MODE");
+    const sent = pg.store.groupCommitStats.statements;
+    const first = ref.ask(new AddPoints(1, "sb-op-1"), TallyReply, 10_000);
+    await eventually(() => pg.store.groupCommitStats.statements > sent, { what: "the first append to be sent" });
+    const queued = [
+      ref.ask(new AddPoints(1, "sb-op-2"), TallyReply, 10_000),
+      ref.ask(new GetTally(), TallyReply, 10_000),
+    ];
+    const activations = sharding.stats.activations;
+    const rejected = sharding.stats.rejectedEnvelopes;
+    await assert.rejects(sharding.entityRefFor(bounded, other).ask(new GetTally(), TallyReply, 5_000), (e: unknown) => {
+      assert.ok(e instanceof ShardMailboxOverflowError, String(e));
+      assert.equal(e.entityType, "Tally-shard-bounded");
+      assert.equal(e.shardId, shard);
+      return true;
+    });
+    assert.equal(sharding.stats.shardMailboxOverflows, 1);
+    assert.equal(sharding.stats.rejectedEnvelopes, rejected + 1, "one rejection, not also a lease-barrier one");
+    assert.equal(sharding.stats.activations, activations, "the refused command activated nothing");
+    await blocker.query("COMMIT");
+    assert.equal((await first).total, 1);
+    assert.deepEqual(
+      (await Promise.all(queued)).map((r) => r.total),
+      [2, 2],
+    );
+    assert.equal((await sharding.entityRefFor(bounded, other).ask(new GetTally(), TallyReply, 5_000)).total, 0);
+  } finally {
+    await blocker.query("ROLLBACK").catch(() => undefined);
+    await blocker.end();
+  }
 });
