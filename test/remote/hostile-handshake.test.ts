@@ -2,10 +2,7 @@
 // toString, deeply nested arrays and oversized handshake frames, at a node with a secret (server side), from a fake
 // server at a node that dials it (client side), and over TLS. The node refuses each, counts it, and keeps serving.
 import assert from "node:assert/strict";
-import { mkdtempSync, rmSync } from "node:fs";
 import { createServer, type Socket } from "node:net";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { Address, UniqueAddress } from "../../src/actor/index.ts";
 import { describe as describeValue } from "../../src/actor/untrusted.ts";
@@ -13,15 +10,14 @@ import { encodeControlFrame, FrameKind, readControlFrame } from "../../src/remot
 import { FrameDecoder } from "../../src/remote/frame.ts";
 import { handshakeFrameBytesMax, protocolVersion } from "../../src/remote/handshake.ts";
 import { eventually } from "../fixtures/eventually.ts";
+import { createTestPki, hasOpenssl } from "./fixtures/certificates.ts";
 import {
   assertAnswersAsk,
   badToString,
   deepArray,
   deepArrayText,
-  hasOpenssl,
   helloFrame,
   helloFrameWithRaw,
-  makeCertificates,
   rawClient,
 } from "./fixtures/hostile.ts";
 import { Ping } from "./fixtures/messages.ts";
@@ -167,8 +163,8 @@ test("client side: a hostile server's challenge or reject cannot kill the node t
 test("TLS: a hostile hello over an authenticated TLS socket is refused and the node survives", {
   skip: !hasOpenssl(),
 }, async () => {
-  const dir = mkdtempSync(join(tmpdir(), "movie-hostile-tls-"));
-  const good = makeCertificates(dir, "good");
+  const pki = createTestPki();
+  const good = pki.issue("good", "IP:127.0.0.1");
   const t = await startNode("hostile-tls-a", { tls: good, secret: "s" });
   const u = await startNode("hostile-tls-b", { tls: good, secret: "s" });
   try {
@@ -185,6 +181,6 @@ test("TLS: a hostile hello over an authenticated TLS socket is refused and the n
     await assertAnswersAsk(t, u);
   } finally {
     await Promise.all([t.system.terminate(), u.system.terminate()]);
-    rmSync(dir, { recursive: true, force: true });
+    pki.dispose();
   }
 });
