@@ -5,7 +5,7 @@
 // its stack; it never catches one to carry on.
 import { AbstractBehavior, type ActorContext, ActorSystem, silentLogger } from "../../src/actor/index.ts";
 import "../../src/cluster/index.ts";
-import { MessageEncodeError } from "../../src/remote/index.ts";
+import { MessageEncodeError, MessageTooLargeError } from "../../src/remote/index.ts";
 import { ClusterSharding, ShardingSettings } from "../../src/sharding/index.ts";
 import { Ping, Pong } from "../remote/fixtures/messages.ts";
 import { FzPlain, registerFuzzTypes } from "./types.ts";
@@ -153,6 +153,11 @@ class Echo extends AbstractBehavior<unknown> {
       const { name, stack } = describeError(error);
       echo.replyFailed[name] = (echo.replyFailed[name] ?? 0) + 1;
       if (echo.samples.length < 5) echo.samples.push(stack.split("\n").slice(0, 4).join(" <"));
+      // Refused typed is documented (a reply its payload cannot carry); anything else thrown out of tell is a finding.
+      if (!(error instanceof MessageEncodeError) && !(error instanceof MessageTooLargeError)) {
+        seen.resendFailed++;
+        if (seen.samples.length < 10) seen.samples.push(`echo reply: ${stack.split("\n").slice(0, 6).join(" <")}`);
+      }
     }
   }
 }
