@@ -57,6 +57,11 @@ const rows: [string, string | number][] = [
   ["node rejected", JSON.stringify(s.rejected)],
   ["node internal errors (guard) by name", JSON.stringify(s.internalErrors ?? {})],
   ["node handshakes ok / failed", `${s.handshakesOk} / ${s.handshakesFailed}`],
+  ["node idle timeouts / unencodable", `${s.idleTimeouts} / ${s.unencodable}`],
+  [
+    "echo pings / replied / replies refused",
+    `${final.echo.pings} / ${final.echo.replied} / ${JSON.stringify(final.echo.replyFailed)}`,
+  ],
   ["node rss MiB", Math.round(final.memory.rss / 1048576)],
   ["node exited", target.node.exited ? "YES" : "no"],
   ["findings", findings.length],

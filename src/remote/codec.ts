@@ -1,5 +1,6 @@
 import { classNameOf } from "../actor/untrusted.ts";
 import { EnvelopeDecodeError, MessageEncodeError } from "./errors.ts";
+import { jsonNestingMax, nestsTooDeep } from "./json-nesting.ts";
 
 /**
  * A field type of a binary payload codec:
@@ -284,33 +285,6 @@ return {
     checkText: compiled.checkText,
     read: compiled.read,
   };
-}
-
-/**
- * Deepest nesting of arrays and objects a received `"json"` field may have (JSON.stringify recurses, and overflows
- * the stack a few thousand levels down, so a deeper value could be delivered but never sent on).
- */
-export const jsonNestingMax = 1_000;
-
-/** Whether the JSON text `text` (already parsed, so well formed) nests arrays and objects deeper than {@link jsonNestingMax}. */
-export function nestsTooDeep(text: string): boolean {
-  let depth = 0;
-  for (let i = 0; i < text.length; i++) {
-    const c = text.charCodeAt(i);
-    if (c === 0x22) {
-      // Skip the string: its brackets are text. Well-formed JSON, so every escape is a backslash and one more unit.
-      for (i++; i < text.length; i++) {
-        const d = text.charCodeAt(i);
-        if (d === 0x5c) i++;
-        else if (d === 0x22) break;
-      }
-    } else if (c === 0x5b || c === 0x7b) {
-      if (++depth > jsonNestingMax) return true;
-    } else if (c === 0x5d || c === 0x7d) {
-      depth--;
-    }
-  }
-  return false;
 }
 
 /**

@@ -1,5 +1,6 @@
 import { EnvelopeDecodeError } from "./errors.ts";
 import { frameHeaderBytes } from "./frame.ts";
+import { bytesNestTooDeep, jsonNestingMax } from "./json-nesting.ts";
 
 /**
  * The first payload byte of every frame says what it carries. User envelopes and ask failures have a binary header
@@ -254,6 +255,9 @@ export function readUserHeader(frame: Buffer): EnvelopeHeader {
  * @throws EnvelopeDecodeError (reason `undecodable`) for invalid JSON
  */
 export function readPayload(frame: Buffer, at: number, typeName: string, end = frame.length): unknown {
+  if (bytesNestTooDeep(frame, at, end)) {
+    throw new EnvelopeDecodeError("undecodable", `payload nests deeper than ${jsonNestingMax} levels`, typeName);
+  }
   try {
     return JSON.parse(frame.toString("utf8", at, end));
   } catch (error) {
@@ -301,6 +305,9 @@ export function encodeControlFrame(kind: FrameKindValue, body: unknown): Buffer 
  * @throws EnvelopeDecodeError (reason `undecodable`) for invalid JSON or a non-object
  */
 export function readControlFrame(frame: Buffer): Record<string, unknown> {
+  if (bytesNestTooDeep(frame, 1, frame.length)) {
+    throw new EnvelopeDecodeError("undecodable", `control frame nests deeper than ${jsonNestingMax} levels`);
+  }
   let value: unknown;
   try {
     value = JSON.parse(frame.toString("utf8", 1));

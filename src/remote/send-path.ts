@@ -8,6 +8,7 @@ import {
   Terminated,
   Watch,
 } from "../actor/index.ts";
+import { errorName } from "../actor/untrusted.ts";
 import { Association, type AssociationHost } from "./association.ts";
 import type { PayloadCodec } from "./codec.ts";
 import type { Connection } from "./connection.ts";
@@ -84,7 +85,21 @@ export class SendPath {
     if (codec === null) {
       const via = this.writableAssociation(target, message, sender);
       if (via === null) return;
-      const payload = JSON.stringify(message);
+      let payload: string;
+      try {
+        payload = JSON.stringify(message);
+      } catch (error) {
+        // Too deep to serialize (RangeError), a cycle or a BigInt (TypeError), a throwing toJSON: refused typed and
+        // counted like a declared field's value, not thrown out of tell untyped. A message that came from a peer can
+        // be this deep (JSON.parse takes more depth than JSON.stringify gives back).
+        this.stats.unencodable++;
+        throw new MessageEncodeError(
+          registration.name,
+          "(message)",
+          "a value JSON.stringify encodes",
+          errorName(error),
+        );
+      }
       this.writeEnvelope(via, FrameKind.user, target, sender, registration.name, payload, null, null, 0, null);
       return;
     }

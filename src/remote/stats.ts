@@ -35,7 +35,10 @@ export interface RemotingStats {
   droppedBlackholed: number;
   /** Outbound messages dropped because the peer's write buffer was over `maxBufferedBytes`. */
   droppedOverflow: number;
-  /** Outbound messages refused at send because their declared `fields` could not carry a value (MessageEncodeError). */
+  /**
+   * Outbound messages refused at send because their declared `fields` could not carry a value, or JSON.stringify
+   * could not encode a message without fields (MessageEncodeError).
+   */
   unencodable: number;
   /** Header ids the outbound header tables took back from one header to give to another (tables were full). */
   headerEvictions: number;

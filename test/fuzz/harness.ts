@@ -57,6 +57,8 @@ export interface TargetStats {
   };
   /** What the connection guard logged (an error name and text per kind: logged once each). */
   readonly guardReports: string[];
+  /** /user/echo: pings seen, replies sent, replies whose tell threw (by error name) and samples of those. */
+  readonly echo: { pings: number; replied: number; replyFailed: Record<string, number>; samples: string[] };
   readonly members: number;
   readonly memory: NodeJS.MemoryUsage;
 }
@@ -229,6 +231,35 @@ export async function runCampaign(target: Target, options: CampaignOptions): Pro
 
   // The well-behaved peer: a correct ask on its own connection, answered with a Pong.
   const wellBehaved = async (): Promise<void> => {
+    const s0 = await targetStats(target);
+    const t0 = Date.now();
+    try {
+      await wellBehavedAsk();
+    } catch (error) {
+      // The node's view, so the cause shows in the finding: did the ping reach the echo, did it answer, did the node
+      // close the connection as idle (no Pong within heartbeatTimeout), over a bound, or on an error?
+      const message = (error as Error).message;
+      if (crashed()) throw error;
+      const s1 = await targetStats(target);
+      const d = (k: keyof RemotingStats) => (s1.stats[k] as number) - (s0.stats[k] as number);
+      const view = {
+        ms: Date.now() - t0,
+        delivered: d("delivered"),
+        deadLetters: d("deadLetters"),
+        handshakesOk: d("handshakesOk"),
+        handshakesFailed: d("handshakesFailed"),
+        idleTimeouts: d("idleTimeouts"),
+        overflowClosed: d("overflowClosed"),
+        incarnationClaimsRefused: d("incarnationClaimsRefused"),
+        droppedOverflow: d("droppedOverflow"),
+        echoPings: s1.echo.pings - s0.echo.pings,
+        echoReplied: s1.echo.replied - s0.echo.replied,
+        echoReplyFailed: s1.echo.replyFailed,
+      };
+      throw new Error(`${message}; the node saw: ${JSON.stringify(view)}`);
+    }
+  };
+  const wellBehavedAsk = async (): Promise<void> => {
     const peer = await openPeer(host, port);
     const identity = nextIdentity(2);
     totals.connections++;
@@ -883,7 +914,8 @@ function sleep(ms: number): Promise<void> {
 function dedupe(findings: Finding[]): Finding[] {
   const seen = new Set<string>();
   return findings.filter((f) => {
-    const key = `${f.what}|${f.detail.slice(0, 200)}`;
+    // The node's view appended to a failed ask varies per ask; the failure itself is the key.
+    const key = `${f.what}|${f.detail.split("; the node saw")[0]!.slice(0, 200)}`;
     if (seen.has(key)) return false;
     seen.add(key);
     return true;

@@ -5,10 +5,9 @@
 // its stack; it never catches one to carry on.
 import { AbstractBehavior, type ActorContext, ActorSystem, silentLogger } from "../../src/actor/index.ts";
 import "../../src/cluster/index.ts";
-import { MessageEncodeError } from "../../src/remote/index.ts";
+import { MessageEncodeError, MessageTooLargeError } from "../../src/remote/index.ts";
 import { ClusterSharding, ShardingSettings } from "../../src/sharding/index.ts";
 import { Ping, Pong } from "../remote/fixtures/messages.ts";
-import { EchoBehavior } from "../remote/fixtures/nodes.ts";
 import { FzPlain, registerFuzzTypes } from "./types.ts";
 
 function send(message: unknown): void {
@@ -130,6 +129,39 @@ class Sink extends AbstractBehavior<unknown> {
   }
 }
 
+/**
+ * What /user/echo did: pings answered, replies whose tell threw (a hostile Ping's `n` the reply cannot carry, e.g. a
+ * 20,000-deep array JSON.stringify cannot encode) by error name, and a few samples.
+ */
+const echo = { pings: 0, replied: 0, replyFailed: {} as Record<string, number>, samples: [] as string[] };
+
+/**
+ * The liveness actor the well-behaved asks reach. Unlike the test fixture's echo it never lets a reply's throw out
+ * of receive: a throw restarts the actor, and 10 restarts within 60 s (the default supervision) stop it for good, so
+ * ten hostile Pings in a minute would silence every later liveness ask (the node then closes the asker's connection
+ * as idle after heartbeatTimeout), which is this harness's actor failing, not the node. The throws are counted
+ * instead and reported with the stats.
+ */
+class Echo extends AbstractBehavior<unknown> {
+  receive(message: unknown, ctx: ActorContext<unknown>): void {
+    if (!(message instanceof Ping)) return;
+    echo.pings++;
+    try {
+      ctx.sender?.tell(new Pong(message.n), ctx.self);
+      echo.replied++;
+    } catch (error) {
+      const { name, stack } = describeError(error);
+      echo.replyFailed[name] = (echo.replyFailed[name] ?? 0) + 1;
+      if (echo.samples.length < 5) echo.samples.push(stack.split("\n").slice(0, 4).join(" <"));
+      // Refused typed is documented (a reply its payload cannot carry); anything else thrown out of tell is a finding.
+      if (!(error instanceof MessageEncodeError) && !(error instanceof MessageTooLargeError)) {
+        seen.resendFailed++;
+        if (seen.samples.length < 10) seen.samples.push(`echo reply: ${stack.split("\n").slice(0, 6).join(" <")}`);
+      }
+    }
+  }
+}
+
 class Entity extends AbstractBehavior<FzPlain> {
   receive(message: FzPlain, ctx: ActorContext<FzPlain>): void {
     check(message);
@@ -170,7 +202,7 @@ const cluster = await system.enableCluster({
 const shardingOptions = { shardCount: 16 };
 const settingsKey = ShardingSettings.create(shardingOptions).key;
 ClusterSharding.get(system).init("T", FzPlain, shardingOptions, () => new Entity());
-system.spawn(new EchoBehavior(), "echo");
+system.spawn(new Echo(), "echo");
 system.spawn(new Sink(), "sink");
 
 let asks = 0;
@@ -197,6 +229,7 @@ function handle(
         pollution: pollution(),
         seen,
         guardReports,
+        echo,
         members: cluster.snapshot().members.length,
         memory: process.memoryUsage(),
       });

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import fc from "fast-check";
-import { compileCodec, type FieldList, jsonNestingMax } from "../../src/remote/codec.ts";
+import { compileCodec, type FieldList } from "../../src/remote/codec.ts";
 import {
   EnvelopeDecodeError,
   MessageEncodeError,
@@ -9,6 +9,7 @@ import {
   MessageRegistry,
   type StandardSchemaV1,
 } from "../../src/remote/index.ts";
+import { jsonNestingMax } from "../../src/remote/json-nesting.ts";
 import { decodeBinary } from "../../src/remote/message-registry.ts";
 
 const allTypes: FieldList = {

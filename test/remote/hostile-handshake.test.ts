@@ -9,6 +9,7 @@ import { describe as describeValue } from "../../src/actor/untrusted.ts";
 import { encodeControlFrame, FrameKind, readControlFrame } from "../../src/remote/envelope.ts";
 import { FrameDecoder } from "../../src/remote/frame.ts";
 import { handshakeFrameBytesMax, protocolVersion } from "../../src/remote/handshake.ts";
+import { jsonNestingMax } from "../../src/remote/json-nesting.ts";
 import { eventually } from "../fixtures/eventually.ts";
 import { createTestPki, hasOpenssl } from "./fixtures/certificates.ts";
 import {
@@ -52,8 +53,8 @@ test("server side: hello fields that throw on String() are refused with a reason
     { field: "version", value: badToString(), reason: "version" },
     { field: "cluster", value: badToString(), reason: "clusterName" },
     { field: "toSystem", value: badToString(), reason: "systemName" },
-    // As deep as fits under the handshake frame cap.
-    { field: "version", value: deepArray(1500), reason: "version" },
+    // As deep as any peer JSON may nest (jsonNestingMax, the hello's own object included; deeper is refused unparsed).
+    { field: "version", value: deepArray(jsonNestingMax - 1), reason: "version" },
   ];
   for (const c of cases) {
     const failed0 = a.remoting.stats.handshakesFailed;
