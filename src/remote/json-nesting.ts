@@ -8,25 +8,14 @@
 /** Deepest nesting of arrays and objects a received JSON document (payload, control frame or `"json"` field) may have. */
 export const jsonNestingMax = 1_000;
 
-/** Whether the JSON text `text` nests arrays and objects deeper than {@link jsonNestingMax}. */
+/**
+ * Whether the JSON text `text` nests arrays and objects deeper than {@link jsonNestingMax} (a received `"json"` field,
+ * already decoded: the rare long one is scanned as its UTF-8 bytes, one copy).
+ */
 export function nestsTooDeep(text: string): boolean {
-  let depth = 0;
-  for (let i = 0; i < text.length; i++) {
-    const c = text.charCodeAt(i);
-    if (c === 0x22) {
-      // Skip the string: its brackets are text. Every escape is a backslash and one more unit.
-      for (i++; i < text.length; i++) {
-        const d = text.charCodeAt(i);
-        if (d === 0x5c) i++;
-        else if (d === 0x22) break;
-      }
-    } else if (c === 0x5b || c === 0x7b) {
-      if (++depth > jsonNestingMax) return true;
-    } else if (c === 0x5d || c === 0x7d) {
-      depth--;
-    }
-  }
-  return false;
+  if (text.length <= 2 * jsonNestingMax) return false;
+  const bytes = Buffer.from(text, "utf8");
+  return bytesNestTooDeep(bytes, 0, bytes.length);
 }
 
 /**
