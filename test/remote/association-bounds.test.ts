@@ -1,32 +1,12 @@
 import assert from "node:assert/strict";
 import { createServer } from "node:net";
 import { test } from "node:test";
-import {
-  AbstractBehavior,
-  type ActorContext,
-  type ActorRef,
-  type Signal,
-  STOP,
-  Terminated,
-} from "../../src/actor/index.ts";
+import { STOP, type Terminated } from "../../src/actor/index.ts";
 import { encodeControlFrame, FrameKind, writeUserEnvelope } from "../../src/remote/envelope.ts";
 import { eventually } from "../fixtures/eventually.ts";
 import { Forward, Ping, Pong } from "./fixtures/messages.ts";
-import { Collector, EchoBehavior, type Node, startNode } from "./fixtures/nodes.ts";
+import { Collector, EchoBehavior, type Node, startNode, Watcher } from "./fixtures/nodes.ts";
 import { type RawPeer, rawPeer } from "./fixtures/raw-peer.ts";
-
-/** Watches the ref it is told to and records the Terminated signals it gets. */
-class Watcher extends AbstractBehavior<ActorRef<unknown>> {
-  constructor(readonly terminated: Terminated[]) {
-    super();
-  }
-  receive(target: ActorRef<unknown>, ctx: ActorContext<ActorRef<unknown>>): void {
-    ctx.watch(target);
-  }
-  override receiveSignal(signal: Signal): void {
-    if (signal instanceof Terminated) this.terminated.push(signal);
-  }
-}
 
 /** A loopback port nothing listens on (bound, then closed). */
 async function deadPort(): Promise<number> {

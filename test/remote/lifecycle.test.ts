@@ -12,19 +12,7 @@ import {
 import { type AssociationEvent, backoffDefaults, RemoteActorRef, RemoteDeliveryError } from "../../src/remote/index.ts";
 import { eventually } from "../fixtures/eventually.ts";
 import { Ping, Pong } from "./fixtures/messages.ts";
-import { Collector, EchoBehavior, startNode } from "./fixtures/nodes.ts";
-
-class Watcher extends AbstractBehavior<ActorRef<unknown>> {
-  constructor(readonly terminated: Terminated[]) {
-    super();
-  }
-  receive(target: ActorRef<unknown>, ctx: ActorContext<ActorRef<unknown>>): void {
-    ctx.watch(target);
-  }
-  override receiveSignal(signal: Signal): void {
-    if (signal instanceof Terminated) this.terminated.push(signal);
-  }
-}
+import { Collector, EchoBehavior, startNode, Watcher } from "./fixtures/nodes.ts";
 
 type Node = Awaited<ReturnType<typeof startNode>>;
 

@@ -1,29 +1,12 @@
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
-import {
-  AbstractBehavior,
-  type ActorContext,
-  type ActorRef,
-  type Signal,
-  STOP,
-  Terminated,
-} from "../../src/actor/index.ts";
+import { STOP } from "../../src/actor/index.ts";
 import { encodeControlFrame, FrameKind } from "../../src/remote/envelope.ts";
 import { ResendLimiter, SystemInbox, SystemOutbox, systemPendingMax } from "../../src/remote/system-channel.ts";
 import { eventually } from "../fixtures/eventually.ts";
 import { Ping, Pong } from "./fixtures/messages.ts";
-import { EchoBehavior, type Node, startNode } from "./fixtures/nodes.ts";
+import { EchoBehavior, type Node, startNode, Watcher } from "./fixtures/nodes.ts";
 import { rawPeer } from "./fixtures/raw-peer.ts";
-
-class Watcher extends AbstractBehavior<ActorRef<unknown>> {
-  readonly terminated: Terminated[] = [];
-  receive(target: ActorRef<unknown>, ctx: ActorContext<ActorRef<unknown>>): void {
-    ctx.watch(target);
-  }
-  override receiveSignal(signal: Signal): void {
-    if (signal instanceof Terminated) this.terminated.push(signal);
-  }
-}
 
 let a: Node;
 let b: Node;
