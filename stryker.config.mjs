@@ -30,6 +30,7 @@ export const coreTests = [
   "test/sharding/lease/lease-keeper.test.ts",
   "test/sharding/lease/safe-to-own.test.ts",
   "test/cluster/gossip-authorize.test.ts",
+  "test/cluster/gossip-rules.test.ts",
   "test/cluster/merge.test.ts",
   "test/cluster/membership.test.ts",
   "test/cluster/rules.test.ts",
@@ -37,6 +38,9 @@ export const coreTests = [
   "test/cluster/simulation.test.ts",
   "test/sim/*.test.ts",
 ];
+
+/** Where the HTML and JSON reports go (git-ignored); MUTATION_REPORT_DIR keeps one-file runs apart. */
+const reportDir = process.env.MUTATION_REPORT_DIR ?? "reports/mutation";
 
 /** @type {import("@stryker-mutator/api/core").PartialStrykerOptions} */
 export default {
@@ -57,8 +61,8 @@ export default {
   timeoutMS: 30_000,
   timeoutFactor: 2,
   reporters: ["progress", "clear-text", "html", "json"],
-  htmlReporter: { fileName: "reports/mutation/index.html" },
-  jsonReporter: { fileName: "reports/mutation/mutation.json" },
+  htmlReporter: { fileName: `${reportDir}/index.html` },
+  jsonReporter: { fileName: `${reportDir}/mutation.json` },
   clearTextReporter: { allowEmojis: false, logTests: false, reportScoreTable: true },
   tempDirName: ".stryker-tmp",
   cleanTempDir: true,
