@@ -177,7 +177,7 @@ test("bootstrap snapshot peers: Up members other than self, sorted; no peers mea
   const [, effects] = reconcilePlan(emptyPlan, {
     self: b,
     coordinator: b,
-    members: [member("c"), member("a", { status: "Joining" }), member("b"), member("d")],
+    members: [member("d"), member("a", { status: "Joining" }), member("b"), member("c")],
     planner,
     handoffs: new Set(),
     nowMs: 0,
@@ -319,4 +319,43 @@ test("localShards lists the shards self owns in ascending numeric order", () => 
   };
   assert.deepEqual(localShards(s, a), [1, 2, 10]);
   assert.deepEqual(localShards(s, c), []);
+});
+
+test("reconcile does nothing while no coordinator is known", () => {
+  const own: PlanState = { allocations: plan(a, a, a, a), author: a, generation: 3, bootstrap: null };
+  for (const state of [emptyPlan, own]) {
+    const [s, effects] = reconcilePlan(state, {
+      self: a,
+      coordinator: null,
+      members: [member("a"), member("b")],
+      planner,
+      handoffs: new Set([1]),
+      nowMs: 0,
+    });
+    assert.equal(s, state);
+    assert.deepEqual(effects, []);
+  }
+});
+
+test("plan updates: the coordinator's own connection cannot publish a plan in another coordinator's name", () => {
+  // The origin is the coordinator a, but the update claims c as its author: storing it would record c as the term.
+  assert.throws(
+    () =>
+      acceptPlanUpdate(
+        emptyPlan,
+        { coordinator: c, generation: 1, allocations: plan(a) },
+        { coordinator: a, origin: a, self: b, shardCount: 4 },
+      ),
+    /not authorized by the current coordinator/,
+  );
+  // ... nor locally: a node that is coordinator cannot store a plan claiming another author
+  assert.throws(
+    () =>
+      acceptPlanUpdate(
+        emptyPlan,
+        { coordinator: c, generation: 1, allocations: plan(a) },
+        { coordinator: a, origin: null, self: a, shardCount: 4 },
+      ),
+    /not authorized by the current coordinator/,
+  );
 });
