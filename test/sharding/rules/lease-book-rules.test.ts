@@ -249,3 +249,144 @@ test("a delivery after a drain of an in-flight acquire re-owns the shard: the an
   assert.deepEqual(drained(answered), []);
   assert.deepEqual(liveToken(held, 7, 10), token(7, 1));
 });
+
+/** A book holding shard 7 at epoch 1, acquired at time 0. */
+function holding(): LeaseBookState {
+  const [s] = run(ready(7), [
+    { kind: "needLease", requestId: 1, shardId: 7 },
+    { kind: "acquired", callId: 1, shardId: 7, token: token(7, 1) },
+  ]);
+  return s;
+}
+
+/** Shard 7 held, then drained: its release is in flight. Returns the state and the release call id. */
+function releasing(): [LeaseBookState, number] {
+  const [s, e] = run(holding(), [
+    { kind: "drain", shardId: 7 },
+    { kind: "entitiesStopped", shardId: 7 },
+  ]);
+  return [s, callOf(e, "release")];
+}
+
+test("a suspension that finds nothing held moves no loss counter (no zero count)", () => {
+  const [, e] = run(ready(7), [
+    { kind: "needLease", requestId: 1, shardId: 7 },
+    { kind: "safeToOwn", safe: false },
+  ]);
+  assert.ok(!kinds(e).includes("count"), JSON.stringify(e));
+});
+
+test("a shard re-owned while its release is in flight, then drained again: the waiting delivery is refused at once", () => {
+  const [s, releaseId] = releasing();
+  const [waiting, e1] = run(s, [
+    { kind: "own", shardId: 7 },
+    { kind: "needLease", requestId: 2, shardId: 7 },
+  ]);
+  assert.deepEqual(e1, [], "it waits for the release to finish");
+  const [drainedAgain, e2] = step(waiting, { kind: "drain", shardId: 7 }, 1);
+  assert.deepEqual(failures(e2), [[2, "handoff"]]);
+  const [, done] = step(drainedAgain, { kind: "released", callId: releaseId, shardId: 7, released: true }, 2);
+  assert.deepEqual(done, [{ kind: "drained", shardId: 7 }], "nothing acquired, nobody failed twice");
+});
+
+test("a suspension during a release refuses the deliveries waiting on it at once as unsafe; the release completes", () => {
+  const [s, releaseId] = releasing();
+  const [suspended, e] = run(s, [
+    { kind: "own", shardId: 7 },
+    { kind: "needLease", requestId: 2, shardId: 7 },
+    { kind: "safeToOwn", safe: false },
+  ]);
+  assert.deepEqual(failures(e), [[2, "unsafe"]]);
+  assert.ok(!kinds(e).includes("release") && !kinds(e).includes("drained"));
+  const [, done] = step(suspended, { kind: "released", callId: releaseId, shardId: 7, released: true }, 2);
+  assert.deepEqual(done, [{ kind: "drained", shardId: 7 }]);
+});
+
+test("a shard re-owned (without a delivery) while its release is in flight is not acquired when the release ends", () => {
+  const [s, releaseId] = releasing();
+  const [, done] = run(s, [
+    { kind: "own", shardId: 7 },
+    { kind: "released", callId: releaseId, shardId: 7, released: true },
+  ]);
+  assert.deepEqual(done, [{ kind: "drained", shardId: 7 }], "the next delivery acquires, not the release");
+});
+
+test("a release answer for another call, or a shard without a release, is ignored", () => {
+  const [s, releaseId] = releasing();
+  assert.deepEqual(step(s, { kind: "released", callId: releaseId + 1, shardId: 7, released: true }, 1)[1], []);
+  assert.deepEqual(step(s, { kind: "releaseFailed", callId: releaseId, shardId: 8, error: "x" }, 1)[1], []);
+  // an acquire in flight is not ended by a release answer that happens to carry its call id
+  const [acquiring, e] = run(ready(7), [{ kind: "needLease", requestId: 1, shardId: 7 }]);
+  const [still, none] = step(
+    acquiring,
+    { kind: "released", callId: callOf(e, "acquire"), shardId: 7, released: true },
+    1,
+  );
+  assert.deepEqual(none, []);
+  assert.equal(still.shards.get(7)?.phase, "acquiring");
+});
+
+test("verify renews only a lease still valid on the local clock", () => {
+  assert.deepEqual(kinds(step(holding(), { kind: "verify", shardId: 7 }, 9_999)[1]), ["renew"]);
+  assert.deepEqual(step(holding(), { kind: "verify", shardId: 7 }, 10_000)[1], []);
+});
+
+test("a refused delivery says why: not owned after a retain, stopped after a shutdown, error for a bad acquire", () => {
+  const [, retained] = run(ready(7), [
+    { kind: "needLease", requestId: 1, shardId: 7 },
+    { kind: "retain", shardIds: [] },
+  ]);
+  assert.deepEqual(failures(retained), [[1, "not-owned"]]);
+  const [, stopped] = run(holding(), [{ kind: "stopAll" }, { kind: "needLease", requestId: 2, shardId: 7 }]);
+  assert.deepEqual(failures(stopped), [[2, "stopped"]]);
+  const [s, e] = run(ready(7), [{ kind: "needLease", requestId: 3, shardId: 7 }]);
+  const acquireId = callOf(e, "acquire");
+  const bad = step(s, { kind: "acquired", callId: acquireId, shardId: 7, token: token(7, 1, "x") }, 1)[1];
+  assert.deepEqual(failures(bad), [[3, "error"]]);
+  const late = step(s, { kind: "acquired", callId: acquireId, shardId: 7, token: token(7, 1) }, 10_000)[1];
+  assert.deepEqual(failures(late), [[3, "error"]]);
+});
+
+test('an acquire that ends without a lease signals "drained" only when the shard was being given up', () => {
+  const [s, e] = run(ready(7), [{ kind: "needLease", requestId: 1, shardId: 7 }]);
+  const acquireId = callOf(e, "acquire");
+  for (const [at, end] of [
+    [1, { kind: "acquired", callId: acquireId, shardId: 7, token: null }],
+    [1, { kind: "acquired", callId: acquireId, shardId: 7, token: token(7, 1, "x") }],
+    [10_000, { kind: "acquired", callId: acquireId, shardId: 7, token: token(7, 1) }],
+  ] as [number, LeaseInput][]) {
+    assert.deepEqual(drained(step(s, end, at)[1]), [], JSON.stringify(end));
+  }
+});
+
+test("a drain during an acquire wins over a later `own` without a delivery: the token is released, then drained", () => {
+  const [s, e] = run(ready(7), [
+    { kind: "needLease", requestId: 1, shardId: 7 },
+    { kind: "drain", shardId: 7 },
+    { kind: "own", shardId: 7 },
+  ]);
+  const [r, answered] = step(s, { kind: "acquired", callId: callOf(e, "acquire"), shardId: 7, token: token(7, 1) }, 1);
+  assert.deepEqual(kinds(answered), ["release"]);
+  assert.equal(liveToken(r, 7, 1), null);
+  const [, done] = step(r, { kind: "released", callId: callOf(answered, "release"), shardId: 7, released: true }, 2);
+  assert.deepEqual(drained(done), [7]);
+});
+
+test("a renewal tick that finds the node unsafe suspends it even when it holds nothing", () => {
+  const [s] = run(ready(7), [{ kind: "renewTick", shardId: 7, epoch: 1, safeToOwn: false }]);
+  assert.equal(s.safe, false);
+  assert.deepEqual(failures(step(s, { kind: "needLease", requestId: 1, shardId: 7 }, 1)[1]), [[1, "unsafe"]]);
+});
+
+test("after a renewal the next one is due a full interval later: an early tick reschedules instead of renewing", () => {
+  const [s, e] = run(holding(), [{ kind: "renewTick", shardId: 7, epoch: 1, safeToOwn: true }], 3_000);
+  const [renewedState] = step(
+    s,
+    { kind: "renewed", callId: callOf(e, "renew"), shardId: 7, token: token(7, 1) },
+    3_100,
+  );
+  const [, early] = step(renewedState, { kind: "renewTick", shardId: 7, epoch: 1, safeToOwn: true }, 5_000);
+  assert.deepEqual(early, [{ kind: "scheduleRenewal", shardId: 7, epoch: 1, afterMs: 1_100 }]);
+  const [, due] = step(renewedState, { kind: "renewTick", shardId: 7, epoch: 1, safeToOwn: true }, 6_100);
+  assert.deepEqual(kinds(due), ["renew"]);
+});
