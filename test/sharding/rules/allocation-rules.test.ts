@@ -57,8 +57,11 @@ test("Rendezvous places every shard by the documented byte layout, for ports of 
     new UniqueAddress(Address.tcp("shop", "127.0.0.1", port), `u${port}`),
     new UniqueAddress(Address.tcp("shop", "10.0.0.2", port), "x"),
   ]);
+  // a local (hostless, portless) address hashes an empty host and port 0
+  addresses.push(new UniqueAddress(Address.local("shop"), "solo"), new UniqueAddress(Address.local("shop2"), "solo"));
   const members: ShardingMember[] = addresses.map((uniqueAddress) => ({ uniqueAddress, status: "Up", roles: [] }));
   const r = new RendezvousAllocation();
+  assert.equal(r.configurationKey, "RendezvousAllocation", "nodes compare this key to agree on the strategy");
   const shardCount = 256;
   const plan = r.allocateAll(shardCount, members);
   const owners = new Set<string>();
@@ -72,6 +75,11 @@ test("Rendezvous places every shard by the documented byte layout, for ports of 
     owners.add(expected.toString());
   }
   assert.ok(owners.size > 8, "the shards spread over many members, so the ports decide placement");
+  const local = addresses.filter((x) => x.address.host === null);
+  assert.ok(
+    [...Array(shardCount).keys()].some((s) => local.some((l) => documentedOwner(s, addresses).equals(l))),
+    "a local member wins some shard",
+  );
   // scores of members whose ports differ only above the low byte differ
   const [hi1, lo1] = r.score(3, addresses[4]!); // port 256
   const [hi2, lo2] = r.score(3, new UniqueAddress(Address.tcp("shop", "127.0.0.1", 512), "u256"));
