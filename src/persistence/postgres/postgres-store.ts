@@ -41,6 +41,7 @@ import {
   TOMBSTONE_MANIFEST,
   type WriteResult,
 } from "../store.ts";
+import { ACQUIRE_LEASES_SQL, LEASE_BATCH_MAX_ROWS, RENEW_LEASES_SQL } from "./lease-batch-sql.ts";
 import {
   APPEND_BATCH_SQL,
   APPEND_ONE_SQL,
@@ -148,6 +149,11 @@ export class PostgresStore implements PersistenceStore {
   private closed = false;
   private readonly resilient: Resilient;
   private readonly appends: GroupCommit<PendingAppend, boolean>;
+  /**
+   * @internal For benchmarks: false sends every lease call of a batch, and every durable-state write, on its own
+   * (the behaviour before issue 23), so that before and after can alternate in one run.
+   */
+  batching = true;
 
   private constructor(
     /** @internal The pool, for tests and benchmarks that need raw SQL in the same schema. */
@@ -554,6 +560,96 @@ export class PostgresStore implements PersistenceStore {
     return result.rows.length === 0 ? null : leaseToken(k, result.rows[0]);
   }
 
+  async acquireShardLeases(
+    keys: readonly ShardLeaseKey[],
+    owner: string,
+    durationMs: number,
+  ): Promise<(ShardLeaseToken | null)[]> {
+    this.open();
+    for (const key of keys) validateLeaseKey(key);
+    validateLeaseRequest(owner, durationMs);
+    if (keys.length <= 1 || !this.batching) {
+      return Promise.all(keys.map((key) => this.acquireShardLease(key, owner, durationMs)));
+    }
+    return this.leaseBatch(
+      keys,
+      (chunk) =>
+        this.query("acquireShardLeases", "movie_acquire_leases", ACQUIRE_LEASES_SQL, [
+          chunk.map((k) => k.clusterName),
+          chunk.map((k) => k.entityType),
+          chunk.map((k) => k.shardId),
+          owner,
+          durationMs,
+        ]),
+      (key) => key,
+      (key) => this.acquireShardLease(key, owner, durationMs),
+      () => true,
+    );
+  }
+
+  async renewShardLeases(tokens: readonly ShardLeaseToken[], durationMs: number): Promise<(ShardLeaseToken | null)[]> {
+    this.open();
+    for (const t of tokens) {
+      validateLeaseToken(t);
+      validateLeaseRequest(t.owner, durationMs);
+    }
+    if (tokens.length <= 1 || !this.batching) {
+      return Promise.all(tokens.map((t) => this.renewShardLease(t, durationMs)));
+    }
+    return this.leaseBatch(
+      tokens,
+      (chunk) =>
+        this.query("renewShardLeases", "movie_renew_leases", RENEW_LEASES_SQL, [
+          chunk.map((t) => t.key.clusterName),
+          chunk.map((t) => t.key.entityType),
+          chunk.map((t) => t.key.shardId),
+          chunk.map((t) => t.owner),
+          chunk.map((t) => t.epoch),
+          durationMs,
+        ]),
+      (t) => t.key,
+      (t) => this.renewShardLease(t, durationMs),
+      // The same key twice (two tokens of one shard) shares one returned row: it answers only its own token.
+      (t, row) => String(row.owner) === t.owner && Number(row.epoch) === t.epoch,
+    );
+  }
+
+  /**
+   * Sends `items` in statements of at most LEASE_BATCH_MAX_ROWS rows; every item its statement did not answer (its
+   * row locked by a write in flight, or not this owner's to take or renew) is then asked on its own, with the single
+   * statement, whose answer it gets (see lease-batch-sql.ts).
+   */
+  private async leaseBatch<T>(
+    items: readonly T[],
+    send: (chunk: readonly T[]) => Promise<pg.QueryResult>,
+    keyOf: (item: T) => ShardLeaseKey,
+    alone: (item: T) => Promise<ShardLeaseToken | null>,
+    answers: (item: T, row: Record<string, unknown>) => boolean,
+  ): Promise<(ShardLeaseToken | null)[]> {
+    const tokens = new Array<ShardLeaseToken | null>(items.length).fill(null);
+    const unanswered: number[] = [];
+    for (let from = 0; from < items.length; from += LEASE_BATCH_MAX_ROWS) {
+      const chunk = items.slice(from, from + LEASE_BATCH_MAX_ROWS);
+      const result = await send(chunk);
+      const rows = new Map<string, Record<string, unknown>>();
+      for (const row of result.rows as Record<string, unknown>[]) {
+        rows.set(leaseRowKey(String(row.cluster_name), String(row.entity_type), String(row.shard_id)), row);
+      }
+      chunk.forEach((item, i) => {
+        const key = keyOf(item);
+        const row = rows.get(leaseRowKey(key.clusterName, key.entityType, String(key.shardId)));
+        if (row === undefined || !answers(item, row)) unanswered.push(from + i);
+        else tokens[from + i] = leaseToken(key, row);
+      });
+    }
+    await Promise.all(
+      unanswered.map(async (i) => {
+        tokens[i] = await alone(items[i]!);
+      }),
+    );
+    return tokens;
+  }
+
   async releaseShardLease(token: ShardLeaseToken): Promise<boolean> {
     this.open();
     validateLeaseToken(token);
@@ -668,6 +764,10 @@ export class PostgresStore implements PersistenceStore {
 function fenceArgs(fence: ShardLeaseToken | null): unknown[] {
   if (fence === null) return [null, null, null, null, null];
   return [fence.key.clusterName, fence.key.entityType, fence.key.shardId, fence.owner, fence.epoch];
+}
+
+function leaseRowKey(cluster: string, type: string, shard: string): string {
+  return `${cluster}\u0000${type}\u0000${shard}`;
 }
 
 function leaseToken(key: ShardLeaseKey, row: Record<string, unknown>): ShardLeaseToken {
