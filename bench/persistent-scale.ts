@@ -144,7 +144,9 @@ async function upkeep(stores: PostgresStore[], shards: number, mode: Mode, clust
         wanted.push(s);
       }
       for (let attempt = 0; wanted.length > 0; attempt++) {
-        if (attempt > 20) throw new Error(`node ${n}: ${wanted.length} shards not acquired`);
+        if (attempt > 60) throw new Error(`node ${n}: ${wanted.length} shards not acquired`);
+        // A refusal under overload (timeouts, the breaker open) is asked again after a pause, as a retry would be.
+        if (attempt > 0) await new Promise<void>((r) => clock.scheduleOnce(500, r));
         const outcomes = await Promise.allSettled(wanted.map((s) => k.acquire(s)));
         wanted = wanted.filter((_, i) => outcomes[i]!.status === "rejected");
         failedAcquisitions += wanted.length;

@@ -51,6 +51,7 @@ import {
   REVISION_MISMATCH_SQLSTATE,
   sessionOptions,
 } from "./schema.ts";
+import { decodeStateOutcome, type PendingState, revisionMoved, saveStates, WRITE_STATE_SQL } from "./state-batch.ts";
 
 /** Options of {@link PostgresStore.connect}. */
 export interface PostgresStoreOptions {
@@ -149,6 +150,8 @@ export class PostgresStore implements PersistenceStore {
   private closed = false;
   private readonly resilient: Resilient;
   private readonly appends: GroupCommit<PendingAppend, boolean>;
+  /** Durable-state saves and deletes, group-committed like appends (state-batch.ts); each answers its outcome code. */
+  private readonly states: GroupCommit<PendingState, number>;
   /**
    * @internal For benchmarks: false sends every lease call of a batch, and every durable-state write, on its own
    * (the behaviour before issue 23), so that before and after can alternate in one run.
@@ -174,6 +177,11 @@ export class PostgresStore implements PersistenceStore {
       groupCommit,
       (a) => a.persistenceId,
       (batch) => this.insertAppends(batch),
+    );
+    this.states = new GroupCommit(
+      groupCommit,
+      (w) => w.persistenceId,
+      (batch) => this.saveStates(batch),
     );
   }
 
@@ -232,6 +240,11 @@ export class PostgresStore implements PersistenceStore {
   /** Statements and batches of the group commit of one-event appends, and how many appends wait for a statement. */
   get groupCommitStats(): Readonly<GroupCommitStats & { waiting: number }> {
     return { ...this.appends.stats, waiting: this.appends.waiting };
+  }
+
+  /** The same for durable-state saves and deletes. */
+  get stateGroupCommitStats(): Readonly<GroupCommitStats & { waiting: number }> {
+    return { ...this.states.stats, waiting: this.states.waiting };
   }
 
   /** The circuit breaker's mode. */
@@ -338,6 +351,43 @@ export class PostgresStore implements PersistenceStore {
       return Promise.allSettled(batch.map((p) => this.insertAppend(p)));
     }
     return batch.map((p) => ({ status: "fulfilled", value: written.has(p.persistenceId) }));
+  }
+
+  /**
+   * One statement for a group of durable-state writes (at most one per persistence id). A lone write calls
+   * movie_write_state, as before; several go as SAVE_STATES_SQL, and each it did not write asks movie_write_state
+   * alone for its answer (a stale fence, a retry, a conflict or a moved revision, each as a lone write would get it).
+   */
+  private async saveStates(batch: readonly PendingState[]): Promise<PromiseSettledResult<number>[]> {
+    if (this.closed) throw new StoreClosedError("postgres");
+    if (batch.length === 1) return Promise.allSettled([this.saveStateAlone(batch[0]!)]);
+    let written: Set<string>;
+    try {
+      written = await saveStates(this.pool, batch);
+    } catch (error) {
+      // As for appends: a lost connection fails every write of the batch (each caller retries its own); anything
+      // else the server raised for the statement as a whole must not decide a batch-mate's fate.
+      if (isPostgresConnectionError(error) || this.closed) throw error;
+      return Promise.allSettled(batch.map((p) => this.saveStateAlone(p)));
+    }
+    return Promise.allSettled(
+      batch.map((p) =>
+        written.has(p.persistenceId) ? Promise.resolve((p.expectedRevision + 1) * 4) : this.saveStateAlone(p),
+      ),
+    );
+  }
+
+  /** movie_write_state for one write; a moved revision (MV001) answers revisionMoved(actual). */
+  private saveStateAlone(p: PendingState): Promise<number> {
+    return this.pool.query({ name: "movie_write_state", text: WRITE_STATE_SQL, values: p.values as unknown[] }).then(
+      (result) => Number(result.rows[0].outcome),
+      (error: unknown) => {
+        if ((error as { code?: string }).code === REVISION_MISMATCH_SQLSTATE) {
+          return revisionMoved(Number((error as Error).message));
+        }
+        throw error;
+      },
+    );
   }
 
   private insertAppend(p: PendingAppend): Promise<boolean> {
@@ -680,10 +730,41 @@ export class PostgresStore implements PersistenceStore {
     checkSequence("expectedRevision", request.expectedRevision);
     const op = OperationId.from(request.operationId).value;
     const fence = checkFence(request.fence);
+    if (this.batching) {
+      const values = [
+        request.persistenceId,
+        request.expectedRevision,
+        op,
+        stateFingerprint(manifest, payload, deleted),
+        manifest,
+        payload,
+        deleted ? 1 : 0,
+        ...fenceArgs(fence),
+      ];
+      const pending: PendingState = {
+        persistenceId: request.persistenceId,
+        expectedRevision: request.expectedRevision,
+        values,
+      };
+      // Each write keeps its own timeout, retries and breaker admission: only the statement is shared.
+      const outcome = decodeStateOutcome(
+        await this.resilient.run(deleted ? "deleteState" : "saveState", () =>
+          this.closed ? Promise.reject(new StoreClosedError("postgres")) : this.states.submit(pending),
+        ),
+      );
+      if ("actual" in outcome)
+        throw new ConcurrentWriteError(request.persistenceId, request.expectedRevision, outcome.actual);
+      return this.writeOutcome(
+        { status: outcome.status, revision: String(outcome.revision) },
+        request.persistenceId,
+        op,
+        fence,
+      );
+    }
     const row = await this.writeCall(
       deleted ? "deleteState" : "saveState",
       "movie_write_state",
-      "SELECT movie_write_state($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) AS outcome",
+      WRITE_STATE_SQL,
       [
         request.persistenceId,
         request.expectedRevision,
