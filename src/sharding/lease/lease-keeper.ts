@@ -372,7 +372,11 @@ export class LeaseKeeper {
     const now = this.scheduler.now();
     const dueMs = now + afterMs;
     const step = this.roundStepMs;
-    const atMs = this.roundOffsetMs + Math.ceil((dueMs - this.roundOffsetMs) / step) * step;
+    let atMs = this.roundOffsetMs + Math.ceil((dueMs - this.roundOffsetMs) / step) * step;
+    const lease = this.book.shards.get(shardId);
+    // A slow answer (an acquisition under load) leaves less validity than the grid's delay would use up: then the
+    // renewal goes when due, as without rounds, rather than into a round the lease might not live to see.
+    if (lease?.phase === "held" && atMs > dueMs && atMs >= lease.validUntilMs - step) atMs = dueMs;
     let round = this.rounds.get(atMs);
     if (round === undefined) {
       const due = new Map<number, number>();

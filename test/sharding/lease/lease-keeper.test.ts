@@ -360,6 +360,34 @@ describe("lease keeper, renewal rounds (issue 23)", () => {
     assert.equal(s.keeper.requireToken(2).epoch, 1, "still ours and unexpired: taken again in place");
   });
 
+  test("after a slow acquisition the renewal goes when due rather than in a round the lease would not see", async () => {
+    const s = roundsSetup(0.99);
+    let answer!: () => void;
+    const slow = new Promise<void>((resolve) => {
+      answer = resolve;
+    });
+    const acquire = s.store.acquireShardLease.bind(s.store);
+    s.store.acquireShardLease = async (key, owner, ms) => {
+      await slow;
+      return acquire(key, owner, ms);
+    };
+    s.keeper.own(1);
+    assert.throws(() => s.keeper.requireToken(1), ShardLeaseUnavailableError);
+    await flush();
+    // The database took the lease at 0 (valid locally until 10,000) but the answer arrives at 6,600: due at 9,600,
+    // while the grid's next instant (offset 1,485, step 1,500) would be 10,485, past the local validity.
+    s.scheduler.advance(6_600);
+    answer();
+    await flush();
+    await flush();
+    assert.equal(s.keeper.requireToken(1).epoch, 1);
+    s.scheduler.advance(3_000);
+    await flush();
+    assert.deepEqual(s.store.calls.slice(-1), ["renew 1"], "renewed alone at 9,600");
+    assert.equal(s.counts.leaseLosses, 0);
+    assert.equal(s.keeper.requireToken(1).epoch, 1);
+  });
+
   test("the grid offset comes from the random source: two nodes renew at different instants", async () => {
     const instants: number[][] = [];
     for (const random of [0.1, 0.9]) {
