@@ -254,8 +254,11 @@ export async function runScaleBench(): Promise<void> {
     // 1. Lease upkeep at idle, each case on two fresh stores (an overloaded case may leave a breaker open).
     const upkeepRows: UpkeepRow[] = [];
     let clusterN = 0;
-    for (const shards of shardCounts) {
-      for (const mode of modes) {
+    for (const [n, shards] of shardCounts.entries()) {
+      // The order alternates from one shard count to the next, and each case starts after a pause: an overloaded
+      // "before" case leaves the database busy for a while, which must not fall on the case after it only.
+      for (const mode of n % 2 === 1 ? modes : [...modes].reverse()) {
+        await new Promise<void>((r) => clock.scheduleOnce(3_000, r));
         const two = [
           await PostgresStore.connect({ connectionUri: url, schema, poolSize: 16 }),
           await PostgresStore.connect({ connectionUri: url, schema, poolSize: 16 }),
