@@ -16,6 +16,7 @@ import {
   liveToken,
   type StopReason,
   step,
+  stepAll,
 } from "./lease-book.ts";
 import type { ShardLeaseKey, ShardLeaseToken } from "./lease-token.ts";
 
@@ -88,7 +89,7 @@ export class LeaseKeeper {
   /** The grid step and offset of renewal rounds, ms; step 0 when rounds are off. */
   private readonly roundStepMs: number;
   private readonly roundOffsetMs: number;
-  /** Steps in progress that must not send calls yet (feed, a round): their calls leave together at the end. */
+  /** Steps in progress (a feed): the calls they ask for leave together at the end. */
   private holding = 0;
   /** Calls the book asked for, waiting to leave together (only when the store has the batch call). */
   private readonly pendingRenewals: Extract<LeaseEffect, { kind: "renew" }>[] = [];
@@ -209,29 +210,34 @@ export class LeaseKeeper {
 
   /** Steps the book; inputs produced while effects run (synchronous hooks) are queued, so steps never nest. */
   private feed(input: LeaseInput): void {
-    this.queue.push(input);
-    if (this.feeding) return;
+    this.feedAll([input]);
+  }
+
+  /**
+   * Steps the book through `inputs` at once (a renewal round, a batch call's answers: one working copy of the book
+   * for all of them, see `stepAll`), then through whatever the effects queued meanwhile.
+   */
+  private feedAll(inputs: readonly LeaseInput[]): void {
+    if (inputs.length === 0) return;
+    if (this.feeding) {
+      this.queue.push(...inputs);
+      return;
+    }
     this.feeding = true;
     this.holding++;
     try {
-      for (let next = this.queue.shift(); next !== undefined; next = this.queue.shift()) {
-        const [book, effects] = step(this.book, next, this.scheduler.now());
+      let next: readonly LeaseInput[] = inputs;
+      while (next.length > 0) {
+        const [book, effects] =
+          next.length === 1
+            ? step(this.book, next[0]!, this.scheduler.now())
+            : stepAll(this.book, next, this.scheduler.now());
         this.book = book;
         for (const effect of effects) this.perform(effect);
+        next = this.queue.splice(0);
       }
     } finally {
       this.feeding = false;
-      this.holding--;
-    }
-    this.sendPending();
-  }
-
-  /** Runs `steps` (several feeds) so that the calls they ask for leave together, after the last. */
-  private together(steps: () => void): void {
-    this.holding++;
-    try {
-      steps();
-    } finally {
       this.holding--;
     }
     this.sendPending();
@@ -279,16 +285,17 @@ export class LeaseKeeper {
           ),
         group.length,
         (tokens) =>
-          this.together(() =>
-            group.forEach((r, i) => {
-              this.feed({ kind: "renewed", callId: r.callId, shardId: r.token.key.shardId, token: tokens[i] ?? null });
-            }),
+          this.feedAll(
+            group.map((r, i) => ({
+              kind: "renewed",
+              callId: r.callId,
+              shardId: r.token.key.shardId,
+              token: tokens[i] ?? null,
+            })),
           ),
         (error) =>
-          this.together(() =>
-            group.forEach((r) => {
-              this.feed({ kind: "renewFailed", callId: r.callId, shardId: r.token.key.shardId, error });
-            }),
+          this.feedAll(
+            group.map((r) => ({ kind: "renewFailed", callId: r.callId, shardId: r.token.key.shardId, error })),
           ),
       );
     }
@@ -323,19 +330,18 @@ export class LeaseKeeper {
       acquires.length,
       (tokens) => {
         this.acquiring = false;
-        this.together(() =>
-          acquires.forEach((a, i) => {
-            this.feed({ kind: "acquired", callId: a.callId, shardId: a.key.shardId, token: tokens[i] ?? null });
-          }),
+        this.feedAll(
+          acquires.map((a, i) => ({
+            kind: "acquired",
+            callId: a.callId,
+            shardId: a.key.shardId,
+            token: tokens[i] ?? null,
+          })),
         );
       },
       (error) => {
         this.acquiring = false;
-        this.together(() =>
-          acquires.forEach((a) => {
-            this.feed({ kind: "acquireFailed", callId: a.callId, shardId: a.key.shardId, error });
-          }),
-        );
+        this.feedAll(acquires.map((a) => ({ kind: "acquireFailed", callId: a.callId, shardId: a.key.shardId, error })));
       },
     );
   }
@@ -405,11 +411,8 @@ export class LeaseKeeper {
     if (round === undefined) return;
     this.rounds.delete(atMs);
     for (const shardId of round.due.keys()) this.roundOfShard.delete(shardId);
-    this.together(() => {
-      for (const [shardId, epoch] of round.due) {
-        this.feed({ kind: "renewTick", shardId, epoch, safeToOwn: this.hooks.safeToOwn() });
-      }
-    });
+    const safeToOwn = this.hooks.safeToOwn();
+    this.feedAll([...round.due].map(([shardId, epoch]) => ({ kind: "renewTick", shardId, epoch, safeToOwn })));
   }
 
   private perform(effect: LeaseEffect): void {
