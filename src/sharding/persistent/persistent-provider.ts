@@ -102,6 +102,8 @@ export class PersistentEntityProvider<T> implements ShardingProvider {
         safeToOwn: options.safeToOwn,
         log: options.log,
       },
+      // Renewal rounds: a node's upkeep is a few statements per interval, whatever the number of shards it holds.
+      { renewalRounds: true },
     );
     this.unsubscribeDeadLetters = options.onDeadLetter((letter) => this.onDeadLetter(letter));
     const shardCapacity = options.settings.shardMailboxCapacity;

@@ -57,8 +57,11 @@ test("Rendezvous places every shard by the documented byte layout, for ports of 
     new UniqueAddress(Address.tcp("shop", "127.0.0.1", port), `u${port}`),
     new UniqueAddress(Address.tcp("shop", "10.0.0.2", port), "x"),
   ]);
+  // a local (hostless, portless) address hashes an empty host and port 0
+  addresses.push(new UniqueAddress(Address.local("shop"), "solo"), new UniqueAddress(Address.local("shop2"), "solo"));
   const members: ShardingMember[] = addresses.map((uniqueAddress) => ({ uniqueAddress, status: "Up", roles: [] }));
   const r = new RendezvousAllocation();
+  assert.equal(r.configurationKey, "RendezvousAllocation", "nodes compare this key to agree on the strategy");
   const shardCount = 256;
   const plan = r.allocateAll(shardCount, members);
   const owners = new Set<string>();
@@ -72,6 +75,11 @@ test("Rendezvous places every shard by the documented byte layout, for ports of 
     owners.add(expected.toString());
   }
   assert.ok(owners.size > 8, "the shards spread over many members, so the ports decide placement");
+  const local = addresses.filter((x) => x.address.host === null);
+  assert.ok(
+    [...Array(shardCount).keys()].some((s) => local.some((l) => documentedOwner(s, addresses).equals(l))),
+    "a local member wins some shard",
+  );
   // scores of members whose ports differ only above the low byte differ
   const [hi1, lo1] = r.score(3, addresses[4]!); // port 256
   const [hi2, lo2] = r.score(3, new UniqueAddress(Address.tcp("shop", "127.0.0.1", 512), "u256"));
@@ -173,4 +181,100 @@ test("RateLimited without a target: the most loaded hands its lowest shards to t
   assert.deepEqual(policy.selectShards({ members, allocations: tied, targetAllocations: null }), [2]);
   // a single eligible owner: nothing to balance
   assert.deepEqual(policy.selectShards({ members: up("a"), allocations, targetAllocations: null }), []);
+});
+
+/**
+ * REFERENCE §3.3 as a model, written independently of src/: without a target, the most loaded owner (ties: the highest
+ * address) gives its lowest shard to the least loaded (ties: the lowest address) until the range is within the
+ * threshold or maxConcurrent shards are chosen; with a target, the lowest misplaced shards, unless the target is
+ * balanced (range <= 1) and the current loads over the target's hosts are within the threshold.
+ */
+function modelSelect(
+  owners: readonly UniqueAddress[],
+  allocations: ReadonlyMap<number, UniqueAddress>,
+  target: ReadonlyMap<number, UniqueAddress> | null,
+  threshold: number,
+  maxConcurrent: number,
+): number[] {
+  if (owners.length < 2) return [];
+  const sorted = [...owners].sort((x, y) => (x.toString() < y.toString() ? -1 : 1));
+  const loadsOf = (plan: ReadonlyMap<number, UniqueAddress>, hosts: readonly UniqueAddress[]) =>
+    hosts.map((h) => [...plan.values()].filter((o) => o.equals(h)).length);
+  const rangeOf = (loads: number[]) => (loads.length === 0 ? 0 : Math.max(...loads) - Math.min(...loads));
+  if (target !== null) {
+    const misplaced = [...target.keys()]
+      .filter((s) => !allocations.get(s)?.equals(target.get(s)!))
+      .sort((x, y) => x - y);
+    const hosts = sorted.filter((o) => [...target.values()].some((t) => t.equals(o)));
+    if (misplaced.length === 0) return [];
+    if (rangeOf(loadsOf(target, hosts)) <= 1 && rangeOf(loadsOf(allocations, hosts)) <= threshold) return [];
+    return misplaced.slice(0, maxConcurrent);
+  }
+  const loads = loadsOf(allocations, sorted);
+  const shards = sorted.map((o) =>
+    [...allocations]
+      .filter(([, x]) => x.equals(o))
+      .map(([s]) => s)
+      .sort((x, y) => x - y),
+  );
+  const selected: number[] = [];
+  while (selected.length < maxConcurrent) {
+    const max = Math.max(...loads);
+    const min = Math.min(...loads);
+    if (max - min <= threshold) break;
+    const most = loads.lastIndexOf(max);
+    const least = loads.indexOf(min);
+    // a shard chosen in this step is not chosen again: an owner holding only received shards gives nothing
+    const shard = shards[most]!.shift();
+    if (shard === undefined) break;
+    selected.push(shard);
+    loads[most]!--;
+    loads[least]!++;
+  }
+  return selected.sort((x, y) => x - y);
+}
+
+test("RateLimited.selectShards matches the REFERENCE §3.3 model, with and without a target (seeded, exhaustive ties)", () => {
+  const names = ["a", "b", "c", "d"];
+  let seed = 12345;
+  const next = (n: number) => {
+    seed = (seed * 1103515245 + 12345) % 2 ** 31;
+    return Math.floor((seed / 2 ** 31) * n); // the high bits: an LCG's low bits cycle
+  };
+  for (let run = 0; run < 1500; run++) {
+    const memberCount = next(5);
+    const members = names.slice(0, memberCount).map((n) => member(n, { status: next(5) === 0 ? "Down" : "Up" }));
+    const owners = members.filter((m) => m.status === "Up").map((m) => m.uniqueAddress);
+    const everyone = names.map((n) => addr(n));
+    const shardCount = 1 + next(12);
+    // insertion order shuffled: the policy must not depend on it
+    const order = [...Array(shardCount).keys()].sort(() => next(3) - 1);
+    const allocations = new Map<number, UniqueAddress>();
+    for (const s of order) if (next(6) !== 0) allocations.set(s, everyone[next(everyone.length)]!);
+    const target =
+      next(2) === 0 || owners.length === 0
+        ? null
+        : new Map(order.map((s) => [s, owners[next(next(2) === 0 ? 1 : owners.length)]!] as const));
+    const threshold = next(3);
+    const maxConcurrent = 1 + next(4);
+    const policy = new RateLimitedRebalance({ threshold, maxConcurrent });
+    const got = policy.selectShards({ members, allocations, targetAllocations: target });
+    const want = modelSelect(owners, allocations, target, threshold, maxConcurrent);
+    assert.deepEqual(
+      got,
+      want,
+      `run ${run}: owners ${owners.map((o) => o.address.system)}, plan ${JSON.stringify([...allocations].map(([s, o]) => [s, o.address.system]))}, target ${target === null ? "none" : JSON.stringify([...target].map(([s, o]) => [s, o.address.system]))}, threshold ${threshold}, max ${maxConcurrent}`,
+    );
+  }
+});
+
+test("RateLimited options: threshold an integer >= 0, maxConcurrent an integer >= 1", () => {
+  assert.equal(new RateLimitedRebalance({ threshold: 0 }).threshold, 0);
+  assert.equal(new RateLimitedRebalance({ maxConcurrent: 1 }).maxConcurrent, 1);
+  for (const threshold of [-1, 0.5, Number.NaN]) {
+    assert.throws(() => new RateLimitedRebalance({ threshold }), /rebalance threshold must be non-negative/);
+  }
+  for (const maxConcurrent of [0, -1, 1.5]) {
+    assert.throws(() => new RateLimitedRebalance({ maxConcurrent }), /maximum concurrent rebalances must be positive/);
+  }
 });
