@@ -27,6 +27,8 @@ export interface SoakOptions {
   readonly workersPerNode: number;
   readonly thinkMs: number;
   readonly retryBudgetMs: number;
+  /** Quiet time before each fault, drawn from [min, max) ms. */
+  readonly gapMs: readonly [number, number];
   readonly say: (line: string) => void;
 }
 
@@ -109,6 +111,7 @@ export async function runSoak(options: SoakOptions): Promise<string> {
       backends: cluster.slots.filter((s) => s.role === "backend").map((s) => s.index),
       slots: cluster.slots.map((s) => s.index),
       leaseDurationMs: soakLeaseDurationMs,
+      gapMs: options.gapMs,
     };
     const phaseStart = now();
     outer: for (let round = 0; ; round++) {
@@ -130,7 +133,7 @@ export async function runSoak(options: SoakOptions): Promise<string> {
       }
       if (now() - phaseStart >= options.faultPhaseMs) break;
     }
-    await sleep(3_000);
+    await sleep(options.gapMs[0]);
     await reviveExited(ctx, faultLog, faults);
     say("stopping the load: writes in flight finish or run out their retry budget");
     await Promise.all(

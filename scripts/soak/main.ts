@@ -44,6 +44,7 @@ await runSoak({
   workersPerNode: workers,
   thinkMs,
   retryBudgetMs: 20_000,
+  gapMs: [2_000, 5_000],
   say,
 });
 const result = checkRun(dir);

@@ -32,6 +32,8 @@ export interface ScheduleShape {
   readonly slots: readonly number[];
   /** The lease duration: a paused owner stays paused longer than it. */
   readonly leaseDurationMs: number;
+  /** Quiet time before each fault is drawn from [min, max) ms. */
+  readonly gapMs: readonly [number, number];
 }
 
 /** Round `round` of the schedule of `seed`. */
@@ -39,7 +41,7 @@ export function planRound(seed: number, round: number, shape: ScheduleShape): Pl
   const rng = new Rng((seed * 7919 + round * 104_729) >>> 0);
   const lease = shape.leaseDurationMs;
   return rng.shuffle(faultKinds).map((kind): PlannedFault => {
-    const gapBeforeMs = 2_000 + rng.int(3_000);
+    const gapBeforeMs = shape.gapMs[0] + rng.int(Math.max(1, shape.gapMs[1] - shape.gapMs[0]));
     switch (kind) {
       case "kill":
       case "leave-rejoin":
