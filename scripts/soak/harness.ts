@@ -15,8 +15,8 @@ import { JsonlWriter, readJsonl } from "./jsonl.ts";
 import { chooseSoakPostgres } from "./postgres.ts";
 import { TcpProxy } from "./proxy.ts";
 import { type FaultKind, faultKinds, planRound } from "./schedule.ts";
-import { soakLeaseDurationMs, soakShardCount } from "./settings.ts";
-import { defaultKeySpace, type HistoryRecord } from "./workload.ts";
+import { soakKeySpace, soakLeaseDurationMs, soakListType, soakShardCount } from "./settings.ts";
+import type { HistoryRecord, KeySpace } from "./workload.ts";
 
 export interface SoakOptions {
   readonly dir: string;
@@ -44,7 +44,7 @@ export interface RunMeta {
   readonly schema: string;
   readonly shardCount: number;
   readonly leaseDurationMs: number;
-  readonly keys: typeof defaultKeySpace;
+  readonly keys: KeySpace;
   readonly loadAverage: { readonly start: number[]; readonly end: number[] };
   readonly faultsByKind: Record<string, number>;
 }
@@ -143,7 +143,7 @@ export async function runSoak(options: SoakOptions): Promise<string> {
     await until(() => cluster.healthy(), 60_000);
     say("reading every list and counter back through the entities, and from the database");
     const reader = cluster.live()[0]!;
-    const finalEntities = await reader.proc!.request({ type: "read-final", keys: defaultKeySpace }, 600_000);
+    const finalEntities = await reader.proc!.request({ type: "read-final", keys: soakKeySpace() }, 600_000);
     writeFileSync(join(dir, "final-entities.json"), `${JSON.stringify(finalEntities)}\n`);
     writeFileSync(join(dir, "final-db.json"), `${JSON.stringify(await dumpDatabase(postgres.url, schema))}\n`);
   } finally {
@@ -174,7 +174,7 @@ export async function runSoak(options: SoakOptions): Promise<string> {
     schema,
     shardCount: soakShardCount,
     leaseDurationMs: soakLeaseDurationMs,
-    keys: defaultKeySpace,
+    keys: soakKeySpace(),
     loadAverage: { start: loadStart, end: loadavg() },
     faultsByKind,
   };
@@ -238,7 +238,7 @@ async function dumpDatabase(url: string, schema: string): Promise<object> {
           key,
           seq: Number(r.sequence_nr),
           value,
-          shard: partitioner.shardFor("SoakList", key, soakShardCount),
+          shard: partitioner.shardFor(soakListType, key, soakShardCount),
           epoch: r.shard_epoch === null ? null : Number(r.shard_epoch),
           writeOrder: r.write_order === null ? null : Number(r.write_order),
         };

@@ -30,8 +30,15 @@ import {
   ReadList,
 } from "./entities.ts";
 import { JsonlWriter } from "./jsonl.ts";
-import { soakLeaseDurationMs, soakLeaseRenewIntervalMs, soakShardCount } from "./settings.ts";
-import { defaultKeySpace, type KeySpace, runWorker } from "./workload.ts";
+import {
+  soakCounterType,
+  soakKeySpace,
+  soakLeaseDurationMs,
+  soakLeaseRenewIntervalMs,
+  soakListType,
+  soakShardCount,
+} from "./settings.ts";
+import { type KeySpace, runWorker } from "./workload.ts";
 
 const [slot = "n0", incarnation = "0", role = "backend", portText = "0", seedsText = "self"] = process.argv.slice(2);
 const dir = process.env.MOVIE_SOAK_DIR!;
@@ -87,13 +94,13 @@ const common = {
 };
 const persistent = { ...common, leaseDuration: soakLeaseDurationMs, leaseRenewInterval: soakLeaseRenewIntervalMs };
 const listType = EventSourcing.get(system).registerEntity(ListBehavior, ListCommand, () => new ListBehavior(), {
-  name: "SoakList",
+  name: soakListType,
 });
 const counterType = DurableState.get(system).registerEntity(
   CounterBehavior,
   CounterCommand,
   () => new CounterBehavior(),
-  { name: "SoakCounter" },
+  { name: soakCounterType },
 );
 const lists = initEventSourced(sharding, listType, persistent);
 const counters = initDurableState(sharding, counterType, persistent);
@@ -148,13 +155,11 @@ async function readFinal(keys: KeySpace): Promise<object> {
     failed.push(what);
     return null;
   };
-  for (let i = 0; i < keys.lists; i++) {
-    const key = `l${i}`;
+  for (const key of keys.lists) {
     const r = await attempt(key, () => sharding.entityRefFor(lists, key).ask(new ReadList(), ListReply, 5_000));
     if (r !== null) out.lists[key] = r.values;
   }
-  for (let i = 0; i < keys.counters; i++) {
-    const key = `c${i}`;
+  for (const key of keys.counters) {
     const r = await attempt(key, () =>
       sharding.entityRefFor(counters, key).ask(new ReadCounter(true), CounterReply, 5_000),
     );
@@ -167,7 +172,7 @@ process.on("message", async (command: Command) => {
   try {
     switch (command.type) {
       case "start-load": {
-        const keys = command.keys ?? defaultKeySpace;
+        const keys = command.keys ?? soakKeySpace();
         const current = { active: true, workers: [] as Promise<number>[] };
         load = current;
         for (let w = 0; w < command.workers; w++) {

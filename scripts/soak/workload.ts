@@ -32,14 +32,12 @@ export interface HistoryRecord {
   readonly attempts?: number;
 }
 
-/** The key spaces: enough keys to spread over every shard, few enough to contend. */
+/** The keys the clients use (see keySpace in settings.ts). */
 export interface KeySpace {
-  readonly lists: number;
-  readonly counters: number;
-  readonly mailboxes: number;
+  readonly lists: readonly string[];
+  readonly counters: readonly string[];
+  readonly mailboxes: readonly string[];
 }
-
-export const defaultKeySpace: KeySpace = { lists: 24, counters: 12, mailboxes: 8 };
 
 /** What a worker needs from its node. */
 export interface WorkloadContext {
@@ -128,13 +126,13 @@ export async function runWorker(ctx: WorkloadContext, o: WorkerOptions): Promise
     n++;
     ops++;
     if (r < 0.4) {
-      const key = `l${rng.int(o.keys.lists)}`;
+      const key = rng.pick(o.keys.lists);
       const value = `${o.process}#${n}`;
       await write("append", key, value, () =>
         ctx.list(key).ask(new Append(value, `op-${value}`), AppendAck, o.askTimeoutMs),
       );
     } else if (r < 0.52) {
-      const key = `l${rng.int(o.keys.lists)}`;
+      const key = rng.pick(o.keys.lists);
       rec("invoke", "read", key, null);
       try {
         const reply = await ctx.list(key).ask(new ReadList(), ListReply, o.askTimeoutMs);
@@ -144,11 +142,11 @@ export async function runWorker(ctx: WorkloadContext, o: WorkerOptions): Promise
         rec("fail", "read", key, null, { error: errorName(error) });
       }
     } else if (r < 0.7) {
-      const key = `c${rng.int(o.keys.counters)}`;
+      const key = rng.pick(o.keys.counters);
       const op = `op-${o.process}#${n}`;
       await write("incr", key, op, () => ctx.counter(key).ask(new Increment(op), CounterAck, o.askTimeoutMs));
     } else if (r < 0.75) {
-      const key = `c${rng.int(o.keys.counters)}`;
+      const key = rng.pick(o.keys.counters);
       rec("invoke", "read-counter", key, null);
       try {
         const reply = await ctx.counter(key).ask(new ReadCounter(false), CounterReply, o.askTimeoutMs);
@@ -157,7 +155,7 @@ export async function runWorker(ctx: WorkloadContext, o: WorkerOptions): Promise
         rec("fail", "read-counter", key, null, { error: errorName(error) });
       }
     } else if (r < 0.88) {
-      const key = `m${rng.int(o.keys.mailboxes)}`;
+      const key = rng.pick(o.keys.mailboxes);
       rec("invoke", "tell", key, n);
       try {
         ctx.mailbox(key).tell(new Note(o.process, n));
@@ -166,7 +164,7 @@ export async function runWorker(ctx: WorkloadContext, o: WorkerOptions): Promise
         rec("fail", "tell", key, n, { error: errorName(error) });
       }
     } else {
-      const key = `m${rng.int(o.keys.mailboxes)}`;
+      const key = rng.pick(o.keys.mailboxes);
       rec("invoke", "ask", key, n);
       try {
         const reply = await ctx.mailbox(key).ask(new Ping(o.process, n), Pong, o.askTimeoutMs);
