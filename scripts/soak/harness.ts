@@ -27,6 +27,8 @@ export interface SoakOptions {
   readonly workersPerNode: number;
   readonly thinkMs: number;
   readonly retryBudgetMs: number;
+  /** The PostgreSQL to use instead of choosing one as `npm start` does (the CI soak passes the test server). */
+  readonly postgresUrl?: string;
   /** Quiet time before each fault, drawn from [min, max) ms. */
   readonly gapMs: readonly [number, number];
   readonly say: (line: string) => void;
@@ -60,7 +62,7 @@ export async function runSoak(options: SoakOptions): Promise<string> {
   const originText = originNow();
   const origin = BigInt(originText);
   const now = () => sinceMs(origin);
-  const postgres = await chooseSoakPostgres();
+  const postgres = await chooseSoakPostgres(options.postgresUrl);
   say(`PostgreSQL: ${postgres.description}`);
   const target = new URL(postgres.url);
   const pgProxy = new TcpProxy("postgres", target.hostname, Number(target.port || 5432));

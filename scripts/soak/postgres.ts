@@ -27,7 +27,9 @@ async function answers(url: string): Promise<string | null> {
   }
 }
 
-export async function chooseSoakPostgres(): Promise<SoakPostgres> {
+/** `given` when set (a test's server), else MOVIE_POSTGRES_URL, else the local server, else a throwaway one. */
+export async function chooseSoakPostgres(given?: string): Promise<SoakPostgres> {
+  if (given !== undefined) return { url: given, description: maskUrl(given), owned: null, stop: async () => {} };
   const fromEnv = process.env.MOVIE_POSTGRES_URL?.trim();
   if (fromEnv !== undefined && fromEnv.length > 0) {
     return { url: fromEnv, description: `MOVIE_POSTGRES_URL (${maskUrl(fromEnv)})`, owned: null, stop: async () => {} };

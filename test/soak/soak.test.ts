@@ -1,7 +1,7 @@
 // The CI soak: `npm run soak`'s harness on 3 real node processes (a frontend and two backends) and the test
-// PostgreSQL, one round of the seeded schedule (every fault kind once), then the checker. Any violation fails the
-// test and keeps the run directory for `npm run soak:check -- <dir>`. About two minutes on the project's 2-core
-// machine under load; the run's summary table is printed.
+// PostgreSQL (MOVIE_POSTGRES_TEST_URL, else the local server, else a throwaway one), one round of the seeded schedule
+// (every fault kind once), then the checker. Any violation fails the test and keeps the run directory for
+// `npm run soak:check -- <dir>`. About 100 s on the project's 2-core machine under load; the summary table is printed.
 import assert from "node:assert/strict";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -10,6 +10,7 @@ import { test } from "node:test";
 import { checkRun } from "../../scripts/soak/check.ts";
 import { runSoak } from "../../scripts/soak/harness.ts";
 import { faultKinds } from "../../scripts/soak/schedule.ts";
+import { postgresTestUrl } from "../persistence/pg-fixture.ts";
 
 // A fixed seed: a failure replays with `npm run soak -- --nodes 3 --seconds 0 --seed 17`.
 const seed = Number(process.env.MOVIE_SOAK_SEED ?? 17);
@@ -29,6 +30,7 @@ test(`soak: 3 nodes, every fault kind once (seed ${seed}); nothing acknowledged 
     thinkMs: 20,
     retryBudgetMs: 20_000,
     gapMs: [1_000, 1_500],
+    postgresUrl: await postgresTestUrl(),
     say: (line) => lines.push(line),
   });
   const result = checkRun(dir);
