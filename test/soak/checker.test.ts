@@ -52,7 +52,7 @@ function clean(): RunData {
       h("p1", "invoke", "append", "l0", "a", 0),
       h("p1", "ok", "append", "l0", "a", 10),
       h("p1", "invoke", "append", "l0", "b", 20),
-      h("p1", "ok", "append", "l0", "b", 30),
+      { ...h("p1", "ok", "append", "l0", "b", 30), attempts: 3 },
       h("p2", "invoke", "read", "l0", null, 35),
       h("p2", "ok", "read", "l0", ["a", "b"], 40),
       h("p2", "invoke", "incr", "c0", "op1", 50),
@@ -86,6 +86,7 @@ test("soak checker: a clean hand-made history has no violation, and its counts a
   const j = judge(clean());
   assert.deepEqual(j.violations, []);
   assert.equal(j.lists.counts.appendsOk, 2);
+  assert.equal(j.lists.counts.appendsOkAfterRetry, 1, "b was acknowledged on its third attempt");
   assert.equal(j.lists.counts.reads, 1);
   assert.equal(j.counters.counts.incrementsOk, 1);
   assert.equal(j.mailboxes.counts.delivered, 2);

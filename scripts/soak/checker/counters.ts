@@ -14,6 +14,7 @@ export function checkCounters(
   const v = (check: string, detail: string) => violations.push({ check, detail });
   const counts = {
     incrementsOk: 0,
+    incrementsOkAfterRetry: 0,
     incrementsFail: 0,
     incrementsInfo: 0,
     infoCommitted: 0,
@@ -60,6 +61,7 @@ export function checkCounters(
     const at = index(op);
     if (op.type === "ok") {
       counts.incrementsOk++;
+      if (op.attempts > 1) counts.incrementsOkAfterRetry++;
       if (at === null) {
         counts.lost++;
         v("lost", `counter ${op.key}: acknowledged increment ${String(op.value)} is not in the final state`);

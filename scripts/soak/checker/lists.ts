@@ -37,6 +37,7 @@ export function checkLists(
   const lists = finalLists(events);
   const counts = {
     appendsOk: 0,
+    appendsOkAfterRetry: 0,
     appendsFail: 0,
     appendsInfo: 0,
     infoCommitted: 0,
@@ -89,6 +90,7 @@ export function checkLists(
     const at = index(op);
     if (op.type === "ok") {
       counts.appendsOk++;
+      if (op.attempts > 1) counts.appendsOkAfterRetry++;
       if (at === null) {
         counts.lost++;
         v(

@@ -16,6 +16,8 @@ export interface Operation {
   /** Completion time; null when the process never completed it. */
   readonly complete: number | null;
   readonly error?: string;
+  /** Attempts under the write's one OperationId (1 when not recorded). */
+  readonly attempts: number;
 }
 
 export interface Paired {
@@ -39,6 +41,7 @@ export function pairOperations(history: readonly HistoryLine[]): Paired {
       invoke: inv.time,
       complete: done?.time ?? null,
       ...(done?.error === undefined ? {} : { error: done.error }),
+      attempts: typeof done?.attempts === "number" ? done.attempts : 1,
     });
   };
   for (const line of history) {

@@ -44,6 +44,7 @@ export function summaryMarkdown(j: Judgement, facts: RunFacts): string {
     `| duplicates (list values, counter increments, ordinary deliveries) | ${l.duplicates + c.duplicates + m.duplicates} |`,
     `| values never invoked | ${l.neverInvoked + c.neverInvoked + m.neverSent} |`,
     `| failed writes that happened | ${l.failedButCommitted + c.failedButCommitted} |`,
+    `| writes acknowledged after retries under their one OperationId (appends / increments) | ${fmt(l.appendsOkAfterRetry)} / ${fmt(c.incrementsOkAfterRetry)} |`,
     `| ambiguous appends: committed / not | ${l.infoCommitted} / ${l.infoNotCommitted} |`,
     `| ambiguous increments: committed / not | ${c.infoCommitted} / ${c.infoNotCommitted} |`,
     `| client order violations (lists) | ${l.orderViolations} |`,

@@ -9,6 +9,8 @@ export interface HistoryLine {
   readonly value: unknown;
   readonly time: number;
   readonly error?: string;
+  /** On a write's completion: how many attempts it took under its one OperationId. */
+  readonly attempts?: number;
 }
 
 /** One line of deliveries.jsonl: an ordinary entity received a numbered tell or ask. */
