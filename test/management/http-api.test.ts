@@ -20,7 +20,7 @@ import {
   startShardingNodes,
   terminateAll,
 } from "../sharding/fixtures/tcp-nodes.ts";
-import { bodyJson, rawGet, rawRequest } from "./fixtures.ts";
+import { bodyJson, rawGet, rawRequest } from "./fixtures/raw-http.ts";
 
 const token = "s3cret-token-for-tests-0123456789";
 const log = recordingLogger();

@@ -14,7 +14,7 @@ import { eventually } from "../fixtures/eventually.ts";
 import { freshPostgresStore } from "../persistence/pg-fixture.ts";
 import { DeliverOrder, OrderBehavior, OrderCommand } from "../sharding/fixtures/order.ts";
 import { type ShardingNode, settled, startShardingNodes, terminateAll } from "../sharding/fixtures/tcp-nodes.ts";
-import { rawGet } from "./fixtures.ts";
+import { rawGet } from "./fixtures/raw-http.ts";
 
 abstract class TallyCommand {}
 class Added {
