@@ -110,6 +110,7 @@ test("SIGTERM: the node leaves, its shards and leases move at once, it is remove
     const row = now.find((r) => r.shard_id === old.shard_id)!;
     assert.equal(Number(row.epoch), Number(old.epoch) + 1, `shard ${old.shard_id}: one ownership transfer`);
   }
+  t.diagnostic(`victim held ${held.length} leases; exited after ${exitedMs} ms; shards re-leased after ${movedMs} ms`);
   assert.ok(
     movedMs < leaseDurationMs,
     `shutdown ${exitedMs} ms, shards re-leased after ${movedMs} ms (< ${leaseDurationMs})`,
