@@ -221,7 +221,14 @@ export function createManagementHandler(
       if (!get) wrongMethod("GET");
 
       return new Response(dashboardPage, {
-        headers: { "content-type": "text/html; charset=utf-8", "cache-control": "no-store" },
+        headers: {
+          "content-type": "text/html; charset=utf-8",
+          "cache-control": "no-store",
+          // The page's own inline script and style, its event stream, nothing else.
+          "content-security-policy":
+            "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; img-src data:",
+          "x-content-type-options": "nosniff",
+        },
       });
     }
     if (first === "health" && path.length === 2) {
