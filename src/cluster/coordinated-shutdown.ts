@@ -62,8 +62,15 @@ async function coordinatedShutdown(system: ActorSystem, options: ShutdownOptions
   let removed = false;
   if (cluster !== undefined && !system.isTerminated) {
     const status = cluster.selfStatus;
+    const others = cluster.snapshot().members.filter((m) => !m.uniqueAddress.equals(cluster.selfAddress)).length;
     if (status === "Removed") removed = true;
-    else if (status !== "Down") {
+    else if (others === 0) {
+      // The last member has nobody to hand its shards to: leaving would only wait out the deadline.
+      system.log.info(
+        { node: cluster.selfAddress.toString(), reason },
+        "coordinated shutdown: last member, not leaving",
+      );
+    } else if (status !== "Down") {
       left = true;
       system.log.info(
         { node: cluster.selfAddress.toString(), reason, deadlineMs },

@@ -125,3 +125,13 @@ test("system.shutdown() without a cluster terminates at once and reports that it
   assert.deepEqual([report.left, report.removed, report.reason], [false, false, "shutdown"]);
   assert.equal(system.isTerminated, true);
 });
+
+test("system.shutdown() of the last member terminates without waiting out the deadline", async () => {
+  const system = ActorSystem.create("last", { logger: silentLogger });
+  const remoting = await system.enableRemoting({ host: "127.0.0.1", port: 0 });
+  const cluster = await system.enableCluster({ seedNodes: [remoting.selfAddress.address.hostPort] });
+  await cluster.awaitUp();
+  const report = await system.shutdown({ deadline: 20_000 });
+  assert.deepEqual([report.left, report.removed], [false, false]);
+  assert.ok(report.elapsedMs < 5_000, `${report.elapsedMs} ms`);
+});
