@@ -216,3 +216,23 @@ export class PersistenceOverloadedError extends Error {
     );
   }
 }
+
+/**
+ * `deleteEventsTo` would delete feed events that a projection has not processed yet (REFERENCE §4.3): its checkpoint
+ * is below the largest offset the delete would remove.
+ */
+export class ProjectionBehindRetentionError extends Error {
+  override readonly name = "ProjectionBehindRetentionError";
+  constructor(
+    readonly persistenceId: string,
+    readonly requestedSequenceNr: number,
+    /** A projection that lags (the one with the smallest checkpoint). */
+    readonly projectionName: string,
+    /** Its checkpoint offset. */
+    readonly checkpointOffset: number,
+  ) {
+    super(
+      `Refusing to delete events of ${persistenceId} up to ${requestedSequenceNr}: projection ${projectionName} is at offset ${checkpointOffset} and has not processed them yet; let it catch up, or delete its checkpoint if it is retired`,
+    );
+  }
+}

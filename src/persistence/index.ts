@@ -7,7 +7,17 @@ export { DurableState, DurableStateBehavior } from "./durable-state.ts";
 export { DurableEffect, DurableStateEffect, Effect, EventEffect } from "./effect.ts";
 export { EntityId, EntityType } from "./entity-type.ts";
 export * from "./errors.ts";
+export { EventFeed, type EventStreamOptions } from "./event-feed.ts";
 export { type BehaviorClass, type EntityContext, EventSourcedBehavior, EventSourcing } from "./event-sourcing.ts";
+export {
+  type EventFilter,
+  type EventPage,
+  type EventQuery,
+  entityTypeOf,
+  type FeedEvent,
+  MAX_TAG_LENGTH,
+  MAX_TAGS_PER_EVENT,
+} from "./feed.ts";
 export { eventsFingerprint, stateFingerprint } from "./fingerprint.ts";
 export {
   defaultGroupCommit,

@@ -6,6 +6,17 @@ import {
   StoreClosedError,
   UnsafeRetentionError,
 } from "../errors.ts";
+import {
+  type CheckedEventQuery,
+  checkEventQuery,
+  checkTags,
+  type EventPage,
+  type EventQuery,
+  entityTypeOf,
+  type FeedEvent,
+  feedPage,
+  matchesQuery,
+} from "../feed.ts";
 import { eventsFingerprint, stateFingerprint } from "../fingerprint.ts";
 import {
   type ShardLeaseKey,
@@ -72,6 +83,10 @@ export class MemoryStore implements PersistenceStore {
   private readonly states = new Map<string, DurableRow>();
   private readonly leases = new Map<string, LeaseRow>();
   private readonly scheduler: Scheduler;
+  /** The feed in offset order (offsets start at 1 and never repeat, also across retention). */
+  private feed: FeedEvent[] = [];
+  private lastOffset = 0;
+  private readonly feedListeners = new Set<() => void>();
   private closed = false;
 
   constructor(options: MemoryStoreOptions = {}) {
@@ -95,15 +110,23 @@ export class MemoryStore implements PersistenceStore {
       throw new ConcurrentWriteError(append.persistenceId, append.expectedRevision, stream.revision);
     }
     const revision = append.expectedRevision + append.events.length;
+    const entityType = entityTypeOf(append.persistenceId);
     append.events.forEach((event, i) => {
-      stream.events.push({
-        sequenceNr: append.expectedRevision + 1 + i,
+      const sequenceNr = append.expectedRevision + 1 + i;
+      stream.events.push({ sequenceNr, manifest: event.manifest, payload: event.payload });
+      this.feed.push({
+        offset: ++this.lastOffset,
+        persistenceId: append.persistenceId,
+        entityType,
+        sequenceNr,
         manifest: event.manifest,
         payload: event.payload,
+        tags: append.tagged ? [...checkTags("event.tags", event.tags)].sort() : [],
       });
     });
     stream.revision = revision;
     stream.operations.set(append.operationId, { fingerprint, revision });
+    if (append.events.length > 0) this.notifyFeed();
     return { revision, duplicate: false };
   }
 
@@ -167,6 +190,7 @@ export class MemoryStore implements PersistenceStore {
     if (stream === undefined) return { deletedEvents: 0, throughSeq: toSequenceNr };
     const before = stream.events.length;
     stream.events = stream.events.filter((e) => e.sequenceNr > toSequenceNr);
+    this.feed = this.feed.filter((e) => e.persistenceId !== persistenceId || e.sequenceNr > toSequenceNr);
     return { deletedEvents: before - stream.events.length, throughSeq: toSequenceNr };
   }
 
@@ -232,8 +256,51 @@ export class MemoryStore implements PersistenceStore {
     return true;
   }
 
+  async queryEvents(query?: EventQuery): Promise<EventPage> {
+    this.open();
+    const q = checkEventQuery(query);
+    return feedPage(q, this.scanFeed(q));
+  }
+
+  async latestOffset(): Promise<number> {
+    this.open();
+    return this.feed[this.feed.length - 1]?.offset ?? 0;
+  }
+
+  onEventsCommitted(listener: () => void): () => void {
+    this.feedListeners.add(listener);
+    return () => this.feedListeners.delete(listener);
+  }
+
   async close(): Promise<void> {
     this.closed = true;
+  }
+
+  private scanFeed(q: CheckedEventQuery): FeedEvent[] {
+    // The first index with an offset above afterOffset (offsets ascend).
+    let lo = 0;
+    let hi = this.feed.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >>> 1;
+      if (this.feed[mid]!.offset <= q.afterOffset) lo = mid + 1;
+      else hi = mid;
+    }
+    const page: FeedEvent[] = [];
+    for (let i = lo; i < this.feed.length && page.length < q.limit; i++) {
+      const event = this.feed[i]!;
+      if (matchesQuery(q, event)) page.push(event);
+    }
+    return page;
+  }
+
+  private notifyFeed(): void {
+    for (const listener of this.feedListeners) {
+      try {
+        listener();
+      } catch {
+        // A wake-up hint: a listener's failure is its own, never the append's.
+      }
+    }
   }
 
   private writeState(

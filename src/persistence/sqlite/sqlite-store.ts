@@ -6,10 +6,12 @@ import {
   OperationConflictError,
   PersistenceConfigurationError,
   PersistenceTimeoutError,
+  ProjectionBehindRetentionError,
   StaleShardOwnerError,
   StoreClosedError,
   UnsafeRetentionError,
 } from "../errors.ts";
+import { checkEventQuery, checkFeedRow, checkTags, type EventPage, type EventQuery, feedPage } from "../feed.ts";
 import { eventsFingerprint, stateFingerprint } from "../fingerprint.ts";
 import {
   type ShardLeaseKey,
@@ -116,6 +118,8 @@ export class SqliteStore implements PersistenceStore {
 
   /** Busy-retry counters. */
   readonly stats: SqliteStoreStats = { busyRetries: 0, busyTimeouts: 0 };
+  private readonly feedListeners = new Set<() => void>();
+  private readonly feedQueries = new Map<string, Statement>();
 
   private constructor(
     private readonly db: SqliteDatabase,
@@ -156,7 +160,13 @@ export class SqliteStore implements PersistenceStore {
         return { revision, duplicate: false };
       }
       a.events.forEach((event, i) => {
+        // The movie_event_feed trigger gives the row its feed offset (migration 8).
         this.s.insertEvent.run(a.persistenceId, a.expectedRevision + 1 + i, event.manifest, event.payload);
+        if (a.tagged) {
+          for (const tag of checkTags("event.tags", event.tags)) {
+            this.s.insertTag.run(tag, a.persistenceId, a.expectedRevision + 1 + i);
+          }
+        }
       });
       return { revision, duplicate: false };
     });
@@ -246,7 +256,9 @@ export class SqliteStore implements PersistenceStore {
     this.open();
     const append = checkAppend(request);
     const fingerprint = eventsFingerprint(append.events);
-    return this.run("appendEvents", () => this.appendTx.immediate(append, fingerprint));
+    const result = await this.run("appendEvents", () => this.appendTx.immediate(append, fingerprint));
+    if (!result.duplicate && append.events.length > 0) this.notifyFeed();
+    return result;
   }
 
   async loadEvents(persistenceId: string, afterSeq = 0): Promise<StoredEvent[]> {
@@ -327,7 +339,20 @@ export class SqliteStore implements PersistenceStore {
       if (snapshot === undefined || snapshot.sequence_nr < toSequenceNr) {
         throw new UnsafeRetentionError(persistenceId, toSequenceNr, snapshot?.sequence_nr ?? null);
       }
+      const lagging = this.s.laggingProjection.get(persistenceId, toSequenceNr) as
+        | { projection_name: string; event_offset: number }
+        | undefined;
+      if (lagging !== undefined) {
+        throw new ProjectionBehindRetentionError(
+          persistenceId,
+          toSequenceNr,
+          lagging.projection_name,
+          lagging.event_offset,
+        );
+      }
       const deleted = this.s.deleteEvents.run(persistenceId, toSequenceNr).changes;
+      this.s.deleteTags.run(persistenceId, toSequenceNr);
+      this.s.deleteFeed.run(persistenceId, toSequenceNr);
       return { deletedEvents: deleted, throughSeq: toSequenceNr };
     });
   }
@@ -403,6 +428,73 @@ export class SqliteStore implements PersistenceStore {
       "releaseShardLease",
       () => this.s.releaseLease.run(k.clusterName, k.entityType, k.shardId, token.owner, token.epoch).changes === 1,
     );
+  }
+
+  async queryEvents(query?: EventQuery): Promise<EventPage> {
+    this.open();
+    const q = checkEventQuery(query);
+    const values: unknown[] = [q.afterOffset];
+    if (q.entityTypes !== null) values.push(JSON.stringify(q.entityTypes));
+    if (q.persistenceId !== null) values.push(q.persistenceId);
+    if (q.tag !== null) values.push(q.tag, q.afterOffset);
+    values.push(q.limit);
+    const statement = this.feedQuery(q.entityTypes !== null, q.persistenceId !== null, q.tag !== null);
+    const rows = await this.run("queryEvents", () => statement.all(...values) as Record<string, unknown>[]);
+    return feedPage(
+      q,
+      rows.map((r) =>
+        checkFeedRow(
+          r.event_offset,
+          r.persistence_id,
+          r.entity_type,
+          r.sequence_nr,
+          r.manifest,
+          r.payload,
+          typeof r.tags === "string" ? parseTags(r.tags) : r.tags,
+        ),
+      ),
+    );
+  }
+
+  async latestOffset(): Promise<number> {
+    this.open();
+    return this.run("latestOffset", () => (this.s.latestOffset.get() as { o: number }).o);
+  }
+
+  onEventsCommitted(listener: () => void): () => void {
+    this.feedListeners.add(listener);
+    return () => this.feedListeners.delete(listener);
+  }
+
+  private notifyFeed(): void {
+    for (const listener of this.feedListeners) {
+      try {
+        listener();
+      } catch {
+        // A wake-up hint: a listener's failure is its own.
+      }
+    }
+  }
+
+  /** The prepared page statement for a filter combination (see postgres/feed-schema.ts queryEventsSql). */
+  private feedQuery(types: boolean, pid: boolean, tag: boolean): Statement {
+    const key = `${Number(types)}${Number(pid)}${Number(tag)}`;
+    let statement = this.feedQueries.get(key);
+    if (statement === undefined) {
+      const where = ["f.event_offset > ?"];
+      if (types) where.push("f.entity_type IN (SELECT value FROM json_each(?))");
+      if (pid) where.push("f.persistence_id = ?");
+      if (tag)
+        where.push("f.event_offset IN (SELECT g.event_offset FROM event_tag g WHERE g.tag = ? AND g.event_offset > ?)");
+      statement = this.db.prepare(`SELECT f.event_offset, f.persistence_id, f.entity_type, f.sequence_nr, j.manifest,
+          j.payload, (SELECT json_group_array(t.tag) FROM (SELECT tag FROM event_tag WHERE event_offset = f.event_offset
+            ORDER BY tag) AS t) AS tags
+        FROM event_feed f JOIN event_journal j ON j.persistence_id = f.persistence_id AND j.sequence_nr = f.sequence_nr
+        WHERE ${where.join(" AND ")}
+        ORDER BY f.event_offset LIMIT ?`);
+      this.feedQueries.set(key, statement);
+    }
+    return statement;
   }
 
   /** The connection's PRAGMA synchronous: "normal" or "full". */
@@ -516,6 +608,22 @@ function prepare(db: SqliteDatabase) {
       "SELECT sequence_nr, manifest, payload FROM event_journal WHERE persistence_id = ? AND sequence_nr > ? ORDER BY sequence_nr",
     ),
     deleteEvents: p("DELETE FROM event_journal WHERE persistence_id = ? AND sequence_nr <= ?"),
+    insertTag: p(
+      `INSERT OR IGNORE INTO event_tag (tag, event_offset)
+        SELECT ?, event_offset FROM event_feed WHERE persistence_id = ? AND sequence_nr = ?`,
+    ),
+    deleteTags: p(
+      `DELETE FROM event_tag WHERE event_offset IN (SELECT event_offset FROM event_feed
+        WHERE persistence_id = ? AND sequence_nr <= ?)`,
+    ),
+    deleteFeed: p("DELETE FROM event_feed WHERE persistence_id = ? AND sequence_nr <= ?"),
+    latestOffset: p("SELECT coalesce(max(event_offset), 0) AS o FROM event_feed"),
+    // A projection whose checkpoint is below the largest offset a retention delete would remove (REFERENCE §4.3).
+    laggingProjection: p(
+      `SELECT c.projection_name, c.event_offset FROM projection_checkpoint c
+        WHERE c.event_offset < (SELECT max(f.event_offset) FROM event_feed f WHERE f.persistence_id = ? AND f.sequence_nr <= ?)
+        ORDER BY c.event_offset, c.projection_name LIMIT 1`,
+    ),
     upsertSnapshot: p(
       `INSERT INTO snapshot_store (persistence_id, sequence_nr, manifest, payload) VALUES (?, ?, ?, ?)
         ON CONFLICT (persistence_id) DO UPDATE SET sequence_nr = excluded.sequence_nr, manifest = excluded.manifest,
@@ -606,6 +714,15 @@ function storedEvent(persistenceId: string, row: Record<string, unknown>): Store
     throw new CorruptPersistentRecordError(persistenceId, sequenceNr, "payload is not text");
   }
   return { sequenceNr, manifest: row.manifest, payload: row.payload };
+}
+
+/** The JSON tag list of a feed row; a malformed one is left for checkFeedRow to refuse. */
+function parseTags(text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch {
+    return text;
+  }
 }
 
 function leaseToken(key: ShardLeaseKey, row: LeaseRow): ShardLeaseToken {
