@@ -236,3 +236,20 @@ export class ProjectionBehindRetentionError extends Error {
     );
   }
 }
+
+/**
+ * A projection's checkpoint was not where this instance expected it: another instance (or a rebuild) moved it, so
+ * this batch committed nothing. The runner reloads the checkpoint and continues from there.
+ */
+export class ProjectionCheckpointConflictError extends Error {
+  override readonly name = "ProjectionCheckpointConflictError";
+  constructor(
+    readonly projectionName: string,
+    readonly expectedOffset: number,
+    readonly actualOffset: number,
+  ) {
+    super(
+      `Projection ${projectionName} checkpoint is at ${actualOffset}, not ${expectedOffset}: another instance or a rebuild moved it, so this batch committed nothing; reload the checkpoint and continue from it`,
+    );
+  }
+}

@@ -8,6 +8,7 @@
 
 import { describe } from "../actor/untrusted.ts";
 import { CorruptPersistentRecordError, InvalidPersistenceRequestError } from "./errors.ts";
+import type { ShardLeaseToken } from "./lease.ts";
 import { checkPersistenceId, checkStoredEvent } from "./store.ts";
 
 /** A page request of the feed: events with offset above `afterOffset`, oldest first, optionally filtered. */
@@ -180,4 +181,46 @@ export function checkFeedRow(
     payload: event.payload,
     tags: tagList as string[],
   };
+}
+
+/**
+ * The handle an exactly-once projection handler writes through: statements in the same database transaction as the
+ * projection's checkpoint. Parameters are `$1, $2, …` on PostgreSQL and `?` on SQLite; rows come back as objects.
+ */
+export interface ProjectionTransaction {
+  /** The backend the statements run on. */
+  readonly backend: "memory" | "sqlite" | "postgres";
+  query(sql: string, params?: readonly unknown[]): Promise<Record<string, unknown>[]>;
+}
+
+/** A batch of an exactly-once projection: the checkpoint moves from `expectedOffset` to `newOffset` with its writes. */
+export interface ProjectionBatchRequest {
+  readonly name: string;
+  /** Where the checkpoint must be (0 for a projection without one); otherwise ProjectionCheckpointConflictError. */
+  readonly expectedOffset: number;
+  readonly newOffset: number;
+  /** The shard lease the instance runs under; a stale one commits nothing (StaleShardOwnerError). */
+  readonly fence?: ShardLeaseToken | null;
+}
+
+/**
+ * Validates a projection name (the checkpoint's key).
+ * @throws InvalidPersistenceRequestError
+ */
+export function checkProjectionName(name: unknown): string {
+  if (typeof name !== "string" || name.length === 0 || name.length > 256) {
+    throw new InvalidPersistenceRequestError("projection name", `${describe(name)}; expected 1..256 characters`);
+  }
+  return name;
+}
+
+/**
+ * Validates a checkpoint offset.
+ * @throws InvalidPersistenceRequestError
+ */
+export function checkOffset(field: string, offset: unknown): number {
+  if (typeof offset !== "number" || !Number.isSafeInteger(offset) || offset < 0) {
+    throw new InvalidPersistenceRequestError(field, `${describe(offset)}; expected a whole number ≥ 0`);
+  }
+  return offset;
 }

@@ -17,6 +17,8 @@ export {
   type FeedEvent,
   MAX_TAG_LENGTH,
   MAX_TAGS_PER_EVENT,
+  type ProjectionBatchRequest,
+  type ProjectionTransaction,
 } from "./feed.ts";
 export { eventsFingerprint, stateFingerprint } from "./fingerprint.ts";
 export {
@@ -49,6 +51,16 @@ export {
   schemaObjects,
 } from "./migrations.ts";
 export { OperationId } from "./operation-id.ts";
+export {
+  type AtLeastOnceProjection,
+  type ExactlyOnceProjection,
+  type Projection,
+  ProjectionRunner,
+  type ProjectionRunOptions,
+  type ProjectionStats,
+  type ProjectionStatus,
+} from "./projection.ts";
+export { Projections } from "./projections.ts";
 export {
   backoffMs,
   defaultResilience,

@@ -7,7 +7,13 @@
 
 import { describe } from "../actor/untrusted.ts";
 import { CorruptPersistentRecordError, InvalidPersistenceRequestError } from "./errors.ts";
-import { checkTags, type EventPage, type EventQuery } from "./feed.ts";
+import {
+  checkTags,
+  type EventPage,
+  type EventQuery,
+  type ProjectionBatchRequest,
+  type ProjectionTransaction,
+} from "./feed.ts";
 import { type ShardLeaseKey, type ShardLeaseToken, validateLeaseToken } from "./lease.ts";
 import { OperationId } from "./operation-id.ts";
 
@@ -150,6 +156,22 @@ export interface PersistenceStore {
    * LISTENs on one dedicated connection while anyone subscribes. Returns the unsubscribe function.
    */
   onEventsCommitted(listener: () => void): () => void;
+  /** The checkpoint offset of projection `name`, or null when it has none. */
+  loadProjectionOffset(name: string): Promise<number | null>;
+  /**
+   * Sets the checkpoint of projection `name` (at-least-once projections, rebuilds).
+   * @throws StaleShardOwnerError when `fence` is no longer current (nothing written)
+   */
+  saveProjectionOffset(name: string, offset: number, fence?: ShardLeaseToken | null): Promise<void>;
+  /** Removes the checkpoint of projection `name` (a retired projection no longer holds retention back). */
+  deleteProjectionOffset(name: string): Promise<boolean>;
+  /**
+   * Runs `work` in one database transaction that first checks the fence and that the checkpoint is at
+   * `expectedOffset`, and then moves it to `newOffset`: the handler's writes and the checkpoint commit together or not
+   * at all (exactly-once projections). The memory backend has no SQL: its transaction's `query` rejects.
+   * @throws StaleShardOwnerError, ProjectionCheckpointConflictError, or what `work` throws (nothing committed)
+   */
+  runProjectionBatch<R>(request: ProjectionBatchRequest, work: (tx: ProjectionTransaction) => Promise<R>): Promise<R>;
   /** Releases connections and files; later calls fail with StoreClosedError. */
   close(): Promise<void>;
 }

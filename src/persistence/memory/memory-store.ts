@@ -2,6 +2,8 @@ import { RealScheduler, type Scheduler } from "../../actor/index.ts";
 import {
   ConcurrentWriteError,
   OperationConflictError,
+  ProjectionBehindRetentionError,
+  ProjectionCheckpointConflictError,
   StaleShardOwnerError,
   StoreClosedError,
   UnsafeRetentionError,
@@ -9,6 +11,8 @@ import {
 import {
   type CheckedEventQuery,
   checkEventQuery,
+  checkOffset,
+  checkProjectionName,
   checkTags,
   type EventPage,
   type EventQuery,
@@ -16,6 +20,8 @@ import {
   type FeedEvent,
   feedPage,
   matchesQuery,
+  type ProjectionBatchRequest,
+  type ProjectionTransaction,
 } from "../feed.ts";
 import { eventsFingerprint, stateFingerprint } from "../fingerprint.ts";
 import {
@@ -87,6 +93,9 @@ export class MemoryStore implements PersistenceStore {
   private feed: FeedEvent[] = [];
   private lastOffset = 0;
   private readonly feedListeners = new Set<() => void>();
+  private readonly checkpoints = new Map<string, number>();
+  /** Projection batches run one at a time (the memory store's transactions). */
+  private projectionQueue: Promise<unknown> = Promise.resolve();
   private closed = false;
 
   constructor(options: MemoryStoreOptions = {}) {
@@ -186,6 +195,14 @@ export class MemoryStore implements PersistenceStore {
     if (snapshot === undefined || snapshot.sequenceNr < toSequenceNr) {
       throw new UnsafeRetentionError(persistenceId, toSequenceNr, snapshot?.sequenceNr ?? null);
     }
+    let maxOffset = 0;
+    for (const e of this.feed) {
+      if (e.persistenceId === persistenceId && e.sequenceNr <= toSequenceNr) maxOffset = Math.max(maxOffset, e.offset);
+    }
+    const lagging = [...this.checkpoints].filter(([, offset]) => offset < maxOffset).sort((a, b) => a[1] - b[1])[0];
+    if (lagging !== undefined) {
+      throw new ProjectionBehindRetentionError(persistenceId, toSequenceNr, lagging[0], lagging[1]);
+    }
     const stream = this.streams.get(persistenceId);
     if (stream === undefined) return { deletedEvents: 0, throughSeq: toSequenceNr };
     const before = stream.events.length;
@@ -270,6 +287,49 @@ export class MemoryStore implements PersistenceStore {
   onEventsCommitted(listener: () => void): () => void {
     this.feedListeners.add(listener);
     return () => this.feedListeners.delete(listener);
+  }
+
+  async loadProjectionOffset(name: string): Promise<number | null> {
+    this.open();
+    return this.checkpoints.get(checkProjectionName(name)) ?? null;
+  }
+
+  async saveProjectionOffset(name: string, offset: number, fence?: ShardLeaseToken | null): Promise<void> {
+    this.open();
+    checkProjectionName(name);
+    checkOffset("offset", offset);
+    this.checkFenceNow(checkFence(fence));
+    this.checkpoints.set(name, offset);
+  }
+
+  async deleteProjectionOffset(name: string): Promise<boolean> {
+    this.open();
+    return this.checkpoints.delete(checkProjectionName(name));
+  }
+
+  runProjectionBatch<R>(request: ProjectionBatchRequest, work: (tx: ProjectionTransaction) => Promise<R>): Promise<R> {
+    this.open();
+    const name = checkProjectionName(request.name);
+    const expected = checkOffset("expectedOffset", request.expectedOffset);
+    const next = checkOffset("newOffset", request.newOffset);
+    const fence = checkFence(request.fence);
+    const tx: ProjectionTransaction = {
+      backend: "memory",
+      query: () => Promise.reject(new Error("the memory store has no SQL; write the read model elsewhere")),
+    };
+    const run = this.projectionQueue.then(async () => {
+      this.open();
+      this.checkFenceNow(fence);
+      const actual = this.checkpoints.get(name) ?? 0;
+      if (actual !== expected) throw new ProjectionCheckpointConflictError(name, expected, actual);
+      const result = await work(tx);
+      // The fence again at "commit": a lease lost while the handler ran commits nothing.
+      this.checkFenceNow(fence);
+      this.checkpoints.set(name, next);
+      return result;
+    });
+    this.projectionQueue = run.catch(() => {});
+    return run;
   }
 
   async close(): Promise<void> {

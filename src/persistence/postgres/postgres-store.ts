@@ -7,11 +7,23 @@ import {
   OperationConflictError,
   PersistenceConfigurationError,
   ProjectionBehindRetentionError,
+  ProjectionCheckpointConflictError,
   StaleShardOwnerError,
   StoreClosedError,
   UnsafeRetentionError,
 } from "../errors.ts";
-import { checkEventQuery, checkFeedRow, checkTags, type EventPage, type EventQuery, feedPage } from "../feed.ts";
+import {
+  checkEventQuery,
+  checkFeedRow,
+  checkOffset,
+  checkProjectionName,
+  checkTags,
+  type EventPage,
+  type EventQuery,
+  feedPage,
+  type ProjectionBatchRequest,
+  type ProjectionTransaction,
+} from "../feed.ts";
 import { eventsFingerprint, stateFingerprint } from "../fingerprint.ts";
 import { GroupCommit, type GroupCommitSettings, type GroupCommitStats, groupCommitSettings } from "../group-commit.ts";
 import {
@@ -729,6 +741,101 @@ export class PostgresStore implements PersistenceStore {
     const client = this.listenClient;
     this.listenClient = null;
     client?.end().catch(() => {});
+  }
+
+  async loadProjectionOffset(name: string): Promise<number | null> {
+    this.open();
+    const result = await this.query(
+      "loadProjectionOffset",
+      "movie_load_checkpoint",
+      "SELECT event_offset FROM projection_checkpoint WHERE projection_name = $1",
+      [checkProjectionName(name)],
+    );
+    return result.rows.length === 0 ? null : Number(result.rows[0].event_offset);
+  }
+
+  async saveProjectionOffset(name: string, offset: number, fence?: ShardLeaseToken | null): Promise<void> {
+    this.open();
+    checkProjectionName(name);
+    checkOffset("offset", offset);
+    const f = checkFence(fence);
+    // The fence check as in APPEND_ONE_SQL: no row written (and none returned) when the lease is not current.
+    const result = await this.query(
+      "saveProjectionOffset",
+      "movie_save_checkpoint",
+      `INSERT INTO projection_checkpoint AS c (projection_name, event_offset)
+        SELECT $1, $2 WHERE ($3::text IS NULL OR EXISTS (SELECT 1 FROM shard_lease l WHERE ${leaseHeldBy("$3", "$4", "$5", "$6", "$7")} FOR SHARE))
+        ON CONFLICT (projection_name) DO UPDATE SET event_offset = EXCLUDED.event_offset, updated_at = now()
+        RETURNING 1`,
+      [name, offset, ...fenceArgs(f)],
+    );
+    if (result.rowCount !== 1) throw new StaleShardOwnerError(f!);
+  }
+
+  async deleteProjectionOffset(name: string): Promise<boolean> {
+    this.open();
+    const result = await this.query(
+      "deleteProjectionOffset",
+      "movie_delete_checkpoint",
+      "DELETE FROM projection_checkpoint WHERE projection_name = $1",
+      [checkProjectionName(name)],
+    );
+    return result.rowCount === 1;
+  }
+
+  async runProjectionBatch<R>(
+    request: ProjectionBatchRequest,
+    work: (tx: ProjectionTransaction) => Promise<R>,
+  ): Promise<R> {
+    this.open();
+    const name = checkProjectionName(request.name);
+    const expected = checkOffset("expectedOffset", request.expectedOffset);
+    const next = checkOffset("newOffset", request.newOffset);
+    const fence = checkFence(request.fence);
+    const client = await this.pool.connect();
+    let broken: Error | undefined;
+    try {
+      await client.query("BEGIN");
+      try {
+        if (fence !== null) {
+          // FOR SHARE until commit: a transfer of the lease waits for this batch, as for every fenced write.
+          const held = await client.query(
+            `SELECT 1 FROM shard_lease WHERE ${leaseHeldBy("$1", "$2", "$3", "$4", "$5")} FOR SHARE`,
+            fenceArgs(fence),
+          );
+          if (held.rowCount !== 1) throw new StaleShardOwnerError(fence);
+        }
+        const current = await client.query(
+          "SELECT event_offset FROM projection_checkpoint WHERE projection_name = $1 FOR UPDATE",
+          [name],
+        );
+        const actual = current.rows.length === 0 ? 0 : Number(current.rows[0].event_offset);
+        if (actual !== expected) throw new ProjectionCheckpointConflictError(name, expected, actual);
+        const tx: ProjectionTransaction = {
+          backend: "postgres",
+          query: async (sql, params) => (await client.query(sql, params === undefined ? [] : [...params])).rows,
+        };
+        const result = await work(tx);
+        await client.query(
+          `INSERT INTO projection_checkpoint (projection_name, event_offset) VALUES ($1, $2)
+            ON CONFLICT (projection_name) DO UPDATE SET event_offset = EXCLUDED.event_offset, updated_at = now()`,
+          [name, next],
+        );
+        await client.query("COMMIT");
+        return result;
+      } catch (error) {
+        await client.query("ROLLBACK").catch((rollbackError: unknown) => {
+          broken = rollbackError as Error;
+        });
+        throw error;
+      }
+    } catch (error) {
+      if (isPostgresConnectionError(error)) broken = error as Error;
+      throw error;
+    } finally {
+      // A connection that failed mid-transaction is destroyed rather than returned to the pool.
+      client.release(broken);
+    }
   }
 
   async close(): Promise<void> {

@@ -7,11 +7,23 @@ import {
   PersistenceConfigurationError,
   PersistenceTimeoutError,
   ProjectionBehindRetentionError,
+  ProjectionCheckpointConflictError,
   StaleShardOwnerError,
   StoreClosedError,
   UnsafeRetentionError,
 } from "../errors.ts";
-import { checkEventQuery, checkFeedRow, checkTags, type EventPage, type EventQuery, feedPage } from "../feed.ts";
+import {
+  checkEventQuery,
+  checkFeedRow,
+  checkOffset,
+  checkProjectionName,
+  checkTags,
+  type EventPage,
+  type EventQuery,
+  feedPage,
+  type ProjectionBatchRequest,
+  type ProjectionTransaction,
+} from "../feed.ts";
 import { eventsFingerprint, stateFingerprint } from "../fingerprint.ts";
 import {
   type ShardLeaseKey,
@@ -120,11 +132,20 @@ export class SqliteStore implements PersistenceStore {
   readonly stats: SqliteStoreStats = { busyRetries: 0, busyTimeouts: 0 };
   private readonly feedListeners = new Set<() => void>();
   private readonly feedQueries = new Map<string, Statement>();
+  /**
+   * The connection of exactly-once projection batches (opened on first use): a batch's transaction stays open while
+   * its asynchronous handler runs, so it cannot share the store's connection, whose other operations would land
+   * inside it. Batches run one at a time on it.
+   */
+  private projectionDb: SqliteDatabase | null = null;
+  private projectionQueue: Promise<unknown> = Promise.resolve();
 
   private constructor(
     private readonly db: SqliteDatabase,
     private readonly scheduler: Scheduler,
     private readonly busyTimeoutMs: number,
+    private readonly dbPath: string,
+    private readonly busySyncWaitMs: number,
     /**
      * Versions whose checksum this open rewrote from an earlier build's version-and-name checksum to the statement
      * checksum (once per database; empty afterwards).
@@ -249,7 +270,14 @@ export class SqliteStore implements PersistenceStore {
       db.close();
       throw error;
     }
-    return new SqliteStore(db, options.scheduler ?? new RealScheduler(), busyTimeoutMs, rebaselined);
+    return new SqliteStore(
+      db,
+      options.scheduler ?? new RealScheduler(),
+      busyTimeoutMs,
+      options.dbPath,
+      busySyncWaitMs,
+      rebaselined,
+    );
   }
 
   async appendEvents(request: AppendEventsRequest): Promise<WriteResult> {
@@ -497,6 +525,106 @@ export class SqliteStore implements PersistenceStore {
     return statement;
   }
 
+  async loadProjectionOffset(name: string): Promise<number | null> {
+    this.open();
+    checkProjectionName(name);
+    const row = await this.run(
+      "loadProjectionOffset",
+      () => this.s.selectCheckpoint.get(name) as { event_offset: number } | undefined,
+    );
+    return row?.event_offset ?? null;
+  }
+
+  async saveProjectionOffset(name: string, offset: number, fence?: ShardLeaseToken | null): Promise<void> {
+    this.open();
+    checkProjectionName(name);
+    checkOffset("offset", offset);
+    const f = checkFence(fence);
+    await this.tx("saveProjectionOffset", () => {
+      this.checkFenceNow(f);
+      this.s.upsertCheckpoint.run(name, offset);
+    });
+  }
+
+  async deleteProjectionOffset(name: string): Promise<boolean> {
+    this.open();
+    checkProjectionName(name);
+    return this.run("deleteProjectionOffset", () => this.s.deleteCheckpoint.run(name).changes === 1);
+  }
+
+  runProjectionBatch<R>(request: ProjectionBatchRequest, work: (tx: ProjectionTransaction) => Promise<R>): Promise<R> {
+    this.open();
+    const name = checkProjectionName(request.name);
+    const expected = checkOffset("expectedOffset", request.expectedOffset);
+    const next = checkOffset("newOffset", request.newOffset);
+    const fence = checkFence(request.fence);
+    const run = this.projectionQueue.then(() => this.projectionBatch(name, expected, next, fence, work));
+    this.projectionQueue = run.catch(() => {});
+    return run;
+  }
+
+  private async projectionBatch<R>(
+    name: string,
+    expected: number,
+    next: number,
+    fence: ShardLeaseToken | null,
+    work: (tx: ProjectionTransaction) => Promise<R>,
+  ): Promise<R> {
+    this.open();
+    if (this.projectionDb === null) {
+      if (this.dbPath === ":memory:") {
+        throw new PersistenceConfigurationError(
+          "dbPath",
+          "exactly-once projections on SQLite need a database file (a second connection runs their transactions), not :memory:",
+        );
+      }
+      const db = new Database(this.dbPath);
+      db.pragma(`busy_timeout = ${this.busySyncWaitMs}`);
+      this.projectionDb = db;
+    }
+    const db = this.projectionDb;
+    // The write lock first (waiting asynchronously while another connection holds it), so the checks below and the
+    // handler's writes see one state.
+    await this.run("runProjectionBatch", () => db.exec("BEGIN IMMEDIATE"));
+    try {
+      if (fence !== null) {
+        const k = fence.key;
+        const held = db
+          .prepare(
+            `SELECT 1 FROM shard_lease WHERE cluster_name = ? AND entity_type = ? AND shard_id = ? AND owner = ?
+              AND epoch = ? AND lease_until_epoch_ms > ${SQLITE_NOW_MS}`,
+          )
+          .get(k.clusterName, k.entityType, k.shardId, fence.owner, fence.epoch);
+        if (held === undefined) throw new StaleShardOwnerError(fence);
+      }
+      const current = db
+        .prepare("SELECT event_offset FROM projection_checkpoint WHERE projection_name = ?")
+        .get(name) as { event_offset: number } | undefined;
+      const actual = current?.event_offset ?? 0;
+      if (actual !== expected) throw new ProjectionCheckpointConflictError(name, expected, actual);
+      const tx: ProjectionTransaction = {
+        backend: "sqlite",
+        query: async (sql, params) => {
+          const statement = db.prepare(sql);
+          const values = params === undefined ? [] : [...params];
+          if (statement.reader) return statement.all(...values) as Record<string, unknown>[];
+          statement.run(...values);
+          return [];
+        },
+      };
+      const result = await work(tx);
+      db.prepare(
+        `INSERT INTO projection_checkpoint (projection_name, event_offset) VALUES (?, ?)
+          ON CONFLICT (projection_name) DO UPDATE SET event_offset = excluded.event_offset, updated_at = CURRENT_TIMESTAMP`,
+      ).run(name, next);
+      db.exec("COMMIT");
+      return result;
+    } catch (error) {
+      if (db.inTransaction) db.exec("ROLLBACK");
+      throw error;
+    }
+  }
+
   /** The connection's PRAGMA synchronous: "normal" or "full". */
   get synchronous(): "normal" | "full" {
     return this.db.pragma("synchronous", { simple: true }) === 2 ? "full" : "normal";
@@ -505,6 +633,7 @@ export class SqliteStore implements PersistenceStore {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
+    this.projectionDb?.close();
     this.db.close();
   }
 
@@ -618,6 +747,12 @@ function prepare(db: SqliteDatabase) {
     ),
     deleteFeed: p("DELETE FROM event_feed WHERE persistence_id = ? AND sequence_nr <= ?"),
     latestOffset: p("SELECT coalesce(max(event_offset), 0) AS o FROM event_feed"),
+    selectCheckpoint: p("SELECT event_offset FROM projection_checkpoint WHERE projection_name = ?"),
+    upsertCheckpoint: p(
+      `INSERT INTO projection_checkpoint (projection_name, event_offset) VALUES (?, ?)
+        ON CONFLICT (projection_name) DO UPDATE SET event_offset = excluded.event_offset, updated_at = CURRENT_TIMESTAMP`,
+    ),
+    deleteCheckpoint: p("DELETE FROM projection_checkpoint WHERE projection_name = ?"),
     // A projection whose checkpoint is below the largest offset a retention delete would remove (REFERENCE §4.3).
     laggingProjection: p(
       `SELECT c.projection_name, c.event_offset FROM projection_checkpoint c
