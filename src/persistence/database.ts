@@ -1,6 +1,7 @@
 import type { ActorSystem, Extension, ExtensionId } from "../actor/index.ts";
 import { PersistenceCodec } from "./codec.ts";
 import { PersistenceConfigurationError } from "./errors.ts";
+import { EventFeed } from "./event-feed.ts";
 import type { ShardLeaseKey, ShardLeaseToken } from "./lease.ts";
 import { MemoryStore } from "./memory/index.ts";
 import { type PersistenceSettings, validatePersistenceSettings } from "./settings.ts";
@@ -79,6 +80,11 @@ export class Database implements Extension {
       this.owned = true;
     }
     return this.current;
+  }
+
+  /** The global event feed of the store in use: offset queries and live streams (see docs/persistence-feed.md). */
+  get events(): EventFeed {
+    return new EventFeed(this.store, this.system.scheduler);
   }
 
   /** The backend in use; sharding requires "postgres" for clustered persistent entities (REFERENCE §4.7). */

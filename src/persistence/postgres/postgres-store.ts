@@ -6,10 +6,24 @@ import {
   CorruptPersistentRecordError,
   OperationConflictError,
   PersistenceConfigurationError,
+  ProjectionBehindRetentionError,
+  ProjectionCheckpointConflictError,
   StaleShardOwnerError,
   StoreClosedError,
   UnsafeRetentionError,
 } from "../errors.ts";
+import {
+  checkEventQuery,
+  checkFeedRow,
+  checkOffset,
+  checkProjectionName,
+  checkTags,
+  type EventPage,
+  type EventQuery,
+  feedPage,
+  type ProjectionBatchRequest,
+  type ProjectionTransaction,
+} from "../feed.ts";
 import { eventsFingerprint, stateFingerprint } from "../fingerprint.ts";
 import { GroupCommit, type GroupCommitSettings, type GroupCommitStats, groupCommitSettings } from "../group-commit.ts";
 import {
@@ -41,6 +55,7 @@ import {
   TOMBSTONE_MANIFEST,
   type WriteResult,
 } from "../store.ts";
+import { FEED_CHANNEL, queryEventsSql } from "./feed-schema.ts";
 import { ACQUIRE_LEASES_SQL, LEASE_BATCH_MAX_ROWS, RENEW_LEASES_SQL } from "./lease-batch-sql.ts";
 import {
   APPEND_BATCH_SQL,
@@ -157,6 +172,10 @@ export class PostgresStore implements PersistenceStore {
    * (the behaviour before issue 23), so that before and after can alternate in one run.
    */
   batching = true;
+  private readonly scheduler: Scheduler;
+  private readonly feedListeners = new Set<() => void>();
+  /** The LISTEN connection while anyone subscribes to feed commits (null before, or after it failed). */
+  private listenClient: pg.Client | null = null;
 
   private constructor(
     /** @internal The pool, for tests and benchmarks that need raw SQL in the same schema. */
@@ -173,6 +192,7 @@ export class PostgresStore implements PersistenceStore {
     readonly rebaselinedMigrations: readonly number[],
   ) {
     this.resilient = new Resilient(resilience, scheduler, isPostgresConnectionError);
+    this.scheduler = scheduler;
     this.appends = new GroupCommit(
       groupCommit,
       (a) => a.persistenceId,
@@ -256,6 +276,7 @@ export class PostgresStore implements PersistenceStore {
     this.open();
     const a = checkAppend(request);
     const fingerprint = eventsFingerprint(a.events);
+    if (a.tagged) return this.appendTagged(a, fingerprint);
     if (a.events.length === 1) return this.appendOne(a, fingerprint);
     // The first event goes as plain text parameters and only further ones as arrays: array literals cost
     // escaping on both sides, and most appends carry one event.
@@ -274,6 +295,47 @@ export class PostgresStore implements PersistenceStore {
         first?.payload ?? null,
         more?.map((e) => e.manifest) ?? null,
         more?.map((e) => e.payload) ?? null,
+        ...fenceArgs(a.fence),
+      ],
+      a.persistenceId,
+      a.expectedRevision,
+    ).catch((error: unknown) => {
+      if ((error as { code?: string }).code !== UNIQUE_VIOLATION) throw error;
+      return this.resolveAppend(a.persistenceId, a.operationId, fingerprint, a.expectedRevision, a.fence);
+    });
+    return this.writeOutcome(row, a.persistenceId, a.operationId, a.fence);
+  }
+
+  /**
+   * An append whose events carry tags: movie_append_tagged (movie_append_events, then the tag rows, one statement),
+   * outside the group commit.
+   */
+  private async appendTagged(a: CheckedAppend, fingerprint: string): Promise<WriteResult> {
+    const first = a.events[0]!;
+    const more = a.events.length > 1 ? a.events.slice(1) : null;
+    const tagIndex: number[] = [];
+    const tags: string[] = [];
+    a.events.forEach((event, i) => {
+      for (const tag of checkTags("event.tags", event.tags)) {
+        tagIndex.push(i + 1);
+        tags.push(tag);
+      }
+    });
+    const row = await this.writeCall(
+      "appendEvents",
+      "movie_append_tagged",
+      "SELECT movie_append_tagged($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) AS outcome",
+      [
+        a.persistenceId,
+        a.expectedRevision,
+        a.operationId,
+        fingerprint,
+        first.manifest,
+        first.payload,
+        more?.map((e) => e.manifest) ?? null,
+        more?.map((e) => e.payload) ?? null,
+        tagIndex,
+        tags,
         ...fenceArgs(a.fence),
       ],
       a.persistenceId,
@@ -530,6 +592,22 @@ export class PostgresStore implements PersistenceStore {
       const snapshot = Number(row.revision);
       throw new UnsafeRetentionError(persistenceId, toSequenceNr, snapshot < 0 ? null : snapshot);
     }
+    if (row.status === 5) {
+      const checkpoint = Number(row.revision);
+      const named = await this.query(
+        "deleteEventsTo",
+        "movie_lagging_projection",
+        "SELECT projection_name FROM projection_checkpoint WHERE event_offset = $1 ORDER BY projection_name LIMIT 1",
+        [checkpoint],
+      );
+      const name = named.rows[0]?.projection_name;
+      throw new ProjectionBehindRetentionError(
+        persistenceId,
+        toSequenceNr,
+        typeof name === "string" ? name : "(unknown)",
+        checkpoint,
+      );
+    }
     return { deletedEvents: Number(row.revision), throughSeq: toSequenceNr };
   }
 
@@ -719,9 +797,202 @@ export class PostgresStore implements PersistenceStore {
     return result.rowCount === 1;
   }
 
+  async queryEvents(query?: EventQuery): Promise<EventPage> {
+    this.open();
+    const q = checkEventQuery(query);
+    if (this.feedListeners.size > 0 && this.listenClient === null) this.listen();
+    const values: unknown[] = [q.afterOffset, q.limit];
+    if (q.entityTypes !== null) values.push(q.entityTypes);
+    if (q.persistenceId !== null) values.push(q.persistenceId);
+    if (q.tag !== null) values.push(q.tag);
+    const types = q.entityTypes !== null;
+    const pid = q.persistenceId !== null;
+    const tag = q.tag !== null;
+    const result = await this.query(
+      "queryEvents",
+      `movie_query_events_${Number(types)}${Number(pid)}${Number(tag)}`,
+      queryEventsSql(types, pid, tag),
+      values,
+    );
+    return feedPage(
+      q,
+      result.rows.map((r: Record<string, unknown>) =>
+        checkFeedRow(r.event_offset, r.persistence_id, r.entity_type, r.sequence_nr, r.manifest, r.payload, r.tags),
+      ),
+    );
+  }
+
+  async latestOffset(): Promise<number> {
+    this.open();
+    const result = await this.query(
+      "latestOffset",
+      "movie_latest_offset",
+      "SELECT coalesce(max(event_offset), 0) AS o FROM event_feed",
+      [],
+    );
+    return Number(result.rows[0].o);
+  }
+
+  onEventsCommitted(listener: () => void): () => void {
+    this.feedListeners.add(listener);
+    if (this.listenClient === null && !this.closed) this.listen();
+    return () => {
+      this.feedListeners.delete(listener);
+      if (this.feedListeners.size === 0) this.unlisten();
+    };
+  }
+
+  /**
+   * Opens the LISTEN connection (one per store, outside the pool so it never holds a pooled connection). Once it
+   * listens, every subscriber is woken once: a commit between the subscription and the LISTEN sent no notification
+   * this connection could receive. A lost connection is reopened after a second while anyone subscribes; meanwhile
+   * readers poll.
+   */
+  private listen(): void {
+    const client = new pg.Client({
+      connectionString: this.pool.options.connectionString,
+      application_name: "movie-feed-listener",
+      options: sessionOptions(this.schema),
+    });
+    this.listenClient = client;
+    const schema = this.schema ?? "public";
+    const drop = () => {
+      client.end().catch(() => {});
+      if (this.listenClient !== client) return;
+      this.listenClient = null;
+      this.scheduler.scheduleOnce(1000, () => {
+        if (this.listenClient === null && this.feedListeners.size > 0 && !this.closed) this.listen();
+      });
+    };
+    client.on("error", drop);
+    client.on("end", drop);
+    client.on("notification", (message) => {
+      if (message.channel === FEED_CHANNEL && message.payload === schema) this.wakeFeedListeners();
+    });
+    client
+      .connect()
+      .then(() => client.query(`LISTEN ${FEED_CHANNEL}`))
+      .then(() => {
+        if (this.listenClient === client) this.wakeFeedListeners();
+        else client.end().catch(() => {});
+      }, drop);
+  }
+
+  private wakeFeedListeners(): void {
+    for (const listener of this.feedListeners) {
+      try {
+        listener();
+      } catch {
+        // A wake-up hint: a listener's failure is its own.
+      }
+    }
+  }
+
+  private unlisten(): void {
+    const client = this.listenClient;
+    this.listenClient = null;
+    client?.end().catch(() => {});
+  }
+
+  async loadProjectionOffset(name: string): Promise<number | null> {
+    this.open();
+    const result = await this.query(
+      "loadProjectionOffset",
+      "movie_load_checkpoint",
+      "SELECT event_offset FROM projection_checkpoint WHERE projection_name = $1",
+      [checkProjectionName(name)],
+    );
+    return result.rows.length === 0 ? null : Number(result.rows[0].event_offset);
+  }
+
+  async saveProjectionOffset(name: string, offset: number, fence?: ShardLeaseToken | null): Promise<void> {
+    this.open();
+    checkProjectionName(name);
+    checkOffset("offset", offset);
+    const f = checkFence(fence);
+    // The fence check as in APPEND_ONE_SQL: no row written (and none returned) when the lease is not current.
+    const result = await this.query(
+      "saveProjectionOffset",
+      "movie_save_checkpoint",
+      `INSERT INTO projection_checkpoint AS c (projection_name, event_offset)
+        SELECT $1, $2 WHERE ($3::text IS NULL OR EXISTS (SELECT 1 FROM shard_lease l WHERE ${leaseHeldBy("$3", "$4", "$5", "$6", "$7")} FOR SHARE))
+        ON CONFLICT (projection_name) DO UPDATE SET event_offset = EXCLUDED.event_offset, updated_at = now()
+        RETURNING 1`,
+      [name, offset, ...fenceArgs(f)],
+    );
+    if (result.rowCount !== 1) throw new StaleShardOwnerError(f!);
+  }
+
+  async deleteProjectionOffset(name: string): Promise<boolean> {
+    this.open();
+    const result = await this.query(
+      "deleteProjectionOffset",
+      "movie_delete_checkpoint",
+      "DELETE FROM projection_checkpoint WHERE projection_name = $1",
+      [checkProjectionName(name)],
+    );
+    return result.rowCount === 1;
+  }
+
+  async runProjectionBatch<R>(
+    request: ProjectionBatchRequest,
+    work: (tx: ProjectionTransaction) => Promise<R>,
+  ): Promise<R> {
+    this.open();
+    const name = checkProjectionName(request.name);
+    const expected = checkOffset("expectedOffset", request.expectedOffset);
+    const next = checkOffset("newOffset", request.newOffset);
+    const fence = checkFence(request.fence);
+    const client = await this.pool.connect();
+    let broken: Error | undefined;
+    try {
+      await client.query("BEGIN");
+      try {
+        if (fence !== null) {
+          // FOR SHARE until commit: a transfer of the lease waits for this batch, as for every fenced write.
+          const held = await client.query(
+            `SELECT 1 FROM shard_lease WHERE ${leaseHeldBy("$1", "$2", "$3", "$4", "$5")} FOR SHARE`,
+            fenceArgs(fence),
+          );
+          if (held.rowCount !== 1) throw new StaleShardOwnerError(fence);
+        }
+        const current = await client.query(
+          "SELECT event_offset FROM projection_checkpoint WHERE projection_name = $1 FOR UPDATE",
+          [name],
+        );
+        const actual = current.rows.length === 0 ? 0 : Number(current.rows[0].event_offset);
+        if (actual !== expected) throw new ProjectionCheckpointConflictError(name, expected, actual);
+        const tx: ProjectionTransaction = {
+          backend: "postgres",
+          query: async (sql, params) => (await client.query(sql, params === undefined ? [] : [...params])).rows,
+        };
+        const result = await work(tx);
+        await client.query(
+          `INSERT INTO projection_checkpoint (projection_name, event_offset) VALUES ($1, $2)
+            ON CONFLICT (projection_name) DO UPDATE SET event_offset = EXCLUDED.event_offset, updated_at = now()`,
+          [name, next],
+        );
+        await client.query("COMMIT");
+        return result;
+      } catch (error) {
+        await client.query("ROLLBACK").catch((rollbackError: unknown) => {
+          broken = rollbackError as Error;
+        });
+        throw error;
+      }
+    } catch (error) {
+      if (isPostgresConnectionError(error)) broken = error as Error;
+      throw error;
+    } finally {
+      // A connection that failed mid-transaction is destroyed rather than returned to the pool.
+      client.release(broken);
+    }
+  }
+
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
+    this.unlisten();
     await this.pool.end();
   }
 

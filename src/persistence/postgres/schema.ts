@@ -1,4 +1,5 @@
 import { buildMigrations, type Migration } from "../migrations.ts";
+import { feedMigration } from "./feed-schema.ts";
 
 /** The advisory lock that serialises migrations across nodes (REFERENCE §4.4). */
 export const MIGRATION_LOCK_KEY = 0x4d4f564945505253n;
@@ -158,7 +159,7 @@ const appendOneSettleFunction = (epoch = false) =>
         RETURN movie_outcome(0, p_expected + 1);
       END $$`;
 
-/** The PostgreSQL migrations 1..8. */
+/** The PostgreSQL migrations 1..9. */
 export const postgresMigrations: readonly Migration[] = buildMigrations([
   [
     // The first journal row of an append also carries its operation id, fingerprint and resulting revision, so
@@ -353,6 +354,8 @@ export const postgresMigrations: readonly Migration[] = buildMigrations([
     appendEventsFunction(`(p_expected = 0 AND ${firstAppendOne("p_pid", "o0")})`, true),
     appendOneSettleFunction(true),
   ],
+  // The event feed: offsets assigned under the feed lock by a trigger, entity types, tags (see feed-schema.ts).
+  feedMigration(fenceCheck),
 ]);
 
 /**
@@ -373,7 +376,7 @@ export function sessionOptions(schema: string | null): string {
 /** Every migration's SQL as one script, for review or manual application (`movie persistence migrate --print`). */
 export function postgresMigrationSql(): string {
   const lines = [
-    "-- movie persistence schema (PostgreSQL), versions 1..8",
+    `-- movie persistence schema (PostgreSQL), versions 1..${postgresMigrations.length}`,
     `SELECT pg_advisory_lock(${MIGRATION_LOCK_KEY});`,
     `CREATE TABLE IF NOT EXISTS movie_schema_migration (version INTEGER PRIMARY KEY, name TEXT NOT NULL,
   checksum TEXT NOT NULL, applied_at TIMESTAMPTZ NOT NULL DEFAULT now());`,
