@@ -44,7 +44,7 @@ export function loadRun(dir: string): { data: RunData; facts: RunFacts } {
 export function checkRun(dir: string): { report: string; violations: number } {
   const { data, facts } = loadRun(dir);
   const j = judge(data);
-  const report = summaryMarkdown(j, facts);
+  const report = summaryMarkdown(j, facts, data.faults);
   writeFileSync(join(dir, "summary.md"), report);
   writeFileSync(
     join(dir, "summary.json"),

@@ -143,7 +143,7 @@ export class SoakCluster {
   /** No running node lists `address` as a member any more. */
   async removedEverywhere(address: string): Promise<boolean> {
     for (const slot of this.live()) {
-      if (slot.address === address) continue;
+      if (slot.address === address || slot.stopped) continue;
       const s = await this.status(slot);
       if (s === null || s.members.some((m) => m.address === address)) return false;
     }

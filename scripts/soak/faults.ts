@@ -19,6 +19,13 @@ export interface FaultRecord {
   readonly recovered: number | null;
   readonly wallStart: string;
   readonly detail: string;
+  /**
+   * For a node downed while paused or cut off: whether it exited by itself once resumed or healed (onDowned
+   * "terminate"); false when the harness had to kill it after `downedExitWaitMs`; null for other faults.
+   */
+  readonly selfExited: boolean | null;
+  /** For those faults: the downed incarnation (`n2.3`) and when the leader accepted the down (monotonic ms). */
+  readonly downed?: { readonly node: string; readonly at: number };
 }
 
 export interface FaultContext {
@@ -26,6 +33,8 @@ export interface FaultContext {
   readonly pgProxy: TcpProxy;
   readonly postgres: SoakPostgres;
   readonly leaseDurationMs: number;
+  /** How long a downed node that was resumed or healed gets to exit by itself before it is killed (ms). */
+  readonly downedExitWaitMs: number;
   readonly now: () => number;
   /** Starts client load on a (re)started node. */
   readonly startLoad: (slot: Slot) => Promise<void>;
@@ -54,6 +63,50 @@ export async function replaceDeadNode(ctx: FaultContext, slot: Slot, address: st
   await cluster.start(slot);
   await ctx.startLoad(slot);
   return `downed=${downed} removed=${removed} restarted as ${slot.name}.${slot.incarnation}`;
+}
+
+/**
+ * The seed's procedure for an owner that is paused or cut off: down it through the leader of the others, wait until no
+ * other node lists it and its leases expired (other nodes then take its shards under higher epochs and write), then
+ * let it go on (`release`): it may still hold writes under its old epoch, which the fence must refuse. It learns it
+ * was downed and exits (onDowned "terminate"); it is then restarted with a new uid.
+ */
+async function downWhileAway(
+  ctx: FaultContext,
+  slot: Slot,
+  release: () => void,
+): Promise<{ detail: string; selfExited: boolean; downed: { node: string; at: number } }> {
+  const { cluster } = ctx;
+  const address = slot.address!;
+  const node = `${slot.name}.${slot.incarnation}`;
+  const downed = await until(async () => {
+    try {
+      await cluster.downThroughLeader(address);
+      return true;
+    } catch {
+      return false;
+    }
+  }, 60_000);
+  const downedAt = ctx.now();
+  const removed = downed && (await until(() => cluster.removedEverywhere(address), 60_000));
+  await sleep(ctx.leaseDurationMs + 2_000);
+  release();
+  const exited = await Promise.race([
+    slot.proc!.whenExited().then(() => true),
+    sleep(ctx.downedExitWaitMs).then(() => false),
+  ]);
+  if (!exited) {
+    slot.proc!.process.kill("SIGKILL");
+    await slot.proc!.whenExited();
+  }
+  await cluster.start(slot);
+  await ctx.startLoad(slot);
+  const how = exited ? "it exited by itself" : `it did NOT exit within ${ctx.downedExitWaitMs} ms (killed)`;
+  return {
+    detail: `downed=${downed} removed=${removed}; released after its leases expired; ${how}; restarted as ${slot.name}.${slot.incarnation}`,
+    selfExited: exited,
+    downed: { node, at: downedAt },
+  };
 }
 
 async function leaveAndRestart(ctx: FaultContext, slot: Slot): Promise<string> {
@@ -93,6 +146,8 @@ export async function runFault(ctx: FaultContext, fault: PlannedFault): Promise<
   const start = ctx.now();
   const wallStart = new Date().toISOString();
   let detail = "";
+  let selfExited: boolean | null = null;
+  let downed: { node: string; at: number } | undefined;
   switch (fault.kind) {
     case "kill": {
       const address = slot!.address!;
@@ -103,19 +158,37 @@ export async function runFault(ctx: FaultContext, fault: PlannedFault): Promise<
     }
     case "pause-owner": {
       const pid = slot!.proc!.process.pid!;
+      const name = `${slot!.name}.${slot!.incarnation}`;
       slot!.stopped = true;
       process.kill(pid, "SIGSTOP");
-      await sleep(fault.durationMs);
-      process.kill(pid, "SIGCONT");
-      slot!.stopped = false;
-      detail = `SIGSTOP ${slot!.name}.${slot!.incarnation} for ${fault.durationMs} ms (lease ${ctx.leaseDurationMs} ms)`;
+      const resume = () => {
+        process.kill(pid, "SIGCONT");
+        slot!.stopped = false;
+      };
+      if (fault.downed) {
+        const away = await downWhileAway(ctx, slot!, resume);
+        detail = `SIGSTOP ${name}; ${away.detail}`;
+        selfExited = away.selfExited;
+        downed = away.downed;
+      } else {
+        await sleep(fault.durationMs);
+        resume();
+        detail = `SIGSTOP ${name} for ${fault.durationMs} ms (lease ${ctx.leaseDurationMs} ms), resumed in place`;
+      }
       break;
     }
     case "partition": {
       cluster.isolate(slot!, true);
-      await sleep(fault.durationMs);
-      cluster.isolate(slot!, false);
-      detail = `${slot!.name} cut off from every other node for ${fault.durationMs} ms`;
+      if (fault.downed) {
+        const away = await downWhileAway(ctx, slot!, () => cluster.isolate(slot!, false));
+        detail = `${slot!.name} cut off from every other node; ${away.detail}`;
+        selfExited = away.selfExited;
+        downed = away.downed;
+      } else {
+        await sleep(fault.durationMs);
+        cluster.isolate(slot!, false);
+        detail = `${slot!.name} cut off from every other node for ${fault.durationMs} ms, healed in place`;
+      }
       break;
     }
     case "db-pause": {
@@ -168,5 +241,7 @@ export async function runFault(ctx: FaultContext, fault: PlannedFault): Promise<
     recovered: healthy ? ctx.now() : null,
     wallStart,
     detail,
+    selfExited,
+    ...(downed === undefined ? {} : { downed }),
   };
 }

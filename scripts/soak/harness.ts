@@ -31,6 +31,10 @@ export interface SoakOptions {
   readonly postgresUrl?: string;
   /** Quiet time before each fault, drawn from [min, max) ms. */
   readonly gapMs: readonly [number, number];
+  /** The fault kinds to inject; default all. */
+  readonly kinds?: readonly FaultKind[];
+  /** How long a downed node gets to exit by itself once resumed or healed (ms); default 10,000. */
+  readonly downedExitWaitMs?: number;
   readonly say: (line: string) => void;
 }
 
@@ -105,6 +109,7 @@ export async function runSoak(options: SoakOptions): Promise<string> {
       pgProxy,
       postgres,
       leaseDurationMs: soakLeaseDurationMs,
+      downedExitWaitMs: options.downedExitWaitMs ?? 10_000,
       now,
       startLoad,
       say,
@@ -114,6 +119,7 @@ export async function runSoak(options: SoakOptions): Promise<string> {
       slots: cluster.slots.map((s) => s.index),
       leaseDurationMs: soakLeaseDurationMs,
       gapMs: options.gapMs,
+      ...(options.kinds === undefined ? {} : { kinds: options.kinds }),
     };
     const phaseStart = now();
     outer: for (let round = 0; ; round++) {
@@ -164,7 +170,7 @@ export async function runSoak(options: SoakOptions): Promise<string> {
   }
   mergeNodeFiles(dir);
   const faultsByKind: Record<string, number> = {};
-  for (const kind of faultKinds) faultsByKind[kind] = faults.filter((f) => f.kind === kind).length;
+  for (const kind of [...faultKinds, "node-exit"]) faultsByKind[kind] = faults.filter((f) => f.kind === kind).length;
   const meta: RunMeta = {
     seed: options.seed,
     nodes: options.nodes,
@@ -200,6 +206,7 @@ async function reviveExited(ctx: FaultContext, log: JsonlWriter, faults: FaultRe
       recovered: (await until(() => ctx.cluster.healthy(), 60_000)) ? ctx.now() : null,
       wallStart,
       detail: `exited by itself; ${detail}`,
+      selfExited: null,
     };
     ctx.say(`  ${slot.name} had exited by itself: ${detail}`);
     faults.push(record);

@@ -13,6 +13,8 @@ const { values } = parseArgs({
     seed: { type: "string", default: "1" },
     workers: { type: "string", default: "2" },
     "think-ms": { type: "string", default: "20" },
+    "gap-ms": { type: "string", default: "2000" },
+    "downed-exit-ms": { type: "string", default: "10000" },
     out: { type: "string" },
   },
 });
@@ -31,6 +33,8 @@ const nodes = positiveInt("nodes", values.nodes, 3, 5);
 const seed = positiveInt("seed", values.seed, 0, 2 ** 31 - 1);
 const workers = positiveInt("workers", values.workers, 1, 16);
 const thinkMs = positiveInt("think-ms", values["think-ms"], 0, 10_000);
+const gapMs = positiveInt("gap-ms", values["gap-ms"], 0, 600_000);
+const downedExitWaitMs = positiveInt("downed-exit-ms", values["downed-exit-ms"], 0, 600_000);
 const dir = values.out ?? join("soak-runs", `seed-${seed}-${new Date().toISOString().replace(/[:.]/g, "-")}`);
 const started = Date.now();
 const say = (line: string) => console.log(`${((Date.now() - started) / 1000).toFixed(1).padStart(6)}s  ${line}`);
@@ -44,7 +48,8 @@ await runSoak({
   workersPerNode: workers,
   thinkMs,
   retryBudgetMs: 20_000,
-  gapMs: [2_000, 5_000],
+  gapMs: [gapMs, Math.round(gapMs * 2.5)],
+  downedExitWaitMs,
   say,
 });
 const result = checkRun(dir);

@@ -23,6 +23,13 @@ export interface PlannedFault {
   readonly durationMs: number;
   /** Quiet time before the fault starts, in ms. */
   readonly gapBeforeMs: number;
+  /**
+   * For `pause-owner` and `partition`: the operator downs the target through the leader of the other nodes while it
+   * is paused or cut off, its leases expire and other nodes take its shards under higher epochs, and only then is it
+   * resumed or healed (it learns it was downed and exits; it is restarted with a new uid). False: it is resumed or
+   * healed in place. Even rounds down it, odd rounds do not, so one round of the schedule has the down variants.
+   */
+  readonly downed: boolean;
 }
 
 export interface ScheduleShape {
@@ -34,28 +41,41 @@ export interface ScheduleShape {
   readonly leaseDurationMs: number;
   /** Quiet time before each fault is drawn from [min, max) ms. */
   readonly gapMs: readonly [number, number];
+  /** The kinds to inject (a CI soak splits them over two runs); default all. */
+  readonly kinds?: readonly FaultKind[];
 }
 
 /** Round `round` of the schedule of `seed`. */
 export function planRound(seed: number, round: number, shape: ScheduleShape): PlannedFault[] {
   const rng = new Rng((seed * 7919 + round * 104_729) >>> 0);
   const lease = shape.leaseDurationMs;
-  return rng.shuffle(faultKinds).map((kind): PlannedFault => {
-    const gapBeforeMs = shape.gapMs[0] + rng.int(Math.max(1, shape.gapMs[1] - shape.gapMs[0]));
-    switch (kind) {
-      case "kill":
-      case "leave-rejoin":
-        return { kind, target: rng.pick(shape.backends), durationMs: 0, gapBeforeMs };
-      case "pause-owner":
-        return { kind, target: rng.pick(shape.backends), durationMs: 2 * lease + rng.int(lease), gapBeforeMs };
-      case "partition":
-        return { kind, target: rng.pick(shape.slots), durationMs: 5_000 + rng.int(4_000), gapBeforeMs };
-      case "db-pause":
-        return { kind, target: -1, durationMs: lease + 1_000 + rng.int(3_000), gapBeforeMs };
-      case "db-restart":
-        return { kind, target: -1, durationMs: 2_000 + rng.int(2_000), gapBeforeMs };
-      default:
-        return { kind, target: -1, durationMs: 0, gapBeforeMs };
-    }
-  });
+  const downed = round % 2 === 0;
+  const kinds = shape.kinds ?? faultKinds;
+  return rng
+    .shuffle(faultKinds)
+    .filter((kind) => kinds.includes(kind))
+    .map((kind): PlannedFault => {
+      const gapBeforeMs = shape.gapMs[0] + rng.int(Math.max(1, shape.gapMs[1] - shape.gapMs[0]));
+      switch (kind) {
+        case "kill":
+        case "leave-rejoin":
+          return { kind, target: rng.pick(shape.backends), durationMs: 0, gapBeforeMs, downed: false };
+        case "pause-owner":
+          return {
+            kind,
+            target: rng.pick(shape.backends),
+            durationMs: 2 * lease + rng.int(lease),
+            gapBeforeMs,
+            downed,
+          };
+        case "partition":
+          return { kind, target: rng.pick(shape.slots), durationMs: 5_000 + rng.int(4_000), gapBeforeMs, downed };
+        case "db-pause":
+          return { kind, target: -1, durationMs: lease + 1_000 + rng.int(3_000), gapBeforeMs, downed: false };
+        case "db-restart":
+          return { kind, target: -1, durationMs: 2_000 + rng.int(2_000), gapBeforeMs, downed: false };
+        default:
+          return { kind, target: -1, durationMs: 0, gapBeforeMs, downed: false };
+      }
+    });
 }

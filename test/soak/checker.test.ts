@@ -221,3 +221,25 @@ test("prefix order: pairs that cannot be ordered are found, reads of one prefix 
     [["w0", "w1"]],
   );
 });
+
+test("soak checker: a delivery by a node after it was downed is counted apart; before its down it is ordered", () => {
+  const d = clean();
+  const late = { ...delivery(1, 80), node: "n2.0" };
+  const paused = (at: number) => ({
+    kind: "pause-owner",
+    target: "n2",
+    start: 60,
+    end: 90,
+    recovered: 95,
+    selfExited: true,
+    downed: { node: "n2.0", at },
+  });
+  const after = judge({ ...d, deliveries: [{ ...delivery(2, 71), kind: "ask" }, late], faults: [paused(75)] });
+  assert.deepEqual(after.violations, []);
+  assert.equal(after.mailboxes.counts.staleOwnerDeliveries, 1);
+  const before = judge({ ...d, deliveries: [{ ...delivery(2, 71), kind: "ask" }, late], faults: [paused(85)] });
+  assert.deepEqual(
+    before.violations.map((v) => v.check),
+    ["sender-order"],
+  );
+});

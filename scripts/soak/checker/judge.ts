@@ -12,7 +12,7 @@ export interface Judgement {
   readonly lists: CheckResult;
   readonly counters: CheckResult;
   readonly fencing: CheckResult;
-  readonly mailboxes: CheckResult;
+  readonly mailboxes: CheckResult & { staleOwnerDeliveries: string[] };
   readonly operations: Record<string, { ok: number; fail: number; info: number }>;
   readonly availability: Availability;
 }
@@ -26,7 +26,7 @@ export function judge(data: RunData): Judgement {
   const lists = checkLists(operations, data.events, data.entityLists);
   const counters = checkCounters(operations, data.counters, data.entityCounters);
   const fencing = checkFencing(data.events);
-  const mailboxes = checkMailboxes(operations, data.deliveries);
+  const mailboxes = checkMailboxes(operations, data.deliveries, data.faults);
   const byF: Judgement["operations"] = {};
   for (const op of operations) {
     const row = byF[op.f] ?? { ok: 0, fail: 0, info: 0 };

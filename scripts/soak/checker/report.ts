@@ -1,5 +1,6 @@
 // The summary table (Markdown) of a judged run.
 import type { Judgement } from "./judge.ts";
+import type { FaultLine } from "./types.ts";
 
 export interface RunFacts {
   readonly nodes?: number;
@@ -11,7 +12,7 @@ export interface RunFacts {
 
 const fmt = (n: number) => n.toLocaleString("en-US");
 
-export function summaryMarkdown(j: Judgement, facts: RunFacts): string {
+export function summaryMarkdown(j: Judgement, facts: RunFacts, faults: readonly FaultLine[] = []): string {
   const l = j.lists.counts;
   const c = j.counters.counts;
   const f = j.fencing.counts;
@@ -55,8 +56,14 @@ export function summaryMarkdown(j: Judgement, facts: RunFacts): string {
     `| ordinary: sender-order inversions (${fmt(m.delivered)} deliveries) | ${m.orderViolations} |`,
     `| ordinary: asks answered / failed / ambiguous / caller gone | ${fmt(m.asksAnswered)} / ${fmt(m.asksFailed)} / ${fmt(m.asksUnknown)} / ${fmt(m.asksUnfinished)} |`,
     `| ordinary: wrong answers | ${m.wrongAnswers} |`,
+    `| ordinary: deliveries by a node after it was downed while paused or cut off (not ordered, see docs/soak.md) | ${m.staleOwnerDeliveries} |`,
+    `| nodes downed while paused or cut off that exited by themselves afterwards (liveness, not checked) | ${faults.filter((x) => x.selfExited === true).length} of ${faults.filter((x) => typeof x.selfExited === "boolean").length} |`,
     `| **violations** | **${j.violations.length}** |`,
   );
+  if (j.mailboxes.staleOwnerDeliveries.length > 0) {
+    lines.push("", "Deliveries by downed nodes (first 20):", "");
+    for (const d of j.mailboxes.staleOwnerDeliveries) lines.push(`- ${d}`);
+  }
   if (j.violations.length > 0) {
     lines.push("", "Violations (first 50):", "");
     for (const v of j.violations.slice(0, 50)) lines.push(`- ${v.check}: ${v.detail}`);

@@ -48,6 +48,10 @@ export interface FaultLine {
   readonly end: number;
   readonly recovered: number | null;
   readonly detail?: string;
+  /** For a node downed while paused or cut off: whether it exited by itself afterwards. */
+  readonly selfExited?: boolean | null;
+  /** The incarnation the operator downed while it was paused or cut off, and when. */
+  readonly downed?: { readonly node: string; readonly at: number };
 }
 
 /** Everything a check needs. */
