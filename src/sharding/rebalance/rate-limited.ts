@@ -1,4 +1,4 @@
-import { compareStrings, type UniqueAddress } from "../../actor/index.ts";
+import type { UniqueAddress } from "../../actor/index.ts";
 import { eligibleMembers } from "../allocation/strategy.ts";
 import { ClusterShardingConfigurationError } from "../errors.ts";
 import type { AllocationSnapshot, RebalancePolicy } from "./policy.ts";
@@ -82,11 +82,11 @@ export class RateLimitedRebalance implements RebalancePolicy {
     while (selected.length < this.maxConcurrent) {
       let most = 0;
       let least = 0;
+      // Owners ascend by address, so on equal loads the later one is the highest address (most loaded) and the
+      // earlier one the lowest (least loaded).
       for (let i = 1; i < keys.length; i++) {
-        if (loads[i]! > loads[most]! || (loads[i] === loads[most] && compareStrings(keys[i]!, keys[most]!) > 0))
-          most = i;
-        if (loads[i]! < loads[least]! || (loads[i] === loads[least] && compareStrings(keys[i]!, keys[least]!) < 0))
-          least = i;
+        if (loads[i]! >= loads[most]!) most = i;
+        if (loads[i]! < loads[least]!) least = i;
       }
       if (loads[most]! - loads[least]! <= this.threshold) break;
       const shard = byOwner.get(keys[most]!)!.shift();
