@@ -64,8 +64,9 @@ export class RateLimitedRebalance implements RebalancePolicy {
     }
     if (misplaced.length === 0) return [];
     misplaced.sort((a, b) => a - b);
-    // Loads are compared over the owners the target uses (a role filter may leave some Up members out).
-    const used = new Set([...target.values()].map((t) => t.toString()));
+    // Loads are compared over the owners the target uses or that hold shards now: a role filter may leave some Up
+    // members out, but a member holding shards the target does not use (fewer shards than members) still counts.
+    const used = new Set([...target.values(), ...snapshot.allocations.values()].map((t) => t.toString()));
     const hosts = owners.filter((o) => used.has(o.toString()));
     const targetRange = range(loadsOver(target, hosts));
     if (targetRange <= 1 && range(loadsOver(snapshot.allocations, hosts)) <= this.threshold) return [];
