@@ -1,4 +1,4 @@
-import { compareStrings, type UniqueAddress } from "../../actor/index.ts";
+import type { UniqueAddress } from "../../actor/index.ts";
 import { eligibleMembers } from "../allocation/strategy.ts";
 import { ClusterShardingConfigurationError } from "../errors.ts";
 import type { AllocationSnapshot, RebalancePolicy } from "./policy.ts";
@@ -64,8 +64,9 @@ export class RateLimitedRebalance implements RebalancePolicy {
     }
     if (misplaced.length === 0) return [];
     misplaced.sort((a, b) => a - b);
-    // Loads are compared over the owners the target uses (a role filter may leave some Up members out).
-    const used = new Set([...target.values()].map((t) => t.toString()));
+    // Loads are compared over the owners the target uses or that hold shards now: a role filter may leave some Up
+    // members out, but a member holding shards the target does not use (fewer shards than members) still counts.
+    const used = new Set([...target.values(), ...snapshot.allocations.values()].map((t) => t.toString()));
     const hosts = owners.filter((o) => used.has(o.toString()));
     const targetRange = range(loadsOver(target, hosts));
     if (targetRange <= 1 && range(loadsOver(snapshot.allocations, hosts)) <= this.threshold) return [];
@@ -82,11 +83,11 @@ export class RateLimitedRebalance implements RebalancePolicy {
     while (selected.length < this.maxConcurrent) {
       let most = 0;
       let least = 0;
+      // Owners ascend by address, so on equal loads the later one is the highest address (most loaded) and the
+      // earlier one the lowest (least loaded).
       for (let i = 1; i < keys.length; i++) {
-        if (loads[i]! > loads[most]! || (loads[i] === loads[most] && compareStrings(keys[i]!, keys[most]!) > 0))
-          most = i;
-        if (loads[i]! < loads[least]! || (loads[i] === loads[least] && compareStrings(keys[i]!, keys[least]!) < 0))
-          least = i;
+        if (loads[i]! >= loads[most]!) most = i;
+        if (loads[i]! < loads[least]!) least = i;
       }
       if (loads[most]! - loads[least]! <= this.threshold) break;
       const shard = byOwner.get(keys[most]!)!.shift();

@@ -187,7 +187,8 @@ test("RateLimited without a target: the most loaded hands its lowest shards to t
  * REFERENCE §3.3 as a model, written independently of src/: without a target, the most loaded owner (ties: the highest
  * address) gives its lowest shard to the least loaded (ties: the lowest address) until the range is within the
  * threshold or maxConcurrent shards are chosen; with a target, the lowest misplaced shards, unless the target is
- * balanced (range <= 1) and the current loads over the target's hosts are within the threshold.
+ * balanced (range <= 1) and the current loads are within the threshold, both over the members that the target uses
+ * or that hold shards now.
  */
 function modelSelect(
   owners: readonly UniqueAddress[],
@@ -205,7 +206,7 @@ function modelSelect(
     const misplaced = [...target.keys()]
       .filter((s) => !allocations.get(s)?.equals(target.get(s)!))
       .sort((x, y) => x - y);
-    const hosts = sorted.filter((o) => [...target.values()].some((t) => t.equals(o)));
+    const hosts = sorted.filter((o) => [...target.values(), ...allocations.values()].some((t) => t.equals(o)));
     if (misplaced.length === 0) return [];
     if (rangeOf(loadsOf(target, hosts)) <= 1 && rangeOf(loadsOf(allocations, hosts)) <= threshold) return [];
     return misplaced.slice(0, maxConcurrent);
@@ -276,5 +277,29 @@ test("RateLimited options: threshold an integer >= 0, maxConcurrent an integer >
   }
   for (const maxConcurrent of [0, -1, 1.5]) {
     assert.throws(() => new RateLimitedRebalance({ maxConcurrent }), /maximum concurrent rebalances must be positive/);
+  }
+});
+
+test("RateLimited: a member holding shards the target does not use counts in the balance (fewer shards than members)", () => {
+  // Found by the convergence property: 2 shards, members a:1, a:2, e:1, every shard on e. The target puts them on
+  // a:1 and a:2; comparing loads only over the target's hosts (0 and 0) called the plan balanced, and e kept both
+  // (loads 2, 0, 0 against a threshold of 1).
+  const members = [member("a", { port: 1 }), member("a", { port: 2 }), member("e", { port: 1 })];
+  const e = addr("e", 1);
+  for (const allocation of [new LeastLoadedAllocation(), new RendezvousAllocation()]) {
+    const planner = new AllocationPlanner(2, allocation, new RateLimitedRebalance({ threshold: 1, maxConcurrent: 1 }));
+    const target = planner.initial(members);
+    let plan = new Map([
+      [0, e],
+      [1, e],
+    ]);
+    if ([...target.values()].some((o) => o.equals(e))) continue; // this strategy's target uses e: not the case here
+    for (let step = 0, pending = true; pending; step++) {
+      assert.ok(step < 10);
+      const r = planner.reconcile(plan, members);
+      [plan, pending] = [r.allocations, r.pending];
+    }
+    const loads = members.map((m) => [...plan.values()].filter((o) => o.equals(m.uniqueAddress)).length);
+    assert.ok(Math.max(...loads) - Math.min(...loads) <= 1, `${allocation.configurationKey}: loads ${loads}`);
   }
 });

@@ -23,6 +23,10 @@ interface Barrier {
   /** The shard's tick fired at `nowMs`; `attempt` tries one delivery. */
   tick(shardId: number, nowMs: number, authorized: boolean, attempt: (item: string) => AttemptOutcome): Observed;
   queued(shardId: number): number;
+  /** Shards with queued deliveries. */
+  pending(): number[];
+  /** The extension stops: everything queued, to reject. */
+  stop(): string[];
 }
 
 function barrier(windowMs: number, capacity?: number): Barrier {
@@ -36,6 +40,8 @@ function barrier(windowMs: number, capacity?: number): Barrier {
     join: (shardId, item) => b.join(shardId, item).queued,
     tick: (shardId, nowMs, authorized, attempt) => b.drain(shardId, nowMs, authorized, attempt),
     queued: (shardId) => b.size(shardId),
+    pending: () => b.shards,
+    stop: () => b.clear(),
   };
 }
 
@@ -123,4 +129,27 @@ test("capacity: a failure on a full queue is rejected at once and counts no leas
   const over = b.failed(1, "m4", 0, "lease", 5);
   assert.deepEqual([over.next, over.leaseRetries, items(over)], ["none", 0, ["m4"]]);
   assert.equal(b.queued(1), 2);
+});
+
+test("a tick for a shard with nothing queued does nothing and asks for no further tick", () => {
+  const b = barrier(1_000);
+  let tried = 0;
+  const r = b.tick(3, 25, true, () => {
+    tried++;
+    return "delivered";
+  });
+  assert.deepEqual(r, { rejected: [], leaseRetries: 0, next: "none" });
+  assert.equal(tried, 0);
+});
+
+test("stopping hands back every queued delivery, shard by shard in order, and leaves nothing queued", () => {
+  const b = barrier(1_000);
+  b.failed(1, "a1", 0, "lease", 0);
+  b.join(1, "a2");
+  b.failed(2, "b1", 0, "handoff", 0);
+  assert.deepEqual(b.pending().sort(), [1, 2]);
+  assert.deepEqual(b.stop(), ["a1", "a2", "b1"]);
+  assert.deepEqual(b.pending(), []);
+  assert.equal(b.join(1, "late"), false);
+  assert.deepEqual(b.stop(), []);
 });
