@@ -17,6 +17,15 @@ interface Family {
   readonly kind: MetricKind;
   readonly help: string;
   readonly samples: string[];
+  readonly values: { readonly value: number; readonly labels: Labels }[];
+}
+
+/** One family as data, for exporters other than the text format (OpenTelemetry). */
+export interface MetricFamily {
+  readonly name: string;
+  readonly kind: MetricKind;
+  readonly help: string;
+  readonly values: readonly { readonly value: number; readonly labels: Labels }[];
 }
 
 /** Label name → value; values may be anything a user or peer named (they are escaped). */
@@ -42,12 +51,18 @@ export class Exposition {
     if (!metricName.test(name)) throw new Error(`invalid metric name ${name}`);
     let family = this.families.get(name);
     if (family === undefined) {
-      family = { kind, help, samples: [] };
+      family = { kind, help, samples: [], values: [] };
       this.families.set(name, family);
     } else if (family.kind !== kind) {
       throw new Error(`metric ${name} written as ${kind} and ${family.kind}`);
     }
     family.samples.push(`${name}${renderLabels(labels)} ${renderValue(value)}`);
+    family.values.push({ value, labels });
+  }
+
+  /** Every family written, in order, as data. */
+  data(): MetricFamily[] {
+    return [...this.families].map(([name, f]) => ({ name, kind: f.kind, help: f.help, values: f.values }));
   }
 
   /** The exposition text, ending in a line feed. */

@@ -12,6 +12,7 @@ export {
 } from "./handler.ts";
 export type { HealthCheck, HealthReport } from "./health.ts";
 export { renderMetrics } from "./metrics.ts";
+export { otelName, registerOpenTelemetryMetrics } from "./opentelemetry.ts";
 export type { OperatorAction, OperatorLog } from "./operator-log.ts";
 export { type ManagementOptions, type ManagementServer, requestBodyBytesMax, startManagement } from "./server.ts";
 export type { MembersView, MemberView, ShardView, StatsView, TypeShardsView, TypeSummaryView } from "./views.ts";

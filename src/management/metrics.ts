@@ -49,6 +49,11 @@ function breakdown(out: Exposition, name: string, help: string, label: string, v
 
 /** The exposition text of `system`'s metrics now. */
 export function renderMetrics(system: ActorSystem, operatorLog: OperatorLog | null): string {
+  return collectMetrics(system, operatorLog).render();
+}
+
+/** Every metric of `system` now, as an {@link Exposition} (rendered as text, or read as data by OpenTelemetry). */
+export function collectMetrics(system: ActorSystem, operatorLog: OperatorLog | null): Exposition {
   const out = new Exposition();
   out.gauge("movie_actor_pending_asks", "Asks waiting for a reply on this node", system.pendingAskCount);
   out.counter("movie_actor_dead_letters_total", "Messages published as dead letters", system.deadLetterCount);
@@ -181,5 +186,5 @@ export function renderMetrics(system: ActorSystem, operatorLog: OperatorLog | nu
       operatorLog.badRequests,
     );
   }
-  return out.render();
+  return out;
 }
