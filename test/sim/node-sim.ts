@@ -103,7 +103,7 @@ export class SimFailure extends Error {
     readonly trace: readonly string[],
   ) {
     super(
-      `simulation seed ${seed} failed: ${reason}\nreplay: MOVIE_SIM_SEED=${seed} npm run test:only -- test/sim\nlast events:\n  ${trace.join("\n  ")}`,
+      `simulation seed ${seed} failed: ${reason}\nreplay: MOVIE_SIM_SEED=${seed} npm run test:only -- node-sim\nlast events:\n  ${trace.join("\n  ")}`,
     );
   }
 }
