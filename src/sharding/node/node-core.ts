@@ -231,7 +231,8 @@ export type NodeEffect =
     }
   /**
    * Hands deliveries to the local provider in order (authorize the shard, decode the payload once, deliver, activate or
-   * passivate), stopping at the first transient failure; the outcomes come back as `delivered`.
+   * passivate), stopping at the first transient failure; the outcomes come back as `delivered`, for a fresh batch
+   * (`retry` false) only when one of them was not delivered (the core has nothing to do when all were).
    */
   | {
       readonly kind: "deliver";

@@ -164,11 +164,16 @@ export class NodeShell {
         const provider = this.providers.get(effect.type);
         if (provider === undefined) return;
         const outcomes: AttemptOutcome[] = [];
+        let allDelivered = true;
         for (const d of effect.deliveries) {
           const outcome = this.deliverOne(provider, d);
           outcomes.push(outcome);
+          if (outcome !== "delivered") allDelivered = false;
           if (outcome === "lease" || outcome === "handoff") break;
         }
+        // The core asks for the outcomes of a fresh batch only when one was not delivered (the hot path: a routed tell
+        // delivered at once costs no second step); a retry batch always reports.
+        if (allDelivered && !effect.retry) return;
         this.queue.push({
           kind: "delivered",
           type: effect.type,
