@@ -3,7 +3,8 @@
 // by a simulated shell on one virtual clock. Everything random comes from one seed (test/fixtures/prng.ts): per-link
 // FIFO delivery with random delays, links that drop everything for a while (a lost connection: at most once),
 // symmetric and one-way partitions, crashes and restarts with a new uid, joins, graceful leaves, operator downs of
-// unreachable members, and client traffic from every node. After every event the checker asserts the invariants
+// unreachable (crashed) members, impostor forwards from members that are not the coordinator, and client traffic
+// from every node. After every event the checker asserts the invariants
 // below; after the faults heal it asserts liveness. A failure throws a SimFailure naming the seed and the last events.
 //
 // Invariants (checked after each event):
@@ -637,6 +638,36 @@ export class NodeSim {
   // ---------------------------------------------------------------------------------------------------------------
   // Faults
 
+  /**
+   * A member that is not the coordinator forwards a hop-1 envelope to `b` naming b's coordinator (an impostor, or a
+   * stale coordinator's late traffic): the transport's authenticated origin gives it away, and b must refuse it.
+   */
+  impostor(a: SimNode, b: SimNode, entity: string): void {
+    const coordinator = b.core.view.accepting;
+    if (!a.alive || coordinator === null || coordinator.equals(a.self)) return;
+    this.note(`impostor ${a.name} forwards ${entity} to ${b.name}`);
+    const shard = settings.partitioner.shardFor(typeName, entity, settings.shardCount);
+    const message: UserMessage = { call: this.nextCall++, sender: `${a.name}/impostor`, entity, seq: a.nextSeq++ };
+    this.calls.set(message.call, message);
+    const envelope = new ShardingEnvelope(
+      "User",
+      typeName,
+      entity,
+      shard,
+      settings.key,
+      1,
+      coordinator.toString(),
+      null,
+      true,
+      {
+        type: "Seq",
+        payload: null,
+      },
+    );
+    attachTyped(envelope, message);
+    this.send(a, b.port, b.self.uid, { kind: "envelope", envelope, call: message.call });
+  }
+
   dropLink(a: SimNode, b: SimNode, forMs: number): void {
     this.note(`link ${a.name} -> ${b.name} drops for ${forMs}ms`);
     this.linkDownUntil.set(`${a.port}>${b.port}`, this.now + forMs);
@@ -654,15 +685,25 @@ export class NodeSim {
     this.membershipInput(node, { kind: "leave", target: node.self });
   }
 
-  /** The operator downs members the leader sees as unreachable (a crashed or cut-off node). */
+  /**
+   * The operator downs crashed members that a leader sees as unreachable. Only dead ones, and from one side: downing a
+   * live node on the far side of a partition from each side is the classic split brain, which no sharding protocol
+   * survives without leases (the lease fencing of persistent entities covers it; these entities are plain).
+   */
   downUnreachable(): void {
+    const dead = (u: UniqueAddress): boolean => {
+      const n = this.nodes.get(u.address.port ?? -1);
+      return n === undefined || !n.alive || n.self.uid !== u.uid;
+    };
     for (const n of this.live()) {
       const snap = snapshotOf(n.membership);
       if (snap.leader === null || !snap.leader.equals(n.self)) continue;
       for (const u of snap.unreachable) {
+        if (!dead(u)) continue;
         this.note(`operator downs ${u.address.port}#${u.uid}`);
         this.membershipInput(n, { kind: "down", target: u });
       }
+      return;
     }
   }
 
@@ -844,8 +885,11 @@ export function runHistory(options: HistoryOptions): HistoryResult {
     if (a !== undefined && b !== undefined && a !== b) {
       switch (rand.int(8)) {
         case 0:
-        case 1:
           sim.dropLink(a, b, 20 + rand.int(200));
+          break;
+        case 1:
+          if (rand.chance(0.5)) sim.dropLink(a, b, 200 + rand.int(1_000));
+          else sim.impostor(a, b, entities[rand.int(entities.length)]!);
           break;
         case 2:
           sim.partition(a, b, 100 + rand.int(600), rand.chance(0.5));
