@@ -96,6 +96,20 @@ export class Database implements Extension {
     return this.store.renewShardLease(token, durationMs);
   }
 
+  /** See {@link PersistenceStore.acquireShardLeases}. */
+  acquireShardLeases(
+    keys: readonly ShardLeaseKey[],
+    owner: string,
+    durationMs: number,
+  ): Promise<(ShardLeaseToken | null)[]> {
+    return this.store.acquireShardLeases(keys, owner, durationMs);
+  }
+
+  /** See {@link PersistenceStore.renewShardLeases}. */
+  renewShardLeases(tokens: readonly ShardLeaseToken[], durationMs: number): Promise<(ShardLeaseToken | null)[]> {
+    return this.store.renewShardLeases(tokens, durationMs);
+  }
+
   /** See {@link PersistenceStore.releaseShardLease}. */
   releaseShardLease(token: ShardLeaseToken): Promise<boolean> {
     return this.store.releaseShardLease(token);

@@ -132,6 +132,23 @@ export interface PersistenceStore {
   acquireShardLease(key: ShardLeaseKey, owner: string, durationMs: number): Promise<ShardLeaseToken | null>;
   /** Extends a lease still held with this owner, epoch and unexpired; null otherwise. */
   renewShardLease(token: ShardLeaseToken, durationMs: number): Promise<ShardLeaseToken | null>;
+  /**
+   * {@link acquireShardLease} for many keys in one transaction where the backend can (one statement on PostgreSQL):
+   * each key gets exactly the answer a lone acquire would get, in the order given.
+   * @throws InvalidPersistenceRequestError
+   */
+  acquireShardLeases(
+    keys: readonly ShardLeaseKey[],
+    owner: string,
+    durationMs: number,
+  ): Promise<(ShardLeaseToken | null)[]>;
+  /**
+   * {@link renewShardLease} for many tokens in one transaction where the backend can (one statement on PostgreSQL):
+   * each row is checked (owner, epoch, unexpired) and extended exactly as a lone renewal; null for each that did not
+   * renew, in the order given.
+   * @throws InvalidPersistenceRequestError
+   */
+  renewShardLeases(tokens: readonly ShardLeaseToken[], durationMs: number): Promise<(ShardLeaseToken | null)[]>;
   /** Expires the lease at once if owner and epoch match; true when a row changed. */
   releaseShardLease(token: ShardLeaseToken): Promise<boolean>;
   /** Releases connections and files; later calls fail with StoreClosedError. */

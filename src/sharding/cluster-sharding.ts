@@ -33,6 +33,7 @@ import {
 import { ShardingDaemon } from "./daemon.ts";
 import { ShardedEntityRef, ShardedEntityType } from "./entity-ref.ts";
 import { asError, ClusterShardingConfigurationError } from "./errors.ts";
+import type { ShardingTypeInspection } from "./inspection.ts";
 import { type ShardingInternalView, shardingInternalsKey } from "./internal-view.ts";
 import type { ShardingMembership } from "./membership.ts";
 import { CallerRouter, requireEntityId } from "./node/caller-router.ts";
@@ -166,6 +167,15 @@ export class ClusterSharding implements Extension {
           codec: new RegistryCodec(remoting.registry),
           inboundRejections: (listener) => remoting.onInboundRejected(listener),
         };
+      }),
+    );
+  }
+
+  /** The sharding extension of `system` when it was started, else undefined (never creates it; for inspection). */
+  static find(system: ActorSystem): ClusterSharding | undefined {
+    return system.hasExtension(
+      shardingExtensionId(() => {
+        throw new ClusterShardingConfigurationError("ClusterSharding.find never creates the extension");
       }),
     );
   }
@@ -357,6 +367,33 @@ export class ClusterSharding implements Extension {
   shardOf(entityType: ShardedEntityType<unknown> | string, entityId: string): number {
     const s = this.typeState(entityType);
     return s.settings.partitioner.shardFor(s.name, entityId, s.settings.shardCount);
+  }
+
+  /** The names of the entity types registered on this node, sorted. */
+  get entityTypeNames(): string[] {
+    return [...this.providers.keys()].sort();
+  }
+
+  /**
+   * A read-only copy of what this node knows of `entityType`: plan, generation and author, the coordinator it routes
+   * to, handoffs it drives, local entities per shard and (persistent types) the leases it keeps.
+   * @throws ClusterShardingConfigurationError when the type is not registered on this node
+   */
+  inspect(entityType: ShardedEntityType<unknown> | string): ShardingTypeInspection {
+    const state = this.typeState(entityType);
+    const provider = this.providers.get(state.name)!;
+    if (state.plan.generation === 0) this.shell.run({ kind: "syncPlan", type: state.name });
+    return {
+      name: state.name,
+      shardCount: state.settings.shardCount,
+      generation: state.plan.generation,
+      planAuthor: state.plan.author,
+      coordinator: this.shell.state.view.routing,
+      allocations: new Map(state.plan.allocations),
+      handoffs: [...state.handoffs.keys()].sort((a, b) => a - b),
+      localEntities: provider.entitiesByShard(),
+      leases: provider.leases(),
+    };
   }
 
   /** A snapshot of the 15 counters (REFERENCE §7), summed over types. */

@@ -439,7 +439,7 @@ describe("postgres faults", () => {
       const rows = (await raw.query("SELECT version FROM movie_schema_migration ORDER BY version")).rows;
       assert.deepEqual(
         rows.map((r) => r.version),
-        [1, 2, 3, 4, 5, 6, 7],
+        [1, 2, 3, 4, 5, 6, 7, 8],
       );
       // Migration 6 dropped the function the client stopped calling.
       const resolve = await raw.query(
@@ -447,9 +447,9 @@ describe("postgres faults", () => {
         [schema],
       );
       assert.equal(resolve.rows[0].n, 0);
-      await raw.query("INSERT INTO movie_schema_migration (version, name, checksum) VALUES (8, 'future', 'x')");
+      await raw.query("INSERT INTO movie_schema_migration (version, name, checksum) VALUES (9, 'future', 'x')");
       await assert.rejects(PostgresStore.connect({ connectionUri: url, schema }), UnsupportedSchemaVersionError);
-      await raw.query("DELETE FROM movie_schema_migration WHERE version = 8");
+      await raw.query("DELETE FROM movie_schema_migration WHERE version = 9");
       await raw.query("UPDATE movie_schema_migration SET checksum = 'edited' WHERE version = 3");
       await assert.rejects(PostgresStore.connect({ connectionUri: url, schema }), MigrationChecksumMismatchError);
       await raw.end();

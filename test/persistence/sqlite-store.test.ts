@@ -45,11 +45,11 @@ test("sqlite: reopening keeps data; a newer or altered schema is refused", async
   assert.equal(await again.loadRevision("p"), 1);
   await again.close();
   const raw = new Database(path);
-  raw.prepare("INSERT INTO movie_schema_migration (version, name, checksum) VALUES (8, 'future', 'x')").run();
+  raw.prepare("INSERT INTO movie_schema_migration (version, name, checksum) VALUES (9, 'future', 'x')").run();
   raw.close();
   assert.throws(() => SqliteStore.open({ dbPath: path }), UnsupportedSchemaVersionError);
   const raw2 = new Database(path);
-  raw2.prepare("DELETE FROM movie_schema_migration WHERE version = 8").run();
+  raw2.prepare("DELETE FROM movie_schema_migration WHERE version = 9").run();
   raw2.prepare("UPDATE movie_schema_migration SET checksum = 'tampered' WHERE version = 2").run();
   raw2.close();
   assert.throws(() => SqliteStore.open({ dbPath: path }), MigrationChecksumMismatchError);

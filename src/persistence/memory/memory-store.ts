@@ -223,6 +223,30 @@ export class MemoryStore implements PersistenceStore {
     return token(lease.key, row);
   }
 
+  async acquireShardLeases(
+    keys: readonly ShardLeaseKey[],
+    owner: string,
+    durationMs: number,
+  ): Promise<(ShardLeaseToken | null)[]> {
+    this.open();
+    for (const key of keys) validateLeaseKey(key);
+    validateLeaseRequest(owner, durationMs);
+    const tokens: (ShardLeaseToken | null)[] = [];
+    for (const key of keys) tokens.push(await this.acquireShardLease(key, owner, durationMs));
+    return tokens;
+  }
+
+  async renewShardLeases(tokens: readonly ShardLeaseToken[], durationMs: number): Promise<(ShardLeaseToken | null)[]> {
+    this.open();
+    for (const t of tokens) {
+      validateLeaseToken(t);
+      validateLeaseRequest(t.owner, durationMs);
+    }
+    const renewed: (ShardLeaseToken | null)[] = [];
+    for (const t of tokens) renewed.push(await this.renewShardLease(t, durationMs));
+    return renewed;
+  }
+
   async releaseShardLease(lease: ShardLeaseToken): Promise<boolean> {
     this.open();
     validateLeaseToken(lease);

@@ -41,6 +41,7 @@ import {
   TOMBSTONE_MANIFEST,
   type WriteResult,
 } from "../store.ts";
+import { ACQUIRE_LEASES_SQL, LEASE_BATCH_MAX_ROWS, RENEW_LEASES_SQL } from "./lease-batch-sql.ts";
 import {
   APPEND_BATCH_SQL,
   APPEND_ONE_SQL,
@@ -50,6 +51,7 @@ import {
   REVISION_MISMATCH_SQLSTATE,
   sessionOptions,
 } from "./schema.ts";
+import { decodeStateOutcome, type PendingState, revisionMoved, saveStates, WRITE_STATE_SQL } from "./state-batch.ts";
 
 /** Options of {@link PostgresStore.connect}. */
 export interface PostgresStoreOptions {
@@ -148,6 +150,13 @@ export class PostgresStore implements PersistenceStore {
   private closed = false;
   private readonly resilient: Resilient;
   private readonly appends: GroupCommit<PendingAppend, boolean>;
+  /** Durable-state saves and deletes, group-committed like appends (state-batch.ts); each answers its outcome code. */
+  private readonly states: GroupCommit<PendingState, number>;
+  /**
+   * @internal For benchmarks: false sends every lease call of a batch, and every durable-state write, on its own
+   * (the behaviour before issue 23), so that before and after can alternate in one run.
+   */
+  batching = true;
 
   private constructor(
     /** @internal The pool, for tests and benchmarks that need raw SQL in the same schema. */
@@ -168,6 +177,11 @@ export class PostgresStore implements PersistenceStore {
       groupCommit,
       (a) => a.persistenceId,
       (batch) => this.insertAppends(batch),
+    );
+    this.states = new GroupCommit(
+      groupCommit,
+      (w) => w.persistenceId,
+      (batch) => this.saveStates(batch),
     );
   }
 
@@ -226,6 +240,11 @@ export class PostgresStore implements PersistenceStore {
   /** Statements and batches of the group commit of one-event appends, and how many appends wait for a statement. */
   get groupCommitStats(): Readonly<GroupCommitStats & { waiting: number }> {
     return { ...this.appends.stats, waiting: this.appends.waiting };
+  }
+
+  /** The same for durable-state saves and deletes. */
+  get stateGroupCommitStats(): Readonly<GroupCommitStats & { waiting: number }> {
+    return { ...this.states.stats, waiting: this.states.waiting };
   }
 
   /** The circuit breaker's mode. */
@@ -332,6 +351,43 @@ export class PostgresStore implements PersistenceStore {
       return Promise.allSettled(batch.map((p) => this.insertAppend(p)));
     }
     return batch.map((p) => ({ status: "fulfilled", value: written.has(p.persistenceId) }));
+  }
+
+  /**
+   * One statement for a group of durable-state writes (at most one per persistence id). A lone write calls
+   * movie_write_state, as before; several go as SAVE_STATES_SQL, and each it did not write asks movie_write_state
+   * alone for its answer (a stale fence, a retry, a conflict or a moved revision, each as a lone write would get it).
+   */
+  private async saveStates(batch: readonly PendingState[]): Promise<PromiseSettledResult<number>[]> {
+    if (this.closed) throw new StoreClosedError("postgres");
+    if (batch.length === 1) return Promise.allSettled([this.saveStateAlone(batch[0]!)]);
+    let written: Set<string>;
+    try {
+      written = await saveStates(this.pool, batch);
+    } catch (error) {
+      // As for appends: a lost connection fails every write of the batch (each caller retries its own); anything
+      // else the server raised for the statement as a whole must not decide a batch-mate's fate.
+      if (isPostgresConnectionError(error) || this.closed) throw error;
+      return Promise.allSettled(batch.map((p) => this.saveStateAlone(p)));
+    }
+    return Promise.allSettled(
+      batch.map((p) =>
+        written.has(p.persistenceId) ? Promise.resolve((p.expectedRevision + 1) * 4) : this.saveStateAlone(p),
+      ),
+    );
+  }
+
+  /** movie_write_state for one write; a moved revision (MV001) answers revisionMoved(actual). */
+  private saveStateAlone(p: PendingState): Promise<number> {
+    return this.pool.query({ name: "movie_write_state", text: WRITE_STATE_SQL, values: p.values as unknown[] }).then(
+      (result) => Number(result.rows[0].outcome),
+      (error: unknown) => {
+        if ((error as { code?: string }).code === REVISION_MISMATCH_SQLSTATE) {
+          return revisionMoved(Number((error as Error).message));
+        }
+        throw error;
+      },
+    );
   }
 
   private insertAppend(p: PendingAppend): Promise<boolean> {
@@ -554,6 +610,101 @@ export class PostgresStore implements PersistenceStore {
     return result.rows.length === 0 ? null : leaseToken(k, result.rows[0]);
   }
 
+  async acquireShardLeases(
+    keys: readonly ShardLeaseKey[],
+    owner: string,
+    durationMs: number,
+  ): Promise<(ShardLeaseToken | null)[]> {
+    this.open();
+    for (const key of keys) validateLeaseKey(key);
+    validateLeaseRequest(owner, durationMs);
+    if (keys.length <= 1 || !this.batching) {
+      return Promise.all(keys.map((key) => this.acquireShardLease(key, owner, durationMs)));
+    }
+    return this.leaseBatch(
+      keys,
+      (chunk) =>
+        this.query("acquireShardLeases", "movie_acquire_leases", ACQUIRE_LEASES_SQL, [
+          chunk.map((k) => k.clusterName),
+          chunk.map((k) => k.entityType),
+          chunk.map((k) => k.shardId),
+          owner,
+          durationMs,
+        ]),
+      (key) => key,
+      (key) => this.acquireShardLease(key, owner, durationMs),
+      () => true,
+    );
+  }
+
+  async renewShardLeases(tokens: readonly ShardLeaseToken[], durationMs: number): Promise<(ShardLeaseToken | null)[]> {
+    this.open();
+    for (const t of tokens) {
+      validateLeaseToken(t);
+      validateLeaseRequest(t.owner, durationMs);
+    }
+    if (tokens.length <= 1 || !this.batching) {
+      return Promise.all(tokens.map((t) => this.renewShardLease(t, durationMs)));
+    }
+    return this.leaseBatch(
+      tokens,
+      (chunk) =>
+        this.query("renewShardLeases", "movie_renew_leases", RENEW_LEASES_SQL, [
+          chunk.map((t) => t.key.clusterName),
+          chunk.map((t) => t.key.entityType),
+          chunk.map((t) => t.key.shardId),
+          chunk.map((t) => t.owner),
+          chunk.map((t) => t.epoch),
+          durationMs,
+        ]),
+      (t) => t.key,
+      (t) => this.renewShardLease(t, durationMs),
+      // The same key twice (two tokens of one shard) shares one returned row: it answers only its own token.
+      (t, row) => String(row.owner) === t.owner && Number(row.epoch) === t.epoch,
+    );
+  }
+
+  /**
+   * Sends `items` in statements of at most LEASE_BATCH_MAX_ROWS rows; every item its statement did not answer (its
+   * row locked by a write in flight, or not this owner's to take or renew) is then asked on its own, with the single
+   * statement, whose answer it gets (see lease-batch-sql.ts).
+   */
+  private async leaseBatch<T>(
+    items: readonly T[],
+    send: (chunk: readonly T[]) => Promise<pg.QueryResult>,
+    keyOf: (item: T) => ShardLeaseKey,
+    alone: (item: T) => Promise<ShardLeaseToken | null>,
+    answers: (item: T, row: Record<string, unknown>) => boolean,
+  ): Promise<(ShardLeaseToken | null)[]> {
+    const tokens = new Array<ShardLeaseToken | null>(items.length).fill(null);
+    const unanswered: number[] = [];
+    const chunks: number[] = [];
+    for (let from = 0; from < items.length; from += LEASE_BATCH_MAX_ROWS) chunks.push(from);
+    // The statements of one call run side by side on the pool (their rows are disjoint, and none waits for a lock).
+    await Promise.all(
+      chunks.map(async (from) => {
+        const chunk = items.slice(from, from + LEASE_BATCH_MAX_ROWS);
+        const result = await send(chunk);
+        const rows = new Map<string, Record<string, unknown>>();
+        for (const row of result.rows as Record<string, unknown>[]) {
+          rows.set(leaseRowKey(String(row.cluster_name), String(row.entity_type), String(row.shard_id)), row);
+        }
+        chunk.forEach((item, i) => {
+          const key = keyOf(item);
+          const row = rows.get(leaseRowKey(key.clusterName, key.entityType, String(key.shardId)));
+          if (row === undefined || !answers(item, row)) unanswered.push(from + i);
+          else tokens[from + i] = leaseToken(key, row);
+        });
+      }),
+    );
+    await Promise.all(
+      unanswered.map(async (i) => {
+        tokens[i] = await alone(items[i]!);
+      }),
+    );
+    return tokens;
+  }
+
   async releaseShardLease(token: ShardLeaseToken): Promise<boolean> {
     this.open();
     validateLeaseToken(token);
@@ -584,10 +735,41 @@ export class PostgresStore implements PersistenceStore {
     checkSequence("expectedRevision", request.expectedRevision);
     const op = OperationId.from(request.operationId).value;
     const fence = checkFence(request.fence);
+    if (this.batching) {
+      const values = [
+        request.persistenceId,
+        request.expectedRevision,
+        op,
+        stateFingerprint(manifest, payload, deleted),
+        manifest,
+        payload,
+        deleted ? 1 : 0,
+        ...fenceArgs(fence),
+      ];
+      const pending: PendingState = {
+        persistenceId: request.persistenceId,
+        expectedRevision: request.expectedRevision,
+        values,
+      };
+      // Each write keeps its own timeout, retries and breaker admission: only the statement is shared.
+      const outcome = decodeStateOutcome(
+        await this.resilient.run(deleted ? "deleteState" : "saveState", () =>
+          this.closed ? Promise.reject(new StoreClosedError("postgres")) : this.states.submit(pending),
+        ),
+      );
+      if ("actual" in outcome)
+        throw new ConcurrentWriteError(request.persistenceId, request.expectedRevision, outcome.actual);
+      return this.writeOutcome(
+        { status: outcome.status, revision: String(outcome.revision) },
+        request.persistenceId,
+        op,
+        fence,
+      );
+    }
     const row = await this.writeCall(
       deleted ? "deleteState" : "saveState",
       "movie_write_state",
-      "SELECT movie_write_state($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) AS outcome",
+      WRITE_STATE_SQL,
       [
         request.persistenceId,
         request.expectedRevision,
@@ -668,6 +850,10 @@ export class PostgresStore implements PersistenceStore {
 function fenceArgs(fence: ShardLeaseToken | null): unknown[] {
   if (fence === null) return [null, null, null, null, null];
   return [fence.key.clusterName, fence.key.entityType, fence.key.shardId, fence.owner, fence.epoch];
+}
+
+function leaseRowKey(cluster: string, type: string, shard: string): string {
+  return `${cluster}\u0000${type}\u0000${shard}`;
 }
 
 function leaseToken(key: ShardLeaseKey, row: Record<string, unknown>): ShardLeaseToken {

@@ -3,7 +3,7 @@ import { buildMigrations, type Migration } from "../migrations.ts";
 /** SQLite's "now" in epoch milliseconds: the database clock for leases (REFERENCE §4.5). */
 export const SQLITE_NOW_MS = "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)";
 
-/** The SQLite migrations 1..7 (the PostgreSQL tables with SQLite types). */
+/** The SQLite migrations 1..8 (the PostgreSQL tables with SQLite types). */
 export const sqliteMigrations: readonly Migration[] = buildMigrations([
   [
     `CREATE TABLE IF NOT EXISTS event_journal (persistence_id TEXT NOT NULL, sequence_nr INTEGER NOT NULL,
@@ -44,5 +44,7 @@ export const sqliteMigrations: readonly Migration[] = buildMigrations([
   // Versions 5 to 7 change only PostgreSQL functions; SQLite records them so both backends share one version history.
   [],
   [],
+  [],
+  // Version 8 records the shard epoch on PostgreSQL event rows: SQLite never runs fenced cluster owners (§4.7).
   [],
 ]);

@@ -395,6 +395,55 @@ export class SqliteStore implements PersistenceStore {
     return row === undefined ? null : leaseToken(k, row);
   }
 
+  async acquireShardLeases(
+    keys: readonly ShardLeaseKey[],
+    owner: string,
+    durationMs: number,
+  ): Promise<(ShardLeaseToken | null)[]> {
+    this.open();
+    for (const key of keys) validateLeaseKey(key);
+    validateLeaseRequest(owner, durationMs);
+    // One immediate transaction (one lock, one sync) with each key's own acquire statement in it.
+    const rows = await this.run("acquireShardLeases", () =>
+      this.db
+        .transaction(() =>
+          keys.map(
+            (key) =>
+              this.s.acquireLease.get({
+                cluster: key.clusterName,
+                type: key.entityType,
+                shard: key.shardId,
+                owner,
+                duration: durationMs,
+              }) as LeaseRow | undefined,
+          ),
+        )
+        .immediate(),
+    );
+    return rows.map((row, i) => (row === undefined ? null : leaseToken(keys[i]!, row)));
+  }
+
+  async renewShardLeases(tokens: readonly ShardLeaseToken[], durationMs: number): Promise<(ShardLeaseToken | null)[]> {
+    this.open();
+    for (const t of tokens) {
+      validateLeaseToken(t);
+      validateLeaseRequest(t.owner, durationMs);
+    }
+    const rows = await this.run("renewShardLeases", () =>
+      this.db
+        .transaction(() =>
+          tokens.map(
+            (t) =>
+              this.s.renewLease.get(durationMs, t.key.clusterName, t.key.entityType, t.key.shardId, t.owner, t.epoch) as
+                | LeaseRow
+                | undefined,
+          ),
+        )
+        .immediate(),
+    );
+    return rows.map((row, i) => (row === undefined ? null : leaseToken(tokens[i]!.key, row)));
+  }
+
   async releaseShardLease(token: ShardLeaseToken): Promise<boolean> {
     this.open();
     validateLeaseToken(token);
