@@ -2,8 +2,8 @@
 // [--minutes M] [--huge-bytes B]`. Prints a progress line every few seconds and a final table; exits 1 on a finding.
 // The generator, dictionary and checks are the ones test/remote/fuzz.test.ts runs (test/fuzz/).
 import { parseArgs } from "node:util";
+import { seedOfDate } from "../test/fixtures/prng.ts";
 import { runCampaign, startTarget } from "../test/fuzz/harness.ts";
-import { seedOfDate } from "../test/fuzz/prng.ts";
 
 const { values } = parseArgs({
   options: {

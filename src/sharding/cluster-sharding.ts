@@ -30,27 +30,24 @@ import {
   ShardingEnvelope,
   wireNames,
 } from "./coordinator/messages.ts";
-import { PlanShell } from "./coordinator/plan-shell.ts";
 import { ShardingDaemon } from "./daemon.ts";
 import { ShardedEntityRef, ShardedEntityType } from "./entity-ref.ts";
-import { newEntityTypeState } from "./entity-type-state.ts";
-import { asError, ClusterShardingConfigurationError, NoShardOwnerError } from "./errors.ts";
-import { HandoffParticipant } from "./handoff/handoff-participant.ts";
-import { HandoffShell } from "./handoff/handoff-shell.ts";
-import { scheduleIdleSweep } from "./idle-sweep.ts";
+import { asError, ClusterShardingConfigurationError } from "./errors.ts";
 import type { ShardingTypeInspection } from "./inspection.ts";
 import { type ShardingInternalView, shardingInternalsKey } from "./internal-view.ts";
 import type { ShardingMembership } from "./membership.ts";
+import { CallerRouter, requireEntityId } from "./node/caller-router.ts";
+import { departureReady, requireType, type TypeState } from "./node/node-core.ts";
+import { daemonName, NodeShell } from "./node/node-shell.ts";
 import { EntityProvider, type ShardingProvider } from "./provider.ts";
-import { CallerRouter, requireEntityId } from "./routing/caller-router.ts";
-import { EnvelopeRouter } from "./routing/envelope-router.ts";
-import { OwnerDelivery } from "./routing/owner-delivery.ts";
 import { ShardingSettings, type ShardingSettingsOptions } from "./settings.ts";
-import { daemonName, ShardingContext } from "./sharding-context.ts";
-import { type MalformedReason, type MutableShardingStats, type ShardingStats, snapshotStats } from "./stats.ts";
-
-/** How many distinct (sender, error) rejections the daemon logs; later ones are only counted (bounded memory). */
-const rejectionLogMax = 1_024;
+import {
+  type MalformedReason,
+  type MutableShardingStats,
+  type ShardingStats,
+  snapshotStats,
+  zeroStats,
+} from "./stats.ts";
 
 /** The options that wire sharding to a membership view and a payload codec (remoting and cluster by default). */
 export interface ShardingRuntime {
@@ -77,22 +74,17 @@ const planBytesPerShardMax = 256;
  * coordinator every route fails closed with NoShardOwnerError.
  */
 export class ClusterSharding implements Extension {
-  private readonly ctx: ShardingContext;
-  private readonly owner: OwnerDelivery;
-  private readonly plans: PlanShell;
-  private readonly handoffs: HandoffShell;
-  private readonly participant: HandoffParticipant;
-  private readonly envelopes: EnvelopeRouter;
+  private readonly shell: NodeShell;
   private readonly caller: CallerRouter;
+  private readonly counters: MutableShardingStats = zeroStats();
+  /** Entity type name → its provider (the core keeps the protocol state, the provider the local entities). */
+  private readonly providers = new Map<string, ShardingProvider>();
+  private stopping = false;
   /** Entity type name → the message class `init` registered it with (compared by identity on a repeated init). */
   private readonly messageClasses = new Map<string, Class<unknown>>();
   private readonly membership: ShardingMembership;
   private readonly self: UniqueAddress;
   private daemonContext: ActorContext<unknown> | null = null;
-  /** Sender and error of each rejection logged (at most {@link rejectionLogMax}; later ones are only counted). */
-  private readonly rejectionsLogged = new Set<string>();
-  /** This node's own status in the last membership view that listed it. */
-  private lastSelfStatus: string | undefined;
   private readonly daemon: ActorRef<unknown>;
   private readonly unsubscribe: () => void;
   private readonly unsubscribeRejections: () => void;
@@ -116,39 +108,18 @@ export class ClusterSharding implements Extension {
       daemonName,
       { supervision: SupervisorStrategies.stop() },
     );
-    this.ctx = new ShardingContext(system, this.membership, runtime.codec ?? inProcessCodec, this.daemon);
-    this.owner = new OwnerDelivery(this.ctx);
-    this.plans = new PlanShell(this.ctx, (state, shard, previous, next) =>
-      this.handoffs.startHandoff(state, shard, previous, next),
-    );
-    this.participant = new HandoffParticipant(this.ctx);
-    this.handoffs = new HandoffShell(this.ctx, this.plans, this.owner, this.participant);
-    this.envelopes = new EnvelopeRouter(this.ctx, this.plans, this.handoffs, this.owner);
-    this.caller = new CallerRouter(this.ctx, this.envelopes);
-    this.membership.registerDepartureGuard(departureGuardName, (member) => this.plans.departureReady(member));
-    this.unsubscribe = this.membership.subscribe(() => this.onMembershipChange());
-    this.unsubscribeRejections = runtime.inboundRejections?.((r) => this.onInboundRejection(r)) ?? (() => {});
-  }
-
-  private onMembershipChange(): void {
-    if (this.ctx.stopped) return;
-    const status = this.membership.snapshot().members.find((m) => m.uniqueAddress.equals(this.self))?.status;
-    const was = this.lastSelfStatus;
-    if (status !== undefined) this.lastSelfStatus = status;
-    // Down, or gone (Removed) without having left gracefully: the cluster has put this node out, so nothing here
-    // may keep serving. Its entities stop now, whatever the plan still says, and this extension stops with them.
-    const graceful = was === "Leaving" || was === "Exiting";
-    if (status === "Down" || (status === undefined && was !== undefined && !graceful)) {
-      this.system.log.warn(
-        { node: this.self.toString(), status: status ?? "Removed", localEntities: this.localEntityCount },
-        "this node was downed: sharding stops every local entity and no longer serves",
-      );
+    const codec = runtime.codec ?? inProcessCodec;
+    this.shell = new NodeShell(system, this.membership, codec, this.daemon, this.counters, this.providers, () => {
       this.stop().catch((error: unknown) => {
         this.system.log.warn({ error }, "sharding failed to stop after this node was downed");
       });
-      return;
-    }
-    this.plans.onMembershipChange();
+    });
+    this.caller = new CallerRouter(this.shell, codec);
+    this.membership.registerDepartureGuard(departureGuardName, (member) => departureReady(this.shell.state, member));
+    this.unsubscribe = this.membership.subscribe(() =>
+      this.shell.run({ kind: "membershipChanged", snapshot: this.membership.snapshot() }),
+    );
+    this.unsubscribeRejections = runtime.inboundRejections?.((r) => this.onInboundRejection(r)) ?? (() => {});
   }
 
   private onInboundRejection(rejection: InboundRejection): void {
@@ -162,8 +133,8 @@ export class ClusterSharding implements Extension {
   }
 
   private countMalformed(reason: MalformedReason): void {
-    this.ctx.counters.rejectedEnvelopes++;
-    this.ctx.counters.malformedEnvelopes[reason]++;
+    this.counters.rejectedEnvelopes++;
+    this.counters.malformedEnvelopes[reason]++;
   }
 
   /**
@@ -242,18 +213,14 @@ export class ClusterSharding implements Extension {
       );
     }
     const resolved = settings instanceof ShardingSettings ? settings : ShardingSettings.create(settings ?? {});
-    const existing = this.ctx.types.get(name);
+    const existing = this.providers.get(name);
     if (existing !== undefined) {
       // Compare the class itself: two different classes may share a name. A type registered through
       // registerProvider (persistent entities) has no class here, so only its name can be compared.
       const known = this.messageClasses.get(name);
-      const field = (
-        known !== undefined
-          ? known !== messageType
-          : existing.provider.messageTypeName !== messageType.name
-      )
+      const field = (known !== undefined ? known !== messageType : existing.messageTypeName !== messageType.name)
         ? "messageType"
-        : existing.provider.settings.incompatibleField(resolved);
+        : existing.settings.incompatibleField(resolved);
       if (field !== null) {
         throw new ClusterShardingConfigurationError(
           `Entity type ${name} is already registered with incompatible settings (${field} differs); use the same settings on every init`,
@@ -270,7 +237,7 @@ export class ClusterSharding implements Extension {
       (entityId) => () => factory(entityId),
       host,
       this.system.scheduler,
-      this.ctx.counters,
+      this.counters,
     );
     this.register(provider);
     this.messageClasses.set(name, messageType);
@@ -284,12 +251,12 @@ export class ClusterSharding implements Extension {
    * @throws ClusterShardingConfigurationError naming the mismatching field
    */
   registerProvider<T>(provider: ShardingProvider): ShardedEntityType<T> {
-    const existing = this.ctx.types.get(provider.name);
+    const existing = this.providers.get(provider.name);
     if (existing !== undefined) {
       const field =
-        existing.provider.messageTypeName !== provider.messageTypeName
+        existing.messageTypeName !== provider.messageTypeName
           ? "messageType"
-          : existing.provider.settings.incompatibleField(provider.settings);
+          : existing.settings.incompatibleField(provider.settings);
       if (field !== null) {
         throw new ClusterShardingConfigurationError(
           `Entity type ${provider.name} is already registered with incompatible settings (${field} differs); use the same settings on every init`,
@@ -309,12 +276,12 @@ export class ClusterSharding implements Extension {
 
   /** @internal The counters providers increment (activations, local deliveries, lease counters). */
   get mutableStats(): MutableShardingStats {
-    return this.ctx.counters;
+    return this.counters;
   }
 
   /** @internal Not public API: the private parts sharding's persistent module and the singleton read (internal-view.ts). */
   [shardingInternalsKey](): ShardingInternalView {
-    return { system: this.system, membership: this.membership, provider: (name) => this.ctx.types.get(name)?.provider };
+    return { system: this.system, membership: this.membership, provider: (name) => this.providers.get(name) };
   }
 
   private register(provider: ShardingProvider): void {
@@ -328,10 +295,8 @@ export class ClusterSharding implements Extension {
       );
     }
     this.probeAllocation(provider.name, settings);
-    const state = newEntityTypeState(provider);
-    this.ctx.types.set(provider.name, state);
-    this.plans.syncPlan(state);
-    if (settings.idleTimeout !== null) scheduleIdleSweep(this.ctx, state, settings.idleTimeout);
+    this.providers.set(provider.name, provider);
+    this.shell.run({ kind: "register", name: provider.name, settings });
   }
 
   /**
@@ -359,7 +324,7 @@ export class ClusterSharding implements Extension {
    */
   entityRefFor<T>(entityType: ShardedEntityType<T> | string, entityId: string): ShardedEntityRef<T> {
     const name = typeof entityType === "string" ? entityType : entityType.name;
-    this.ctx.requireType(name);
+    this.typeState(name);
     requireEntityId(entityId);
     return new ShardedEntityRef<T>(name, entityId, this.caller);
   }
@@ -369,45 +334,44 @@ export class ClusterSharding implements Extension {
 
   /** Defensive copy of this node's view of the plan of `entityType` (empty while no plan is known). */
   allocations(entityType: ShardedEntityType<unknown> | string): Map<number, UniqueAddress> {
-    const state = this.ctx.requireType(typeof entityType === "string" ? entityType : entityType.name);
-    if (state.plan.generation === 0) this.plans.syncPlan(state);
+    const state = this.typeState(entityType);
+    if (state.plan.generation === 0) this.shell.run({ kind: "syncPlan", type: state.name });
     return new Map(state.plan.allocations);
   }
 
   /** The generation of this node's plan of `entityType` (0 before any). */
   planGeneration(entityType: ShardedEntityType<unknown> | string): number {
-    return this.ctx.requireType(typeof entityType === "string" ? entityType : entityType.name).plan.generation;
+    return this.typeState(entityType).plan.generation;
   }
 
   /** Live local entity actors over all types. */
   get localEntityCount(): number {
     let n = 0;
-    for (const t of this.ctx.types.values()) n += t.provider.entityCount;
+    for (const p of this.providers.values()) n += p.entityCount;
     return n;
   }
 
   /** Handoffs running on this node (only the coordinator runs any). */
   get handoffsInProgress(): number {
     let n = 0;
-    for (const t of this.ctx.types.values()) n += t.handoffs.size;
+    for (const t of this.shell.state.types.values()) n += t.handoffs.size;
     return n;
   }
 
   /** True while a handoff of `shardId` of `entityType` runs here (meaningful on the coordinator). */
   handoffInProgress(entityType: ShardedEntityType<unknown> | string, shardId: number): boolean {
-    return this.ctx.requireType(typeof entityType === "string" ? entityType : entityType.name).handoffs.has(shardId);
+    return this.typeState(entityType).handoffs.has(shardId);
   }
 
   /** The shard of `entityId` of `entityType`. */
   shardOf(entityType: ShardedEntityType<unknown> | string, entityId: string): number {
-    const s = this.ctx.requireType(typeof entityType === "string" ? entityType : entityType.name);
-    const name = s.provider.name;
-    return s.provider.settings.partitioner.shardFor(name, entityId, s.provider.settings.shardCount);
+    const s = this.typeState(entityType);
+    return s.settings.partitioner.shardFor(s.name, entityId, s.settings.shardCount);
   }
 
   /** The names of the entity types registered on this node, sorted. */
   get entityTypeNames(): string[] {
-    return [...this.ctx.types.keys()].sort();
+    return [...this.providers.keys()].sort();
   }
 
   /**
@@ -416,24 +380,25 @@ export class ClusterSharding implements Extension {
    * @throws ClusterShardingConfigurationError when the type is not registered on this node
    */
   inspect(entityType: ShardedEntityType<unknown> | string): ShardingTypeInspection {
-    const state = this.ctx.requireType(typeof entityType === "string" ? entityType : entityType.name);
-    if (state.plan.generation === 0) this.plans.syncPlan(state);
+    const state = this.typeState(entityType);
+    const provider = this.providers.get(state.name)!;
+    if (state.plan.generation === 0) this.shell.run({ kind: "syncPlan", type: state.name });
     return {
-      name: state.provider.name,
-      shardCount: state.provider.settings.shardCount,
+      name: state.name,
+      shardCount: state.settings.shardCount,
       generation: state.plan.generation,
       planAuthor: state.plan.author,
-      coordinator: this.ctx.routingCoordinator(),
+      coordinator: this.shell.state.view.routing,
       allocations: new Map(state.plan.allocations),
       handoffs: [...state.handoffs.keys()].sort((a, b) => a - b),
-      localEntities: state.provider.entitiesByShard(),
-      leases: state.provider.leases(),
+      localEntities: provider.entitiesByShard(),
+      leases: provider.leases(),
     };
   }
 
   /** A snapshot of the 15 counters (REFERENCE §7), summed over types. */
   get stats(): ShardingStats {
-    return snapshotStats(this.ctx.counters);
+    return snapshotStats(this.counters);
   }
 
   /**
@@ -441,8 +406,8 @@ export class ClusterSharding implements Extension {
    * coordinator, or the plan is not the current coordinator's.
    */
   ownerFor(entityType: ShardedEntityType<unknown> | string, entityId: string): UniqueAddress | null {
-    const state = this.ctx.requireType(typeof entityType === "string" ? entityType : entityType.name);
-    const coordinator = this.ctx.routingCoordinator();
+    const state = this.typeState(entityType);
+    const coordinator = this.shell.state.view.routing;
     if (coordinator === null || state.plan.author === null || !state.plan.author.equals(coordinator)) return null;
     return state.plan.allocations.get(this.shardOf(entityType, entityId)) ?? null;
   }
@@ -465,53 +430,36 @@ export class ClusterSharding implements Extension {
   private onDaemonMessage(message: unknown, ctx: ActorContext<unknown>): void {
     const origin = ctx.origin;
     const sender = ctx.sender;
-    try {
-      if (message instanceof ShardingEnvelope) {
-        const state = this.ctx.types.get(message.entityType);
-        if (state === undefined) {
-          this.ctx.reject(
-            { envelope: message, sender, typed: undefined },
-            new ClusterShardingConfigurationError(
-              `Entity type ${message.entityType} is not registered on this node; init it on every node`,
-            ),
-          );
-          return;
-        }
-        this.envelopes.handleEnvelope(state, message, sender, origin);
-      } else if (message instanceof PlanRequest) this.plans.onPlanRequest(message, origin);
-      else if (message instanceof PlanSnapshotRequest) this.plans.onPlanSnapshotRequest(message, origin);
-      else if (message instanceof PlanSnapshot) this.plans.onPlanSnapshot(message, origin);
-      else if (message instanceof PlanUpdate) this.plans.onPlanUpdate(message, origin);
-      else if (message instanceof PassivateShard) this.participant.onPassivateShard(message, sender, origin);
-      else if (message instanceof PrepareShard) this.participant.onPrepareShard(message, sender, origin);
-      else {
-        this.ctx.counters.rejectedEnvelopes++;
-        ctx.log.warn(
-          { type: typeNameOf(message), origin: origin?.toString() },
-          "sharding daemon ignored an unknown message",
-        );
-      }
-    } catch (error) {
-      this.ctx.counters.rejectedEnvelopes++;
-      const err = asError(error);
-      if (sender !== null && expectsReply(message)) sender.failAsk?.(err);
-      // Once per sender and error: a peer repeating a refused message must not write a log line per message.
-      const key = `${origin?.toString() ?? "local"} ${err.name}: ${err.message.slice(0, 200)}`;
-      if (!this.rejectionsLogged.has(key) && this.rejectionsLogged.size < rejectionLogMax) {
-        this.rejectionsLogged.add(key);
-        ctx.log.warn(
-          { error: err.message, origin: origin?.toString() },
-          "sharding daemon rejected a message (logged once per sender and error; stats.rejectedEnvelopes counts every one)",
-        );
-      }
+    if (message instanceof ShardingEnvelope) {
+      this.shell.run({ kind: "envelope", delivery: { envelope: message, sender }, origin });
+    } else if (
+      message instanceof PlanRequest ||
+      message instanceof PlanSnapshotRequest ||
+      message instanceof PlanSnapshot ||
+      message instanceof PlanUpdate ||
+      message instanceof PassivateShard ||
+      message instanceof PrepareShard
+    ) {
+      this.shell.run({ kind: "control", message, replyTo: sender, origin });
+    } else {
+      this.counters.rejectedEnvelopes++;
+      ctx.log.warn(
+        { type: typeNameOf(message), origin: origin?.toString() },
+        "sharding daemon ignored an unknown message",
+      );
     }
+  }
+
+  /** The core's state of `entityType`. @throws ClusterShardingConfigurationError when it is not registered here */
+  private typeState(entityType: ShardedEntityType<unknown> | string): TypeState {
+    return requireType(this.shell.state, typeof entityType === "string" ? entityType : entityType.name);
   }
 
   // ---------------------------------------------------------------------------------------------------------------
   // Entity lifecycle, stop
 
   private onEntityTerminated(signal: Terminated): void {
-    for (const state of this.ctx.types.values()) state.provider.entityTerminated(signal.ref);
+    for (const provider of this.providers.values()) provider.entityTerminated(signal.ref);
   }
 
   private requireDaemonContext(): ActorContext<unknown> {
@@ -522,26 +470,16 @@ export class ClusterSharding implements Extension {
 
   /** Stops every entity, timer and subscription (the actor system calls this when it terminates). */
   async stop(): Promise<void> {
-    if (this.ctx.stopped) return;
-    this.ctx.stopped = true;
+    if (this.stopping) return;
+    this.stopping = true;
+    // Queued behind the current step when the core itself asked for the stop (this node was downed).
+    this.shell.run({ kind: "stop" });
+    this.shell.cancelTimers();
     this.unsubscribe();
     this.unsubscribeRejections();
     this.membership.unregisterDepartureGuard(departureGuardName);
-    for (const state of this.ctx.types.values()) {
-      state.reconcileTimer?.cancel();
-      state.planSyncTimer?.cancel();
-      state.idleTimer?.cancel();
-      for (const t of state.barrierTimers.values()) t.cancel();
-      for (const d of state.barrier.clear())
-        this.ctx.reject(d, new NoShardOwnerError(state.provider.name, d.envelope.shardId));
-      for (const running of state.handoffs.values()) {
-        for (const d of running.state.buffer)
-          this.ctx.reject(d, new NoShardOwnerError(state.provider.name, d.envelope.shardId));
-      }
-      state.handoffs.clear();
-    }
-    await Promise.all([...this.ctx.types.values()].map((s) => s.provider.stopAll()));
-    this.ctx.types.clear();
+    // The providers stay registered until their entities terminated: the daemon reports each termination to them.
+    await Promise.all([...this.providers.values()].map((p) => p.stopAll()));
     this.daemon.sendSystem(STOP);
   }
 }
@@ -552,12 +490,4 @@ function shardingExtensionId(runtime: () => ShardingRuntime): ExtensionId<Cluste
     key: "movie.cluster-sharding",
     create: (system) => new ClusterSharding(system, runtime()),
   };
-}
-
-function expectsReply(message: unknown): boolean {
-  return (
-    message instanceof PassivateShard ||
-    message instanceof PrepareShard ||
-    (message instanceof ShardingEnvelope && message.askTimeoutMs !== null)
-  );
 }

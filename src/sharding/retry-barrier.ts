@@ -146,6 +146,61 @@ export class RetryBarrier<D> {
     return { rejected, leaseRetries, next: "none" };
   }
 
+  /**
+   * The step form of {@link drain}, for a core that cannot call the provider itself: the first half. Rejects the whole
+   * queue once its deadline passed or when this node is no longer the authorized owner (`done`), else offers the head
+   * deliveries (at most 64) to attempt in order, stopping at the first transient failure; the outcomes go to
+   * {@link settle}.
+   */
+  begin(
+    shardId: number,
+    nowMs: number,
+    authorized: boolean,
+  ): { readonly attempt: readonly D[] } | { readonly done: BarrierResult<D> } {
+    const queue = this.queues.get(shardId);
+    if (queue === undefined) return { done: { rejected: [], leaseRetries: 0, next: "none" } };
+    if (nowMs >= queue.deadlineMs || !authorized) {
+      this.queues.delete(shardId);
+      const error = authorized
+        ? new ShardLeaseUnavailableError(this.options.entityType, shardId)
+        : new NoShardOwnerError(this.options.entityType, shardId);
+      return { done: { rejected: queue.entries.map((e) => ({ item: e.item, error })), leaseRetries: 0, next: "none" } };
+    }
+    const offered: D[] = [];
+    for (let i = 0; i < queue.entries.length && i < deliveryRetryDrainBatch; i++) offered.push(queue.entries[i]!.item);
+    return { attempt: offered };
+  }
+
+  /**
+   * The second half of the step form of {@link drain}: applies the outcomes of the deliveries {@link begin} offered,
+   * in order (`outcomes` may be shorter: the attempts stopped at a transient failure). Same rules as `drain`: a
+   * transient failure inside the window stays at the head for the next tick; one past it, or an error, is rejected.
+   */
+  settle(shardId: number, outcomes: readonly AttemptOutcome[]): BarrierResult<D> {
+    const queue = this.queues.get(shardId);
+    if (queue === undefined) return { rejected: [], leaseRetries: 0, next: "none" };
+    const rejected: { item: D; error: Error }[] = [];
+    let leaseRetries = 0;
+    for (const outcome of outcomes) {
+      const head = queue.entries[0];
+      if (head === undefined) break;
+      if (outcome === "delivered") {
+        queue.entries.shift();
+        continue;
+      }
+      if ((outcome === "lease" || outcome === "handoff") && this.withinWindow(head.attempt + 1)) {
+        head.attempt++;
+        if (outcome === "lease") leaseRetries++;
+        return { rejected, leaseRetries, next: "tick" };
+      }
+      queue.entries.shift();
+      rejected.push({ item: head.item, error: typeof outcome === "object" ? outcome.error : this.exhausted(shardId) });
+    }
+    if (queue.entries.length > 0) return { rejected, leaseRetries, next: "yield" };
+    this.queues.delete(shardId);
+    return { rejected, leaseRetries, next: "none" };
+  }
+
   /** Removes every queue, returning what was queued (to reject when the extension stops). */
   clear(): D[] {
     const items = [...this.queues.values()].flatMap((q) => q.entries.map((e) => e.item));

@@ -14,6 +14,7 @@ import {
 import { type ClusterMessage, clusterMessageClasses } from "../../src/cluster/messages.ts";
 import type { ClusterSnapshot } from "../../src/cluster/snapshot.ts";
 import { type ClusterStats, emptyClusterStats } from "../../src/cluster/stats.ts";
+import { Prng } from "../fixtures/prng.ts";
 
 export interface SimNode {
   readonly self: UniqueAddress;
@@ -50,22 +51,13 @@ export class Sim {
   readonly nodes = new Map<string, SimNode>();
   private queue: InFlight[] = [];
   private readonly blackholes = new Set<string>();
-  private rng: number;
+  private readonly rng: Prng;
   private uidCounter = 0;
   readonly tickMs: number;
 
   constructor(readonly options: SimOptions = {}) {
     this.tickMs = options.tickMs ?? 50;
-    this.rng = options.seed ?? 0;
-  }
-
-  private random(): number {
-    // mulberry32: a small seeded generator so delivery orders are reproducible.
-    this.rng = (this.rng + 0x6d2b79f5) | 0;
-    let t = this.rng;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+    this.rng = new Prng(options.seed ?? 0);
   }
 
   start(port: number, seeds: number[], options: { roles?: string[]; clusterName?: string } = {}): SimNode {
@@ -147,7 +139,7 @@ export class Sim {
       this.queue = [];
       if (this.options.seed !== undefined) {
         for (let i = batch.length - 1; i > 0; i--) {
-          const j = Math.floor(this.random() * (i + 1));
+          const j = this.rng.int(i + 1);
           [batch[i], batch[j]] = [batch[j]!, batch[i]!];
         }
       }

@@ -3,7 +3,7 @@
  * writes: `1e309`, own `__proto__` keys, invalid UTF-8, 20,000-deep nesting) and raw header strings for the binary
  * envelope header. Each entry has a short name that appears in findings.
  */
-import type { Prng } from "./prng.ts";
+import type { Prng } from "../fixtures/prng.ts";
 
 /** One hostile value: its name (for reports) and its bytes. */
 export interface Hostile {

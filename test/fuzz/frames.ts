@@ -12,9 +12,9 @@ import { headerTableSize } from "../../src/remote/header-table.ts";
 import { MessageRegistry } from "../../src/remote/message-registry.ts";
 import { wireNames } from "../../src/sharding/coordinator/messages.ts";
 import { ShardingEnvelopeCodec } from "../../src/sharding/envelope-codec.ts";
+import type { Prng } from "../fixtures/prng.ts";
 import { deepValues, type Hostile, headerStrings, pickHostileJson, smallJson } from "./dictionary.ts";
 import { describeMutation, type Json, type JsonMutation, pathsOf, randomMutation, renderJson } from "./json.ts";
-import type { Prng } from "./prng.ts";
 import { binaryFields, fuzzTypeNames } from "./types.ts";
 
 /** What the target told the fuzzer about itself. */

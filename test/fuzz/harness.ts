@@ -14,6 +14,7 @@ import { Address, UniqueAddress } from "../../src/actor/index.ts";
 import { FrameKind, PayloadFormat } from "../../src/remote/envelope.ts";
 import * as handshake from "../../src/remote/handshake.ts";
 import type { RemotingStats } from "../../src/remote/stats.ts";
+import { Prng } from "../fixtures/prng.ts";
 import { deepValues, smallJson } from "./dictionary.ts";
 import {
   acceptedTemplate,
@@ -34,7 +35,6 @@ import {
 } from "./frames.ts";
 import type { Json } from "./json.ts";
 import { clientHandshake, confirmValid, fuzzIdentity, openPeer, PeerSocket, serverChallenge } from "./peer.ts";
-import { Prng } from "./prng.ts";
 
 /** A crash the target reported before it exited. */
 export interface Crash {

@@ -3,8 +3,9 @@
  * a hostile value in its place, the field missing, an extra field (a `__proto__` key, say) beside it, or the whole
  * document replaced. Written by hand rather than with JSON.stringify so the hostile bytes go in verbatim.
  */
+
+import type { Prng } from "../fixtures/prng.ts";
 import { type Hostile, pickHostileJson } from "./dictionary.ts";
-import type { Prng } from "./prng.ts";
 
 /** A JSON value of a template. */
 export type Json = null | boolean | number | string | readonly Json[] | { readonly [key: string]: Json };

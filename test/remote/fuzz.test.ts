@@ -5,8 +5,8 @@
 // Seeds are printed; replay one with `npm run fuzz -- --seed N --stride 4` (the long run: --frames 1000000).
 import assert from "node:assert/strict";
 import { after, test } from "node:test";
+import { seedOfDate } from "../fixtures/prng.ts";
 import { type CampaignResult, runCampaign, startTarget, type Target } from "../fuzz/harness.ts";
-import { seedOfDate } from "../fuzz/prng.ts";
 import { Ping, Pong } from "./fixtures/messages.ts";
 import { type Node, startNode } from "./fixtures/nodes.ts";
 

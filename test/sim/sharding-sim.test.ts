@@ -34,18 +34,7 @@ import {
   RendezvousAllocation,
   type ShardingMember,
 } from "../../src/sharding/index.ts";
-
-/** Small, fast, seeded PRNG (mulberry32). */
-function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+import { randomOf } from "../fixtures/prng.ts";
 
 const shardCount = 12;
 const handoffTimeoutMs = 200;
@@ -464,7 +453,7 @@ function toMap(plan: [number, string][]): Map<number, UniqueAddress> {
 }
 
 function runSeed(seed: number): { delivered: number; rejected: number; generations: number } {
-  const rand = prng(seed);
+  const rand = randomOf(seed);
   const sim = new Sim(rand, rand() < 0.5);
   const names = ["a", "b", "c", "d", "e", "f"];
   for (const name of names.slice(0, 3)) sim.addNode(name);

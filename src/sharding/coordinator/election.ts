@@ -1,10 +1,12 @@
 import { UniqueAddress } from "../../actor/index.ts";
-import type { ShardingMember } from "../allocation/strategy.ts";
 
-/** The part of a cluster snapshot the election reads; a cluster `ClusterSnapshot` satisfies it. */
+/**
+ * The part of a cluster snapshot the election reads (structural: a cluster `ClusterSnapshot` satisfies it, and so does
+ * the ownership rule's snapshot, so the singleton elects with this same code).
+ */
 export interface ElectionSnapshot {
   readonly self: UniqueAddress;
-  readonly members: readonly ShardingMember[];
+  readonly members: readonly { readonly uniqueAddress: UniqueAddress; readonly status: string }[];
   readonly unreachable: readonly UniqueAddress[];
   readonly converged: boolean;
 }

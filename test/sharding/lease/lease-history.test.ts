@@ -14,6 +14,7 @@ import {
   type ShardLeaseToken,
   step,
 } from "../../../src/sharding/lease/index.ts";
+import { randomOf } from "../../fixtures/prng.ts";
 
 const nodeCount = 3;
 const shardCount = 3;
@@ -21,17 +22,6 @@ const leaseDurationMs = 1_000;
 const leaseRenewIntervalMs = 300;
 const stepsPerHistory = 400;
 const historyCount = 300;
-
-function mulberry32(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 interface Row {
   owner: string;
@@ -106,7 +96,7 @@ interface Totals {
 }
 
 function runHistory(seed: number, totals: Totals): void {
-  const random = mulberry32(seed);
+  const random = randomOf(seed);
   const pick = <T>(items: readonly T[]): T => items[Math.floor(random() * items.length)]!;
   const chance = (p: number) => random() < p;
   const table = new LeaseTable();

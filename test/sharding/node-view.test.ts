@@ -1,12 +1,11 @@
-// The coordinators every routed and forwarded message needs are elected once per membership view object, and follow
-// every new view.
+// The node core elects the coordinators every routed and forwarded message needs once per membership view object, and
+// follows every new view.
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { ActorSystem, Address, UniqueAddress } from "../../src/index.ts";
 import type { ShardingMember } from "../../src/sharding/allocation/strategy.ts";
-import { inProcessCodec } from "../../src/sharding/codec.ts";
-import type { ShardingClusterSnapshot, ShardingMembership } from "../../src/sharding/membership.ts";
-import { ShardingContext } from "../../src/sharding/sharding-context.ts";
+import type { ShardingClusterSnapshot } from "../../src/sharding/membership.ts";
+import { newNodeState, step } from "../../src/sharding/node/node-core.ts";
 
 const node = (port: number) => new UniqueAddress(new Address("movie.tcp", "shop", "127.0.0.1", port), `u${port}`);
 const [a, b, c] = [node(2551), node(2552), node(2553)];
@@ -32,18 +31,17 @@ function view(
 
 test("elections run once per view object and follow every new view", async () => {
   let current = view([up(a), up(b), up(c)]);
-  const membership: ShardingMembership = {
-    selfAddress: c,
-    snapshot: () => current,
-    subscribe: () => () => undefined,
-    registerDepartureGuard: () => undefined,
-    unregisterDepartureGuard: () => undefined,
+  // The shell hands the node core every membership snapshot it reads before an input; the core elects once per view.
+  const state = newNodeState(c);
+  const seen = () => step(state, { kind: "view", snapshot: current }, 0)[0].view;
+  const ctx = {
+    routingCoordinator: () => seen().routing,
+    acceptingCoordinator: () => seen().accepting,
+    electedCoordinator: () => seen().elected,
+    isUpMember: (node: UniqueAddress) => seen().up.has(node.toString()),
   };
   const system = ActorSystem.create("ctx-test");
   try {
-    const daemon = system.deadLetters;
-    const ctx = new ShardingContext(system, membership, inProcessCodec, daemon);
-
     assert.ok(ctx.routingCoordinator()?.equals(a));
     assert.ok(ctx.acceptingCoordinator()?.equals(a));
     assert.ok(ctx.electedCoordinator()?.equals(a));

@@ -1,0 +1,50 @@
+// Long runs of the seeded node simulator: `npm run sim -- --seeds 10000 --from 1 [--liveness]`. Prints a progress line
+// every 3 s and a final table; a failing seed prints its trace and how to replay it, and the run exits 1.
+import { runHistory, SimFailure } from "../test/sim/node-sim.ts";
+
+function option(name: string, fallback: number): number {
+  const i = process.argv.indexOf(`--${name}`);
+  if (i < 0) return fallback;
+  const value = Number(process.argv[i + 1]);
+  if (!Number.isInteger(value) || value < 0) {
+    console.error(`--${name} needs a non-negative integer, got ${process.argv[i + 1] ?? "nothing"}`);
+    process.exit(2);
+  }
+  return value;
+}
+
+const seeds = option("seeds", 1_000);
+const from = option("from", 1);
+const liveness = process.argv.includes("--liveness");
+const started = performance.now();
+let lastPrint = started;
+let delivered = 0;
+let handoffs = 0;
+const notLive: number[] = [];
+for (let seed = from; seed < from + seeds; seed++) {
+  try {
+    const result = runHistory({ seed, liveness });
+    delivered += result.delivered;
+    handoffs += result.handoffs;
+    if (result.liveness !== null && result.liveness !== undefined) notLive.push(seed);
+  } catch (error) {
+    console.error(error instanceof SimFailure ? error.message : error);
+    process.exit(1);
+  }
+  const now = performance.now();
+  if (now - lastPrint >= 3_000) {
+    lastPrint = now;
+    const done = seed - from + 1;
+    console.log(`${done}/${seeds} histories, ${((now - started) / done).toFixed(1)} ms each, ${delivered} delivered`);
+  }
+}
+const ms = performance.now() - started;
+console.table({
+  histories: seeds,
+  seconds: Number((ms / 1000).toFixed(1)),
+  msPerHistory: Number((ms / seeds).toFixed(1)),
+  delivered,
+  handoffs,
+  notLiveAfterHealing: notLive.length,
+});
+if (notLive.length > 0) console.log(`seeds not live after healing: ${notLive.slice(0, 50).join(", ")}`);

@@ -1,0 +1,133 @@
+import {
+  type ActorRef,
+  type AskOptions,
+  askVia,
+  type Class,
+  InvalidArgumentError,
+  InvalidMessageError,
+  requireDurationMs,
+  Stop,
+  type SystemMessage,
+  typeNameOf,
+} from "../../actor/index.ts";
+import { isWellFormedText } from "../../remote/codec.ts";
+import { attachTyped, type PayloadCodec } from "../codec.ts";
+import { type EnvelopeKind, ShardingControlAck, ShardingEnvelope } from "../coordinator/messages.ts";
+import type { EntityRouter } from "../entity-ref.ts";
+import { UnsupportedSystemMessageError } from "../errors.ts";
+import { requireType, type TypeState } from "./node-core.ts";
+import type { NodeShell } from "./node-shell.ts";
+
+/**
+ * The caller side of routing (REFERENCE §3.6), behind every `ShardedEntityRef`: validates the call, builds the
+ * envelope (shard, settings key, payload encoded once, the typed value riding along) and hands it to the node core,
+ * which decides where it goes.
+ */
+export class CallerRouter implements EntityRouter {
+  private readonly remoteEntry: ActorRef<unknown>;
+  private readonly passivationEntry: ActorRef<unknown>;
+
+  constructor(
+    private readonly shell: NodeShell,
+    private readonly codec: PayloadCodec,
+  ) {
+    this.remoteEntry = shell.entry(true);
+    this.passivationEntry = shell.entry(false);
+  }
+
+  /** Behind `ClusterSharding.activate`: an Activate envelope through the coordinator, answered by its owner. */
+  activate(entityType: string, entityId: string, timeoutMs: number): Promise<ShardingControlAck> {
+    try {
+      const t = requireType(this.shell.state, entityType);
+      requireDurationMs("activate timeout", timeoutMs);
+      const envelope = this.envelopeFor(t, "Activate", entityId, null, timeoutMs);
+      return askVia(this.shell.system, this.remoteEntry, envelope, ShardingControlAck, timeoutMs);
+    } catch (error) {
+      return Promise.reject(error);
+    }
+  }
+
+  /** Behind `ShardedEntityRef.tell`. */
+  route(entityType: string, entityId: string, message: unknown, sender: ActorRef<unknown> | null): void {
+    this.shell.counters.routes++;
+    if (message === undefined || message === null) throw new InvalidMessageError("tell needs a message value");
+    const t = requireType(this.shell.state, entityType);
+    const envelope = this.envelopeFor(t, "User", entityId, message, null);
+    this.shell.route({ envelope, sender }, true);
+  }
+
+  /** Behind `ShardedEntityRef.ask`. */
+  routeAsk<R>(
+    entityType: string,
+    entityId: string,
+    message: unknown,
+    replyType: Class<R>,
+    timeoutMs: number,
+    options?: AskOptions,
+  ): Promise<R> {
+    try {
+      this.shell.counters.routes++;
+      if (message === undefined || message === null) throw new InvalidMessageError("ask needs a message value");
+      requireDurationMs("ask timeout", timeoutMs);
+      const t = requireType(this.shell.state, entityType);
+      const envelope = this.envelopeFor(t, "User", entityId, message, timeoutMs);
+      return askVia(this.shell.system, this.remoteEntry, envelope, replyType, timeoutMs, options);
+    } catch (error) {
+      return Promise.reject(error);
+    }
+  }
+
+  /** Behind `ShardedEntityRef.sendSystem`. */
+  passivate(entityType: string, entityId: string, message: SystemMessage): void {
+    if (!(message instanceof Stop)) throw new UnsupportedSystemMessageError(typeNameOf(message));
+    const t = requireType(this.shell.state, entityType);
+    this.shell.counters.passivationRequests++;
+    const envelope = this.envelopeFor(t, "Passivate", entityId, null, null);
+    // REFERENCE §7: remoteRoutes counts routes and activations sent to a remote coordinator, not passivations.
+    this.passivationEntry.tell(envelope, null);
+  }
+
+  private envelopeFor(
+    t: TypeState,
+    kind: EnvelopeKind,
+    entityId: string,
+    message: unknown,
+    askTimeoutMs: number | null,
+  ): ShardingEnvelope {
+    requireEntityId(entityId);
+    const settings = t.settings;
+    const shardId = settings.partitioner.shardFor(t.name, entityId, settings.shardCount);
+    const wire = kind === "User" ? this.codec.encode(message) : null;
+    const envelope = new ShardingEnvelope(
+      kind,
+      t.name,
+      entityId,
+      shardId,
+      settings.key,
+      0,
+      null,
+      askTimeoutMs,
+      false,
+      wire,
+    );
+    if (kind === "User") attachTyped(envelope, message);
+    return envelope;
+  }
+}
+
+/**
+ * Refuses an entity id no node could host: an empty one, or one with a lone surrogate (its UTF-8, which the wire,
+ * the stable hash and the entity's actor name all use, cannot represent it).
+ * @throws InvalidArgumentError
+ */
+export function requireEntityId(entityId: string): void {
+  if (typeof entityId !== "string" || entityId.length === 0) {
+    throw new InvalidArgumentError("entity id", "entity id must not be empty");
+  }
+  if (!isWellFormedText(entityId)) {
+    throw new InvalidArgumentError(
+      "entity id",
+      "entity id must be well-formed Unicode (it has a lone surrogate); build ids from whole characters",
+    );
+  }
+}

@@ -1,0 +1,1348 @@
+import assert from "node:assert/strict";
+import { type ActorRef, UniqueAddress } from "../../actor/index.ts";
+import { AllocationPlanner } from "../allocation/planner.ts";
+import type { ShardingMember } from "../allocation/strategy.ts";
+import { attachTyped, typedOf } from "../codec.ts";
+import {
+  idleSweepHalvingFloorMs,
+  leaseRetryIntervalMs,
+  planSnapshotGenerationMax,
+  planSyncIntervalMs,
+  reconcileIntervalMs,
+} from "../constants.ts";
+import {
+  PassivateShard,
+  PlanRequest,
+  PlanSnapshot,
+  PlanSnapshotRequest,
+  PlanUpdate,
+  PrepareShard,
+  type ShardingEnvelope,
+  toAssignments,
+} from "../coordinator/messages.ts";
+import {
+  acceptPlanUpdate,
+  acceptSnapshot,
+  completeHandoffInPlan,
+  emptyPlan,
+  type PlanEffect,
+  type PlanState,
+  reconcilePlan,
+  sameAllocations,
+} from "../coordinator/plan.ts";
+import {
+  asError,
+  ClusterShardingConfigurationError,
+  NoShardOwnerError,
+  ShardLeaseUnavailableError,
+} from "../errors.ts";
+import {
+  type HandoffEffect,
+  type HandoffInput,
+  type HandoffState,
+  handoffStep,
+  newHandoff,
+} from "../handoff/handoff.ts";
+import type { ShardingClusterSnapshot } from "../membership.ts";
+import { type AttemptOutcome, type BarrierResult, RetryBarrier } from "../retry-barrier.ts";
+import type { ShardingSettings } from "../settings.ts";
+import { type MutableShardingStats, zeroStats } from "../stats.ts";
+import { emptyView, type MembershipView, viewOf } from "./view.ts";
+
+/**
+ * The sharding protocol of one node (REFERENCE §3.5–3.11) as one state machine: `step(state, input, nowMs)` returns
+ * the state and the effects for the shell (node-shell.ts) to perform. It decides everything: where a caller's
+ * envelope goes, what the coordinator does with it (plan check, retry barrier, handoff buffer, dispatch), whether an
+ * owner accepts a forwarded envelope, every plan message, the handoffs this node drives as coordinator and its part in
+ * the ones another drives, idle passivation and the per-shard retry barrier. It performs no I/O and reads no clock; the
+ * same code runs in production (through the shell) and in the seeded simulator (test/sim/), which feeds it inputs and
+ * performs its effects on a simulated network.
+ *
+ * The state is owned by the core and updated in place (a routed message must not copy maps); `step` returns it so
+ * callers never keep a stale reference. Assertions state the invariants where they hold, so a broken rule stops the
+ * simulator at the step that broke it: a node's plan generation only grows; a shard is delivered to here only when
+ * this node owns it in the plan of the coordinator it follows or was prepared for it by that coordinator; a handoff's
+ * buffer is either flushed in order or rejected, never dropped.
+ */
+
+/** One accepted routed message: the envelope (its typed value rides along when it never left the process). */
+export interface Delivery {
+  readonly envelope: ShardingEnvelope;
+  /** The caller's ref: replies, and failures of an ask, go there. */
+  readonly sender: ActorRef<unknown> | null;
+}
+
+/** Who waits for a local drain or prepare of a shard: a remote coordinator's ask, or a handoff this node drives. */
+export type ShardWaiter =
+  | { readonly kind: "ask"; readonly replyTo: ActorRef<unknown> | null }
+  | { readonly kind: "handoff"; readonly token: number };
+
+/** A handoff this node drives as coordinator, and the token that tells its replies apart from an older one's. */
+export interface RunningHandoff {
+  state: HandoffState<Delivery>;
+  readonly token: number;
+}
+
+/** Everything one node keeps about one sharded type. */
+export interface TypeState {
+  readonly name: string;
+  readonly settings: ShardingSettings;
+  readonly planner: AllocationPlanner;
+  plan: PlanState;
+  readonly barrier: RetryBarrier<Delivery>;
+  /** shard → id of the barrier tick armed for it (a tick with another id is stale). */
+  readonly barrierTicks: Map<number, number>;
+  readonly handoffs: Map<number, RunningHandoff>;
+  /** shard → coordinator (UniqueAddress string) that prepared it here. */
+  readonly prepared: Map<number, string>;
+  /** On the coordinator: member → settings key it registered the type with (via PlanRequest or PlanSnapshot). */
+  readonly registrations: Map<string, string>;
+  /** shard → who waits for its local drain (the drain is running while the entry exists). */
+  readonly drains: Map<number, ShardWaiter[]>;
+  /** Shards whose provider drain was started (the rest wait for the retry barrier to empty first). */
+  readonly drainsStarted: Set<number>;
+  reconcileArmed: boolean;
+  planSyncArmed: boolean;
+}
+
+/**
+ * Deliberate protocol bugs, for the simulator's proof that it catches them (never set outside tests): accept a plan
+ * update without its generation check; report a passivation done before the old owner drained; accept forwarded
+ * traffic without checking that it comes from the coordinator.
+ */
+export interface PlantedBugs {
+  readonly skipPlanGenerationCheck?: boolean;
+  readonly flushBeforeDrained?: boolean;
+  readonly acceptForwardFromAnyone?: boolean;
+}
+
+/** The whole node. */
+export interface NodeState {
+  readonly self: UniqueAddress;
+  view: MembershipView;
+  /** The elected coordinator of the last membership change handled (UniqueAddress text). */
+  lastCoordinator: string | null;
+  /** This node's own status in the last view that listed it. */
+  lastSelfStatus: string | undefined;
+  readonly types: Map<string, TypeState>;
+  /** Set by `stop` (or when this node was downed); every later input does nothing. */
+  stopped: boolean;
+  nextToken: number;
+  readonly counters: MutableShardingStats;
+  readonly bugs: PlantedBugs;
+}
+
+/** A timer the core asked for; it comes back as a `timer` input. */
+export type NodeTimer =
+  | { readonly kind: "reconcile"; readonly type: string }
+  | { readonly kind: "planSync"; readonly type: string }
+  | { readonly kind: "handoffAttempt"; readonly type: string; readonly shard: number; readonly token: number }
+  | { readonly kind: "handoffRetryComplete"; readonly type: string; readonly shard: number; readonly token: number }
+  | { readonly kind: "barrierTick"; readonly type: string; readonly shard: number; readonly id: number }
+  | { readonly kind: "idleSweep"; readonly type: string };
+
+/** A control message other nodes send to this node's daemon. */
+export type ControlMessage =
+  | PlanRequest
+  | PlanSnapshotRequest
+  | PlanSnapshot
+  | PlanUpdate
+  | PassivateShard
+  | PrepareShard;
+
+/** What the core reacts to. */
+export type NodeInput =
+  /** A new membership view (only the view: the reaction to a change is `membershipChanged`). */
+  | { readonly kind: "view"; readonly snapshot: ShardingClusterSnapshot }
+  | { readonly kind: "membershipChanged"; readonly snapshot: ShardingClusterSnapshot }
+  | { readonly kind: "register"; readonly name: string; readonly settings: ShardingSettings }
+  /** Ask for the plan now (non-coordinators) or reconcile (the coordinator). */
+  | { readonly kind: "syncPlan"; readonly type: string }
+  /** A local caller's envelope (hop 0, built here from this node's settings). */
+  | { readonly kind: "route"; readonly delivery: Delivery; readonly countsRemoteRoute: boolean }
+  /** An envelope that reached this node's daemon; `origin` is the authenticated sender, null from this node. */
+  | { readonly kind: "envelope"; readonly delivery: Delivery; readonly origin: UniqueAddress | null }
+  | {
+      readonly kind: "control";
+      readonly message: ControlMessage;
+      readonly replyTo: ActorRef<unknown> | null;
+      readonly origin: UniqueAddress | null;
+    }
+  /** The outcomes of a `deliver` effect, in order (shorter than its deliveries when it stopped at a transient one). */
+  | {
+      readonly kind: "delivered";
+      readonly type: string;
+      readonly shard: number;
+      readonly retry: boolean;
+      readonly deliveries: readonly Delivery[];
+      readonly outcomes: readonly AttemptOutcome[];
+    }
+  | { readonly kind: "sendFailed"; readonly delivery: Delivery; readonly error: Error }
+  | {
+      readonly kind: "controlSendFailed";
+      readonly type: string;
+      readonly peer: UniqueAddress;
+      readonly error: Error;
+    }
+  | { readonly kind: "drained"; readonly type: string; readonly shard: number; readonly error: Error | null }
+  | {
+      readonly kind: "prepared";
+      readonly type: string;
+      readonly shard: number;
+      readonly coordinator: string;
+      readonly waiter: ShardWaiter;
+      readonly error: Error | null;
+    }
+  /** A remote owner answered (or failed) a PassivateShard or PrepareShard ask of a handoff this node drives. */
+  | {
+      readonly kind: "handoffReply";
+      readonly type: string;
+      readonly shard: number;
+      readonly token: number;
+      readonly step: "passivated" | "prepared";
+      readonly error: Error | null;
+    }
+  | { readonly kind: "idleSwept"; readonly type: string; readonly passivated: number; readonly error: Error | null }
+  | { readonly kind: "timer"; readonly timer: NodeTimer }
+  | { readonly kind: "stop" };
+
+export type LogLevel = "debug" | "info" | "warn" | "error";
+
+/** What the shell performs. */
+export type NodeEffect =
+  /** Sends an envelope one hop on (to a coordinator or an owner) with the caller's ref as sender. */
+  | {
+      readonly kind: "forward";
+      readonly to: UniqueAddress;
+      readonly envelope: ShardingEnvelope;
+      readonly delivery: Delivery;
+    }
+  /** Sends a control message from this node's daemon. */
+  | { readonly kind: "send"; readonly to: UniqueAddress; readonly message: ControlMessage; readonly type: string }
+  /** Asks a remote owner (PassivateShard / PrepareShard); the answer comes back as `handoffReply`. */
+  | {
+      readonly kind: "ask";
+      readonly to: UniqueAddress;
+      readonly message: PassivateShard | PrepareShard;
+      readonly type: string;
+      readonly shard: number;
+      readonly token: number;
+      readonly step: "passivated" | "prepared";
+    }
+  /**
+   * Hands deliveries to the local provider in order (authorize the shard, decode the payload once, deliver, activate or
+   * passivate), stopping at the first transient failure; the outcomes come back as `delivered`, for a fresh batch
+   * (`retry` false) only when one of them was not delivered (the core has nothing to do when all were).
+   */
+  | {
+      readonly kind: "deliver";
+      readonly type: string;
+      readonly shard: number;
+      readonly retry: boolean;
+      readonly deliveries: Delivery[];
+    }
+  /** An accepted delivery failed (already counted): an ask fails with `error`, a tell is dropped. */
+  | { readonly kind: "reject"; readonly delivery: Delivery; readonly error: Error }
+  /** The local caller's own call fails at once (already counted): `tell` throws, `ask` rejects. */
+  | { readonly kind: "refuse"; readonly delivery: Delivery; readonly error: Error }
+  /** A control message was refused (already counted): fail its ask, log once per sender and error. */
+  | {
+      readonly kind: "refused";
+      readonly error: Error;
+      readonly replyTo: ActorRef<unknown> | null;
+      readonly origin: UniqueAddress | null;
+    }
+  | { readonly kind: "ack"; readonly replyTo: ActorRef<unknown> | null; readonly error: Error | null }
+  | { readonly kind: "drainShard"; readonly type: string; readonly shard: number }
+  | {
+      readonly kind: "prepareShard";
+      readonly type: string;
+      readonly shard: number;
+      readonly coordinator: string;
+      readonly waiter: ShardWaiter;
+    }
+  | { readonly kind: "retainShards"; readonly type: string; readonly shards: ReadonlySet<number> }
+  | { readonly kind: "suspendOwnership"; readonly type: string; readonly release: boolean }
+  | { readonly kind: "passivateIdle"; readonly type: string; readonly idleTimeoutMs: number }
+  | { readonly kind: "schedule"; readonly afterMs: number; readonly timer: NodeTimer }
+  | {
+      readonly kind: "log";
+      readonly level: LogLevel;
+      readonly fields: Record<string, unknown>;
+      readonly message: string;
+    }
+  /** This node was downed: the shell stops sharding (every local entity) and serves no more. */
+  | { readonly kind: "stopSharding" };
+
+/** A node that has seen no membership yet. */
+export function newNodeState(
+  self: UniqueAddress,
+  counters: MutableShardingStats = zeroStats(),
+  bugs: PlantedBugs = {},
+): NodeState {
+  return {
+    self,
+    view: emptyView(self),
+    lastCoordinator: null,
+    lastSelfStatus: undefined,
+    types: new Map(),
+    stopped: false,
+    nextToken: 1,
+    counters,
+    bugs,
+  };
+}
+
+/** Advances the node by one input. */
+export function step(state: NodeState, input: NodeInput, nowMs: number): [NodeState, NodeEffect[]] {
+  const core = new Step(state, nowMs);
+  core.handle(input);
+  return [state, core.effects];
+}
+
+/** The departure guard: a member may leave once no plan of this node places a shard on it. */
+export function departureReady(state: NodeState, member: ShardingMember): boolean {
+  for (const t of state.types.values()) {
+    for (const owner of t.plan.allocations.values()) if (owner.equals(member.uniqueAddress)) return false;
+  }
+  return true;
+}
+
+/**
+ * Refuses a message that another node built from different settings for this type.
+ * @throws ClusterShardingConfigurationError
+ */
+export function requireSameSettings(t: TypeState, settingsKey: string): void {
+  if (settingsKey !== t.settings.key) {
+    throw new ClusterShardingConfigurationError(
+      `Entity type ${t.name} received incompatible sharding settings; init it with identical settings on every node`,
+      "settingsKey",
+    );
+  }
+}
+
+/** @throws ClusterShardingConfigurationError when no type `name` is registered on this node */
+export function requireType(state: NodeState, name: string): TypeState {
+  const t = state.types.get(name);
+  if (t === undefined) {
+    throw new ClusterShardingConfigurationError(
+      `Entity type ${name} is not registered on this node; call sharding.init("${name}", …) first`,
+    );
+  }
+  return t;
+}
+
+/** One step: the state, the clock of this input and the effects collected so far. */
+class Step {
+  readonly effects: NodeEffect[] = [];
+  private readonly self: UniqueAddress;
+  private readonly counters: MutableShardingStats;
+
+  constructor(
+    private readonly s: NodeState,
+    private readonly nowMs: number,
+  ) {
+    this.self = s.self;
+    this.counters = s.counters;
+  }
+
+  handle(input: NodeInput): void {
+    if (input.kind === "view") {
+      if (input.snapshot !== this.s.view.snapshot) this.s.view = viewOf(input.snapshot);
+      return;
+    }
+    if (this.s.stopped) {
+      // Late replies and timers after stop do nothing; a delivery still gets its answer.
+      if (input.kind === "route") this.refuse(input.delivery, NoShardOwnerError.noCoordinator());
+      return;
+    }
+    switch (input.kind) {
+      case "membershipChanged":
+        if (input.snapshot !== this.s.view.snapshot) this.s.view = viewOf(input.snapshot);
+        this.onMembershipChanged();
+        return;
+      case "register":
+        this.register(input.name, input.settings);
+        return;
+      case "syncPlan":
+        this.syncPlan(requireType(this.s, input.type));
+        return;
+      case "route":
+        this.route(input.delivery, input.countsRemoteRoute);
+        return;
+      case "envelope":
+        this.onEnvelope(input.delivery, input.origin);
+        return;
+      case "control":
+        this.onControl(input.message, input.replyTo, input.origin);
+        return;
+      case "delivered":
+        this.onDelivered(input);
+        return;
+      case "sendFailed":
+        this.reject(input.delivery, input.error);
+        return;
+      case "controlSendFailed":
+        this.counters.rejectedEnvelopes++;
+        this.log(
+          "error",
+          { error: input.error.message, peer: input.peer.toString(), type: input.type },
+          "sharding control message could not be sent",
+        );
+        return;
+      case "drained":
+        this.onDrained(input.type, input.shard, input.error);
+        return;
+      case "prepared":
+        this.onPrepared(input);
+        return;
+      case "handoffReply": {
+        const t = this.s.types.get(input.type);
+        if (t === undefined) return;
+        const handoffInput: HandoffInput<Delivery> =
+          input.error !== null ? { kind: "failed", error: input.error } : { kind: input.step };
+        this.replyToHandoff(t, input.shard, input.token, handoffInput);
+        return;
+      }
+      case "idleSwept":
+        this.onIdleSwept(input.type, input.passivated, input.error);
+        return;
+      case "timer":
+        this.onTimer(input.timer);
+        return;
+      case "stop":
+        this.stop();
+        return;
+    }
+  }
+
+  // ---------------------------------------------------------------------------------------------------------------
+  // Small helpers
+
+  private log(level: LogLevel, fields: Record<string, unknown>, message: string): void {
+    this.effects.push({ kind: "log", level, fields, message });
+  }
+
+  private schedule(afterMs: number, timer: NodeTimer): void {
+    this.effects.push({ kind: "schedule", afterMs, timer });
+  }
+
+  private send(t: TypeState, to: UniqueAddress, message: ControlMessage): void {
+    this.effects.push({ kind: "send", to, message, type: t.name });
+  }
+
+  /** Rejects an accepted delivery: counted, and an ask fails with `error`. */
+  private reject(d: Delivery, error: Error): void {
+    this.counters.rejectedEnvelopes++;
+    this.effects.push({ kind: "reject", delivery: d, error });
+  }
+
+  private refuse(d: Delivery, error: Error): void {
+    this.counters.rejectedEnvelopes++;
+    this.effects.push({ kind: "refuse", delivery: d, error });
+  }
+
+  private isUp(node: UniqueAddress): boolean {
+    return this.s.view.up.has(node.toString());
+  }
+
+  private isAuthor(t: TypeState): boolean {
+    return t.plan.author?.equals(this.self) === true;
+  }
+
+  /** Replaces the plan: the generation never goes down (REFERENCE §3.5). */
+  private storePlan(t: TypeState, plan: PlanState): void {
+    assert.ok(
+      plan.generation >= t.plan.generation || this.s.bugs.skipPlanGenerationCheck === true,
+      `the plan generation of ${t.name} only grows (${t.plan.generation} -> ${plan.generation})`,
+    );
+    t.plan = plan;
+  }
+
+  // ---------------------------------------------------------------------------------------------------------------
+  // Registration, membership, plan sync
+
+  private register(name: string, settings: ShardingSettings): void {
+    if (this.s.types.has(name)) return;
+    const t: TypeState = {
+      name,
+      settings,
+      planner: new AllocationPlanner(settings.shardCount, settings.allocation, settings.rebalance),
+      plan: emptyPlan,
+      barrier: new RetryBarrier<Delivery>({
+        entityType: name,
+        windowMs: settings.leaseDuration + settings.leaseRenewInterval,
+      }),
+      barrierTicks: new Map(),
+      handoffs: new Map(),
+      prepared: new Map(),
+      registrations: new Map(),
+      drains: new Map(),
+      drainsStarted: new Set(),
+      reconcileArmed: false,
+      planSyncArmed: false,
+    };
+    this.s.types.set(name, t);
+    this.syncPlan(t);
+    if (settings.idleTimeout !== null) this.scheduleIdleSweep(t, settings.idleTimeout);
+  }
+
+  private onMembershipChanged(): void {
+    const snap = this.s.view.snapshot;
+    const status = snap.members.find((m) => m.uniqueAddress.equals(this.self))?.status;
+    const was = this.s.lastSelfStatus;
+    if (status !== undefined) this.s.lastSelfStatus = status;
+    // Down, or gone (Removed) without having left gracefully: the cluster has put this node out, so nothing here may
+    // keep serving. Its entities stop now, whatever the plan still says, and sharding stops with them.
+    const graceful = was === "Leaving" || was === "Exiting";
+    if (status === "Down" || (status === undefined && was !== undefined && !graceful)) {
+      this.log(
+        "warn",
+        { node: this.self.toString(), status: status ?? "Removed" },
+        "this node was downed: sharding stops every local entity and no longer serves",
+      );
+      this.effects.push({ kind: "stopSharding" });
+      return;
+    }
+    const coordinator = this.s.view.elected;
+    const coordinatorText = coordinator?.toString() ?? null;
+    const changed = coordinatorText !== this.s.lastCoordinator;
+    this.s.lastCoordinator = coordinatorText;
+    for (const t of this.s.types.values()) {
+      // Forget registrations of members that left for good.
+      for (const key of [...t.registrations.keys()]) {
+        if (!snap.members.some((m) => m.uniqueAddress.toString() === key)) t.registrations.delete(key);
+      }
+      if (coordinator === null) {
+        // Reachability alone never relocates, but ownership is no longer safe: stop local entities (REFERENCE §3.11).
+        if (snap.unreachable.length > 0) this.effects.push({ kind: "suspendOwnership", type: t.name, release: false });
+        else if (status === "Exiting" || status === "Down" || status === "Removed") {
+          this.effects.push({ kind: "suspendOwnership", type: t.name, release: true });
+        }
+        continue;
+      }
+      for (const [shard, by] of [...t.prepared]) if (by !== coordinatorText) t.prepared.delete(shard);
+      if (changed) this.afterPlanStored(t);
+      this.syncPlan(t);
+    }
+  }
+
+  /** Non-coordinators ask the coordinator for the plan now and every 250 ms; the coordinator reconciles. */
+  private syncPlan(t: TypeState): void {
+    const coordinator = this.s.view.elected;
+    if (coordinator?.equals(this.self)) this.reconcileUnlessBootstrapping(t);
+    else if (coordinator !== null) this.send(t, coordinator, this.planRequestOf(t));
+    if (!t.planSyncArmed) {
+      t.planSyncArmed = true;
+      this.schedule(planSyncIntervalMs, { kind: "planSync", type: t.name });
+    }
+  }
+
+  /** Members placement may use: those that registered the type with our settings (and self). */
+  private placementMembers(t: TypeState): ShardingMember[] {
+    const key = t.settings.key;
+    return this.s.view.snapshot.members.filter(
+      (m) => m.uniqueAddress.equals(this.self) || t.registrations.get(m.uniqueAddress.toString()) === key,
+    );
+  }
+
+  private reconcile(t: TypeState): void {
+    const coordinator = this.s.view.elected;
+    if (coordinator === null || !coordinator.equals(this.self)) return;
+    const snap = this.s.view.snapshot;
+    const peers = snap.members
+      .filter((m) => m.status === "Up" && !m.uniqueAddress.equals(this.self))
+      .map((m) => m.uniqueAddress)
+      .sort(UniqueAddress.compare);
+    let result: [PlanState, PlanEffect[]];
+    try {
+      result = reconcilePlan(t.plan, {
+        self: this.self,
+        coordinator,
+        members: this.placementMembers(t),
+        snapshotPeers: peers,
+        planner: t.planner,
+        handoffs: new Set(t.handoffs.keys()),
+        nowMs: this.nowMs,
+      });
+    } catch (error) {
+      // A user strategy that throws (a weight function returning 0 for some member) leaves the plan as it is
+      // (routing continues, or fails closed without one); the next reconcile or plan sync tries again.
+      this.log(
+        "error",
+        { error: asError(error).message, type: t.name },
+        "sharding allocation failed; the plan is unchanged",
+      );
+      return;
+    }
+    const [plan, effects] = result;
+    if (plan !== t.plan) {
+      const authored = plan.generation !== t.plan.generation;
+      this.storePlan(t, plan);
+      if (authored) this.afterPlanStored(t);
+    }
+    for (const effect of effects) {
+      switch (effect.kind) {
+        case "requestSnapshots": {
+          const request = new PlanSnapshotRequest(t.name, t.settings.key, this.self.toString());
+          for (const peer of effect.peers) this.send(t, peer, request);
+          break;
+        }
+        case "broadcast":
+          this.broadcastPlan(t);
+          break;
+        case "startHandoff":
+          this.startHandoff(t, effect.shardId, effect.previous, effect.next);
+          break;
+        case "scheduleReconcile":
+          this.scheduleReconcile(t, effect.afterMs);
+          break;
+      }
+    }
+  }
+
+  /**
+   * Reconciles now, unless a bootstrap's next round is already scheduled: that round re-asks the peers itself (every
+   * poll or delivery would otherwise send another snapshot request to every peer, ~15,000 messages a second).
+   */
+  private reconcileUnlessBootstrapping(t: TypeState): void {
+    if (t.plan.bootstrap !== null && t.reconcileArmed) return;
+    this.reconcile(t);
+  }
+
+  private scheduleReconcile(t: TypeState, afterMs = reconcileIntervalMs): void {
+    if (t.reconcileArmed) return;
+    t.reconcileArmed = true;
+    this.schedule(afterMs, { kind: "reconcile", type: t.name });
+  }
+
+  private planUpdateOf(t: TypeState): PlanUpdate {
+    return new PlanUpdate(
+      t.name,
+      t.settings.key,
+      this.self.toString(),
+      t.plan.generation,
+      toAssignments(t.plan.allocations),
+    );
+  }
+
+  private snapshotOf(t: TypeState): PlanSnapshot {
+    return new PlanSnapshot(
+      t.name,
+      t.settings.key,
+      t.plan.author?.toString() ?? this.self.toString(),
+      t.plan.generation,
+      toAssignments(t.plan.allocations),
+    );
+  }
+
+  private planRequestOf(t: TypeState): PlanRequest {
+    return new PlanRequest(
+      t.name,
+      t.settings.key,
+      this.self.toString(),
+      t.plan.author?.toString() ?? null,
+      t.plan.generation,
+    );
+  }
+
+  private broadcastPlan(t: TypeState): void {
+    assert.ok(this.isAuthor(t), "only the current coordinator publishes its authoritative plan");
+    const update = this.planUpdateOf(t);
+    // Leaving and Exiting members get the plan too: the membership leader may be a leaving node, and its departure
+    // guard reads its own plan view to learn that no shard is left on it.
+    for (const m of this.s.view.snapshot.members) {
+      if (m.uniqueAddress.equals(this.self)) continue;
+      if (m.status === "Up" || m.status === "Leaving" || m.status === "Exiting") this.send(t, m.uniqueAddress, update);
+    }
+  }
+
+  /** After any stored plan: keep only locally planned or prepared shards, clear prepared shards now planned here. */
+  private afterPlanStored(t: TypeState): void {
+    const author = t.plan.author?.toString() ?? null;
+    const keep = new Set<number>();
+    for (const [shard, owner] of t.plan.allocations) {
+      if (owner.equals(this.self)) {
+        keep.add(shard);
+        t.prepared.delete(shard);
+      }
+    }
+    for (const [shard, by] of t.prepared) if (by === author) keep.add(shard);
+    this.effects.push({ kind: "retainShards", type: t.name, shards: keep });
+  }
+
+  // ---------------------------------------------------------------------------------------------------------------
+  // Control messages (REFERENCE §3.5, §3.8)
+
+  private onControl(message: ControlMessage, replyTo: ActorRef<unknown> | null, origin: UniqueAddress | null): void {
+    try {
+      const t = requireType(this.s, message.entityType);
+      if (message instanceof PlanUpdate) this.onPlanUpdate(t, message, origin);
+      else if (message instanceof PlanRequest) this.onPlanRequest(t, message, origin);
+      else if (message instanceof PlanSnapshotRequest) this.onPlanSnapshotRequest(t, message, origin);
+      else if (message instanceof PlanSnapshot) this.onPlanSnapshot(t, message, origin);
+      else if (message instanceof PassivateShard) {
+        this.checkControl(t, message.settingsKey, message.coordinator, origin);
+        this.drainLocally(t, message.shardId, { kind: "ask", replyTo });
+      } else {
+        const coordinator = this.checkControl(t, message.settingsKey, message.coordinator, origin);
+        this.effects.push({
+          kind: "prepareShard",
+          type: t.name,
+          shard: message.shardId,
+          coordinator: coordinator.toString(),
+          waiter: { kind: "ask", replyTo },
+        });
+      }
+    } catch (error) {
+      this.counters.rejectedEnvelopes++;
+      const expectsReply = message instanceof PassivateShard || message instanceof PrepareShard;
+      this.effects.push({ kind: "refused", error: asError(error), replyTo: expectsReply ? replyTo : null, origin });
+    }
+  }
+
+  /** @throws ClusterShardingConfigurationError unless the message comes from the coordinator this node follows */
+  private checkControl(
+    t: TypeState,
+    settingsKey: string,
+    coordinatorText: string,
+    origin: UniqueAddress | null,
+  ): UniqueAddress {
+    requireSameSettings(t, settingsKey);
+    const coordinator = this.s.view.accepting;
+    const ok =
+      coordinator !== null &&
+      coordinatorText === coordinator.toString() &&
+      (origin === null ? coordinator.equals(this.self) : origin.equals(coordinator));
+    if (!ok)
+      throw new ClusterShardingConfigurationError("Sharding control was not authorized by the current coordinator");
+    return coordinator;
+  }
+
+  private onPlanRequest(t: TypeState, request: PlanRequest, origin: UniqueAddress | null): void {
+    if (origin === null || request.requester !== origin.toString()) {
+      throw new ClusterShardingConfigurationError("Sharding plan request has mismatched sender identity");
+    }
+    requireSameSettings(t, request.settingsKey);
+    const known = t.registrations.get(request.requester);
+    t.registrations.set(request.requester, request.settingsKey);
+    const coordinator = this.s.view.elected;
+    if (coordinator === null || !coordinator.equals(this.self)) return;
+    if (!this.isAuthor(t)) this.reconcileUnlessBootstrapping(t);
+    // A newly registered member may change placement.
+    else if (known === undefined) this.scheduleReconcile(t, 0);
+    if (!this.isAuthor(t)) return;
+    // The requester's copy of this very plan (same author, same generation) would be ignored as a duplicate.
+    const upToDate = request.knownGeneration === t.plan.generation && request.knownAuthor === this.self.toString();
+    if (!upToDate) this.send(t, origin, this.planUpdateOf(t));
+  }
+
+  private onPlanSnapshotRequest(t: TypeState, request: PlanSnapshotRequest, origin: UniqueAddress | null): void {
+    if (origin === null || request.coordinator !== origin.toString()) {
+      throw new ClusterShardingConfigurationError("Sharding plan snapshot request has mismatched sender identity");
+    }
+    requireSameSettings(t, request.settingsKey);
+    if (t.plan.generation > 0) this.send(t, origin, this.snapshotOf(t));
+    else this.send(t, origin, this.planRequestOf(t));
+  }
+
+  private onPlanSnapshot(t: TypeState, snapshot: PlanSnapshot, origin: UniqueAddress | null): void {
+    requireSameSettings(t, snapshot.settingsKey);
+    if (snapshot.generation > planSnapshotGenerationMax) {
+      throw new ClusterShardingConfigurationError(
+        `Plan snapshot generation ${snapshot.generation} of ${snapshot.entityType} exceeds ${planSnapshotGenerationMax}; a genuine plan never gets there, so the snapshot is refused`,
+        "generation",
+      );
+    }
+    if (origin !== null) t.registrations.set(origin.toString(), snapshot.settingsKey);
+    const originIsUpMember = origin !== null && this.isUp(origin);
+    if (t.plan.bootstrap !== null) {
+      const [next, accepted] = acceptSnapshot(
+        t.plan,
+        { allocations: snapshot.allocations(), generation: snapshot.generation },
+        { origin, originIsUpMember, nowMs: this.nowMs },
+      );
+      this.storePlan(t, next);
+      if (!accepted) this.counters.rejectedEnvelopes++;
+      return;
+    }
+    // Outside bootstrap: a member holding a generation at or above ours missed our bootstrap; publish above it so that
+    // it (and everyone) accepts the authoritative plan instead of rejecting it as stale forever.
+    const ahead =
+      snapshot.generation > t.plan.generation ||
+      (snapshot.generation === t.plan.generation && !sameAllocations(snapshot.allocations(), t.plan.allocations));
+    if (originIsUpMember && this.isAuthor(t) && ahead) {
+      this.storePlan(t, { ...t.plan, generation: snapshot.generation + 1 });
+      this.broadcastPlan(t);
+    }
+  }
+
+  private onPlanUpdate(t: TypeState, update: PlanUpdate, origin: UniqueAddress | null): void {
+    requireSameSettings(t, update.settingsKey);
+    const coordinator = this.s.view.accepting;
+    const message = { coordinator: update.author(), generation: update.generation, allocations: update.allocations() };
+    let outcome: string;
+    try {
+      const context = { coordinator, origin, self: this.self, shardCount: t.settings.shardCount };
+      let next: PlanState;
+      if (this.s.bugs.skipPlanGenerationCheck === true) {
+        // Planted bug: only the sender is checked; any generation replaces the plan.
+        acceptPlanUpdate(emptyPlan, message, context);
+        next = {
+          allocations: new Map(message.allocations),
+          author: message.coordinator,
+          generation: message.generation,
+          bootstrap: null,
+        };
+        outcome = "stored";
+      } else [next, outcome] = acceptPlanUpdate(t.plan, message, context);
+      this.storePlan(t, next);
+    } catch (error) {
+      if (error instanceof ClusterShardingConfigurationError && error.field === "generation" && origin !== null) {
+        this.send(t, origin, this.snapshotOf(t));
+      }
+      throw error;
+    }
+    if (outcome === "stored") this.afterPlanStored(t);
+    else if (outcome === "stale") {
+      this.counters.rejectedEnvelopes++;
+      if (origin !== null) this.send(t, origin, this.snapshotOf(t));
+    }
+  }
+
+  // ---------------------------------------------------------------------------------------------------------------
+  // Routing (REFERENCE §3.6): caller → coordinator → owner
+
+  private route(d: Delivery, countsRemoteRoute: boolean): void {
+    const coordinator = this.s.view.routing;
+    if (coordinator === null) {
+      this.refuse(d, NoShardOwnerError.noCoordinator());
+      return;
+    }
+    if (!coordinator.equals(this.self)) {
+      if (countsRemoteRoute) this.counters.remoteRoutes++;
+      this.effects.push({ kind: "forward", to: coordinator, envelope: d.envelope, delivery: d });
+      return;
+    }
+    const t = this.s.types.get(d.envelope.entityType);
+    if (t === undefined) {
+      this.refuse(d, new NoShardOwnerError(d.envelope.entityType, d.envelope.shardId));
+      return;
+    }
+    try {
+      this.routeAsCoordinator(t, d, true);
+    } catch (error) {
+      this.reject(d, asError(error));
+    }
+  }
+
+  /** An envelope at this node's daemon: hop 0 asks it as coordinator, hop 1 as owner. */
+  private onEnvelope(d: Delivery, origin: UniqueAddress | null): void {
+    const envelope = d.envelope;
+    const t = this.s.types.get(envelope.entityType);
+    if (t === undefined) {
+      this.reject(
+        d,
+        new ClusterShardingConfigurationError(
+          `Entity type ${envelope.entityType} is not registered on this node; init it on every node`,
+        ),
+      );
+      return;
+    }
+    try {
+      requireSameSettings(t, envelope.settingsKey);
+      if (envelope.hopCount === 0) this.routeAsCoordinator(t, d, false);
+      else this.receiveAsOwner(t, d, origin);
+    } catch (error) {
+      this.reject(d, asError(error));
+    }
+  }
+
+  private routeAsCoordinator(t: TypeState, d: Delivery, builtHere: boolean): void {
+    const { envelope } = d;
+    if (!builtHere) {
+      const expected = t.settings.partitioner.shardFor(envelope.entityType, envelope.entityId, t.settings.shardCount);
+      if (expected !== envelope.shardId) {
+        throw new ClusterShardingConfigurationError(
+          `Envelope shard ${envelope.shardId} does not match entity shard ${expected}`,
+          "shardId",
+        );
+      }
+    }
+    const shard = envelope.shardId;
+    const coordinator = this.s.view.elected;
+    if (coordinator === null || !coordinator.equals(this.self)) throw new NoShardOwnerError(envelope.entityType, shard);
+    if (!this.isAuthor(t)) this.reconcileUnlessBootstrapping(t);
+    if (!this.isAuthor(t)) throw new NoShardOwnerError(envelope.entityType, shard);
+    if (this.joinBarrier(t, shard, d)) return;
+    if (this.bufferInHandoff(t, shard, d)) return;
+    let owner = t.plan.allocations.get(shard);
+    if (owner === undefined) throw new NoShardOwnerError(envelope.entityType, shard);
+    if (!this.isUp(owner)) {
+      this.reconcile(t);
+      if (this.bufferInHandoff(t, shard, d)) return;
+      owner = t.plan.allocations.get(shard);
+      if (owner === undefined || !this.isUp(owner)) throw new NoShardOwnerError(envelope.entityType, shard);
+    }
+    this.dispatch(t, d, owner);
+  }
+
+  /** Sends an accepted delivery to `owner`: locally, or one hop to its daemon. */
+  private dispatch(t: TypeState, d: Delivery, owner: UniqueAddress): void {
+    if (owner.equals(this.self)) {
+      if (!this.joinBarrier(t, d.envelope.shardId, d)) this.deliverLocally(t, d);
+      return;
+    }
+    this.counters.forwards++;
+    const forwarded = d.envelope.forwarded(this.self, d.sender === null);
+    const typed = typedOf(d.envelope);
+    if (typed !== undefined) attachTyped(forwarded, typed.value);
+    // The original asker's ref travels as sender, so reply, failure, timeout and cancel all stay between the asker and
+    // the owner (two network legs at most), and a three-node hop keeps the caller's actor path.
+    this.effects.push({ kind: "forward", to: owner, envelope: forwarded, delivery: d });
+  }
+
+  /**
+   * A forwarded envelope (hop 1) at the owner.
+   * @throws ClusterShardingConfigurationError unless it comes from the current coordinator for a shard owned or
+   * prepared here
+   */
+  private receiveAsOwner(t: TypeState, d: Delivery, origin: UniqueAddress | null): void {
+    const { envelope } = d;
+    if (this.s.bugs.acceptForwardFromAnyone !== true) {
+      const coordinator = this.s.view.accepting;
+      const fromCoordinator =
+        coordinator !== null &&
+        envelope.hopCount === 1 &&
+        envelope.coordinator === coordinator.toString() &&
+        (origin === null ? coordinator.equals(this.self) : origin.equals(coordinator));
+      if (!fromCoordinator || !this.authorizedShard(t, envelope.shardId, coordinator)) {
+        throw new ClusterShardingConfigurationError("Sharding delivery was not authorized by the current coordinator");
+      }
+    }
+    if (this.joinBarrier(t, envelope.shardId, d)) return;
+    this.deliverLocally(t, d);
+  }
+
+  private authorizedShard(t: TypeState, shard: number, coordinator: UniqueAddress): boolean {
+    if (t.prepared.get(shard) === coordinator.toString()) return true;
+    return t.plan.author?.equals(coordinator) === true && t.plan.allocations.get(shard)?.equals(this.self) === true;
+  }
+
+  /**
+   * Hands `d` to the local provider. Deliveries of one shard decided in one step share one `deliver` effect, so a
+   * transient failure of one sends every later one behind it into the retry barrier, in order.
+   */
+  private deliverLocally(t: TypeState, d: Delivery): void {
+    const shard = d.envelope.shardId;
+    for (let i = this.effects.length - 1; i >= 0; i--) {
+      const e = this.effects[i]!;
+      if (e.kind === "deliver" && !e.retry && e.type === t.name && e.shard === shard) {
+        e.deliveries.push(d);
+        return;
+      }
+    }
+    this.effects.push({ kind: "deliver", type: t.name, shard, retry: false, deliveries: [d] });
+  }
+
+  private onDelivered(input: Extract<NodeInput, { kind: "delivered" }>): void {
+    const t = this.s.types.get(input.type);
+    if (t === undefined) return;
+    const { shard, deliveries, outcomes } = input;
+    assert.ok(outcomes.length <= deliveries.length, "a delivery outcome per attempted delivery, no more");
+    if (input.retry) {
+      this.applyBarrier(t, shard, t.barrier.settle(shard, outcomes));
+      return;
+    }
+    for (let i = 0; i < deliveries.length; i++) {
+      const d = deliveries[i]!;
+      const outcome = outcomes[i];
+      if (outcome === undefined || t.barrier.has(shard)) {
+        // Behind a transient failure of an earlier delivery of this batch: queue in order behind it.
+        if (!this.joinBarrier(t, shard, d)) this.reject(d, new ShardLeaseUnavailableError(t.name, shard));
+        continue;
+      }
+      if (outcome === "delivered") continue;
+      if (typeof outcome === "object") {
+        this.reject(d, outcome.error);
+        continue;
+      }
+      this.applyBarrier(t, shard, t.barrier.failed(shard, d, d.envelope.deliveryAttempt, outcome, this.nowMs));
+    }
+  }
+
+  // ---------------------------------------------------------------------------------------------------------------
+  // The retry barrier (REFERENCE §3.9): one tick per shard queue, never one per message
+
+  /** Queues `d` behind the shard's open retry barrier, so it stays after earlier deliveries; false when none is open. */
+  private joinBarrier(t: TypeState, shard: number, d: Delivery): boolean {
+    if (!t.barrier.has(shard)) return false;
+    const joined = t.barrier.join(shard, d);
+    if (!joined.queued && joined.error !== null) this.reject(d, joined.error);
+    return true;
+  }
+
+  private applyBarrier(t: TypeState, shard: number, result: BarrierResult<Delivery>): void {
+    this.counters.leaseRetries += result.leaseRetries;
+    for (const r of result.rejected) this.reject(r.item, r.error);
+    if (result.next === "none") {
+      t.barrierTicks.delete(shard);
+      if (!t.barrier.has(shard)) this.startDrainIfWaiting(t, shard);
+      return;
+    }
+    const id = this.s.nextToken++;
+    t.barrierTicks.set(shard, id);
+    this.schedule(result.next === "tick" ? leaseRetryIntervalMs : 0, { kind: "barrierTick", type: t.name, shard, id });
+  }
+
+  private onBarrierTick(t: TypeState, shard: number, id: number): void {
+    if (t.barrierTicks.get(shard) !== id) return;
+    t.barrierTicks.delete(shard);
+    const coordinator = this.s.view.accepting;
+    const authorized = coordinator !== null && this.authorizedShard(t, shard, coordinator);
+    const begun = t.barrier.begin(shard, this.nowMs, authorized);
+    if ("done" in begun) {
+      this.applyBarrier(t, shard, begun.done);
+      return;
+    }
+    this.effects.push({ kind: "deliver", type: t.name, shard, retry: true, deliveries: [...begun.attempt] });
+  }
+
+  // ---------------------------------------------------------------------------------------------------------------
+  // The owner's part of a handoff (REFERENCE §3.8)
+
+  /** Waits for the shard's retry queue to empty, then drains its entities (concurrent drains share one). */
+  private drainLocally(t: TypeState, shard: number, waiter: ShardWaiter): void {
+    const waiting = t.drains.get(shard);
+    if (waiting !== undefined) {
+      waiting.push(waiter);
+      return;
+    }
+    t.drains.set(shard, [waiter]);
+    if (this.s.bugs.flushBeforeDrained === true) {
+      // Planted bug: report the drain done at once, while the old owner's entities still run.
+      this.onDrained(t.name, shard, null);
+      this.effects.push({ kind: "drainShard", type: t.name, shard });
+      return;
+    }
+    this.startDrainIfWaiting(t, shard);
+  }
+
+  private startDrainIfWaiting(t: TypeState, shard: number): void {
+    if (!t.drains.has(shard) || t.drainsStarted.has(shard) || t.barrier.has(shard)) return;
+    t.drainsStarted.add(shard);
+    this.effects.push({ kind: "drainShard", type: t.name, shard });
+  }
+
+  private onDrained(type: string, shard: number, error: Error | null): void {
+    const t = this.s.types.get(type);
+    if (t === undefined) return;
+    const waiters = t.drains.get(shard) ?? [];
+    t.drains.delete(shard);
+    t.drainsStarted.delete(shard);
+    for (const w of waiters) this.answer(t, shard, w, "passivated", error);
+  }
+
+  private onPrepared(input: Extract<NodeInput, { kind: "prepared" }>): void {
+    const t = this.s.types.get(input.type);
+    if (t === undefined) return;
+    if (input.error === null) t.prepared.set(input.shard, input.coordinator);
+    this.answer(t, input.shard, input.waiter, "prepared", input.error);
+  }
+
+  private answer(
+    t: TypeState,
+    shard: number,
+    w: ShardWaiter,
+    step: "passivated" | "prepared",
+    error: Error | null,
+  ): void {
+    if (w.kind === "ask") this.effects.push({ kind: "ack", replyTo: w.replyTo, error });
+    else this.replyToHandoff(t, shard, w.token, error === null ? { kind: step } : { kind: "failed", error });
+  }
+
+  // ---------------------------------------------------------------------------------------------------------------
+  // The handoffs this node drives as coordinator (REFERENCE §3.8), around the pure handoff.ts
+
+  private bufferInHandoff(t: TypeState, shard: number, d: Delivery): boolean {
+    if (!t.handoffs.has(shard)) return false;
+    this.feedHandoff(t, shard, { kind: "buffer", delivery: d });
+    return true;
+  }
+
+  private startHandoff(t: TypeState, shard: number, previous: UniqueAddress | null, next: UniqueAddress | null): void {
+    if (t.handoffs.has(shard)) return;
+    t.handoffs.set(shard, { state: newHandoff<Delivery>(t.name, shard, previous, next), token: this.s.nextToken++ });
+    // One line per start and end: operators (and tests) can follow how many shards move at once.
+    this.log(
+      "info",
+      { type: t.name, shard, previous: previous?.toString() ?? null, next: next?.toString() ?? null },
+      "sharding handoff started",
+    );
+    this.feedHandoff(t, shard, this.attemptInput(previous, next, t));
+  }
+
+  private attemptInput(
+    previous: UniqueAddress | null,
+    next: UniqueAddress | null,
+    t: TypeState,
+  ): HandoffInput<Delivery> {
+    const term = this.handoffTerm(t);
+    const prev =
+      previous === null ? undefined : this.s.view.snapshot.members.find((m) => m.uniqueAddress.equals(previous));
+    return {
+      kind: "attempt",
+      stillCoordinator: term === "current",
+      settling: term === "settling",
+      nextOwnerUp: next === null || this.isUp(next),
+      previousReachable: prev !== undefined && prev.status !== "Down" && prev.status !== "Removed",
+    };
+  }
+
+  /**
+   * Whether this node may drive handoffs: "current" as the elected coordinator and plan author; "settling" when only
+   * convergence is missing (no member unreachable, still the lowest Up member and author), as while a leave spreads
+   * by gossip; "lost" otherwise (an unreachable member or another coordinator: fail closed).
+   */
+  private handoffTerm(t: TypeState): "current" | "settling" | "lost" {
+    if (!this.isAuthor(t)) return "lost";
+    const elected = this.s.view.elected;
+    if (elected !== null) return elected.equals(this.self) ? "current" : "lost";
+    return this.s.view.accepting?.equals(this.self) ? "settling" : "lost";
+  }
+
+  /** A reply or timer of the handoff with `token`; one of an older handoff of the shard is ignored. */
+  private replyToHandoff(t: TypeState, shard: number, token: number, input: HandoffInput<Delivery>): void {
+    if (t.handoffs.get(shard)?.token !== token) return;
+    try {
+      this.feedHandoff(t, shard, input);
+    } catch (error) {
+      this.log("error", { error: asError(error).message, shard, type: t.name }, "sharding handoff step threw");
+    }
+  }
+
+  private feedHandoff(t: TypeState, shard: number, input: HandoffInput<Delivery>): void {
+    const running = t.handoffs.get(shard);
+    if (running === undefined) {
+      if (input.kind === "buffer") this.reject(input.delivery, new NoShardOwnerError(t.name, shard));
+      return;
+    }
+    const wasAborted = running.state.phase === "aborted";
+    const wasSettling = running.state.settlingRounds > 0;
+    const before = running.state.buffer.length;
+    const [next, effects] = handoffStep(running.state, input);
+    running.state = next;
+    if (next.phase === "done" || next.phase === "aborted") {
+      // A buffered delivery is flushed in order or rejected, never dropped.
+      const flushed = effects.filter((e) => e.kind === "dispatch" || e.kind === "reject").length;
+      assert.ok(
+        next.buffer.length === 0 && flushed >= before,
+        "a finished handoff flushed or rejected its whole buffer",
+      );
+    }
+    if (next.settlingRounds > 0 && !wasSettling) {
+      this.log("info", { shard, type: t.name }, "sharding handoff waits for membership to re-converge");
+    }
+    if (next.phase === "aborted" && !wasAborted) {
+      // Buffered deliveries were accepted: rejecting them is worth an operator's attention. An abort that rejected
+      // nothing is retried by the next reconcile and would only be noise at warn.
+      const rejected = effects.filter((e) => e.kind === "reject").length;
+      this.log(rejected > 0 ? "warn" : "info", { shard, type: t.name, rejected }, "sharding handoff aborted");
+    }
+    for (const effect of effects) this.performHandoffEffect(t, shard, running, effect);
+  }
+
+  private performHandoffEffect(
+    t: TypeState,
+    shard: number,
+    running: RunningHandoff,
+    effect: HandoffEffect<Delivery>,
+  ): void {
+    const token = running.token;
+    switch (effect.kind) {
+      case "passivate": {
+        if (effect.owner.equals(this.self)) {
+          this.drainLocally(t, shard, { kind: "handoff", token });
+          return;
+        }
+        if (this.s.bugs.flushBeforeDrained === true) {
+          // Planted bug: ask the old owner to drain, but go on at once as if it had.
+          const message = new PassivateShard(
+            t.name,
+            t.settings.key,
+            shard,
+            this.self.toString(),
+            effect.next?.toString() ?? null,
+          );
+          this.effects.push({
+            kind: "ask",
+            to: effect.owner,
+            message,
+            type: t.name,
+            shard,
+            token: -1,
+            step: "passivated",
+          });
+          this.feedHandoff(t, shard, { kind: "passivated" });
+          return;
+        }
+        const message = new PassivateShard(
+          t.name,
+          t.settings.key,
+          shard,
+          this.self.toString(),
+          effect.next?.toString() ?? null,
+        );
+        this.effects.push({ kind: "ask", to: effect.owner, message, type: t.name, shard, token, step: "passivated" });
+        return;
+      }
+      case "prepare": {
+        if (effect.owner.equals(this.self)) {
+          this.effects.push({
+            kind: "prepareShard",
+            type: t.name,
+            shard,
+            coordinator: this.self.toString(),
+            waiter: { kind: "handoff", token },
+          });
+          return;
+        }
+        const message = new PrepareShard(t.name, t.settings.key, shard, this.self.toString());
+        this.effects.push({ kind: "ask", to: effect.owner, message, type: t.name, shard, token, step: "prepared" });
+        return;
+      }
+      case "complete": {
+        if (this.handoffTerm(t) === "settling") {
+          // Buffered deliveries were accepted in this term: wait for gossip instead of rejecting them.
+          this.feedHandoff(t, shard, { kind: "settling" });
+          return;
+        }
+        try {
+          this.storePlan(t, completeHandoffInPlan(t.plan, shard, effect.next, this.self, this.s.view.elected));
+          this.afterPlanStored(t);
+        } catch (error) {
+          this.feedHandoff(t, shard, { kind: "abort" });
+          this.log("warn", { error: asError(error).message, shard, type: t.name }, "handoff could not complete");
+          return;
+        }
+        this.feedHandoff(t, shard, { kind: "completed" });
+        return;
+      }
+      case "dispatch":
+        this.dispatch(t, effect.delivery, effect.owner);
+        return;
+      case "reject":
+        this.reject(effect.delivery, effect.error);
+        return;
+      case "scheduleAttempt":
+        this.schedule(effect.afterMs, { kind: "handoffAttempt", type: t.name, shard, token });
+        return;
+      case "scheduleRetryComplete":
+        this.schedule(effect.afterMs, { kind: "handoffRetryComplete", type: t.name, shard, token });
+        return;
+      case "scheduleReconcile":
+        this.scheduleReconcile(t, effect.afterMs);
+        return;
+      case "failedAttempt":
+        if (isLeaseUnavailable(effect.error)) this.counters.leaseRetries++;
+        this.log(
+          "warn",
+          { error: effect.error.message, shard, type: t.name },
+          "sharding handoff step failed; retrying",
+        );
+        return;
+      case "finished":
+        if (t.handoffs.get(shard) === running) t.handoffs.delete(shard);
+        this.log("info", { type: t.name, shard, outcome: effect.outcome }, "sharding handoff finished");
+        if (effect.outcome === "done") {
+          this.counters.handoffShards++;
+          this.counters.rebalanceMoves++;
+          if (this.isAuthor(t)) this.broadcastPlan(t);
+        }
+        return;
+    }
+  }
+
+  // ---------------------------------------------------------------------------------------------------------------
+  // Timers, idle passivation, stop
+
+  private onTimer(timer: NodeTimer): void {
+    const t = this.s.types.get(timer.type);
+    if (t === undefined) return;
+    switch (timer.kind) {
+      case "reconcile":
+        t.reconcileArmed = false;
+        this.reconcile(t);
+        return;
+      case "planSync":
+        t.planSyncArmed = false;
+        this.syncPlan(t);
+        return;
+      case "handoffAttempt": {
+        const running = t.handoffs.get(timer.shard);
+        if (running?.token !== timer.token) return;
+        this.replyToHandoff(
+          t,
+          timer.shard,
+          timer.token,
+          this.attemptInput(running.state.previous, running.state.next, t),
+        );
+        return;
+      }
+      case "handoffRetryComplete":
+        this.replyToHandoff(t, timer.shard, timer.token, { kind: "retryComplete" });
+        return;
+      case "barrierTick":
+        this.onBarrierTick(t, timer.shard, timer.id);
+        return;
+      case "idleSweep":
+        if (t.settings.idleTimeout !== null) {
+          this.effects.push({ kind: "passivateIdle", type: t.name, idleTimeoutMs: t.settings.idleTimeout });
+        }
+        return;
+    }
+  }
+
+  /** Sweeps every half of the idle timeout (every idle timeout below the halving floor). */
+  private scheduleIdleSweep(t: TypeState, idleTimeoutMs: number): void {
+    const every = idleTimeoutMs < idleSweepHalvingFloorMs ? idleTimeoutMs : idleTimeoutMs / 2;
+    this.schedule(every, { kind: "idleSweep", type: t.name });
+  }
+
+  private onIdleSwept(type: string, passivated: number, error: Error | null): void {
+    const t = this.s.types.get(type);
+    if (t === undefined || t.settings.idleTimeout === null) return;
+    if (error !== null) {
+      this.log("warn", { error: error.message, type }, "idle sweep failed; stopped");
+      return;
+    }
+    this.counters.idlePassivations += passivated;
+    this.scheduleIdleSweep(t, t.settings.idleTimeout);
+  }
+
+  private stop(): void {
+    this.s.stopped = true;
+    for (const t of this.s.types.values()) {
+      for (const d of t.barrier.clear()) this.reject(d, new NoShardOwnerError(t.name, d.envelope.shardId));
+      t.barrierTicks.clear();
+      for (const running of t.handoffs.values()) {
+        for (const d of running.state.buffer) this.reject(d, new NoShardOwnerError(t.name, d.envelope.shardId));
+      }
+      t.handoffs.clear();
+      for (const [shard, waiters] of t.drains) {
+        for (const w of waiters)
+          if (w.kind === "ask")
+            this.effects.push({ kind: "ack", replyTo: w.replyTo, error: new NoShardOwnerError(t.name, shard) });
+      }
+      t.drains.clear();
+      t.drainsStarted.clear();
+    }
+  }
+}
+
+function isLeaseUnavailable(error: Error): boolean {
+  return (
+    error instanceof ShardLeaseUnavailableError ||
+    (error as { remoteClass?: string }).remoteClass === "ShardLeaseUnavailableError"
+  );
+}

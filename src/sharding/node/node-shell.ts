@@ -1,0 +1,325 @@
+import { type ActorRef, type ActorSystem, askVia, type Cancellable, InvalidMessageError } from "../../actor/index.ts";
+import { attachTyped, type PayloadCodec, typedOf } from "../codec.ts";
+import { handoffTimeoutMs } from "../constants.ts";
+import { ShardingControlAck } from "../coordinator/messages.ts";
+import { asError, ShardHandoffInProgressError, ShardLeaseUnavailableError } from "../errors.ts";
+import type { ShardingMembership } from "../membership.ts";
+import type { ShardingProvider } from "../provider.ts";
+import type { AttemptOutcome } from "../retry-barrier.ts";
+import type { MutableShardingStats } from "../stats.ts";
+import { type Delivery, type NodeEffect, type NodeInput, type NodeState, newNodeState, step } from "./node-core.ts";
+import { RelayedAskSender } from "./relayed-ask-sender.ts";
+
+/** The name of the sharding daemon under `/system`, the same on every node. */
+export const daemonName = "sharding";
+const daemonRefCacheMax = 10_000;
+/** How many distinct (sender, error) rejections of control messages are logged; later ones are only counted. */
+const rejectionLogMax = 1_024;
+
+/**
+ * Performs the node core's effects (node-core.ts) and feeds it its inputs: sockets through remoting (the daemons of
+ * other nodes), timers through the actor system's scheduler, the local providers, the log. It decides nothing: every
+ * protocol decision is the core's. Inputs are processed one at a time, in order; an outcome (a delivery's, a drain's)
+ * is queued behind the effects of the step that caused it.
+ */
+export class NodeShell {
+  readonly state: NodeState;
+  private readonly queue: NodeInput[] = [];
+  private running = false;
+  private readonly timers = new Set<Cancellable>();
+  private readonly daemonRefs = new Map<string, ActorRef<unknown>>();
+  private readonly rejectionsLogged = new Set<string>();
+  /** The input being processed, and the local caller's route input whose own call fails with `refusal`. */
+  private current: NodeInput | null = null;
+  private callerInput: NodeInput | null = null;
+  private refusal: Error | null = null;
+
+  constructor(
+    readonly system: ActorSystem,
+    private readonly membership: ShardingMembership,
+    private readonly codec: PayloadCodec,
+    /** This node's `/system/sharding` actor. */
+    readonly daemon: ActorRef<unknown>,
+    counters: MutableShardingStats,
+    readonly providers: ReadonlyMap<string, ShardingProvider>,
+    /** Called when the core says this node was downed and sharding must stop. */
+    private readonly stopRequested: () => void,
+  ) {
+    this.state = newNodeState(membership.selfAddress, counters);
+  }
+
+  get counters(): MutableShardingStats {
+    return this.state.counters;
+  }
+
+  /** Runs `input` and everything it causes. Never throws. */
+  run(input: NodeInput): void {
+    this.queue.push(input);
+    if (this.running) return;
+    this.running = true;
+    try {
+      for (let next = this.queue.shift(); next !== undefined; next = this.queue.shift()) {
+        const snapshot = this.membership.snapshot();
+        if (snapshot !== this.state.view.snapshot) step(this.state, { kind: "view", snapshot }, 0);
+        this.current = next;
+        const [, effects] = step(this.state, next, this.system.scheduler.now());
+        for (const effect of effects) this.perform(effect);
+      }
+    } finally {
+      this.current = null;
+      this.running = false;
+    }
+  }
+
+  /**
+   * Runs a local caller's envelope.
+   * @throws the error its call fails with (no coordinator; a send refused synchronously, such as an oversize message)
+   */
+  route(delivery: Delivery, countsRemoteRoute: boolean): void {
+    const input: NodeInput = { kind: "route", delivery, countsRemoteRoute };
+    const outer = this.callerInput;
+    const outerRefusal = this.refusal;
+    this.callerInput = input;
+    this.refusal = null;
+    try {
+      this.run(input);
+    } finally {
+      this.callerInput = outer;
+    }
+    const refusal = this.refusal;
+    this.refusal = outerRefusal;
+    if (refusal !== null) throw refusal;
+  }
+
+  /** The caller's call fails with `error`: thrown to it while its route runs, else (queued behind others) its ask fails. */
+  private refuse(delivery: Delivery, error: Error): void {
+    if (this.current !== null && this.current === this.callerInput) {
+      if (this.refusal === null) this.refusal = error;
+    } else if (delivery.envelope.askTimeoutMs !== null) delivery.sender?.failAsk?.(error);
+  }
+
+  /** A caller's entry to this node's routing for `askVia`: `tell` runs the route synchronously. */
+  entry(countsRemoteRoute: boolean): ActorRef<unknown> {
+    const daemon = this.daemon;
+    return {
+      get path() {
+        return daemon.path;
+      },
+      tell: (message: unknown, sender?: ActorRef<unknown> | null) => {
+        this.route({ envelope: message as Delivery["envelope"], sender: sender ?? null }, countsRemoteRoute);
+      },
+      ask: <R>() => Promise.reject<R>(new InvalidMessageError("use askVia")),
+      sendSystem: () => undefined,
+    };
+  }
+
+  /** Cancels every timer (sharding stopped). */
+  cancelTimers(): void {
+    for (const timer of this.timers) timer.cancel();
+    this.timers.clear();
+  }
+
+  // One ref per node incarnation (REFERENCE §5): a remote ref binds the uid it first reaches, so a restarted node at
+  // the same address (new uid) gets a new entry instead of a ref that fails fast.
+  private daemonOf(node: { readonly address: unknown; toString(): string }): ActorRef<unknown> {
+    const key = node.toString();
+    let ref = this.daemonRefs.get(key);
+    if (ref === undefined) {
+      if (this.daemonRefs.size >= daemonRefCacheMax) this.daemonRefs.clear();
+      ref = this.system.actorSelection(`${String(node.address)}/system/${daemonName}`);
+      this.daemonRefs.set(key, ref);
+    }
+    return ref;
+  }
+
+  private perform(effect: NodeEffect): void {
+    switch (effect.kind) {
+      case "forward":
+        try {
+          this.daemonOf(effect.to).tell(effect.envelope, effect.delivery.sender);
+        } catch (error) {
+          // A send can refuse synchronously (MessageTooLargeError, …): the caller's own call fails with it; a
+          // forwarded one (possibly inside a handoff flush) is rejected alone, the rest still go.
+          if (effect.envelope.hopCount === 0) this.refuse(effect.delivery, asError(error));
+          else this.queue.push({ kind: "sendFailed", delivery: effect.delivery, error: asError(error) });
+        }
+        return;
+      case "send":
+        try {
+          this.daemonOf(effect.to).tell(effect.message, this.daemon);
+        } catch (error) {
+          this.queue.push({ kind: "controlSendFailed", type: effect.type, peer: effect.to, error: asError(error) });
+        }
+        return;
+      case "ask": {
+        const { type, shard, token, step: answered } = effect;
+        askVia(this.system, this.daemonOf(effect.to), effect.message, ShardingControlAck, handoffTimeoutMs).then(
+          () => this.run({ kind: "handoffReply", type, shard, token, step: answered, error: null }),
+          (error: unknown) =>
+            this.run({ kind: "handoffReply", type, shard, token, step: answered, error: asError(error) }),
+        );
+        return;
+      }
+      case "deliver": {
+        const provider = this.providers.get(effect.type);
+        if (provider === undefined) return;
+        const outcomes: AttemptOutcome[] = [];
+        let allDelivered = true;
+        for (const d of effect.deliveries) {
+          const outcome = this.deliverOne(provider, d);
+          outcomes.push(outcome);
+          if (outcome !== "delivered") allDelivered = false;
+          if (outcome === "lease" || outcome === "handoff") break;
+        }
+        // The core asks for the outcomes of a fresh batch only when one was not delivered (the hot path: a routed tell
+        // delivered at once costs no second step); a retry batch always reports.
+        if (allDelivered && !effect.retry) return;
+        this.queue.push({
+          kind: "delivered",
+          type: effect.type,
+          shard: effect.shard,
+          retry: effect.retry,
+          deliveries: effect.deliveries,
+          outcomes,
+        });
+        return;
+      }
+      case "reject": {
+        const d = effect.delivery;
+        if (d.envelope.askTimeoutMs !== null) d.sender?.failAsk?.(effect.error);
+        else
+          this.system.log.debug?.(
+            { error: effect.error.message, type: d.envelope.entityType },
+            "sharded tell rejected",
+          );
+        return;
+      }
+      case "refuse":
+        this.refuse(effect.delivery, effect.error);
+        return;
+      case "refused": {
+        effect.replyTo?.failAsk?.(effect.error);
+        // Once per sender and error: a peer repeating a refused message must not write a log line per message.
+        const key = `${effect.origin?.toString() ?? "local"} ${effect.error.name}: ${effect.error.message.slice(0, 200)}`;
+        if (!this.rejectionsLogged.has(key) && this.rejectionsLogged.size < rejectionLogMax) {
+          this.rejectionsLogged.add(key);
+          this.system.log.warn(
+            { error: effect.error.message, origin: effect.origin?.toString() },
+            "sharding daemon rejected a message (logged once per sender and error; stats.rejectedEnvelopes counts every one)",
+          );
+        }
+        return;
+      }
+      case "ack":
+        if (effect.error === null) effect.replyTo?.tell(new ShardingControlAck(true));
+        else effect.replyTo?.failAsk?.(effect.error);
+        return;
+      case "drainShard": {
+        const { type, shard } = effect;
+        const provider = this.providers.get(type);
+        if (provider === undefined) return;
+        provider.drainShard(shard).then(
+          () => this.run({ kind: "drained", type, shard, error: null }),
+          (error: unknown) => this.run({ kind: "drained", type, shard, error: asError(error) }),
+        );
+        return;
+      }
+      case "prepareShard": {
+        const { type, shard, coordinator, waiter } = effect;
+        const provider = this.providers.get(type);
+        if (provider === undefined) return;
+        provider.prepareShard(shard).then(
+          () => this.run({ kind: "prepared", type, shard, coordinator, waiter, error: null }),
+          (error: unknown) => this.run({ kind: "prepared", type, shard, coordinator, waiter, error: asError(error) }),
+        );
+        return;
+      }
+      case "retainShards":
+        this.providers.get(effect.type)?.retainShards(effect.shards);
+        return;
+      case "suspendOwnership":
+        this.providers.get(effect.type)?.suspendOwnership(effect.release);
+        return;
+      case "passivateIdle": {
+        const provider = this.providers.get(effect.type);
+        if (provider === undefined) return;
+        try {
+          const passivated = provider.passivateIdle(this.system.scheduler.now(), effect.idleTimeoutMs);
+          this.queue.push({ kind: "idleSwept", type: effect.type, passivated, error: null });
+        } catch (error) {
+          this.queue.push({ kind: "idleSwept", type: effect.type, passivated: 0, error: asError(error) });
+        }
+        return;
+      }
+      case "schedule": {
+        const timer = effect.timer;
+        const handle: Cancellable = this.system.scheduler.scheduleOnce(effect.afterMs, () => {
+          this.timers.delete(handle);
+          this.run({ kind: "timer", timer });
+        });
+        this.timers.add(handle);
+        return;
+      }
+      case "log":
+        this.system.log[effect.level]?.(effect.fields, effect.message);
+        return;
+      case "stopSharding":
+        this.stopRequested();
+        return;
+    }
+  }
+
+  /**
+   * One delivery into the provider: the payload decoded here, once (a malformed one is refused and counted), the shard
+   * authorized (a persistent provider takes its lease), then the entity's message, activation or passivation.
+   */
+  private deliverOne(provider: ShardingProvider, d: Delivery): AttemptOutcome {
+    const { envelope } = d;
+    const counters = this.state.counters;
+    try {
+      let value: unknown;
+      if (envelope.kind === "User") {
+        const typed = typedOf(envelope);
+        if (typed !== undefined) value = typed.value;
+        else {
+          try {
+            value = this.codec.decode(envelope.message!);
+          } catch (error) {
+            counters.malformedEnvelopes.payload++;
+            return { error: asError(error) };
+          }
+          // A retry from the barrier must not decode again.
+          attachTyped(envelope, value);
+        }
+      }
+      provider.authorizeShard(envelope.shardId);
+      switch (envelope.kind) {
+        case "User": {
+          const sender = envelope.senderless ? null : d.sender;
+          // A relayed ask that fails or times out at the entity is a rejection (REFERENCE §7 "failed relayed asks");
+          // the asker hears straight from the owner, so the owner is where it is counted.
+          if (sender !== null && envelope.hopCount === 1 && envelope.askTimeoutMs !== null) {
+            const relayed = new RelayedAskSender(sender, counters);
+            provider.deliver(envelope.shardId, envelope.entityId, value, relayed);
+            // Armed only once delivered: a delivery refused into the retry barrier is retried with a new wrapper.
+            relayed.armTimeout(this.system.timeouts, envelope.askTimeoutMs);
+          } else provider.deliver(envelope.shardId, envelope.entityId, value, sender);
+          break;
+        }
+        case "Activate": {
+          const created = provider.activate(envelope.shardId, envelope.entityId);
+          d.sender?.tell(new ShardingControlAck(created));
+          break;
+        }
+        case "Passivate":
+          if (provider.passivate(envelope.entityId)) counters.explicitPassivations++;
+          break;
+      }
+      return "delivered";
+    } catch (error) {
+      if (error instanceof ShardLeaseUnavailableError) return "lease";
+      if (error instanceof ShardHandoffInProgressError) return "handoff";
+      return { error: asError(error) };
+    }
+  }
+}

@@ -1,0 +1,59 @@
+// The seeded simulator of whole sharding nodes (test/sim/node-sim.ts): the production membership and sharding node
+// cores under link drops, partitions, crashes, restarts with a new uid, joins, leaves and operator downs, with the
+// safety invariants and message accounting checked after every event. A failing seed prints itself, the last events,
+// and replays alone with `MOVIE_SIM_SEED=<n> npm run test:only -- test/sim/node-sim`; `npm run sim -- --seeds N
+// --from S` runs long campaigns.
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import type { PlantedBugs } from "../../src/sharding/node/node-core.ts";
+import { type HistoryResult, runHistory, SimFailure } from "./node-sim.ts";
+
+const only = process.env.MOVIE_SIM_SEED;
+const historyCount = 120;
+
+test(`${only === undefined ? historyCount : 1} seeded node histories keep every safety invariant`, () => {
+  const seeds = only === undefined ? Array.from({ length: historyCount }, (_, i) => i + 1) : [Number(only)];
+  const totals = { delivered: 0, rejected: 0, handoffs: 0, generations: 0, notLive: [] as number[] };
+  for (const seed of seeds) {
+    const result: HistoryResult = runHistory({ seed });
+    totals.delivered += result.delivered;
+    totals.rejected += result.rejected;
+    totals.handoffs += result.handoffs;
+    totals.generations += result.maxGeneration;
+    if (result.liveness !== null && result.liveness !== undefined) totals.notLive.push(seed);
+  }
+  // The histories did real work: messages flowed, shards moved and plans were republished.
+  assert.ok(totals.delivered > seeds.length * 40, `delivered ${totals.delivered}`);
+  assert.ok(totals.handoffs > seeds.length * 3, `handoffs ${totals.handoffs}`);
+  assert.ok(totals.generations > seeds.length * 5, `generations ${totals.generations}`);
+  // Liveness after healing is measured, not yet asserted: the seeds where it failed are printed for triage.
+  if (totals.notLive.length > 0)
+    console.log(`liveness not reached after healing in seeds ${totals.notLive.join(", ")}`);
+});
+
+/** The first seed in 1..`maxSeeds` whose history fails with `bugs` planted, and how. */
+function firstCaught(bugs: PlantedBugs, maxSeeds: number): SimFailure | null {
+  for (let seed = 1; seed <= maxSeeds; seed++) {
+    try {
+      runHistory({ seed, bugs });
+    } catch (error) {
+      if (!(error instanceof SimFailure)) throw error;
+      return error;
+    }
+  }
+  return null;
+}
+
+// Each planted bug is caught within the stated number of seeds; the same seeds pass without it (they are among the
+// histories of the test above). Measured: the early flush at seed 5, the unchecked forward at seed 15.
+test("a planted bug, the handoff buffer flushed before the old owner drained, is caught within 20 seeds", () => {
+  const caught = firstCaught({ flushBeforeDrained: true }, 20);
+  assert.ok(caught !== null, "no seed caught the early flush");
+  assert.match(caught.reason, /has live entities on .* and /);
+});
+
+test("a planted bug, forwarded traffic accepted from a non-coordinator, is caught within 30 seeds", () => {
+  const caught = firstCaught({ acceptForwardFromAnyone: true }, 30);
+  assert.ok(caught !== null, "no seed caught the unchecked forward");
+  assert.match(caught.reason, /neither owns nor was prepared/);
+});

@@ -1,0 +1,932 @@
+// A seeded, deterministic simulation of whole sharding nodes that runs the production cores: each node is the real
+// membership core (src/cluster/membership.ts) and the real sharding node core (src/sharding/node/node-core.ts), fed
+// by a simulated shell on one virtual clock. Everything random comes from one seed (test/fixtures/prng.ts): per-link
+// FIFO delivery with random delays, links that drop everything for a while (a lost connection: at most once),
+// symmetric and one-way partitions, crashes and restarts with a new uid, joins, graceful leaves, operator downs of
+// unreachable (crashed) members, impostor forwards from members that are not the coordinator, and client traffic
+// from every node. After every event the checker asserts the invariants
+// below; after the faults heal it asserts liveness. A failure throws a SimFailure naming the seed and the last events.
+//
+// Invariants (checked after each event):
+//   - at most one live node hosts entities of a shard at any instant;
+//   - a node's plan generation never decreases;
+//   - a delivery reaches a provider only on a node that owns the shard in its plan or was prepared for it;
+//   - at most once: no message is processed twice;
+//   - per-entity FIFO for each sender: an entity processes one sender's messages in the order they were sent;
+//   - every message a caller handed over is, by the end, delivered, rejected to its caller, refused at the call, or
+//     counted as lost (a link drop, a crash of the node holding it, or its node stopped): none vanishes silently.
+// Liveness (after healing): every node agrees on one plan in which every shard has a live owner, and a message to
+// every probed entity is delivered.
+import { type ActorRef, Address, UniqueAddress } from "../../src/actor/index.ts";
+import {
+  initialMembership,
+  type MembershipInput,
+  type MembershipState,
+  step as membershipStep,
+  snapshotOf,
+} from "../../src/cluster/membership.ts";
+import type { ClusterMessage } from "../../src/cluster/messages.ts";
+import type { ClusterSnapshot } from "../../src/cluster/snapshot.ts";
+import { attachTyped, typedOf } from "../../src/sharding/codec.ts";
+import {
+  LeastLoadedAllocation,
+  RateLimitedRebalance,
+  ShardingEnvelope,
+  ShardingSettings,
+} from "../../src/sharding/index.ts";
+import {
+  type ControlMessage,
+  type Delivery,
+  departureReady,
+  type NodeEffect,
+  type NodeInput,
+  type NodeState,
+  newNodeState,
+  step as nodeStep,
+  type PlantedBugs,
+} from "../../src/sharding/node/node-core.ts";
+import type { AttemptOutcome } from "../../src/sharding/retry-barrier.ts";
+import { Prng } from "../fixtures/prng.ts";
+
+const typeName = "T";
+const tickMs = 50;
+const heartbeatTimeoutMs = 400;
+
+/** One user message: which call, from which sender (node incarnation), to which entity, its per-sender sequence. */
+interface UserMessage {
+  readonly call: number;
+  readonly sender: string;
+  readonly entity: string;
+  readonly seq: number;
+}
+
+type Wire =
+  | { readonly kind: "membership"; readonly message: ClusterMessage }
+  | { readonly kind: "envelope"; readonly envelope: ShardingEnvelope; readonly call: number }
+  | { readonly kind: "control"; readonly message: ControlMessage; readonly ask: number | null }
+  | { readonly kind: "ack"; readonly ask: number; readonly error: Error | null };
+
+interface SimNode {
+  readonly name: string;
+  readonly port: number;
+  readonly self: UniqueAddress;
+  membership: MembershipState;
+  readonly core: NodeState;
+  alive: boolean;
+  /** The last membership snapshot handed to the core. */
+  view: ClusterSnapshot;
+  viewKey: string;
+  /** The membership state `view` was taken from. */
+  viewOf: MembershipState | null;
+  /** entity → shard, of live entities. */
+  readonly entities: Map<string, number>;
+  readonly draining: Set<number>;
+  /** Highest plan generation seen on this node. */
+  maxGeneration: number;
+  nextSeq: number;
+}
+
+interface PendingAsk {
+  readonly node: SimNode;
+  readonly shard: number;
+  readonly token: number;
+  readonly step: "passivated" | "prepared";
+  done: boolean;
+}
+
+type Outcome = "delivered" | "rejected" | "refused" | "lost";
+
+/** A failing history: its seed, what broke, and the last events before it. */
+export class SimFailure extends Error {
+  constructor(
+    readonly seed: number,
+    readonly reason: string,
+    readonly trace: readonly string[],
+  ) {
+    super(
+      `simulation seed ${seed} failed: ${reason}\nreplay: MOVIE_SIM_SEED=${seed} npm run test:only -- node-sim\nlast events:\n  ${trace.join("\n  ")}`,
+    );
+  }
+}
+
+export interface HistoryOptions {
+  readonly seed: number;
+  readonly bugs?: PlantedBugs;
+  /** Virtual ms of faults and traffic before healing (default 1,500). */
+  readonly faultMs?: number;
+  /** Throw when liveness fails after healing (default: report it in the result). */
+  readonly liveness?: boolean;
+}
+
+export interface HistoryResult {
+  readonly delivered: number;
+  readonly rejected: number;
+  readonly lost: number;
+  readonly handoffs: number;
+  readonly maxGeneration: number;
+  readonly steps: number;
+  /** Null when every shard had a live owner and every probe was delivered after healing, else what was missing. */
+  readonly liveness?: string | null;
+}
+
+interface Event {
+  readonly at: number;
+  readonly seq: number;
+  readonly run: () => void;
+}
+
+/** A binary min-heap of events by (time, insertion order): the one virtual clock. */
+class EventQueue {
+  private readonly heap: Event[] = [];
+  private seq = 0;
+  push(at: number, run: () => void): void {
+    const e = { at, seq: this.seq++, run };
+    const h = this.heap;
+    h.push(e);
+    let i = h.length - 1;
+    while (i > 0) {
+      const p = (i - 1) >> 1;
+      if (before(h[p]!, e)) break;
+      h[i] = h[p]!;
+      i = p;
+    }
+    h[i] = e;
+  }
+  pop(): Event | undefined {
+    const h = this.heap;
+    const top = h[0];
+    const last = h.pop();
+    if (top === undefined || last === undefined || h.length === 0) return top;
+    let i = 0;
+    for (;;) {
+      const l = 2 * i + 1;
+      if (l >= h.length) break;
+      const r = l + 1;
+      const c = r < h.length && before(h[r]!, h[l]!) ? r : l;
+      if (before(last, h[c]!)) break;
+      h[i] = h[c]!;
+      i = c;
+    }
+    h[i] = last;
+    return top;
+  }
+  peekAt(): number {
+    return this.heap[0]?.at ?? Number.POSITIVE_INFINITY;
+  }
+}
+
+function before(a: Event, b: Event): boolean {
+  return a.at < b.at || (a.at === b.at && a.seq < b.seq);
+}
+
+const settings = ShardingSettings.create({
+  shardCount: 6,
+  allocation: new LeastLoadedAllocation(),
+  rebalance: new RateLimitedRebalance({ threshold: 1, maxConcurrent: 2 }),
+  leaseDuration: 300,
+  leaseRenewInterval: 100,
+});
+
+export class NodeSim {
+  now = 0;
+  steps = 0;
+  private readonly events = new EventQueue();
+  readonly rand: Prng;
+  private readonly nodes = new Map<number, SimNode>();
+  private uid = 0;
+  private readonly linkFree = new Map<string, number>();
+  private readonly linkDownUntil = new Map<string, number>();
+  /** "a>b" → blocked until; a one-way partition blocks one direction. */
+  private readonly blocked = new Map<string, number>();
+  private readonly trace: string[] = [];
+  private readonly outcomes = new Map<number, Outcome>();
+  private readonly calls = new Map<number, UserMessage>();
+  private readonly processed = new Map<string, number>();
+  private readonly asks = new Map<number, PendingAsk>();
+  private nextCall = 1;
+  private nextAsk = 1;
+  private handoffsDone = 0;
+  private maxGeneration = 0;
+  private healed = false;
+  private readonly crashedPorts: number[] = [];
+
+  constructor(
+    readonly seed: number,
+    private readonly bugs: PlantedBugs = {},
+  ) {
+    this.rand = new Prng(seed);
+  }
+
+  // ---------------------------------------------------------------------------------------------------------------
+  // Running
+
+  at(delay: number, run: () => void): void {
+    this.events.push(this.now + delay, run);
+  }
+
+  private note(line: string): void {
+    this.trace.push(`${this.now}ms ${line}`);
+    if (this.trace.length > 40) this.trace.shift();
+  }
+
+  fail(reason: string): never {
+    throw new SimFailure(this.seed, reason, this.trace.slice(-25));
+  }
+
+  runUntil(end: number): void {
+    while (this.events.peekAt() <= end) {
+      const e = this.events.pop()!;
+      this.now = e.at;
+      e.run();
+      this.checkSafety();
+    }
+    this.now = end;
+  }
+
+  private live(): SimNode[] {
+    return [...this.nodes.values()].filter((n) => n.alive);
+  }
+
+  // ---------------------------------------------------------------------------------------------------------------
+  // Nodes
+
+  start(port: number, seedPorts: number[]): SimNode {
+    const self = new UniqueAddress(Address.tcp("sim", "127.0.0.1", port), `u${++this.uid}`);
+    const membership = initialMembership(
+      {
+        self,
+        clusterName: "sim",
+        seeds: seedPorts.map((p) => Address.tcp("sim", "127.0.0.1", p)),
+        roles: [],
+        gossipFanout: 3,
+        maxMembers: 100,
+        heartbeatTimeoutMs,
+        remoteDownAllowed: true,
+      },
+      this.now,
+    );
+    const node: SimNode = {
+      name: `${port}#${self.uid}`,
+      port,
+      self,
+      membership,
+      core: newNodeState(self, undefined, this.bugs),
+      alive: true,
+      view: snapshotOf(membership),
+      viewKey: "",
+      viewOf: null,
+      entities: new Map(),
+      draining: new Set(),
+      maxGeneration: 0,
+      nextSeq: 0,
+    };
+    this.nodes.set(port, node);
+    this.note(`start ${node.name}`);
+    this.feed(node, { kind: "register", name: typeName, settings });
+    this.membershipChanged(node);
+    const offset = this.rand.int(tickMs);
+    this.at(offset, () => this.tick(node));
+    return node;
+  }
+
+  private tick(node: SimNode): void {
+    if (!node.alive) return;
+    for (const kind of ["join-tick", "gossip-tick", "heartbeat-tick"] as const) this.membershipInput(node, { kind });
+    this.at(tickMs, () => this.tick(node));
+  }
+
+  private membershipInput(node: SimNode, input: MembershipInput): void {
+    this.steps++;
+    const [state, effects] = membershipStep(node.membership, input, this.now, {
+      departureReady: (m) => departureReady(node.core, m),
+    });
+    node.membership = state;
+    for (const effect of effects) {
+      if (effect.kind === "send") {
+        this.send(node, effect.to.port ?? -1, null, { kind: "membership", message: effect.message });
+      }
+    }
+    this.membershipChanged(node);
+  }
+
+  private membershipChanged(node: SimNode): void {
+    if (!node.alive || node.membership === node.viewOf) return;
+    node.viewOf = node.membership;
+    const snap = snapshotOf(node.membership);
+    const key = `${snap.converged}|${snap.members.map((m) => `${m.uniqueAddress}:${m.status}`).join(",")}|${snap.unreachable.join(",")}`;
+    if (key === node.viewKey) return;
+    node.viewKey = key;
+    node.view = snap;
+    const self = snap.members.find((m) => m.uniqueAddress.equals(node.self));
+    if (self === undefined && node.core.lastSelfStatus !== undefined) {
+      // Removed after a graceful leave: the process exits.
+      if (node.core.lastSelfStatus === "Exiting" || node.core.lastSelfStatus === "Leaving") {
+        this.feed(node, { kind: "membershipChanged", snapshot: snap });
+        this.stopNode(node, "left");
+        return;
+      }
+    }
+    this.feed(node, { kind: "membershipChanged", snapshot: snap });
+  }
+
+  /** Crash (SIGKILL): in-flight state is lost; what it held is counted lost. */
+  crash(node: SimNode): void {
+    this.note(`crash ${node.name}`);
+    this.stopNode(node, "crashed");
+    this.crashedPorts.push(node.port);
+  }
+
+  /** Restarts a crashed node's address with a new uid, once no live node still lists its old incarnation. */
+  restart(seedPort: number): void {
+    for (const [i, port] of this.crashedPorts.entries()) {
+      const old = this.nodes.get(port)!;
+      if (this.live().some((n) => n.view.members.some((m) => m.uniqueAddress.equals(old.self)))) continue;
+      this.crashedPorts.splice(i, 1);
+      this.start(port, [seedPort]);
+      return;
+    }
+  }
+
+  private stopNode(node: SimNode, why: string): void {
+    if (!node.alive) return;
+    node.alive = false;
+    node.entities.clear();
+    const t = node.core.types.get(typeName);
+    if (t !== undefined) {
+      for (const d of t.barrier.clear()) this.settle(d, "lost");
+      for (const h of t.handoffs.values()) for (const d of h.state.buffer) this.settle(d, "lost");
+    }
+    this.note(`${node.name} stopped (${why})`);
+  }
+
+  // ---------------------------------------------------------------------------------------------------------------
+  // The network: per-link FIFO, random delay, drops and partitions; at most once
+
+  private linkBlocked(from: number, to: number): boolean {
+    return (
+      (this.linkDownUntil.get(`${from}>${to}`) ?? -1) > this.now || (this.blocked.get(`${from}>${to}`) ?? -1) > this.now
+    );
+  }
+
+  private send(from: SimNode, toPort: number, toUid: string | null, wire: Wire): void {
+    const link = `${from.port}>${toPort}`;
+    if (toPort === from.port) {
+      this.at(0, () => this.arrive(from, toPort, toUid, wire));
+      return;
+    }
+    if (this.linkBlocked(from.port, toPort)) {
+      this.dropped(wire);
+      return;
+    }
+    const arrival = Math.max(this.now + 1 + this.rand.int(8), this.linkFree.get(link) ?? 0);
+    this.linkFree.set(link, arrival);
+    this.events.push(arrival, () => {
+      // A connection lost while the message was on its way loses it too (never duplicated).
+      if (this.linkBlocked(from.port, toPort) || !from.alive) {
+        this.dropped(wire);
+        return;
+      }
+      this.arrive(from, toPort, toUid, wire);
+    });
+  }
+
+  private dropped(wire: Wire): void {
+    if (wire.kind === "envelope") this.settleCall(wire.call, "lost");
+  }
+
+  private arrive(from: SimNode, toPort: number, toUid: string | null, wire: Wire): void {
+    const target = this.nodes.get(toPort);
+    if (target === undefined || !target.alive || (toUid !== null && target.self.uid !== toUid)) {
+      this.dropped(wire);
+      return;
+    }
+    switch (wire.kind) {
+      case "membership":
+        this.membershipInput(target, {
+          kind: "message",
+          origin: from.self,
+          senderPath: `${from.self.address}/system/cluster`,
+          message: wire.message,
+        });
+        return;
+      case "envelope":
+        this.feed(target, {
+          kind: "envelope",
+          delivery: { envelope: wire.envelope, sender: null },
+          origin: from.self,
+        });
+        return;
+      case "control": {
+        const ask = wire.ask;
+        const replyTo = ask === null ? null : replyRef(ask, target, from, this);
+        this.feed(target, { kind: "control", message: wire.message, replyTo, origin: from.self });
+        return;
+      }
+      case "ack": {
+        const pending = this.asks.get(wire.ask);
+        if (pending === undefined || pending.done || !pending.node.alive) return;
+        pending.done = true;
+        this.feed(pending.node, {
+          kind: "handoffReply",
+          type: typeName,
+          shard: pending.shard,
+          token: pending.token,
+          step: pending.step,
+          error: wire.error,
+        });
+        return;
+      }
+    }
+  }
+
+  /** Sends an ack from `node` for ask `ask` back to `to`. */
+  sendAck(node: SimNode, to: SimNode, ask: number, error: Error | null): void {
+    this.send(node, to.port, to.self.uid, { kind: "ack", ask, error });
+  }
+
+  // ---------------------------------------------------------------------------------------------------------------
+  // The simulated shell: the core's effects on this network
+
+  feed(node: SimNode, first: NodeInput): void {
+    const queue: NodeInput[] = [first];
+    for (let input = queue.shift(); input !== undefined; input = queue.shift()) {
+      if (!node.alive) return;
+      this.steps++;
+      const [, effects] = nodeStep(node.core, input, this.now);
+      for (const effect of effects) this.perform(node, effect, queue);
+      const t = node.core.types.get(typeName);
+      if (t !== undefined) {
+        if (t.plan.generation < node.maxGeneration) {
+          this.fail(`${node.name}: plan generation went down from ${node.maxGeneration} to ${t.plan.generation}`);
+        }
+        node.maxGeneration = t.plan.generation;
+        if (node.maxGeneration > this.maxGeneration) this.maxGeneration = node.maxGeneration;
+      }
+    }
+  }
+
+  private perform(node: SimNode, effect: NodeEffect, queue: NodeInput[]): void {
+    switch (effect.kind) {
+      case "forward": {
+        const call = callOf(effect.envelope);
+        this.send(node, effect.to.address.port ?? -1, effect.to.uid, {
+          kind: "envelope",
+          envelope: effect.envelope,
+          call,
+        });
+        return;
+      }
+      case "send":
+        this.send(node, effect.to.address.port ?? -1, effect.to.uid, {
+          kind: "control",
+          message: effect.message,
+          ask: null,
+        });
+        return;
+      case "ask": {
+        const ask = this.nextAsk++;
+        const pending: PendingAsk = { node, shard: effect.shard, token: effect.token, step: effect.step, done: false };
+        this.asks.set(ask, pending);
+        this.send(node, effect.to.address.port ?? -1, effect.to.uid, { kind: "control", message: effect.message, ask });
+        this.at(2_000, () => {
+          if (pending.done || !node.alive) return;
+          pending.done = true;
+          this.feed(node, {
+            kind: "handoffReply",
+            type: typeName,
+            shard: effect.shard,
+            token: effect.token,
+            step: effect.step,
+            error: new Error("ask timed out"),
+          });
+        });
+        return;
+      }
+      case "deliver": {
+        const outcomes: AttemptOutcome[] = [];
+        for (const d of effect.deliveries) {
+          const outcome = this.deliverOne(node, effect.shard, d);
+          outcomes.push(outcome);
+          if (outcome === "handoff" || outcome === "lease") break;
+        }
+        queue.push({
+          kind: "delivered",
+          type: effect.type,
+          shard: effect.shard,
+          retry: effect.retry,
+          deliveries: effect.deliveries,
+          outcomes,
+        });
+        return;
+      }
+      case "reject":
+        this.settle(effect.delivery, "rejected");
+        return;
+      case "refuse":
+        this.settle(effect.delivery, "refused");
+        return;
+      case "refused":
+      case "log":
+        if (effect.kind === "log" && effect.level !== "debug")
+          this.note(`${node.name} ${effect.message} ${JSON.stringify(effect.fields)}`);
+        if (effect.kind === "refused") this.note(`${node.name} refused: ${effect.error.message}`);
+        if (effect.kind === "refused") (effect.replyTo as SimReply | null)?.failAsk(effect.error);
+        return;
+      case "ack":
+        if (effect.error === null) (effect.replyTo as SimReply | null)?.ok();
+        else (effect.replyTo as SimReply | null)?.failAsk(effect.error);
+        return;
+      case "drainShard": {
+        const shard = effect.shard;
+        node.draining.add(shard);
+        // Entities stop after a while (DRAIN_AND_STOP lets each finish its mailbox).
+        this.at(this.rand.int(30), () => {
+          if (!node.alive) return;
+          for (const [entity, s] of [...node.entities]) if (s === shard) node.entities.delete(entity);
+          this.feed(node, { kind: "drained", type: typeName, shard, error: null });
+        });
+        return;
+      }
+      case "prepareShard": {
+        const { shard, coordinator, waiter } = effect;
+        this.at(this.rand.int(10), () => {
+          if (!node.alive) return;
+          node.draining.delete(shard);
+          this.feed(node, { kind: "prepared", type: typeName, shard, coordinator, waiter, error: null });
+        });
+        return;
+      }
+      case "retainShards":
+        for (const [entity, s] of [...node.entities]) if (!effect.shards.has(s)) node.entities.delete(entity);
+        for (const s of [...node.draining]) if (effect.shards.has(s)) node.draining.delete(s);
+        return;
+      case "suspendOwnership":
+        node.entities.clear();
+        return;
+      case "passivateIdle":
+        queue.push({ kind: "idleSwept", type: effect.type, passivated: 0, error: null });
+        return;
+      case "schedule": {
+        const timer = effect.timer;
+        this.at(effect.afterMs, () => this.feed(node, { kind: "timer", timer }));
+        return;
+      }
+      case "stopSharding":
+        this.feed(node, { kind: "stop" });
+        this.stopNode(node, "downed");
+        return;
+    }
+  }
+
+  /** The simulated provider: authorizes, creates the entity, processes the message (checked here). */
+  private deliverOne(node: SimNode, shard: number, d: Delivery): AttemptOutcome {
+    const t = node.core.types.get(typeName)!;
+    const self = node.self.toString();
+    const ownsHere = t.plan.allocations.get(shard)?.toString() === self || t.prepared.has(shard);
+    if (!ownsHere) this.fail(`${node.name}: a delivery for shard ${shard}, which it neither owns nor was prepared for`);
+    const message = typedOf(d.envelope)?.value as UserMessage;
+    if (!node.entities.has(message.entity)) {
+      if (node.draining.has(shard)) return "handoff";
+      node.entities.set(message.entity, shard);
+    }
+    this.checkSafety();
+    const key = `${message.sender}|${message.entity}`;
+    const last = this.processed.get(key) ?? -1;
+    if (this.outcomes.get(message.call) === "delivered") this.fail(`message ${message.call} processed twice`);
+    if (message.seq <= last) {
+      this.fail(
+        `${message.entity} processed seq ${message.seq} from ${message.sender} after seq ${last} (FIFO broken)`,
+      );
+    }
+    this.processed.set(key, message.seq);
+    this.settleCall(message.call, "delivered");
+    return "delivered";
+  }
+
+  private settle(d: Delivery, outcome: Outcome): void {
+    this.settleCall(callOf(d.envelope), outcome);
+  }
+
+  private settleCall(call: number, outcome: Outcome): void {
+    if (call < 0) return;
+    const previous = this.outcomes.get(call);
+    if (previous === "delivered" && outcome === "delivered") this.fail(`message ${call} processed twice`);
+    if (previous !== undefined && previous !== "lost") {
+      this.fail(`message ${call} settled twice: ${previous} then ${outcome}`);
+    }
+    this.outcomes.set(call, outcome);
+  }
+
+  // ---------------------------------------------------------------------------------------------------------------
+  // Clients
+
+  /** A client on `node` tells `entity` its next sequence number. */
+  tell(node: SimNode, entity: string): void {
+    if (!node.alive) return;
+    const t = node.core.types.get(typeName)!;
+    const shard = settings.partitioner.shardFor(typeName, entity, settings.shardCount);
+    const message: UserMessage = { call: this.nextCall++, sender: node.name, entity, seq: node.nextSeq++ };
+    this.calls.set(message.call, message);
+    const envelope = new ShardingEnvelope("User", typeName, entity, shard, t.settings.key, 0, null, null, true, {
+      type: "Seq",
+      payload: null,
+    });
+    attachTyped(envelope, message);
+    this.feed(node, { kind: "route", delivery: { envelope, sender: null }, countsRemoteRoute: true });
+  }
+
+  // ---------------------------------------------------------------------------------------------------------------
+  // Faults
+
+  /**
+   * A member that is not the coordinator forwards a hop-1 envelope to `b` naming b's coordinator (an impostor, or a
+   * stale coordinator's late traffic): the transport's authenticated origin gives it away, and b must refuse it.
+   */
+  impostor(a: SimNode, b: SimNode, entity: string): void {
+    const coordinator = b.core.view.accepting;
+    if (!a.alive || coordinator === null || coordinator.equals(a.self)) return;
+    this.note(`impostor ${a.name} forwards ${entity} to ${b.name}`);
+    const shard = settings.partitioner.shardFor(typeName, entity, settings.shardCount);
+    const message: UserMessage = { call: this.nextCall++, sender: `${a.name}/impostor`, entity, seq: a.nextSeq++ };
+    this.calls.set(message.call, message);
+    const envelope = new ShardingEnvelope(
+      "User",
+      typeName,
+      entity,
+      shard,
+      settings.key,
+      1,
+      coordinator.toString(),
+      null,
+      true,
+      {
+        type: "Seq",
+        payload: null,
+      },
+    );
+    attachTyped(envelope, message);
+    this.send(a, b.port, b.self.uid, { kind: "envelope", envelope, call: message.call });
+  }
+
+  dropLink(a: SimNode, b: SimNode, forMs: number): void {
+    this.note(`link ${a.name} -> ${b.name} drops for ${forMs}ms`);
+    this.linkDownUntil.set(`${a.port}>${b.port}`, this.now + forMs);
+  }
+
+  partition(a: SimNode, b: SimNode, forMs: number, oneWay: boolean): void {
+    this.note(`partition ${a.name} ${oneWay ? "->" : "<->"} ${b.name} for ${forMs}ms`);
+    this.blocked.set(`${a.port}>${b.port}`, this.now + forMs);
+    if (!oneWay) this.blocked.set(`${b.port}>${a.port}`, this.now + forMs);
+  }
+
+  leave(node: SimNode): void {
+    if (!node.alive) return;
+    this.note(`leave ${node.name}`);
+    this.membershipInput(node, { kind: "leave", target: node.self });
+  }
+
+  /**
+   * The operator downs crashed members that a leader sees as unreachable. Only dead ones, and from one side: downing a
+   * live node on the far side of a partition from each side is the classic split brain, which no sharding protocol
+   * survives without leases (the lease fencing of persistent entities covers it; these entities are plain).
+   */
+  downUnreachable(): void {
+    const dead = (u: UniqueAddress): boolean => {
+      const n = this.nodes.get(u.address.port ?? -1);
+      return n === undefined || !n.alive || n.self.uid !== u.uid;
+    };
+    for (const n of this.live()) {
+      const snap = snapshotOf(n.membership);
+      if (snap.leader === null || !snap.leader.equals(n.self)) continue;
+      for (const u of snap.unreachable) {
+        if (!dead(u)) continue;
+        this.note(`operator downs ${u.address.port}#${u.uid}`);
+        this.membershipInput(n, { kind: "down", target: u });
+      }
+      return;
+    }
+  }
+
+  heal(): void {
+    this.healed = true;
+    this.note("heal");
+    this.linkDownUntil.clear();
+    this.blocked.clear();
+  }
+
+  // ---------------------------------------------------------------------------------------------------------------
+  // Checks
+
+  private checkSafety(): void {
+    const hosts = new Map<number, string>();
+    for (const n of this.nodes.values()) {
+      if (!n.alive) continue;
+      for (const shard of n.entities.values()) {
+        const other = hosts.get(shard);
+        if (other !== undefined && other !== n.name) {
+          this.fail(`shard ${shard} has live entities on ${other} and ${n.name}`);
+        }
+        hosts.set(shard, n.name);
+      }
+    }
+  }
+
+  /** Every call is settled (or still held by a live node, which the liveness phase then settles). */
+  checkAccounting(): void {
+    const held = new Set<number>();
+    for (const n of this.live()) {
+      const t = n.core.types.get(typeName);
+      if (t === undefined) continue;
+      // The history is over: emptying the barrier to read what it holds changes nothing that is checked later.
+      for (const d of t.barrier.clear()) held.add(callOf(d.envelope));
+      for (const h of t.handoffs.values()) for (const d of h.state.buffer) held.add(callOf(d.envelope));
+    }
+    for (const call of this.calls.keys()) {
+      if (!this.outcomes.has(call) && !held.has(call)) {
+        this.fail(`message ${call} (${JSON.stringify(this.calls.get(call))}) vanished`);
+      }
+    }
+  }
+
+  /** After healing: one plan everywhere with a live owner per shard, and a probe to each shard is delivered. */
+  checkLiveness(deadline: number): void {
+    const agreed = (): string | null => {
+      const nodes = this.live();
+      const plans = nodes.map((n) => n.core.types.get(typeName)!.plan);
+      const liveSelves = new Set(nodes.map((n) => n.self.toString()));
+      const first = plans[0];
+      if (first === undefined || first.allocations.size !== settings.shardCount) return "no complete plan";
+      for (const owner of first.allocations.values()) if (!liveSelves.has(owner.toString())) return "a dead owner";
+      if (!plans.every((p) => p.generation === first.generation)) return "plans differ";
+      if (nodes.some((n) => n.view.members.some((m) => m.status !== "Up") || !n.view.converged)) return "membership";
+      return null;
+    };
+    while (this.now < deadline && agreed() !== null) {
+      this.downUnreachable();
+      // A node the cluster downed or removed while it was cut off never hears it: the operator stops that process.
+      const reference = this.live().reduce<SimNode | null>(
+        (best, n) => (best === null || n.view.members.length > best.view.members.length ? n : best),
+        null,
+      );
+      if (reference !== null) {
+        for (const n of this.live()) {
+          const m = reference.view.members.find((x) => x.uniqueAddress.equals(n.self));
+          if (m === undefined || m.status === "Down") this.stopNode(n, "stopped by the operator");
+        }
+      }
+      this.runUntil(this.now + 100);
+    }
+    const problem = agreed();
+    if (problem !== null) this.fail(`not live ${deadline}ms after healing: ${problem}`);
+    const probes: number[] = [];
+    const nodes = this.live();
+    for (let shard = 0; shard < settings.shardCount; shard++) {
+      const entity = entityOfShard(shard);
+      const from = nodes[this.rand.int(nodes.length)]!;
+      probes.push(this.nextCall);
+      this.tell(from, entity);
+    }
+    this.runUntil(this.now + 1_000);
+    for (const call of probes) {
+      if (this.outcomes.get(call) !== "delivered") {
+        this.fail(
+          `probe ${JSON.stringify(this.calls.get(call))} not delivered after healing: ${this.outcomes.get(call) ?? "pending"}`,
+        );
+      }
+    }
+  }
+
+  get alive(): SimNode[] {
+    return this.live();
+  }
+
+  result(): HistoryResult {
+    let delivered = 0;
+    let rejected = 0;
+    let lost = 0;
+    for (const o of this.outcomes.values()) {
+      if (o === "delivered") delivered++;
+      else if (o === "lost") lost++;
+      else rejected++;
+    }
+    for (const n of this.nodes.values()) this.handoffsDone += n.core.counters.handoffShards;
+    return {
+      delivered,
+      rejected,
+      lost,
+      handoffs: this.handoffsDone,
+      maxGeneration: this.maxGeneration,
+      steps: this.steps,
+    };
+  }
+
+  get isHealed(): boolean {
+    return this.healed;
+  }
+}
+
+/** The sim's stand-in for an asker's ref: answers a control ask over the simulated network. */
+interface SimReply {
+  ok(): void;
+  failAsk(error: Error): void;
+}
+
+function replyRef(ask: number, responder: SimNode, asker: SimNode, sim: NodeSim): ActorRef<unknown> {
+  const reply: SimReply = {
+    ok: () => sim.sendAck(responder, asker, ask, null),
+    failAsk: (error: Error) => sim.sendAck(responder, asker, ask, error),
+  };
+  return reply as unknown as ActorRef<unknown>;
+}
+
+function callOf(envelope: ShardingEnvelope): number {
+  return (typedOf(envelope)?.value as UserMessage | undefined)?.call ?? -1;
+}
+
+const shardEntities = new Map<number, string>();
+/** An entity id whose shard is `shard`. */
+function entityOfShard(shard: number): string {
+  let found = shardEntities.get(shard);
+  for (let i = 0; found === undefined; i++) {
+    const id = `probe-${i}`;
+    if (settings.partitioner.shardFor(typeName, id, settings.shardCount) === shard) found = id;
+  }
+  shardEntities.set(shard, found);
+  return found;
+}
+
+/**
+ * One seeded history: three nodes join, clients send, faults from the seed for `faultMs`, then everything heals,
+ * crashed nodes are downed by the operator, and liveness is checked.
+ * @throws SimFailure
+ */
+export function runHistory(options: HistoryOptions): HistoryResult {
+  const sim = new NodeSim(options.seed, options.bugs);
+  const rand = sim.rand;
+  const faultMs = options.faultMs ?? 1_500;
+  const ports = [2551, 2552, 2553];
+  for (const p of ports) sim.start(p, [2551]);
+  let nextPort = 2554;
+  const entities = ["e0", "e1", "e2", "e3", "e4", "e5", "e6", "e7"];
+  // Clients: a tell every few ms from a random live node.
+  const traffic = (): void => {
+    if (sim.isHealed) return;
+    const nodes = sim.alive;
+    if (nodes.length > 0) sim.tell(nodes[rand.int(nodes.length)]!, entities[rand.int(entities.length)]!);
+    sim.at(5 + rand.int(20), traffic);
+  };
+  sim.at(600, traffic);
+  // Faults.
+  const fault = (): void => {
+    if (sim.isHealed) return;
+    const nodes = sim.alive;
+    const a = nodes[rand.int(nodes.length)];
+    const b = nodes[rand.int(nodes.length)];
+    if (a !== undefined && b !== undefined && a !== b) {
+      switch (rand.int(8)) {
+        case 0:
+          sim.dropLink(a, b, 20 + rand.int(200));
+          break;
+        case 1:
+          if (rand.chance(0.5)) sim.dropLink(a, b, 200 + rand.int(1_000));
+          else sim.impostor(a, b, entities[rand.int(entities.length)]!);
+          break;
+        case 2:
+          sim.partition(a, b, 100 + rand.int(600), rand.chance(0.5));
+          break;
+        case 3:
+          if (nodes.length > 2) sim.crash(a);
+          break;
+        case 4:
+          if (nodes.length > 2) sim.leave(a);
+          break;
+        case 5:
+          sim.start(nextPort++, [b.port]);
+          break;
+        case 6:
+          sim.downUnreachable();
+          break;
+        default:
+          sim.restart(b.port);
+          break;
+      }
+    }
+    sim.at(100 + rand.int(400), fault);
+  };
+  sim.at(700, fault);
+  sim.runUntil(700 + faultMs);
+  sim.heal();
+  // Restart-with-new-uid happens as a join of a fresh node; crashed ones are downed in the liveness phase.
+  if (sim.alive.length < 2) sim.start(nextPort++, [sim.alive[0]?.port ?? 2551]);
+  sim.runUntil(sim.now + 200);
+  let live: string | null = null;
+  try {
+    sim.checkLiveness(sim.now + 6_000);
+  } catch (error) {
+    if (!(error instanceof SimFailure) || options.liveness === true) throw error;
+    live = error.message;
+    sim.runUntil(sim.now + 1_000);
+  }
+  sim.checkAccounting();
+  return { ...sim.result(), liveness: live };
+}
