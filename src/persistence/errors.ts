@@ -216,3 +216,21 @@ export class PersistenceOverloadedError extends Error {
     );
   }
 }
+
+/**
+ * A persistence backend's driver package is not installed. The drivers are optional peer dependencies, so a user of
+ * plain actors does not install them; the backend's entry point names the one it needs.
+ */
+export class MissingDriverError extends Error {
+  override readonly name = "MissingDriverError";
+  constructor(
+    /** The npm package to install, e.g. `pg`. */
+    readonly packageName: string,
+    /** The Movie entry point that needs it, e.g. `movie/persistence/postgres`. */
+    readonly entryPoint: string,
+  ) {
+    super(
+      `${entryPoint} needs the package "${packageName}", which is not installed; run \`npm install ${packageName}\` in your project`,
+    );
+  }
+}

@@ -1,6 +1,7 @@
-import pg from "pg";
+import type { Pool, QueryResult } from "pg";
 import { RealScheduler, type Scheduler } from "../../actor/index.ts";
 import { describe } from "../../actor/untrusted.ts";
+import { loadDriver } from "../driver.ts";
 import {
   ConcurrentWriteError,
   CorruptPersistentRecordError,
@@ -52,6 +53,9 @@ import {
 } from "./schema.ts";
 
 /** Options of {@link PostgresStore.connect}. */
+/** `pg`, an optional peer dependency: importing this backend without it fails with one MissingDriverError. */
+const { Pool: PgPool } = (await loadDriver("pg", "movie/persistence/postgres", () => import("pg"))).default;
+
 export interface PostgresStoreOptions {
   /** `postgres://` or `postgresql://` URL (required). */
   connectionUri: string;
@@ -131,7 +135,7 @@ interface StatusRow {
   revision: string;
 }
 
-type Queryable = Pick<pg.Pool, "query">;
+type Queryable = Pick<Pool, "query">;
 
 /**
  * The PostgreSQL backend (`pg` Pool). Each write is one round trip: a call of a migration-installed PL/pgSQL function
@@ -151,7 +155,7 @@ export class PostgresStore implements PersistenceStore {
 
   private constructor(
     /** @internal The pool, for tests and benchmarks that need raw SQL in the same schema. */
-    readonly pool: pg.Pool,
+    readonly pool: Pool,
     /** The schema the tables live in. */
     readonly schema: string | null,
     resilience: ResilienceSettings,
@@ -192,7 +196,7 @@ export class PostgresStore implements PersistenceStore {
       options.groupCommit === false
         ? groupCommitSettings({ maxBatchSize: 1, maxConcurrentBatches: 10_000 })
         : groupCommitSettings(options.groupCommit);
-    const pool = new pg.Pool({
+    const pool = new PgPool({
       connectionString: uri,
       max: poolSize,
       application_name: options.applicationName ?? "movie",
@@ -652,7 +656,7 @@ export class PostgresStore implements PersistenceStore {
     return row;
   }
 
-  private query(operation: string, name: string, text: string, values: unknown[]): Promise<pg.QueryResult> {
+  private query(operation: string, name: string, text: string, values: unknown[]): Promise<QueryResult> {
     // Named statements are parsed once per connection; the pool reuses them.
     return this.resilient.run(operation, () => {
       if (this.closed) return Promise.reject(new StoreClosedError("postgres"));
@@ -685,7 +689,7 @@ const SCHEMA_OBJECTS_SQL = `SELECT CASE c.relkind WHEN 'i' THEN 'index:' ELSE 't
   UNION ALL SELECT 'function:' || p.proname FROM pg_proc p WHERE p.pronamespace = current_schema()::regnamespace`;
 
 /** Runs the pending migrations; returns the versions re-baselined from an earlier build's checksums. */
-async function migrate(pool: Queryable & Pick<pg.Pool, "connect">, schema: string | null): Promise<number[]> {
+async function migrate(pool: Queryable & Pick<Pool, "connect">, schema: string | null): Promise<number[]> {
   const client = await pool.connect();
   try {
     // Session-level lock: two nodes starting at once migrate one after the other (REFERENCE §4.4).
