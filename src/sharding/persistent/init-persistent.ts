@@ -1,4 +1,5 @@
 import type { BehaviorSource } from "../../actor/index.ts";
+import { checkSettingKeys } from "../../actor/settings-keys.ts";
 import { Cluster } from "../../cluster/index.ts";
 import { Database } from "../../persistence/database.ts";
 import { DurableState } from "../../persistence/durable-state.ts";
@@ -8,7 +9,7 @@ import type { ClusterSharding } from "../cluster-sharding.ts";
 import { ShardedEntityType } from "../entity-ref.ts";
 import { ClusterShardingConfigurationError } from "../errors.ts";
 import { safeToOwn } from "../lease/safe-to-own.ts";
-import { ShardingSettings, type ShardingSettingsOptions } from "../settings.ts";
+import { ShardingSettings, type ShardingSettingsOptions, shardingSettingsShape } from "../settings.ts";
 import { shardingInternals } from "./internals.ts";
 import { PersistentEntityProvider, type PersistentKind } from "./persistent-provider.ts";
 
@@ -72,6 +73,10 @@ function initPersistent<T>(
       "entityType",
     );
   }
+  checkSettingKeys(kind === "event-sourced" ? "initEventSourced" : "initDurableState", options, {
+    ...shardingSettingsShape,
+    routingName: true,
+  });
   const { routingName = entityType.name, ...settingsOptions } = options;
   if (typeof routingName !== "string" || routingName.length === 0) {
     throw new ClusterShardingConfigurationError("persistent sharding name must not be empty", "routingName");
