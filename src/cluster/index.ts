@@ -6,6 +6,9 @@
 import "../remote/index.ts";
 import "./enable-cluster.ts";
 
+// Membership speaks in UniqueAddress (member records, down, events), so it is exported here as well as from "movie".
+export { Address, UniqueAddress } from "../actor/index.ts";
+
 export { Cluster, ClusterNotEnabledError, clusterExtensionKey } from "./cluster.ts";
 export { isConverged, leaderOf } from "./convergence.ts";
 export { ClusterAwaitTimeoutError, ClusterConfigurationError, InvalidClusterMessageError } from "./errors.ts";
