@@ -8,7 +8,7 @@ import { Database, Effect, type EntityContext, EventSourcedBehavior, EventSourci
 import { PostgresStore } from "../src/persistence/postgres/index.ts";
 import { MessageRegistry } from "../src/remote/index.ts";
 import { ClusterSharding, electCoordinator, NoRebalance, type ShardedEntityType } from "../src/sharding/index.ts";
-import { initEventSourced } from "../src/sharding/persistent/index.ts";
+import "../src/sharding/persistent/index.ts"; // adds sharding.initEventSourced
 import { ownedIds } from "./support/owned-ids.ts";
 import { clock, pct } from "./support/raw-frames.ts";
 
@@ -92,7 +92,7 @@ function initType(name: string, kind: string, leaseDuration: number, rebalance: 
   types.set(
     name,
     kind === "persistent"
-      ? initEventSourced(sharding, counters, {
+      ? sharding.initEventSourced(counters, {
           ...settings,
           routingName: name,
           leaseDuration,

@@ -29,6 +29,8 @@ const defaultClusterName = "movie-cluster";
 /**
  * Shards the event-sourced entity type `entityType` (from `EventSourcing.get(system).registerEntity`) across the
  * cluster, fenced by PostgreSQL shard leases (REFERENCE §2.3, §3.12). Idempotent when every setting matches.
+ * @deprecated Use `sharding.initEventSourced(entityType, options)`, added by importing `movie/sharding/persistent`;
+ *   this function stays for one release.
  * @throws ClusterShardingConfigurationError when the backend is not PostgreSQL, the routing name is empty, the
  *   settings are invalid, or an earlier init of the same routing name differs (naming the field)
  */
@@ -43,6 +45,8 @@ export function initEventSourced<T>(
 /**
  * Shards the durable-state entity type `entityType` (from `DurableState.get(system).registerEntity`); otherwise as
  * {@link initEventSourced}.
+ * @deprecated Use `sharding.initDurableState(entityType, options)`, added by importing `movie/sharding/persistent`;
+ *   this function stays for one release.
  * @throws ClusterShardingConfigurationError as {@link initEventSourced}
  */
 export function initDurableState<T>(
@@ -53,7 +57,8 @@ export function initDurableState<T>(
   return initPersistent(sharding, entityType, options, "durable-state");
 }
 
-function initPersistent<T>(
+/** @internal The one implementation behind the methods and the deprecated functions. */
+export function initPersistent<T>(
   sharding: ClusterSharding,
   entityType: EntityType<T>,
   options: PersistentShardingOptions,
