@@ -4,7 +4,13 @@
 // the same `id` (or `error`).
 import { AbstractBehavior, type ActorContext, ActorSystem, silentLogger } from "../src/actor/index.ts";
 import "../src/cluster/index.ts";
-import { Database, Effect, type EntityContext, EventSourcedBehavior, EventSourcing } from "../src/persistence/index.ts";
+import {
+  Database,
+  type EntityContext,
+  EventSourcedBehavior,
+  EventSourcedEffect,
+  EventSourcing,
+} from "../src/persistence/index.ts";
 import { PostgresStore } from "../src/persistence/postgres/index.ts";
 import { MessageRegistry } from "../src/remote/index.ts";
 import { ClusterSharding, electCoordinator, NoRebalance, type ShardedEntityType } from "../src/sharding/index.ts";
@@ -39,7 +45,7 @@ class PersistentCounter extends EventSourcedBehavior<BenchCommand, Bumped, { n: 
   }
   handleCommand(_state: { n: number }, command: BenchCommand, ctx: EntityContext<BenchCommand>) {
     const op = command instanceof Bump ? command.op : "none";
-    return Effect.persist<Bumped, { n: number }>(new Bumped(1), op).thenRun((s) =>
+    return EventSourcedEffect.persist<Bumped, { n: number }>(new Bumped(1), op).thenRun((s) =>
       ctx.sender?.tell(new BumpReply(s.n, ctx.fence?.epoch ?? 0)),
     );
   }

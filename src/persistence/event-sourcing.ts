@@ -11,7 +11,7 @@ import {
 } from "../actor/index.ts";
 import type { PersistenceCodec } from "./codec.ts";
 import { Database } from "./database.ts";
-import type { EventEffect } from "./effect.ts";
+import type { EventSourcedEffect } from "./effect.ts";
 import { EntityRegistry } from "./entity-registry.ts";
 import type { EntityId, EntityType } from "./entity-type.ts";
 import { ConcurrentWriteError, PersistenceOverloadedError, StaleShardOwnerError } from "./errors.ts";
@@ -42,7 +42,11 @@ export abstract class EventSourcedBehavior<Command, Event, State> {
   /** Applies one event; must be deterministic (recovery replays it). */
   abstract applyEvent(state: State, event: Event): State;
   /** Decides the effect of a command on a defensive copy of the state. */
-  abstract handleCommand(state: State, command: Command, context: EntityContext<Command>): EventEffect<Event, State>;
+  abstract handleCommand(
+    state: State,
+    command: Command,
+    context: EntityContext<Command>,
+  ): EventSourcedEffect<Event, State>;
   /** Save a snapshot every this many events; null (default) disables snapshots. */
   snapshotEvery: number | null = null;
   /** Runs after recovery, before the first command. */
