@@ -70,7 +70,7 @@ class DurableStateEntityActor<C, S> extends PersistentEntityActor<C> {
         let result: { revision: number; duplicate: boolean };
         let next: S;
         if (effect.kind === "persist") {
-          const { manifest, payload } = this.codec.encode(effect.state);
+          const { manifest, payload } = this.codec.encode(effect.state, "state");
           result = await this.store.saveState({
             persistenceId: pid,
             expectedRevision: this.revision,

@@ -194,7 +194,7 @@ class EventSourcedEntityActor<C, E, S> extends PersistentEntityActor<C> {
           persistenceId: pid,
           expectedRevision: before,
           operationId: effect.operationId!,
-          events: effect.events.map((e) => this.codec.encode(e)),
+          events: effect.events.map((e) => this.codec.encode(e, "event")),
           fence: this.fence,
         });
         if (result.duplicate) {
@@ -224,7 +224,7 @@ class EventSourcedEntityActor<C, E, S> extends PersistentEntityActor<C> {
   private async maybeSnapshot(before: number, context: EntityContext<C>): Promise<void> {
     const every = this.behavior.snapshotEvery;
     if (every === null || every <= 0 || Math.floor(this.revision / every) === Math.floor(before / every)) return;
-    const { manifest, payload } = this.codec.encode(this.state);
+    const { manifest, payload } = this.codec.encode(this.state, "snapshot");
     try {
       await this.store.saveSnapshot(
         this.entityId.persistenceId,
