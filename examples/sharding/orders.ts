@@ -1,6 +1,6 @@
 // The seed's persistent Order example, shared by every demo node: an event-sourced entity on PostgreSQL, its
 // commands, its event and its replies.
-import { type EntityContext, EventSourcedEffect, EventSourcedBehavior } from "../../src/persistence/index.ts";
+import { type EntityContext, EventSourcedBehavior, EventSourcedEffect } from "../../src/persistence/index.ts";
 import { MessageRegistry } from "../../src/remote/index.ts";
 
 /** The entity's message type (its runtime identity for `registerEntity`). */
@@ -74,7 +74,10 @@ export class OrderBehavior extends EventSourcedBehavior<OrderCommand, ParcelAdde
       // The OperationId is derived from order id + seq, so a retry whose first attempt did commit is recognised
       // by the store as a duplicate instead of adding the parcel twice.
       const op = `${context.entityId.id}:parcel-${command.seq}`;
-      return EventSourcedEffect.persist<ParcelAdded, OrderState>(new ParcelAdded(command.parcel, command.seq), op).thenRun(ack);
+      return EventSourcedEffect.persist<ParcelAdded, OrderState>(
+        new ParcelAdded(command.parcel, command.seq),
+        op,
+      ).thenRun(ack);
     }
     return EventSourcedEffect.none<ParcelAdded, OrderState>().thenRun((s) =>
       context.sender?.tell(
