@@ -11,7 +11,10 @@ import {
 export const JSON_MANIFEST = "json";
 
 /** A class the codec can rebuild: its instances encode their own JSON fields; `fromJSON` (if present) rebuilds one. */
-export type CodecClass<T> = Class<T> & { fromJSON?(json: unknown): T };
+export type CodecClass<T> = Class<T> & {
+  /** Rebuilds an instance from its stored JSON (untrusted: check every field). */
+  fromJSON?(json: unknown): T;
+};
 
 /** Turns a stored value of an older manifest into a newer one: `{ manifest, json }` is decoded again. */
 export type Upcaster = (json: unknown) => { manifest: string; json: unknown };

@@ -11,6 +11,7 @@ export class EventSourcedEffect<Event, State> {
     readonly events: readonly Event[],
     readonly operationId: OperationId | null,
     readonly stopAfter: boolean,
+    /** Follow-ups added by thenRun, run in order after the write. */
     readonly callbacks: readonly ((state: State) => void)[],
   ) {}
 
@@ -66,6 +67,7 @@ export class DurableStateEffect<State> {
     readonly state: State | undefined,
     readonly operationId: OperationId | null,
     readonly stopAfter: boolean,
+    /** Follow-ups added by thenRun, run in order after the write. */
     readonly callbacks: readonly ((state: State) => void)[],
   ) {}
 
