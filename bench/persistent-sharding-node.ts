@@ -6,6 +6,9 @@ import { AbstractBehavior, type ActorContext, ActorSystem, silentLogger } from "
 import "../src/cluster/index.ts";
 import {
   Database,
+  DurableState,
+  DurableStateBehavior,
+  DurableStateEffect,
   type EntityContext,
   EventSourcedBehavior,
   EventSourcedEffect,
@@ -14,7 +17,7 @@ import {
 import { PostgresStore } from "../src/persistence/postgres/index.ts";
 import { MessageRegistry } from "../src/remote/index.ts";
 import { ClusterSharding, electCoordinator, NoRebalance, type ShardedEntityType } from "../src/sharding/index.ts";
-import "../src/sharding/persistent/index.ts"; // adds sharding.initEventSourced
+import "../src/sharding/persistent/index.ts"; // adds sharding.initEventSourced and sharding.initDurableState
 import { ownedIds } from "./support/owned-ids.ts";
 import { clock, pct } from "./support/raw-frames.ts";
 
@@ -46,6 +49,19 @@ class PersistentCounter extends EventSourcedBehavior<BenchCommand, Bumped, { n: 
   handleCommand(_state: { n: number }, command: BenchCommand, ctx: EntityContext<BenchCommand>) {
     const op = command instanceof Bump ? command.op : "none";
     return EventSourcedEffect.persist<Bumped, { n: number }>(new Bumped(1), op).thenRun((s) =>
+      ctx.sender?.tell(new BumpReply(s.n, ctx.fence?.epoch ?? 0)),
+    );
+  }
+}
+
+/** The durable-state twin of PersistentCounter: each command saves the whole state (one fenced row write). */
+class DurableCounter extends DurableStateBehavior<BenchCommand, { n: number }> {
+  emptyState() {
+    return { n: 0 };
+  }
+  handleCommand(state: { n: number }, command: BenchCommand, ctx: EntityContext<BenchCommand>) {
+    const op = command instanceof Bump ? command.op : "none";
+    return DurableStateEffect.persist({ n: state.n + 1 }, op).thenRun((s) =>
       ctx.sender?.tell(new BumpReply(s.n, ctx.fence?.epoch ?? 0)),
     );
   }
@@ -86,6 +102,12 @@ const counters = EventSourcing.get(system).registerEntity(
     name: "BenchCounter",
   },
 );
+const durableCounters = DurableState.get(system).registerEntity(
+  DurableCounter,
+  BenchCommand,
+  () => new DurableCounter(),
+  { name: "BenchDurableCounter" },
+);
 const sharding = ClusterSharding.get(system);
 const types = new Map<string, ShardedEntityType<BenchCommand>>();
 const payload = JSON.stringify(new Bumped(1));
@@ -95,16 +117,19 @@ function initType(name: string, kind: string, leaseDuration: number, rebalance: 
   // Without rebalance a shard moves only when its owner leaves or is downed (the throughput runs); the failover runs
   // rebalance, so that the freshly joined victim gets shards to lose.
   const settings = { shardCount: 64, ...(rebalance ? {} : { rebalance: new NoRebalance() }) };
+  const persistent = {
+    ...settings,
+    routingName: name,
+    leaseDuration,
+    leaseRenewInterval: Math.max(100, Math.floor(leaseDuration / 3)),
+  };
   types.set(
     name,
     kind === "persistent"
-      ? sharding.initEventSourced(counters, {
-          ...settings,
-          routingName: name,
-          leaseDuration,
-          leaseRenewInterval: Math.max(100, Math.floor(leaseDuration / 3)),
-        })
-      : sharding.init(name, BenchCommand, settings, () => new MemoryCounter()),
+      ? sharding.initEventSourced(counters, persistent)
+      : kind === "durable"
+        ? sharding.initDurableState(durableCounters, persistent)
+        : sharding.init(name, BenchCommand, settings, () => new MemoryCounter()),
   );
 }
 
@@ -180,6 +205,10 @@ async function handle(command: Command): Promise<object> {
       return {};
     case "status":
       return status(String(command.name ?? ""));
+    case "batching":
+      // Before/after issue 23 in one run: durable-state writes (and lease batches) alone, or group-committed.
+      store.batching = command.on === true;
+      return {};
     case "pickOne": {
       // An id whose shard is on `owner`, or null while no shard is there yet.
       const type = typeNamed(command.name);

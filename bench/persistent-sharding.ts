@@ -6,7 +6,10 @@
 //     ordinary (in-memory) sharded ask;
 //  2. failover: time until a third node's command succeeds again after the owner leaves gracefully, and after it is
 //     killed (SIGKILL) and downed, for several leaseDuration values.
+//  3. persistent sharding at scale (bench/persistent-scale.ts): lease upkeep at idle for 256 to 4,096 shards, and
+//     fenced appends and durable-state saves against batched raw ceilings, before/after issue 23's batching.
 // Rounds interleave the cases; the table reports medians. Figures are measurements, never assertions.
+// MOVIE_BENCH_PART=scale runs only part 3, MOVIE_BENCH_PART=sharding only parts 1 and 2.
 // MOVIE_POSTGRES_TEST_URL overrides the local server; MOVIE_BENCH_CASE_MS (default 1000) the measured time per case,
 // MOVIE_BENCH_ROUNDS (default 3), MOVIE_BENCH_LEASES (default "1000,3000,10000") the failover lease durations.
 import { randomBytes } from "node:crypto";
@@ -15,6 +18,7 @@ import { loadavg } from "node:os";
 import { fileURLToPath } from "node:url";
 import pg from "pg";
 import { PostgresStore } from "../src/persistence/postgres/index.ts";
+import { runScaleBench } from "./persistent-scale.ts";
 import { benchNodeOptions, converged, median, NodeProcess, until } from "./support/node-process.ts";
 import { clock } from "./support/raw-frames.ts";
 
@@ -26,7 +30,7 @@ const leases = (process.env.MOVIE_BENCH_LEASES ?? "1000,3000,10000")
   .split(",")
   .map(Number)
   .filter((ms) => ms > 0);
-const concurrencies = [1, 16, 256];
+const concurrencies = (process.env.MOVIE_BENCH_CONCURRENCY ?? "1,16,100,256").split(",").map(Number);
 const nodeScript = fileURLToPath(new URL("./persistent-sharding-node.ts", import.meta.url));
 const schema = `movie_bench_ps_${process.pid}_${randomBytes(3).toString("hex")}`;
 const runStarted = clock.now();
@@ -53,6 +57,9 @@ interface Loop {
   /** CPU µs per operation (warm-up included in the time, so slightly high) by the caller, coordinator, owner and PG. */
   cpu?: { caller: number; coordinator: number; owner: number; postgres: number };
 }
+
+/** Thrown to skip parts 1 and 2 (MOVIE_BENCH_PART=scale). */
+class SkipSharding extends Error {}
 
 /** One node process of this benchmark (bench/persistent-sharding-node.ts). */
 class BenchNode extends NodeProcess<{ node: string; hostPort: string }> {
@@ -119,7 +126,9 @@ async function initEverywhere(
 
 const nodes: BenchNode[] = [];
 let exitCode = 0;
+const part = process.env.MOVIE_BENCH_PART ?? "all";
 try {
+  if (part === "scale") throw new SkipSharding();
   // The schema once, before the nodes connect, so that three migrations do not race.
   await (await PostgresStore.connect({ connectionUri: url, schema, poolSize: 1 })).close();
   const first = new BenchNode("n1", "self");
@@ -129,6 +138,7 @@ try {
   await Promise.all(nodes.map((n) => n.ready));
   const { coordinator, statuses } = await initEverywhere(nodes, "Persistent", "persistent");
   await initEverywhere(nodes, "Memory", "memory");
+  await initEverywhere(nodes, "Durable", "durable");
   // The owner and the third node are the two non-coordinators: a caller on the owner goes owner → coordinator →
   // owner; one on the third node goes third → coordinator → owner.
   const [owner, third] = nodes.filter((n) => n !== coordinator) as [BenchNode, BenchNode];
@@ -137,6 +147,7 @@ try {
   const idsOf = async (name: string) =>
     (await owner.request<{ ids: string[] }>({ type: "pick", name, owner: ownerAddress, prefix: "e", count: 256 })).ids;
   const persistentIds = await idsOf("Persistent");
+  const durableIds = await idsOf("Durable");
   const memoryIds = await idsOf("Memory");
 
   const samples = new Map<string, Loop[]>();
@@ -185,6 +196,29 @@ try {
           ],
         );
       }
+      // Durable state (caller on the owner) with the batching of issue 23 off ("before") and on ("after").
+      for (const [mode, on] of [
+        ["before", false],
+        ["after", true],
+      ] as const) {
+        cases.push([
+          `durable-owner-${mode}`,
+          async () => {
+            await owner.request({ type: "batching", on });
+            try {
+              return await measured(owner, {
+                type: "ask",
+                name: "Durable",
+                ids: durableIds.slice(0, c),
+                run: `${run}d${mode}`,
+                ...common,
+              });
+            } finally {
+              await owner.request({ type: "batching", on: true });
+            }
+          },
+        ]);
+      }
       // The order rotates from round to round, so that no case always runs first (or right after another).
       for (let i = 0; i < cases.length; i++) {
         const [key, runCase] = cases[(i + round - 1) % cases.length]!;
@@ -211,6 +245,8 @@ try {
     ["ceiling", "raw single-row INSERT transaction (ceiling)"],
     ["persistent-owner", "persistent sharded ask, caller on the owner"],
     ["persistent-third", "persistent sharded ask, caller on a third node"],
+    ["durable-owner-before", "durable-state sharded ask, caller on the owner, saves alone (before)"],
+    ["durable-owner-after", "durable-state sharded ask, caller on the owner, saves group-committed"],
     ["memory-owner", "ordinary sharded ask, caller on the owner"],
     ["memory-third", "ordinary sharded ask, caller on a third node"],
   ];
@@ -221,7 +257,7 @@ try {
     for (const [key, figure] of figures) {
       const loops = samples.get(`${key}/${c}`)!;
       const rate = median(loops.map((l) => l.rate));
-      const persistent = key.startsWith("persistent");
+      const persistent = key.startsWith("persistent") || key.startsWith("durable");
       rows.push({
         figure,
         concurrency: c,
@@ -336,6 +372,15 @@ try {
   }
   console.table(failovers);
 
+  // Durable state against event sourcing, per round (same caller, same owner), then the median.
+  for (const c of concurrencies) {
+    const events = samples.get(`persistent-owner/${c}`)!;
+    const of = (mode: string) =>
+      median(samples.get(`durable-owner-${mode}/${c}`)!.map((l, i) => l.rate / events[i]!.rate)).toFixed(2);
+    console.log(
+      `durable-state / event-sourced ask at ${c} in flight (caller on the owner): before ${of("before")}, after ${of("after")} (goal >= 0.8 at 100)`,
+    );
+  }
   const at16 = rows.filter((r) => r.concurrency === 16 && r.ratio !== null);
   for (const r of at16) {
     console.log(
@@ -374,13 +419,23 @@ try {
     ),
   );
 } catch (error) {
-  console.error(error);
-  exitCode = 1;
+  if (!(error instanceof SkipSharding)) {
+    console.error(error);
+    exitCode = 1;
+  }
 } finally {
   await Promise.all(nodes.map((n) => n.shutdown().catch(() => undefined)));
   const client = new pg.Client({ connectionString: url });
   await client.connect();
   await client.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
   await client.end();
-  process.exit(exitCode);
 }
+if (exitCode === 0 && part !== "sharding") {
+  try {
+    await runScaleBench();
+  } catch (error) {
+    console.error(error);
+    exitCode = 1;
+  }
+}
+process.exit(exitCode);

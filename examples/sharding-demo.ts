@@ -39,7 +39,7 @@ const elapsed = (): string => `${((Date.now() - started) / 1000).toFixed(1).padS
 const say = (text: string): void => console.log(`${elapsed()}  ${text}`);
 
 /** A demo node process, with the last status it reported. */
-class DemoNode extends NodeProcess<{ node: string; hostPort: string }> {
+class DemoNode extends NodeProcess<{ node: string; hostPort: string; managementUrl: string }> {
   last: Status | null = null;
 
   constructor(name: string, role: string, seed: string) {
@@ -152,6 +152,7 @@ async function runDemo(): Promise<boolean> {
   if (ready === null) throw new Error("frontend did not start");
   labels.set(ready.node, "frontend");
   say(`frontend is up at ${ready.node} (the seed node; role frontend, so it hosts no entities)`);
+  say(`dashboard: ${ready.managementUrl} (members, the shard grid, rates; watch the leave below move the shards)`);
   const backends = [
     new DemoNode("backend-1", "backend", ready.hostPort),
     new DemoNode("backend-2", "backend", ready.hostPort),

@@ -4,6 +4,7 @@
 // Every node runs an actor system named "shop": seed nodes are host:port of the same system name.
 import { ActorSystem, ConsoleLogger, type Logger } from "../../src/index.ts";
 import "../../src/cluster/index.ts";
+import { startManagement } from "../../src/management/index.ts";
 import { Database, EventSourcing } from "../../src/persistence/index.ts";
 import {
   ClusterSharding,
@@ -207,9 +208,18 @@ process.on("message", async (command: Command) => {
       reply(command, { type: "left", stats: sharding.stats });
       break;
     case "shutdown":
+      await management.close();
       await system.terminate();
       process.exit(0);
   }
 });
 
-process.send?.({ id: 0, type: "ready", node: self.toString(), hostPort: self.address.hostPort });
+// The management endpoint (dashboard, HTTP API, metrics) on a free loopback port; read-only (no token).
+const management = await startManagement(system, { port: 0 });
+process.send?.({
+  id: 0,
+  type: "ready",
+  node: self.toString(),
+  hostPort: self.address.hostPort,
+  managementUrl: management.url,
+});

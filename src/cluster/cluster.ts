@@ -23,7 +23,7 @@ import {
   step,
 } from "./membership.ts";
 import { ClusterGossip, type ClusterMessage, clusterMessageClasses } from "./messages.ts";
-import type { ResolvedClusterSettings } from "./settings.ts";
+import { type ResolvedClusterSettings, resolveClusterSettings } from "./settings.ts";
 import type { ClusterSnapshot } from "./snapshot.ts";
 import { type ClusterStats, emptyClusterStats } from "./stats.ts";
 
@@ -276,6 +276,18 @@ export class Cluster implements Extension {
       );
     }
     return this.apply({ kind: "down", target }) === true;
+  }
+
+  /**
+   * Replaces the seeds a Joining node sends its joins to (seed discovery re-resolving while joining); ignored once
+   * this node is a member. Returns true when applied.
+   * @throws ClusterConfigurationError for a seed that is not `host:port` or `movie.tcp://system@host:port`
+   */
+  updateSeeds(seeds: readonly string[]): boolean {
+    const resolved = resolveClusterSettings({ seedNodes: seeds }, this.selfAddress.address.system).seedNodes;
+    if (this.selfStatus !== "Joining") return false;
+    this.apply({ kind: "seeds", seeds: resolved });
+    return true;
   }
 
   /**

@@ -5,12 +5,22 @@
  */
 import "../remote/index.ts";
 import "./enable-cluster.ts";
+import "./coordinated-shutdown.ts";
 
 // Membership speaks in UniqueAddress (member records, down, events), so it is exported here as well as from "movie".
 export { Address, UniqueAddress } from "../actor/index.ts";
 
 export { Cluster, ClusterNotEnabledError, clusterExtensionKey } from "./cluster.ts";
 export { isConverged, leaderOf } from "./convergence.ts";
+export { handleSigterm, type ShutdownOptions, type ShutdownReport } from "./coordinated-shutdown.ts";
+export { DnsSeedDiscovery, type DnsSeedDiscoveryOptions } from "./discovery/dns-seed-discovery.ts";
+export {
+  type DiscoveryJoinOptions,
+  enableClusterWithDiscovery,
+  type SeedDiscovery,
+  StaticSeedDiscovery,
+  seedsFor,
+} from "./discovery/seed-discovery.ts";
 export { ClusterAwaitTimeoutError, ClusterConfigurationError, InvalidClusterMessageError } from "./errors.ts";
 export { type ClusterEvent, type ClusterEventType, diffSnapshots, type OnDowned } from "./events.ts";
 export type { DetectorState, PeerObservation } from "./failure-detector.ts";

@@ -98,7 +98,12 @@ export type MembershipInput =
       readonly message: ClusterMessage;
     }
   | { readonly kind: "leave"; readonly target: UniqueAddress }
-  | { readonly kind: "down"; readonly target: UniqueAddress };
+  | { readonly kind: "down"; readonly target: UniqueAddress }
+  /**
+   * New seeds from seed discovery. Applied only while this node is Joining (the seeds it sends joins to, and from
+   * which it accepts a welcome); a member keeps the seeds it joined with, so authorization never widens later.
+   */
+  | { readonly kind: "seeds"; readonly seeds: readonly Address[] };
 
 /** What the shell must do. */
 export type MembershipEffect =
@@ -261,6 +266,12 @@ export function step(state: MembershipState, input: MembershipInput, nowMs: numb
       break;
     case "down":
       next = requestDown(state, input.target, effects, nowMs);
+      break;
+    case "seeds":
+      next =
+        selfMember(state).status === "Joining"
+          ? { ...state, config: { ...state.config, seeds: [...input.seeds] } }
+          : state;
       break;
   }
   next = runLeaderActions(next, nowMs, context);

@@ -223,7 +223,7 @@ export class ClusterHeartbeatAck {
   }
 }
 
-/** Asks the leader to move `target` to Leaving; valid when target is the sender (or both share a secret). */
+/** Asks the leader to move `target` to Leaving; valid only when target is the sender. */
 export class ClusterLeave {
   static readonly wireName = "movie.cluster.leave.v1";
   constructor(

@@ -1,6 +1,7 @@
 import type { ActorSystem, Extension, ExtensionId } from "../actor/index.ts";
 import { PersistenceCodec } from "./codec.ts";
 import { PersistenceConfigurationError } from "./errors.ts";
+import { EventFeed } from "./event-feed.ts";
 import type { ShardLeaseKey, ShardLeaseToken } from "./lease.ts";
 import { MemoryStore } from "./memory/index.ts";
 import { type PersistenceSettings, validatePersistenceSettings } from "./settings.ts";
@@ -86,6 +87,11 @@ export class Database implements Extension {
     return this.current;
   }
 
+  /** The global event feed of the store in use: offset queries and live streams (see docs/persistence-feed.md). */
+  get events(): EventFeed {
+    return new EventFeed(this.store, this.system.scheduler);
+  }
+
   /** The backend in use; sharding requires "postgres" for clustered persistent entities (REFERENCE §4.7). */
   get backendName(): BackendName {
     return this.store.backendName;
@@ -99,6 +105,20 @@ export class Database implements Extension {
   /** See {@link PersistenceStore.renewShardLease}. */
   renewShardLease(token: ShardLeaseToken, durationMs: number): Promise<ShardLeaseToken | null> {
     return this.store.renewShardLease(token, durationMs);
+  }
+
+  /** See {@link PersistenceStore.acquireShardLeases}. */
+  acquireShardLeases(
+    keys: readonly ShardLeaseKey[],
+    owner: string,
+    durationMs: number,
+  ): Promise<(ShardLeaseToken | null)[]> {
+    return this.store.acquireShardLeases(keys, owner, durationMs);
+  }
+
+  /** See {@link PersistenceStore.renewShardLeases}. */
+  renewShardLeases(tokens: readonly ShardLeaseToken[], durationMs: number): Promise<(ShardLeaseToken | null)[]> {
+    return this.store.renewShardLeases(tokens, durationMs);
   }
 
   /** See {@link PersistenceStore.releaseShardLease}. */

@@ -241,6 +241,43 @@ export class PersistenceOverloadedError extends Error {
 }
 
 /**
+ * `deleteEventsTo` would delete feed events that a projection has not processed yet (REFERENCE §4.3): its checkpoint
+ * is below the largest offset the delete would remove.
+ */
+export class ProjectionBehindRetentionError extends Error {
+  override readonly name = "ProjectionBehindRetentionError";
+  constructor(
+    readonly persistenceId: string,
+    readonly requestedSequenceNr: number,
+    /** A projection that lags (the one with the smallest checkpoint). */
+    readonly projectionName: string,
+    /** Its checkpoint offset. */
+    readonly checkpointOffset: number,
+  ) {
+    super(
+      `Refusing to delete events of ${persistenceId} up to ${requestedSequenceNr}: projection ${projectionName} is at offset ${checkpointOffset} and has not processed them yet; let it catch up, or delete its checkpoint if it is retired`,
+    );
+  }
+}
+
+/**
+ * A projection's checkpoint was not where this instance expected it: another instance (or a rebuild) moved it, so
+ * this batch committed nothing. The runner reloads the checkpoint and continues from there.
+ */
+export class ProjectionCheckpointConflictError extends Error {
+  override readonly name = "ProjectionCheckpointConflictError";
+  constructor(
+    readonly projectionName: string,
+    readonly expectedOffset: number,
+    readonly actualOffset: number,
+  ) {
+    super(
+      `Projection ${projectionName} checkpoint is at ${actualOffset}, not ${expectedOffset}: another instance or a rebuild moved it, so this batch committed nothing; reload the checkpoint and continue from it`,
+    );
+  }
+}
+
+/**
  * A persistence backend's driver package is not installed. The drivers are optional peer dependencies, so a user of
  * plain actors does not install them; the backend's entry point names the one it needs.
  */

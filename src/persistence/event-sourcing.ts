@@ -16,7 +16,7 @@ import { EntityRegistry } from "./entity-registry.ts";
 import type { EntityId, EntityType } from "./entity-type.ts";
 import { ConcurrentWriteError, PersistenceOverloadedError, StaleShardOwnerError } from "./errors.ts";
 import type { ShardLeaseToken } from "./lease.ts";
-import type { PersistenceStore } from "./store.ts";
+import type { EventRecord, PersistenceStore } from "./store.ts";
 
 /** What a persistent entity's handlers see: identity, fence, and the current message's sender. */
 export interface EntityContext<Command> {
@@ -47,6 +47,11 @@ export abstract class EventSourcedBehavior<Command, Event, State> {
     command: Command,
     context: EntityContext<Command>,
   ): EventSourcedEffect<Event, State>;
+  /**
+   * The tags of an event in the global feed (queries and projections filter by tag); none by default. At most 32
+   * non-empty strings of up to 256 characters.
+   */
+  tagsFor?(event: Event): readonly string[];
   /** Save a snapshot every this many events; null (default) disables snapshots. */
   snapshotEvery: number | null = null;
   /** Runs after recovery, before the first command. */
@@ -194,7 +199,7 @@ class EventSourcedEntityActor<C, E, S> extends PersistentEntityActor<C> {
           persistenceId: pid,
           expectedRevision: before,
           operationId: effect.operationId!,
-          events: effect.events.map((e) => this.codec.encode(e, "event")),
+          events: effect.events.map((e) => this.encodeEvent(e)),
           fence: this.fence,
         });
         if (result.duplicate) {
@@ -219,6 +224,13 @@ class EventSourcedEntityActor<C, E, S> extends PersistentEntityActor<C> {
     }
     for (const callback of effect.callbacks) callback(this.state);
     if (effect.stopAfter) context.self.sendSystem(STOP);
+  }
+
+  private encodeEvent(event: E): EventRecord {
+    const record = this.codec.encode(event, "event");
+    const tags = this.behavior.tagsFor?.(event);
+    if (tags === undefined || tags.length === 0) return record;
+    return { manifest: record.manifest, payload: record.payload, tags };
   }
 
   private async maybeSnapshot(before: number, context: EntityContext<C>): Promise<void> {

@@ -7,7 +7,19 @@ export { DurableState, DurableStateBehavior } from "./durable-state.ts";
 export { type DurableEffect, DurableStateEffect, Effect, type EventEffect, EventSourcedEffect } from "./effect.ts";
 export { EntityId, EntityType } from "./entity-type.ts";
 export * from "./errors.ts";
+export { EventFeed, type EventStreamOptions } from "./event-feed.ts";
 export { type BehaviorClass, type EntityContext, EventSourcedBehavior, EventSourcing } from "./event-sourcing.ts";
+export {
+  type EventFilter,
+  type EventPage,
+  type EventQuery,
+  entityTypeOf,
+  type FeedEvent,
+  MAX_TAG_LENGTH,
+  MAX_TAGS_PER_EVENT,
+  type ProjectionBatchRequest,
+  type ProjectionTransaction,
+} from "./feed.ts";
 export { eventsFingerprint, stateFingerprint } from "./fingerprint.ts";
 export {
   defaultGroupCommit,
@@ -39,6 +51,16 @@ export {
   schemaObjects,
 } from "./migrations.ts";
 export { OperationId } from "./operation-id.ts";
+export {
+  type AtLeastOnceProjection,
+  type ExactlyOnceProjection,
+  type Projection,
+  ProjectionRunner,
+  type ProjectionRunOptions,
+  type ProjectionStats,
+  type ProjectionStatus,
+} from "./projection.ts";
+export { Projections } from "./projections.ts";
 export {
   backoffMs,
   defaultResilience,

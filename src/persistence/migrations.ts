@@ -10,9 +10,9 @@ import {
 } from "./errors.ts";
 
 /** The schema version this build writes and understands. */
-export const CURRENT_SCHEMA_VERSION = 7;
+export const CURRENT_SCHEMA_VERSION = 9;
 
-/** The names of migrations 1..7, shared by both SQL backends. */
+/** The names of migrations 1..9, shared by both SQL backends. */
 export const MIGRATION_NAMES: readonly string[] = [
   "core-persistence-schema",
   "event-query-and-projection-schema",
@@ -21,6 +21,8 @@ export const MIGRATION_NAMES: readonly string[] = [
   "append-hot-path-without-stream-read",
   "drop-append-one-resolve",
   "append-at-zero-after-retention",
+  "event-journal-shard-epoch",
+  "event-feed-offsets-and-tags",
 ];
 
 /** One migration: version, name, checksum ({@link migrationChecksum}) and the SQL statements it runs in one transaction. */

@@ -23,7 +23,16 @@ const storeMethods = {
   loadState: true,
   acquireShardLease: true,
   renewShardLease: true,
+  acquireShardLeases: true,
+  renewShardLeases: true,
   releaseShardLease: true,
+  queryEvents: true,
+  latestOffset: true,
+  onEventsCommitted: true,
+  loadProjectionOffset: true,
+  saveProjectionOffset: true,
+  deleteProjectionOffset: true,
+  runProjectionBatch: true,
   close: true,
 } as const satisfies Record<MethodName, true>;
 

@@ -7,16 +7,25 @@
 
 import { describe } from "../actor/untrusted.ts";
 import { CorruptPersistentRecordError, InvalidPersistenceRequestError } from "./errors.ts";
+import {
+  checkTags,
+  type EventPage,
+  type EventQuery,
+  type ProjectionBatchRequest,
+  type ProjectionTransaction,
+} from "./feed.ts";
 import { type ShardLeaseKey, type ShardLeaseToken, validateLeaseToken } from "./lease.ts";
 import { OperationId } from "./operation-id.ts";
 
 /** The backends this layer ships; sharding requires "postgres" for clustered persistent entities (REFERENCE §4.7). */
 export type BackendName = "memory" | "sqlite" | "postgres";
 
-/** One event to append: its codec manifest and its JSON payload text. */
+/** One event to append: its codec manifest, its JSON payload text, and optional tags for feed queries. */
 export interface EventRecord {
   readonly manifest: string;
   readonly payload: string;
+  /** Tags of the event in the feed (see EventQuery.tag); at most 32 non-empty strings of up to 256 characters. */
+  readonly tags?: readonly string[];
 }
 
 /** An event read back: its sequence number (1-based, per persistence id), manifest and payload. */
@@ -132,8 +141,54 @@ export interface PersistenceStore {
   acquireShardLease(key: ShardLeaseKey, owner: string, durationMs: number): Promise<ShardLeaseToken | null>;
   /** Extends a lease still held with this owner, epoch and unexpired; null otherwise. */
   renewShardLease(token: ShardLeaseToken, durationMs: number): Promise<ShardLeaseToken | null>;
+  /**
+   * {@link acquireShardLease} for many keys in one transaction where the backend can (one statement on PostgreSQL):
+   * each key gets exactly the answer a lone acquire would get, in the order given.
+   * @throws InvalidPersistenceRequestError
+   */
+  acquireShardLeases(
+    keys: readonly ShardLeaseKey[],
+    owner: string,
+    durationMs: number,
+  ): Promise<(ShardLeaseToken | null)[]>;
+  /**
+   * {@link renewShardLease} for many tokens in one transaction where the backend can (one statement on PostgreSQL):
+   * each row is checked (owner, epoch, unexpired) and extended exactly as a lone renewal; null for each that did not
+   * renew, in the order given.
+   * @throws InvalidPersistenceRequestError
+   */
+  renewShardLeases(tokens: readonly ShardLeaseToken[], durationMs: number): Promise<(ShardLeaseToken | null)[]>;
   /** Expires the lease at once if owner and epoch match; true when a row changed. */
   releaseShardLease(token: ShardLeaseToken): Promise<boolean>;
+  /**
+   * A page of the global event feed: events with offset above `afterOffset` in commit order, filtered (see feed.ts).
+   * @throws InvalidPersistenceRequestError, CorruptPersistentRecordError
+   */
+  queryEvents(query?: EventQuery): Promise<EventPage>;
+  /** The largest feed offset committed so far; 0 when the feed is empty. */
+  latestOffset(): Promise<number>;
+  /**
+   * Calls `listener` when events may have been committed: a wake-up hint, possibly spurious or coalesced, and blind
+   * to other processes' commits on a backend without notifications (SQLite), so a reader polls as well. PostgreSQL
+   * LISTENs on one dedicated connection while anyone subscribes. Returns the unsubscribe function.
+   */
+  onEventsCommitted(listener: () => void): () => void;
+  /** The checkpoint offset of projection `name`, or null when it has none. */
+  loadProjectionOffset(name: string): Promise<number | null>;
+  /**
+   * Sets the checkpoint of projection `name` (at-least-once projections, rebuilds).
+   * @throws StaleShardOwnerError when `fence` is no longer current (nothing written)
+   */
+  saveProjectionOffset(name: string, offset: number, fence?: ShardLeaseToken | null): Promise<void>;
+  /** Removes the checkpoint of projection `name` (a retired projection no longer holds retention back). */
+  deleteProjectionOffset(name: string): Promise<boolean>;
+  /**
+   * Runs `work` in one database transaction that first checks the fence and that the checkpoint is at
+   * `expectedOffset`, and then moves it to `newOffset`: the handler's writes and the checkpoint commit together or not
+   * at all (exactly-once projections). The memory backend has no SQL: its transaction's `query` rejects.
+   * @throws StaleShardOwnerError, ProjectionCheckpointConflictError, or what `work` throws (nothing committed)
+   */
+  runProjectionBatch<R>(request: ProjectionBatchRequest, work: (tx: ProjectionTransaction) => Promise<R>): Promise<R>;
   /** Releases connections and files; later calls fail with StoreClosedError. */
   close(): Promise<void>;
 }
@@ -145,6 +200,8 @@ export interface CheckedAppend {
   readonly operationId: string;
   readonly events: readonly EventRecord[];
   readonly fence: ShardLeaseToken | null;
+  /** Whether any event carries a tag (a tagged append takes the backend's tagged path). */
+  readonly tagged: boolean;
 }
 
 /**
@@ -185,13 +242,18 @@ export function checkAppend(request: AppendEventsRequest): CheckedAppend {
   checkPersistenceId(request.persistenceId);
   checkSequence("expectedRevision", request.expectedRevision);
   if (!Array.isArray(request.events)) throw new InvalidPersistenceRequestError("events", "expected an array");
-  for (const event of request.events) checkRecord("event", event);
+  let tagged = false;
+  for (const event of request.events) {
+    checkRecord("event", event);
+    if (event.tags !== undefined && checkTags("event.tags", event.tags).length > 0) tagged = true;
+  }
   return {
     persistenceId: request.persistenceId,
     expectedRevision: request.expectedRevision,
     operationId: OperationId.from(request.operationId).value,
     events: request.events,
     fence: checkFence(request.fence),
+    tagged,
   };
 }
 

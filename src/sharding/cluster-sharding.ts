@@ -38,6 +38,7 @@ import { asError, ClusterShardingConfigurationError, NoShardOwnerError } from ".
 import { HandoffParticipant } from "./handoff/handoff-participant.ts";
 import { HandoffShell } from "./handoff/handoff-shell.ts";
 import { scheduleIdleSweep } from "./idle-sweep.ts";
+import type { ShardingTypeInspection } from "./inspection.ts";
 import { type ShardingInternalView, shardingInternalsKey } from "./internal-view.ts";
 import type { ShardingMembership } from "./membership.ts";
 import { EntityProvider, type ShardingProvider } from "./provider.ts";
@@ -195,6 +196,15 @@ export class ClusterSharding implements Extension {
           codec: new RegistryCodec(remoting.registry),
           inboundRejections: (listener) => remoting.onInboundRejected(listener),
         };
+      }),
+    );
+  }
+
+  /** The sharding extension of `system` when it was started, else undefined (never creates it; for inspection). */
+  static find(system: ActorSystem): ClusterSharding | undefined {
+    return system.hasExtension(
+      shardingExtensionId(() => {
+        throw new ClusterShardingConfigurationError("ClusterSharding.find never creates the extension");
       }),
     );
   }
@@ -393,6 +403,32 @@ export class ClusterSharding implements Extension {
     const s = this.ctx.requireType(typeof entityType === "string" ? entityType : entityType.name);
     const name = s.provider.name;
     return s.provider.settings.partitioner.shardFor(name, entityId, s.provider.settings.shardCount);
+  }
+
+  /** The names of the entity types registered on this node, sorted. */
+  get entityTypeNames(): string[] {
+    return [...this.ctx.types.keys()].sort();
+  }
+
+  /**
+   * A read-only copy of what this node knows of `entityType`: plan, generation and author, the coordinator it routes
+   * to, handoffs it drives, local entities per shard and (persistent types) the leases it keeps.
+   * @throws ClusterShardingConfigurationError when the type is not registered on this node
+   */
+  inspect(entityType: ShardedEntityType<unknown> | string): ShardingTypeInspection {
+    const state = this.ctx.requireType(typeof entityType === "string" ? entityType : entityType.name);
+    if (state.plan.generation === 0) this.plans.syncPlan(state);
+    return {
+      name: state.provider.name,
+      shardCount: state.provider.settings.shardCount,
+      generation: state.plan.generation,
+      planAuthor: state.plan.author,
+      coordinator: this.ctx.routingCoordinator(),
+      allocations: new Map(state.plan.allocations),
+      handoffs: [...state.handoffs.keys()].sort((a, b) => a - b),
+      localEntities: state.provider.entitiesByShard(),
+      leases: state.provider.leases(),
+    };
   }
 
   /** A snapshot of the 15 counters (REFERENCE §7), summed over types. */

@@ -25,6 +25,13 @@ export class EntityTable<E extends TableEntity> {
     return this.entities.size;
   }
 
+  /** Live entities per shard (only shards with at least one), for inspection. */
+  countsByShard(): Map<number, number> {
+    const counts = new Map<number, number>();
+    for (const entity of this.entities.values()) counts.set(entity.shardId, (counts.get(entity.shardId) ?? 0) + 1);
+    return counts;
+  }
+
   get(entityId: string): E | undefined {
     return this.entities.get(entityId);
   }

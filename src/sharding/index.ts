@@ -44,6 +44,7 @@ export {
   ShardMailboxOverflowError,
   UnsupportedSystemMessageError,
 } from "./errors.ts";
+export type { ShardingTypeInspection, ShardLeaseView } from "./inspection.ts";
 export type { ShardingClusterSnapshot, ShardingMembership } from "./membership.ts";
 export { type EntityPartitioner, StableHashPartitioner } from "./partitioner.ts";
 export { EntityProvider, type ShardingProvider } from "./provider.ts";

@@ -2,6 +2,7 @@ import type { ActorContext, ActorRef, BehaviorSource, Scheduler, SpawnOptions } 
 import { DRAIN_AND_STOP, STOP } from "../actor/index.ts";
 import { EntityTable, type TableEntity } from "./entity-table.ts";
 import { ShardHandoffInProgressError } from "./errors.ts";
+import type { ShardLeaseView } from "./inspection.ts";
 import type { ShardingSettings } from "./settings.ts";
 import { ShardBudgets } from "./shard-budgets.ts";
 import type { MutableShardingStats } from "./stats.ts";
@@ -20,6 +21,10 @@ export interface ShardingProvider {
   readonly settings: ShardingSettings;
   /** Live local entities. */
   readonly entityCount: number;
+  /** Live local entities per shard (shards without any are absent); read-only inspection. */
+  entitiesByShard(): Map<number, number>;
+  /** The shard leases this node keeps (persistent providers), or null for ordinary entities; read-only inspection. */
+  leases(): readonly ShardLeaseView[] | null;
   /** Marks `shardId` as owned here before a delivery (persistent providers take the lease). */
   authorizeShard(shardId: number): void;
   /** Prepares `shardId` as the next owner of a handoff; may reject (lease unavailable). */
@@ -71,6 +76,14 @@ export class EntityProvider<T> implements ShardingProvider {
 
   get entityCount(): number {
     return this.entities.size;
+  }
+
+  entitiesByShard(): Map<number, number> {
+    return this.entities.countsByShard();
+  }
+
+  leases(): null {
+    return null;
   }
 
   authorizeShard(): void {}

@@ -13,7 +13,7 @@ import ts from "typescript";
 import { type TypeScriptBlock, typeScriptBlocks } from "./markdown-blocks.ts";
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "../..");
-const documents = ["README.md", "DEVELOPERS.md"];
+const documents = ["README.md", "DEVELOPERS.md", "docs/persistence-feed.md"];
 const outDir = join(root, ".tmp", "doc-snippets");
 /** How many blocks the documents hold at least today: fewer means the fence parsing broke, not that docs shrank. */
 const minimumBlocks = 6;

@@ -13,7 +13,12 @@ import {
   StaleShardOwnerError,
   UnsupportedSchemaVersionError,
 } from "../../src/persistence/index.ts";
-import { PostgresStore, postgresMigrationSql, validatePostgresUri } from "../../src/persistence/postgres/index.ts";
+import {
+  PostgresStore,
+  postgresMigrationSql,
+  postgresMigrations,
+  validatePostgresUri,
+} from "../../src/persistence/postgres/index.ts";
 import { eventually } from "../fixtures/eventually.ts";
 import { dropSchema, freshPostgresStore, postgresTestUrl, rawClient, uniqueSchema, writeGate } from "./pg-fixture.ts";
 
@@ -439,7 +444,7 @@ describe("postgres faults", () => {
       const rows = (await raw.query("SELECT version FROM movie_schema_migration ORDER BY version")).rows;
       assert.deepEqual(
         rows.map((r) => r.version),
-        [1, 2, 3, 4, 5, 6, 7],
+        postgresMigrations.map((m) => m.version),
       );
       // Migration 6 dropped the function the client stopped calling.
       const resolve = await raw.query(
@@ -447,9 +452,12 @@ describe("postgres faults", () => {
         [schema],
       );
       assert.equal(resolve.rows[0].n, 0);
-      await raw.query("INSERT INTO movie_schema_migration (version, name, checksum) VALUES (8, 'future', 'x')");
+      const future = postgresMigrations.length + 1;
+      await raw.query("INSERT INTO movie_schema_migration (version, name, checksum) VALUES ($1, 'future', 'x')", [
+        future,
+      ]);
       await assert.rejects(PostgresStore.connect({ connectionUri: url, schema }), UnsupportedSchemaVersionError);
-      await raw.query("DELETE FROM movie_schema_migration WHERE version = 8");
+      await raw.query("DELETE FROM movie_schema_migration WHERE version = $1", [future]);
       await raw.query("UPDATE movie_schema_migration SET checksum = 'edited' WHERE version = 3");
       await assert.rejects(PostgresStore.connect({ connectionUri: url, schema }), MigrationChecksumMismatchError);
       await raw.end();

@@ -10,7 +10,7 @@ import {
   PersistenceConfigurationError,
   UnsupportedSchemaVersionError,
 } from "../../src/persistence/index.ts";
-import { SqliteStore } from "../../src/persistence/sqlite/index.ts";
+import { SqliteStore, sqliteMigrations } from "../../src/persistence/sqlite/index.ts";
 import { storeContract } from "./store-contract.ts";
 
 const dir = mkdtempSync(join(tmpdir(), "movie-sqlite-"));
@@ -45,11 +45,12 @@ test("sqlite: reopening keeps data; a newer or altered schema is refused", async
   assert.equal(await again.loadRevision("p"), 1);
   await again.close();
   const raw = new Database(path);
-  raw.prepare("INSERT INTO movie_schema_migration (version, name, checksum) VALUES (8, 'future', 'x')").run();
+  const future = sqliteMigrations.length + 1;
+  raw.prepare("INSERT INTO movie_schema_migration (version, name, checksum) VALUES (?, 'future', 'x')").run(future);
   raw.close();
   assert.throws(() => SqliteStore.open({ dbPath: path }), UnsupportedSchemaVersionError);
   const raw2 = new Database(path);
-  raw2.prepare("DELETE FROM movie_schema_migration WHERE version = 8").run();
+  raw2.prepare("DELETE FROM movie_schema_migration WHERE version = ?").run(future);
   raw2.prepare("UPDATE movie_schema_migration SET checksum = 'tampered' WHERE version = 2").run();
   raw2.close();
   assert.throws(() => SqliteStore.open({ dbPath: path }), MigrationChecksumMismatchError);

@@ -464,6 +464,42 @@ export function storeContract(backend: string, factory: StoreFactory): void {
       assert.equal(b?.owner, "node-b");
     });
 
+    test("batch lease calls: each row gets a lone call's answer, in order (issue 23)", async () => {
+      const type = `Batch${counter++}`;
+      const key = (shardId: number): ShardLeaseKey => ({ clusterName: "c", entityType: type, shardId });
+      // Rows before the batch: 1 ours, 2 another owner's, 3 released by another owner, 4 ours but released.
+      const ours = (await store.acquireShardLease(key(1), "node-a", 30_000))!;
+      await store.acquireShardLease(key(2), "node-b", 30_000);
+      await store.releaseShardLease((await store.acquireShardLease(key(3), "node-b", 30_000))!);
+      const gone = (await store.acquireShardLease(key(4), "node-a", 30_000))!;
+      await store.releaseShardLease(gone);
+      const acquired = await store.acquireShardLeases([key(0), key(1), key(2), key(3)], "node-a", 30_000);
+      assert.deepEqual(
+        acquired.map((t) => (t === null ? null : [t.key.shardId, t.owner, t.epoch])),
+        [[0, "node-a", 1], [1, "node-a", 1], null, [3, "node-a", 2]],
+        "new at epoch 1, ours in place, another owner's refused, a released one transferred at epoch + 1",
+      );
+      assert.ok(acquired[1]!.leaseUntilEpochMs >= ours.leaseUntilEpochMs);
+      assert.deepEqual(acquired[0]!.key, key(0));
+      const renewed = await store.renewShardLeases(
+        [acquired[3]!, { ...acquired[0]!, owner: "node-b" }, acquired[0]!, { ...acquired[1]!, epoch: 2 }, gone],
+        60_000,
+      );
+      assert.deepEqual(
+        renewed.map((t) => (t === null ? null : [t.key.shardId, t.owner, t.epoch])),
+        [[3, "node-a", 2], null, [0, "node-a", 1], null, null],
+        "renewed when owner, epoch and expiry hold; null for another owner, another epoch, a released lease",
+      );
+      assert.ok(renewed[0]!.leaseUntilEpochMs >= acquired[3]!.leaseUntilEpochMs);
+      // The rows that failed are untouched: node-b still holds 2, and 4 stays released (another owner takes it).
+      assert.equal(await store.acquireShardLease(key(2), "node-a", 30_000), null);
+      assert.equal((await store.acquireShardLease(key(4), "node-c", 30_000))?.epoch, 2);
+      assert.deepEqual(await store.renewShardLeases([], 30_000), []);
+      assert.deepEqual(await store.acquireShardLeases([], "node-a", 30_000), []);
+      await assert.rejects(store.renewShardLeases([{ ...ours, epoch: 0 }], 30_000), InvalidPersistenceRequestError);
+      await assert.rejects(store.acquireShardLeases([key(9)], "", 30_000), InvalidPersistenceRequestError);
+    });
+
     test("an expired lease cannot be renewed and transfers with epoch + 1", async () => {
       const key = leaseKey(1);
       const a = await store.acquireShardLease(key, "node-a", 40);

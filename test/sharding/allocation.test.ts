@@ -248,6 +248,17 @@ test("planner: RateLimited moves at most maxConcurrent voluntary shards per step
             if (!r.pending) break;
           }
           assert.equal(planner.reconcile(plan, m2).pending, false);
+          // Converged: the plan is the target, or (a balanced target only) it is left within the threshold.
+          const target = planner.initial(m2);
+          assert.deepEqual([...plan.keys()].sort(), [...target.keys()].sort(), "every placeable shard is placed");
+          const loads = (p: ReadonlyMap<number, UniqueAddress>) => {
+            const counts = new Map([...new Set(target.values())].map((o) => [o.toString(), 0]));
+            for (const o of p.values()) counts.set(o.toString(), (counts.get(o.toString()) ?? 0) + 1);
+            return Math.max(0, ...counts.values()) - Math.min(Infinity, ...counts.values());
+          };
+          if (bySystemPort(plan).join() !== bySystemPort(target).join()) {
+            assert.ok(loads(target) <= 1 && loads(plan) <= 1, `converged off target: ${bySystemPort(plan)}`);
+          }
         }
       },
     ),

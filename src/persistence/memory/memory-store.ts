@@ -2,10 +2,27 @@ import { RealScheduler, type Scheduler } from "../../actor/index.ts";
 import {
   ConcurrentWriteError,
   OperationConflictError,
+  ProjectionBehindRetentionError,
+  ProjectionCheckpointConflictError,
   StaleShardOwnerError,
   StoreClosedError,
   UnsafeRetentionError,
 } from "../errors.ts";
+import {
+  type CheckedEventQuery,
+  checkEventQuery,
+  checkOffset,
+  checkProjectionName,
+  checkTags,
+  type EventPage,
+  type EventQuery,
+  entityTypeOf,
+  type FeedEvent,
+  feedPage,
+  matchesQuery,
+  type ProjectionBatchRequest,
+  type ProjectionTransaction,
+} from "../feed.ts";
 import { eventsFingerprint, stateFingerprint } from "../fingerprint.ts";
 import {
   type ShardLeaseKey,
@@ -72,6 +89,13 @@ export class MemoryStore implements PersistenceStore {
   private readonly states = new Map<string, DurableRow>();
   private readonly leases = new Map<string, LeaseRow>();
   private readonly scheduler: Scheduler;
+  /** The feed in offset order (offsets start at 1 and never repeat, also across retention). */
+  private feed: FeedEvent[] = [];
+  private lastOffset = 0;
+  private readonly feedListeners = new Set<() => void>();
+  private readonly checkpoints = new Map<string, number>();
+  /** Projection batches run one at a time (the memory store's transactions). */
+  private projectionQueue: Promise<unknown> = Promise.resolve();
   private closed = false;
 
   constructor(options: MemoryStoreOptions = {}) {
@@ -95,15 +119,23 @@ export class MemoryStore implements PersistenceStore {
       throw new ConcurrentWriteError(append.persistenceId, append.expectedRevision, stream.revision);
     }
     const revision = append.expectedRevision + append.events.length;
+    const entityType = entityTypeOf(append.persistenceId);
     append.events.forEach((event, i) => {
-      stream.events.push({
-        sequenceNr: append.expectedRevision + 1 + i,
+      const sequenceNr = append.expectedRevision + 1 + i;
+      stream.events.push({ sequenceNr, manifest: event.manifest, payload: event.payload });
+      this.feed.push({
+        offset: ++this.lastOffset,
+        persistenceId: append.persistenceId,
+        entityType,
+        sequenceNr,
         manifest: event.manifest,
         payload: event.payload,
+        tags: append.tagged ? [...checkTags("event.tags", event.tags)].sort() : [],
       });
     });
     stream.revision = revision;
     stream.operations.set(append.operationId, { fingerprint, revision });
+    if (append.events.length > 0) this.notifyFeed();
     return { revision, duplicate: false };
   }
 
@@ -163,10 +195,19 @@ export class MemoryStore implements PersistenceStore {
     if (snapshot === undefined || snapshot.sequenceNr < toSequenceNr) {
       throw new UnsafeRetentionError(persistenceId, toSequenceNr, snapshot?.sequenceNr ?? null);
     }
+    let maxOffset = 0;
+    for (const e of this.feed) {
+      if (e.persistenceId === persistenceId && e.sequenceNr <= toSequenceNr) maxOffset = Math.max(maxOffset, e.offset);
+    }
+    const lagging = [...this.checkpoints].filter(([, offset]) => offset < maxOffset).sort((a, b) => a[1] - b[1])[0];
+    if (lagging !== undefined) {
+      throw new ProjectionBehindRetentionError(persistenceId, toSequenceNr, lagging[0], lagging[1]);
+    }
     const stream = this.streams.get(persistenceId);
     if (stream === undefined) return { deletedEvents: 0, throughSeq: toSequenceNr };
     const before = stream.events.length;
     stream.events = stream.events.filter((e) => e.sequenceNr > toSequenceNr);
+    this.feed = this.feed.filter((e) => e.persistenceId !== persistenceId || e.sequenceNr > toSequenceNr);
     return { deletedEvents: before - stream.events.length, throughSeq: toSequenceNr };
   }
 
@@ -223,6 +264,30 @@ export class MemoryStore implements PersistenceStore {
     return token(lease.key, row);
   }
 
+  async acquireShardLeases(
+    keys: readonly ShardLeaseKey[],
+    owner: string,
+    durationMs: number,
+  ): Promise<(ShardLeaseToken | null)[]> {
+    this.open();
+    for (const key of keys) validateLeaseKey(key);
+    validateLeaseRequest(owner, durationMs);
+    const tokens: (ShardLeaseToken | null)[] = [];
+    for (const key of keys) tokens.push(await this.acquireShardLease(key, owner, durationMs));
+    return tokens;
+  }
+
+  async renewShardLeases(tokens: readonly ShardLeaseToken[], durationMs: number): Promise<(ShardLeaseToken | null)[]> {
+    this.open();
+    for (const t of tokens) {
+      validateLeaseToken(t);
+      validateLeaseRequest(t.owner, durationMs);
+    }
+    const renewed: (ShardLeaseToken | null)[] = [];
+    for (const t of tokens) renewed.push(await this.renewShardLease(t, durationMs));
+    return renewed;
+  }
+
   async releaseShardLease(lease: ShardLeaseToken): Promise<boolean> {
     this.open();
     validateLeaseToken(lease);
@@ -232,8 +297,94 @@ export class MemoryStore implements PersistenceStore {
     return true;
   }
 
+  async queryEvents(query?: EventQuery): Promise<EventPage> {
+    this.open();
+    const q = checkEventQuery(query);
+    return feedPage(q, this.scanFeed(q));
+  }
+
+  async latestOffset(): Promise<number> {
+    this.open();
+    return this.feed[this.feed.length - 1]?.offset ?? 0;
+  }
+
+  onEventsCommitted(listener: () => void): () => void {
+    this.feedListeners.add(listener);
+    return () => this.feedListeners.delete(listener);
+  }
+
+  async loadProjectionOffset(name: string): Promise<number | null> {
+    this.open();
+    return this.checkpoints.get(checkProjectionName(name)) ?? null;
+  }
+
+  async saveProjectionOffset(name: string, offset: number, fence?: ShardLeaseToken | null): Promise<void> {
+    this.open();
+    checkProjectionName(name);
+    checkOffset("offset", offset);
+    this.checkFenceNow(checkFence(fence));
+    this.checkpoints.set(name, offset);
+  }
+
+  async deleteProjectionOffset(name: string): Promise<boolean> {
+    this.open();
+    return this.checkpoints.delete(checkProjectionName(name));
+  }
+
+  runProjectionBatch<R>(request: ProjectionBatchRequest, work: (tx: ProjectionTransaction) => Promise<R>): Promise<R> {
+    this.open();
+    const name = checkProjectionName(request.name);
+    const expected = checkOffset("expectedOffset", request.expectedOffset);
+    const next = checkOffset("newOffset", request.newOffset);
+    const fence = checkFence(request.fence);
+    const tx: ProjectionTransaction = {
+      backend: "memory",
+      query: () => Promise.reject(new Error("the memory store has no SQL; write the read model elsewhere")),
+    };
+    const run = this.projectionQueue.then(async () => {
+      this.open();
+      this.checkFenceNow(fence);
+      const actual = this.checkpoints.get(name) ?? 0;
+      if (actual !== expected) throw new ProjectionCheckpointConflictError(name, expected, actual);
+      const result = await work(tx);
+      // The fence again at "commit": a lease lost while the handler ran commits nothing.
+      this.checkFenceNow(fence);
+      this.checkpoints.set(name, next);
+      return result;
+    });
+    this.projectionQueue = run.catch(() => {});
+    return run;
+  }
+
   async close(): Promise<void> {
     this.closed = true;
+  }
+
+  private scanFeed(q: CheckedEventQuery): FeedEvent[] {
+    // The first index with an offset above afterOffset (offsets ascend).
+    let lo = 0;
+    let hi = this.feed.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >>> 1;
+      if (this.feed[mid]!.offset <= q.afterOffset) lo = mid + 1;
+      else hi = mid;
+    }
+    const page: FeedEvent[] = [];
+    for (let i = lo; i < this.feed.length && page.length < q.limit; i++) {
+      const event = this.feed[i]!;
+      if (matchesQuery(q, event)) page.push(event);
+    }
+    return page;
+  }
+
+  private notifyFeed(): void {
+    for (const listener of this.feedListeners) {
+      try {
+        listener();
+      } catch {
+        // A wake-up hint: a listener's failure is its own, never the append's.
+      }
+    }
   }
 
   private writeState(

@@ -1,4 +1,4 @@
-import type { Pool, QueryResult } from "pg";
+import type { Client, Pool, QueryResult } from "pg";
 import { RealScheduler, type Scheduler } from "../../actor/index.ts";
 import { describe } from "../../actor/untrusted.ts";
 import { loadDriver } from "../driver.ts";
@@ -7,10 +7,24 @@ import {
   CorruptPersistentRecordError,
   OperationConflictError,
   PersistenceConfigurationError,
+  ProjectionBehindRetentionError,
+  ProjectionCheckpointConflictError,
   StaleShardOwnerError,
   StoreClosedError,
   UnsafeRetentionError,
 } from "../errors.ts";
+import {
+  checkEventQuery,
+  checkFeedRow,
+  checkOffset,
+  checkProjectionName,
+  checkTags,
+  type EventPage,
+  type EventQuery,
+  feedPage,
+  type ProjectionBatchRequest,
+  type ProjectionTransaction,
+} from "../feed.ts";
 import { eventsFingerprint, stateFingerprint } from "../fingerprint.ts";
 import { GroupCommit, type GroupCommitSettings, type GroupCommitStats, groupCommitSettings } from "../group-commit.ts";
 import {
@@ -42,6 +56,8 @@ import {
   TOMBSTONE_MANIFEST,
   type WriteResult,
 } from "../store.ts";
+import { FEED_CHANNEL, queryEventsSql } from "./feed-schema.ts";
+import { ACQUIRE_LEASES_SQL, LEASE_BATCH_MAX_ROWS, RENEW_LEASES_SQL } from "./lease-batch-sql.ts";
 import {
   APPEND_BATCH_SQL,
   APPEND_ONE_SQL,
@@ -51,10 +67,12 @@ import {
   REVISION_MISMATCH_SQLSTATE,
   sessionOptions,
 } from "./schema.ts";
+import { decodeStateOutcome, type PendingState, revisionMoved, saveStates, WRITE_STATE_SQL } from "./state-batch.ts";
 
 /** Options of {@link PostgresStore.connect}. */
 /** `pg`, an optional peer dependency: importing this backend without it fails with one MissingDriverError. */
-const { Pool: PgPool } = (await loadDriver("pg", "movie/persistence/postgres", () => import("pg"))).default;
+const { Client: PgClient, Pool: PgPool } = (await loadDriver("pg", "movie/persistence/postgres", () => import("pg")))
+  .default;
 
 export interface PostgresStoreOptions {
   /** `postgres://` or `postgresql://` URL (required). */
@@ -152,6 +170,17 @@ export class PostgresStore implements PersistenceStore {
   private closed = false;
   private readonly resilient: Resilient;
   private readonly appends: GroupCommit<PendingAppend, boolean>;
+  /** Durable-state saves and deletes, group-committed like appends (state-batch.ts); each answers its outcome code. */
+  private readonly states: GroupCommit<PendingState, number>;
+  /**
+   * @internal For benchmarks: false sends every lease call of a batch, and every durable-state write, on its own
+   * (the behaviour before issue 23), so that before and after can alternate in one run.
+   */
+  batching = true;
+  private readonly scheduler: Scheduler;
+  private readonly feedListeners = new Set<() => void>();
+  /** The LISTEN connection while anyone subscribes to feed commits (null before, or after it failed). */
+  private listenClient: Client | null = null;
 
   private constructor(
     /** @internal The pool, for tests and benchmarks that need raw SQL in the same schema. */
@@ -168,10 +197,16 @@ export class PostgresStore implements PersistenceStore {
     readonly rebaselinedMigrations: readonly number[],
   ) {
     this.resilient = new Resilient(resilience, scheduler, isPostgresConnectionError);
+    this.scheduler = scheduler;
     this.appends = new GroupCommit(
       groupCommit,
       (a) => a.persistenceId,
       (batch) => this.insertAppends(batch),
+    );
+    this.states = new GroupCommit(
+      groupCommit,
+      (w) => w.persistenceId,
+      (batch) => this.saveStates(batch),
     );
   }
 
@@ -232,6 +267,11 @@ export class PostgresStore implements PersistenceStore {
     return { ...this.appends.stats, waiting: this.appends.waiting };
   }
 
+  /** The same for durable-state saves and deletes. */
+  get stateGroupCommitStats(): Readonly<GroupCommitStats & { waiting: number }> {
+    return { ...this.states.stats, waiting: this.states.waiting };
+  }
+
   /** The circuit breaker's mode. */
   get circuitMode(): "closed" | "open" | "half-open" {
     return this.resilient.circuitMode;
@@ -241,6 +281,7 @@ export class PostgresStore implements PersistenceStore {
     this.open();
     const a = checkAppend(request);
     const fingerprint = eventsFingerprint(a.events);
+    if (a.tagged) return this.appendTagged(a, fingerprint);
     if (a.events.length === 1) return this.appendOne(a, fingerprint);
     // The first event goes as plain text parameters and only further ones as arrays: array literals cost
     // escaping on both sides, and most appends carry one event.
@@ -259,6 +300,47 @@ export class PostgresStore implements PersistenceStore {
         first?.payload ?? null,
         more?.map((e) => e.manifest) ?? null,
         more?.map((e) => e.payload) ?? null,
+        ...fenceArgs(a.fence),
+      ],
+      a.persistenceId,
+      a.expectedRevision,
+    ).catch((error: unknown) => {
+      if ((error as { code?: string }).code !== UNIQUE_VIOLATION) throw error;
+      return this.resolveAppend(a.persistenceId, a.operationId, fingerprint, a.expectedRevision, a.fence);
+    });
+    return this.writeOutcome(row, a.persistenceId, a.operationId, a.fence);
+  }
+
+  /**
+   * An append whose events carry tags: movie_append_tagged (movie_append_events, then the tag rows, one statement),
+   * outside the group commit.
+   */
+  private async appendTagged(a: CheckedAppend, fingerprint: string): Promise<WriteResult> {
+    const first = a.events[0]!;
+    const more = a.events.length > 1 ? a.events.slice(1) : null;
+    const tagIndex: number[] = [];
+    const tags: string[] = [];
+    a.events.forEach((event, i) => {
+      for (const tag of checkTags("event.tags", event.tags)) {
+        tagIndex.push(i + 1);
+        tags.push(tag);
+      }
+    });
+    const row = await this.writeCall(
+      "appendEvents",
+      "movie_append_tagged",
+      "SELECT movie_append_tagged($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) AS outcome",
+      [
+        a.persistenceId,
+        a.expectedRevision,
+        a.operationId,
+        fingerprint,
+        first.manifest,
+        first.payload,
+        more?.map((e) => e.manifest) ?? null,
+        more?.map((e) => e.payload) ?? null,
+        tagIndex,
+        tags,
         ...fenceArgs(a.fence),
       ],
       a.persistenceId,
@@ -336,6 +418,43 @@ export class PostgresStore implements PersistenceStore {
       return Promise.allSettled(batch.map((p) => this.insertAppend(p)));
     }
     return batch.map((p) => ({ status: "fulfilled", value: written.has(p.persistenceId) }));
+  }
+
+  /**
+   * One statement for a group of durable-state writes (at most one per persistence id). A lone write calls
+   * movie_write_state, as before; several go as SAVE_STATES_SQL, and each it did not write asks movie_write_state
+   * alone for its answer (a stale fence, a retry, a conflict or a moved revision, each as a lone write would get it).
+   */
+  private async saveStates(batch: readonly PendingState[]): Promise<PromiseSettledResult<number>[]> {
+    if (this.closed) throw new StoreClosedError("postgres");
+    if (batch.length === 1) return Promise.allSettled([this.saveStateAlone(batch[0]!)]);
+    let written: Set<string>;
+    try {
+      written = await saveStates(this.pool, batch);
+    } catch (error) {
+      // As for appends: a lost connection fails every write of the batch (each caller retries its own); anything
+      // else the server raised for the statement as a whole must not decide a batch-mate's fate.
+      if (isPostgresConnectionError(error) || this.closed) throw error;
+      return Promise.allSettled(batch.map((p) => this.saveStateAlone(p)));
+    }
+    return Promise.allSettled(
+      batch.map((p) =>
+        written.has(p.persistenceId) ? Promise.resolve((p.expectedRevision + 1) * 4) : this.saveStateAlone(p),
+      ),
+    );
+  }
+
+  /** movie_write_state for one write; a moved revision (MV001) answers revisionMoved(actual). */
+  private saveStateAlone(p: PendingState): Promise<number> {
+    return this.pool.query({ name: "movie_write_state", text: WRITE_STATE_SQL, values: p.values as unknown[] }).then(
+      (result) => Number(result.rows[0].outcome),
+      (error: unknown) => {
+        if ((error as { code?: string }).code === REVISION_MISMATCH_SQLSTATE) {
+          return revisionMoved(Number((error as Error).message));
+        }
+        throw error;
+      },
+    );
   }
 
   private insertAppend(p: PendingAppend): Promise<boolean> {
@@ -478,6 +597,22 @@ export class PostgresStore implements PersistenceStore {
       const snapshot = Number(row.revision);
       throw new UnsafeRetentionError(persistenceId, toSequenceNr, snapshot < 0 ? null : snapshot);
     }
+    if (row.status === 5) {
+      const checkpoint = Number(row.revision);
+      const named = await this.query(
+        "deleteEventsTo",
+        "movie_lagging_projection",
+        "SELECT projection_name FROM projection_checkpoint WHERE event_offset = $1 ORDER BY projection_name LIMIT 1",
+        [checkpoint],
+      );
+      const name = named.rows[0]?.projection_name;
+      throw new ProjectionBehindRetentionError(
+        persistenceId,
+        toSequenceNr,
+        typeof name === "string" ? name : "(unknown)",
+        checkpoint,
+      );
+    }
     return { deletedEvents: Number(row.revision), throughSeq: toSequenceNr };
   }
 
@@ -558,6 +693,101 @@ export class PostgresStore implements PersistenceStore {
     return result.rows.length === 0 ? null : leaseToken(k, result.rows[0]);
   }
 
+  async acquireShardLeases(
+    keys: readonly ShardLeaseKey[],
+    owner: string,
+    durationMs: number,
+  ): Promise<(ShardLeaseToken | null)[]> {
+    this.open();
+    for (const key of keys) validateLeaseKey(key);
+    validateLeaseRequest(owner, durationMs);
+    if (keys.length <= 1 || !this.batching) {
+      return Promise.all(keys.map((key) => this.acquireShardLease(key, owner, durationMs)));
+    }
+    return this.leaseBatch(
+      keys,
+      (chunk) =>
+        this.query("acquireShardLeases", "movie_acquire_leases", ACQUIRE_LEASES_SQL, [
+          chunk.map((k) => k.clusterName),
+          chunk.map((k) => k.entityType),
+          chunk.map((k) => k.shardId),
+          owner,
+          durationMs,
+        ]),
+      (key) => key,
+      (key) => this.acquireShardLease(key, owner, durationMs),
+      () => true,
+    );
+  }
+
+  async renewShardLeases(tokens: readonly ShardLeaseToken[], durationMs: number): Promise<(ShardLeaseToken | null)[]> {
+    this.open();
+    for (const t of tokens) {
+      validateLeaseToken(t);
+      validateLeaseRequest(t.owner, durationMs);
+    }
+    if (tokens.length <= 1 || !this.batching) {
+      return Promise.all(tokens.map((t) => this.renewShardLease(t, durationMs)));
+    }
+    return this.leaseBatch(
+      tokens,
+      (chunk) =>
+        this.query("renewShardLeases", "movie_renew_leases", RENEW_LEASES_SQL, [
+          chunk.map((t) => t.key.clusterName),
+          chunk.map((t) => t.key.entityType),
+          chunk.map((t) => t.key.shardId),
+          chunk.map((t) => t.owner),
+          chunk.map((t) => t.epoch),
+          durationMs,
+        ]),
+      (t) => t.key,
+      (t) => this.renewShardLease(t, durationMs),
+      // The same key twice (two tokens of one shard) shares one returned row: it answers only its own token.
+      (t, row) => String(row.owner) === t.owner && Number(row.epoch) === t.epoch,
+    );
+  }
+
+  /**
+   * Sends `items` in statements of at most LEASE_BATCH_MAX_ROWS rows; every item its statement did not answer (its
+   * row locked by a write in flight, or not this owner's to take or renew) is then asked on its own, with the single
+   * statement, whose answer it gets (see lease-batch-sql.ts).
+   */
+  private async leaseBatch<T>(
+    items: readonly T[],
+    send: (chunk: readonly T[]) => Promise<QueryResult>,
+    keyOf: (item: T) => ShardLeaseKey,
+    alone: (item: T) => Promise<ShardLeaseToken | null>,
+    answers: (item: T, row: Record<string, unknown>) => boolean,
+  ): Promise<(ShardLeaseToken | null)[]> {
+    const tokens = new Array<ShardLeaseToken | null>(items.length).fill(null);
+    const unanswered: number[] = [];
+    const chunks: number[] = [];
+    for (let from = 0; from < items.length; from += LEASE_BATCH_MAX_ROWS) chunks.push(from);
+    // The statements of one call run side by side on the pool (their rows are disjoint, and none waits for a lock).
+    await Promise.all(
+      chunks.map(async (from) => {
+        const chunk = items.slice(from, from + LEASE_BATCH_MAX_ROWS);
+        const result = await send(chunk);
+        const rows = new Map<string, Record<string, unknown>>();
+        for (const row of result.rows as Record<string, unknown>[]) {
+          rows.set(leaseRowKey(String(row.cluster_name), String(row.entity_type), String(row.shard_id)), row);
+        }
+        chunk.forEach((item, i) => {
+          const key = keyOf(item);
+          const row = rows.get(leaseRowKey(key.clusterName, key.entityType, String(key.shardId)));
+          if (row === undefined || !answers(item, row)) unanswered.push(from + i);
+          else tokens[from + i] = leaseToken(key, row);
+        });
+      }),
+    );
+    await Promise.all(
+      unanswered.map(async (i) => {
+        tokens[i] = await alone(items[i]!);
+      }),
+    );
+    return tokens;
+  }
+
   async releaseShardLease(token: ShardLeaseToken): Promise<boolean> {
     this.open();
     validateLeaseToken(token);
@@ -572,9 +802,202 @@ export class PostgresStore implements PersistenceStore {
     return result.rowCount === 1;
   }
 
+  async queryEvents(query?: EventQuery): Promise<EventPage> {
+    this.open();
+    const q = checkEventQuery(query);
+    if (this.feedListeners.size > 0 && this.listenClient === null) this.listen();
+    const values: unknown[] = [q.afterOffset, q.limit];
+    if (q.entityTypes !== null) values.push(q.entityTypes);
+    if (q.persistenceId !== null) values.push(q.persistenceId);
+    if (q.tag !== null) values.push(q.tag);
+    const types = q.entityTypes !== null;
+    const pid = q.persistenceId !== null;
+    const tag = q.tag !== null;
+    const result = await this.query(
+      "queryEvents",
+      `movie_query_events_${Number(types)}${Number(pid)}${Number(tag)}`,
+      queryEventsSql(types, pid, tag),
+      values,
+    );
+    return feedPage(
+      q,
+      result.rows.map((r: Record<string, unknown>) =>
+        checkFeedRow(r.event_offset, r.persistence_id, r.entity_type, r.sequence_nr, r.manifest, r.payload, r.tags),
+      ),
+    );
+  }
+
+  async latestOffset(): Promise<number> {
+    this.open();
+    const result = await this.query(
+      "latestOffset",
+      "movie_latest_offset",
+      "SELECT coalesce(max(event_offset), 0) AS o FROM event_feed",
+      [],
+    );
+    return Number(result.rows[0].o);
+  }
+
+  onEventsCommitted(listener: () => void): () => void {
+    this.feedListeners.add(listener);
+    if (this.listenClient === null && !this.closed) this.listen();
+    return () => {
+      this.feedListeners.delete(listener);
+      if (this.feedListeners.size === 0) this.unlisten();
+    };
+  }
+
+  /**
+   * Opens the LISTEN connection (one per store, outside the pool so it never holds a pooled connection). Once it
+   * listens, every subscriber is woken once: a commit between the subscription and the LISTEN sent no notification
+   * this connection could receive. A lost connection is reopened after a second while anyone subscribes; meanwhile
+   * readers poll.
+   */
+  private listen(): void {
+    const client = new PgClient({
+      connectionString: this.pool.options.connectionString,
+      application_name: "movie-feed-listener",
+      options: sessionOptions(this.schema),
+    });
+    this.listenClient = client;
+    const schema = this.schema ?? "public";
+    const drop = () => {
+      client.end().catch(() => {});
+      if (this.listenClient !== client) return;
+      this.listenClient = null;
+      this.scheduler.scheduleOnce(1000, () => {
+        if (this.listenClient === null && this.feedListeners.size > 0 && !this.closed) this.listen();
+      });
+    };
+    client.on("error", drop);
+    client.on("end", drop);
+    client.on("notification", (message) => {
+      if (message.channel === FEED_CHANNEL && message.payload === schema) this.wakeFeedListeners();
+    });
+    client
+      .connect()
+      .then(() => client.query(`LISTEN ${FEED_CHANNEL}`))
+      .then(() => {
+        if (this.listenClient === client) this.wakeFeedListeners();
+        else client.end().catch(() => {});
+      }, drop);
+  }
+
+  private wakeFeedListeners(): void {
+    for (const listener of this.feedListeners) {
+      try {
+        listener();
+      } catch {
+        // A wake-up hint: a listener's failure is its own.
+      }
+    }
+  }
+
+  private unlisten(): void {
+    const client = this.listenClient;
+    this.listenClient = null;
+    client?.end().catch(() => {});
+  }
+
+  async loadProjectionOffset(name: string): Promise<number | null> {
+    this.open();
+    const result = await this.query(
+      "loadProjectionOffset",
+      "movie_load_checkpoint",
+      "SELECT event_offset FROM projection_checkpoint WHERE projection_name = $1",
+      [checkProjectionName(name)],
+    );
+    return result.rows.length === 0 ? null : Number(result.rows[0].event_offset);
+  }
+
+  async saveProjectionOffset(name: string, offset: number, fence?: ShardLeaseToken | null): Promise<void> {
+    this.open();
+    checkProjectionName(name);
+    checkOffset("offset", offset);
+    const f = checkFence(fence);
+    // The fence check as in APPEND_ONE_SQL: no row written (and none returned) when the lease is not current.
+    const result = await this.query(
+      "saveProjectionOffset",
+      "movie_save_checkpoint",
+      `INSERT INTO projection_checkpoint AS c (projection_name, event_offset)
+        SELECT $1, $2 WHERE ($3::text IS NULL OR EXISTS (SELECT 1 FROM shard_lease l WHERE ${leaseHeldBy("$3", "$4", "$5", "$6", "$7")} FOR SHARE))
+        ON CONFLICT (projection_name) DO UPDATE SET event_offset = EXCLUDED.event_offset, updated_at = now()
+        RETURNING 1`,
+      [name, offset, ...fenceArgs(f)],
+    );
+    if (result.rowCount !== 1) throw new StaleShardOwnerError(f!);
+  }
+
+  async deleteProjectionOffset(name: string): Promise<boolean> {
+    this.open();
+    const result = await this.query(
+      "deleteProjectionOffset",
+      "movie_delete_checkpoint",
+      "DELETE FROM projection_checkpoint WHERE projection_name = $1",
+      [checkProjectionName(name)],
+    );
+    return result.rowCount === 1;
+  }
+
+  async runProjectionBatch<R>(
+    request: ProjectionBatchRequest,
+    work: (tx: ProjectionTransaction) => Promise<R>,
+  ): Promise<R> {
+    this.open();
+    const name = checkProjectionName(request.name);
+    const expected = checkOffset("expectedOffset", request.expectedOffset);
+    const next = checkOffset("newOffset", request.newOffset);
+    const fence = checkFence(request.fence);
+    const client = await this.pool.connect();
+    let broken: Error | undefined;
+    try {
+      await client.query("BEGIN");
+      try {
+        if (fence !== null) {
+          // FOR SHARE until commit: a transfer of the lease waits for this batch, as for every fenced write.
+          const held = await client.query(
+            `SELECT 1 FROM shard_lease WHERE ${leaseHeldBy("$1", "$2", "$3", "$4", "$5")} FOR SHARE`,
+            fenceArgs(fence),
+          );
+          if (held.rowCount !== 1) throw new StaleShardOwnerError(fence);
+        }
+        const current = await client.query(
+          "SELECT event_offset FROM projection_checkpoint WHERE projection_name = $1 FOR UPDATE",
+          [name],
+        );
+        const actual = current.rows.length === 0 ? 0 : Number(current.rows[0].event_offset);
+        if (actual !== expected) throw new ProjectionCheckpointConflictError(name, expected, actual);
+        const tx: ProjectionTransaction = {
+          backend: "postgres",
+          query: async (sql, params) => (await client.query(sql, params === undefined ? [] : [...params])).rows,
+        };
+        const result = await work(tx);
+        await client.query(
+          `INSERT INTO projection_checkpoint (projection_name, event_offset) VALUES ($1, $2)
+            ON CONFLICT (projection_name) DO UPDATE SET event_offset = EXCLUDED.event_offset, updated_at = now()`,
+          [name, next],
+        );
+        await client.query("COMMIT");
+        return result;
+      } catch (error) {
+        await client.query("ROLLBACK").catch((rollbackError: unknown) => {
+          broken = rollbackError as Error;
+        });
+        throw error;
+      }
+    } catch (error) {
+      if (isPostgresConnectionError(error)) broken = error as Error;
+      throw error;
+    } finally {
+      // A connection that failed mid-transaction is destroyed rather than returned to the pool.
+      client.release(broken);
+    }
+  }
+
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
+    this.unlisten();
     await this.pool.end();
   }
 
@@ -588,10 +1011,41 @@ export class PostgresStore implements PersistenceStore {
     checkSequence("expectedRevision", request.expectedRevision);
     const op = OperationId.from(request.operationId).value;
     const fence = checkFence(request.fence);
+    if (this.batching) {
+      const values = [
+        request.persistenceId,
+        request.expectedRevision,
+        op,
+        stateFingerprint(manifest, payload, deleted),
+        manifest,
+        payload,
+        deleted ? 1 : 0,
+        ...fenceArgs(fence),
+      ];
+      const pending: PendingState = {
+        persistenceId: request.persistenceId,
+        expectedRevision: request.expectedRevision,
+        values,
+      };
+      // Each write keeps its own timeout, retries and breaker admission: only the statement is shared.
+      const outcome = decodeStateOutcome(
+        await this.resilient.run(deleted ? "deleteState" : "saveState", () =>
+          this.closed ? Promise.reject(new StoreClosedError("postgres")) : this.states.submit(pending),
+        ),
+      );
+      if ("actual" in outcome)
+        throw new ConcurrentWriteError(request.persistenceId, request.expectedRevision, outcome.actual);
+      return this.writeOutcome(
+        { status: outcome.status, revision: String(outcome.revision) },
+        request.persistenceId,
+        op,
+        fence,
+      );
+    }
     const row = await this.writeCall(
       deleted ? "deleteState" : "saveState",
       "movie_write_state",
-      "SELECT movie_write_state($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) AS outcome",
+      WRITE_STATE_SQL,
       [
         request.persistenceId,
         request.expectedRevision,
@@ -672,6 +1126,10 @@ export class PostgresStore implements PersistenceStore {
 function fenceArgs(fence: ShardLeaseToken | null): unknown[] {
   if (fence === null) return [null, null, null, null, null];
   return [fence.key.clusterName, fence.key.entityType, fence.key.shardId, fence.owner, fence.epoch];
+}
+
+function leaseRowKey(cluster: string, type: string, shard: string): string {
+  return `${cluster}\u0000${type}\u0000${shard}`;
 }
 
 function leaseToken(key: ShardLeaseKey, row: Record<string, unknown>): ShardLeaseToken {

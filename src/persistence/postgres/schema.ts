@@ -1,4 +1,5 @@
 import { buildMigrations, type Migration } from "../migrations.ts";
+import { feedMigration } from "./feed-schema.ts";
 
 /** The advisory lock that serialises migrations across nodes (REFERENCE §4.4). */
 export const MIGRATION_LOCK_KEY = 0x4d4f564945505253n;
@@ -55,6 +56,7 @@ const fenceTypes = "text, text, bigint, text, bigint";
 // (migration 7 replaces the function).
 const appendEventsFunction = (
   firstAppend: string,
+  epoch = false,
 ) => `CREATE OR REPLACE FUNCTION movie_append_events(p_pid text, p_expected bigint, p_op text, p_fingerprint text,
         p_manifest text, p_payload text, p_more_manifests text[], p_more_payloads text[], ${fenceParams})
       RETURNS bigint LANGUAGE plpgsql AS $$
@@ -103,11 +105,11 @@ const appendEventsFunction = (
           -- asks movie_append_resolve what happened. Once the first row is ours, no writer can claim a later
           -- sequence, since their gap check cannot see this uncommitted row.
           INSERT INTO event_journal (persistence_id, sequence_nr, manifest, payload, operation_id, fingerprint,
-              operation_revision)
-            VALUES (p_pid, p_expected + 1, p_manifest, p_payload, p_op, p_fingerprint, v_revision);
+              operation_revision${epoch ? ", shard_epoch" : ""})
+            VALUES (p_pid, p_expected + 1, p_manifest, p_payload, p_op, p_fingerprint, v_revision${epoch ? ", p_epoch" : ""});
           IF v_count > 1 THEN
-            INSERT INTO event_journal (persistence_id, sequence_nr, manifest, payload)
-              SELECT p_pid, p_expected + 1 + t.i, t.m, t.p
+            INSERT INTO event_journal (persistence_id, sequence_nr, manifest, payload${epoch ? ", shard_epoch" : ""})
+              SELECT p_pid, p_expected + 1 + t.i, t.m, t.p${epoch ? ", p_epoch" : ""}
                 FROM unnest(p_more_manifests, p_more_payloads) WITH ORDINALITY AS t(m, p, i);
           END IF;
           RETURN movie_outcome(0, v_revision);
@@ -124,7 +126,40 @@ const appendEventsFunction = (
 const firstAppendOne = (pid: string, alias: string) =>
   `NOT EXISTS (SELECT 1 FROM journal_operation ${alias} WHERE ${alias}.persistence_id = ${pid} AND ${alias}.revision > 0)`;
 
-/** The PostgreSQL migrations 1..7. */
+// The rare path of a one-event append (migration 5; migration 8 adds the shard epoch to the row it writes). With
+// epoch false the text stays byte-identical to migration 5's, which is checksummed.
+const appendOneSettleFunction = (epoch = false) =>
+  `CREATE OR REPLACE FUNCTION movie_append_one_settle(p_pid text, p_expected bigint, p_op text, p_fingerprint text,
+        p_manifest text, p_payload text, ${fenceParams})
+      RETURNS bigint LANGUAGE plpgsql AS $$
+      DECLARE
+        v_fingerprint text;
+        v_previous bigint;
+        v_actual bigint;
+      BEGIN
+        ${fenceCheckScalar}
+        ${operationOutcome}
+        v_actual := movie_stream_revision(p_pid);
+        IF v_actual <> p_expected THEN
+          RAISE EXCEPTION USING ERRCODE = '${REVISION_MISMATCH_SQLSTATE}', MESSAGE = v_actual::text;
+        END IF;
+        IF p_expected = 0 OR EXISTS (SELECT 1 FROM event_journal j WHERE j.persistence_id = p_pid
+            AND j.sequence_nr = p_expected) THEN
+          -- Row \`expected\` is visible now: a concurrent write committed after the hot path looked. Try again.
+          RETURN -1;
+        END IF;
+        -- Retention removed row \`expected\`; event_stream vouches for the revision.
+        BEGIN
+          INSERT INTO event_journal (persistence_id, sequence_nr, manifest, payload, operation_id, fingerprint,
+              operation_revision${epoch ? ", shard_epoch" : ""})
+            VALUES (p_pid, p_expected + 1, p_manifest, p_payload, p_op, p_fingerprint, p_expected + 1${epoch ? ", p_epoch" : ""});
+        EXCEPTION WHEN unique_violation THEN
+          RETURN -1;
+        END;
+        RETURN movie_outcome(0, p_expected + 1);
+      END $$`;
+
+/** The PostgreSQL migrations 1..9. */
 export const postgresMigrations: readonly Migration[] = buildMigrations([
   [
     // The first journal row of an append also carries its operation id, fingerprint and resulting revision, so
@@ -294,35 +329,7 @@ export const postgresMigrations: readonly Migration[] = buildMigrations([
     // The one-event hot path (APPEND_ONE_SQL) no longer reads event_stream: every relation a statement names costs
     // a lock and an index open per execution, and event_stream only matters once retention has removed row
     // `expected`. That rare case lands here, where the append is written under the same fence lock.
-    `CREATE OR REPLACE FUNCTION movie_append_one_settle(p_pid text, p_expected bigint, p_op text, p_fingerprint text,
-        p_manifest text, p_payload text, ${fenceParams})
-      RETURNS bigint LANGUAGE plpgsql AS $$
-      DECLARE
-        v_fingerprint text;
-        v_previous bigint;
-        v_actual bigint;
-      BEGIN
-        ${fenceCheckScalar}
-        ${operationOutcome}
-        v_actual := movie_stream_revision(p_pid);
-        IF v_actual <> p_expected THEN
-          RAISE EXCEPTION USING ERRCODE = '${REVISION_MISMATCH_SQLSTATE}', MESSAGE = v_actual::text;
-        END IF;
-        IF p_expected = 0 OR EXISTS (SELECT 1 FROM event_journal j WHERE j.persistence_id = p_pid
-            AND j.sequence_nr = p_expected) THEN
-          -- Row \`expected\` is visible now: a concurrent write committed after the hot path looked. Try again.
-          RETURN -1;
-        END IF;
-        -- Retention removed row \`expected\`; event_stream vouches for the revision.
-        BEGIN
-          INSERT INTO event_journal (persistence_id, sequence_nr, manifest, payload, operation_id, fingerprint,
-              operation_revision)
-            VALUES (p_pid, p_expected + 1, p_manifest, p_payload, p_op, p_fingerprint, p_expected + 1);
-        EXCEPTION WHEN unique_violation THEN
-          RETURN -1;
-        END;
-        RETURN movie_outcome(0, p_expected + 1);
-      END $$`,
+    appendOneSettleFunction(),
   ],
   [
     // The client no longer calls movie_append_one_resolve (movie_append_one_settle took its place in migration 5);
@@ -334,6 +341,21 @@ export const postgresMigrations: readonly Migration[] = buildMigrations([
     // below the snapshot); it now falls through to movie_append_resolve, which answers MV001 with the revision.
     appendEventsFunction(`(p_expected = 0 AND ${firstAppendOne("p_pid", "o0")})`),
   ],
+  [
+    // Each event row records the shard epoch it was written under (NULL for an unfenced write) and a write order
+    // taken from a sequence at insert, both in the fenced statement itself, so that an external checker (the chaos
+    // soak, docs/soak.md) can verify per shard that epochs never go backwards in write order. The fence makes that
+    // hold: a transfer waits for every in-flight write of the old epoch (FOR SHARE) and later writers see the new
+    // one. Both columns are added NULL and the default set afterwards, so existing rows are not rewritten.
+    "ALTER TABLE event_journal ADD COLUMN IF NOT EXISTS shard_epoch BIGINT NULL",
+    "CREATE SEQUENCE IF NOT EXISTS event_journal_write_order",
+    "ALTER TABLE event_journal ADD COLUMN IF NOT EXISTS write_order BIGINT NULL",
+    "ALTER TABLE event_journal ALTER COLUMN write_order SET DEFAULT nextval('event_journal_write_order')",
+    appendEventsFunction(`(p_expected = 0 AND ${firstAppendOne("p_pid", "o0")})`, true),
+    appendOneSettleFunction(true),
+  ],
+  // The event feed: offsets assigned under the feed lock by a trigger, entity types, tags (see feed-schema.ts).
+  feedMigration(fenceCheck),
 ]);
 
 /**
@@ -354,7 +376,7 @@ export function sessionOptions(schema: string | null): string {
 /** Every migration's SQL as one script, for review or manual application (`movie persistence migrate --print`). */
 export function postgresMigrationSql(): string {
   const lines = [
-    "-- movie persistence schema (PostgreSQL), versions 1..7",
+    `-- movie persistence schema (PostgreSQL), versions 1..${postgresMigrations.length}`,
     `SELECT pg_advisory_lock(${MIGRATION_LOCK_KEY});`,
     `CREATE TABLE IF NOT EXISTS movie_schema_migration (version INTEGER PRIMARY KEY, name TEXT NOT NULL,
   checksum TEXT NOT NULL, applied_at TIMESTAMPTZ NOT NULL DEFAULT now());`,
@@ -381,8 +403,8 @@ export function postgresMigrationSql(): string {
  * row `expected`.
  */
 export const APPEND_ONE_SQL = `INSERT INTO event_journal (persistence_id, sequence_nr, manifest, payload, operation_id,
-    fingerprint, operation_revision)
-  SELECT $1, $2::bigint + 1, $3, $4, $5, $6, $2::bigint + 1
+    fingerprint, operation_revision, shard_epoch)
+  SELECT $1, $2::bigint + 1, $3, $4, $5, $6, $2::bigint + 1, $11::bigint
   WHERE ($7::text IS NULL OR EXISTS (SELECT 1 FROM shard_lease l WHERE l.cluster_name = $7 AND l.entity_type = $8
       AND l.shard_id = $9 AND l.owner = $10 AND l.epoch = $11 AND l.lease_until_epoch_ms > movie_now_ms() FOR SHARE))
     AND NOT EXISTS (SELECT 1 FROM journal_operation o WHERE o.persistence_id = $1 AND o.operation_id = $5)
@@ -400,8 +422,8 @@ export const APPEND_ONE_SQL = `INSERT INTO event_journal (persistence_id, sequen
  * that with an EXISTS under OR when the table looks small); each row is one primary-key probe.
  */
 export const APPEND_BATCH_SQL = `INSERT INTO event_journal (persistence_id, sequence_nr, manifest, payload, operation_id,
-    fingerprint, operation_revision)
-  SELECT t.pid, t.expected + 1, t.manifest, t.payload, t.op, t.fingerprint, t.expected + 1
+    fingerprint, operation_revision, shard_epoch)
+  SELECT t.pid, t.expected + 1, t.manifest, t.payload, t.op, t.fingerprint, t.expected + 1, t.epoch
   FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[],
       $9::bigint[], $10::text[], $11::bigint[])
     AS t(pid, expected, manifest, payload, op, fingerprint, cluster, type, shard, owner, epoch)

@@ -3,7 +3,11 @@ import { buildMigrations, type Migration } from "../migrations.ts";
 /** SQLite's "now" in epoch milliseconds: the database clock for leases (REFERENCE §4.5). */
 export const SQLITE_NOW_MS = "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)";
 
-/** The SQLite migrations 1..6 (the PostgreSQL tables with SQLite types). */
+/** The entity type of persistence id `pid` in SQL: its prefix before the first ":" (PostgreSQL's split_part). */
+const entityTypeSql = (pid: string) =>
+  `CASE WHEN instr(${pid}, ':') > 0 THEN substr(${pid}, 1, instr(${pid}, ':') - 1) ELSE ${pid} END`;
+
+/** The SQLite migrations 1..9 (the PostgreSQL tables with SQLite types). */
 export const sqliteMigrations: readonly Migration[] = buildMigrations([
   [
     `CREATE TABLE IF NOT EXISTS event_journal (persistence_id TEXT NOT NULL, sequence_nr INTEGER NOT NULL,
@@ -45,4 +49,27 @@ export const sqliteMigrations: readonly Migration[] = buildMigrations([
   [],
   [],
   [],
+  // Version 8 records the shard epoch on PostgreSQL event rows: SQLite never runs fenced cluster owners (§4.7).
+  [],
+  // The event feed (see postgres/feed-schema.ts). SQLite has one writer at a time, so AUTOINCREMENT offsets are in
+  // commit order without a lock; a row trigger gives every journal insert its feed row.
+  [
+    "DROP INDEX IF EXISTS event_feed_pid_idx",
+    "DROP TABLE IF EXISTS event_feed",
+    "DROP TABLE IF EXISTS event_tag",
+    `CREATE TABLE IF NOT EXISTS event_feed (event_offset INTEGER PRIMARY KEY AUTOINCREMENT,
+      persistence_id TEXT NOT NULL, sequence_nr INTEGER NOT NULL, entity_type TEXT NOT NULL,
+      created_at TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP, UNIQUE (persistence_id, sequence_nr))`,
+    "CREATE INDEX IF NOT EXISTS event_feed_type_idx ON event_feed (entity_type, event_offset)",
+    `CREATE TABLE IF NOT EXISTS event_tag (tag TEXT NOT NULL, event_offset INTEGER NOT NULL,
+      PRIMARY KEY (tag, event_offset)) WITHOUT ROWID`,
+    "CREATE INDEX IF NOT EXISTS event_tag_offset_idx ON event_tag (event_offset)",
+    `INSERT INTO event_feed (persistence_id, sequence_nr, entity_type)
+      SELECT persistence_id, sequence_nr, ${entityTypeSql("persistence_id")} FROM event_journal
+      ORDER BY created_at, persistence_id, sequence_nr`,
+    `CREATE TRIGGER IF NOT EXISTS movie_event_feed AFTER INSERT ON event_journal FOR EACH ROW BEGIN
+      INSERT INTO event_feed (persistence_id, sequence_nr, entity_type)
+        VALUES (NEW.persistence_id, NEW.sequence_nr, ${entityTypeSql("NEW.persistence_id")});
+    END`,
+  ],
 ]);

@@ -7,10 +7,24 @@ import {
   OperationConflictError,
   PersistenceConfigurationError,
   PersistenceTimeoutError,
+  ProjectionBehindRetentionError,
+  ProjectionCheckpointConflictError,
   StaleShardOwnerError,
   StoreClosedError,
   UnsafeRetentionError,
 } from "../errors.ts";
+import {
+  checkEventQuery,
+  checkFeedRow,
+  checkOffset,
+  checkProjectionName,
+  checkTags,
+  type EventPage,
+  type EventQuery,
+  feedPage,
+  type ProjectionBatchRequest,
+  type ProjectionTransaction,
+} from "../feed.ts";
 import { eventsFingerprint, stateFingerprint } from "../fingerprint.ts";
 import {
   type ShardLeaseKey,
@@ -121,11 +135,22 @@ export class SqliteStore implements PersistenceStore {
 
   /** Busy-retry counters. */
   readonly stats: SqliteStoreStats = { busyRetries: 0, busyTimeouts: 0 };
+  private readonly feedListeners = new Set<() => void>();
+  private readonly feedQueries = new Map<string, Statement>();
+  /**
+   * The connection of exactly-once projection batches (opened on first use): a batch's transaction stays open while
+   * its asynchronous handler runs, so it cannot share the store's connection, whose other operations would land
+   * inside it. Batches run one at a time on it.
+   */
+  private projectionDb: SqliteDatabase | null = null;
+  private projectionQueue: Promise<unknown> = Promise.resolve();
 
   private constructor(
     private readonly db: SqliteDatabase,
     private readonly scheduler: Scheduler,
     private readonly busyTimeoutMs: number,
+    private readonly dbPath: string,
+    private readonly busySyncWaitMs: number,
     /**
      * Versions whose checksum this open rewrote from an earlier build's version-and-name checksum to the statement
      * checksum (once per database; empty afterwards).
@@ -161,7 +186,13 @@ export class SqliteStore implements PersistenceStore {
         return { revision, duplicate: false };
       }
       a.events.forEach((event, i) => {
+        // The movie_event_feed trigger gives the row its feed offset (migration 9).
         this.s.insertEvent.run(a.persistenceId, a.expectedRevision + 1 + i, event.manifest, event.payload);
+        if (a.tagged) {
+          for (const tag of checkTags("event.tags", event.tags)) {
+            this.s.insertTag.run(tag, a.persistenceId, a.expectedRevision + 1 + i);
+          }
+        }
       });
       return { revision, duplicate: false };
     });
@@ -244,14 +275,23 @@ export class SqliteStore implements PersistenceStore {
       db.close();
       throw error;
     }
-    return new SqliteStore(db, options.scheduler ?? new RealScheduler(), busyTimeoutMs, rebaselined);
+    return new SqliteStore(
+      db,
+      options.scheduler ?? new RealScheduler(),
+      busyTimeoutMs,
+      options.dbPath,
+      busySyncWaitMs,
+      rebaselined,
+    );
   }
 
   async appendEvents(request: AppendEventsRequest): Promise<WriteResult> {
     this.open();
     const append = checkAppend(request);
     const fingerprint = eventsFingerprint(append.events);
-    return this.run("appendEvents", () => this.appendTx.immediate(append, fingerprint));
+    const result = await this.run("appendEvents", () => this.appendTx.immediate(append, fingerprint));
+    if (!result.duplicate && append.events.length > 0) this.notifyFeed();
+    return result;
   }
 
   async loadEvents(persistenceId: string, afterSeq = 0): Promise<StoredEvent[]> {
@@ -332,7 +372,20 @@ export class SqliteStore implements PersistenceStore {
       if (snapshot === undefined || snapshot.sequence_nr < toSequenceNr) {
         throw new UnsafeRetentionError(persistenceId, toSequenceNr, snapshot?.sequence_nr ?? null);
       }
+      const lagging = this.s.laggingProjection.get(persistenceId, toSequenceNr) as
+        | { projection_name: string; event_offset: number }
+        | undefined;
+      if (lagging !== undefined) {
+        throw new ProjectionBehindRetentionError(
+          persistenceId,
+          toSequenceNr,
+          lagging.projection_name,
+          lagging.event_offset,
+        );
+      }
       const deleted = this.s.deleteEvents.run(persistenceId, toSequenceNr).changes;
+      this.s.deleteTags.run(persistenceId, toSequenceNr);
+      this.s.deleteFeed.run(persistenceId, toSequenceNr);
       return { deletedEvents: deleted, throughSeq: toSequenceNr };
     });
   }
@@ -400,6 +453,55 @@ export class SqliteStore implements PersistenceStore {
     return row === undefined ? null : leaseToken(k, row);
   }
 
+  async acquireShardLeases(
+    keys: readonly ShardLeaseKey[],
+    owner: string,
+    durationMs: number,
+  ): Promise<(ShardLeaseToken | null)[]> {
+    this.open();
+    for (const key of keys) validateLeaseKey(key);
+    validateLeaseRequest(owner, durationMs);
+    // One immediate transaction (one lock, one sync) with each key's own acquire statement in it.
+    const rows = await this.run("acquireShardLeases", () =>
+      this.db
+        .transaction(() =>
+          keys.map(
+            (key) =>
+              this.s.acquireLease.get({
+                cluster: key.clusterName,
+                type: key.entityType,
+                shard: key.shardId,
+                owner,
+                duration: durationMs,
+              }) as LeaseRow | undefined,
+          ),
+        )
+        .immediate(),
+    );
+    return rows.map((row, i) => (row === undefined ? null : leaseToken(keys[i]!, row)));
+  }
+
+  async renewShardLeases(tokens: readonly ShardLeaseToken[], durationMs: number): Promise<(ShardLeaseToken | null)[]> {
+    this.open();
+    for (const t of tokens) {
+      validateLeaseToken(t);
+      validateLeaseRequest(t.owner, durationMs);
+    }
+    const rows = await this.run("renewShardLeases", () =>
+      this.db
+        .transaction(() =>
+          tokens.map(
+            (t) =>
+              this.s.renewLease.get(durationMs, t.key.clusterName, t.key.entityType, t.key.shardId, t.owner, t.epoch) as
+                | LeaseRow
+                | undefined,
+          ),
+        )
+        .immediate(),
+    );
+    return rows.map((row, i) => (row === undefined ? null : leaseToken(tokens[i]!.key, row)));
+  }
+
   async releaseShardLease(token: ShardLeaseToken): Promise<boolean> {
     this.open();
     validateLeaseToken(token);
@@ -410,6 +512,173 @@ export class SqliteStore implements PersistenceStore {
     );
   }
 
+  async queryEvents(query?: EventQuery): Promise<EventPage> {
+    this.open();
+    const q = checkEventQuery(query);
+    const values: unknown[] = [q.afterOffset];
+    if (q.entityTypes !== null) values.push(JSON.stringify(q.entityTypes));
+    if (q.persistenceId !== null) values.push(q.persistenceId);
+    if (q.tag !== null) values.push(q.tag, q.afterOffset);
+    values.push(q.limit);
+    const statement = this.feedQuery(q.entityTypes !== null, q.persistenceId !== null, q.tag !== null);
+    const rows = await this.run("queryEvents", () => statement.all(...values) as Record<string, unknown>[]);
+    return feedPage(
+      q,
+      rows.map((r) =>
+        checkFeedRow(
+          r.event_offset,
+          r.persistence_id,
+          r.entity_type,
+          r.sequence_nr,
+          r.manifest,
+          r.payload,
+          typeof r.tags === "string" ? parseTags(r.tags) : r.tags,
+        ),
+      ),
+    );
+  }
+
+  async latestOffset(): Promise<number> {
+    this.open();
+    return this.run("latestOffset", () => (this.s.latestOffset.get() as { o: number }).o);
+  }
+
+  onEventsCommitted(listener: () => void): () => void {
+    this.feedListeners.add(listener);
+    return () => this.feedListeners.delete(listener);
+  }
+
+  private notifyFeed(): void {
+    for (const listener of this.feedListeners) {
+      try {
+        listener();
+      } catch {
+        // A wake-up hint: a listener's failure is its own.
+      }
+    }
+  }
+
+  /** The prepared page statement for a filter combination (see postgres/feed-schema.ts queryEventsSql). */
+  private feedQuery(types: boolean, pid: boolean, tag: boolean): Statement {
+    const key = `${Number(types)}${Number(pid)}${Number(tag)}`;
+    let statement = this.feedQueries.get(key);
+    if (statement === undefined) {
+      const where = ["f.event_offset > ?"];
+      if (types) where.push("f.entity_type IN (SELECT value FROM json_each(?))");
+      if (pid) where.push("f.persistence_id = ?");
+      if (tag)
+        where.push("f.event_offset IN (SELECT g.event_offset FROM event_tag g WHERE g.tag = ? AND g.event_offset > ?)");
+      statement = this.db.prepare(`SELECT f.event_offset, f.persistence_id, f.entity_type, f.sequence_nr, j.manifest,
+          j.payload, (SELECT json_group_array(t.tag) FROM (SELECT tag FROM event_tag WHERE event_offset = f.event_offset
+            ORDER BY tag) AS t) AS tags
+        FROM event_feed f JOIN event_journal j ON j.persistence_id = f.persistence_id AND j.sequence_nr = f.sequence_nr
+        WHERE ${where.join(" AND ")}
+        ORDER BY f.event_offset LIMIT ?`);
+      this.feedQueries.set(key, statement);
+    }
+    return statement;
+  }
+
+  async loadProjectionOffset(name: string): Promise<number | null> {
+    this.open();
+    checkProjectionName(name);
+    const row = await this.run(
+      "loadProjectionOffset",
+      () => this.s.selectCheckpoint.get(name) as { event_offset: number } | undefined,
+    );
+    return row?.event_offset ?? null;
+  }
+
+  async saveProjectionOffset(name: string, offset: number, fence?: ShardLeaseToken | null): Promise<void> {
+    this.open();
+    checkProjectionName(name);
+    checkOffset("offset", offset);
+    const f = checkFence(fence);
+    await this.tx("saveProjectionOffset", () => {
+      this.checkFenceNow(f);
+      this.s.upsertCheckpoint.run(name, offset);
+    });
+  }
+
+  async deleteProjectionOffset(name: string): Promise<boolean> {
+    this.open();
+    checkProjectionName(name);
+    return this.run("deleteProjectionOffset", () => this.s.deleteCheckpoint.run(name).changes === 1);
+  }
+
+  runProjectionBatch<R>(request: ProjectionBatchRequest, work: (tx: ProjectionTransaction) => Promise<R>): Promise<R> {
+    this.open();
+    const name = checkProjectionName(request.name);
+    const expected = checkOffset("expectedOffset", request.expectedOffset);
+    const next = checkOffset("newOffset", request.newOffset);
+    const fence = checkFence(request.fence);
+    const run = this.projectionQueue.then(() => this.projectionBatch(name, expected, next, fence, work));
+    this.projectionQueue = run.catch(() => {});
+    return run;
+  }
+
+  private async projectionBatch<R>(
+    name: string,
+    expected: number,
+    next: number,
+    fence: ShardLeaseToken | null,
+    work: (tx: ProjectionTransaction) => Promise<R>,
+  ): Promise<R> {
+    this.open();
+    if (this.projectionDb === null) {
+      if (this.dbPath === ":memory:") {
+        throw new PersistenceConfigurationError(
+          "dbPath",
+          "exactly-once projections on SQLite need a database file (a second connection runs their transactions), not :memory:",
+        );
+      }
+      const db = new Database(this.dbPath);
+      db.pragma(`busy_timeout = ${this.busySyncWaitMs}`);
+      this.projectionDb = db;
+    }
+    const db = this.projectionDb;
+    // The write lock first (waiting asynchronously while another connection holds it), so the checks below and the
+    // handler's writes see one state.
+    await this.run("runProjectionBatch", () => db.exec("BEGIN IMMEDIATE"));
+    try {
+      if (fence !== null) {
+        const k = fence.key;
+        const held = db
+          .prepare(
+            `SELECT 1 FROM shard_lease WHERE cluster_name = ? AND entity_type = ? AND shard_id = ? AND owner = ?
+              AND epoch = ? AND lease_until_epoch_ms > ${SQLITE_NOW_MS}`,
+          )
+          .get(k.clusterName, k.entityType, k.shardId, fence.owner, fence.epoch);
+        if (held === undefined) throw new StaleShardOwnerError(fence);
+      }
+      const current = db
+        .prepare("SELECT event_offset FROM projection_checkpoint WHERE projection_name = ?")
+        .get(name) as { event_offset: number } | undefined;
+      const actual = current?.event_offset ?? 0;
+      if (actual !== expected) throw new ProjectionCheckpointConflictError(name, expected, actual);
+      const tx: ProjectionTransaction = {
+        backend: "sqlite",
+        query: async (sql, params) => {
+          const statement = db.prepare(sql);
+          const values = params === undefined ? [] : [...params];
+          if (statement.reader) return statement.all(...values) as Record<string, unknown>[];
+          statement.run(...values);
+          return [];
+        },
+      };
+      const result = await work(tx);
+      db.prepare(
+        `INSERT INTO projection_checkpoint (projection_name, event_offset) VALUES (?, ?)
+          ON CONFLICT (projection_name) DO UPDATE SET event_offset = excluded.event_offset, updated_at = CURRENT_TIMESTAMP`,
+      ).run(name, next);
+      db.exec("COMMIT");
+      return result;
+    } catch (error) {
+      if (db.inTransaction) db.exec("ROLLBACK");
+      throw error;
+    }
+  }
+
   /** The connection's PRAGMA synchronous: "normal" or "full". */
   get synchronous(): "normal" | "full" {
     return this.db.pragma("synchronous", { simple: true }) === 2 ? "full" : "normal";
@@ -418,6 +687,7 @@ export class SqliteStore implements PersistenceStore {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
+    this.projectionDb?.close();
     this.db.close();
   }
 
@@ -521,6 +791,28 @@ function prepare(db: SqliteDatabase) {
       "SELECT sequence_nr, manifest, payload FROM event_journal WHERE persistence_id = ? AND sequence_nr > ? ORDER BY sequence_nr",
     ),
     deleteEvents: p("DELETE FROM event_journal WHERE persistence_id = ? AND sequence_nr <= ?"),
+    insertTag: p(
+      `INSERT OR IGNORE INTO event_tag (tag, event_offset)
+        SELECT ?, event_offset FROM event_feed WHERE persistence_id = ? AND sequence_nr = ?`,
+    ),
+    deleteTags: p(
+      `DELETE FROM event_tag WHERE event_offset IN (SELECT event_offset FROM event_feed
+        WHERE persistence_id = ? AND sequence_nr <= ?)`,
+    ),
+    deleteFeed: p("DELETE FROM event_feed WHERE persistence_id = ? AND sequence_nr <= ?"),
+    latestOffset: p("SELECT coalesce(max(event_offset), 0) AS o FROM event_feed"),
+    selectCheckpoint: p("SELECT event_offset FROM projection_checkpoint WHERE projection_name = ?"),
+    upsertCheckpoint: p(
+      `INSERT INTO projection_checkpoint (projection_name, event_offset) VALUES (?, ?)
+        ON CONFLICT (projection_name) DO UPDATE SET event_offset = excluded.event_offset, updated_at = CURRENT_TIMESTAMP`,
+    ),
+    deleteCheckpoint: p("DELETE FROM projection_checkpoint WHERE projection_name = ?"),
+    // A projection whose checkpoint is below the largest offset a retention delete would remove (REFERENCE §4.3).
+    laggingProjection: p(
+      `SELECT c.projection_name, c.event_offset FROM projection_checkpoint c
+        WHERE c.event_offset < (SELECT max(f.event_offset) FROM event_feed f WHERE f.persistence_id = ? AND f.sequence_nr <= ?)
+        ORDER BY c.event_offset, c.projection_name LIMIT 1`,
+    ),
     upsertSnapshot: p(
       `INSERT INTO snapshot_store (persistence_id, sequence_nr, manifest, payload) VALUES (?, ?, ?, ?)
         ON CONFLICT (persistence_id) DO UPDATE SET sequence_nr = excluded.sequence_nr, manifest = excluded.manifest,
@@ -611,6 +903,15 @@ function storedEvent(persistenceId: string, row: Record<string, unknown>): Store
     throw new CorruptPersistentRecordError(persistenceId, sequenceNr, "payload is not text");
   }
   return { sequenceNr, manifest: row.manifest, payload: row.payload };
+}
+
+/** The JSON tag list of a feed row; a malformed one is left for checkFeedRow to refuse. */
+function parseTags(text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch {
+    return text;
+  }
 }
 
 function leaseToken(key: ShardLeaseKey, row: LeaseRow): ShardLeaseToken {

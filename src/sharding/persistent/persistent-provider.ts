@@ -10,6 +10,7 @@ import {
 } from "../../actor/index.ts";
 import { EntityTable, type TableEntity } from "../entity-table.ts";
 import { ShardHandoffInProgressError, ShardLeaseUnavailableError } from "../errors.ts";
+import type { ShardLeaseView } from "../inspection.ts";
 import { bindEntity } from "../lease/entity-epoch.ts";
 import type { LeaseCounter } from "../lease/lease-book.ts";
 import { LeaseKeeper, type LeaseStore } from "../lease/lease-keeper.ts";
@@ -102,6 +103,8 @@ export class PersistentEntityProvider<T> implements ShardingProvider {
         safeToOwn: options.safeToOwn,
         log: options.log,
       },
+      // Renewal rounds: a node's upkeep is a few statements per interval, whatever the number of shards it holds.
+      { renewalRounds: true },
     );
     this.unsubscribeDeadLetters = options.onDeadLetter((letter) => this.onDeadLetter(letter));
     const shardCapacity = options.settings.shardMailboxCapacity;
@@ -111,6 +114,24 @@ export class PersistentEntityProvider<T> implements ShardingProvider {
 
   get entityCount(): number {
     return this.entities.size;
+  }
+
+  entitiesByShard(): Map<number, number> {
+    return this.entities.countsByShard();
+  }
+
+  leases(): ShardLeaseView[] {
+    const views: ShardLeaseView[] = [];
+    for (const [shardId, lease] of this.keeper.state.shards) {
+      const token = lease.phase === "acquiring" ? null : lease.token;
+      views.push({
+        shardId,
+        phase: lease.phase,
+        epoch: token?.epoch ?? null,
+        leaseUntilEpochMs: token?.leaseUntilEpochMs ?? null,
+      });
+    }
+    return views.sort((a, b) => a.shardId - b.shardId);
   }
 
   /** The epoch a live entity actor writes under, or null when none is active here. */

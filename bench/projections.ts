@@ -1,0 +1,289 @@
+// Event feed and projection benchmark (PostgreSQL and SQLite):
+// 1. the feed's cost on the write path: fenced one-event appends (each writer its own shard) at concurrency 1, 4 and
+//    64 into a schema with the feed trigger and into one whose trigger is dropped (the write path as it was before the
+//    feed: the client code of an untagged append is the same), alternating round by round in one process;
+// 2. reading the feed: store.queryEvents pages and a live EventFeed.stream, beside a raw SELECT of the same rows
+//    (the same join, keyset-paged, through the same pool) measured in the same run;
+// 3. exactly-once projection throughput with a handler that upserts one row per event in the same database.
+// Usage: npm run bench:projections  (MOVIE_POSTGRES_TEST_URL overrides the local server; MOVIE_BENCH_SECONDS the
+// duration of each append case, default 0.4; MOVIE_BENCH_ROUNDS the alternating rounds, default 5;
+// MOVIE_BENCH_FEED_EVENTS the events read and projected, default 20000).
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { loadavg, tmpdir } from "node:os";
+import { join } from "node:path";
+import pg from "pg";
+import { RealScheduler } from "../src/actor/index.ts";
+import { EventFeed, type PersistenceStore, ProjectionRunner, type ShardLeaseToken } from "../src/persistence/index.ts";
+import { PostgresStore } from "../src/persistence/postgres/index.ts";
+import { SqliteStore } from "../src/persistence/sqlite/index.ts";
+
+const clock = new RealScheduler();
+const url = process.env.MOVIE_POSTGRES_TEST_URL ?? "postgres://postgres@127.0.0.1:5432/test";
+const caseMs = Number(process.env.MOVIE_BENCH_SECONDS ?? "0.4") * 1000;
+const rounds = Number(process.env.MOVIE_BENCH_ROUNDS ?? "5");
+const feedEvents = Number(process.env.MOVIE_BENCH_FEED_EVENTS ?? "20000");
+const warmupMs = 150;
+const payload = JSON.stringify({ kind: "ItemAdded", sku: "sku-000042", quantity: 3, note: "x".repeat(64) });
+const manifest = "bench.ItemAdded";
+
+const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
+
+/** `concurrency` loops of `op` for a warm-up, then `caseMs`; appends per second. */
+async function measure(concurrency: number, op: (worker: number) => Promise<unknown>): Promise<number> {
+  let phaseEnd = clock.now() + warmupMs;
+  let count = 0;
+  let recording = false;
+  const worker = async (w: number) => {
+    while (clock.now() < phaseEnd) {
+      await op(w);
+      if (recording) count++;
+    }
+  };
+  const workers = Array.from({ length: concurrency }, (_, w) => w);
+  await Promise.all(workers.map(worker));
+  recording = true;
+  const started = clock.now();
+  phaseEnd = started + caseMs;
+  await Promise.all(workers.map(worker));
+  return (count * 1000) / (clock.now() - started);
+}
+
+async function appendRate(store: PersistenceStore, label: string, fences: ShardLeaseToken[]): Promise<number> {
+  const revisions = new Array<number>(fences.length).fill(0);
+  let op = 0;
+  return measure(fences.length, async (w) => {
+    const r = await store.appendEvents({
+      persistenceId: `Bench:${label}-${w}`,
+      expectedRevision: revisions[w]!,
+      operationId: `${label}-${w}-${++op}`,
+      events: [{ manifest, payload }],
+      fence: fences[w]!,
+    });
+    revisions[w] = r.revision;
+  });
+}
+
+async function leases(store: PersistenceStore, concurrency: number): Promise<ShardLeaseToken[]> {
+  const out: ShardLeaseToken[] = [];
+  for (let w = 0; w < concurrency; w++) {
+    out.push(
+      (await store.acquireShardLease(
+        { clusterName: "bench", entityType: `B${concurrency}`, shardId: w },
+        "bench",
+        600_000,
+      ))!,
+    );
+  }
+  return out;
+}
+
+/** Fenced appends with and without the feed trigger, alternating. */
+async function appendOverhead(withFeed: PostgresStore, withoutFeed: PostgresStore) {
+  const rows: { concurrency: number; withFeed: number; withoutFeed: number; ratio: number; pairs: number[][] }[] = [];
+  for (const concurrency of [1, 4, 64]) {
+    const on = await leases(withFeed, concurrency);
+    const off = await leases(withoutFeed, concurrency);
+    const pairs: number[][] = [];
+    for (let round = 0; round < rounds; round++) {
+      // Alternate which side goes first, so drifting load does not favour one.
+      const first = round % 2 === 0;
+      const a = first ? await appendRate(withoutFeed, `off${concurrency}r${round}`, off) : 0;
+      const b = await appendRate(withFeed, `on${concurrency}r${round}`, on);
+      const c = first ? a : await appendRate(withoutFeed, `off${concurrency}r${round}`, off);
+      pairs.push([c, b]);
+    }
+    const before = median(pairs.map((p) => p[0]!));
+    const after = median(pairs.map((p) => p[1]!));
+    rows.push({ concurrency, withFeed: after, withoutFeed: before, ratio: after / before, pairs });
+  }
+  return rows;
+}
+
+/** Appends `count` events over 100 entities, 100 events per append. */
+async function fill(store: PersistenceStore, count: number, type: string): Promise<void> {
+  const perAppend = 100;
+  const revisions = new Map<string, number>();
+  for (let i = 0; i < count / perAppend; i++) {
+    const pid = `${type}:${i % 100}`;
+    const revision = revisions.get(pid) ?? 0;
+    const r = await store.appendEvents({
+      persistenceId: pid,
+      expectedRevision: revision,
+      operationId: `fill-${type}-${i}`,
+      events: Array.from({ length: perAppend }, () => ({ manifest, payload })),
+    });
+    revisions.set(pid, r.revision);
+  }
+}
+
+async function timeIt(fn: () => Promise<number>): Promise<number> {
+  const started = clock.now();
+  const n = await fn();
+  return (n * 1000) / (clock.now() - started);
+}
+
+async function readRates(store: PersistenceStore, raw: () => Promise<number>) {
+  const query = () =>
+    timeIt(async () => {
+      let after = 0;
+      let n = 0;
+      for (;;) {
+        const page = await store.queryEvents({ afterOffset: after, limit: 1000 });
+        n += page.events.length;
+        after = page.nextOffset;
+        if (!page.hasMore) return n;
+      }
+    });
+  const stream = () =>
+    timeIt(async () => {
+      const abort = new AbortController();
+      let n = 0;
+      const total = await store.latestOffset();
+      for await (const e of new EventFeed(store, clock).stream({ pageSize: 1000, signal: abort.signal })) {
+        n++;
+        if (e.offset >= total) break;
+      }
+      return n;
+    });
+  const samples = { raw: [] as number[], query: [] as number[], stream: [] as number[] };
+  for (let round = 0; round < 3; round++) {
+    samples.raw.push(await raw());
+    samples.query.push(await query());
+    samples.stream.push(await stream());
+  }
+  return { raw: median(samples.raw), query: median(samples.query), stream: median(samples.stream) };
+}
+
+async function projectionRate(store: PersistenceStore, ddl: string, upsert: string, name: string): Promise<number> {
+  await store.runProjectionBatch({ name: `${name}-ddl`, expectedOffset: 0, newOffset: 0 }, async (tx) => {
+    await tx.query(ddl);
+  });
+  const total = await store.latestOffset();
+  const started = clock.now();
+  const runner = ProjectionRunner.start(
+    {
+      name,
+      mode: "exactly-once",
+      batchSize: 500,
+      handler: async (event, tx) => {
+        await tx.query(upsert, [event.persistenceId, event.sequenceNr]);
+      },
+    },
+    store,
+    clock,
+  );
+  await runner.caughtUpTo(total);
+  const rate = (runner.stats.processed * 1000) / (clock.now() - started);
+  await runner.stop();
+  return rate;
+}
+
+async function main(): Promise<void> {
+  const load = loadavg();
+  const schema = `movie_benchp_${process.pid}`;
+  const dir = mkdtempSync(join(tmpdir(), "movie-benchp-"));
+  const admin = new pg.Client({ connectionString: url });
+  await admin.connect();
+  const stores: PostgresStore[] = [];
+  try {
+    // A small pool: group commit keeps one append statement in flight (default), so four connections suffice.
+    const withFeed = await PostgresStore.connect({ connectionUri: url, schema: `${schema}_on`, poolSize: 4 });
+    const withoutFeed = await PostgresStore.connect({ connectionUri: url, schema: `${schema}_off`, poolSize: 4 });
+    stores.push(withFeed, withoutFeed);
+    await withoutFeed.pool.query("DROP TRIGGER movie_event_feed ON event_journal");
+    console.log(`1-minute load ${load[0]!.toFixed(2)} at the start; ${rounds} alternating rounds of ${caseMs} ms`);
+    const appends = await appendOverhead(withFeed, withoutFeed);
+    console.log("fenced one-event appends (each writer its own shard), PostgreSQL, median appends/s:");
+    console.log("conc  without feed  with feed  ratio   pairs (without/with)");
+    for (const r of appends) {
+      console.log(
+        `${String(r.concurrency).padEnd(6)}${r.withoutFeed.toFixed(0).padEnd(14)}${r.withFeed.toFixed(0).padEnd(11)}${(r.ratio * 100).toFixed(0).padEnd(8)}${r.pairs.map((p) => `${p[0]!.toFixed(0)}/${p[1]!.toFixed(0)}`).join(" ")}`,
+      );
+    }
+
+    const reads: Record<string, { raw: number; query: number; stream: number }> = {};
+    const projections: Record<string, number> = {};
+    const feedSchema = `${schema}_feed`;
+    const pgStore = await PostgresStore.connect({ connectionUri: url, schema: feedSchema, poolSize: 4 });
+    stores.push(pgStore);
+    await fill(pgStore, feedEvents, "Feed");
+    reads.postgres = await readRates(pgStore, () =>
+      timeIt(async () => {
+        let after = 0;
+        let n = 0;
+        for (;;) {
+          const rows = (
+            await pgStore.pool.query(
+              `SELECT f.event_offset, f.persistence_id, f.sequence_nr, j.manifest, j.payload FROM event_feed f
+                JOIN event_journal j ON j.persistence_id = f.persistence_id AND j.sequence_nr = f.sequence_nr
+                WHERE f.event_offset > $1 ORDER BY f.event_offset LIMIT 1000`,
+              [after],
+            )
+          ).rows;
+          n += rows.length;
+          if (rows.length < 1000) return n;
+          after = Number(rows[rows.length - 1].event_offset);
+        }
+      }),
+    );
+    projections.postgres = await projectionRate(
+      pgStore,
+      "CREATE TABLE IF NOT EXISTS bench_model (id TEXT PRIMARY KEY, seq BIGINT NOT NULL)",
+      "INSERT INTO bench_model (id, seq) VALUES ($1, $2) ON CONFLICT (id) DO UPDATE SET seq = EXCLUDED.seq",
+      "bench",
+    );
+
+    const sqlite = SqliteStore.open({ dbPath: join(dir, "feed.sqlite3") });
+    await fill(sqlite, feedEvents, "Feed");
+    const rawDb = new (await import("better-sqlite3")).default(join(dir, "feed.sqlite3"));
+    const rawPage = rawDb.prepare(
+      `SELECT f.event_offset, f.persistence_id, f.sequence_nr, j.manifest, j.payload FROM event_feed f
+        JOIN event_journal j ON j.persistence_id = f.persistence_id AND j.sequence_nr = f.sequence_nr
+        WHERE f.event_offset > ? ORDER BY f.event_offset LIMIT 1000`,
+    );
+    reads.sqlite = await readRates(sqlite, () =>
+      timeIt(async () => {
+        let after = 0;
+        let n = 0;
+        for (;;) {
+          const rows = rawPage.all(after) as { event_offset: number }[];
+          n += rows.length;
+          if (rows.length < 1000) return n;
+          after = rows[rows.length - 1]!.event_offset;
+        }
+      }),
+    );
+    projections.sqlite = await projectionRate(
+      sqlite,
+      "CREATE TABLE IF NOT EXISTS bench_model (id TEXT PRIMARY KEY, seq INTEGER NOT NULL)",
+      "INSERT INTO bench_model (id, seq) VALUES (?, ?) ON CONFLICT (id) DO UPDATE SET seq = excluded.seq",
+      "bench",
+    );
+    rawDb.close();
+    await sqlite.close();
+
+    console.log(`reading ${feedEvents} events (events/s, median of 3):`);
+    console.log("backend   raw SELECT  queryEvents  vs raw  stream   vs raw");
+    for (const [backend, r] of Object.entries(reads)) {
+      console.log(
+        `${backend.padEnd(10)}${r.raw.toFixed(0).padEnd(12)}${r.query.toFixed(0).padEnd(13)}${`${((r.query / r.raw) * 100).toFixed(0)}%`.padEnd(8)}${r.stream.toFixed(0).padEnd(9)}${((r.stream / r.raw) * 100).toFixed(0)}%`,
+      );
+    }
+    console.log("exactly-once projection, one upserted row per event, batches of 500 (events/s):");
+    for (const [backend, rate] of Object.entries(projections)) console.log(`${backend.padEnd(10)}${rate.toFixed(0)}`);
+    console.log(`1-minute load ${loadavg()[0]!.toFixed(2)} at the end`);
+    mkdirSync("bench/results", { recursive: true });
+    writeFileSync(
+      "bench/results/projections.json",
+      `${JSON.stringify({ caseMs, rounds, feedEvents, loadAverage: { start: load, end: loadavg() }, appends, reads, projections }, null, 2)}\n`,
+    );
+  } finally {
+    for (const store of stores) await store.close();
+    for (const suffix of ["_on", "_off", "_feed"])
+      await admin.query(`DROP SCHEMA IF EXISTS ${schema}${suffix} CASCADE`);
+    await admin.end();
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+await main();

@@ -1,0 +1,138 @@
+/**
+ * The PostgreSQL side of the event feed (migration 9): offsets, entity types and tags of committed events, assigned
+ * by a statement-level trigger on event_journal, so every append path (the one-event hot path, group commit's batch
+ * statement, movie_append_events, movie_append_one_settle) gets offsets without an edit and a group-commit batch takes
+ * the feed lock once, not once per row. The statement texts are part of a checksummed migration: keep them
+ * byte-identical.
+ */
+
+/** The transaction advisory lock that serialises feed offsets (REFERENCE §4.4: 0x4d4f564945455654). */
+export const FEED_LOCK_KEY = 0x4d4f564945455654n;
+
+/** The LISTEN/NOTIFY channel of feed commits; the payload is the schema that committed (current_schema()). */
+export const FEED_CHANNEL = "movie_event_feed";
+
+/**
+ * Migration 9's statements. `fenceCheck` is the fenced-write prologue of schema.ts (returns status 3 when stale).
+ *
+ * The trigger takes the feed lock and inserts the feed rows at the end of the journal INSERT statement; the lock is
+ * held until the transaction ends, so offsets are handed out in commit order: the lock is released after the commit
+ * became visible (PostgreSQL releases locks after ProcArrayEndTransaction), so a transaction that gets a larger
+ * offset commits after every smaller one. Every append statement is its own implicit transaction, so the lock is held
+ * from the feed insert through the commit only. Feed rows carry no payload: queries read it from the journal row.
+ */
+export const feedMigration = (fenceCheck: string): string[] => [
+  // Migration 2's table was never written; its new shape drops the payload copy and adds the entity type. (Run over a
+  // database whose history rows were removed by hand, the feed is rebuilt from the journal.)
+  "DROP INDEX IF EXISTS event_feed_pid_idx",
+  "DROP TABLE IF EXISTS event_feed",
+  "DROP TABLE IF EXISTS event_tag",
+  `CREATE TABLE IF NOT EXISTS event_feed (event_offset BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+      persistence_id TEXT NOT NULL, sequence_nr BIGINT NOT NULL, entity_type TEXT NOT NULL,
+      created_at TIMESTAMPTZ NOT NULL DEFAULT now(), UNIQUE (persistence_id, sequence_nr))`,
+  "CREATE INDEX IF NOT EXISTS event_feed_type_idx ON event_feed (entity_type, event_offset)",
+  `CREATE TABLE IF NOT EXISTS event_tag (tag TEXT NOT NULL, event_offset BIGINT NOT NULL,
+      PRIMARY KEY (tag, event_offset))`,
+  "CREATE INDEX IF NOT EXISTS event_tag_offset_idx ON event_tag (event_offset)",
+  // Events written before this migration get offsets in their commit-time order.
+  `INSERT INTO event_feed (persistence_id, sequence_nr, entity_type)
+      SELECT persistence_id, sequence_nr, split_part(persistence_id, ':', 1) FROM event_journal
+      ORDER BY created_at, persistence_id, sequence_nr`,
+  `CREATE OR REPLACE FUNCTION movie_feed_append() RETURNS trigger LANGUAGE plpgsql AS $$
+      BEGIN
+        -- A statement that inserted nothing (a stale fence, a retry) takes no lock.
+        IF NOT EXISTS (SELECT 1 FROM movie_new_events) THEN
+          RETURN NULL;
+        END IF;
+        PERFORM pg_advisory_xact_lock(${FEED_LOCK_KEY});
+        INSERT INTO event_feed (persistence_id, sequence_nr, entity_type)
+          SELECT n.persistence_id, n.sequence_nr, split_part(n.persistence_id, ':', 1) FROM movie_new_events n
+          ORDER BY n.persistence_id, n.sequence_nr;
+        PERFORM pg_notify('${FEED_CHANNEL}', current_schema());
+        RETURN NULL;
+      END $$`,
+  "DROP TRIGGER IF EXISTS movie_event_feed ON event_journal",
+  `CREATE TRIGGER movie_event_feed AFTER INSERT ON event_journal REFERENCING NEW TABLE AS movie_new_events
+      FOR EACH STATEMENT EXECUTE FUNCTION movie_feed_append()`,
+  // A tagged append: movie_append_events, then the tags of the rows it wrote, in the same transaction (the feed lock
+  // is already held). p_tag_index[i] is the 1-based position of p_tags[i]'s event in the append.
+  `CREATE OR REPLACE FUNCTION movie_append_tagged(p_pid text, p_expected bigint, p_op text, p_fingerprint text,
+        p_manifest text, p_payload text, p_more_manifests text[], p_more_payloads text[], p_tag_index int[],
+        p_tags text[], p_cluster text, p_type text, p_shard bigint, p_owner text, p_epoch bigint)
+      RETURNS bigint LANGUAGE plpgsql AS $$
+      DECLARE
+        v_outcome bigint;
+      BEGIN
+        v_outcome := movie_append_events(p_pid, p_expected, p_op, p_fingerprint, p_manifest, p_payload,
+          p_more_manifests, p_more_payloads, p_cluster, p_type, p_shard, p_owner, p_epoch);
+        IF v_outcome >= 0 AND v_outcome % 4 = 0 AND v_outcome / 4 > p_expected THEN
+          INSERT INTO event_tag (tag, event_offset)
+            SELECT t.tag, f.event_offset FROM unnest(p_tag_index, p_tags) AS t(i, tag)
+              JOIN event_feed f ON f.persistence_id = p_pid AND f.sequence_nr = p_expected + t.i
+            ON CONFLICT DO NOTHING;
+        END IF;
+        RETURN v_outcome;
+      END $$`,
+  // Retention also removes the feed rows' tags, and refuses (status 5, revision = the lagging checkpoint) while a
+  // projection's checkpoint is below the largest offset it would delete (REFERENCE §4.3).
+  `CREATE OR REPLACE FUNCTION movie_delete_events_to(p_pid text, p_seq bigint, p_cluster text, p_type text,
+        p_shard bigint, p_owner text, p_epoch bigint, OUT status int, OUT revision bigint)
+      LANGUAGE plpgsql AS $$
+      DECLARE
+        v_snapshot bigint;
+        v_deleted bigint;
+        v_max_offset bigint;
+        v_behind bigint;
+      BEGIN
+        ${fenceCheck}
+        SELECT s.sequence_nr INTO v_snapshot FROM snapshot_store s WHERE s.persistence_id = p_pid FOR SHARE;
+        IF v_snapshot IS NULL OR v_snapshot < p_seq THEN
+          status := 4; revision := coalesce(v_snapshot, -1); RETURN;
+        END IF;
+        SELECT max(f.event_offset) INTO v_max_offset FROM event_feed f
+          WHERE f.persistence_id = p_pid AND f.sequence_nr <= p_seq;
+        IF v_max_offset IS NOT NULL THEN
+          SELECT min(c.event_offset) INTO v_behind FROM projection_checkpoint c WHERE c.event_offset < v_max_offset;
+          IF v_behind IS NOT NULL THEN
+            status := 5; revision := v_behind; RETURN;
+          END IF;
+        END IF;
+        INSERT INTO event_stream AS s (persistence_id, revision) VALUES (p_pid, movie_stream_revision(p_pid))
+          ON CONFLICT (persistence_id) DO UPDATE SET revision = greatest(s.revision, EXCLUDED.revision);
+        INSERT INTO journal_operation (persistence_id, operation_id, fingerprint, revision)
+          SELECT j.persistence_id, j.operation_id, j.fingerprint, j.operation_revision FROM event_journal j
+            WHERE j.persistence_id = p_pid AND j.sequence_nr <= p_seq AND j.operation_id IS NOT NULL
+          ON CONFLICT DO NOTHING;
+        DELETE FROM event_journal WHERE persistence_id = p_pid AND sequence_nr <= p_seq;
+        GET DIAGNOSTICS v_deleted = ROW_COUNT;
+        DELETE FROM event_tag WHERE event_offset IN (SELECT f.event_offset FROM event_feed f
+          WHERE f.persistence_id = p_pid AND f.sequence_nr <= p_seq);
+        DELETE FROM event_feed WHERE persistence_id = p_pid AND sequence_nr <= p_seq;
+        status := 0; revision := v_deleted;
+      END $$`,
+];
+
+/**
+ * The statement of a feed page with these filters: $1 after offset, $2 limit, then the present filters in the order
+ * entity types (text[]), persistence id, tag. One statement per filter combination rather than `$n IS NULL OR ...`:
+ * every connection uses generic plans (sessionOptions), and a generic plan of the catch-all form could not use the
+ * entity-type or tag index. The payload comes from the journal row (a primary-key probe per event), tags from
+ * event_tag.
+ */
+export function queryEventsSql(types: boolean, pid: boolean, tag: boolean): string {
+  const where = ["f.event_offset > $1"];
+  let n = 3;
+  if (types) where.push(`f.entity_type = ANY($${n++}::text[])`);
+  if (pid) where.push(`f.persistence_id = $${n++}`);
+  if (tag) {
+    where.push(
+      `f.event_offset IN (SELECT g.event_offset FROM event_tag g WHERE g.tag = $${n++} AND g.event_offset > $1)`,
+    );
+  }
+  return `SELECT f.event_offset, f.persistence_id, f.entity_type, f.sequence_nr, j.manifest, j.payload,
+    (SELECT array_agg(t.tag ORDER BY t.tag) FROM event_tag t WHERE t.event_offset = f.event_offset) AS tags
+  FROM event_feed f JOIN event_journal j ON j.persistence_id = f.persistence_id AND j.sequence_nr = f.sequence_nr
+  WHERE ${where.join(" AND ")}
+  ORDER BY f.event_offset
+  LIMIT $2`;
+}

@@ -1,0 +1,411 @@
+/**
+ * Projections: a name, a source (a filter of the event feed) and a handler, run from the projection's checkpoint
+ * onwards. Two delivery modes:
+ * - exactly-once: each batch runs in one database transaction (PersistenceStore.runProjectionBatch); the handler gets
+ *   that transaction, and its writes commit together with the checkpoint or not at all;
+ * - at-least-once: the handler runs outside any transaction and is told each event's offset; the checkpoint is saved
+ *   after the handler, every `checkpointEvery` events, so after a crash the events since the last checkpoint are
+ *   handled again (the handler de-duplicates by offset).
+ * A projection may run under a shard lease (`fence`): its checkpoint writes are fenced like entity writes, and a stale
+ * instance gets StaleShardOwnerError, commits nothing and stops.
+ */
+import type { Scheduler } from "../actor/index.ts";
+import { describe, errorText } from "../actor/untrusted.ts";
+import { InvalidPersistenceRequestError, ProjectionCheckpointConflictError, StaleShardOwnerError } from "./errors.ts";
+import {
+  checkEventQuery,
+  checkProjectionName,
+  type EventFilter,
+  type FeedEvent,
+  type ProjectionTransaction,
+} from "./feed.ts";
+import type { ShardLeaseToken } from "./lease.ts";
+import type { PersistenceStore } from "./store.ts";
+
+interface ProjectionBase {
+  /** The checkpoint's key; unique per projection (and per slice). */
+  readonly name: string;
+  /** Which events of the feed (default all). */
+  readonly source?: EventFilter;
+  /** Events per batch (one query; for exactly-once one transaction), 1..1000; default 100. */
+  readonly batchSize?: number;
+  /** Longest wait for new events without a wake-up, in ms (see EventStreamOptions.pollIntervalMs); default 500. */
+  readonly pollIntervalMs?: number;
+  /** Where a projection without a checkpoint starts (default 0: the whole feed). */
+  readonly startOffset?: number;
+}
+
+/** A projection whose handler writes in the checkpoint's transaction (PostgreSQL or SQLite). */
+export interface ExactlyOnceProjection extends ProjectionBase {
+  readonly mode: "exactly-once";
+  /** Handles one event inside the batch's transaction; a throw rolls back the whole batch (it is retried). */
+  readonly handler: (event: FeedEvent, tx: ProjectionTransaction) => Promise<void> | void;
+}
+
+/** A projection whose handler writes anywhere; it sees each event at least once. */
+export interface AtLeastOnceProjection extends ProjectionBase {
+  readonly mode: "at-least-once";
+  /** Handles one event; `event.offset` lets it recognise an event it handled before a crash. */
+  readonly handler: (event: FeedEvent) => Promise<void> | void;
+  /** Save the checkpoint after this many handled events (and when the feed is drained); default 100. */
+  readonly checkpointEvery?: number;
+}
+
+/** A projection definition. */
+export type Projection = ExactlyOnceProjection | AtLeastOnceProjection;
+
+/** Where a running projection is. */
+export type ProjectionStatus = "starting" | "running" | "paused" | "stopped" | "stale";
+
+/** Operational figures of a projection (also in Projections.stats). */
+export interface ProjectionStats {
+  readonly name: string;
+  readonly mode: Projection["mode"];
+  readonly status: ProjectionStatus;
+  /** The last committed checkpoint. */
+  readonly checkpoint: number;
+  /** The feed's latest offset when last looked at. */
+  readonly latestOffset: number;
+  /** latestOffset − checkpoint (0 when caught up). */
+  readonly lag: number;
+  /** Events handled per second over the last 10 s. */
+  readonly eventsPerSecond: number;
+  /** Events handled (committed) since this instance started. */
+  readonly processed: number;
+  /** Batches that failed and were retried. */
+  readonly failures: number;
+  /** The last failure as "Name: message", or null. */
+  readonly lastError: string | null;
+}
+
+/** Options of {@link ProjectionRunner.start}. */
+export interface ProjectionRunOptions {
+  /** The shard lease this instance runs under (its checkpoint writes are fenced). */
+  readonly fence?: ShardLeaseToken | null;
+  /** Backoff after a failed batch, from this many ms doubling to 30 s; default 100. */
+  readonly retryBackoffMs?: number;
+}
+
+const rateWindowMs = 10_000;
+
+interface RebuildRequest {
+  readonly offset: number;
+  readonly reset?: (tx: ProjectionTransaction) => Promise<void>;
+  readonly done: () => void;
+  readonly failed: (error: unknown) => void;
+}
+
+/**
+ * One running instance of a projection. Start it with {@link ProjectionRunner.start}; it runs until `stop()`, or
+ * until a newer lease owner fences it out (status "stale").
+ */
+export class ProjectionRunner {
+  private statusNow: ProjectionStatus = "starting";
+  private checkpoint = 0;
+  private latest = 0;
+  private processed = 0;
+  private failures = 0;
+  private lastError: string | null = null;
+  private readonly samples: { atMs: number; processed: number }[] = [];
+  private wake: (() => void) | null = null;
+  private woken = false;
+  private unsubscribe: () => void = () => {};
+  private loop: Promise<void> = Promise.resolve();
+  private pending: RebuildRequest | null = null;
+  private readonly batchSize: number;
+  private readonly pollMs: number;
+  private readonly filter: EventFilter;
+
+  private constructor(
+    readonly definition: Projection,
+    private readonly store: PersistenceStore,
+    private readonly scheduler: Scheduler,
+    private readonly fence: ShardLeaseToken | null,
+    private readonly retryBackoffMs: number,
+  ) {
+    this.batchSize = definition.batchSize ?? 100;
+    this.pollMs = definition.pollIntervalMs ?? 500;
+    this.filter = definition.source ?? {};
+  }
+
+  /**
+   * Validates the definition and starts the projection from its checkpoint.
+   * @throws InvalidPersistenceRequestError for a malformed definition
+   */
+  static start(
+    definition: Projection,
+    store: PersistenceStore,
+    scheduler: Scheduler,
+    options: ProjectionRunOptions = {},
+  ): ProjectionRunner {
+    checkDefinition(definition);
+    const runner = new ProjectionRunner(
+      definition,
+      store,
+      scheduler,
+      options.fence ?? null,
+      options.retryBackoffMs ?? 100,
+    );
+    runner.unsubscribe = store.onEventsCommitted(() => runner.poke());
+    runner.loop = runner.run();
+    return runner;
+  }
+
+  /** The projection's name. */
+  get name(): string {
+    return this.definition.name;
+  }
+
+  /** Where it is. */
+  get status(): ProjectionStatus {
+    return this.statusNow;
+  }
+
+  /** Lag, rate, last error and the rest. */
+  get stats(): ProjectionStats {
+    return {
+      name: this.definition.name,
+      mode: this.definition.mode,
+      status: this.statusNow,
+      checkpoint: this.checkpoint,
+      latestOffset: Math.max(this.latest, this.checkpoint),
+      lag: Math.max(0, this.latest - this.checkpoint),
+      eventsPerSecond: this.rate(),
+      processed: this.processed,
+      failures: this.failures,
+      lastError: this.lastError,
+    };
+  }
+
+  /** Stops handling events after the batch in flight (the checkpoint stays); `resume()` continues. */
+  pause(): void {
+    if (this.statusNow === "running" || this.statusNow === "starting") this.statusNow = "paused";
+  }
+
+  /** Continues a paused projection. */
+  resume(): void {
+    if (this.statusNow !== "paused") return;
+    this.statusNow = "running";
+    this.poke();
+  }
+
+  /**
+   * Moves the checkpoint to `offset` (usually back, to rebuild the read model) and continues from there. For an
+   * exactly-once projection, `reset` runs in the same transaction as the checkpoint move (clear the read model there).
+   * Resolves once the checkpoint has moved.
+   */
+  rebuildFrom(offset: number, reset?: (tx: ProjectionTransaction) => Promise<void>): Promise<void> {
+    if (!Number.isSafeInteger(offset) || offset < 0) {
+      return Promise.reject(
+        new InvalidPersistenceRequestError("offset", `${describe(offset)}; expected a whole number ≥ 0`),
+      );
+    }
+    return new Promise<void>((resolve, reject) => {
+      this.pending?.failed(new Error("superseded by a later rebuildFrom"));
+      this.pending =
+        reset === undefined
+          ? { offset, done: resolve, failed: reject }
+          : { offset, reset, done: resolve, failed: reject };
+      this.poke();
+    });
+  }
+
+  /** Stops the projection; resolves when the batch in flight (if any) has finished. */
+  async stop(): Promise<void> {
+    if (this.statusNow !== "stale") this.statusNow = "stopped";
+    this.unsubscribe();
+    this.poke();
+    await this.loop;
+  }
+
+  /** Resolves once the checkpoint is at or past `offset` (or the projection stopped). */
+  async caughtUpTo(offset: number): Promise<void> {
+    while (this.checkpoint < offset && !this.finished()) {
+      await new Promise<void>((resolve) => this.scheduler.scheduleOnce(5, resolve));
+    }
+  }
+
+  private finished(): boolean {
+    return this.statusNow === "stopped" || this.statusNow === "stale";
+  }
+
+  private poke(): void {
+    this.woken = true;
+    this.wake?.();
+  }
+
+  private async run(): Promise<void> {
+    let backoff = this.retryBackoffMs;
+    while (!this.finished()) {
+      try {
+        if (this.statusNow === "starting") {
+          this.checkpoint =
+            (await this.store.loadProjectionOffset(this.definition.name)) ?? this.definition.startOffset ?? 0;
+          this.statusNow = "running";
+        }
+        if (this.pending !== null) {
+          await this.applyRebuild();
+          continue;
+        }
+        if (this.statusNow === "paused") {
+          await this.idle(this.pollMs);
+          if (this.pending === null && this.statusNow === "paused") this.latest = await this.store.latestOffset();
+          continue;
+        }
+        this.woken = false;
+        const handled = await this.batch();
+        backoff = this.retryBackoffMs;
+        if (handled < this.batchSize && !this.woken) {
+          this.latest = await this.store.latestOffset();
+          await this.idle(this.pollMs);
+        }
+      } catch (error) {
+        if (this.finished()) return;
+        this.failures++;
+        this.lastError = errorText(error);
+        if (error instanceof StaleShardOwnerError) {
+          // A newer owner runs this projection: this instance must never write again.
+          this.statusNow = "stale";
+          break;
+        }
+        if (error instanceof ProjectionCheckpointConflictError) {
+          // Someone moved the checkpoint (a rebuild elsewhere, a second instance): continue from where it is.
+          this.checkpoint = error.actualOffset;
+          continue;
+        }
+        await this.idle(backoff);
+        backoff = Math.min(backoff * 2, 30_000);
+      }
+    }
+    this.unsubscribe();
+  }
+
+  /**
+   * One page from the checkpoint; returns how many events it handled. The feed's latest offset is read first: offsets
+   * become visible in commit order, so when the page is not full no matching event at or below that offset remains,
+   * and the checkpoint may move up to it even when the source's filter skipped the newest events (otherwise a filtered
+   * projection would show lag and hold retention back forever).
+   */
+  private async batch(): Promise<number> {
+    const latest = await this.store.latestOffset();
+    this.latest = Math.max(this.latest, latest);
+    const page = await this.store.queryEvents({ ...this.filter, afterOffset: this.checkpoint, limit: this.batchSize });
+    const through = page.hasMore ? page.nextOffset : Math.max(page.nextOffset, latest);
+    if (through <= this.checkpoint) return 0;
+    const definition = this.definition;
+    if (definition.mode === "exactly-once") {
+      await this.store.runProjectionBatch(
+        { name: definition.name, expectedOffset: this.checkpoint, newOffset: through, fence: this.fence },
+        async (tx) => {
+          for (const event of page.events) await definition.handler(event, tx);
+        },
+      );
+      this.advance(through, page.events.length);
+      return page.events.length;
+    }
+    const every = definition.checkpointEvery ?? 100;
+    let sinceCheckpoint = 0;
+    for (const event of page.events) {
+      if (this.finished()) return page.events.length;
+      await definition.handler(event);
+      if (++sinceCheckpoint >= every && event !== page.events[page.events.length - 1]) {
+        await this.store.saveProjectionOffset(definition.name, event.offset, this.fence);
+        this.advance(event.offset, sinceCheckpoint);
+        sinceCheckpoint = 0;
+      }
+    }
+    await this.store.saveProjectionOffset(definition.name, through, this.fence);
+    this.advance(through, sinceCheckpoint);
+    return page.events.length;
+  }
+
+  private async applyRebuild(): Promise<void> {
+    const request = this.pending!;
+    this.pending = null;
+    try {
+      if (this.definition.mode === "exactly-once") {
+        const reset = request.reset;
+        await this.store.runProjectionBatch(
+          {
+            name: this.definition.name,
+            expectedOffset: this.checkpoint,
+            newOffset: request.offset,
+            fence: this.fence,
+          },
+          async (tx) => {
+            if (reset !== undefined) await reset(tx);
+          },
+        );
+      } else {
+        await this.store.saveProjectionOffset(this.definition.name, request.offset, this.fence);
+      }
+      this.checkpoint = request.offset;
+      request.done();
+    } catch (error) {
+      request.failed(error);
+      throw error;
+    }
+  }
+
+  private advance(offset: number, events: number): void {
+    this.checkpoint = offset;
+    this.latest = Math.max(this.latest, offset);
+    this.processed += events;
+    const now = this.scheduler.now();
+    this.samples.push({ atMs: now, processed: this.processed });
+    while (this.samples.length > 1 && now - this.samples[0]!.atMs > rateWindowMs) this.samples.shift();
+  }
+
+  private rate(): number {
+    const first = this.samples[0];
+    const last = this.samples[this.samples.length - 1];
+    if (first === undefined || last === undefined || last === first) return 0;
+    const spanMs = Math.max(this.scheduler.now() - first.atMs, 1);
+    return ((last.processed - first.processed) * 1000) / spanMs;
+  }
+
+  /** Waits `ms` or until poked (a commit, resume, rebuild or stop); the caller decides whether an earlier poke counts. */
+  private idle(ms: number): Promise<void> {
+    if (this.finished()) return Promise.resolve();
+    return new Promise<void>((resolve) => {
+      const timer = this.scheduler.scheduleOnce(ms, () => {
+        this.wake = null;
+        resolve();
+      });
+      this.wake = () => {
+        this.wake = null;
+        timer.cancel();
+        resolve();
+      };
+    });
+  }
+}
+
+function checkDefinition(definition: Projection): void {
+  if (definition === null || typeof definition !== "object") {
+    throw new InvalidPersistenceRequestError("projection", `${describe(definition)}; expected a definition object`);
+  }
+  checkProjectionName(definition.name);
+  const mode: unknown = definition.mode;
+  if (mode !== "exactly-once" && mode !== "at-least-once") {
+    throw new InvalidPersistenceRequestError("mode", `${describe(mode)}; expected "exactly-once" or "at-least-once"`);
+  }
+  if (typeof definition.handler !== "function") {
+    throw new InvalidPersistenceRequestError("handler", "expected a function");
+  }
+  checkEventQuery({ ...(definition.source ?? {}), limit: definition.batchSize ?? 100 });
+  const poll = definition.pollIntervalMs ?? 500;
+  if (!Number.isSafeInteger(poll) || poll < 1 || poll > 60_000) {
+    throw new InvalidPersistenceRequestError("pollIntervalMs", `${describe(poll)}; expected 1..60000`);
+  }
+  const start = definition.startOffset ?? 0;
+  if (!Number.isSafeInteger(start) || start < 0) {
+    throw new InvalidPersistenceRequestError("startOffset", `${describe(start)}; expected a whole number ≥ 0`);
+  }
+  if (definition.mode === "at-least-once") {
+    const every = definition.checkpointEvery ?? 100;
+    if (!Number.isSafeInteger(every) || every < 1) {
+      throw new InvalidPersistenceRequestError("checkpointEvery", `${describe(every)}; expected a whole number ≥ 1`);
+    }
+  }
+}

@@ -1,0 +1,137 @@
+// Coordinated shutdown with real processes: SIGTERM to a node of a three-node cluster (the opt-in handler) makes it
+// leave, hand its shards off (persistent leases released, not left to expire), be removed, and exit 0 — all well
+// within the 15 s lease duration, which is what proves the leases were released rather than expired.
+import assert from "node:assert/strict";
+import { after, before, test } from "node:test";
+import pg from "pg";
+import { ActorSystem, silentLogger } from "../../src/actor/index.ts";
+import "../../src/cluster/index.ts";
+import { eventually } from "../fixtures/eventually.ts";
+import { postgresTestUrl, uniqueSchema } from "../persistence/pg-fixture.ts";
+import { type OpsNode, startOpsCluster, stopOpsCluster } from "./fixtures/ops-cluster.ts";
+
+const leaseDurationMs = 15_000;
+let nodes: OpsNode[] = [];
+let client: pg.Client;
+const schema = uniqueSchema("graceful_shutdown");
+
+async function getJson(url: string): Promise<{ status: number; body: Record<string, unknown> }> {
+  const res = await fetch(url);
+  return { status: res.status, body: (await res.json()) as Record<string, unknown> };
+}
+
+interface LeaseRow {
+  shard_id: string;
+  owner: string;
+  epoch: string;
+  live: boolean;
+}
+async function leaseRows(): Promise<LeaseRow[]> {
+  const result = await client.query<LeaseRow>(
+    `SELECT shard_id, owner, epoch, lease_until_epoch_ms > ${schema}.movie_now_ms() AS live
+       FROM ${schema}.shard_lease WHERE entity_type = 'Ledger' ORDER BY shard_id`,
+  );
+  return result.rows;
+}
+
+before(async () => {
+  const url = await postgresTestUrl();
+  client = new pg.Client({ connectionString: url });
+  await client.connect();
+  nodes = await startOpsCluster(3, { MOVIE_OPS_PG_URL: url, MOVIE_OPS_PG_SCHEMA: schema, MOVIE_OPS_SIGTERM: "1" });
+  await eventually(
+    async () =>
+      (await Promise.all(nodes.map((n) => getJson(`${n.ready.url}health/ready`)))).every((r) => r.status === 200),
+    {
+      what: "every node ready",
+      timeoutMs: 30_000,
+      intervalMs: 100,
+    },
+  );
+});
+after(async () => {
+  await stopOpsCluster(nodes);
+  await client.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
+  await client.end();
+});
+
+test("SIGTERM: the node leaves, its shards and leases move at once, it is removed and exits 0", async (t) => {
+  const activated = await nodes[0]!.process.request<{ activated: number }>({
+    type: "activate",
+    entityType: "Ledger",
+    count: 24,
+  });
+  assert.equal(activated.activated, 24);
+  const victim = nodes[2]!;
+  let before: LeaseRow[] = [];
+  await eventually(
+    async () => {
+      before = await leaseRows();
+      return before.length === 8 && before.every((r) => r.live);
+    },
+    { what: "all 8 Ledger leases held", describe: () => before, intervalMs: 50 },
+  );
+  const held = before.filter((r) => r.owner === victim.ready.address);
+  assert.ok(held.length > 0, `the victim holds leases: ${JSON.stringify(before)}`);
+
+  const started = Date.now();
+  victim.process.process.kill("SIGTERM");
+  await victim.process.whenExited();
+  const exitedMs = Date.now() - started;
+  assert.equal(victim.process.process.exitCode, 0, "exit 0: removed before the deadline");
+
+  const survivor = nodes[0]!;
+  const members = (await getJson(`${survivor.ready.url}cluster/members`)).body as { members: { address: string }[] };
+  assert.ok(!members.members.some((m) => m.address === victim.ready.address), "the victim was removed");
+  // Every lease the victim held was released on the way out: none is live under its name.
+  const afterExit = await leaseRows();
+  assert.deepEqual(
+    afterExit.filter((r) => r.owner === victim.ready.address && r.live),
+    [],
+  );
+
+  // The survivors take the victim's shards at once (an expired-only lease would hold them for 15 s).
+  const again = await survivor.process.request<{ activated: number }>({
+    type: "activate",
+    entityType: "Ledger",
+    count: 24,
+  });
+  assert.equal(again.activated, 24);
+  let now: LeaseRow[] = [];
+  await eventually(
+    async () => {
+      now = await leaseRows();
+      return now.every((r) => r.live && r.owner !== victim.ready.address);
+    },
+    { what: "the victim's shards leased by survivors", describe: () => now, intervalMs: 50 },
+  );
+  const movedMs = Date.now() - started;
+  for (const old of held) {
+    const row = now.find((r) => r.shard_id === old.shard_id)!;
+    assert.equal(Number(row.epoch), Number(old.epoch) + 1, `shard ${old.shard_id}: one ownership transfer`);
+  }
+  t.diagnostic(`victim held ${held.length} leases; exited after ${exitedMs} ms; shards re-leased after ${movedMs} ms`);
+  assert.ok(
+    movedMs < leaseDurationMs,
+    `shutdown ${exitedMs} ms, shards re-leased after ${movedMs} ms (< ${leaseDurationMs})`,
+  );
+});
+
+test("system.shutdown() without a cluster terminates at once and reports that it did not leave; repeat calls share it", async () => {
+  const system = ActorSystem.create("alone", { logger: silentLogger });
+  const first = system.shutdown();
+  assert.equal(system.shutdown(), first);
+  const report = await first;
+  assert.deepEqual([report.left, report.removed, report.reason], [false, false, "shutdown"]);
+  assert.equal(system.isTerminated, true);
+});
+
+test("system.shutdown() of the last member terminates without waiting out the deadline", async () => {
+  const system = ActorSystem.create("last", { logger: silentLogger });
+  const remoting = await system.enableRemoting({ host: "127.0.0.1", port: 0 });
+  const cluster = await system.enableCluster({ seedNodes: [remoting.selfAddress.address.hostPort] });
+  await cluster.awaitUp();
+  const report = await system.shutdown({ deadline: 20_000 });
+  assert.deepEqual([report.left, report.removed], [false, false]);
+  assert.ok(report.elapsedMs < 5_000, `${report.elapsedMs} ms`);
+});

@@ -1,0 +1,362 @@
+// The management HTTP API over real HTTP on three in-process nodes joined over loopback TCP: every read endpoint,
+// the token-guarded writes, health, and an adversarial dictionary of requests that must each get a 4xx JSON error.
+import assert from "node:assert/strict";
+import { after, before, test } from "node:test";
+import {
+  createManagementHandler,
+  ManagementConfigurationError,
+  type ManagementServer,
+  startManagement,
+} from "../../src/management/index.ts";
+import { eventually } from "../fixtures/eventually.ts";
+import { DeliverOrder, OrderBehavior, OrderCommand } from "../sharding/fixtures/order.ts";
+import {
+  describeNodes,
+  planSettled,
+  recordingLogger,
+  type ShardingNode,
+  settled,
+  startShardingNode,
+  startShardingNodes,
+  terminateAll,
+} from "../sharding/fixtures/tcp-nodes.ts";
+import { bodyJson, rawGet, rawRequest } from "./fixtures/raw-http.ts";
+
+const token = "s3cret-token-for-tests-0123456789";
+const log = recordingLogger();
+let nodes: ShardingNode[] = [];
+let servers: ManagementServer[] = [];
+
+before(async () => {
+  nodes = await startShardingNodes(3, [], log);
+  for (const n of nodes) n.sharding.init("Order", OrderCommand, { shardCount: 32 }, (id) => new OrderBehavior(id));
+  await eventually(() => nodes.every((n) => settled(n, 3)), { what: "3 nodes Up and converged" });
+  await eventually(() => planSettled(nodes, "Order", { shardCount: 32 }), {
+    what: "a balanced plan everywhere",
+    describe: describeNodes(nodes, "Order"),
+  });
+  // Node 0 and 2 accept writes; node 1 has no token (writes disabled).
+  servers = await Promise.all(
+    nodes.map((n, i) => startManagement(n.system, { port: 0, ...(i === 1 ? {} : { token }) })),
+  );
+});
+after(async () => {
+  await Promise.all(servers.map((s) => s.close()));
+  await terminateAll(nodes);
+});
+
+const port = (i: number): number => servers[i]!.address.port;
+
+test("binds loopback on the port the OS picked, and the address is readable", () => {
+  assert.equal(servers[0]!.address.host, "127.0.0.1");
+  assert.ok(servers[0]!.address.port > 0);
+  assert.equal(servers[0]!.url, `http://127.0.0.1:${servers[0]!.address.port}/`);
+});
+
+test("GET /cluster/members lists the three members with status, reachability, leader and convergence", async () => {
+  const res = await rawGet(port(0), "/cluster/members");
+  assert.equal(res.status, 200);
+  assert.match(res.headers.get("content-type") ?? "", /^application\/json/);
+  const body = bodyJson(res) as { converged: boolean; leader: string; members: Record<string, unknown>[] };
+  assert.equal(body.converged, true);
+  assert.equal(body.members.length, 3);
+  const snapshot = nodes[0]!.cluster.snapshot();
+  assert.equal(body.leader, snapshot.leader?.toString());
+  for (const [i, m] of body.members.entries()) {
+    assert.equal(m.address, snapshot.members[i]!.uniqueAddress.toString());
+    assert.equal(m.status, "Up");
+    assert.equal(m.reachable, true);
+    assert.equal(m.uid, snapshot.members[i]!.uniqueAddress.uid);
+  }
+  assert.equal(body.members.filter((m) => m.self === true).length, 1);
+});
+
+test("GET /sharding/types and /shards show the plan, and /entities/:id the shard and owner", async () => {
+  const order = nodes[0]!.sharding.entityRefFor("Order", "order-42");
+  order.tell(new DeliverOrder("p1"));
+  const owner = nodes[0]!.sharding.ownerFor("Order", "order-42");
+  const shard = nodes[0]!.sharding.shardOf("Order", "order-42");
+  const ownerNode = nodes.find((n) => n.cluster.selfAddress.equals(owner!))!;
+  const ownerServer = servers[nodes.indexOf(ownerNode)]!;
+  await eventually(() => ownerNode.sharding.localEntityCount === 1, { what: "order-42 activated on its owner" });
+
+  const types = bodyJson(await rawGet(port(0), "/sharding/types")) as { types: Record<string, unknown>[] };
+  assert.equal(types.types.length, 1);
+  assert.equal(types.types[0]!.type, "Order");
+  assert.equal(types.types[0]!.shardCount, 32);
+  assert.equal(types.types[0]!.allocatedShards, 32);
+  assert.equal(types.types[0]!.generation, nodes[0]!.sharding.planGeneration("Order"));
+
+  const shards = bodyJson(await rawGet(ownerServer.address.port, "/sharding/types/Order/shards")) as {
+    shards: { shard: number; owner: string; localEntities: number; inHandoff: boolean }[];
+    planAuthor: string;
+    coordinator: string;
+  };
+  assert.equal(shards.shards.length, 32);
+  const plan = ownerNode.sharding.allocations("Order");
+  for (const s of shards.shards) assert.equal(s.owner, plan.get(s.shard)?.toString());
+  assert.equal(shards.shards[shard]!.localEntities, 1);
+  assert.equal(shards.planAuthor, shards.coordinator);
+
+  const one = bodyJson(await rawGet(port(0), `/sharding/types/Order/shards/${shard}`));
+  assert.deepEqual([one.shard, one.owner], [shard, owner!.toString()]);
+
+  const entity = bodyJson(await rawGet(port(0), "/sharding/types/Order/entities/order-42"));
+  assert.deepEqual([entity.shard, entity.owner, entity.entityId], [shard, owner!.toString(), "order-42"]);
+  // Percent-encoded ids are decoded: "a b/c" is one id.
+  const encoded = bodyJson(await rawGet(port(0), "/sharding/types/Order/entities/a%20b%2Fc"));
+  assert.equal(encoded.entityId, "a b/c");
+  assert.equal(encoded.shard, nodes[0]!.sharding.shardOf("Order", "a b/c"));
+});
+
+test("GET /stats, /persistence/leases and /health/* answer JSON; /metrics answers the text format", async () => {
+  const stats = bodyJson(await rawGet(port(0), "/stats")) as {
+    remoting: { framesIn: number };
+    cluster: { gossipRounds: number };
+    sharding: { routes: number };
+    persistence: unknown;
+  };
+  assert.ok(stats.remoting.framesIn > 0);
+  assert.ok(stats.cluster.gossipRounds > 0);
+  assert.equal(typeof stats.sharding.routes, "number");
+  assert.equal(stats.persistence, null);
+  assert.deepEqual(bodyJson(await rawGet(port(0), "/persistence/leases")).types, []);
+  const alive = await rawGet(port(0), "/health/alive");
+  assert.equal(alive.status, 200);
+  const ready = await rawGet(port(0), "/health/ready");
+  assert.equal(ready.status, 200, ready.body);
+  const checks = bodyJson(ready).checks as { check: string; ok: boolean }[];
+  assert.deepEqual(
+    checks.map((c) => [c.check, c.ok]),
+    [
+      ["up", true],
+      ["converged", true],
+      ["sharding:Order", true],
+    ],
+  );
+  const metrics = await rawGet(port(0), "/metrics");
+  assert.equal(metrics.status, 200);
+  assert.match(metrics.headers.get("content-type") ?? "", /^text\/plain; version=0\.0\.4/);
+  assert.match(metrics.body, /^movie_cluster_members\{status="Up"\} 3$/m);
+});
+
+test("/health/ready is 503 and says what is missing on a node that cannot join", async () => {
+  const lonely = await startShardingNode(1, { settings: { seedNodes: ["127.0.0.1:1"] } });
+  lonely.sharding.init("Order", OrderCommand, { shardCount: 32 }, (id) => new OrderBehavior(id));
+  const server = await startManagement(lonely.system, { port: 0 });
+  try {
+    const res = await rawGet(server.address.port, "/health/ready");
+    assert.equal(res.status, 503);
+    const checks = bodyJson(res).checks as { check: string; ok: boolean; detail: string }[];
+    const up = checks.find((c) => c.check === "up")!;
+    assert.equal(up.ok, false);
+    assert.match(up.detail, /Joining|Removed/);
+    const order = checks.find((c) => c.check === "sharding:Order")!;
+    assert.equal(order.ok, false);
+    assert.match(order.detail, /no converged coordinator|no plan/);
+    assert.equal((await rawGet(server.address.port, "/health/alive")).status, 200);
+  } finally {
+    await server.close();
+    await lonely.system.terminate();
+  }
+});
+
+const protoBody = '{"__proto__":{"polluted":true},"a":1}';
+
+/** [what, request, expected status, expected error code (null: no JSON body expected)]. */
+const hostile: [string, string | Buffer, number, string | null][] = [
+  ["unknown path", "GET /nope HTTP/1.1\r\n\r\n", 404, "NotFound"],
+  ["unknown type", "GET /sharding/types/Nope/shards HTTP/1.1\r\n\r\n", 404, "UnknownEntityType"],
+  ["__proto__ type", "GET /sharding/types/__proto__/shards HTTP/1.1\r\n\r\n", 404, "UnknownEntityType"],
+  ["constructor type", "GET /sharding/types/constructor/entities/x HTTP/1.1\r\n\r\n", 404, "UnknownEntityType"],
+  ["bad percent-encoding", "GET /sharding/types/%E0%A4%A/shards HTTP/1.1\r\n\r\n", 400, "BadPercentEncoding"],
+  [
+    "lone surrogate in percent-encoding",
+    "GET /sharding/types/Order/entities/%ED%A0%80 HTTP/1.1\r\n\r\n",
+    400,
+    "BadPercentEncoding",
+  ],
+  ["overlong UTF-8", "GET /sharding/types/%C0%AF/shards HTTP/1.1\r\n\r\n", 400, "BadPercentEncoding"],
+  ["shard out of range", "GET /sharding/types/Order/shards/32 HTTP/1.1\r\n\r\n", 400, "ShardOutOfRange"],
+  ["negative shard", "GET /sharding/types/Order/shards/-1 HTTP/1.1\r\n\r\n", 400, "ShardOutOfRange"],
+  ["shard not a number", "GET /sharding/types/Order/shards/1e3 HTTP/1.1\r\n\r\n", 400, "ShardOutOfRange"],
+  ["huge shard", `GET /sharding/types/Order/shards/${"9".repeat(400)} HTTP/1.1\r\n\r\n`, 400, "ShardOutOfRange"],
+  ["wrong method on a read", "DELETE /cluster/members HTTP/1.1\r\n\r\n", 405, "MethodNotAllowed"],
+  ["GET on a write", "GET /cluster/members/127.0.0.1:1/down HTTP/1.1\r\n\r\n", 405, "MethodNotAllowed"],
+  [
+    "write without a token",
+    "POST /cluster/members/127.0.0.1:1/down HTTP/1.1\r\ncontent-length: 0\r\n\r\n",
+    401,
+    "Unauthorized",
+  ],
+  [
+    "write with a bad token",
+    `POST /cluster/members/127.0.0.1:1/down HTTP/1.1\r\nauthorization: Bearer ${"x".repeat(33)}\r\n\r\n`,
+    401,
+    "Unauthorized",
+  ],
+  [
+    "write with a token prefix",
+    `POST /cluster/members/127.0.0.1:1/down HTTP/1.1\r\nauthorization: Bearer ${token.slice(0, -1)}\r\n\r\n`,
+    401,
+    "Unauthorized",
+  ],
+  [
+    "write with Basic auth",
+    "POST /cluster/members/127.0.0.1:1/down HTTP/1.1\r\nauthorization: Basic Zm9vOmJhcg==\r\n\r\n",
+    401,
+    "Unauthorized",
+  ],
+  [
+    "write with a huge token",
+    `POST /cluster/members/127.0.0.1:1/down HTTP/1.1\r\nauthorization: Bearer ${"t".repeat(6000)}\r\n\r\n`,
+    401,
+    "Unauthorized",
+  ],
+  [
+    "unknown member",
+    `POST /cluster/members/127.0.0.1:1/down HTTP/1.1\r\nauthorization: Bearer ${token}\r\n\r\n`,
+    404,
+    "UnknownMember",
+  ],
+  [
+    "malformed member",
+    `POST /cluster/members/%00%FF%20/leave HTTP/1.1\r\nauthorization: Bearer ${token}\r\n\r\n`,
+    400,
+    "BadPercentEncoding",
+  ],
+  [
+    "__proto__ member",
+    `POST /cluster/members/__proto__/leave HTTP/1.1\r\nauthorization: Bearer ${token}\r\n\r\n`,
+    404,
+    "UnknownMember",
+  ],
+  [
+    "body too large",
+    `POST /cluster/members/x/down HTTP/1.1\r\ncontent-length: 100000\r\n\r\n${"a".repeat(2000)}`,
+    413,
+    "BodyTooLarge",
+  ],
+  [
+    "chunked body too large",
+    `POST /cluster/members/x/down HTTP/1.1\r\ntransfer-encoding: chunked\r\n\r\n800\r\n${"a".repeat(2048)}\r\n0\r\n\r\n`,
+    413,
+    "BodyTooLarge",
+  ],
+  [
+    "JSON body with __proto__ (ignored; still needs the token)",
+    `POST /cluster/members/x/down HTTP/1.1\r\ncontent-type: application/json\r\ncontent-length: ${protoBody.length}\r\n\r\n${protoBody}`,
+    401,
+    "Unauthorized",
+  ],
+  ["path too long", `GET /${"a".repeat(5000)} HTTP/1.1\r\n\r\n`, 414, "UriTooLong"],
+  ["absolute-form target", "GET http://evil.example/cluster/members HTTP/1.1\r\n\r\n", 400, "BadRequestTarget"],
+  ["headers too large", `GET /stats HTTP/1.1\r\nx-big: ${"h".repeat(20_000)}\r\n\r\n`, 431, null],
+  ["not HTTP at all", Buffer.from([0x16, 0x03, 0x01, 0x00, 0xff, 0x0d, 0x0a, 0x0d, 0x0a]), 400, null],
+];
+
+for (const [what, request, status, code] of hostile) {
+  test(`hostile request refused: ${what} → ${status}`, async () => {
+    const text =
+      typeof request === "string"
+        ? request.replace("HTTP/1.1\r\n", "HTTP/1.1\r\nhost: x\r\nconnection: close\r\n")
+        : request;
+    const res = await rawRequest(port(0), text);
+    assert.equal(res.status, status, `${what}: ${res.body.slice(0, 300)}`);
+    if (code !== null) {
+      const body = bodyJson(res);
+      assert.equal(body.error, code);
+      assert.equal(typeof body.message, "string");
+    }
+  });
+}
+
+test("after the hostile dictionary the server still answers and nothing was polluted", async () => {
+  assert.equal(({} as Record<string, unknown>).polluted, undefined);
+  assert.equal((await rawGet(port(0), "/cluster/members")).status, 200);
+  const metrics = await rawGet(port(0), "/metrics");
+  assert.match(metrics.body, /^movie_management_unauthorized_total [1-9]\d*$/m);
+});
+
+test("writes are refused with 403 on a server started without a token", async () => {
+  const target = nodes[2]!.cluster.selfAddress.address.hostPort;
+  const res = await rawGet(port(1), `/cluster/members/${target}/leave`, [`authorization: Bearer ${token}`], "POST");
+  assert.equal(res.status, 403);
+  assert.equal(bodyJson(res).error, "WritesDisabled");
+  assert.equal(nodes[2]!.cluster.selfStatus, "Up");
+});
+
+test("a node cannot down itself through its own endpoint", async () => {
+  const self = nodes[0]!.cluster.selfAddress.toString();
+  const res = await rawGet(
+    port(0),
+    `/cluster/members/${encodeURIComponent(self)}/down`,
+    [`authorization: Bearer ${token}`],
+    "POST",
+  );
+  assert.equal(res.status, 409);
+  assert.equal(bodyJson(res).error, "CannotDownSelf");
+});
+
+test("POST leave with the token makes a member leave; the action is logged and listed with who and when", async () => {
+  const leader = nodes.findIndex((n) => n.cluster.isLeader);
+  assert.ok(leader >= 0);
+  const server = leader === 1 ? null : servers[leader]!;
+  // The leader can make any node leave; a node can always make itself leave. Use a server with a token.
+  const via = server === null ? 0 : leader;
+  const victim =
+    via === 0
+      ? leader === 1
+        ? 0
+        : nodes.findIndex((_, i) => i !== leader && i !== 1)
+      : nodes.findIndex((_, i) => i !== leader && i !== 1);
+  const target = nodes[victim]!.cluster.selfAddress;
+  const res = await rawGet(
+    port(via),
+    `/cluster/members/${target.address.hostPort}/leave`,
+    [`authorization: Bearer ${token}`, "user-agent: ops-test"],
+    "POST",
+  );
+  assert.equal(res.status, 202, res.body);
+  assert.deepEqual(bodyJson(res), { accepted: true, action: "leave", member: target.toString() });
+  const survivor = nodes.find((_, i) => i !== victim)!;
+  await eventually(() => !survivor.cluster.snapshot().members.some((m) => m.uniqueAddress.equals(target)), {
+    what: "the member removed",
+    describe: describeNodes(nodes, "Order"),
+    timeoutMs: 20_000,
+  });
+  const actions = bodyJson(await rawGet(port(via), "/operator-actions")).actions as Record<string, unknown>[];
+  const last = actions[actions.length - 1]!;
+  assert.equal(last.action, "leave");
+  assert.equal(last.target, target.toString());
+  assert.equal(last.outcome, "accepted");
+  assert.equal(last.userAgent, "ops-test");
+  assert.match(String(last.remote), /^127\.0\.0\.1:\d+$/);
+  assert.equal(typeof last.atEpochMs, "number");
+  assert.ok(
+    log.warnings.some(
+      (w) => w.message === "management: operator action" && (w.context as { action?: string }).action === "leave",
+    ),
+  );
+});
+
+test("the fetch-style handler answers a Request without any server, and refuses bad options", async () => {
+  // The leave test above removed one node (its sharding stopped): mount the handler on one still Up.
+  const up = nodes.find((n) => n.cluster.selfStatus === "Up")!;
+  const handler = createManagementHandler(up.system, { token });
+  const res = await handler.handle(new Request("http://mounted.example/sharding/types/Order/shards/0"));
+  assert.equal(res.status, 200);
+  assert.equal(((await res.json()) as { shard: number }).shard, 0);
+  const refused = await handler.handle(
+    new Request("http://mounted.example/cluster/members/x/leave", { method: "POST" }),
+  );
+  assert.equal(refused.status, 401);
+  assert.equal(refused.headers.get("www-authenticate"), 'Bearer realm="movie"');
+  assert.throws(() => createManagementHandler(nodes[0]!.system, { token: "short" }), ManagementConfigurationError);
+  assert.throws(
+    () => createManagementHandler(nodes[0]!.system, { dashboardIntervalMs: Number.NaN }),
+    ManagementConfigurationError,
+  );
+  await assert.rejects(startManagement(nodes[0]!.system, { port: 70_000 }), ManagementConfigurationError);
+  await assert.rejects(startManagement(nodes[0]!.system, { port: servers[0]!.address.port }), /EADDRINUSE/);
+});

@@ -1,0 +1,279 @@
+// Projections on the real databases: exactly-once (the read model's rows and the checkpoint commit together),
+// at-least-once (checkpoint after the handler), pause/resume/rebuild, stats, fencing by a shard lease, and retention
+// refused while a projection lags.
+import assert from "node:assert/strict";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { describe, test } from "node:test";
+import { RealScheduler } from "../../src/actor/index.ts";
+import {
+  type FeedEvent,
+  MemoryStore,
+  OperationId,
+  type PersistenceStore,
+  ProjectionBehindRetentionError,
+  ProjectionRunner,
+  type ProjectionTransaction,
+  StaleShardOwnerError,
+} from "../../src/persistence/index.ts";
+import { SqliteStore } from "../../src/persistence/sqlite/index.ts";
+import { eventually } from "../fixtures/eventually.ts";
+import { freshPostgresStore } from "./pg-fixture.ts";
+
+const dir = mkdtempSync(join(tmpdir(), "movie-projection-"));
+process.on("exit", () => rmSync(dir, { recursive: true, force: true }));
+const clock = new RealScheduler();
+let n = 0;
+
+interface Backend {
+  name: "sqlite" | "postgres";
+  open: () => Promise<{ store: PersistenceStore; dispose: () => Promise<void> }>;
+  /** The read model's DDL and upsert on this backend. */
+  ddl: (table: string) => string;
+  add: (table: string) => string;
+}
+
+const backends: Backend[] = [
+  {
+    name: "sqlite",
+    open: async () => {
+      const store = SqliteStore.open({ dbPath: join(dir, `p${++n}.sqlite3`) });
+      return { store, dispose: () => store.close() };
+    },
+    ddl: (t) =>
+      `CREATE TABLE IF NOT EXISTS ${t} (id TEXT PRIMARY KEY, total INTEGER NOT NULL, events INTEGER NOT NULL)`,
+    add: (t) =>
+      `INSERT INTO ${t} (id, total, events) VALUES (?, ?, 1) ON CONFLICT (id) DO UPDATE SET total = total + excluded.total, events = events + 1`,
+  },
+  {
+    name: "postgres",
+    open: async () => {
+      const { store, dispose } = await freshPostgresStore("proj");
+      return { store, dispose };
+    },
+    ddl: (t) => `CREATE TABLE IF NOT EXISTS ${t} (id TEXT PRIMARY KEY, total BIGINT NOT NULL, events BIGINT NOT NULL)`,
+    add: (t) =>
+      `INSERT INTO ${t} AS r (id, total, events) VALUES ($1, $2, 1) ON CONFLICT (id) DO UPDATE SET total = r.total + EXCLUDED.total, events = r.events + 1`,
+  },
+];
+
+async function append(store: PersistenceStore, pid: string, count: number, from = 0): Promise<void> {
+  for (let i = 0; i < count; i++) {
+    await store.appendEvents({
+      persistenceId: pid,
+      expectedRevision: from + i,
+      operationId: OperationId.random(),
+      events: [{ manifest: "Added", payload: JSON.stringify({ amount: i + 1 }) }],
+    });
+  }
+}
+
+const amount = (e: FeedEvent) => (JSON.parse(e.payload) as { amount: number }).amount;
+
+async function readModel(store: PersistenceStore, table: string): Promise<Record<string, unknown>[]> {
+  return store.runProjectionBatch(
+    { name: `reader-${table}`, expectedOffset: 0, newOffset: 0 },
+    (tx: ProjectionTransaction) => tx.query(`SELECT id, total, events FROM ${table} ORDER BY id`),
+  );
+}
+
+for (const backend of backends) {
+  describe(`projections: ${backend.name}`, () => {
+    test("exactly-once: the read model and the checkpoint commit together; a failing batch commits neither", async () => {
+      const { store, dispose } = await backend.open();
+      const table = `totals_${++n}`;
+      try {
+        await store.runProjectionBatch({ name: "ddl", expectedOffset: 0, newOffset: 0 }, async (tx) => {
+          await tx.query(backend.ddl(table));
+        });
+        await append(store, "Account:a", 5);
+        await append(store, "Account:b", 3);
+        await append(store, "Other:x", 2);
+        let failOnce = true;
+        const runner = ProjectionRunner.start(
+          {
+            name: "totals",
+            mode: "exactly-once",
+            source: { entityTypes: ["Account"] },
+            batchSize: 3,
+            pollIntervalMs: 20,
+            handler: async (event, tx) => {
+              await tx.query(backend.add(table), [event.persistenceId, amount(event)]);
+              // The first batch fails after writing a row: nothing of it may commit.
+              if (failOnce && event.sequenceNr === 2) {
+                failOnce = false;
+                throw new Error("handler failed mid-batch");
+              }
+            },
+          },
+          store,
+          clock,
+          { retryBackoffMs: 5 },
+        );
+        const latest = await store.latestOffset();
+        await eventually(() => runner.stats.checkpoint >= latest - 2 && runner.stats.lag === 0, {
+          what: "the projection to catch up",
+          describe: () => runner.stats,
+        });
+        await eventually(async () => (await readModel(store, table)).length === 2, { what: "two accounts" });
+        assert.deepEqual(
+          (await readModel(store, table)).map((r) => [r.id, Number(r.total), Number(r.events)]),
+          [
+            ["Account:a", 15, 5],
+            ["Account:b", 6, 3],
+          ],
+          "every event counted once despite the failed batch",
+        );
+        assert.equal(runner.stats.failures, 1);
+        assert.match(runner.stats.lastError ?? "", /handler failed mid-batch/);
+        // New events flow in; a restart continues from the checkpoint without double counting.
+        await runner.stop();
+        await append(store, "Account:a", 1, 5);
+        const again = ProjectionRunner.start(
+          {
+            name: "totals",
+            mode: "exactly-once",
+            source: { entityTypes: ["Account"] },
+            pollIntervalMs: 20,
+            handler: async (event, tx) => {
+              await tx.query(backend.add(table), [event.persistenceId, amount(event)]);
+            },
+          },
+          store,
+          clock,
+        );
+        await eventually(async () => Number((await readModel(store, table))[0]!.events) === 6, {
+          what: "the restarted projection to count the new event once",
+          describe: () => again.stats,
+        });
+        assert.equal(Number((await readModel(store, table))[0]!.total), 16);
+        await again.stop();
+      } finally {
+        await dispose();
+      }
+    });
+
+    test("a stale instance (its shard lease moved) commits nothing and stops with StaleShardOwnerError", async () => {
+      const { store, dispose } = await backend.open();
+      const table = `stale_${++n}`;
+      try {
+        await store.runProjectionBatch({ name: "ddl", expectedOffset: 0, newOffset: 0 }, async (tx) => {
+          await tx.query(backend.ddl(table));
+        });
+        const key = { clusterName: "c", entityType: "movie.projection", shardId: 0 };
+        const lease = (await store.acquireShardLease(key, "node-a", 60_000))!;
+        await append(store, "Account:s", 2);
+        let gate: (() => void) | null = null;
+        const runner = ProjectionRunner.start(
+          {
+            name: "fenced",
+            mode: "exactly-once",
+            pollIntervalMs: 20,
+            handler: async (event, tx) => {
+              await tx.query(backend.add(table), [event.persistenceId, amount(event)]);
+              if (event.sequenceNr === 3) await new Promise<void>((resolve) => (gate = resolve));
+            },
+          },
+          store,
+          clock,
+          { fence: lease },
+        );
+        await eventually(() => runner.stats.checkpoint > 0, { what: "the first batch", describe: () => runner.stats });
+        // The lease moves to node-b (released, then acquired at epoch + 1) while no batch is in flight.
+        assert.ok(await store.releaseShardLease(lease));
+        const newer = (await store.acquireShardLease(key, "node-b", 60_000))!;
+        assert.equal(newer.epoch, lease.epoch + 1);
+        const before = runner.stats.checkpoint;
+        await append(store, "Account:s", 1, 2);
+        await eventually(() => runner.status === "stale", {
+          what: "the stale instance to stop",
+          describe: () => runner.stats,
+        });
+        assert.match(runner.stats.lastError ?? "", /StaleShardOwnerError/);
+        assert.equal(runner.stats.checkpoint, before);
+        assert.equal(await store.loadProjectionOffset("fenced"), before, "the checkpoint did not move");
+        const rows = await readModel(store, table);
+        assert.equal(Number(rows[0]!.events), 2, "the stale batch's row write rolled back");
+        (gate as (() => void) | null)?.();
+        await assert.rejects(() => store.saveProjectionOffset("fenced", 99, lease), StaleShardOwnerError);
+        await store.saveProjectionOffset("fenced", before, newer);
+      } finally {
+        await dispose();
+      }
+    });
+  });
+}
+
+describe("projections: every backend", () => {
+  const all: { name: string; open: () => Promise<{ store: PersistenceStore; dispose: () => Promise<void> }> }[] = [
+    {
+      name: "memory",
+      open: async () => {
+        const store = new MemoryStore();
+        return { store, dispose: () => store.close() };
+      },
+    },
+    ...backends,
+  ];
+  for (const backend of all) {
+    test(`${backend.name}: at-least-once checkpoints after the handler; pause, resume and rebuild; retention waits for it`, async () => {
+      const { store, dispose } = await backend.open();
+      try {
+        await append(store, "Ledger:l", 7);
+        const seen: number[] = [];
+        const runner = ProjectionRunner.start(
+          {
+            name: "ledger",
+            mode: "at-least-once",
+            checkpointEvery: 3,
+            batchSize: 5,
+            pollIntervalMs: 20,
+            handler: (event) => {
+              seen.push(event.offset);
+            },
+          },
+          store,
+          clock,
+        );
+        const latest = await store.latestOffset();
+        await eventually(() => runner.stats.checkpoint === latest, { what: "catch-up", describe: () => runner.stats });
+        assert.equal(await store.loadProjectionOffset("ledger"), latest);
+        assert.equal(seen.length, 7);
+        assert.equal(runner.stats.processed, 7);
+        assert.equal(runner.stats.lag, 0);
+        // Paused: new events wait, and the lag shows them.
+        runner.pause();
+        await eventually(() => runner.status === "paused", { what: "paused" });
+        await append(store, "Ledger:l", 2, 7);
+        await store.saveSnapshot("Ledger:l", { sequenceNr: 9, manifest: "s", payload: "{}" });
+        // Retention may not delete the two events the projection has not passed.
+        await assert.rejects(
+          () => store.deleteEventsTo("Ledger:l", 9),
+          (e: unknown) =>
+            e instanceof ProjectionBehindRetentionError &&
+            e.projectionName === "ledger" &&
+            e.checkpointOffset === latest,
+        );
+        assert.equal(seen.length, 7);
+        runner.resume();
+        const newest = await store.latestOffset();
+        await eventually(() => runner.stats.checkpoint === newest, { what: "resumed", describe: () => runner.stats });
+        assert.equal(seen.length, 9);
+        // Rebuild from the start: every event is handled again, in order.
+        await runner.rebuildFrom(0);
+        await eventually(() => seen.length === 18 && runner.stats.checkpoint === newest, {
+          what: "the rebuild",
+          describe: () => ({ seen: seen.length, stats: runner.stats }),
+        });
+        assert.deepEqual(seen.slice(9), seen.slice(0, 9));
+        // Caught up: retention goes through.
+        assert.equal((await store.deleteEventsTo("Ledger:l", 9)).deletedEvents, 9);
+        await runner.stop();
+        assert.equal(runner.status, "stopped");
+      } finally {
+        await dispose();
+      }
+    });
+  }
+});
