@@ -18,9 +18,9 @@ import {
 } from "../src/persistence/group-commit.ts";
 import {
   Database,
-  Effect,
   type EntityContext,
   EventSourcedBehavior,
+  EventSourcedEffect,
   EventSourcing,
   type PersistenceStore,
   type ShardLeaseToken,
@@ -184,7 +184,7 @@ class Counting extends EventSourcedBehavior<Cmd, { n: number }, { n: number }> {
     return { n: state.n + 1 };
   }
   handleCommand(state: { n: number }, _c: Cmd, ctx: EntityContext<Cmd>) {
-    return Effect.none<{ n: number }, { n: number }>().thenRun(() => ctx.sender?.tell(new Count(state.n)));
+    return EventSourcedEffect.none<{ n: number }, { n: number }>().thenRun(() => ctx.sender?.tell(new Count(state.n)));
   }
 }
 

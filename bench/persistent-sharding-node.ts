@@ -9,15 +9,15 @@ import {
   DurableState,
   DurableStateBehavior,
   DurableStateEffect,
-  Effect,
   type EntityContext,
   EventSourcedBehavior,
+  EventSourcedEffect,
   EventSourcing,
 } from "../src/persistence/index.ts";
 import { PostgresStore } from "../src/persistence/postgres/index.ts";
 import { MessageRegistry } from "../src/remote/index.ts";
 import { ClusterSharding, electCoordinator, NoRebalance, type ShardedEntityType } from "../src/sharding/index.ts";
-import { initDurableState, initEventSourced } from "../src/sharding/persistent/index.ts";
+import "../src/sharding/persistent/index.ts"; // adds sharding.initEventSourced and sharding.initDurableState
 import { ownedIds } from "./support/owned-ids.ts";
 import { clock, pct } from "./support/raw-frames.ts";
 
@@ -48,7 +48,7 @@ class PersistentCounter extends EventSourcedBehavior<BenchCommand, Bumped, { n: 
   }
   handleCommand(_state: { n: number }, command: BenchCommand, ctx: EntityContext<BenchCommand>) {
     const op = command instanceof Bump ? command.op : "none";
-    return Effect.persist<Bumped, { n: number }>(new Bumped(1), op).thenRun((s) =>
+    return EventSourcedEffect.persist<Bumped, { n: number }>(new Bumped(1), op).thenRun((s) =>
       ctx.sender?.tell(new BumpReply(s.n, ctx.fence?.epoch ?? 0)),
     );
   }
@@ -126,9 +126,9 @@ function initType(name: string, kind: string, leaseDuration: number, rebalance: 
   types.set(
     name,
     kind === "persistent"
-      ? initEventSourced(sharding, counters, persistent)
+      ? sharding.initEventSourced(counters, persistent)
       : kind === "durable"
-        ? initDurableState(sharding, durableCounters, persistent)
+        ? sharding.initDurableState(durableCounters, persistent)
         : sharding.init(name, BenchCommand, settings, () => new MemoryCounter()),
   );
 }

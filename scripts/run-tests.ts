@@ -24,9 +24,19 @@ if (files.length === 0) {
 }
 // Multi-node tests mostly wait on loopback I/O, so more files than cores run at once.
 const concurrency = process.env.MOVIE_TEST_CONCURRENCY ?? "3";
+// --conditions=movie-source resolves `import ... from "movie/..."` (package.json "exports") to src/*.ts instead of the
+// built dist/, so tests and the README snippets run against the live source without a build.
 const result = spawnSync(
   process.execPath,
-  ["--import", "tsx", "--test", `--test-concurrency=${concurrency}`, "--test-timeout=120000", ...files],
+  [
+    "--conditions=movie-source",
+    "--import",
+    "tsx",
+    "--test",
+    `--test-concurrency=${concurrency}`,
+    "--test-timeout=120000",
+    ...files,
+  ],
   { stdio: "inherit", env: { ...process.env, MOVIE_LOG_LEVEL: process.env.MOVIE_LOG_LEVEL ?? "silent" } },
 );
 process.exit(result.status ?? 1);

@@ -12,7 +12,7 @@ import {
   RendezvousAllocation,
   RoleAwareAllocation,
 } from "../../src/sharding/index.ts";
-import { initEventSourced } from "../../src/sharding/persistent/index.ts";
+import "../../src/sharding/persistent/index.ts"; // adds sharding.initEventSourced
 import { DeliverOrder, DeliveryAck, GetOrder, OrderBehavior, OrderCommand, OrderReply, ParcelAdded } from "./orders.ts";
 
 /**
@@ -75,7 +75,7 @@ const orderType = EventSourcing.get(system).registerEntity(OrderBehavior, OrderC
   name: "Order",
 });
 const sharding = ClusterSharding.get(system);
-const orders = initEventSourced(sharding, orderType, {
+const orders = sharding.initEventSourced(orderType, {
   shardCount: 64,
   allocation: new RoleAwareAllocation(new RendezvousAllocation(), ["backend"]),
   rebalance: new RateLimitedRebalance({ threshold: 1, maxConcurrent: 4 }),

@@ -1,6 +1,6 @@
 // The seed's persistent Order example, shared by every demo node: an event-sourced entity on PostgreSQL, its
 // commands, its event and its replies.
-import { Effect, type EntityContext, type EventEffect, EventSourcedBehavior } from "../../src/persistence/index.ts";
+import { type EntityContext, EventSourcedBehavior, EventSourcedEffect } from "../../src/persistence/index.ts";
 import { MessageRegistry } from "../../src/remote/index.ts";
 
 /** The entity's message type (its runtime identity for `registerEntity`). */
@@ -66,17 +66,20 @@ export class OrderBehavior extends EventSourcedBehavior<OrderCommand, ParcelAdde
     state: OrderState,
     command: OrderCommand,
     context: EntityContext<OrderCommand>,
-  ): EventEffect<ParcelAdded, OrderState> {
+  ): EventSourcedEffect<ParcelAdded, OrderState> {
     if (command instanceof DeliverOrder) {
       const ack = () => context.sender?.tell(new DeliveryAck(command.seq));
       // Already in the state: the earlier ack was lost on the way back, so acknowledge again without a write.
-      if (command.seq <= state.lastSeq) return Effect.none<ParcelAdded, OrderState>().thenRun(ack);
+      if (command.seq <= state.lastSeq) return EventSourcedEffect.none<ParcelAdded, OrderState>().thenRun(ack);
       // The OperationId is derived from order id + seq, so a retry whose first attempt did commit is recognised
       // by the store as a duplicate instead of adding the parcel twice.
       const op = `${context.entityId.id}:parcel-${command.seq}`;
-      return Effect.persist<ParcelAdded, OrderState>(new ParcelAdded(command.parcel, command.seq), op).thenRun(ack);
+      return EventSourcedEffect.persist<ParcelAdded, OrderState>(
+        new ParcelAdded(command.parcel, command.seq),
+        op,
+      ).thenRun(ack);
     }
-    return Effect.none<ParcelAdded, OrderState>().thenRun((s) =>
+    return EventSourcedEffect.none<ParcelAdded, OrderState>().thenRun((s) =>
       context.sender?.tell(
         new OrderReply([...s.parcels], context.system.address.toString(), context.fence?.epoch ?? 0),
       ),

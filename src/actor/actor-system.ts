@@ -334,6 +334,7 @@ export class ActorSystem {
     return new ActorPath(this.currentAddress, ["temp", name]);
   }
 
+  /** The system's name and address, for logs. */
   toString(): string {
     return `ActorSystem(${this.currentAddress})`;
   }

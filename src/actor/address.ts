@@ -40,14 +40,17 @@ export class Address {
     return this.host === null ? "" : `${this.host}:${this.port ?? 0}`;
   }
 
+  /** True when `other` is the same address. */
   equals(other: Address): boolean {
     return this.text === other.text;
   }
 
+  /** The URI form, `movie.tcp://system@host:port` (with `#uid` for a UniqueAddress). */
   toString(): string {
     return this.text;
   }
 
+  /** The same text as toString, so JSON carries the URI. */
   toJSON(): string {
     return this.text;
   }
@@ -89,6 +92,7 @@ export class UniqueAddress {
     return new UniqueAddress(Address.parse(text.slice(0, at)), text.slice(at + 1));
   }
 
+  /** True when `other` is the same address. */
   equals(other: UniqueAddress | null | undefined): boolean {
     return other != null && this.text === other.text;
   }
@@ -99,10 +103,12 @@ export class UniqueAddress {
     return byAddress !== 0 ? byAddress : compareStrings(a.uid, b.uid);
   }
 
+  /** The URI form, `movie.tcp://system@host:port` (with `#uid` for a UniqueAddress). */
   toString(): string {
     return this.text;
   }
 
+  /** The same text as toString, so JSON carries the URI. */
   toJSON(): string {
     return this.text;
   }

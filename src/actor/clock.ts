@@ -6,6 +6,7 @@
 
 /** A handle to a scheduled callback. Cancelling twice, or after it ran, is a no-op. */
 export interface Cancellable {
+  /** Cancels the callback; a no-op once it ran or was cancelled. */
   cancel(): void;
 }
 
@@ -29,6 +30,7 @@ interface KeepAlive {
 
 class RealTimer implements Cancellable, KeepAlive {
   constructor(private handle: NodeJS.Timeout | null) {}
+  /** Cancels the callback; a no-op once it ran or was cancelled. */
   cancel(): void {
     if (this.handle !== null) {
       clearTimeout(this.handle);
@@ -63,6 +65,7 @@ class ManualTimer implements Cancellable {
     readonly seq: number,
     readonly callback: () => void,
   ) {}
+  /** Cancels the callback; a no-op once it ran or was cancelled. */
   cancel(): void {
     if (!this.pending) return;
     this.pending = false;
@@ -196,6 +199,7 @@ class Deadline implements Cancellable {
     readonly dueMs: number,
     readonly target: TimeoutTarget | (() => void),
   ) {}
+  /** Cancels the callback; a no-op once it ran or was cancelled. */
   cancel(): void {
     this.lane?.unlink(this);
   }

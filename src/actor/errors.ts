@@ -88,7 +88,7 @@ export class InvalidMessageError extends Error {
 
 /** A setting or argument outside its allowed range (a negative timeout, a zero interval, …). */
 export class InvalidArgumentError extends Error {
-  override readonly name = "InvalidArgumentError";
+  override readonly name: string = "InvalidArgumentError";
   constructor(
     readonly argument: string,
     detail: string,
@@ -125,4 +125,26 @@ export function typeNameOf(value: unknown): string {
   if (value === null) return "null";
   if (typeof value === "object") return classNameOf(value as object) ?? "Object";
   return typeof value;
+}
+
+/**
+ * A settings object has a key no setting of that name exists for: usually a typo or a setting given at the wrong
+ * level (`enableCluster({ heartbeatInterval })` instead of `failureDetector: { heartbeatInterval }`), which would
+ * otherwise be silently ignored. `suggestion` is the setting probably meant, when one is close.
+ */
+export class UnknownSettingError extends InvalidArgumentError {
+  override readonly name = "UnknownSettingError";
+  constructor(
+    /** Whose settings, e.g. `enableCluster` or `Database.configure`. */
+    readonly settings: string,
+    /** The unknown key as a path, e.g. `failureDetector.heartbeatInterva`. */
+    readonly key: string,
+    /** The known setting probably meant, as a path, or null. */
+    readonly suggestion: string | null,
+  ) {
+    super(
+      `${settings} setting ${JSON.stringify(key.length > 100 ? `${key.slice(0, 100)}...` : key)}`,
+      `no such setting${suggestion === null ? "" : `; did you mean "${suggestion}"?`} (unknown settings are refused rather than ignored)`,
+    );
+  }
 }

@@ -9,5 +9,6 @@ export interface Extension {
 /** Identifies one kind of extension; `ActorSystem.extension(id)` creates it once per system. */
 export interface ExtensionId<E extends Extension> {
   readonly key: string;
+  /** Creates the extension for `system`; called once per system. */
   create(system: ActorSystem): E;
 }

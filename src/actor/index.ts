@@ -26,6 +26,7 @@ export {
   MailboxOverflowError,
   requireDurationMs,
   typeNameOf,
+  UnknownSettingError,
 } from "./errors.ts";
 export type { Extension, ExtensionId } from "./extension.ts";
 export { ConsoleLogger, type Logger, type LogLevel, silentLogger } from "./logger.ts";

@@ -4,9 +4,13 @@
  * and the test runner sets it to silent.
  */
 export interface Logger {
+  /** Logs `message` with `context` fields at debug level. */
   debug(context: object, message: string): void;
+  /** Logs `message` with `context` fields at info level. */
   info(context: object, message: string): void;
+  /** Logs `message` with `context` fields at warn level. */
   warn(context: object, message: string): void;
+  /** Logs `message` with `context` fields at error level. */
   error(context: object, message: string): void;
 }
 
@@ -32,15 +36,19 @@ export class ConsoleLogger implements Logger {
   ) {
     this.rank = levelRank[level];
   }
+  /** Logs `message` with `context` fields at debug level. */
   debug(context: object, message: string): void {
     this.write("debug", context, message);
   }
+  /** Logs `message` with `context` fields at info level. */
   info(context: object, message: string): void {
     this.write("info", context, message);
   }
+  /** Logs `message` with `context` fields at warn level. */
   warn(context: object, message: string): void {
     this.write("warn", context, message);
   }
+  /** Logs `message` with `context` fields at error level. */
   error(context: object, message: string): void {
     this.write("error", context, message);
   }

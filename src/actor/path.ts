@@ -42,14 +42,17 @@ export class ActorPath {
     return new ActorPath(address, this.elements);
   }
 
+  /** True when `other` is the same path. */
   equals(other: ActorPath): boolean {
     return this.text === other.text;
   }
 
+  /** The full path URI. */
   toString(): string {
     return this.text;
   }
 
+  /** The same text as toString. */
   toJSON(): string {
     return this.text;
   }

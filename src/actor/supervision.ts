@@ -26,9 +26,11 @@ export const SupervisorStrategies = {
     }
     return { kind: "restart", maxRestarts, withinMs };
   },
+  /** Keep the failed actor's instance and state, drop the failed message, go on. */
   resume(): SupervisorStrategy {
     return { kind: "resume" };
   },
+  /** Stop the failed actor. */
   stop(): SupervisorStrategy {
     return { kind: "stop" };
   },

@@ -101,6 +101,7 @@ export class ClusterJoin {
     readonly from: string,
     readonly member: MemberJSON,
   ) {}
+  /** Rebuilds the message from its decoded wire JSON, checking every field. */
   static fromJSON(json: unknown): ClusterJoin {
     const t = ClusterJoin.wireName;
     const j = object(t, json);
@@ -117,6 +118,7 @@ export class ClusterWelcome {
     readonly to: string,
     readonly members: readonly MemberJSON[],
   ) {}
+  /** Rebuilds the message from its decoded wire JSON, checking every field. */
   static fromJSON(json: unknown): ClusterWelcome {
     const t = ClusterWelcome.wireName;
     const j = object(t, json);
@@ -139,6 +141,7 @@ export class ClusterGossip {
     readonly digest: string,
     readonly members: readonly MemberJSON[],
   ) {}
+  /** Rebuilds the message from its decoded wire JSON, checking every field. */
   static fromJSON(json: unknown): ClusterGossip {
     const t = ClusterGossip.wireName;
     const j = object(t, json);
@@ -162,6 +165,7 @@ export class ClusterGossipAck {
     readonly round: number,
     readonly digest: string,
   ) {}
+  /** Rebuilds the message from its decoded wire JSON, checking every field. */
   static fromJSON(json: unknown): ClusterGossipAck {
     const t = ClusterGossipAck.wireName;
     const j = object(t, json);
@@ -184,6 +188,7 @@ export class ClusterHeartbeat {
     readonly to: string,
     readonly seq: number,
   ) {}
+  /** Rebuilds the message from its decoded wire JSON, checking every field. */
   static fromJSON(json: unknown): ClusterHeartbeat {
     const t = ClusterHeartbeat.wireName;
     const j = object(t, json);
@@ -205,6 +210,7 @@ export class ClusterHeartbeatAck {
     readonly to: string,
     readonly seq: number,
   ) {}
+  /** Rebuilds the message from its decoded wire JSON, checking every field. */
   static fromJSON(json: unknown): ClusterHeartbeatAck {
     const t = ClusterHeartbeatAck.wireName;
     const j = object(t, json);
@@ -225,6 +231,7 @@ export class ClusterLeave {
     readonly from: string,
     readonly target: string,
   ) {}
+  /** Rebuilds the message from its decoded wire JSON, checking every field. */
   static fromJSON(json: unknown): ClusterLeave {
     const t = ClusterLeave.wireName;
     const j = object(t, json);
@@ -240,6 +247,7 @@ export class ClusterDown {
     readonly from: string,
     readonly target: string,
   ) {}
+  /** Rebuilds the message from its decoded wire JSON, checking every field. */
   static fromJSON(json: unknown): ClusterDown {
     const t = ClusterDown.wireName;
     const j = object(t, json);

@@ -1,4 +1,5 @@
 import { Address } from "../actor/index.ts";
+import { checkSettingKeys, type SettingsShapeOf } from "../actor/settings-keys.ts";
 import { describe } from "../actor/untrusted.ts";
 import { ClusterConfigurationError } from "./errors.ts";
 import type { OnDowned } from "./events.ts";
@@ -44,6 +45,20 @@ export interface ClusterSettings {
    */
   onDowned?: OnDowned;
 }
+
+/** Every key of {@link ClusterSettings}, with the failure detector's own. */
+const clusterSettingsShape = {
+  seedNodes: true,
+  roles: true,
+  clusterName: true,
+  joinRetryInterval: true,
+  gossipInterval: true,
+  gossipFanout: true,
+  maxMembers: true,
+  failureDetector: { heartbeatInterval: true, heartbeatTimeout: true },
+  leaveTimeout: true,
+  onDowned: true,
+} as const satisfies SettingsShapeOf<ClusterSettings>;
 
 /** Settings with every default filled in and validated. */
 export interface ResolvedClusterSettings {
@@ -119,11 +134,13 @@ function seed(text: unknown, systemName: string): Address {
 /**
  * Validates `settings` and fills in the defaults; `systemName` completes `host:port` seeds.
  * @throws ClusterConfigurationError naming the first invalid setting
+ * @throws UnknownSettingError for a key no setting has (e.g. `heartbeatInterval`, which is under `failureDetector`)
  */
 export function resolveClusterSettings(settings: ClusterSettings, systemName: string): ResolvedClusterSettings {
   if (settings === null || typeof settings !== "object") {
     throw new ClusterConfigurationError("settings", 'expected an object such as { seedNodes: ["127.0.0.1:2551"] }');
   }
+  checkSettingKeys("enableCluster", settings, clusterSettingsShape);
   const seeds = settings.seedNodes ?? [];
   if (!Array.isArray(seeds)) throw new ClusterConfigurationError("seedNodes", 'expected an array of "host:port"');
   const roles = settings.roles ?? [];

@@ -1,12 +1,20 @@
 import type { Class } from "../actor/index.ts";
 import { describe, errorText, instanceFromFields } from "../actor/untrusted.ts";
-import { CorruptPersistentRecordError, InvalidPersistenceRequestError, UnknownManifestError } from "./errors.ts";
+import {
+  type CodecRole,
+  CorruptPersistentRecordError,
+  InvalidPersistenceRequestError,
+  UnknownManifestError,
+} from "./errors.ts";
 
 /** The manifest of plain JSON values (objects, arrays, strings, numbers, booleans) that are not class instances. */
 export const JSON_MANIFEST = "json";
 
 /** A class the codec can rebuild: its instances encode their own JSON fields; `fromJSON` (if present) rebuilds one. */
-export type CodecClass<T> = Class<T> & { fromJSON?(json: unknown): T };
+export type CodecClass<T> = Class<T> & {
+  /** Rebuilds an instance from its stored JSON (untrusted: check every field). */
+  fromJSON?(json: unknown): T;
+};
 
 /** Turns a stored value of an older manifest into a newer one: `{ manifest, json }` is decoded again. */
 export type Upcaster = (json: unknown) => { manifest: string; json: unknown };
@@ -56,14 +64,17 @@ export class PersistenceCodec {
 
   /**
    * The manifest and JSON text of `value`.
+   * @param role what `value` is to its entity, for the error that names the class to register
    * @throws UnknownManifestError for an instance of an unregistered class
    */
-  encode(value: unknown): { manifest: string; payload: string } {
+  encode(value: unknown, role: CodecRole = "value"): { manifest: string; payload: string } {
     if (value !== null && typeof value === "object" && !Array.isArray(value)) {
       const proto = Object.getPrototypeOf(value);
       if (proto !== Object.prototype && proto !== null) {
         const entry = this.byClass.get(proto.constructor);
-        if (entry === undefined) throw new UnknownManifestError(String(proto.constructor?.name ?? "anonymous class"));
+        if (entry === undefined) {
+          throw new UnknownManifestError(String(proto.constructor?.name ?? "anonymous class"), role);
+        }
         return { manifest: entry.manifest, payload: JSON.stringify(value) };
       }
     }
@@ -150,8 +161,8 @@ export class PersistenceCodec {
   }
 
   /** A defensive copy made by encoding and decoding (what a command handler sees of the state). */
-  copy<T>(value: T): T {
-    const { manifest, payload } = this.encode(value);
+  copy<T>(value: T, role: CodecRole = "state"): T {
+    const { manifest, payload } = this.encode(value, role);
     return (payload === undefined ? value : this.decode(manifest, payload, "(copy)", 0)) as T;
   }
 }

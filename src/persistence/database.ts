@@ -6,6 +6,7 @@ import type { ShardLeaseKey, ShardLeaseToken } from "./lease.ts";
 import { MemoryStore } from "./memory/index.ts";
 import { type PersistenceSettings, validatePersistenceSettings } from "./settings.ts";
 import type { BackendName, PersistenceStore } from "./store.ts";
+import { requireStore } from "./store-check.ts";
 
 const defaultSqlitePath = "data/movie_persistence.sqlite3";
 
@@ -68,8 +69,12 @@ export class Database implements Extension {
     return store;
   }
 
-  /** Makes `store` this system's store; the caller keeps ownership (it is not closed when the system stops). */
+  /**
+   * Makes `store` this system's store; the caller keeps ownership (it is not closed when the system stops).
+   * @throws PersistenceConfigurationError when `store` lacks a method of the PersistenceStore contract
+   */
   async use(store: PersistenceStore): Promise<void> {
+    requireStore(store);
     await this.replace(store, false);
   }
 

@@ -9,7 +9,7 @@ import {
 } from "../actor/index.ts";
 import type { PersistenceCodec } from "./codec.ts";
 import { Database } from "./database.ts";
-import type { DurableEffect } from "./effect.ts";
+import type { DurableStateEffect } from "./effect.ts";
 import { EntityRegistry } from "./entity-registry.ts";
 import type { EntityId, EntityType } from "./entity-type.ts";
 import { type BehaviorClass, type EntityContext, PersistentEntityActor } from "./event-sourcing.ts";
@@ -24,7 +24,7 @@ export abstract class DurableStateBehavior<Command, State> {
   /** The state of an entity never written, or deleted. */
   abstract emptyState(): State;
   /** Decides the effect of a command on a defensive copy of the state. */
-  abstract handleCommand(state: State, command: Command, context: EntityContext<Command>): DurableEffect<State>;
+  abstract handleCommand(state: State, command: Command, context: EntityContext<Command>): DurableStateEffect<State>;
   /** Runs after recovery, before the first command. */
   onRecoveryCompleted?(state: State, context: EntityContext<Command>): void;
   /** Runs when recovery fails; the entity then stops. */
@@ -70,7 +70,7 @@ class DurableStateEntityActor<C, S> extends PersistentEntityActor<C> {
         let result: { revision: number; duplicate: boolean };
         let next: S;
         if (effect.kind === "persist") {
-          const { manifest, payload } = this.codec.encode(effect.state);
+          const { manifest, payload } = this.codec.encode(effect.state, "state");
           result = await this.store.saveState({
             persistenceId: pid,
             expectedRevision: this.revision,

@@ -13,6 +13,7 @@ export class EntityId {
     return `${this.entityType}:${this.id}`;
   }
 
+  /** The persistence id, `<EntityType>:<id>`. */
   toString(): string {
     return this.persistenceId;
   }

@@ -190,11 +190,34 @@ export class StoreClosedError extends Error {
   }
 }
 
-/** A value has no manifest in the codec (or a manifest has no registered type); register the class first. */
+/** What a value of the persistence codec is to its entity; it names the class to register in the error. */
+export type CodecRole = "event" | "state" | "snapshot" | "value";
+
+/**
+ * A value has no manifest in the codec: its class was not registered with the system's persistence codec. The message
+ * says what to register where: `MessageRegistry.register` (remoting) and `Database.get(system).codec.register`
+ * (persistence) are separate registries, and a persistent entity's state class needs the codec as well as its events,
+ * since every command handler receives a codec copy of the state.
+ */
 export class UnknownManifestError extends Error {
   override readonly name = "UnknownManifestError";
-  constructor(readonly manifest: string) {
-    super(`No persistence codec entry for ${manifest}; register the class with codec.register(Class)`);
+  constructor(
+    /** The class name (the manifest it would have). */
+    readonly manifest: string,
+    /** What the value was to its entity, when the codec was told. */
+    readonly role: CodecRole = "value",
+  ) {
+    const what =
+      role === "event"
+        ? `the event class ${manifest}`
+        : role === "state"
+          ? `the state class ${manifest} (command handlers receive a codec copy of the state, so it is encoded even before anything is saved)`
+          : role === "snapshot"
+            ? `the state class ${manifest}, which a snapshot stores`
+            : `the class ${manifest}`;
+    super(
+      `${what} is not registered with the persistence codec; call Database.get(system).codec.register(${manifest}) on every node before the entity runs. MessageRegistry.register (from movie/remote) is a separate registry, for messages sent between nodes only`,
+    );
   }
 }
 
@@ -250,6 +273,24 @@ export class ProjectionCheckpointConflictError extends Error {
   ) {
     super(
       `Projection ${projectionName} checkpoint is at ${actualOffset}, not ${expectedOffset}: another instance or a rebuild moved it, so this batch committed nothing; reload the checkpoint and continue from it`,
+    );
+  }
+}
+
+/**
+ * A persistence backend's driver package is not installed. The drivers are optional peer dependencies, so a user of
+ * plain actors does not install them; the backend's entry point names the one it needs.
+ */
+export class MissingDriverError extends Error {
+  override readonly name = "MissingDriverError";
+  constructor(
+    /** The npm package to install, e.g. `pg`. */
+    readonly packageName: string,
+    /** The Movie entry point that needs it, e.g. `movie/persistence/postgres`. */
+    readonly entryPoint: string,
+  ) {
+    super(
+      `${entryPoint} needs the package "${packageName}", which is not installed; run \`npm install ${packageName}\` in your project`,
     );
   }
 }

@@ -11,7 +11,7 @@ import {
 } from "../actor/index.ts";
 import type { PersistenceCodec } from "./codec.ts";
 import { Database } from "./database.ts";
-import type { EventEffect } from "./effect.ts";
+import type { EventSourcedEffect } from "./effect.ts";
 import { EntityRegistry } from "./entity-registry.ts";
 import type { EntityId, EntityType } from "./entity-type.ts";
 import { ConcurrentWriteError, PersistenceOverloadedError, StaleShardOwnerError } from "./errors.ts";
@@ -42,7 +42,11 @@ export abstract class EventSourcedBehavior<Command, Event, State> {
   /** Applies one event; must be deterministic (recovery replays it). */
   abstract applyEvent(state: State, event: Event): State;
   /** Decides the effect of a command on a defensive copy of the state. */
-  abstract handleCommand(state: State, command: Command, context: EntityContext<Command>): EventEffect<Event, State>;
+  abstract handleCommand(
+    state: State,
+    command: Command,
+    context: EntityContext<Command>,
+  ): EventSourcedEffect<Event, State>;
   /**
    * The tags of an event in the global feed (queries and projections filter by tag); none by default. At most 32
    * non-empty strings of up to 256 characters.
@@ -223,7 +227,7 @@ class EventSourcedEntityActor<C, E, S> extends PersistentEntityActor<C> {
   }
 
   private encodeEvent(event: E): EventRecord {
-    const record = this.codec.encode(event);
+    const record = this.codec.encode(event, "event");
     const tags = this.behavior.tagsFor?.(event);
     if (tags === undefined || tags.length === 0) return record;
     return { manifest: record.manifest, payload: record.payload, tags };
@@ -232,7 +236,7 @@ class EventSourcedEntityActor<C, E, S> extends PersistentEntityActor<C> {
   private async maybeSnapshot(before: number, context: EntityContext<C>): Promise<void> {
     const every = this.behavior.snapshotEvery;
     if (every === null || every <= 0 || Math.floor(this.revision / every) === Math.floor(before / every)) return;
-    const { manifest, payload } = this.codec.encode(this.state);
+    const { manifest, payload } = this.codec.encode(this.state, "snapshot");
     try {
       await this.store.saveSnapshot(
         this.entityId.persistenceId,

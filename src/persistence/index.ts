@@ -4,7 +4,7 @@ export { admit, type CircuitSettings, type CircuitState, closedCircuit, record }
 export { type CodecClass, JSON_MANIFEST, PersistenceCodec, type Upcaster } from "./codec.ts";
 export { Database } from "./database.ts";
 export { DurableState, DurableStateBehavior } from "./durable-state.ts";
-export { DurableEffect, DurableStateEffect, Effect, EventEffect } from "./effect.ts";
+export { type DurableEffect, DurableStateEffect, Effect, type EventEffect, EventSourcedEffect } from "./effect.ts";
 export { EntityId, EntityType } from "./entity-type.ts";
 export * from "./errors.ts";
 export { EventFeed, type EventStreamOptions } from "./event-feed.ts";

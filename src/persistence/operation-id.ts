@@ -39,9 +39,11 @@ export class OperationId {
     return OperationId.of(value);
   }
 
+  /** The id's text. */
   toString(): string {
     return this.value;
   }
+  /** The id's text, so JSON carries it. */
   toJSON(): string {
     return this.value;
   }

@@ -1,3 +1,4 @@
+import { checkSettingKeys, type SettingsShapeOf } from "../actor/settings-keys.ts";
 import { describe } from "../actor/untrusted.ts";
 import { PersistenceConfigurationError } from "./errors.ts";
 import type { GroupCommitSettings } from "./group-commit.ts";
@@ -29,11 +30,36 @@ export interface PersistenceSettings {
   groupCommit?: Partial<GroupCommitSettings> | false;
 }
 
+/** Every key of {@link PersistenceSettings}, with those of its resilience and group-commit objects. */
+const persistenceSettingsShape = {
+  backend: true,
+  connectionUri: true,
+  dbPath: true,
+  synchronous: true,
+  busyTimeoutMs: true,
+  schema: true,
+  poolSize: true,
+  resilience: {
+    operationTimeoutMs: true,
+    maxRetries: true,
+    minBackoffMs: true,
+    maxBackoffMs: true,
+    failureThreshold: true,
+    resetTimeoutMs: true,
+  } satisfies SettingsShapeOf<ResilienceSettings>,
+  groupCommit: {
+    maxBatchSize: true,
+    maxConcurrentBatches: true,
+    maxWaiting: true,
+  } satisfies SettingsShapeOf<GroupCommitSettings>,
+} as const satisfies SettingsShapeOf<PersistenceSettings>;
+
 const backends: readonly string[] = ["memory", "sqlite", "postgres"];
 
 /**
  * Checks settings before anything is opened.
  * @throws PersistenceConfigurationError naming the setting
+ * @throws UnknownSettingError for a key no setting has (e.g. `path`, which is `dbPath`)
  */
 export function validatePersistenceSettings(
   settings: PersistenceSettings,
@@ -44,6 +70,7 @@ export function validatePersistenceSettings(
       'expected an object such as { backend: "postgres", connectionUri }',
     );
   }
+  checkSettingKeys("Database.configure", settings, persistenceSettingsShape);
   const backend = settings.backend ?? "memory";
   if (!backends.includes(backend)) {
     throw new PersistenceConfigurationError("backend", `${describe(backend)}; use one of ${backends.join(", ")}`);

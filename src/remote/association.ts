@@ -41,6 +41,8 @@ export interface AssociationHost {
    * attempts failed without ever connecting (`"givenUp"`). The next send makes a new one.
    */
   retire(association: Association, reason: "expired" | "givenUp"): void;
+  /** A connection this association dialled closed before its handshake completed, with why (see Remoting.onDialFailed). */
+  dialFailed(association: Association, error: Error): void;
 }
 
 /** How a message offered to an association is treated right now. */
@@ -328,6 +330,7 @@ export class Association implements ConnectionOwner {
   closed(connection: Connection, opened: boolean): void {
     this.host.connectionContext.readGate.forget(connection);
     if (connection !== this.connection) return;
+    if (!opened && connection.failure !== null) this.host.dialFailed(this, connection.failure);
     this.connection = null;
     this.heartbeatTimer?.cancel();
     this.heartbeatTimer = null;

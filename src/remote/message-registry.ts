@@ -11,7 +11,12 @@ import {
 import { isStandardSchema, type StandardSchemaV1 } from "./standard-schema.ts";
 
 /** A class that can cross the wire: constructed by `new`, optionally rebuilt by a static `fromJSON`. */
-export type MessageClass = (abstract new (...args: never) => object) & { fromJSON?: (json: unknown) => unknown };
+export type MessageClass = (abstract new (
+  ...args: never
+) => object) & {
+  /** Rebuilds an instance from its decoded wire JSON (untrusted: check every field). */
+  fromJSON?: (json: unknown) => unknown;
+};
 
 /** Options of {@link MessageRegistry.register}. */
 export interface RegisterOptions {

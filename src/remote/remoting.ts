@@ -116,6 +116,7 @@ export class Remoting implements Extension {
   private readonly inbox = new SystemInbox();
   private readonly listeners = new Set<(event: AssociationEvent) => void>();
   private readonly rejectionListeners = new Set<(rejection: InboundRejection) => void>();
+  private readonly dialFailureListeners = new Set<(address: Address, error: Error) => void>();
   private readonly watches = new RemoteWatches();
   private stopped = false;
   private readonly limits: InboundLimits;
@@ -180,6 +181,15 @@ export class Remoting implements Extension {
       },
       watched: (association) => this.watches.watchesAt(association.key),
       retire: (association, reason) => this.retire(association, reason),
+      dialFailed: (association, error) => {
+        for (const listener of this.dialFailureListeners) {
+          try {
+            listener(association.address, error);
+          } catch (failure) {
+            this.system.log.warn({ error: failure }, "dial failure listener failed");
+          }
+        }
+      },
     };
     this.sendPath = new SendPath(
       this,
@@ -295,6 +305,16 @@ export class Remoting implements Extension {
   onInboundRejected(listener: (rejection: InboundRejection) => void): () => void {
     this.rejectionListeners.add(listener);
     return () => this.rejectionListeners.delete(listener);
+  }
+
+  /**
+   * Calls `listener` when a connection this node dialled to `address` closed before its handshake completed: the
+   * socket failed (refused, reset), the handshake timed out, or the peer refused it (a HandshakeError whose `reason`
+   * says why, e.g. `systemName` when the peer runs an actor system of another name). Returns the unsubscribe function.
+   */
+  onDialFailed(listener: (address: Address, error: Error) => void): () => void {
+    this.dialFailureListeners.add(listener);
+    return () => this.dialFailureListeners.delete(listener);
   }
 
   /** Calls `listener` when a peer incarnation is gone for good (uid changed or quarantined); returns unsubscribe. */

@@ -1,6 +1,7 @@
 import { isIP } from "node:net";
 import type { SecureContextOptions } from "node:tls";
 import { InvalidArgumentError } from "../actor/index.ts";
+import { checkSettingKeys, type SettingsShapeOf } from "../actor/settings-keys.ts";
 import { describe } from "../actor/untrusted.ts";
 import { RemotingConfigurationError } from "./errors.ts";
 import { defaultMaxFrameBytes } from "./frame.ts";
@@ -123,15 +124,40 @@ function positiveInteger(field: string, value: unknown, fallback: number): numbe
   return value;
 }
 
+/** Every key of {@link RemotingSettings}; `tls` is Node's own options object and is not looked into. */
+const remotingSettingsShape = {
+  host: true,
+  port: true,
+  secret: true,
+  tls: true,
+  insecure: true,
+  maxFrameBytes: true,
+  clusterName: true,
+  handshakeTimeout: true,
+  maxBufferedBytes: true,
+  heartbeatInterval: true,
+  heartbeatTimeout: true,
+  remoteStop: true,
+  registry: true,
+  maxInboundConnections: true,
+  maxUnauthenticatedConnections: true,
+  maxUnauthenticatedPerIp: true,
+  associationIdleTimeout: true,
+  maxAssociations: true,
+  maxConnectAttempts: true,
+  maxInboundBacklog: true,
+} as const satisfies SettingsShapeOf<RemotingSettings>;
+
 /**
  * Validates `settings` and fills in defaults.
- * @throws InvalidArgumentError naming the first invalid field
+ * @throws InvalidArgumentError naming the first invalid field (UnknownSettingError for a key no setting has)
  * @throws RemotingConfigurationError for a non-loopback host with neither `secret` nor `tls` (unless `insecure`)
  */
 export function resolveRemotingSettings(settings: RemotingSettings): ResolvedRemotingSettings {
   if (settings === null || typeof settings !== "object") {
     throw new InvalidArgumentError("remoting settings", "expected { host, port }");
   }
+  checkSettingKeys("enableRemoting", settings, remotingSettingsShape);
   const { host, port } = settings;
   if (typeof host !== "string" || host.length === 0 || /[\s/@#]/.test(host)) {
     throw new InvalidArgumentError("remoting host", `${describe(host)}; use a host name or IP such as 127.0.0.1`);

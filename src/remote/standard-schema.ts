@@ -1,20 +1,14 @@
 /**
- * The part of the Standard Schema v1 interface (https://standardschema.dev) that remoting uses, typed structurally so
- * zod, valibot, arktype and hand-written validators all fit without a dependency.
+ * Standard Schema v1 (https://standardschema.dev), the interface zod, valibot, arktype and hand-written validators
+ * share. The types come from `@standard-schema/spec` (types only, nothing of it runs); the guard below is the one piece
+ * of it remoting executes, on a value a caller passed as `schema`.
  */
-export interface StandardSchemaV1<Input = unknown, Output = Input> {
-  readonly "~standard": {
-    readonly version: 1;
-    readonly vendor: string;
-    readonly validate: (value: unknown) => StandardSchemaResult<Output> | Promise<StandardSchemaResult<Output>>;
-    readonly types?: { readonly input: Input; readonly output: Output } | undefined;
-  };
-}
+import type { StandardSchemaV1 } from "@standard-schema/spec";
+
+export type { StandardSchemaV1 } from "@standard-schema/spec";
 
 /** The result of a Standard Schema validation: a value, or issues. */
-export type StandardSchemaResult<Output> =
-  | { readonly value: Output; readonly issues?: undefined }
-  | { readonly issues: readonly { readonly message: string; readonly path?: readonly unknown[] }[] };
+export type StandardSchemaResult<Output> = StandardSchemaV1.Result<Output>;
 
 /** True when `value` looks like a Standard Schema v1 object. */
 export function isStandardSchema(value: unknown): value is StandardSchemaV1 {

@@ -12,7 +12,9 @@ export class ShardedEntityType<T> {
 
 /** The routing operations a {@link ShardedEntityRef} delegates to (implemented by sharding's caller-side router). */
 export interface EntityRouter {
+  /** Delivers a tell to the entity. */
   route(entityType: string, entityId: string, message: unknown, sender: ActorRef<unknown> | null): void;
+  /** Delivers an ask to the entity and resolves with its reply. */
   routeAsk<R>(
     entityType: string,
     entityId: string,
@@ -21,6 +23,7 @@ export interface EntityRouter {
     timeoutMs: number,
     options?: AskOptions,
   ): Promise<R>;
+  /** Delivers a passivation (STOP) to the entity. */
   passivate(entityType: string, entityId: string, message: SystemMessage): void;
 }
 
@@ -63,6 +66,7 @@ export class ShardedEntityRef<T> {
     this.router.passivate(this.entityType, this.entityId, message);
   }
 
+  /** `ShardedEntityRef(<type>/<id>)`, for logs. */
   toString(): string {
     return `ShardedEntityRef(${this.entityType}/${this.entityId})`;
   }

@@ -15,6 +15,7 @@ export {
 export { type MemberWeight, WeightedLeastLoadedAllocation } from "./allocation/weighted-least-loaded.ts";
 export { ClusterSharding, type ShardingRuntime } from "./cluster-sharding.ts";
 export { inProcessCodec, type PayloadCodec, RegistryCodec, registerShardingWireTypes } from "./codec.ts";
+/** The protocol's fixed timings and bounds (handoff timeout, retry intervals, buffer sizes), as named constants. */
 export * as shardingConstants from "./constants.ts";
 export {
   acceptingCoordinator,

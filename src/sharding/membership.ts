@@ -23,5 +23,6 @@ export interface ShardingMembership {
   subscribe(listener: (event: unknown) => void): () => void;
   /** Leaving → Exiting waits until every guard returns true for the member. */
   registerDepartureGuard(name: string, guard: (member: ShardingMember) => boolean): void;
+  /** Removes the departure guard registered under `name`. */
   unregisterDepartureGuard(name: string): void;
 }

@@ -1,3 +1,4 @@
+import { checkSettingKeys, type SettingsShapeOf } from "../actor/settings-keys.ts";
 import { describe } from "../actor/untrusted.ts";
 import { LeastLoadedAllocation } from "./allocation/least-loaded.ts";
 import type { ShardAllocationStrategy } from "./allocation/strategy.ts";
@@ -41,6 +42,19 @@ export interface ShardingSettingsOptions {
    */
   shardMailboxCapacity?: number | null;
 }
+
+/** Every key of {@link ShardingSettingsOptions}. */
+export const shardingSettingsShape = {
+  shardCount: true,
+  partitioner: true,
+  allocation: true,
+  rebalance: true,
+  leaseDuration: true,
+  leaseRenewInterval: true,
+  idleTimeout: true,
+  entityMailboxCapacity: true,
+  shardMailboxCapacity: true,
+} as const satisfies SettingsShapeOf<ShardingSettingsOptions>;
 
 /** Largest `shardMailboxCapacity`. */
 const shardMailboxCapacityMax = 100_000_000;
@@ -150,6 +164,7 @@ export class ShardingSettings {
     if (options === null || typeof options !== "object") {
       throw new ClusterShardingConfigurationError("sharding settings must be an object", null);
     }
+    checkSettingKeys("ClusterSharding.init", options, shardingSettingsShape);
     return new ShardingSettings(options);
   }
 

@@ -1,4 +1,5 @@
 import { compareStrings } from "../actor/index.ts";
+import { checkSettingKeys, type SettingsShape, type SettingsShapeOf } from "../actor/settings-keys.ts";
 import { describe } from "../actor/untrusted.ts";
 import { ClusterSingletonConfigurationError } from "./errors.ts";
 
@@ -11,6 +12,13 @@ export interface ClusterSingletonOptions {
   /** How long one eager activation may take, in ms; default 2,000. */
   readonly activationTimeout?: number;
 }
+
+/** Every key of {@link ClusterSingletonOptions}. */
+const singletonOptionsShape = {
+  roles: true,
+  activationInterval: true,
+  activationTimeout: true,
+} as const satisfies SettingsShapeOf<ClusterSingletonOptions>;
 
 /** Validated singleton settings: roles de-duplicated and sorted, durations in ms. */
 export interface ClusterSingletonSettings {
@@ -33,7 +41,9 @@ export const firstActivationDelayMs = 1;
 export function resolveSingletonSettings(
   name: string,
   options: ClusterSingletonOptions = {},
+  shape: SettingsShape = singletonOptionsShape,
 ): ClusterSingletonSettings {
+  checkSettingKeys(`singleton ${JSON.stringify(name)}`, options, shape);
   const roles = options.roles ?? [];
   if (!Array.isArray(roles)) {
     throw new ClusterSingletonConfigurationError(name, "roles", "roles must be an array of role names");
@@ -74,6 +84,14 @@ export interface PersistentSingletonOptions extends ClusterSingletonOptions {
   readonly leaseRenewInterval?: number;
 }
 
+/** Every key of {@link PersistentSingletonOptions}. */
+const persistentSingletonOptionsShape = {
+  ...singletonOptionsShape,
+  entityId: true,
+  leaseDuration: true,
+  leaseRenewInterval: true,
+} as const satisfies SettingsShapeOf<PersistentSingletonOptions>;
+
 /** Validated persistent singleton settings. */
 export interface PersistentSingletonSettings extends ClusterSingletonSettings {
   readonly entityId: string;
@@ -90,7 +108,7 @@ export function resolvePersistentSingletonSettings(
   name: string,
   options: PersistentSingletonOptions,
 ): PersistentSingletonSettings {
-  const base = resolveSingletonSettings(name, options);
+  const base = resolveSingletonSettings(name, options, persistentSingletonOptionsShape);
   if (typeof options.entityId !== "string" || options.entityId.length === 0) {
     throw new ClusterSingletonConfigurationError(name, "entityId", "a persistent singleton needs a non-empty entityId");
   }

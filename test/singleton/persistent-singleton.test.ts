@@ -126,8 +126,10 @@ test("both persistent singleton initializers need PostgreSQL (memory and SQLite 
       const counters = registerCounter(node);
       const singletons = ClusterSingleton.get(node.system);
       for (const init of [
-        () => initEventSourcedSingleton(singletons, "ledger", type, options),
+        () => initEventSourcedSingleton(singletons, "ledger", type, options), // the deprecated aliases
         () => initDurableStateSingleton(singletons, "counter", counters, options),
+        () => singletons.initEventSourced("ledger", type, options), // the methods
+        () => singletons.initDurableState("counter", counters, options),
       ]) {
         assert.throws(
           init,
@@ -152,7 +154,7 @@ test("both persistent singleton initializers need PostgreSQL (memory and SQLite 
 
 test("a durable-state singleton persists under its lease and recovers its state after STOP", async () => {
   const { node } = await start("ps-ds");
-  const ref = initDurableStateSingleton(ClusterSingleton.get(node.system), "counter", registerCounter(node), options);
+  const ref = ClusterSingleton.get(node.system).initDurableState("counter", registerCounter(node), options);
   await eventually(() => ClusterSingleton.get(node.system).stats.activations === 1, { what: "eager activation" });
   assert.deepEqual(await ref.ask(new Increment("inc-1"), CounterView, 5_000), new CounterView(1, 1));
   assert.deepEqual(await ref.ask(new Increment("inc-2"), CounterView, 5_000), new CounterView(2, 1));
@@ -178,9 +180,14 @@ test("a durable-state singleton persists under its lease and recovers its state 
 test("it is activated eagerly under the lease (cluster, movie.singleton.<name>, 0) and keeps its state across a leave", async () => {
   const a = await start("ps-a");
   const b = await start("ps-b");
-  const refA = initEventSourcedSingleton(ClusterSingleton.get(a.node.system), "ledger", a.type, options);
-  const refB = initEventSourcedSingleton(ClusterSingleton.get(b.node.system), "ledger", b.type, options);
-  assert.equal(initEventSourcedSingleton(ClusterSingleton.get(a.node.system), "ledger", a.type, options), refA);
+  const refA = ClusterSingleton.get(a.node.system).initEventSourced("ledger", a.type, options);
+  const refB = ClusterSingleton.get(b.node.system).initEventSourced("ledger", b.type, options);
+  assert.equal(ClusterSingleton.get(a.node.system).initEventSourced("ledger", a.type, options), refA);
+  assert.equal(
+    initEventSourcedSingleton(ClusterSingleton.get(a.node.system), "ledger", a.type, options),
+    refA,
+    "alias",
+  );
   await eventually(() => ClusterSingleton.get(a.node.system).stats.activations === 1, { what: "eager activation" });
   const first = await refB.ask(new Record("opened", "op-1"), LedgerView, 5_000);
   assert.deepEqual(first, new LedgerView(["opened"], 1));

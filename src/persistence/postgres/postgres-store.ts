@@ -1,6 +1,7 @@
-import pg from "pg";
+import type { Client, Pool, QueryResult } from "pg";
 import { RealScheduler, type Scheduler } from "../../actor/index.ts";
 import { describe } from "../../actor/untrusted.ts";
+import { loadDriver } from "../driver.ts";
 import {
   ConcurrentWriteError,
   CorruptPersistentRecordError,
@@ -69,6 +70,10 @@ import {
 import { decodeStateOutcome, type PendingState, revisionMoved, saveStates, WRITE_STATE_SQL } from "./state-batch.ts";
 
 /** Options of {@link PostgresStore.connect}. */
+/** `pg`, an optional peer dependency: importing this backend without it fails with one MissingDriverError. */
+const { Client: PgClient, Pool: PgPool } = (await loadDriver("pg", "movie/persistence/postgres", () => import("pg")))
+  .default;
+
 export interface PostgresStoreOptions {
   /** `postgres://` or `postgresql://` URL (required). */
   connectionUri: string;
@@ -148,7 +153,7 @@ interface StatusRow {
   revision: string;
 }
 
-type Queryable = Pick<pg.Pool, "query">;
+type Queryable = Pick<Pool, "query">;
 
 /**
  * The PostgreSQL backend (`pg` Pool). Each write is one round trip: a call of a migration-installed PL/pgSQL function
@@ -175,11 +180,11 @@ export class PostgresStore implements PersistenceStore {
   private readonly scheduler: Scheduler;
   private readonly feedListeners = new Set<() => void>();
   /** The LISTEN connection while anyone subscribes to feed commits (null before, or after it failed). */
-  private listenClient: pg.Client | null = null;
+  private listenClient: Client | null = null;
 
   private constructor(
     /** @internal The pool, for tests and benchmarks that need raw SQL in the same schema. */
-    readonly pool: pg.Pool,
+    readonly pool: Pool,
     /** The schema the tables live in. */
     readonly schema: string | null,
     resilience: ResilienceSettings,
@@ -226,7 +231,7 @@ export class PostgresStore implements PersistenceStore {
       options.groupCommit === false
         ? groupCommitSettings({ maxBatchSize: 1, maxConcurrentBatches: 10_000 })
         : groupCommitSettings(options.groupCommit);
-    const pool = new pg.Pool({
+    const pool = new PgPool({
       connectionString: uri,
       max: poolSize,
       application_name: options.applicationName ?? "movie",
@@ -749,7 +754,7 @@ export class PostgresStore implements PersistenceStore {
    */
   private async leaseBatch<T>(
     items: readonly T[],
-    send: (chunk: readonly T[]) => Promise<pg.QueryResult>,
+    send: (chunk: readonly T[]) => Promise<QueryResult>,
     keyOf: (item: T) => ShardLeaseKey,
     alone: (item: T) => Promise<ShardLeaseToken | null>,
     answers: (item: T, row: Record<string, unknown>) => boolean,
@@ -849,7 +854,7 @@ export class PostgresStore implements PersistenceStore {
    * readers poll.
    */
   private listen(): void {
-    const client = new pg.Client({
+    const client = new PgClient({
       connectionString: this.pool.options.connectionString,
       application_name: "movie-feed-listener",
       options: sessionOptions(this.schema),
@@ -1105,7 +1110,7 @@ export class PostgresStore implements PersistenceStore {
     return row;
   }
 
-  private query(operation: string, name: string, text: string, values: unknown[]): Promise<pg.QueryResult> {
+  private query(operation: string, name: string, text: string, values: unknown[]): Promise<QueryResult> {
     // Named statements are parsed once per connection; the pool reuses them.
     return this.resilient.run(operation, () => {
       if (this.closed) return Promise.reject(new StoreClosedError("postgres"));
@@ -1142,7 +1147,7 @@ const SCHEMA_OBJECTS_SQL = `SELECT CASE c.relkind WHEN 'i' THEN 'index:' ELSE 't
   UNION ALL SELECT 'function:' || p.proname FROM pg_proc p WHERE p.pronamespace = current_schema()::regnamespace`;
 
 /** Runs the pending migrations; returns the versions re-baselined from an earlier build's checksums. */
-async function migrate(pool: Queryable & Pick<pg.Pool, "connect">, schema: string | null): Promise<number[]> {
+async function migrate(pool: Queryable & Pick<Pool, "connect">, schema: string | null): Promise<number[]> {
   const client = await pool.connect();
   try {
     // Session-level lock: two nodes starting at once migrate one after the other (REFERENCE §4.4).

@@ -1,5 +1,6 @@
-import Database, { type Database as SqliteDatabase, type Statement, type Transaction } from "better-sqlite3";
+import type { Database as SqliteDatabase, Statement, Transaction } from "better-sqlite3";
 import { RealScheduler, type Scheduler } from "../../actor/index.ts";
+import { loadDriver } from "../driver.ts";
 import {
   ConcurrentWriteError,
   CorruptPersistentRecordError,
@@ -52,6 +53,10 @@ import {
   type WriteResult,
 } from "../store.ts";
 import { SQLITE_NOW_MS, sqliteMigrations } from "./schema.ts";
+
+/** better-sqlite3, an optional peer dependency: importing this backend without it fails with one MissingDriverError. */
+const Database = (await loadDriver("better-sqlite3", "movie/persistence/sqlite", () => import("better-sqlite3")))
+  .default;
 
 /** Options of {@link SqliteStore.open}. */
 export interface SqliteStoreOptions {

@@ -1,4 +1,5 @@
 import type { UniqueAddress } from "../../actor/index.ts";
+import { describe } from "../../actor/untrusted.ts";
 import { ClusterShardingConfigurationError } from "../errors.ts";
 import {
   type Allocations,
@@ -22,22 +23,30 @@ export class WeightedLeastLoadedAllocation implements ShardAllocationStrategy {
   /**
    * @param weight the member's capacity weight, a positive integer
    * @param strategyId identifies `weight` in the settings key; default "default"
-   * @throws ClusterShardingConfigurationError when `strategyId` is empty
+   * @throws ClusterShardingConfigurationError when `weight` is not a function (saying so when the arguments are swapped)
+   *   or `strategyId` is empty
    */
   constructor(
     private readonly weight: MemberWeight,
     readonly strategyId = "default",
   ) {
-    if (typeof strategyId !== "string" || strategyId.length === 0) {
+    // Checked first and told apart: `new WeightedLeastLoadedAllocation("id", fn)` (arguments swapped) is the usual slip.
+    if (typeof weight === "string" && typeof strategyId === "function") {
       throw new ClusterShardingConfigurationError(
-        "weighted allocation strategy id must not be empty; pass a stable name for the weight function",
-        "allocation.strategyId",
+        `the arguments of WeightedLeastLoadedAllocation are swapped: the weight function comes first, then the strategy id; write new WeightedLeastLoadedAllocation(weightFunction, ${JSON.stringify(weight)})`,
+        "allocation.weight",
       );
     }
     if (typeof weight !== "function") {
       throw new ClusterShardingConfigurationError(
-        "weighted allocation needs a weight function (member) => positive integer",
+        `WeightedLeastLoadedAllocation expects a weight function (member) => positive integer as its first argument (got ${describe(weight)})`,
         "allocation.weight",
+      );
+    }
+    if (typeof strategyId !== "string" || strategyId.length === 0) {
+      throw new ClusterShardingConfigurationError(
+        `WeightedLeastLoadedAllocation expects a non-empty strategy id (a stable name for the weight function) as its second argument (got ${describe(strategyId)})`,
+        "allocation.strategyId",
       );
     }
     this.configurationKey = `WeightedLeastLoadedAllocation:${strategyId}`;

@@ -198,6 +198,7 @@ abstract class PlanBody {
     return UniqueAddress.parse(this.coordinator);
   }
 
+  /** The checked fields of a plan body's decoded wire JSON, in constructor order. */
   protected static parts(json: unknown, what: string): [string, string, string, number, Assignment[]] {
     const o = object(json, what);
     const coordinator = str(o, "coordinator");

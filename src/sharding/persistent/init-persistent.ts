@@ -1,4 +1,5 @@
 import type { BehaviorSource } from "../../actor/index.ts";
+import { checkSettingKeys } from "../../actor/settings-keys.ts";
 import { Cluster } from "../../cluster/index.ts";
 import { Database } from "../../persistence/database.ts";
 import { DurableState } from "../../persistence/durable-state.ts";
@@ -8,7 +9,7 @@ import type { ClusterSharding } from "../cluster-sharding.ts";
 import { ShardedEntityType } from "../entity-ref.ts";
 import { ClusterShardingConfigurationError } from "../errors.ts";
 import { safeToOwn } from "../lease/safe-to-own.ts";
-import { ShardingSettings, type ShardingSettingsOptions } from "../settings.ts";
+import { ShardingSettings, type ShardingSettingsOptions, shardingSettingsShape } from "../settings.ts";
 import { shardingInternals } from "./internals.ts";
 import { PersistentEntityProvider, type PersistentKind } from "./persistent-provider.ts";
 
@@ -28,6 +29,8 @@ const defaultClusterName = "movie-cluster";
 /**
  * Shards the event-sourced entity type `entityType` (from `EventSourcing.get(system).registerEntity`) across the
  * cluster, fenced by PostgreSQL shard leases (REFERENCE §2.3, §3.12). Idempotent when every setting matches.
+ * @deprecated Use `sharding.initEventSourced(entityType, options)`, added by importing `movie/sharding/persistent`;
+ *   this function stays for one release.
  * @throws ClusterShardingConfigurationError when the backend is not PostgreSQL, the routing name is empty, the
  *   settings are invalid, or an earlier init of the same routing name differs (naming the field)
  */
@@ -42,6 +45,8 @@ export function initEventSourced<T>(
 /**
  * Shards the durable-state entity type `entityType` (from `DurableState.get(system).registerEntity`); otherwise as
  * {@link initEventSourced}.
+ * @deprecated Use `sharding.initDurableState(entityType, options)`, added by importing `movie/sharding/persistent`;
+ *   this function stays for one release.
  * @throws ClusterShardingConfigurationError as {@link initEventSourced}
  */
 export function initDurableState<T>(
@@ -52,7 +57,8 @@ export function initDurableState<T>(
   return initPersistent(sharding, entityType, options, "durable-state");
 }
 
-function initPersistent<T>(
+/** @internal The one implementation behind the methods and the deprecated functions. */
+export function initPersistent<T>(
   sharding: ClusterSharding,
   entityType: EntityType<T>,
   options: PersistentShardingOptions,
@@ -72,6 +78,10 @@ function initPersistent<T>(
       "entityType",
     );
   }
+  checkSettingKeys(kind === "event-sourced" ? "initEventSourced" : "initDurableState", options, {
+    ...shardingSettingsShape,
+    routingName: true,
+  });
   const { routingName = entityType.name, ...settingsOptions } = options;
   if (typeof routingName !== "string" || routingName.length === 0) {
     throw new ClusterShardingConfigurationError("persistent sharding name must not be empty", "routingName");

@@ -1,5 +1,5 @@
 import type { EntityType } from "../../persistence/entity-type.ts";
-import { initDurableState, initEventSourced } from "../../sharding/persistent/init-persistent.ts";
+import { initPersistent } from "../../sharding/persistent/init-persistent.ts";
 import { NoRebalance } from "../../sharding/rebalance/no-rebalance.ts";
 import { allocationFor, type ClusterSingleton, type ClusterSingletonRef } from "../cluster-singleton.ts";
 import {
@@ -15,6 +15,8 @@ import { SingletonPartitioner } from "../singleton-partitioner.ts";
  * survives its owner's leave with its state. Returns the same ref when called again with the same settings.
  * @throws ClusterSingletonConfigurationError for invalid settings, or a mismatch with an earlier init
  * @throws ClusterShardingConfigurationError when the persistence backend is not PostgreSQL
+ * @deprecated Use `ClusterSingleton.get(system).initEventSourced(name, entityType, options)`, added by importing
+ *   `movie/singleton/persistent`; this function stays for one release.
  */
 export function initEventSourcedSingleton<T>(
   singletons: ClusterSingleton,
@@ -28,6 +30,8 @@ export function initEventSourcedSingleton<T>(
 /**
  * Registers a persistent singleton backed by a durable-state entity; otherwise as {@link initEventSourcedSingleton}.
  * @throws ClusterSingletonConfigurationError, ClusterShardingConfigurationError as {@link initEventSourcedSingleton}
+ * @deprecated Use `ClusterSingleton.get(system).initDurableState(name, entityType, options)`, added by importing
+ *   `movie/singleton/persistent`; this function stays for one release.
  */
 export function initDurableStateSingleton<T>(
   singletons: ClusterSingleton,
@@ -38,7 +42,8 @@ export function initDurableStateSingleton<T>(
   return initPersistentSingleton(singletons, name, entityType, options, "DurableState");
 }
 
-function initPersistentSingleton<T>(
+/** @internal The one implementation behind the methods and the deprecated functions. */
+export function initPersistentSingleton<T>(
   singletons: ClusterSingleton,
   name: string,
   entityType: EntityType<T>,
@@ -68,7 +73,6 @@ function initPersistentSingleton<T>(
       leaseDuration: lease.leaseDurationMs,
       leaseRenewInterval: lease.leaseRenewIntervalMs,
     };
-    if (kind === "EventSourced") initEventSourced(sharding, entityType, shardingOptions);
-    else initDurableState(sharding, entityType, shardingOptions);
+    initPersistent(sharding, entityType, shardingOptions, kind === "EventSourced" ? "event-sourced" : "durable-state");
   });
 }

@@ -11,7 +11,7 @@ import {
   EventSourcedBehavior,
   EventSourcing,
 } from "../../../src/persistence/index.ts";
-import { initEventSourced, PersistentEntityProvider } from "../../../src/sharding/persistent/index.ts";
+import { PersistentEntityProvider } from "../../../src/sharding/persistent/index.ts";
 import { shardingInternals } from "../../../src/sharding/persistent/internals.ts";
 import { eventually } from "../../fixtures/eventually.ts";
 import { freshPostgresStore, rawClient } from "../../persistence/pg-fixture.ts";
@@ -74,8 +74,8 @@ async function start(name: string): Promise<Node> {
   const orders = EventSourcing.get(node.system).registerEntity(Order, OrderCommand, () => new Order(), {
     name: "Order",
   });
-  initEventSourced(node.sharding, orders, settings);
-  initEventSourced(node.sharding, orders, { ...settings, routingName: "Order-audit" });
+  node.sharding.initEventSourced(orders, settings);
+  node.sharding.initEventSourced(orders, { ...settings, routingName: "Order-audit" });
   return node;
 }
 

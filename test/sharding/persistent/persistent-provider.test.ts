@@ -215,6 +215,7 @@ test("a timed-out persistent ask retried with the same OperationId has the comma
 
 test("init is idempotent with the same settings; a different lease setting or kind is refused by field", () => {
   assert.equal(initEventSourced(sharding, tallies, settings).name, "Tally");
+  assert.equal(sharding.initEventSourced(tallies, settings).name, "Tally", "the method and the alias are one init");
   assert.throws(
     () => initEventSourced(sharding, tallies, { ...settings, leaseDuration: 4_000 }),
     (e: unknown) => e instanceof ClusterShardingConfigurationError && e.field === "leaseDuration",
