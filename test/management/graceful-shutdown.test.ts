@@ -39,14 +39,15 @@ before(async () => {
   client = new pg.Client({ connectionString: url });
   await client.connect();
   nodes = await startOpsCluster(3, { MOVIE_OPS_PG_URL: url, MOVIE_OPS_PG_SCHEMA: schema, MOVIE_OPS_SIGTERM: "1" });
+  let seen: unknown[] = [];
   await eventually(
-    async () =>
-      (await Promise.all(nodes.map((n) => getJson(`${n.ready.url}health/ready`)))).every((r) => r.status === 200),
-    {
-      what: "every node ready",
-      timeoutMs: 30_000,
-      intervalMs: 100,
+    async () => {
+      const answers = await Promise.all(nodes.map((n) => getJson(`${n.ready.url}health/ready`)));
+      seen = answers.map((a) => a.body);
+      return answers.every((r) => r.status === 200);
     },
+    // Under the full suite (three files at once on two shared cores) three fresh processes need more than 30 s.
+    { what: "every node ready", timeoutMs: 90_000, intervalMs: 200, describe: () => seen },
   );
 });
 after(async () => {
