@@ -28,7 +28,8 @@ export class RendezvousAllocation implements ShardAllocationStrategy {
       let bestLo = 0;
       for (let i = 0; i < eligible.length; i++) {
         h.reset().u32le(shard).bytes(suffixes[i]!);
-        if (i === 0 || Fnv1a64.compare(h.hi, h.lo, bestHi, bestLo) >= 0) {
+        // Every unsigned score is >= (0, 0), so the first member is always taken.
+        if (Fnv1a64.compare(h.hi, h.lo, bestHi, bestLo) >= 0) {
           best = i;
           bestHi = h.hi;
           bestLo = h.lo;
@@ -69,7 +70,7 @@ export class RendezvousAllocation implements ShardAllocationStrategy {
     let bestLo = 0;
     for (const m of sorted) {
       const h = this.hash(shardId, m.uniqueAddress);
-      if (best === null || Fnv1a64.compare(h.hi, h.lo, bestHi, bestLo) >= 0) {
+      if (Fnv1a64.compare(h.hi, h.lo, bestHi, bestLo) >= 0) {
         best = m.uniqueAddress;
         bestHi = h.hi;
         bestLo = h.lo;
@@ -84,6 +85,7 @@ const encoder = new TextEncoder();
 /** protocol 0x00 system 0x00 host 0x00 port(u32 LE) uid 0x00: the member part of a rendezvous score. */
 function memberBytes(member: UniqueAddress): Uint8Array {
   const a = member.address;
+  const port = a.port ?? 0;
   const parts = [
     encoder.encode(a.protocol),
     Uint8Array.of(0),
@@ -91,12 +93,7 @@ function memberBytes(member: UniqueAddress): Uint8Array {
     Uint8Array.of(0),
     encoder.encode(a.host ?? ""),
     Uint8Array.of(0),
-    Uint8Array.of(
-      (a.port ?? 0) & 0xff,
-      ((a.port ?? 0) >>> 8) & 0xff,
-      ((a.port ?? 0) >>> 16) & 0xff,
-      (a.port ?? 0) >>> 24,
-    ),
+    Uint8Array.of(port & 0xff, (port >>> 8) & 0xff, (port >>> 16) & 0xff, port >>> 24),
     encoder.encode(member.uid),
     Uint8Array.of(0),
   ];
