@@ -73,7 +73,10 @@ before(
     );
     mkdirSync(app);
     writeFileSync(join(app, "package.json"), JSON.stringify({ name: "movie-consumer", private: true, type: "module" }));
-    run(npm, ["install", "--prefer-offline", "--no-audit", "--no-fund", tarball], app);
+    // The OpenTelemetry API is the optional peer a user installs to use registerOpenTelemetryMetrics (docs/operations.md
+    // shows it); the database drivers stay out, so their missing-driver error is tested below.
+    const otel = "@opentelemetry/api@1.10.0";
+    run(npm, ["install", "--prefer-offline", "--no-audit", "--no-fund", tarball, otel], app);
     for (const file of readdirSync(consumerSources)) copyFileSync(join(consumerSources, file), join(app, file));
   },
   { timeout: 600_000 },
