@@ -63,6 +63,8 @@ const elsewhere: Readonly<Record<string, string>> = {
 const ranges: Readonly<Record<string, string>> = {
   "2–3": "5–§10",
   "2-3": "5–§10",
+  "3.5–3.11": "6–§10",
+  "3.5-3.11": "6–§10",
 };
 
 /**

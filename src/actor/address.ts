@@ -1,7 +1,7 @@
 /**
  * Where an actor system lives. A local system prints as `movie://system`; once remoting is on, its address is
  * `movie.tcp://system@host:port`. A {@link UniqueAddress} adds the random node uid chosen at start, so a process
- * restarted on the same host and port is a different node (REFERENCE §6).
+ * restarted on the same host and port is a different node (docs/protocol.md §2.2).
  */
 export class Address {
   /** Protocol of a system without remoting. */
@@ -70,7 +70,7 @@ export class Address {
   }
 }
 
-/** A node identity: a remote address plus the node uid chosen when the process started (REFERENCE §6). */
+/** A node identity: a remote address plus the node uid chosen when the process started (docs/protocol.md §2.1). */
 export class UniqueAddress {
   private readonly text: string;
 

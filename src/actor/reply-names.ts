@@ -1,6 +1,6 @@
 import { randomFillSync } from "node:crypto";
 
-/** Random bits in every ask reply actor's name (REFERENCE §5: unguessable reply endpoints). */
+/** Random bits in every ask reply actor's name (docs/protocol.md §3.6: unguessable reply endpoints). */
 export const replyNameBits = 128;
 
 const nameBytes = replyNameBits / 8;

@@ -230,7 +230,7 @@ export class Cluster implements Extension {
   /**
    * Leaves gracefully: asks the leader to mark `address` (default this node) Leaving, repeating the request every
    * gossip round, and resolves once that member is Removed in this node's view. Only the leader can make another
-   * node leave (a leave request names its sender, REFERENCE §6).
+   * node leave (a leave request names its sender, docs/protocol.md §4.9).
    * @throws ClusterConfigurationError (rejects) for another node when this one is not the leader, or once this node
    * was downed; ClusterAwaitTimeoutError after `timeoutMs` (default `leaveTimeout`, 60,000 ms)
    */
@@ -239,7 +239,7 @@ export class Cluster implements Extension {
     try {
       target = typeof address === "string" ? UniqueAddress.parse(address) : address;
       if (!target.equals(this.selfAddress) && !this.isLeader) {
-        // REFERENCE §6: a leave request is valid only when its target is its sender.
+        // docs/protocol.md §4.9: a leave request is valid only when its target is its sender.
         throw new ClusterConfigurationError(
           "leave",
           "only the leader or the node itself can make a node leave; invoke leave on that node or on the leader",
@@ -264,7 +264,7 @@ export class Cluster implements Extension {
    * Marks `address` Down through the leader (here when this node leads, else sent to the leader), which then removes
    * it; works when the target is unreachable. Returns false for this node itself, a member that is not known, or
    * when this node was downed itself.
-   * @throws ClusterConfigurationError when this node is not the leader and remoting has no shared secret (REFERENCE §6)
+   * @throws ClusterConfigurationError when this node is not the leader and remoting has no shared secret (docs/protocol.md §4.9)
    */
   down(address: UniqueAddress | string): boolean {
     const target = typeof address === "string" ? UniqueAddress.parse(address) : address;

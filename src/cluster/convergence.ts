@@ -4,7 +4,7 @@ import type { Member } from "./member.ts";
 
 /**
  * The membership leader: the lowest unique address among members in Up or Leaving that this node does not see as
- * unreachable (REFERENCE §6). Purely local, so two sides of a partition can each see their own leader; null when
+ * unreachable (docs/protocol.md §4.6). Purely local, so two sides of a partition can each see their own leader; null when
  * no member qualifies.
  */
 export function leaderOf(members: MemberMap, unreachable: ReadonlySet<string>): UniqueAddress | null {
@@ -17,7 +17,7 @@ export function leaderOf(members: MemberMap, unreachable: ReadonlySet<string>): 
 }
 
 /**
- * Digest-acknowledged convergence (REFERENCE §6): true iff every Up member other than `self` that is not locally
+ * Digest-acknowledged convergence (docs/protocol.md §4.6): true iff every Up member other than `self` that is not locally
  * unreachable has acknowledged a digest equal to `digest`. Unreachable members do not block it; members in other
  * statuses never do.
  */

@@ -1,6 +1,6 @@
 /** Errors raised by cluster membership. Each has a stable `name` and carries the fields a caller acts on. */
 
-/** A cluster setting or call that cannot work as given (REFERENCE §6 names this class for all of them). */
+/** A cluster setting or call that cannot work as given (docs/protocol.md §4.10 names this class for all of them). */
 export class ClusterConfigurationError extends Error {
   override readonly name: string = "ClusterConfigurationError";
   constructor(

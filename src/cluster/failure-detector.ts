@@ -1,5 +1,5 @@
 /**
- * The heartbeat failure detector (REFERENCE §6): a peer is unreachable when more than `heartbeatTimeoutMs` has
+ * The heartbeat failure detector (docs/protocol.md §4.8): a peer is unreachable when more than `heartbeatTimeoutMs` has
  * passed on the monotonic clock since its last heartbeat ack; the first observation of a peer starts its timer, and
  * an ack makes it reachable again. It only records observations: it never changes a member's status.
  */

@@ -9,7 +9,7 @@ export interface LeaderActionsResult {
 }
 
 /**
- * One pass of leader actions by `self` (REFERENCE §6), to run only when `self` is the leader (or there is no leader,
+ * One pass of leader actions by `self` (docs/protocol.md §4.7), to run only when `self` is the leader (or there is no leader,
  * for departures) and membership has converged. Each member moves at most one step per pass, so every Up member
  * sees Exiting before the record becomes a Removed tombstone:
  * - Joining → Up, handing out up-numbers above every number in use, in unique-address order (only as leader);

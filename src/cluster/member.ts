@@ -3,7 +3,7 @@ import { describe } from "../actor/untrusted.ts";
 
 /**
  * Where a member is in its life. Transitions only move forward: `Joining → Up → Leaving → Exiting → Removed`, or
- * from any live status `→ Down → Removed` (REFERENCE §6).
+ * from any live status `→ Down → Removed` (docs/protocol.md §4.1).
  */
 export type MemberStatus = "Joining" | "Up" | "Leaving" | "Exiting" | "Down" | "Removed";
 
@@ -22,7 +22,7 @@ export function isMemberStatus(value: unknown): value is MemberStatus {
 
 /**
  * One node's membership record. `revision` grows with every change its author makes and `changedBy` is the uid of
- * the node that made the last change; both only serve the deterministic merge (REFERENCE §6).
+ * the node that made the last change; both only serve the deterministic merge (docs/protocol.md §4.1).
  */
 export interface Member {
   /** The node this record describes. */

@@ -154,7 +154,7 @@ function isSelfSeed(seed: Address, self: UniqueAddress): boolean {
 
 /**
  * The state of a node that just started. A node whose seed list is empty or contains its own address starts Up as
- * a seed, authoring its own record; any other node starts Joining (REFERENCE §6).
+ * a seed, authoring its own record; any other node starts Joining (docs/protocol.md §4.4).
  */
 export function initialMembership(config: MembershipConfig, nowMs: number): MembershipState {
   const seed = config.seeds.length === 0 || config.seeds.some((s) => isSelfSeed(s, config.self));
@@ -397,7 +397,7 @@ function heartbeatTick(state: MembershipState, effects: MembershipEffect[], nowM
 }
 
 /**
- * Why an inbound message is refused before it reaches the protocol (REFERENCE §6 "Protocol authentication"), or
+ * Why an inbound message is refused before it reaches the protocol (docs/protocol.md §4.3 "Protocol authentication"), or
  * null when it passes: it must carry this cluster's name, come over an authenticated association whose identity is
  * the claimed sender, from that sender's `/system/cluster`, and (if it names a receiver) name this incarnation.
  */
@@ -686,7 +686,7 @@ function applyDown(state: MembershipState, target: UniqueAddress, nowMs: number)
   return commit({ ...state, downNotice }, members, nowMs);
 }
 
-/** Statuses of a member whose leave or down requests count (REFERENCE §6: requests come from members). */
+/** Statuses of a member whose leave or down requests count (docs/protocol.md §4.9: requests come from members). */
 const requestingStatuses = new Set(["Joining", "Up", "Leaving", "Exiting"]);
 
 /** Why a leave or down request from `from` is refused because of who sent it, or null when the sender may ask. */
@@ -772,7 +772,7 @@ function receiveLeave(
     return state;
   }
   if (!target.equals(from)) {
-    // REFERENCE §6: a leave request is valid only when target == sender (a member leaves only itself).
+    // docs/protocol.md §4.9: a leave request is valid only when target == sender (a member leaves only itself).
     effects.push({ kind: "count", stat: "leaveRequestsRejected" });
     effects.push({
       kind: "reject",

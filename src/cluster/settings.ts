@@ -75,7 +75,7 @@ export interface ResolvedClusterSettings {
   readonly onDowned: OnDowned;
 }
 
-/** The defaults of REFERENCE §6. */
+/** The defaults of docs/protocol.md §4.10. */
 export const clusterDefaults = {
   clusterName: "movie-cluster",
   joinRetryIntervalMs: 1_000,

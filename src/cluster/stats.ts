@@ -1,6 +1,6 @@
 import type { GossipRejection } from "./gossip/authorize.ts";
 
-/** Counters of one node's membership (REFERENCE §6 "ClusterStats"), all starting at 0. */
+/** Counters of one node's membership (docs/protocol.md §4.10 "ClusterStats"), all starting at 0. */
 export interface ClusterStats {
   /** Join requests sent to seeds or the leader. */
   joinAttempts: number;

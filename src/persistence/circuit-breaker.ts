@@ -1,5 +1,5 @@
 /**
- * A circuit breaker as a pure core (REFERENCE §4.8: failure threshold 5, reset timeout 5 s): `failureThreshold`
+ * A circuit breaker as a pure core (docs/protocol.md §13.1: failure threshold 5, reset timeout 5 s): `failureThreshold`
  * consecutive failures open it; while open, requests fail fast; after `resetTimeoutMs` one trial request is let
  * through (half-open) and its outcome closes or re-opens the breaker.
  */

@@ -92,7 +92,7 @@ export class Database implements Extension {
     return new EventFeed(this.store, this.system.scheduler);
   }
 
-  /** The backend in use; sharding requires "postgres" for clustered persistent entities (REFERENCE §4.7). */
+  /** The backend in use; sharding requires "postgres" for clustered persistent entities (docs/protocol.md §11). */
   get backendName(): BackendName {
     return this.store.backendName;
   }

@@ -18,7 +18,7 @@ import type { PersistenceStore } from "./store.ts";
 
 /**
  * A durable-state entity: its whole state is saved at each write (revision + 1), or deleted as a tombstone so that a
- * stale writer cannot silently resurrect older state (REFERENCE §4.2).
+ * stale writer cannot silently resurrect older state (docs/protocol.md §13.1).
  */
 export abstract class DurableStateBehavior<Command, State> {
   /** The state of an entity never written, or deleted. */

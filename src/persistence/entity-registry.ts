@@ -12,7 +12,7 @@ interface Registration<C> {
 
 /**
  * Entity types of one kind and their live entity actors. An actor is keyed by entity and fence epoch, so a different
- * fence token resolves a different actor (REFERENCE §4.1); stopped entities are evicted, and resolving again creates
+ * fence token resolves a different actor (docs/protocol.md §13.1); stopped entities are evicted, and resolving again creates
  * a fresh, recovering actor.
  */
 export class EntityRegistry {

@@ -1,7 +1,7 @@
 import type { Class } from "../actor/index.ts";
 import { InvalidPersistenceRequestError } from "./errors.ts";
 
-/** One entity of a registered type: its id and its persistence id `"<Type>:<id>"` (REFERENCE §4.1). */
+/** One entity of a registered type: its id and its persistence id `"<Type>:<id>"` (docs/protocol.md §13.1). */
 export class EntityId {
   constructor(
     readonly entityType: string,

@@ -1,7 +1,7 @@
 /** Errors raised by the persistence layer. Each has a stable `name` and carries the fields a caller acts on. */
 import type { ShardLeaseToken } from "./lease.ts";
 
-/** A write named an expected revision that is not the stored one: someone else wrote first (REFERENCE §4.3). */
+/** A write named an expected revision that is not the stored one: someone else wrote first (docs/protocol.md §13.1). */
 export class ConcurrentWriteError extends Error {
   override readonly name = "ConcurrentWriteError";
   constructor(
@@ -241,7 +241,7 @@ export class PersistenceOverloadedError extends Error {
 }
 
 /**
- * `deleteEventsTo` would delete feed events that a projection has not processed yet (REFERENCE §4.3): its checkpoint
+ * `deleteEventsTo` would delete feed events that a projection has not processed yet (docs/protocol.md §13.1): its checkpoint
  * is below the largest offset the delete would remove.
  */
 export class ProjectionBehindRetentionError extends Error {

@@ -1,5 +1,5 @@
 /**
- * The global event feed (REFERENCE §4.3 QueryEvents): every committed event has an offset, a whole number that grows
+ * The global event feed (docs/protocol.md §13.1 QueryEvents): every committed event has an offset, a whole number that grows
  * in commit order across all persistence ids. Offsets are assigned at the tail of the append transaction under the
  * feed lock, which the transaction holds until it commits, so a reader that sees offset n also sees every committed
  * offset below n. Offsets can have gaps (an append that rolled back after taking its offsets, a sequence cache lost

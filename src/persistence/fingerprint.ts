@@ -1,7 +1,7 @@
 import { createHash, type Hash } from "node:crypto";
 import type { EventRecord } from "./store.ts";
 
-// Every field is length-prefixed so that ("ab","c") and ("a","bc") hash differently (REFERENCE §4.3).
+// Every field is length-prefixed so that ("ab","c") and ("a","bc") hash differently (docs/protocol.md §13.1).
 function field(hash: Hash, text: string): void {
   const bytes = Buffer.from(text, "utf8");
   const prefix = Buffer.allocUnsafe(4);

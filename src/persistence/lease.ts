@@ -1,7 +1,7 @@
 import { describe } from "../actor/untrusted.ts";
 import { InvalidPersistenceRequestError } from "./errors.ts";
 
-/** Identifies one shard lease: (cluster name, entity type, shard id), REFERENCE §4.4 `shard_lease`. */
+/** Identifies one shard lease: (cluster name, entity type, shard id), docs/protocol.md §13.2 `shard_lease`. */
 export interface ShardLeaseKey {
   readonly clusterName: string;
   readonly entityType: string;
@@ -20,7 +20,7 @@ export interface ShardLeaseToken {
 }
 
 /**
- * Validates a lease key (REFERENCE §4.5): cluster name and entity type not empty, shard id a whole number >= 0.
+ * Validates a lease key (docs/protocol.md §13.3): cluster name and entity type not empty, shard id a whole number >= 0.
  * @throws InvalidPersistenceRequestError
  */
 export function validateLeaseKey(key: ShardLeaseKey): ShardLeaseKey {

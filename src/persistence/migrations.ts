@@ -1,5 +1,5 @@
 /**
- * Versioned schema migrations (REFERENCE §4.4): versions contiguous from 1, each with a name and a checksum, recorded
+ * Versioned schema migrations (docs/protocol.md §13.2): versions contiguous from 1, each with a name and a checksum, recorded
  * in `movie_schema_migration`. The backends supply the SQL; the rules for reading the history live here, pure.
  */
 import { createHash } from "node:crypto";

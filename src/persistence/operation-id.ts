@@ -3,7 +3,7 @@ import { InvalidPersistenceRequestError } from "./errors.ts";
 
 /**
  * Names one write so that a retry after an ambiguous failure is recognised: the same id with the same content returns
- * the original result marked duplicate, the same id with other content is an OperationConflictError (REFERENCE §4.1).
+ * the original result marked duplicate, the same id with other content is an OperationConflictError (docs/protocol.md §13.1).
  */
 export class OperationId {
   private constructor(readonly value: string) {}

@@ -2,7 +2,7 @@ import { type Scheduler, TimeoutQueue } from "../actor/index.ts";
 import { admit, type CircuitSettings, type CircuitState, closedCircuit, record } from "./circuit-breaker.ts";
 import { CircuitOpenError, PersistenceConnectionError, PersistenceTimeoutError } from "./errors.ts";
 
-/** Retry, timeout and breaker settings of a networked store (defaults from REFERENCE §4.8). */
+/** Retry, timeout and breaker settings of a networked store (defaults from docs/protocol.md §13.1). */
 export interface ResilienceSettings {
   /** Deadline of one attempt in milliseconds; default 5000. */
   operationTimeoutMs: number;
@@ -18,7 +18,7 @@ export interface ResilienceSettings {
   resetTimeoutMs: number;
 }
 
-/** The REFERENCE §4.8 defaults. */
+/** The docs/protocol.md §13.1 defaults. */
 export const defaultResilience: ResilienceSettings = {
   operationTimeoutMs: 5000,
   maxRetries: 2,

@@ -5,7 +5,7 @@ import type { GroupCommitSettings } from "./group-commit.ts";
 import type { ResilienceSettings } from "./resilience.ts";
 import type { BackendName } from "./store.ts";
 
-/** Backend configuration (REFERENCE §4.8). */
+/** Backend configuration (docs/protocol.md §13.5). */
 export interface PersistenceSettings {
   /** Which backend; default "memory". */
   backend?: BackendName;

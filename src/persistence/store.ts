@@ -1,5 +1,5 @@
 /**
- * The store contract (REFERENCE §4.3): one interface, three backends (`memory/`, `sqlite/`, `postgres/`). Every
+ * The store contract (docs/protocol.md §13.1): one interface, three backends (`memory/`, `sqlite/`, `postgres/`). Every
  * mutation takes an optional fence (a {@link ShardLeaseToken}); a fenced mutation first checks, inside its own
  * transaction, that the lease row has this owner, this epoch and an unexpired lease on the database clock, and
  * otherwise raises StaleShardOwnerError and commits nothing. The fence check comes before duplicate detection.
@@ -17,7 +17,7 @@ import {
 import { type ShardLeaseKey, type ShardLeaseToken, validateLeaseToken } from "./lease.ts";
 import { OperationId } from "./operation-id.ts";
 
-/** The backends this layer ships; sharding requires "postgres" for clustered persistent entities (REFERENCE §4.7). */
+/** The backends this layer ships; sharding requires "postgres" for clustered persistent entities (docs/protocol.md §11). */
 export type BackendName = "memory" | "sqlite" | "postgres";
 
 /** One event to append: its codec manifest, its JSON payload text, and optional tags for feed queries. */
@@ -88,7 +88,7 @@ export interface DeleteStateRequest {
   readonly fence?: ShardLeaseToken | null;
 }
 
-/** The manifest of a durable-state tombstone (REFERENCE §4.2). */
+/** The manifest of a durable-state tombstone (docs/protocol.md §13.1). */
 export const TOMBSTONE_MANIFEST = "deleted";
 
 /** The persistence backend contract; all three backends pass `test/persistence/store-contract.ts`. */

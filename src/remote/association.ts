@@ -18,7 +18,7 @@ import { ResendLimiter, SystemOutbox } from "./system-channel.ts";
  *                            └──────── refused / failed ─────────────────────▲
  *
  * While the very first connection is being set up, messages wait for it; after any loss, messages sent while there is
- * no connection are dropped and counted (at-most-once, REFERENCE §5), and what was queued but not yet written is
+ * no connection are dropped and counted (at-most-once, docs/protocol.md §3.5), and what was queued but not yet written is
  * dropped too, never replayed. System messages are the exception: they sit in the outbox until acknowledged.
  */
 export type AssociationState = "idle" | "connecting" | "up" | "backoff" | "stopped";
@@ -246,7 +246,7 @@ export class Association implements ConnectionOwner {
 
   /**
    * Probes the peer every heartbeat interval; a peer that sent nothing for the heartbeat timeout (paused, half-open
-   * socket) has its connection closed, so the association reconnects with backoff (REFERENCE §5: 1 s / 5 s).
+   * socket) has its connection closed, so the association reconnects with backoff (docs/protocol.md §3.5: 1 s / 5 s).
    */
   private armHeartbeat(connection: Connection): void {
     const { heartbeatIntervalMs, heartbeatTimeoutMs } = this.host.settings;

@@ -1,4 +1,4 @@
-/** Reconnect backoff defaults (REFERENCE §5): 50 ms doubling to 2 s, ±20 % jitter. */
+/** Reconnect backoff defaults (docs/protocol.md §3.5): 50 ms doubling to 2 s, ±20 % jitter. */
 export const backoffDefaults = { minMs: 50, maxMs: 2_000, factor: 2, jitter: 0.2 } as const;
 
 /**

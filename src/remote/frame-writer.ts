@@ -14,7 +14,7 @@ export interface WriteCounters {
   bytesOut: number;
 }
 
-/** Size of one output chunk; frames are packed into it and it is flushed at the latest when full (REFERENCE §5: ~64 KiB per write). */
+/** Size of one output chunk; frames are packed into it and it is flushed at the latest when full (docs/protocol.md §3.1: ~64 KiB per write). */
 export const writeChunkBytes = 64 * 1024;
 
 /**

@@ -3,7 +3,7 @@ import { FramingError } from "./errors.ts";
 /** Bytes of the big-endian length that precedes every frame; the length counts the payload only. */
 export const frameHeaderBytes = 4;
 
-/** Default largest frame payload (4 MiB, issue 4); the original allows 16 MiB (REFERENCE §5). */
+/** Default largest frame payload (4 MiB, issue 4); the original allows 16 MiB (docs/protocol.md §3.1). */
 export const defaultMaxFrameBytes = 4 * 1024 * 1024;
 
 /**

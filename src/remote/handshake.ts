@@ -13,7 +13,7 @@ import { HandshakeError } from "./errors.ts";
  *
  * With a shared secret each side proves knowledge of it with HMAC-SHA256 over both nonces and both identities (with a
  * role label, so one side's proof can never be replayed as the other's); the secret itself is never sent. Without a
- * secret the proofs are empty and the handshake still checks version, system name and cluster name (REFERENCE §5).
+ * secret the proofs are empty and the handshake still checks version, system name and cluster name (docs/protocol.md §3.2).
  *
  * Every step is total: the peer's document is untrusted JSON, so fields are type-checked before use and error texts
  * name them with `describe` (never `String()` or interpolation, which run a value's own `toString`).

@@ -32,11 +32,11 @@ export interface RemotingSettings {
   maxFrameBytes?: number;
   /** Cluster name exchanged in the handshake; peers with another name are refused. Default "". */
   clusterName?: string;
-  /** Milliseconds a handshake may take before the connection is closed; default 2,000 (REFERENCE §5). */
+  /** Milliseconds a handshake may take before the connection is closed; default 2,000 (docs/protocol.md §3.2). */
   handshakeTimeout?: number;
   /** Bytes that may wait for one peer's socket before new messages to it are dropped (counted); default 64 MiB. */
   maxBufferedBytes?: number;
-  /** Milliseconds between liveness probes on an idle or busy outbound connection; default 1,000 (REFERENCE §5). */
+  /** Milliseconds between liveness probes on an idle or busy outbound connection; default 1,000 (docs/protocol.md §3.5). */
   heartbeatInterval?: number;
   /** Milliseconds without any frame from the peer after which its connection is closed and re-dialled; default 5,000. */
   heartbeatTimeout?: number;

@@ -1,5 +1,5 @@
 /**
- * Which remote system messages a node applies (REFERENCE §5): a pure decision on the message kind, the root of the
+ * Which remote system messages a node applies (docs/protocol.md §3.8): a pure decision on the message kind, the root of the
  * recipient's path and whether the sending peer is authorized (a cluster member once the cluster is enabled). The
  * receive path counts and logs every refusal; nothing refused reaches an actor.
  *

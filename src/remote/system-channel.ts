@@ -1,6 +1,6 @@
 /**
  * Sequencing for remote system messages (STOP, watch, unwatch, Terminated), which unlike user messages must survive a
- * reconnect (REFERENCE §5: sequenced, acknowledged, de-duplicated, replayed). Pure bookkeeping; the association shell
+ * reconnect (docs/protocol.md §3.7: sequenced, acknowledged, de-duplicated, replayed). Pure bookkeeping; the association shell
  * writes and re-writes what these say.
  *
  * A stream is numbered by its epoch. When the sender's bound of unacknowledged messages is reached (a partition held
@@ -10,9 +10,9 @@
  * messages were watches, unwatches or Terminated notifications.
  */
 
-/** Most unacknowledged system messages kept per peer (REFERENCE §5: 1,024 pending per stripe). */
+/** Most unacknowledged system messages kept per peer (docs/protocol.md §3.7: 1,024 pending per stripe). */
 export const systemPendingMax = 1024;
-/** Most inbound sequence streams remembered (REFERENCE §5: 8,192 dedup streams per receiver). */
+/** Most inbound sequence streams remembered (docs/protocol.md §3.7: 8,192 dedup streams per receiver). */
 export const systemStreamsMax = 8192;
 /** Least milliseconds between two resends that gap reports ask for, per association. */
 export const systemResendIntervalMs = 200;

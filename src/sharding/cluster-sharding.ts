@@ -396,7 +396,7 @@ export class ClusterSharding implements Extension {
     };
   }
 
-  /** A snapshot of the 15 counters (REFERENCE §7), summed over types. */
+  /** A snapshot of the 15 counters (docs/protocol.md §16.2), summed over types. */
   get stats(): ShardingStats {
     return snapshotStats(this.counters);
   }
@@ -484,7 +484,7 @@ export class ClusterSharding implements Extension {
   }
 }
 
-/** The extension id; `create` fails the way REFERENCE §2 says when remoting or cluster is missing. */
+/** The extension id; `create` fails the way docs/protocol.md §5.1 says when remoting or cluster is missing. */
 function shardingExtensionId(runtime: () => ShardingRuntime): ExtensionId<ClusterSharding> {
   return {
     key: "movie.cluster-sharding",

@@ -16,7 +16,7 @@ import { ClusterShardingConfigurationError } from "./errors.ts";
 
 /**
  * Turns a user message into its wire form inside an envelope and back. The remoting message registry implements it
- * for real clusters; a message that is not registered fails at the caller (REFERENCE §2.4: even on one node, because
+ * for real clusters; a message that is not registered fails at the caller (docs/protocol.md §7.2: even on one node, because
  * the envelope always carries a serialized payload).
  */
 export interface PayloadCodec {
@@ -26,7 +26,7 @@ export interface PayloadCodec {
   decode(wire: WireMessage): unknown;
 }
 
-// The typed value travels beside its envelope inside one process, so local hops never decode (REFERENCE §2.4). A
+// The typed value travels beside its envelope inside one process, so local hops never decode (docs/protocol.md §7.2). A
 // symbol-keyed field is invisible to JSON.stringify (so it never reaches the wire) and cheaper than a WeakMap.
 const typedKey: unique symbol = Symbol("movie.sharding.typed");
 type WithTyped = { [typedKey]?: { value: unknown } };

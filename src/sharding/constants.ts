@@ -1,10 +1,10 @@
 /**
- * Timing and capacity constants of cluster sharding (REFERENCE §3.13). Relations between them are asserted when this
+ * Timing and capacity constants of cluster sharding (docs/protocol.md §15). Relations between them are asserted when this
  * module loads, so a change that breaks one fails at once rather than in a rare interleaving.
  */
 import assert from "node:assert/strict";
 
-/** Tick of the per-shard delivery retry barrier (REFERENCE LEASE_RETRY_INTERVAL), ms. */
+/** Tick of the per-shard delivery retry barrier (the original's LEASE_RETRY_INTERVAL, docs/protocol.md §15), ms. */
 export const leaseRetryIntervalMs = 25;
 /** Delay between coordinator reconciles, and before a failed handoff is retried (RECONCILE_INTERVAL), ms. */
 export const reconcileIntervalMs = 100;
@@ -14,7 +14,7 @@ export const planSyncIntervalMs = 250;
 export const handoffTimeoutMs = 2_000;
 /**
  * Consecutive 100 ms rounds a handoff waits for membership to re-converge ("settling": no member unreachable, still
- * the lowest Up member) before it aborts as REFERENCE §3.8 step 1 says. The original aborts at once; waiting out a
+ * the lowest Up member) before it aborts as docs/protocol.md §9.3 step 1 says. The original aborts at once; waiting out a
  * brief flicker keeps accepted deliveries, but a buffered delivery should wait no longer than one handoff step may
  * take (HANDOFF_TIMEOUT), so the bound is handoffTimeoutMs / reconcileIntervalMs = 20 rounds.
  */

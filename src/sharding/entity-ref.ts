@@ -29,7 +29,7 @@ export interface EntityRouter {
 
 /**
  * A logical reference to one entity: it names (type, id), never a physical actor, so it stays valid across
- * passivation and relocation. Every call routes through the sharding coordinator (REFERENCE §2.4, §3.6).
+ * passivation and relocation. Every call routes through the sharding coordinator (docs/protocol.md §8.1).
  */
 export class ShardedEntityRef<T> {
   constructor(

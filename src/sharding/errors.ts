@@ -1,5 +1,5 @@
 /**
- * Errors raised by cluster sharding (REFERENCE §3.14). Each has a stable `name` (it is also what a remote caller sees
+ * Errors raised by cluster sharding (docs/protocol.md §16.1). Each has a stable `name` (it is also what a remote caller sees
  * as `RemoteAskError.remoteClass`) and carries the fields a caller acts on. Messages start with the original
  * implementation's text and then say what to do.
  */

@@ -1,4 +1,4 @@
-/** Cluster sharding (`movie/sharding`): stable logical entity addresses over a cluster (seed, REFERENCE §2–3). */
+/** Cluster sharding (`movie/sharding`): stable logical entity addresses over a cluster (seed, docs/protocol.md §5–§10). */
 export { LeastLoadedAllocation } from "./allocation/least-loaded.ts";
 export { AllocationPlanner, type ReconcileResult } from "./allocation/planner.ts";
 export { RendezvousAllocation } from "./allocation/rendezvous.ts";

@@ -8,7 +8,7 @@ export interface ShardingClusterSnapshot extends ElectionSnapshot {
 }
 
 /**
- * What sharding uses of cluster membership (REFERENCE §6): the local view, change notifications and departure
+ * What sharding uses of cluster membership (docs/protocol.md §4): the local view, change notifications and departure
  * guards. The `Cluster` extension satisfies it; tests may pass a fake.
  */
 export interface ShardingMembership {

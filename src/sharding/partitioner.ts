@@ -17,7 +17,7 @@ export interface EntityPartitioner {
 
 /**
  * The default partitioner: 64-bit FNV-1a over UTF-8(entityType), one 0x00 byte, UTF-8(entityId), modulo the shard
- * count (REFERENCE §3.1). It never uses a runtime string hash: those are randomized per process (or change between
+ * count (docs/protocol.md §5.2). It never uses a runtime string hash: those are randomized per process (or change between
  * engine versions), and every node, and every restart of it, must agree on the shard of an entity, or messages for
  * one entity would reach two owners.
  */

@@ -2,7 +2,7 @@ import { deliveryRetryDrainBatch, handoffBufferCountMax, leaseRetryIntervalMs } 
 import { ClusterShardingConfigurationError, NoShardOwnerError, ShardLeaseUnavailableError } from "./errors.ts";
 
 /**
- * The per-shard delivery retry barrier (REFERENCE §3.9). When delivery on the authorized owner fails with a
+ * The per-shard delivery retry barrier (docs/protocol.md §10). When delivery on the authorized owner fails with a
  * transient admission error (lease unavailable, shard draining), the delivery joins one bounded FIFO per shard, and
  * every later delivery for that shard queues behind it instead of starting its own timer, so per-entity order holds.
  * One tick per shard (every 25 ms) retries the head; the queue is rejected whole when its window
@@ -208,7 +208,7 @@ export class RetryBarrier<D> {
     return items;
   }
 
-  // REFERENCE §3.9: an envelope may be retried while attempt * 25 ms stays inside the window.
+  // docs/protocol.md §10: an envelope may be retried while attempt * 25 ms stays inside the window.
   private withinWindow(attempt: number): boolean {
     return attempt * leaseRetryIntervalMs < this.options.windowMs;
   }

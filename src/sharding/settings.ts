@@ -69,7 +69,7 @@ export type ShardingSettingsField =
   | "leaseRenewInterval"
   | "idleTimeout";
 
-/** Validated, immutable sharding settings of one entity type (REFERENCE §2.2). */
+/** Validated, immutable sharding settings of one entity type (docs/protocol.md §5.1). */
 export class ShardingSettings {
   readonly shardCount: number;
   readonly partitioner: EntityPartitioner;

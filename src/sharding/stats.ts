@@ -1,5 +1,5 @@
 /**
- * The 15 sharding counters of REFERENCE §7 (plus a breakdown of malformed envelopes and the shard mailbox bound's
+ * The 15 sharding counters of docs/protocol.md §16.2 (plus a breakdown of malformed envelopes and the shard mailbox bound's
  * refusals), process-wide for one actor system and summed over entity types.
  * Exposed as a frozen snapshot; the extension increments a private mutable copy.
  */
@@ -45,7 +45,7 @@ export interface ShardingStats {
    */
   readonly malformedEnvelopes: Readonly<Record<MalformedReason, number>>;
   /**
-   * Beyond REFERENCE §7: the part of `rejectedEnvelopes` refused on the owner because the shard's entities already
+   * Beyond docs/protocol.md §16.2: the part of `rejectedEnvelopes` refused on the owner because the shard's entities already
    * held `shardMailboxCapacity` messages not yet started (each is also a dead letter with reason mailboxOverflow).
    */
   readonly shardMailboxOverflows: number;

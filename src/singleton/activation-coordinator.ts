@@ -2,7 +2,7 @@ import { electCoordinator } from "../sharding/coordinator/election.ts";
 import { type OwnershipSnapshot, safeToOwn } from "../sharding/lease/safe-to-own.ts";
 
 /**
- * Whether this node is the one that sends eager activations for singletons (REFERENCE §3.15): the sharding
+ * Whether this node is the one that sends eager activations for singletons (docs/protocol.md §12): the sharding
  * coordinator, by sharding's own election (membership converged, no member unreachable, the lowest address among the
  * `Up` members), and safe to own. Roles do not take part: the activation is routed through sharding, whose allocation
  * applies them. Exactly one node answers true in a converged, fully reachable cluster, so activations are not sent

@@ -40,7 +40,7 @@ interface Registration {
 }
 
 /**
- * Cluster singletons of one actor system (REFERENCE §3.15): each is a one-shard sharding facade
+ * Cluster singletons of one actor system (docs/protocol.md §12): each is a one-shard sharding facade
  * `movie.singleton.<name>` with `NoRebalance` (so its placement is sticky), activated eagerly by the activation
  * coordinator (the lowest `Up` node of a converged, fully reachable cluster) and re-created after it stops.
  */

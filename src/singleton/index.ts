@@ -1,4 +1,4 @@
-/** Cluster singleton: one instance cluster-wide on a one-shard sharding facade (REFERENCE §3.15). */
+/** Cluster singleton: one instance cluster-wide on a one-shard sharding facade (docs/protocol.md §12). */
 export { isActivationCoordinator } from "./activation-coordinator.ts";
 export { ClusterSingleton, ClusterSingletonRef } from "./cluster-singleton.ts";
 export { ClusterSingletonConfigurationError } from "./errors.ts";

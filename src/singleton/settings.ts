@@ -27,7 +27,7 @@ export interface ClusterSingletonSettings {
   readonly activationTimeoutMs: number;
 }
 
-/** Defaults of {@link ClusterSingletonOptions} (REFERENCE §3.15). */
+/** Defaults of {@link ClusterSingletonOptions} (docs/protocol.md §12). */
 export const singletonDefaults = { activationIntervalMs: 250, activationTimeoutMs: 2_000 } as const;
 
 /** Delay before a node's first activation attempt, in ms (later attempts follow every activation interval). */

@@ -4,7 +4,7 @@ import { ClusterShardingConfigurationError } from "../sharding/errors.ts";
 export type SingletonKind = "Behavior" | "EventSourced" | "DurableState";
 
 /**
- * The identity every node must agree on for one singleton (REFERENCE §3.15). It is embedded in the partitioner's
+ * The identity every node must agree on for one singleton (docs/protocol.md §12). It is embedded in the partitioner's
  * configuration key, and that key travels in every envelope's settings key, so a node that disagrees on any part
  * (for example the message type) has its envelopes rejected instead of reaching the wrong entity.
  */

@@ -9,7 +9,7 @@ export interface SharedShardingTotals {
   readonly leaseRetries: number;
 }
 
-/** A snapshot of the singleton counters of one actor system, summed over its singletons (REFERENCE §3.15). */
+/** A snapshot of the singleton counters of one actor system, summed over its singletons (docs/protocol.md §12). */
 export interface SingletonStats {
   /** `init` calls that registered a new singleton. */
   readonly registrations: number;

@@ -1,6 +1,6 @@
 import { InvalidArgumentError } from "../actor/index.ts";
 
-/** Prefix of every singleton's sharding type name (REFERENCE §3.15). */
+/** Prefix of every singleton's sharding type name (docs/protocol.md §12). */
 export const singletonTypePrefix = "movie.singleton.";
 
 /** The entity id of an ordinary (non-persistent) singleton inside its one-shard facade. */

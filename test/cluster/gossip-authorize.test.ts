@@ -1,4 +1,4 @@
-// The membership authorisation rules of REFERENCE §6, one test per rule: the pure decision on a gossip
+// The membership authorisation rules of docs/protocol.md §4.5, one test per rule: the pure decision on a gossip
 // (src/cluster/gossip/authorize.ts) and, on the simulated network, what the core answers (or does not) to
 // non-members, and how a downed node learns it was downed.
 import assert from "node:assert/strict";

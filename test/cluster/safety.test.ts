@@ -133,7 +133,7 @@ test("leave and down requests: only the leader acts; a leave request must name i
   const sim = new Sim({ remoteDownAllowed: false });
   const [a, b, c] = startCluster(sim, 3) as [SimNode, SimNode, SimNode];
   assert.ok(sim.until(() => sim.allUp([a, b, c])));
-  // b may not ask the leader to make c leave (REFERENCE §6: a leave request is valid only when target == sender).
+  // b may not ask the leader to make c leave (docs/protocol.md §4.9: a leave request is valid only when target == sender).
   sim.input(a, {
     kind: "message",
     ...from(b),

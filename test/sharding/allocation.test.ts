@@ -108,7 +108,7 @@ test("Weighted rejects a non-positive weight and an empty strategy id; its id is
   assert.equal(new WeightedLeastLoadedAllocation(() => 1, "cpu").configurationKey, "WeightedLeastLoadedAllocation:cpu");
 });
 
-test("Rendezvous scores hash the exact bytes of REFERENCE §3.2", () => {
+test("Rendezvous scores hash the exact bytes of docs/protocol.md §5.3", () => {
   const m = UniqueAddress.parse("movie.tcp://shop@127.0.0.1:2551#abc");
   const bytes = [
     ...[7, 0, 0, 0],

@@ -111,7 +111,7 @@ test("abort when the coordinator changed or the next owner is not Up: every buff
   }
 });
 
-test("the handoff buffer holds 1,024 deliveries; the next is rejected with the REFERENCE text", () => {
+test("the handoff buffer holds 1,024 deliveries; the next is rejected with the original's text", () => {
   let state: HandoffState<number> = handoffStep(newHandoff<number>("Order", 3, a, b), { kind: "attempt", ...ok })[0];
   for (let i = 0; i < 1024; i++) {
     const [next, effects] = handoffStep(state, { kind: "buffer", delivery: i });

@@ -13,7 +13,7 @@ function reference(type: string, id: string, shards: number): number {
 }
 
 const vectors: [string, string, number, number][] = [
-  ["Order", "order-42", 256, 68], // the published vector (seed, REFERENCE §3.1)
+  ["Order", "order-42", 256, 68], // the published vector (seed, docs/protocol.md §5.2)
   ["Order", "order-1", 256, 29],
   ["Order", "", 256, 213],
   ["", "", 1024, 991],

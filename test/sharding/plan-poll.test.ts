@@ -1,4 +1,4 @@
-// A non-coordinator polls the coordinator for the plan every 250 ms (REFERENCE §3: PLAN_SYNC_INTERVAL); the request
+// A non-coordinator polls the coordinator for the plan every 250 ms (docs/protocol.md §6.4: PLAN_SYNC_INTERVAL); the request
 // names the plan it holds, and the coordinator answers only when its own differs. A steady cluster therefore sends no
 // plans on the poll, while a member that missed an update still gets it on its next poll.
 import assert from "node:assert/strict";

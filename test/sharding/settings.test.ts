@@ -41,7 +41,7 @@ test("the settings key is deterministic and includes every compatibility field",
   assert.ok(make().isCompatible(make()));
 });
 
-test("invalid settings are rejected with the REFERENCE texts and the field", () => {
+test("invalid settings are rejected with the original's texts and the field", () => {
   const cases: [Parameters<typeof ShardingSettings.create>[0], string, RegExp][] = [
     [{ shardCount: 0 }, "shardCount", /^shard count must be positive/],
     [{ shardCount: -3 }, "shardCount", /^shard count must be positive/],
@@ -94,7 +94,7 @@ test("the compatibility check names the first mismatching field", () => {
   );
 });
 
-test("timing constants match REFERENCE §3.13", () => {
+test("timing constants match docs/protocol.md §15", () => {
   assert.equal(shardingConstants.leaseRetryIntervalMs, 25);
   assert.equal(shardingConstants.reconcileIntervalMs, 100);
   assert.equal(shardingConstants.planSyncIntervalMs, 250);

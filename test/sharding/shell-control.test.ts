@@ -219,7 +219,7 @@ test("Activate and Passivate arriving during a handoff are buffered with the sha
     // gives three activations and one passivation (STOP before Seq(1) would find no entity to stop).
     assert.equal(newOwner.sharding.stats.activations, was.activations + 3);
     assert.equal(newOwner.sharding.stats.explicitPassivations, was.explicitPassivations + 1);
-    // Passivation is STOP (REFERENCE §3.10), which does not drain: the flush hands Seq(1) and the STOP over together,
+    // Passivation is STOP (docs/protocol.md §8.4), which does not drain: the flush hands Seq(1) and the STOP over together,
     // so the first actor may stop before it processed Seq(1) (at-most-once). The second actor got Seq(2).
     assert.equal(sequenceSink.get(passivated)?.at(-1), 2);
     assert.equal(b.sharding.stats.activations, before.get(b)!.activations, "nothing activated on the old owner");
@@ -253,7 +253,7 @@ test("an owner that becomes ineligible by being downed: its shards move without 
         a.sharding.allocations("Downed").size === 4,
       { what: "c's shards moved", describe: () => [...a.sharding.allocations("Downed")].map(String) },
     );
-    assert.deepEqual(drainsAskedOfC, [], "a Down owner is not asked to drain (REFERENCE §3.8 step 2)");
+    assert.deepEqual(drainsAskedOfC, [], "a Down owner is not asked to drain (docs/protocol.md §9.2 step 2)");
     assert.equal(a.sharding.stats.handoffShards, moves + shardsOfC, "one completed handoff per shard of c");
     const reply = await ref.ask(new Seq(2), OrderReply, 1_000);
     assert.notEqual(reply.host, c.system.address.toString());

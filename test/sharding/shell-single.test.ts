@@ -212,7 +212,7 @@ test("registerProvider (the persistent facade's path) is idempotent and checks c
   );
 });
 
-test("stats: the 15 counters of REFERENCE §7 in its order, then the malformed breakdown and shard-bound refusals, as a frozen snapshot", () => {
+test("stats: the 15 counters of docs/protocol.md §16.2 in its order, then the malformed breakdown and shard-bound refusals, as a frozen snapshot", () => {
   const snapshot = sharding.stats;
   assert.deepEqual(Object.keys(snapshot), [
     "routes",

@@ -24,7 +24,7 @@ test("idle passivation on a virtual clock: after idleTimeout, activity postpones
   try {
     const node = cluster.addNode("idle-node");
     const sharding = node.sharding;
-    // idleTimeout 1,000 ms: the sweep runs every 500 ms (REFERENCE §3.10), at 500, 1,000, 1,500, 2,000 …
+    // idleTimeout 1,000 ms: the sweep runs every 500 ms (docs/protocol.md §8.4), at 500, 1,000, 1,500, 2,000 …
     sharding.init("Idle", OrderCommand, { shardCount: 4, idleTimeout: 1_000 }, (id) => new SequenceBehavior(id));
     const ref = sharding.entityRefFor<OrderCommand>("Idle", "idle-1");
     // The entity processes each message before virtual time moves on (passivation is STOP, which drops a mailbox).

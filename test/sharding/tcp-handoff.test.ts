@@ -126,7 +126,7 @@ test("graceful leave under continuous traffic: shards move, per-entity FIFO hold
     await traffic;
     await Promise.all([...inFlight]);
     // NoShardOwnerError alone does not tell fail-closed routing from an aborted handoff rejecting deliveries it had
-    // already accepted into its buffer (REFERENCE §7 counts those per buffered message). The coordinator logs each
+    // already accepted into its buffer (docs/protocol.md §16.2 counts those per buffered message). The coordinator logs each
     // abort with the number it rejected: account for them separately, among the shard-specific rejections.
     const abortRejected = logger.warnings
       .filter((w) => w.message === "sharding handoff aborted")

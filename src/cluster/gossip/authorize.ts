@@ -50,7 +50,7 @@ export function admitsGossipFrom(local: MemberMap, sender: UniqueAddress, seeds:
 }
 
 /**
- * Filters the records of a gossip from an authenticated, admitted `sender` (REFERENCE §6 "Gossip authorisation");
+ * Filters the records of a gossip from an authenticated, admitted `sender` (docs/protocol.md §4.5 "Gossip authorisation");
  * `leader` is the receiver's leader before the merge:
  * - a record identical to the local one is always accepted (it changes nothing);
  * - a Joining record is never accepted via gossip (only a join request creates one);

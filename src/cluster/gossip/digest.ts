@@ -5,7 +5,7 @@ import type { MemberMap } from "./merge.ts";
 
 /**
  * SHA-256 (hex) over every record, tombstones included, sorted by unique address: per record its unique address,
- * status number, revision, author and roles, NUL-separated, one line per record (REFERENCE §6).
+ * status number, revision, author and roles, NUL-separated, one line per record (docs/protocol.md §4.6).
  *
  * Joining records are left out: gossip never carries them (a Joining record via gossip is never accepted), so only
  * the leader and the joiner hold one, and counting them would keep the leader from ever converging while it waits

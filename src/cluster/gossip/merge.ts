@@ -4,7 +4,7 @@ import { type Member, memberKey, statusPrecedence } from "../member.ts";
 /** Membership as gossip carries it: one record per unique address string, Removed records kept as tombstones. */
 export type MemberMap = ReadonlyMap<string, Member>;
 
-/** Default capacity: live records plus tombstones (REFERENCE §6 `max_members`). */
+/** Default capacity: live records plus tombstones (docs/protocol.md §4.5 `max_members`). */
 export const maxMembersDefault = 10_000;
 
 /** The tie-break text of a record: author, up-number and roles, NUL-separated. */

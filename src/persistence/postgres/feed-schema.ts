@@ -6,7 +6,7 @@
  * byte-identical.
  */
 
-/** The transaction advisory lock that serialises feed offsets (REFERENCE §4.4: 0x4d4f564945455654). */
+/** The transaction advisory lock that serialises feed offsets (docs/protocol.md §13.2: 0x4d4f564945455654). */
 export const FEED_LOCK_KEY = 0x4d4f564945455654n;
 
 /** The LISTEN/NOTIFY channel of feed commits; the payload is the schema that committed (current_schema()). */
@@ -74,7 +74,7 @@ export const feedMigration = (fenceCheck: string): string[] => [
         RETURN v_outcome;
       END $$`,
   // Retention also removes the feed rows' tags, and refuses (status 5, revision = the lagging checkpoint) while a
-  // projection's checkpoint is below the largest offset it would delete (REFERENCE §4.3).
+  // projection's checkpoint is below the largest offset it would delete (docs/protocol.md §13.1).
   `CREATE OR REPLACE FUNCTION movie_delete_events_to(p_pid text, p_seq bigint, p_cluster text, p_type text,
         p_shard bigint, p_owner text, p_epoch bigint, OUT status int, OUT revision bigint)
       LANGUAGE plpgsql AS $$

@@ -81,7 +81,7 @@ export interface PostgresStoreOptions {
   schema?: string;
   /** Connections in the pool; default 4. */
   poolSize?: number;
-  /** Timeout, retry and circuit-breaker settings; defaults from REFERENCE §4.8. */
+  /** Timeout, retry and circuit-breaker settings; defaults from docs/protocol.md §13.1. */
   resilience?: Partial<ResilienceSettings>;
   /** Timers for backoff and timeouts; default the real clock. */
   scheduler?: Scheduler;
@@ -658,7 +658,7 @@ export class PostgresStore implements PersistenceStore {
     this.open();
     validateLeaseKey(key);
     validateLeaseRequest(owner, durationMs);
-    // REFERENCE §4.5 as one statement. The DO UPDATE branch runs after the row lock is granted (a fenced write in
+    // docs/protocol.md §13.3 as one statement. The DO UPDATE branch runs after the row lock is granted (a fenced write in
     // flight holds it FOR SHARE), and its movie_now_ms() is read then, so a transfer sees the committed write.
     const result = await this.query(
       "acquireShardLease",
@@ -1150,7 +1150,7 @@ const SCHEMA_OBJECTS_SQL = `SELECT CASE c.relkind WHEN 'i' THEN 'index:' ELSE 't
 async function migrate(pool: Queryable & Pick<Pool, "connect">, schema: string | null): Promise<number[]> {
   const client = await pool.connect();
   try {
-    // Session-level lock: two nodes starting at once migrate one after the other (REFERENCE §4.4).
+    // Session-level lock: two nodes starting at once migrate one after the other (docs/protocol.md §13.2).
     await client.query("SELECT pg_advisory_lock($1::bigint)", [MIGRATION_LOCK_KEY.toString()]);
     try {
       // Under the lock: concurrent CREATE SCHEMA IF NOT EXISTS can still collide on the catalog's unique index.

@@ -1,7 +1,7 @@
 import { buildMigrations, type Migration } from "../migrations.ts";
 import { feedMigration } from "./feed-schema.ts";
 
-/** The advisory lock that serialises migrations across nodes (REFERENCE §4.4). */
+/** The advisory lock that serialises migrations across nodes (docs/protocol.md §13.2). */
 export const MIGRATION_LOCK_KEY = 0x4d4f564945505253n;
 
 /** SQLSTATE raised by the write functions when the stream or state revision is not the expected one. */
@@ -12,7 +12,7 @@ export const REVISION_MISMATCH_SQLSTATE = "MV001";
 // 0 written, 1 duplicate, 2 operation conflict, 3 stale shard owner. A revision mismatch raises MV001 so that the
 // operation-id row inserted earlier in the same statement rolls back. The fence row is locked FOR SHARE: writers on
 // one shard do not queue behind each other, but a transfer or renewal (an UPDATE of that row) waits for every
-// in-flight fenced write to commit, which is what REFERENCE §4.6 requires of the lock.
+// in-flight fenced write to commit, which is what docs/protocol.md §13.4 requires of the lock.
 /**
  * The condition under which a shard_lease row is the fence's: this owner, this epoch, unexpired on the database clock.
  * Its text is part of checksummed migrations (through fenceCheckWith) and must stay byte-identical.
@@ -203,7 +203,7 @@ export const postgresMigrations: readonly Migration[] = buildMigrations([
     `CREATE TABLE IF NOT EXISTS shard_lease (cluster_name TEXT NOT NULL, entity_type TEXT NOT NULL,
       shard_id BIGINT NOT NULL, owner TEXT NOT NULL, epoch BIGINT NOT NULL, lease_until_epoch_ms BIGINT NOT NULL,
       updated_at TIMESTAMPTZ NOT NULL DEFAULT now(), PRIMARY KEY (cluster_name, entity_type, shard_id))`,
-    // The database clock (REFERENCE §4.5): clock_timestamp() moves within a transaction, unlike now().
+    // The database clock (docs/protocol.md §13.3): clock_timestamp() moves within a transaction, unlike now().
     `CREATE OR REPLACE FUNCTION movie_now_ms() RETURNS bigint LANGUAGE sql VOLATILE AS
       $$ SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint $$`,
     // The hot write functions return one bigint, revision * 4 + status, rather than a record: a set-returning call

@@ -1,6 +1,6 @@
 import { buildMigrations, type Migration } from "../migrations.ts";
 
-/** SQLite's "now" in epoch milliseconds: the database clock for leases (REFERENCE §4.5). */
+/** SQLite's "now" in epoch milliseconds: the database clock for leases (docs/protocol.md §13.3). */
 export const SQLITE_NOW_MS = "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)";
 
 /** The entity type of persistence id `pid` in SQL: its prefix before the first ":" (PostgreSQL's split_part). */

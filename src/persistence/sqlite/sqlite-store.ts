@@ -113,7 +113,7 @@ interface LeaseRow {
  * The SQLite backend (better-sqlite3): the full contract, including the lease table and fence SQL on the database
  * clock (`julianday('now')`). Each operation is one synchronous immediate transaction, so it is atomic. While
  * another connection holds the write lock, an attempt blocks at most busySyncWaitMs (a few milliseconds) and is then
- * retried on the scheduler, so the event loop keeps running. Not a supported clustered mode (REFERENCE §4.7):
+ * retried on the scheduler, so the event loop keeps running. Not a supported clustered mode (docs/protocol.md §13.4):
  * sharding accepts only "postgres".
  */
 export class SqliteStore implements PersistenceStore {
@@ -807,7 +807,7 @@ function prepare(db: SqliteDatabase) {
         ON CONFLICT (projection_name) DO UPDATE SET event_offset = excluded.event_offset, updated_at = CURRENT_TIMESTAMP`,
     ),
     deleteCheckpoint: p("DELETE FROM projection_checkpoint WHERE projection_name = ?"),
-    // A projection whose checkpoint is below the largest offset a retention delete would remove (REFERENCE §4.3).
+    // A projection whose checkpoint is below the largest offset a retention delete would remove (docs/protocol.md §13.1).
     laggingProjection: p(
       `SELECT c.projection_name, c.event_offset FROM projection_checkpoint c
         WHERE c.event_offset < (SELECT max(f.event_offset) FROM event_feed f WHERE f.persistence_id = ? AND f.sequence_nr <= ?)
@@ -832,7 +832,7 @@ function prepare(db: SqliteDatabase) {
         WHERE persistence_id = ? AND revision = ?`,
     ),
     selectState: p("SELECT revision, manifest, payload, deleted FROM durable_state WHERE persistence_id = ?"),
-    // REFERENCE §4.5 in one statement: create at epoch 1; renew in place for the same unexpired owner; transfer an
+    // docs/protocol.md §13.3 in one statement: create at epoch 1; renew in place for the same unexpired owner; transfer an
     // expired lease with epoch + 1; otherwise no row comes back (held by another owner).
     acquireLease: p(
       `INSERT INTO shard_lease (cluster_name, entity_type, shard_id, owner, epoch, lease_until_epoch_ms)

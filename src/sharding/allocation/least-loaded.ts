@@ -9,7 +9,7 @@ import {
 
 /**
  * Fills the least-loaded eligible member: the minimum of (shards already assigned, UniqueAddress), so ties go to the
- * lowest address and a plan built from empty is round-robin in address order (REFERENCE §3.2).
+ * lowest address and a plan built from empty is round-robin in address order (docs/protocol.md §5.3).
  */
 export class LeastLoadedAllocation implements ShardAllocationStrategy {
   readonly configurationKey = "LeastLoadedAllocation";

@@ -18,7 +18,7 @@ export interface ReconcileResult {
   readonly moved: number[];
 }
 
-/** Builds initial plans and reconciliation steps from a strategy and a rebalance policy (REFERENCE §3.3). Pure. */
+/** Builds initial plans and reconciliation steps from a strategy and a rebalance policy (docs/protocol.md §5.4). Pure. */
 export class AllocationPlanner {
   constructor(
     readonly shardCount: number,

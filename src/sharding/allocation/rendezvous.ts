@@ -5,7 +5,7 @@ import { eligibleMembers, type ShardAllocationStrategy, type ShardingMember } fr
 /**
  * Highest-random-weight placement: each shard goes to the member with the maximum (score(shard, member),
  * UniqueAddress), ties to the highest address. A score depends only on the shard and the member, so adding a member
- * moves only the shards that member now wins, and removing one moves only the shards it held (REFERENCE §3.2).
+ * moves only the shards that member now wins, and removing one moves only the shards it held (docs/protocol.md §5.3).
  */
 export class RendezvousAllocation implements ShardAllocationStrategy {
   readonly configurationKey = "RendezvousAllocation";
@@ -48,7 +48,7 @@ export class RendezvousAllocation implements ShardAllocationStrategy {
 
   private hash(shardId: number, member: UniqueAddress): Fnv1a64 {
     const a = member.address;
-    // The exact bytes of REFERENCE §3.2, so that scores match the original implementation's.
+    // The exact bytes of docs/protocol.md §5.3, so that scores match the original implementation's.
     return this.hasher
       .reset()
       .u32le(shardId)

@@ -1,6 +1,6 @@
 import { UniqueAddress } from "../../actor/index.ts";
 
-/** Membership status as cluster membership reports it (REFERENCE §6). */
+/** Membership status as cluster membership reports it (docs/protocol.md §4.1). */
 export type ShardingMemberStatus = "Joining" | "Up" | "Leaving" | "Exiting" | "Down" | "Removed";
 
 /** The part of a cluster member that placement looks at; a cluster `Member` satisfies it. */
@@ -16,7 +16,7 @@ export type Allocations = ReadonlyMap<number, UniqueAddress>;
 /**
  * Chooses the owner of one shard. Must be deterministic and pure: every node computes the same plan from the same
  * member list. A full desired plan calls `allocate` for shards 0..N-1 in order, from an empty map, feeding in the
- * choices so far (REFERENCE §3.2), so the target never depends on the current plan.
+ * choices so far (docs/protocol.md §5.3), so the target never depends on the current plan.
  */
 export interface ShardAllocationStrategy {
   /** Stable identity of this strategy's configuration; part of the settings compatibility key. */
@@ -46,7 +46,7 @@ export function hasRole(member: ShardingMember, role: string): boolean {
   return Array.isArray(roles) ? roles.includes(role) : (roles as ReadonlySet<string>).has(role);
 }
 
-/** Builds the desired plan of `strategy` for `shardCount` shards over `members` (REFERENCE §3.2). */
+/** Builds the desired plan of `strategy` for `shardCount` shards over `members` (docs/protocol.md §5.3). */
 export function desiredAllocations(
   strategy: ShardAllocationStrategy,
   shardCount: number,

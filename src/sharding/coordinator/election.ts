@@ -13,7 +13,7 @@ export interface ElectionSnapshot {
 
 /**
  * The sharding coordinator seen from `snapshot`: null unless membership has converged and no member is unreachable,
- * else the lowest UniqueAddress among `Up` members (Leaving does not count, REFERENCE §3.4). Every node computes this
+ * else the lowest UniqueAddress among `Up` members (Leaving does not count, docs/protocol.md §6.1). Every node computes this
  * from its own view; there is no election protocol, and plans carry the author so receivers can check it.
  */
 export function electCoordinator(snapshot: ElectionSnapshot): UniqueAddress | null {

@@ -1,5 +1,5 @@
 /**
- * The sharding wire protocol (REFERENCE §3.7). Every class has plain-JSON fields and a `static fromJSON` that
+ * The sharding wire protocol (docs/protocol.md §7). Every class has plain-JSON fields and a `static fromJSON` that
  * validates what arrived and rebuilds the instance, so a malformed or hostile message becomes a typed
  * ClusterShardingConfigurationError rather than a crash. Who sends what:
  *

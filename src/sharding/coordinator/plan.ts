@@ -6,7 +6,7 @@ import { bootstrapSnapshotWindowMs, reconcileIntervalMs } from "../constants.ts"
 import { ClusterShardingConfigurationError } from "../errors.ts";
 
 /**
- * The per-entity-type plan each node keeps (REFERENCE §3.5): shard → owner, the coordinator that authored it (the
+ * The per-entity-type plan each node keeps (docs/protocol.md §6.2): shard → owner, the coordinator that authored it (the
  * "term": there is no separate term number) and a generation that only grows. Pure functions below change it; the
  * shell performs the effects they return.
  */
@@ -74,7 +74,7 @@ export interface ReconcileContext {
 }
 
 /**
- * One coordinator reconcile (REFERENCE §3.5): bootstrap a new term (collect snapshots until the deadline, then
+ * One coordinator reconcile (docs/protocol.md §6.3): bootstrap a new term (collect snapshots until the deadline, then
  * publish `max(local, candidate) + 1`), then start a handoff for every shard whose owner should change. Ownership
  * itself changes only when a handoff completes.
  */
@@ -180,7 +180,7 @@ export interface PlanUpdateContext {
 }
 
 /**
- * Applies a PlanUpdate (REFERENCE §3.5): it must come from the current coordinator's authenticated identity, with a
+ * Applies a PlanUpdate (docs/protocol.md §6.4): it must come from the current coordinator's authenticated identity, with a
  * positive generation and valid, distinct shards. A lower generation is stale (ignored, counted), an equal one is a
  * duplicate when identical and a conflict otherwise, a higher one replaces the plan and ends any bootstrap.
  * @throws ClusterShardingConfigurationError for an unauthorized sender, a bad generation or shard, or a conflict

@@ -3,7 +3,7 @@ import { handoffBufferCountMax, handoffSettlingRoundsMax, reconcileIntervalMs } 
 import { ClusterShardingConfigurationError, NoShardOwnerError } from "../errors.ts";
 
 /**
- * The coordinator's handoff of one shard (REFERENCE §3.8), as a pure state machine over deliveries of type `D`:
+ * The coordinator's handoff of one shard (docs/protocol.md §9), as a pure state machine over deliveries of type `D`:
  *
  *   passivating ──passivated──▶ preparing ──prepared──▶ completing ──completed──▶ done (buffer flushed FIFO)
  *        │                          │                        │

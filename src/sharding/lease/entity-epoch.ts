@@ -1,5 +1,5 @@
 /**
- * An entity actor is bound to the lease epoch it was activated under (REFERENCE §3.10): every write it makes carries
+ * An entity actor is bound to the lease epoch it was activated under (docs/protocol.md §11.3): every write it makes carries
  * that epoch, so it must never outlive its lease. A cached actor from an older (or, after a local loss and
  * re-acquire, different) epoch is stopped and replaced rather than reused.
  */

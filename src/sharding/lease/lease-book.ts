@@ -1,5 +1,5 @@
 /**
- * The lease bookkeeping of one node's persistent provider for one routing name (REFERENCE §3.11, §3.12), as a pure
+ * The lease bookkeeping of one node's persistent provider for one routing name (docs/protocol.md §11.2), as a pure
  * state machine: `step(state, input, nowMs) => [state, effects]`. The shell performs the effects (database calls,
  * timers, stopping entity actors, answering deliveries) and feeds the results back as inputs.
  *
@@ -90,7 +90,7 @@ export interface LeaseBookState {
   readonly nextCallId: number;
 }
 
-/** The counters the book moves (REFERENCE §7 `lease_acquisitions`, `_renewals`, `_losses`; the barrier counts retries). */
+/** The counters the book moves (docs/protocol.md §16.2 `lease_acquisitions`, `_renewals`, `_losses`; the barrier counts retries). */
 export type LeaseCounter = "leaseAcquisitions" | "leaseRenewals" | "leaseLosses";
 
 /** Why entities of a shard are being stopped. */
@@ -309,7 +309,7 @@ class Draft {
     }
   }
 
-  /** Not safe to own: drop every lease without releasing it, stop entities, count the losses (REFERENCE §3.12). */
+  /** Not safe to own: drop every lease without releasing it, stop entities, count the losses (docs/protocol.md §11.1). */
   suspend(): void {
     this.safe = false;
     let lost = 0;

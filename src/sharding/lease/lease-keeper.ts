@@ -176,7 +176,7 @@ export class LeaseKeeper {
     return done;
   }
 
-  /** Ownership is not safe: drops every lease without releasing it and stops the entities (REFERENCE §3.11). */
+  /** Ownership is not safe: drops every lease without releasing it and stops the entities (docs/protocol.md §11.1). */
   suspend(): void {
     this.feed({ kind: "safeToOwn", safe: false });
   }

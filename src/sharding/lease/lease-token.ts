@@ -1,5 +1,5 @@
 /**
- * The PostgreSQL shard lease as the persistent provider sees it (REFERENCE §4.5): the persistence layer's own key and
+ * The PostgreSQL shard lease as the persistent provider sees it (docs/protocol.md §13.3): the persistence layer's own key and
  * token types (type-only, so ordinary sharding loads no database code), plus comparisons the lease core needs.
  */
 import type { ShardLeaseKey, ShardLeaseToken } from "../../persistence/lease.ts";

@@ -25,7 +25,7 @@ const owningStatuses: ReadonlySet<string> = new Set(["Up", "Leaving", "Exiting"]
  * member always means "not safe": the leases are dropped locally and left to expire, never released to a
  * partition. A membership view that has not converged yet, with everyone reachable, does not stop an owner: the
  * epoch fence in the database still decides every write, and the coordinator (which needs convergence) decides
- * where shards go (REFERENCE §3.11 asks for self Up and an empty unreachable set).
+ * where shards go (docs/protocol.md §11.1 asks for self Up and an empty unreachable set).
  */
 export function safeToOwn(snapshot: OwnershipSnapshot): boolean {
   if (snapshot.unreachable.length > 0) return false;

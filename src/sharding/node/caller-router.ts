@@ -19,7 +19,7 @@ import { requireType, type TypeState } from "./node-core.ts";
 import type { NodeShell } from "./node-shell.ts";
 
 /**
- * The caller side of routing (REFERENCE §3.6), behind every `ShardedEntityRef`: validates the call, builds the
+ * The caller side of routing (docs/protocol.md §8.1), behind every `ShardedEntityRef`: validates the call, builds the
  * envelope (shard, settings key, payload encoded once, the typed value riding along) and hands it to the node core,
  * which decides where it goes.
  */
@@ -83,7 +83,7 @@ export class CallerRouter implements EntityRouter {
     const t = requireType(this.shell.state, entityType);
     this.shell.counters.passivationRequests++;
     const envelope = this.envelopeFor(t, "Passivate", entityId, null, null);
-    // REFERENCE §7: remoteRoutes counts routes and activations sent to a remote coordinator, not passivations.
+    // docs/protocol.md §16.2: remoteRoutes counts routes and activations sent to a remote coordinator, not passivations.
     this.passivationEntry.tell(envelope, null);
   }
 

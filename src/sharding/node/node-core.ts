@@ -50,7 +50,7 @@ import { type MutableShardingStats, zeroStats } from "../stats.ts";
 import { emptyView, type MembershipView, viewOf } from "./view.ts";
 
 /**
- * The sharding protocol of one node (REFERENCE §3.5–3.11) as one state machine: `step(state, input, nowMs)` returns
+ * The sharding protocol of one node (docs/protocol.md §6–§10) as one state machine: `step(state, input, nowMs)` returns
  * the state and the effects for the shell (node-shell.ts) to perform. It decides everything: where a caller's
  * envelope goes, what the coordinator does with it (plan check, retry barrier, handoff buffer, dispatch), whether an
  * owner accepts a forwarded envelope, every plan message, the handoffs this node drives as coordinator and its part in
@@ -450,7 +450,7 @@ class Step {
     return t.plan.author?.equals(this.self) === true;
   }
 
-  /** Replaces the plan: the generation never goes down (REFERENCE §3.5). */
+  /** Replaces the plan: the generation never goes down (docs/protocol.md §6.2). */
   private storePlan(t: TypeState, plan: PlanState): void {
     assert.ok(
       plan.generation >= t.plan.generation || this.s.bugs.skipPlanGenerationCheck === true,
@@ -514,7 +514,7 @@ class Step {
         if (!snap.members.some((m) => m.uniqueAddress.toString() === key)) t.registrations.delete(key);
       }
       if (coordinator === null) {
-        // Reachability alone never relocates, but ownership is no longer safe: stop local entities (REFERENCE §3.11).
+        // Reachability alone never relocates, but ownership is no longer safe: stop local entities (docs/protocol.md §11.4).
         if (snap.unreachable.length > 0) this.effects.push({ kind: "suspendOwnership", type: t.name, release: false });
         else if (status === "Exiting" || status === "Down" || status === "Removed") {
           this.effects.push({ kind: "suspendOwnership", type: t.name, release: true });
@@ -672,7 +672,7 @@ class Step {
   }
 
   // ---------------------------------------------------------------------------------------------------------------
-  // Control messages (REFERENCE §3.5, §3.8)
+  // Control messages (docs/protocol.md §6.2, §9)
 
   private onControl(message: ControlMessage, replyTo: ActorRef<unknown> | null, origin: UniqueAddress | null): void {
     try {
@@ -811,7 +811,7 @@ class Step {
   }
 
   // ---------------------------------------------------------------------------------------------------------------
-  // Routing (REFERENCE §3.6): caller → coordinator → owner
+  // Routing (docs/protocol.md §8): caller → coordinator → owner
 
   private route(d: Delivery, countsRemoteRoute: boolean): void {
     const coordinator = this.s.view.routing;
@@ -972,7 +972,7 @@ class Step {
   }
 
   // ---------------------------------------------------------------------------------------------------------------
-  // The retry barrier (REFERENCE §3.9): one tick per shard queue, never one per message
+  // The retry barrier (docs/protocol.md §10): one tick per shard queue, never one per message
 
   /** Queues `d` behind the shard's open retry barrier, so it stays after earlier deliveries; false when none is open. */
   private joinBarrier(t: TypeState, shard: number, d: Delivery): boolean {
@@ -1009,7 +1009,7 @@ class Step {
   }
 
   // ---------------------------------------------------------------------------------------------------------------
-  // The owner's part of a handoff (REFERENCE §3.8)
+  // The owner's part of a handoff (docs/protocol.md §9.4)
 
   /** Waits for the shard's retry queue to empty, then drains its entities (concurrent drains share one). */
   private drainLocally(t: TypeState, shard: number, waiter: ShardWaiter): void {
@@ -1062,7 +1062,7 @@ class Step {
   }
 
   // ---------------------------------------------------------------------------------------------------------------
-  // The handoffs this node drives as coordinator (REFERENCE §3.8), around the pure handoff.ts
+  // The handoffs this node drives as coordinator (docs/protocol.md §9), around the pure handoff.ts
 
   private bufferInHandoff(t: TypeState, shard: number, d: Delivery): boolean {
     if (!t.handoffs.has(shard)) return false;

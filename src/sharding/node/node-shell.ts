@@ -119,7 +119,7 @@ export class NodeShell {
     this.timers.clear();
   }
 
-  // One ref per node incarnation (REFERENCE §5): a remote ref binds the uid it first reaches, so a restarted node at
+  // One ref per node incarnation (docs/protocol.md §2.2): a remote ref binds the uid it first reaches, so a restarted node at
   // the same address (new uid) gets a new entry instead of a ref that fails fast.
   private daemonOf(node: { readonly address: unknown; toString(): string }): ActorRef<unknown> {
     const key = node.toString();
@@ -296,7 +296,7 @@ export class NodeShell {
       switch (envelope.kind) {
         case "User": {
           const sender = envelope.senderless ? null : d.sender;
-          // A relayed ask that fails or times out at the entity is a rejection (REFERENCE §7 "failed relayed asks");
+          // A relayed ask that fails or times out at the entity is a rejection (docs/protocol.md §16.2 "failed relayed asks");
           // the asker hears straight from the owner, so the owner is where it is counted.
           if (sender !== null && envelope.hopCount === 1 && envelope.askTimeoutMs !== null) {
             const relayed = new RelayedAskSender(sender, counters);

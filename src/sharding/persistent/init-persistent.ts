@@ -28,7 +28,7 @@ const defaultClusterName = "movie-cluster";
 
 /**
  * Shards the event-sourced entity type `entityType` (from `EventSourcing.get(system).registerEntity`) across the
- * cluster, fenced by PostgreSQL shard leases (REFERENCE §2.3, §3.12). Idempotent when every setting matches.
+ * cluster, fenced by PostgreSQL shard leases (docs/protocol.md §11). Idempotent when every setting matches.
  * @deprecated Use `sharding.initEventSourced(entityType, options)`, added by importing `movie/sharding/persistent`;
  *   this function stays for one release.
  * @throws ClusterShardingConfigurationError when the backend is not PostgreSQL, the routing name is empty, the

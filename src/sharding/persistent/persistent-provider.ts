@@ -54,7 +54,7 @@ interface PersistentEntity extends TableEntity {
 }
 
 /**
- * Hosts the event-sourced or durable-state entity actors of one routing name on one node (REFERENCE §3.12). A
+ * Hosts the event-sourced or durable-state entity actors of one routing name on one node (docs/protocol.md §11). A
  * delivery needs the shard's lease: without one the shard's retry barrier retries it while the lease is acquired.
  * Each actor is bound to the epoch it was activated under and replaced when the lease's epoch changes, so a write
  * from an older ownership is fenced by the database.

@@ -13,7 +13,7 @@ export interface RateLimitedRebalanceOptions {
 
 /**
  * Moves at most `maxConcurrent` misplaced shards per reconciliation step until the load threshold is met
- * (REFERENCE §3.3). With a balanced target (range ≤ 1) it stops once current loads are within `threshold`; with an
+ * (docs/protocol.md §5.4). With a balanced target (range ≤ 1) it stops once current loads are within `threshold`; with an
  * unbalanced target (weights, rendezvous) it keeps moving misplaced shards until the plan equals the target.
  */
 export class RateLimitedRebalance implements RebalancePolicy {

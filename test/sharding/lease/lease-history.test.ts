@@ -1,4 +1,4 @@
-// Seeded random histories: several nodes' lease books against one simulated lease table (REFERENCE §4.5 semantics,
+// Seeded random histories: several nodes' lease books against one simulated lease table (docs/protocol.md §13.3 semantics,
 // database clock = the virtual clock), with random delays (some longer than the lease), database errors, partitions
 // (unsafe to own), handoffs, retains, stops and crashes. Invariants are checked after every step; a failure prints
 // its seed so the history can be replayed.
@@ -29,7 +29,7 @@ interface Row {
   untilMs: number;
 }
 
-/** The lease table of REFERENCE §4.5 with "now" taken from the virtual clock. */
+/** The lease table of docs/protocol.md §13.3 with "now" taken from the virtual clock. */
 class LeaseTable {
   readonly rows = new Map<number, Row>();
   readonly epochsSeen = new Map<number, number>();

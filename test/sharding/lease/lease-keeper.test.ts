@@ -11,7 +11,7 @@ import {
   type StopReason,
 } from "../../../src/sharding/lease/index.ts";
 
-/** The lease table of REFERENCE §4.5 on the manual clock, with a switch to make calls fail. */
+/** The lease table of docs/protocol.md §13.3 on the manual clock, with a switch to make calls fail. */
 class FakeLeaseStore implements LeaseStore {
   readonly rows = new Map<number, { owner: string; epoch: number; untilMs: number }>();
   readonly calls: string[] = [];

@@ -1,4 +1,4 @@
-// A handoff waits for the shard's retry queue on the old owner (REFERENCE §3.9): deliveries queued there while another
+// A handoff waits for the shard's retry queue on the old owner (docs/protocol.md §10): deliveries queued there while another
 // owner held the lease are delivered in order on the old owner first, and only then does the shard move.
 import assert from "node:assert/strict";
 import { after, test } from "node:test";
@@ -24,7 +24,7 @@ async function start(name: string): Promise<Node> {
 
 test("a handoff waits for the old owner's retry queue: what was queued is delivered there, in order, then the shard moves", async () => {
   // The owner sorts last and the coordinator first, so that the owner's leave does not change the coordinator: a new
-  // coordinator would find the queue's shard unauthorised and reject the queue (REFERENCE §3.9), which is not the
+  // coordinator would find the queue's shard unauthorised and reject the queue (docs/protocol.md §10), which is not the
   // case under test.
   const owner = await start("queue-z");
   await eventually(() => owner.sharding.allocations("Log").size === 1, { what: "a plan on the first node" });

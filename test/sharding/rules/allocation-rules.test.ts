@@ -21,7 +21,7 @@ function fnv1a64(bytes: readonly number[]): bigint {
   return h;
 }
 
-/** REFERENCE §3.2: shard u32 LE, protocol 0 system 0 host 0 port u32 LE, uid 0. */
+/** docs/protocol.md §5.3: shard u32 LE, protocol 0 system 0 host 0 port u32 LE, uid 0. */
 function documentedScore(shardId: number, m: UniqueAddress): bigint {
   const text = (s: string) => [...new TextEncoder().encode(s)];
   const u32 = (n: number) => [n & 0xff, (n >>> 8) & 0xff, (n >>> 16) & 0xff, (n >>> 24) & 0xff];
@@ -184,7 +184,7 @@ test("RateLimited without a target: the most loaded hands its lowest shards to t
 });
 
 /**
- * REFERENCE §3.3 as a model, written independently of src/: without a target, the most loaded owner (ties: the highest
+ * docs/protocol.md §5.4 as a model, written independently of src/: without a target, the most loaded owner (ties: the highest
  * address) gives its lowest shard to the least loaded (ties: the lowest address) until the range is within the
  * threshold or maxConcurrent shards are chosen; with a target, the lowest misplaced shards, unless the target is
  * balanced (range <= 1) and the current loads are within the threshold, both over the members that the target uses
@@ -235,7 +235,7 @@ function modelSelect(
   return selected.sort((x, y) => x - y);
 }
 
-test("RateLimited.selectShards matches the REFERENCE §3.3 model, with and without a target (seeded, exhaustive ties)", () => {
+test("RateLimited.selectShards matches the docs/protocol.md §5.4 model, with and without a target (seeded, exhaustive ties)", () => {
   const names = ["a", "b", "c", "d"];
   let seed = 12345;
   const next = (n: number) => {

@@ -1,4 +1,4 @@
-// Rules of the delivery retry barrier (REFERENCE §3.9; src/sharding/retry-barrier.ts), one scenario per rule. The
+// Rules of the delivery retry barrier (docs/protocol.md §10; src/sharding/retry-barrier.ts), one scenario per rule. The
 // scenarios speak only of what a shell observes (a delivery queued, retried, delivered or rejected with which error,
 // lease retries counted, when to tick again), through the small `Barrier` adapter below, so a rewrite of the barrier
 // (say, into a step function) changes only the adapter. Each was written against a mutant that kept every other
