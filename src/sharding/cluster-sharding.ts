@@ -47,6 +47,7 @@ import { OwnerDelivery } from "./routing/owner-delivery.ts";
 import { ShardingSettings, type ShardingSettingsOptions } from "./settings.ts";
 import { daemonName, ShardingContext } from "./sharding-context.ts";
 import { type MalformedReason, type MutableShardingStats, type ShardingStats, snapshotStats } from "./stats.ts";
+import { RoutingWait } from "./wait/routing-wait.ts";
 
 /** How many distinct (sender, error) rejections the daemon logs; later ones are only counted (bounded memory). */
 const rejectionLogMax = 1_024;
@@ -124,6 +125,10 @@ export class ClusterSharding implements Extension {
     this.handoffs = new HandoffShell(this.ctx, this.plans, this.owner, this.participant);
     this.envelopes = new EnvelopeRouter(this.ctx, this.plans, this.handoffs, this.owner);
     this.caller = new CallerRouter(this.ctx, this.envelopes);
+    // Zero-downtime hook 4 (wait/routing-wait.ts): routes held while there is no coordinator re-enter here.
+    this.ctx.wait = new RoutingWait(this.ctx, (state, envelope, sender) =>
+      this.envelopes.handleEnvelope(state, envelope, sender, null, true),
+    );
     this.membership.registerDepartureGuard(departureGuardName, (member) => this.plans.departureReady(member));
     this.unsubscribe = this.membership.subscribe(() => this.onMembershipChange());
     this.unsubscribeRejections = runtime.inboundRejections?.((r) => this.onInboundRejection(r)) ?? (() => {});
@@ -491,6 +496,7 @@ export class ClusterSharding implements Extension {
     this.unsubscribe();
     this.unsubscribeRejections();
     this.membership.unregisterDepartureGuard(departureGuardName);
+    this.ctx.wait?.stop();
     for (const state of this.ctx.types.values()) {
       state.reconcileTimer?.cancel();
       state.planSyncTimer?.cancel();

@@ -33,18 +33,43 @@ export class NoShardOwnerError extends Error {
   constructor(
     readonly entityType: string,
     readonly shardId: number,
+    /** The unreachable members a held delivery's wait ended on (see {@link NoShardOwnerError.afterWait}). */
+    readonly unreachableMembers: readonly string[] = [],
+    /** Replaces the second half of the message (why, and what to do) when given. */
+    detail: string | null = null,
   ) {
     super(
       `No eligible owner for ${entityType} shard ${shardId}; ` +
-        (shardId < 0
-          ? "the cluster has no converged coordinator (not converged or a member is unreachable): retry later or down the unreachable member"
-          : "retry once an eligible member is Up and has registered the entity type"),
+        (detail ??
+          (shardId < 0
+            ? "the cluster has no converged coordinator (not converged or a member is unreachable): retry later or down the unreachable member"
+            : "retry once an eligible member is Up and has registered the entity type")),
     );
   }
 
   /** The error used while there is no converged coordinator. */
   static noCoordinator(): NoShardOwnerError {
     return new NoShardOwnerError("cluster", -1);
+  }
+
+  /**
+   * A held delivery's wait ended (`why`: at its deadline, or refused by the per-shard bound) without an owner; the
+   * message names the unreachable members when there are any (a failure, not a transition: they must come back or
+   * be downed).
+   */
+  static afterWait(
+    entityType: string,
+    shardId: number,
+    why: string,
+    unreachable: readonly string[],
+  ): NoShardOwnerError {
+    const n = unreachable.length;
+    const named = `${unreachable.slice(0, 3).join(", ")}${n > 3 ? ` and ${n - 3} more` : ""}`;
+    const cause =
+      n > 0
+        ? `${why} while member${n === 1 ? "" : "s"} ${named} ${n === 1 ? "is" : "are"} unreachable: bring ${n === 1 ? "it" : "them"} back or down ${n === 1 ? "it" : "them"}`
+        : `${why} while membership re-converged: retry later`;
+    return new NoShardOwnerError(entityType, shardId, Object.freeze([...unreachable]), cause);
   }
 }
 

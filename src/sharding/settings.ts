@@ -40,7 +40,32 @@ export interface ShardingSettingsOptions {
    * may differ; a later init of the same type on this node keeps the first value.
    */
   shardMailboxCapacity?: number | null;
+  /**
+   * While routing has no converged coordinator because membership is re-converging (a join, a leave, a coordinator
+   * change), or the coordinator has no owner for the shard yet: true holds the message on this node and routes it
+   * once there is one, so an ask waits within its own timeout and a tell waits in a bounded per-shard
+   * queue ({@link heldTellsPerShard}, {@link heldTellTimeout}); per-entity order from one sender is kept. false (the
+   * default for now, docs/zero-downtime.md says why) fails at once with NoShardOwnerError (a tell throws, an ask
+   * rejects). An unreachable member is waited out the same way
+   * and ends at the deadline with a NoShardOwnerError naming the member. Local, not part of the settings key.
+   */
+  awaitCoordinator?: boolean;
+  /**
+   * Most deliveries (tells and asks) held for one shard on this node while routing waits (1..100,000; default 1,000);
+   * one more is refused with NoShardOwnerError and counted (`ShardingStats.heldRefused`). Local.
+   */
+  heldTellsPerShard?: number;
+  /**
+   * How long a held tell waits for a coordinator, ms (1..3,600,000; default 10,000); past it, it is dropped as
+   * rejected with NoShardOwnerError and counted (`ShardingStats.heldExpired`). An ask waits its own timeout. Local.
+   */
+  heldTellTimeout?: number;
 }
+
+/** Largest `heldTellsPerShard`. */
+const heldTellsPerShardMax = 100_000;
+/** Largest `heldTellTimeout`, ms. */
+const heldTellTimeoutMax = 3_600_000;
 
 /** Largest `shardMailboxCapacity`. */
 const shardMailboxCapacityMax = 100_000_000;
@@ -71,6 +96,12 @@ export class ShardingSettings {
   readonly entityMailboxCapacity: number | null;
   /** Messages waiting in one shard's entity mailboxes together, or null when unbounded; local (not in {@link key}). */
   readonly shardMailboxCapacity: number | null;
+  /** Hold routes while there is no converged coordinator (true) or fail them at once (false); local. */
+  readonly awaitCoordinator: boolean;
+  /** Deliveries held per shard at most while routing waits; local. */
+  readonly heldTellsPerShard: number;
+  /** Milliseconds a held tell waits at most; local. */
+  readonly heldTellTimeout: number;
   /**
    * Deterministic text identical on every node with the same settings; every envelope carries it and a receiver with
    * another key rejects the envelope.
@@ -129,6 +160,28 @@ export class ShardingSettings {
       );
     }
     this.shardMailboxCapacity = shardCapacity;
+    const wait = options.awaitCoordinator ?? false;
+    if (typeof wait !== "boolean") {
+      throw new ClusterShardingConfigurationError(
+        `awaitCoordinator must be true or false (got ${describe(wait)})`,
+        "awaitCoordinator",
+      );
+    }
+    this.awaitCoordinator = wait;
+    this.heldTellsPerShard = requireWhole(
+      options.heldTellsPerShard ?? heldTellsPerShardDefault,
+      1,
+      heldTellsPerShardMax,
+      "heldTellsPerShard",
+      "held deliveries per shard",
+    );
+    this.heldTellTimeout = requireWhole(
+      options.heldTellTimeout ?? heldTellTimeoutDefaultMs,
+      1,
+      heldTellTimeoutMax,
+      "heldTellTimeout",
+      "held tell timeout (ms)",
+    );
     this.key = [
       this.shardCount,
       this.partitioner.configurationKey,
@@ -169,6 +222,21 @@ export class ShardingSettings {
   isCompatible(other: ShardingSettings): boolean {
     return this.incompatibleField(other) === null;
   }
+}
+
+/** Default of `heldTellsPerShard`. */
+const heldTellsPerShardDefault = 1_000;
+/** Default of `heldTellTimeout`, ms. */
+const heldTellTimeoutDefaultMs = 10_000;
+
+function requireWhole(value: unknown, min: number, max: number, field: string, what: string): number {
+  if (typeof value !== "number" || !Number.isSafeInteger(value) || value < min || value > max) {
+    throw new ClusterShardingConfigurationError(
+      `${what} must be a whole number ${min}..${max} (got ${describe(value)})`,
+      field,
+    );
+  }
+  return value;
 }
 
 function isPositive(ms: number): boolean {

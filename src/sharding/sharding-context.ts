@@ -6,6 +6,7 @@ import { ClusterShardingConfigurationError } from "./errors.ts";
 import type { ShardingClusterSnapshot, ShardingMembership } from "./membership.ts";
 import type { Delivery } from "./routing/delivery.ts";
 import { type MutableShardingStats, zeroStats } from "./stats.ts";
+import type { RoutingWait } from "./wait/routing-wait.ts";
 
 /** The name of the sharding daemon under `/system`, the same on every node. */
 export const daemonName = "sharding";
@@ -21,6 +22,8 @@ export class ShardingContext {
   readonly self: UniqueAddress;
   /** Set once by `ClusterSharding.stop`; timers and late replies check it and do nothing more. */
   stopped = false;
+  /** Holds routes while there is no coordinator (wait/routing-wait.ts, see its hook contract); set at wiring. */
+  wait: RoutingWait | null = null;
   private readonly daemonRefs = new Map<string, ActorRef<unknown>>();
   // The coordinators of the last membership view seen. Every routed and every forwarded message needs them, and an
   // election scans all members (17 µs per message at 100 members on a slow host), while the view only changes with
@@ -92,6 +95,8 @@ export class ShardingContext {
 
   /** Rejects an accepted delivery: counted, and an ask fails with `error`; a tell is at most once, so only logged. */
   reject(d: Delivery, error: Error): void {
+    // Zero-downtime hook 3 (wait/routing-wait.ts): a hop-0 NoShardOwnerError is held and routed again instead.
+    if (this.wait?.holdRejected(d, error) === true) return;
     this.counters.rejectedEnvelopes++;
     if (d.envelope.askTimeoutMs !== null) d.sender?.failAsk?.(error);
     else this.system.log.debug?.({ error: error.message, type: d.envelope.entityType }, "sharded tell rejected");

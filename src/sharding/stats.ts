@@ -49,6 +49,15 @@ export interface ShardingStats {
    * held `shardMailboxCapacity` messages not yet started (each is also a dead letter with reason mailboxOverflow).
    */
   readonly shardMailboxOverflows: number;
+  /**
+   * Beyond REFERENCE §7: deliveries held on this node while routing waited for a converged coordinator or an owner
+   * (the `awaitCoordinator` setting, docs/zero-downtime.md), on the caller or on the coordinator.
+   */
+  readonly heldDeliveries: number;
+  /** The part of `rejectedEnvelopes` refused because a shard's held deliveries reached `heldTellsPerShard`. */
+  readonly heldRefused: number;
+  /** The part of `rejectedEnvelopes` refused because their wait reached its deadline (tells: `heldTellTimeout`). */
+  readonly heldExpired: number;
 }
 
 /** Why an inbound sharding envelope could not be decoded (see {@link ShardingStats.malformedEnvelopes}). */
@@ -84,5 +93,8 @@ export function zeroStats(): MutableShardingStats {
     rejectedEnvelopes: 0,
     malformedEnvelopes: { undecodable: 0, schemaInvalid: 0, payload: 0 },
     shardMailboxOverflows: 0,
+    heldDeliveries: 0,
+    heldRefused: 0,
+    heldExpired: 0,
   };
 }

@@ -232,6 +232,9 @@ test("stats: the 15 counters of REFERENCE §7 in its order, then the malformed b
     "rejectedEnvelopes",
     "malformedEnvelopes",
     "shardMailboxOverflows",
+    "heldDeliveries",
+    "heldRefused",
+    "heldExpired",
   ]);
   assert.deepEqual(Object.keys(snapshot.malformedEnvelopes), ["undecodable", "schemaInvalid", "payload"]);
   assert.ok(Object.isFrozen(snapshot) && Object.isFrozen(snapshot.malformedEnvelopes));

@@ -38,8 +38,7 @@ export class CallerRouter implements EntityRouter {
       const state = this.ctx.requireType(entityType);
       requireDurationMs("activate timeout", timeoutMs);
       const envelope = this.envelopeFor(state, "Activate", entityId, null, timeoutMs);
-      const coordinator = this.coordinatorOrThrow();
-      return askVia(this.ctx.system, this.entryRef(coordinator, state), envelope, ShardingControlAck, timeoutMs);
+      return askVia(this.ctx.system, this.targetFor(state, envelope), envelope, ShardingControlAck, timeoutMs);
     } catch (error) {
       return Promise.reject(error);
     }
@@ -51,8 +50,7 @@ export class CallerRouter implements EntityRouter {
     if (message === undefined || message === null) throw new InvalidMessageError("tell needs a message value");
     const state = this.ctx.requireType(entityType);
     const envelope = this.envelopeFor(state, "User", entityId, message, null);
-    const coordinator = this.coordinatorOrThrow();
-    this.entryRef(coordinator, state).tell(envelope, sender);
+    this.targetFor(state, envelope).tell(envelope, sender);
   }
 
   /** Behind `ShardedEntityRef.ask`. */
@@ -70,8 +68,7 @@ export class CallerRouter implements EntityRouter {
       requireDurationMs("ask timeout", timeoutMs);
       const state = this.ctx.requireType(entityType);
       const envelope = this.envelopeFor(state, "User", entityId, message, timeoutMs);
-      const coordinator = this.coordinatorOrThrow();
-      return askVia(this.ctx.system, this.entryRef(coordinator, state), envelope, replyType, timeoutMs, options);
+      return askVia(this.ctx.system, this.targetFor(state, envelope), envelope, replyType, timeoutMs, options);
     } catch (error) {
       return Promise.reject(error);
     }
@@ -83,9 +80,8 @@ export class CallerRouter implements EntityRouter {
     const state = this.ctx.requireType(entityType);
     this.ctx.counters.passivationRequests++;
     const envelope = this.envelopeFor(state, "Passivate", entityId, null, null);
-    const coordinator = this.coordinatorOrThrow();
     // REFERENCE §7: remoteRoutes counts routes and activations sent to a remote coordinator, not passivations.
-    this.entryRef(coordinator, state, false).tell(envelope, null);
+    this.targetFor(state, envelope, false).tell(envelope, null);
   }
 
   private envelopeFor(
@@ -113,6 +109,16 @@ export class CallerRouter implements EntityRouter {
     );
     if (kind === "User") attachTyped(envelope, message);
     return envelope;
+  }
+
+  /**
+   * Where this caller hands `envelope`. Zero-downtime hook 1 (wait/routing-wait.ts): the held queue while there is
+   * no coordinator or the shard already holds earlier deliveries; else the coordinator (or fail closed).
+   */
+  private targetFor(state: EntityTypeState, envelope: ShardingEnvelope, countsRemoteRoute = true): ActorRef<unknown> {
+    const held = this.ctx.wait?.callerEntry(state, envelope.shardId) ?? null;
+    if (held !== null) return held;
+    return this.entryRef(this.coordinatorOrThrow(), state, countsRemoteRoute);
   }
 
   private coordinatorOrThrow(): UniqueAddress {

@@ -47,6 +47,8 @@ export class EnvelopeRouter {
         }
         delivery = { envelope, sender, typed: value };
       }
+      // Zero-downtime hook 2 (wait/routing-wait.ts): behind held deliveries of the same shard, wait in order.
+      if (envelope.hopCount === 0 && this.ctx.wait?.holdBehind(state, delivery, builtHere) === true) return;
       if (envelope.hopCount === 0) this.routeAsCoordinator(state, delivery, builtHere);
       else this.owner.receiveAsOwner(state, delivery, origin);
     } catch (error) {
