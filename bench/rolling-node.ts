@@ -91,6 +91,8 @@ const shardCount = Number(process.env.ROLL_SHARDS ?? 64);
 const settings: ShardingSettingsOptions = {
   shardCount,
   allocation: new RoleAwareAllocation(new LeastLoadedAllocation(), ["backend"]),
+  // ROLL_WAIT=fail measures the immediate failure (the earlier behaviour) beside the wait.
+  awaitCoordinator: process.env.ROLL_WAIT !== "fail",
 };
 const rollType: ShardedEntityType<RollCommand> = sharding.init("Roll", RollCommand, settings, () => new RollEntity());
 

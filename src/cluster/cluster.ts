@@ -114,6 +114,7 @@ export class Cluster implements Extension {
         clusterName: settings.clusterName,
         seeds: settings.seedNodes,
         roles: settings.roles,
+        appVersion: settings.appVersion,
         gossipFanout: settings.gossipFanout,
         maxMembers: settings.maxMembers,
         heartbeatTimeoutMs: settings.heartbeatTimeoutMs,

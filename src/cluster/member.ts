@@ -37,6 +37,11 @@ export interface Member {
   readonly revision: number;
   /** Node uid of the author of this version. */
   readonly changedBy: string;
+  /**
+   * The application version the node runs ("" when it set none). Fixed by the node for its whole life (one uid, one
+   * version), so it takes no part in the merge tie-break or the digest.
+   */
+  readonly appVersion?: string;
 }
 
 /** The plain-JSON form of a {@link Member} on the wire. */
@@ -47,6 +52,13 @@ export interface MemberJSON {
   readonly upNumber: number;
   readonly revision: number;
   readonly changedBy: string;
+  /** Absent when the node set no version (and from nodes that predate the field). */
+  readonly appVersion?: string;
+}
+
+/** True for a well-formed application version: 1-64 letters, digits, '.', '_', '+' or '-'. */
+export function isAppVersion(value: unknown): value is string {
+  return typeof value === "string" && /^[A-Za-z0-9._+-]{1,64}$/.test(value);
 }
 
 /** The key a member is stored under: its unique address string. */
@@ -72,6 +84,7 @@ export function sameMember(a: Member, b: Member): boolean {
     a.revision === b.revision &&
     a.changedBy === b.changedBy &&
     a.upNumber === b.upNumber &&
+    (a.appVersion ?? "") === (b.appVersion ?? "") &&
     a.roles.length === b.roles.length &&
     a.roles.every((role, i) => role === b.roles[i])
   );
@@ -86,6 +99,7 @@ export function memberToJSON(member: Member): MemberJSON {
     upNumber: member.upNumber,
     revision: member.revision,
     changedBy: member.changedBy,
+    ...(member.appVersion === undefined || member.appVersion === "" ? {} : { appVersion: member.appVersion }),
   };
 }
 
@@ -116,6 +130,9 @@ export function memberFromJSON(json: unknown): Member | string {
   if (!Number.isSafeInteger(j.upNumber) || (j.upNumber as number) < 0) return "member.upNumber is not an integer >= 0";
   if (!Number.isSafeInteger(j.revision) || (j.revision as number) <= 0) return "member.revision is not an integer > 0";
   if (typeof j.changedBy !== "string" || j.changedBy.length === 0) return "member.changedBy is not a non-empty string";
+  if (j.appVersion !== undefined && !isAppVersion(j.appVersion)) {
+    return `member.appVersion ${describe(j.appVersion)} is not 1-64 letters, digits, '.', '_', '+' or '-'`;
+  }
   return {
     uniqueAddress,
     status: j.status,
@@ -123,6 +140,7 @@ export function memberFromJSON(json: unknown): Member | string {
     upNumber: j.upNumber as number,
     revision: j.revision as number,
     changedBy: j.changedBy,
+    ...(j.appVersion === undefined ? {} : { appVersion: j.appVersion as string }),
   };
 }
 

@@ -42,6 +42,8 @@ export interface MembershipConfig {
   readonly seeds: readonly Address[];
   /** This node's roles, sorted and unique. */
   readonly roles: readonly string[];
+  /** This node's application version, "" for none (optional for configs built before the field). */
+  readonly appVersion?: string;
   readonly gossipFanout: number;
   readonly maxMembers: number;
   readonly heartbeatTimeoutMs: number;
@@ -160,6 +162,7 @@ export function initialMembership(config: MembershipConfig, nowMs: number): Memb
     upNumber: seed ? 1 : 0,
     revision: 1,
     changedBy: config.self.uid,
+    ...(config.appVersion === undefined || config.appVersion === "" ? {} : { appVersion: config.appVersion }),
   };
   const members = new Map([[memberKey(self), self]]);
   return commit(

@@ -3,6 +3,7 @@ import { describe } from "../actor/untrusted.ts";
 import { ClusterConfigurationError } from "./errors.ts";
 import type { OnDowned } from "./events.ts";
 import { maxMembersDefault } from "./gossip/merge.ts";
+import { isAppVersion } from "./member.ts";
 
 /** Options of `system.enableCluster`. Durations are milliseconds. */
 export interface ClusterSettings {
@@ -43,6 +44,13 @@ export interface ClusterSettings {
    * to the cluster, and a half-alive node is the more dangerous outcome.
    */
   onDowned?: OnDowned;
+  /**
+   * The version of the application this node runs (1-64 letters, digits, '.', '_', '+' or '-'), carried in its
+   * membership record so every member sees it; default the MOVIE_APP_VERSION environment variable, else none ("").
+   * Sharding's NewestVersionAllocation places shards only on members of the newest version while versions coexist
+   * (docs/zero-downtime.md). Fixed for the life of the node.
+   */
+  appVersion?: string;
 }
 
 /** Settings with every default filled in and validated. */
@@ -58,6 +66,8 @@ export interface ResolvedClusterSettings {
   readonly heartbeatTimeoutMs: number;
   readonly leaveTimeoutMs: number;
   readonly onDowned: OnDowned;
+  /** This node's application version, or "" when none is set. */
+  readonly appVersion: string;
 }
 
 /** The defaults of REFERENCE §6. */
@@ -161,8 +171,16 @@ export function resolveClusterSettings(settings: ClusterSettings, systemName: st
   if (onDowned !== "leave" && onDowned !== "terminate") {
     throw new ClusterConfigurationError("onDowned", 'use "terminate" (the default) or "leave"');
   }
+  const appVersion = settings.appVersion ?? process.env.MOVIE_APP_VERSION ?? "";
+  if (typeof appVersion !== "string" || (appVersion !== "" && !isAppVersion(appVersion))) {
+    throw new ClusterConfigurationError(
+      "appVersion",
+      `${describe(appVersion)}; use 1-64 letters, digits, '.', '_', '+' or '-' (from settings or MOVIE_APP_VERSION)`,
+    );
+  }
   return {
     onDowned,
+    appVersion,
     seedNodes: seeds.map((s) => seed(s, systemName)),
     roles: [...new Set(roles as string[])].sort(),
     clusterName,
