@@ -9,9 +9,12 @@ import {
   ClusterSharding,
   electCoordinator,
   LeastLoadedAllocation,
+  NewestVersionAllocation,
+  RateLimitedRebalance,
   RoleAwareAllocation,
   type ShardedEntityType,
   type ShardingSettingsOptions,
+  VersionAwareRebalance,
 } from "../src/sharding/index.ts";
 import { clock } from "./support/raw-frames.ts";
 
@@ -83,14 +86,20 @@ const self = remoting.selfAddress;
 const cluster = await system.enableCluster({
   seedNodes: [seed === "self" ? self.address.hostPort : seed],
   roles: [role],
+  // ROLL_APP_VERSION: the old backends run "1", their replacements "2" (and the frontend "1") when versions are on.
+  ...(process.env.ROLL_APP_VERSION === undefined ? {} : { appVersion: process.env.ROLL_APP_VERSION }),
   gossipInterval: 200,
   failureDetector: { heartbeatInterval: 200, heartbeatTimeout: 3_000 },
 });
 const sharding = ClusterSharding.get(system);
 const shardCount = Number(process.env.ROLL_SHARDS ?? 64);
+const backendsOnly = new RoleAwareAllocation(new LeastLoadedAllocation(), ["backend"]);
+const versions = process.env.ROLL_VERSIONS === "1";
 const settings: ShardingSettingsOptions = {
   shardCount,
-  allocation: new RoleAwareAllocation(new LeastLoadedAllocation(), ["backend"]),
+  // ROLL_VERSIONS=1: rolling-update aware placement (each shard moves once, onto the replacement of its owner).
+  allocation: versions ? new NewestVersionAllocation(backendsOnly) : backendsOnly,
+  rebalance: versions ? new VersionAwareRebalance(new RateLimitedRebalance()) : new RateLimitedRebalance(),
   // ROLL_WAIT=fail measures the immediate failure (the earlier behaviour) beside the wait.
   awaitCoordinator: process.env.ROLL_WAIT !== "fail",
 };

@@ -6,7 +6,8 @@
 // changes, the total roll time, and where the time of each join and leave went (membership, convergence, coordinator,
 // plan). Measured, never asserted; writes bench/results/rolling-<mode>.json.
 //
-// Environment: ROLL_WAIT=wait|fail (routing while there is no coordinator: wait within the ask timeout and hold tells,
+// Environment: ROLL_VERSIONS=1 (old backends appVersion 1, replacements 2, NewestVersionAllocation and
+// VersionAwareRebalance), ROLL_WAIT=wait|fail (routing while there is no coordinator: wait within the ask timeout and hold tells,
 // or fail at once; default wait), ROLL_ORDER=coordinator-last|coordinator-first (which old backend is replaced first),
 // ROLL_FRONTEND=high|low (the frontend's address above or below the backends': below, it stays the coordinator),
 // ROLL_STEADY_MS (default 4000), ROLL_ENTITIES (300), ROLL_ASKERS (32), ROLL_SHARDS (64).
@@ -24,6 +25,7 @@ const steadyMs = Number(process.env.ROLL_STEADY_MS ?? 4_000);
 const entities = Number(process.env.ROLL_ENTITIES ?? 300);
 const askers = Number(process.env.ROLL_ASKERS ?? 32);
 const shardCount = Number(process.env.ROLL_SHARDS ?? 64);
+const versions = process.env.ROLL_VERSIONS === "1";
 const askTimeoutMs = 3_000;
 
 const progress = (text: string): void => {
@@ -56,7 +58,12 @@ class RollNode extends NodeProcess<{ node: string; hostPort: string }> {
   constructor(name: string, role: string, port: number, seed: string) {
     super(name, nodeScript, [name, role, String(port), seed], {
       ...benchNodeOptions(),
-      env: { ROLL_WAIT: mode, ROLL_SHARDS: String(shardCount) },
+      env: {
+        ROLL_WAIT: mode,
+        ROLL_SHARDS: String(shardCount),
+        ROLL_VERSIONS: versions ? "1" : "0",
+        ...(versions ? { ROLL_APP_VERSION: name.startsWith("new-") ? "2" : "1" } : {}),
+      },
     });
   }
   status(): Promise<Status> {
@@ -91,7 +98,9 @@ const frontendPort = frontendPlace === "low" ? ports[0]! : ports[6]!;
 const backendPorts = ports.filter((p) => p !== frontendPort);
 const oldPorts = backendPorts.slice(0, 3);
 const newPorts = backendPorts.slice(3, 6);
-progress(`mode=${mode} order=${order} frontend=${frontendPlace} ports frontend ${frontendPort}, old ${oldPorts}`);
+progress(
+  `mode=${mode} versions=${versions} order=${order} frontend=${frontendPlace} ports frontend ${frontendPort}, old ${oldPorts}`,
+);
 
 try {
   const frontend = new RollNode("frontend", "frontend", frontendPort, "self");
@@ -294,7 +303,7 @@ try {
           .map(([k, v]) => `${v} ${k}`)
           .join(", ");
   console.log(
-    `\nbench:rolling  mode=${mode}  order=${order}  frontend=${frontendPlace}  ${entities} entities, ${shardCount} shards, ${askers} asks in flight`,
+    `\nbench:rolling  mode=${mode}  versions=${versions}  order=${order}  frontend=${frontendPlace}  ${entities} entities, ${shardCount} shards, ${askers} asks in flight`,
   );
   console.log("| window | asks | failed asks | p50 ms | p99 ms | max ms | asks/s |");
   console.log("|---|---:|---|---:|---:|---:|---:|");
@@ -329,6 +338,7 @@ try {
   }
   const results = {
     mode,
+    versions,
     order,
     frontend: frontendPlace,
     entities,
@@ -357,7 +367,7 @@ try {
       .map((e) => ({ ...e, t: Math.round(e.t - rollStart) })),
   };
   mkdirSync(new URL("./results/", import.meta.url), { recursive: true });
-  const file = `rolling-${mode}-${order}-${frontendPlace}.json`;
+  const file = `rolling-${mode}${versions ? "-versions" : ""}-${order}-${frontendPlace}.json`;
   writeFileSync(new URL(`./results/${file}`, import.meta.url), `${JSON.stringify(results, null, 2)}\n`);
   console.log(`\nwrote bench/results/${file}`);
   const leftover = nodes.filter((n) => !n.exited);

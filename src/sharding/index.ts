@@ -1,5 +1,6 @@
 /** Cluster sharding (`movie/sharding`): stable logical entity addresses over a cluster (seed, REFERENCE §2–3). */
 export { LeastLoadedAllocation } from "./allocation/least-loaded.ts";
+export { compareAppVersions, NewestVersionAllocation } from "./allocation/newest-version.ts";
 export { AllocationPlanner, type ReconcileResult } from "./allocation/planner.ts";
 export { RendezvousAllocation } from "./allocation/rendezvous.ts";
 export { RoleAwareAllocation } from "./allocation/role-aware.ts";
@@ -49,6 +50,7 @@ export { EntityProvider, type ShardingProvider } from "./provider.ts";
 export { NoRebalance } from "./rebalance/no-rebalance.ts";
 export type { AllocationSnapshot, RebalancePolicy } from "./rebalance/policy.ts";
 export { RateLimitedRebalance, type RateLimitedRebalanceOptions } from "./rebalance/rate-limited.ts";
+export { VersionAwareRebalance } from "./rebalance/version-aware.ts";
 export { RetryBarrier } from "./retry-barrier.ts";
 export { ShardingSettings, type ShardingSettingsField, type ShardingSettingsOptions } from "./settings.ts";
 export type { MalformedReason, ShardingStats } from "./stats.ts";

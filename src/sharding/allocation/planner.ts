@@ -42,7 +42,10 @@ export class AllocationPlanner {
     for (let shard = 0; shard < this.shardCount; shard++) {
       const owner = next.get(shard);
       if (owner !== undefined && eligible.has(owner.toString())) continue;
-      const wanted = target.get(shard);
+      const wanted =
+        this.allocation.forcedMovesByLoad === true
+          ? (this.allocation.allocate(shard, members, next) ?? undefined)
+          : target.get(shard);
       if (wanted === undefined) next.delete(shard);
       else next.set(shard, wanted);
     }

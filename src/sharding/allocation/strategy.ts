@@ -8,6 +8,8 @@ export interface ShardingMember {
   readonly uniqueAddress: UniqueAddress;
   readonly status: ShardingMemberStatus | string;
   readonly roles: readonly string[] | ReadonlySet<string>;
+  /** The application version the member runs (cluster `appVersion`); absent or "" when it set none. */
+  readonly appVersion?: string;
 }
 
 /** Shard id → owner. */
@@ -31,6 +33,13 @@ export interface ShardAllocationStrategy {
    * calling `allocate` shard by shard gives (the tests check this); built-ins implement it to stay O(N·M).
    */
   allocateAll?(shardCount: number, members: readonly ShardingMember[]): Map<number, UniqueAddress>;
+  /**
+   * When true, a shard whose owner left (a forced move) goes to `allocate(shard, members, plan)` given the current
+   * plan, instead of to its place in the desired plan built from empty: the least-loaded member now, so that during
+   * a rolling update each replacement takes over the shards of the member it replaces and nothing needs to move
+   * again afterwards (NewestVersionAllocation sets it). Default false.
+   */
+  readonly forcedMovesByLoad?: boolean;
 }
 
 /** The default eligibility filter: `Up` members, sorted by UniqueAddress, without duplicates. */
