@@ -81,7 +81,10 @@ test("held deliveries: FIFO per shard, bounded per shard, expiry keeps the order
 test("NoShardOwnerError.afterWait names the unreachable members, or says it was a transition", () => {
   const one = NoShardOwnerError.afterWait("Order", 3, "after waiting", ["movie.tcp://s@h:1#a"]);
   assert.deepEqual(one.unreachableMembers, ["movie.tcp://s@h:1#a"]);
-  assert.match(one.message, /Order shard 3; after waiting while member movie\.tcp:\/\/s@h:1#a is unreachable: bring it back or down it/);
+  assert.match(
+    one.message,
+    /Order shard 3; after waiting while member movie\.tcp:\/\/s@h:1#a is unreachable: bring it back or down it/,
+  );
   const many = NoShardOwnerError.afterWait("Order", 3, "after waiting", ["a", "b", "c", "d", "e"]);
   assert.match(many.message, /members a, b, c and 2 more are unreachable/);
   const none = NoShardOwnerError.afterWait("Order", 3, "after waiting", []);
