@@ -87,6 +87,12 @@ async function freePorts(n: number): Promise<number[]> {
   return ports.sort((a, b) => String(a).localeCompare(String(b)));
 }
 
+/** True when the owners' shard counts differ by at most one (the rate-limited rebalance's end state). */
+function balanced(owners: Record<string, number>): boolean {
+  const counts = Object.values(owners);
+  return counts.length > 0 && Math.max(...counts) - Math.min(...counts) <= 1;
+}
+
 const nodes: RollNode[] = [];
 async function cleanUp(): Promise<void> {
   for (const node of nodes) if (!node.exited) node.process.kill("SIGKILL");
@@ -116,7 +122,9 @@ try {
       s.members.filter((m) => m.status === "Up").length === expectUp &&
       s.authored &&
       s.planned === shardCount &&
-      s.handoffs === 0
+      s.handoffs === 0 &&
+      // The start's own rebalance must be over, or its moves would count as the roll's.
+      balanced(s.owners)
     );
   };
   await until("4 Up members and a full plan", () => planReady(4), 60_000);
