@@ -1,4 +1,4 @@
-import type { BehaviorSource } from "../../actor/index.ts";
+import type { BehaviorSource, Extension, ExtensionId } from "../../actor/index.ts";
 import { checkSettingKeys } from "../../actor/settings-keys.ts";
 import { Cluster } from "../../cluster/index.ts";
 import { Database } from "../../persistence/database.ts";
@@ -12,6 +12,18 @@ import { safeToOwn } from "../lease/safe-to-own.ts";
 import { ShardingSettings, type ShardingSettingsOptions, shardingSettingsShape } from "../settings.ts";
 import { shardingInternals } from "./internals.ts";
 import { PersistentEntityProvider, type PersistentKind } from "./persistent-provider.ts";
+
+/** Stops the persistent providers (entities, then lease releases) while the Database they release through is open. */
+class PersistentLeaseRelease implements Extension {
+  readonly providers: { stopAll(): Promise<void> }[] = [];
+  async stop(): Promise<void> {
+    await Promise.all(this.providers.map((p) => p.stopAll()));
+  }
+}
+const leaseReleaseId: ExtensionId<PersistentLeaseRelease> = {
+  key: "movie.persistent-lease-release",
+  create: () => new PersistentLeaseRelease(),
+};
 
 /** Settings of a persistent sharded type: the ordinary ones plus `routingName`. Durations in milliseconds. */
 export interface PersistentShardingOptions extends ShardingSettingsOptions {
@@ -137,7 +149,12 @@ export function initPersistent<T>(
     onDeadLetter: (listener) => system.onDeadLetter(listener),
     log: system.log,
   });
-  return sharding.registerProvider<T>(provider);
+  // The lease store is the Database extension, which the system stops (closing its pool) before ClusterSharding,
+  // created earlier: released then, a lease would go to nowhere and stay live in the database until it expires,
+  // holding the shard from its next owner. This extension is created after the Database, so it stops before it.
+  const registered = sharding.registerProvider<T>(provider);
+  system.extension(leaseReleaseId).providers.push(provider);
+  return registered;
 }
 
 function clusterNameOf(sharding: ClusterSharding): string {

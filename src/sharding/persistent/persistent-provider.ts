@@ -76,6 +76,7 @@ export class PersistentEntityProvider<T> implements ShardingProvider {
   private readonly unsubscribeDeadLetters: () => void;
   /** Null when `shardMailboxCapacity` is unbounded. */
   private readonly budgets: ShardBudgets | null;
+  private stopped: Promise<void> | null = null;
 
   /** @throws ClusterShardingConfigurationError for invalid lease settings */
   constructor(private readonly options: PersistentProviderOptions<T>) {
@@ -216,10 +217,14 @@ export class PersistentEntityProvider<T> implements ShardingProvider {
     if (entity !== undefined) this.keeper.verify(entity.shardId);
   }
 
-  async stopAll(): Promise<void> {
-    await this.entities.stopWhere(() => true, STOP, true).terminated;
-    await this.keeper.stopAll();
-    this.unsubscribeDeadLetters();
+  /** Stops every entity, then releases every lease; a second call shares the first one's Promise. */
+  stopAll(): Promise<void> {
+    this.stopped ??= (async () => {
+      await this.entities.stopWhere(() => true, STOP, true).terminated;
+      await this.keeper.stopAll();
+      this.unsubscribeDeadLetters();
+    })();
+    return this.stopped;
   }
 
   /**
