@@ -283,14 +283,56 @@ export class PostgresStore implements PersistenceStore {
     const fingerprint = eventsFingerprint(a.events);
     if (a.tagged) return this.appendTagged(a, fingerprint);
     if (a.events.length === 1) return this.appendOne(a, fingerprint);
+    return this.appendEventsCall(
+      a,
+      fingerprint,
+      "movie_append",
+      "SELECT movie_append_events($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) AS outcome",
+      [],
+    );
+  }
+
+  /**
+   * An append whose events carry tags: movie_append_tagged (movie_append_events, then the tag rows, one statement),
+   * outside the group commit.
+   */
+  private appendTagged(a: CheckedAppend, fingerprint: string): Promise<WriteResult> {
+    const tagIndex: number[] = [];
+    const tags: string[] = [];
+    a.events.forEach((event, i) => {
+      for (const tag of checkTags("event.tags", event.tags)) {
+        tagIndex.push(i + 1);
+        tags.push(tag);
+      }
+    });
+    return this.appendEventsCall(
+      a,
+      fingerprint,
+      "movie_append_tagged",
+      "SELECT movie_append_tagged($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) AS outcome",
+      [tagIndex, tags],
+    );
+  }
+
+  /**
+   * One unbatched append statement (`movie_append_events` or its tagged form): the events, then `extra` parameters,
+   * then the fence. A unique violation means a concurrent write of the same operation: the outcome is resolved.
+   */
+  private async appendEventsCall(
+    a: CheckedAppend,
+    fingerprint: string,
+    statement: string,
+    sql: string,
+    extra: readonly unknown[],
+  ): Promise<WriteResult> {
     // The first event goes as plain text parameters and only further ones as arrays: array literals cost
     // escaping on both sides, and most appends carry one event.
     const first = a.events[0];
     const more = a.events.length > 1 ? a.events.slice(1) : null;
     const row = await this.writeCall(
       "appendEvents",
-      "movie_append",
-      "SELECT movie_append_events($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) AS outcome",
+      statement,
+      sql,
       [
         a.persistenceId,
         a.expectedRevision,
@@ -300,47 +342,7 @@ export class PostgresStore implements PersistenceStore {
         first?.payload ?? null,
         more?.map((e) => e.manifest) ?? null,
         more?.map((e) => e.payload) ?? null,
-        ...fenceArgs(a.fence),
-      ],
-      a.persistenceId,
-      a.expectedRevision,
-    ).catch((error: unknown) => {
-      if ((error as { code?: string }).code !== UNIQUE_VIOLATION) throw error;
-      return this.resolveAppend(a.persistenceId, a.operationId, fingerprint, a.expectedRevision, a.fence);
-    });
-    return this.writeOutcome(row, a.persistenceId, a.operationId, a.fence);
-  }
-
-  /**
-   * An append whose events carry tags: movie_append_tagged (movie_append_events, then the tag rows, one statement),
-   * outside the group commit.
-   */
-  private async appendTagged(a: CheckedAppend, fingerprint: string): Promise<WriteResult> {
-    const first = a.events[0]!;
-    const more = a.events.length > 1 ? a.events.slice(1) : null;
-    const tagIndex: number[] = [];
-    const tags: string[] = [];
-    a.events.forEach((event, i) => {
-      for (const tag of checkTags("event.tags", event.tags)) {
-        tagIndex.push(i + 1);
-        tags.push(tag);
-      }
-    });
-    const row = await this.writeCall(
-      "appendEvents",
-      "movie_append_tagged",
-      "SELECT movie_append_tagged($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) AS outcome",
-      [
-        a.persistenceId,
-        a.expectedRevision,
-        a.operationId,
-        fingerprint,
-        first.manifest,
-        first.payload,
-        more?.map((e) => e.manifest) ?? null,
-        more?.map((e) => e.payload) ?? null,
-        tagIndex,
-        tags,
+        ...extra,
         ...fenceArgs(a.fence),
       ],
       a.persistenceId,
