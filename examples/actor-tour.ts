@@ -1,4 +1,4 @@
-// The README's "Actor runtime" tour, runnable: `npx tsx examples/actor-tour.ts`.
+// The "Actor runtime" tour of docs/actors.md, runnable: `npx tsx examples/actor-tour.ts`.
 import {
   AbstractBehavior,
   type ActorContext,

@@ -1,11 +1,11 @@
-// Every ```ts / ```typescript block of README.md and DEVELOPERS.md is type-checked against the package's own exports,
+// Every ```ts / ```typescript block of README.md, DEVELOPERS.md and docs/*.md is type-checked against the package's own exports,
 // so the documentation cannot drift from the API. Each block becomes a module of its own in .tmp/doc-snippets/ (inside
 // the repository, so `import ... from "movie"` and "movie/remote" resolve through package.json "exports" as a
 // self-reference), and one TypeScript program with the repository's compiler options checks them all at once.
 // A block that is deliberately not a complete module is exempted by the line `<!-- not-checked: reason -->` right
 // before its fence; keep those rare.
 import assert from "node:assert/strict";
-import { mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { dirname, join, relative, resolve } from "node:path";
 import { test } from "node:test";
 import { fileURLToPath } from "node:url";
@@ -13,7 +13,15 @@ import ts from "typescript";
 import { type TypeScriptBlock, typeScriptBlocks } from "./markdown-blocks.ts";
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "../..");
-const documents = ["README.md", "DEVELOPERS.md", "docs/persistence-feed.md"];
+/** The front door, the contributors' guide and every guide under docs/ (found, not listed, so a new guide is checked). */
+const documents = [
+  "README.md",
+  "DEVELOPERS.md",
+  ...readdirSync(join(root, "docs"))
+    .filter((name) => name.endsWith(".md"))
+    .sort()
+    .map((name) => `docs/${name}`),
+];
 const outDir = join(root, ".tmp", "doc-snippets");
 /** How many blocks the documents hold at least today: fewer means the fence parsing broke, not that docs shrank. */
 const minimumBlocks = 6;
@@ -81,7 +89,7 @@ test("the block scanner finds TypeScript fences, their lines and their exemption
   assert.deepEqual(strayMarkers, [17]);
 });
 
-test("every TypeScript block in README.md and DEVELOPERS.md compiles against the package's exports", () => {
+test("every TypeScript block in README.md, DEVELOPERS.md and docs/*.md compiles against the package's exports", () => {
   const snippets: Snippet[] = [];
   for (const document of documents) {
     const { blocks, strayMarkers } = typeScriptBlocks(readFileSync(join(root, document), "utf8"));
@@ -102,9 +110,12 @@ test("every TypeScript block in README.md and DEVELOPERS.md compiles against the
   for (const snippet of snippets) {
     if (snippet.exempt !== null) continue;
     const name = `${snippet.document.replace(/\W/g, "-")}-${String(snippet.fenceLine).padStart(4, "0")}.ts`;
+    // A snippet sits in the mirror of its document's folder, so "../examples/..." in docs/ resolves as it reads.
+    const folder = join(outDir, dirname(snippet.document));
+    mkdirSync(folder, { recursive: true });
     // The trailing export makes every snippet a module of its own (no clashes between blocks) without moving a line.
-    writeFileSync(join(outDir, name), `${snippet.code}\nexport {};\n`);
-    files.set(join(outDir, name), snippet);
+    writeFileSync(join(folder, name), `${snippet.code}\nexport {};\n`);
+    files.set(join(folder, name), snippet);
   }
   // The canary proves that "movie" resolves to the real declarations and that type errors are reported at all: an
   // unresolved import would give TS2307 here instead of TS2322.

@@ -364,7 +364,7 @@ export const postgresMigrations: readonly Migration[] = buildMigrations([
  * every parameter value; under PostgreSQL's default (`auto`) the group-commit statement (APPEND_BATCH_SQL) was planned
  * afresh on every execution: its custom plan, costed for the actual array length, always looks cheaper than the
  * generic one, costed for a guessed 10 elements, so each statement paid its planning (about 0.2 ms, a quarter of a
- * 4-row statement on the project's machine; see README, Persistence figures). Generic plans are rebuilt when the
+ * 4-row statement on the project's machine; see docs/persistence.md, Figures). Generic plans are rebuilt when the
  * tables' statistics change, as custom ones are.
  */
 export function sessionOptions(schema: string | null): string {
