@@ -5,6 +5,8 @@ export interface TypeScriptBlock {
   readonly code: string;
   /** The reason given by a `<!-- not-checked: reason -->` line right before the fence, or null. */
   readonly exempt: string | null;
+  /** The info string names `runs` (```ts runs): the block is a whole program that the suite also executes. */
+  readonly runs: boolean;
 }
 
 /** What {@link typeScriptBlocks} found: the blocks, and the 1-based lines of exemption markers that exempt nothing. */
@@ -32,7 +34,7 @@ export function typeScriptBlocks(text: string): ScannedDocument {
       if (language !== "ts" && language !== "typescript") strayMarkers.push(i + 1);
       continue;
     }
-    const open = /^ {0,3}(`{3,}|~{3,})\s*([^\s`]*)/.exec(line);
+    const open = /^ {0,3}(`{3,}|~{3,})\s*([^\s`]*)([^`]*)$/.exec(line);
     if (open === null) continue;
     const fence = open[1]!;
     const close = new RegExp(`^ {0,3}${fence[0] === "`" ? "`" : "~"}{${fence.length},}\\s*$`);
@@ -41,7 +43,12 @@ export function typeScriptBlocks(text: string): ScannedDocument {
     const language = open[2]!.toLowerCase();
     if (language === "ts" || language === "typescript") {
       const exempt = marker.exec(lines[i - 1]?.trim() ?? "");
-      blocks.push({ fenceLine: i + 1, code: lines.slice(i + 1, end).join("\n"), exempt: exempt?.[1] ?? null });
+      blocks.push({
+        fenceLine: i + 1,
+        code: lines.slice(i + 1, end).join("\n"),
+        exempt: exempt?.[1] ?? null,
+        runs: (open[3] ?? "").trim().split(/\s+/).includes("runs"),
+      });
     }
     i = end;
   }

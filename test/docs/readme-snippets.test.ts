@@ -5,6 +5,7 @@
 // A block that is deliberately not a complete module is exempted by the line `<!-- not-checked: reason -->` right
 // before its fence; keep those rare.
 import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
 import { mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { dirname, join, relative, resolve } from "node:path";
 import { test } from "node:test";
@@ -79,12 +80,16 @@ test("the block scanner finds TypeScript fences, their lines and their exemption
     "const b = 2;",
     "const c = 3;",
     "```",
+    "```ts runs", // 23
+    "console.log(1);",
+    "```",
   ].join("\n");
   const { blocks, strayMarkers } = typeScriptBlocks(text);
   assert.deepEqual(blocks, [
-    { fenceLine: 10, code: "const a: number = 1;", exempt: null },
-    { fenceLine: 14, code: "a + 1;", exempt: "a fragment of the block above" },
-    { fenceLine: 19, code: "const b = 2;\nconst c = 3;", exempt: null },
+    { fenceLine: 10, code: "const a: number = 1;", exempt: null, runs: false },
+    { fenceLine: 14, code: "a + 1;", exempt: "a fragment of the block above", runs: false },
+    { fenceLine: 19, code: "const b = 2;\nconst c = 3;", exempt: null, runs: false },
+    { fenceLine: 23, code: "console.log(1);", exempt: null, runs: true },
   ]);
   assert.deepEqual(strayMarkers, [17]);
 });
@@ -147,4 +152,40 @@ test("every TypeScript block in README.md, DEVELOPERS.md and docs/*.md compiles 
   }
   // Kept on failure so the named module can be inspected; removed when everything compiles.
   rmSync(outDir, { recursive: true, force: true });
+});
+
+// A block fenced as ```ts runs is a whole program: it must not only compile but run to exit code 0 from source, as a
+// reader who pastes it would run it. Only quick, self-contained programs are marked (no fixed ports, no servers).
+test("every ```ts runs block of the documents runs to exit code 0", () => {
+  const runnable: Snippet[] = [];
+  for (const document of documents) {
+    const { blocks } = typeScriptBlocks(readFileSync(join(root, document), "utf8"));
+    runnable.push(...blocks.filter((block) => block.runs).map((block) => ({ ...block, document })));
+  }
+  assert.ok(runnable.length >= 2, `found only ${runnable.length} runnable blocks; is the info-string parsing broken?`);
+  const runDir = join(root, ".tmp", "doc-runs");
+  rmSync(runDir, { recursive: true, force: true });
+  const failures: string[] = [];
+  for (const snippet of runnable) {
+    // The mirror of the document's folder one level deeper (.tmp/doc-runs/<folder>) would break "../examples"
+    // imports, so a relative import is rewritten to the repository root's absolute path instead.
+    const code = snippet.code.replace(/from "(\.{1,2}\/[^"]+)"/g, (_all, path: string) => {
+      return `from ${JSON.stringify(resolve(root, dirname(snippet.document), path))}`;
+    });
+    const file = join(runDir, `${snippet.document.replace(/\W/g, "-")}-${snippet.fenceLine}.ts`);
+    mkdirSync(runDir, { recursive: true });
+    writeFileSync(file, `${code}\nexport {};\n`);
+    const result = spawnSync(process.execPath, ["--conditions=movie-source", "--import", "tsx", file], {
+      cwd: root,
+      env: { ...process.env, MOVIE_LOG_LEVEL: "silent" },
+      encoding: "utf8",
+      timeout: 60_000,
+    });
+    if (result.status !== 0) {
+      const why = result.error !== undefined ? result.error.message : `exit code ${result.status}`;
+      failures.push(`${snippet.document}:${snippet.fenceLine}: ${why}\n${result.stdout}${result.stderr}`.trimEnd());
+    }
+  }
+  assert.deepEqual(failures, [], `runnable blocks failed:\n${failures.join("\n\n")}`);
+  rmSync(runDir, { recursive: true, force: true });
 });
