@@ -1,6 +1,6 @@
 import type { ActorSystem, Extension, ExtensionId } from "../actor/index.ts";
 import { PersistenceCodec } from "./codec.ts";
-import { PersistenceConfigurationError } from "./errors.ts";
+import { PersistenceConfigurationError, StoreClosedError } from "./errors.ts";
 import { EventFeed } from "./event-feed.ts";
 import type { ShardLeaseKey, ShardLeaseToken } from "./lease.ts";
 import { MemoryStore } from "./memory/index.ts";
@@ -24,6 +24,8 @@ export class Database implements Extension {
   readonly codec = new PersistenceCodec();
   private current: PersistenceStore | null = null;
   private owned = false;
+  /** The name of the backend that was open when the system stopped, or null while running. */
+  private stoppedBackend: string | null = null;
 
   private constructor(readonly system: ActorSystem) {}
 
@@ -37,6 +39,7 @@ export class Database implements Extension {
    * @throws PersistenceConfigurationError (bad settings, unopenable SQLite path), schema errors, connection errors
    */
   async configure(settings: PersistenceSettings): Promise<PersistenceStore> {
+    if (this.stoppedBackend !== null) throw new StoreClosedError(this.stoppedBackend, true);
     const checked = validatePersistenceSettings(settings);
     let store: PersistenceStore;
     if (checked.backend === "memory") {
@@ -74,12 +77,16 @@ export class Database implements Extension {
    * @throws PersistenceConfigurationError when `store` lacks a method of the PersistenceStore contract
    */
   async use(store: PersistenceStore): Promise<void> {
+    if (this.stoppedBackend !== null) throw new StoreClosedError(this.stoppedBackend, true);
     requireStore(store);
     await this.replace(store, false);
   }
 
   /** The store in use (an in-memory one until configured). */
   get store(): PersistenceStore {
+    // After stop a quietly opened in-memory store would swallow writes (a lease release at shutdown went there once
+    // and the PostgreSQL row stayed live until it expired): refuse instead.
+    if (this.stoppedBackend !== null) throw new StoreClosedError(this.stoppedBackend, true);
     if (this.current === null) {
       this.current = new MemoryStore({ scheduler: this.system.scheduler });
       this.owned = true;
@@ -128,6 +135,7 @@ export class Database implements Extension {
 
   /** Closes the store if this extension opened it. */
   async stop(): Promise<void> {
+    this.stoppedBackend = this.current?.backendName ?? "memory";
     if (this.current !== null && this.owned) await this.current.close();
     this.current = null;
   }

@@ -185,8 +185,16 @@ export class PersistenceConnectionError extends Error {
 /** The store was closed; create a new one. */
 export class StoreClosedError extends Error {
   override readonly name = "StoreClosedError";
-  constructor(readonly backend: string) {
-    super(`The ${backend} persistence store is closed; configure a new one`);
+  constructor(
+    readonly backend: string,
+    /** Set when the store was closed because its actor system stopped (there is nothing to configure then). */
+    readonly systemStopped = false,
+  ) {
+    super(
+      systemStopped
+        ? `The actor system's Database stopped with the system (its ${backend} store is closed); create a new ActorSystem to persist again`
+        : `The ${backend} persistence store is closed; configure a new one`,
+    );
   }
 }
 

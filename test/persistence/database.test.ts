@@ -14,6 +14,7 @@ import {
   OperationId,
   PersistenceConfigurationError,
   record,
+  StoreClosedError,
 } from "../../src/persistence/index.ts";
 import { dropSchema, postgresTestUrl, uniqueSchema } from "./pg-fixture.ts";
 
@@ -61,6 +62,23 @@ test("Database.configure opens PostgreSQL and reports backendName postgres", asy
     await system.terminate();
     await dropSchema(url, schema);
   }
+});
+
+test("after its system stops, the Database refuses to hand out a store instead of opening a fresh in-memory one", async () => {
+  const system = ActorSystem.create("stopped-db");
+  const db = Database.get(system);
+  await db.configure({ backend: "memory" });
+  assert.equal(db.backendName, "memory");
+  await system.terminate();
+  const closed = (e: unknown) =>
+    e instanceof StoreClosedError &&
+    e.systemStopped &&
+    e.backend === "memory" &&
+    /create a new ActorSystem/.test(e.message);
+  assert.throws(() => db.store, closed);
+  assert.throws(() => db.events, closed);
+  await assert.rejects(db.configure({ backend: "memory" }), closed);
+  await assert.rejects(db.use(db as never), closed);
 });
 
 test("OperationId is mandatory and non-empty; random ids are UUIDs", () => {
