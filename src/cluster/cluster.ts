@@ -8,7 +8,7 @@ import {
   typeNameOf,
   UniqueAddress,
 } from "../actor/index.ts";
-import { MessageRegistry, type Remoting } from "../remote/index.ts";
+import { HandshakeError, MessageRegistry, type Remoting } from "../remote/index.ts";
 import { ClusterDaemon, type ClusterInboundOrigin } from "./cluster-daemon.ts";
 import { ClusterAwaitTimeoutError, ClusterConfigurationError } from "./errors.ts";
 import { type ClusterEvent, diffSnapshots } from "./events.ts";
@@ -79,6 +79,7 @@ export class Cluster implements Extension {
   private stopped = false;
   /** Set once this node learned it was downed; see `onDowned`. */
   private downed = false;
+  private unsubscribeDialFailed: (() => void) | null = null;
   /** Unique-address strings of the members whose system messages remoting may accept. */
   private authorizedPeers: ReadonlySet<string> = new Set();
   /** Downed members the leader still tells they are Down; quarantined once that notice ends. */
@@ -167,6 +168,12 @@ export class Cluster implements Extension {
     };
     // Once the cluster runs, remote system messages to /user/* are accepted from members only.
     this.remoting.setPeerAuthorizer((peer) => this.isAuthorizedPeer(peer));
+    // A member that refuses this incarnation as quarantined has downed it: the gossip saying so may never arrive (this
+    // node was partitioned while it happened), so the refusal is the news (the core checks the refuser is a member).
+    this.unsubscribeDialFailed = this.remoting.onDialFailed((address, error) => {
+      if (this.stopped || !(error instanceof HandshakeError) || !error.byPeer || error.reason !== "quarantined") return;
+      this.apply({ kind: "refused-as-gone", by: address });
+    });
     // Join at once rather than after a full retry interval: startup time is what a user waits for.
     this.apply({ kind: "join-tick" });
     loop("join-tick", this.settings.joinRetryIntervalMs);
@@ -322,6 +329,8 @@ export class Cluster implements Extension {
 
   /** Stops timers and fails pending waits (the cluster is done on this node). */
   private halt(): void {
+    this.unsubscribeDialFailed?.();
+    this.unsubscribeDialFailed = null;
     for (const timer of this.timers.values()) timer.cancel();
     this.timers.clear();
     for (const waiter of this.waiters) {

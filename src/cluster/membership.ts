@@ -103,7 +103,12 @@ export type MembershipInput =
    * New seeds from seed discovery. Applied only while this node is Joining (the seeds it sends joins to, and from
    * which it accepts a welcome); a member keeps the seeds it joined with, so authorization never widens later.
    */
-  | { readonly kind: "seeds"; readonly seeds: readonly Address[] };
+  | { readonly kind: "seeds"; readonly seeds: readonly Address[] }
+  /**
+   * A member's node refused this incarnation's handshake as quarantined: it downed (or removed) this node, so
+   * this node is out of the cluster even if it never saw the gossip that said so (it was partitioned meanwhile).
+   */
+  | { readonly kind: "refused-as-gone"; readonly by: Address };
 
 /** What the shell must do. */
 export type MembershipEffect =
@@ -273,6 +278,9 @@ export function step(state: MembershipState, input: MembershipInput, nowMs: numb
           ? { ...state, config: { ...state.config, seeds: [...input.seeds] } }
           : state;
       break;
+    case "refused-as-gone":
+      next = refusedAsGone(state, input.by, nowMs);
+      break;
   }
   next = runLeaderActions(next, nowMs, context);
   const was = selfMember(state).status;
@@ -281,6 +289,26 @@ export function step(state: MembershipState, input: MembershipInput, nowMs: numb
     effects.push({ kind: "self-downed", status: now.status, by: now.changedBy });
   }
   return [next, effects];
+}
+
+/**
+ * Peers quarantine an incarnation only once membership downed it (a graceful departure is not quarantined, and a
+ * restarted node is a new incarnation), so a refusal "quarantined" from a node this one counts as a member means this
+ * incarnation was downed while it could not hear the gossip: it takes its own record to Down, which the caller turns
+ * into `self-downed`. A refusal from an address that is no member here (a stranger, or one already Removed) changes
+ * nothing: it cannot speak for the cluster.
+ */
+function refusedAsGone(state: MembershipState, by: Address, nowMs: number): MembershipState {
+  const self = selfMember(state);
+  if (self.status === "Down" || self.status === "Removed" || self.status === "Joining") return state;
+  let refuser: Member | null = null;
+  for (const member of state.members.values()) {
+    if (member.uniqueAddress.equals(state.config.self) || member.status === "Removed") continue;
+    if (member.uniqueAddress.address.equals(by)) refuser = member;
+  }
+  if (refuser === null) return state;
+  const members = new Map(state.members).set(memberKey(self), withStatus(self, "Down", refuser.uniqueAddress.uid));
+  return commit(state, members, nowMs);
 }
 
 /**

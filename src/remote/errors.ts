@@ -132,6 +132,8 @@ export class RemoteDeliveryError extends Error {
  * refused this node (`byPeer`), `reason` is the reason the peer sent and the message reads "peer refused: <reason>".
  * `identity`: with TLS, the peer's certificate does not name the address it claims (or was dialled at).
  * `incarnationClaim`: the peer claims a host:port whose known incarnation (another uid) is still alive.
+ * `quarantined`: the peer's incarnation was quarantined (membership downed it) or replaced; it never gets back in and
+ * should restart with a new uid. A node that older peers refuse this way reads it as `malformed` (unknown reason).
  */
 export class HandshakeError extends Error {
   override readonly name = "HandshakeError";
@@ -145,7 +147,8 @@ export class HandshakeError extends Error {
       | "malformed"
       | "closed"
       | "identity"
-      | "incarnationClaim",
+      | "incarnationClaim"
+      | "quarantined",
     detail: string,
     /** True when the peer refused this node (its reject message named `reason`), false when this node refused. */
     readonly byPeer = false,

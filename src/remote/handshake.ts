@@ -258,6 +258,7 @@ const reasons: readonly HandshakeError["reason"][] = [
   "closed",
   "identity",
   "incarnationClaim",
+  "quarantined",
 ];
 
 function asReason(value: unknown): HandshakeError["reason"] {

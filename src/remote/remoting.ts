@@ -519,7 +519,10 @@ export class Remoting implements Extension {
   private admit(peer: UniqueAddress): HandshakeError | null {
     if (this.stopped) return new HandshakeError("closed", "this node is stopping");
     if (this.quarantined.has(peer.toString()) || this.lost.has(peer.toString())) {
-      return new HandshakeError("authentication", `incarnation ${peer} is quarantined or gone`);
+      return new HandshakeError(
+        "quarantined",
+        `incarnation ${peer} is quarantined or replaced here; it cannot rejoin: restart it to join with a new uid`,
+      );
     }
     const key = peer.address.hostPort;
     const known = this.incarnations.get(key);
