@@ -21,7 +21,7 @@ export interface OperatorAction {
 
 /**
  * The audit trail of the management endpoint: every write is logged (warn level, since it changes the cluster) and
- * the last {@link operatorActionsKept} are kept for the dashboard; refusals are counted.
+ * the last 50 (`operatorActionsKept`) are kept for the dashboard; refusals are counted.
  */
 export class OperatorLog {
   private readonly recent: OperatorAction[] = [];

@@ -60,8 +60,9 @@ export interface EventPage {
   readonly hasMore: boolean;
 }
 
-/** Most tags on one event, and most characters of one tag. */
+/** Most tags on one event. */
 export const MAX_TAGS_PER_EVENT = 32;
+/** Most characters of one tag. */
 export const MAX_TAG_LENGTH = 256;
 const MAX_ENTITY_TYPES = 64;
 
@@ -190,6 +191,7 @@ export function checkFeedRow(
 export interface ProjectionTransaction {
   /** The backend the statements run on. */
   readonly backend: "memory" | "sqlite" | "postgres";
+  /** Runs one statement inside the checkpoint's transaction and resolves its rows (none for a write). */
   query(sql: string, params?: readonly unknown[]): Promise<Record<string, unknown>[]>;
 }
 

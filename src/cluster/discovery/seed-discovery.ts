@@ -14,12 +14,14 @@ import type { ClusterSettings } from "../settings.ts";
 
 /** Finds seeds now: `host:port` strings (IPv6 hosts in brackets). May reject (the caller retries). */
 export interface SeedDiscovery {
+  /** The seeds as of now; called again while joining, so a changed DNS answer is picked up. */
   resolve(): Promise<readonly string[]>;
 }
 
 /** A fixed list (what `seedNodes` does), for tests and for composing. */
 export class StaticSeedDiscovery implements SeedDiscovery {
   constructor(private readonly seeds: readonly string[]) {}
+  /** The fixed list, copied. */
   resolve(): Promise<readonly string[]> {
     return Promise.resolve([...this.seeds]);
   }
