@@ -19,6 +19,7 @@ import {
   type MembershipEffect,
   type MembershipInput,
   type MembershipState,
+  selfMember,
   snapshotOf,
   step,
 } from "./membership.ts";
@@ -426,6 +427,16 @@ export class Cluster implements Extension {
    * {@link refusalLogMax} pairs so a flood of forged senders cannot grow memory.
    */
   private logRefusalOnce(category: string, from: UniqueAddress, reason: string): void {
+    const selfStatus = selfMember(this.state).status;
+    if (selfStatus === "Exiting" || selfStatus === "Removed" || selfStatus === "Down") {
+      // On its way out this node's view thins while the others still talk to it: their last heartbeats and gossip
+      // are expected, not an alarm (every graceful leave logged one).
+      this.system.log.debug(
+        { node: this.selfAddress.toString(), from: from.toString(), category, reason },
+        "cluster refused a message while leaving",
+      );
+      return;
+    }
     const key = `${category} ${from}`;
     if (this.refusalsLogged.has(key) || this.refusalsLogged.size >= refusalLogMax) return;
     this.refusalsLogged.add(key);

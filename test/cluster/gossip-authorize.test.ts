@@ -231,3 +231,21 @@ test("property (seeded): whatever a non-leader gossips, only its own unknown Up 
     }
   }
 });
+
+test("rule: a record older than the local one is harmless and not refused; a newer one from a non-leader still is", () => {
+  // B has started leaving here (the leader's Leaving record, revision 3); C's gossip crossed that change and still
+  // carries B's Up record (revision 2). Refusing it only raised a false "refused" alarm on every graceful leave.
+  const local = map(member(A, "Up"), member(B, "Leaving", { changedBy: A.uid, revision: 3 }), member(C, "Up"));
+  const stale = member(B, "Up", { changedBy: A.uid, revision: 2 });
+  const { accepted, rejected } = authorizeGossip(local, [stale], C, A);
+  assert.deepEqual(rejected, []);
+  assert.deepEqual(accepted, [stale]);
+  const decided = decideGossip(local, [stale], C, A, seeds, 10_000);
+  assert.ok(decided.kind === "accepted");
+  assert.equal(decided.members.get(B.toString())?.status, "Leaving", "the merge keeps the newer local record");
+  assert.deepEqual(decided.changed, []);
+  assert.deepEqual(decided.rejected, []);
+
+  const newer = member(B, "Exiting", { changedBy: C.uid, revision: 4 });
+  assert.deepEqual(authorizeGossip(local, [newer], C, A).rejected, [{ member: newer, reason: "notLeader" }]);
+});

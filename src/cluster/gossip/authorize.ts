@@ -1,6 +1,6 @@
 import type { Address, UniqueAddress } from "../../actor/index.ts";
 import { type Member, memberKey, sameMember } from "../member.ts";
-import { type MemberMap, mergeMembers } from "./merge.ts";
+import { compareRecords, type MemberMap, mergeMembers } from "./merge.ts";
 
 /**
  * Why gossip (a whole message or one of its records) was refused, the keys of `ClusterStats.gossipRejected`:
@@ -52,7 +52,8 @@ export function admitsGossipFrom(local: MemberMap, sender: UniqueAddress, seeds:
 /**
  * Filters the records of a gossip from an authenticated, admitted `sender` (docs/protocol.md §4.5 "Gossip authorisation");
  * `leader` is the receiver's leader before the merge:
- * - a record identical to the local one is always accepted (it changes nothing);
+ * - a record identical to the local one, or older than it by {@link compareRecords}, is always accepted (the merge
+ *   keeps the local record, so it changes nothing);
  * - a Joining record is never accepted via gossip (only a join request creates one);
  * - an unknown Up record is accepted when it is the sender's own record, authored by the sender (a seed that formed
  *   independently): its unique address must equal the sender's, so nobody can describe a third node;
@@ -72,6 +73,10 @@ export function authorizeGossip(
     const current = local.get(memberKey(record));
     const authoredBySender = record.changedBy === sender.uid;
     if (current !== undefined && sameMember(current, record)) {
+      accepted.push(record);
+    } else if (current !== undefined && compareRecords(record, current) < 0) {
+      // Older than the local record, so the merge keeps the local one and it changes nothing: a gossip that crossed a
+      // newer change (the Up record of a node that has since started leaving). Refusing it raised a false alarm.
       accepted.push(record);
     } else if (record.status === "Joining") {
       rejected.push({ member: record, reason: "joining" });
