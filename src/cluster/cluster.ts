@@ -55,6 +55,8 @@ const refCacheMax = 4_096;
 
 /** How many distinct (category, sender) refusals are logged; later ones are only counted (bounded memory). */
 const refusalLogMax = 1_024;
+/** How long a probe from an unknown incarnation may precede the gossip that names it before it is logged as an alarm. */
+const nonMemberGraceMs = 5_000;
 
 /** Statuses whose incarnation counts as a cluster member for remote system messages (see `isAuthorizedPeer`). */
 const authorizedStatuses = new Set<MemberStatus>(["Joining", "Up", "Leaving", "Exiting"]);
@@ -427,23 +429,27 @@ export class Cluster implements Extension {
    * {@link refusalLogMax} pairs so a flood of forged senders cannot grow memory.
    */
   private logRefusalOnce(category: string, from: UniqueAddress, reason: string): void {
-    const selfStatus = selfMember(this.state).status;
-    if (selfStatus === "Exiting" || selfStatus === "Removed" || selfStatus === "Down") {
-      // On its way out this node's view thins while the others still talk to it: their last heartbeats and gossip
-      // are expected, not an alarm (every graceful leave logged one).
-      this.system.log.debug(
-        { node: this.selfAddress.toString(), from: from.toString(), category, reason },
-        "cluster refused a message while leaving",
-      );
-      return;
-    }
     const key = `${category} ${from}`;
     if (this.refusalsLogged.has(key) || this.refusalsLogged.size >= refusalLogMax) return;
     this.refusalsLogged.add(key);
-    this.system.log.warn(
-      { node: this.selfAddress.toString(), from: from.toString(), category, reason },
-      "cluster refused a message from this sender (logged once per sender and reason; see cluster stats)",
-    );
+    const context = { node: this.selfAddress.toString(), from: from.toString(), category, reason };
+    if (category !== "nonMember") {
+      this.system.log.warn(
+        context,
+        "cluster refused a message from this sender (logged once per sender and reason; see cluster stats)",
+      );
+      return;
+    }
+    // A heartbeat or ack from an unknown incarnation is routine while a cluster forms: a member that learnt of this
+    // node from the leader probes it before this node has the gossip naming that member (about 2 joins in 5 warned).
+    // It is an alarm only if the sender is still unknown after the grace period.
+    this.system.scheduler.scheduleOnce(nonMemberGraceMs, () => {
+      if (this.stopped || this.state.members.has(from.toString())) return;
+      this.system.log.warn(
+        { ...context, graceMs: nonMemberGraceMs },
+        "cluster refused a message from this sender, still not a member after the grace period (logged once per sender and reason; see cluster stats)",
+      );
+    });
   }
 
   /** This node was downed by its leader: publish `SelfDowned` (sharding stops its entities), then `onDowned`. */
