@@ -10,9 +10,13 @@ import {
   MessageRegistrationError,
   MessageRegistry,
 } from "../../src/remote/index.ts";
+import {
+  decodeNested,
+  EncodedMessage,
+  type NestingCodec as ShardingEnvelopeCodec,
+} from "../../src/remote/nested-message.ts";
 import { RegistryCodec, registerShardingWireTypes } from "../../src/sharding/codec.ts";
 import { wireNames } from "../../src/sharding/coordinator/messages.ts";
-import { decodeEncodedMessage, EncodedMessage, type ShardingEnvelopeCodec } from "../../src/sharding/envelope-codec.ts";
 import { ShardingEnvelope } from "../../src/sharding/index.ts";
 import { addr } from "./fixtures/members.ts";
 
@@ -121,12 +125,12 @@ test("a hand-built payload that is not an instance of its class travels as JSON 
   stranger.register(Deposit, { name: "bank.deposit", fields: { amount: "int32", note: "string" } });
   const binary = decode(codec, encode(codec, envelope(wire.encode(new Deposit(2, "y"))))).message!;
   assert.throws(
-    () => decodeEncodedMessage(stranger, binary.type, binary.payload as EncodedMessage),
+    () => decodeNested(stranger, binary),
     (e: unknown) => e instanceof EnvelopeDecodeError && e.reason === "undecodable" && /other fields/.test(e.message),
   );
   const notJson = new EncodedMessage(PayloadFormat.json, 0, Buffer.from("{nope"));
   assert.throws(
-    () => decodeEncodedMessage(registry, "bank.rename", notJson),
+    () => decodeNested(registry, { type: "bank.rename", payload: notJson }),
     (e: unknown) => e instanceof EnvelopeDecodeError && e.reason === "undecodable" && /not JSON/.test(e.message),
   );
 });

@@ -10,7 +10,7 @@ import {
   type SystemMessage,
   typeNameOf,
 } from "../../actor/index.ts";
-import { isWellFormedText } from "../../remote/codec.ts";
+import { isWellFormedText } from "../../actor/untrusted.ts";
 import { attachTyped, type PayloadCodec } from "../codec.ts";
 import { type EnvelopeKind, ShardingControlAck, ShardingEnvelope } from "../coordinator/messages.ts";
 import type { EntityRouter } from "../entity-ref.ts";
