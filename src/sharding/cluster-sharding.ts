@@ -17,8 +17,12 @@ import {
 import { Cluster } from "../cluster/index.ts";
 import { type InboundRejection, Remoting, remotingId } from "../remote/index.ts";
 import type { ShardingMember } from "./allocation/strategy.ts";
-import { inProcessCodec, type PayloadCodec, RegistryCodec, registerShardingWireTypes } from "./codec.ts";
 import { activateTimeoutDefaultMs } from "./constants.ts";
+import { ShardingDaemon } from "./daemon.ts";
+import { ShardedEntityRef, ShardedEntityType } from "./entity-ref.ts";
+import { asError, ClusterShardingConfigurationError } from "./errors.ts";
+import type { ShardingTypeInspection } from "./inspection.ts";
+import { inProcessCodec, type PayloadCodec, RegistryCodec, registerShardingWireTypes } from "./internal/codec.ts";
 import {
   PassivateShard,
   PlanRequest,
@@ -29,17 +33,13 @@ import {
   type ShardingControlAck,
   ShardingEnvelope,
   wireNames,
-} from "./coordinator/messages.ts";
-import { ShardingDaemon } from "./daemon.ts";
-import { ShardedEntityRef, ShardedEntityType } from "./entity-ref.ts";
-import { asError, ClusterShardingConfigurationError } from "./errors.ts";
-import type { ShardingTypeInspection } from "./inspection.ts";
+} from "./internal/messages.ts";
+import { EntityProvider, type ShardingProvider } from "./internal/provider.ts";
 import { type ShardingInternalView, shardingInternalsKey } from "./internal-view.ts";
 import type { ShardingMembership } from "./membership.ts";
 import { CallerRouter, requireEntityId } from "./node/caller-router.ts";
 import { departureReady, requireType, type TypeState } from "./node/node-core.ts";
 import { daemonName, NodeShell } from "./node/node-shell.ts";
-import { EntityProvider, type ShardingProvider } from "./provider.ts";
 import { ShardingSettings, type ShardingSettingsOptions } from "./settings.ts";
 import {
   type MalformedReason,

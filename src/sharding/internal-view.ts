@@ -1,6 +1,6 @@
 import type { ActorSystem } from "../actor/index.ts";
+import type { ShardingProvider } from "./internal/provider.ts";
 import type { ShardingMembership } from "./membership.ts";
-import type { ShardingProvider } from "./provider.ts";
 
 /**
  * The key of `ClusterSharding`'s internal accessor. Not exported from `movie/sharding`: only sharding's own

@@ -1,4 +1,4 @@
-import { electCoordinator } from "../sharding/coordinator/election.ts";
+import { electCoordinator } from "../sharding/internal/election.ts";
 import { type OwnershipSnapshot, safeToOwn } from "../sharding/lease/safe-to-own.ts";
 
 /**

@@ -15,9 +15,9 @@ import {
   EncodedMessage,
   type NestingCodec as ShardingEnvelopeCodec,
 } from "../../src/remote/nested-message.ts";
-import { RegistryCodec, registerShardingWireTypes } from "../../src/sharding/codec.ts";
-import { wireNames } from "../../src/sharding/coordinator/messages.ts";
-import { ShardingEnvelope } from "../../src/sharding/index.ts";
+import { RegistryCodec, registerShardingWireTypes } from "../../src/sharding/internal/codec.ts";
+import { ShardingEnvelope } from "../../src/sharding/internal/index.ts";
+import { wireNames } from "../../src/sharding/internal/messages.ts";
 import { addr } from "./fixtures/members.ts";
 
 class Deposit {
@@ -238,7 +238,7 @@ test("an empty address is refused before any address has been parsed in the proc
   // The coordinator-address memo of messages.ts started as "", so the first messages a fresh process read could name
   // an empty coordinator, requester or plan owner unchecked (the memo is process-wide: hence a fresh process).
   const script = `
-    import { ShardingEnvelope, PlanUpdate } from "./src/sharding/coordinator/messages.ts";
+    import { ShardingEnvelope, PlanUpdate } from "./src/sharding/internal/messages.ts";
     const results = [];
     const envelope = { kind: "Activate", entityType: "A", entityId: "x", shardId: 1, settingsKey: "k", hopCount: 1,
       coordinator: "", askTimeoutMs: null, senderless: false, message: null };

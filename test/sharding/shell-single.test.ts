@@ -9,13 +9,13 @@ import {
 } from "../../src/actor/index.ts";
 import {
   ClusterShardingConfigurationError,
-  EntityProvider,
   NoRebalance,
   NoShardOwnerError,
   RendezvousAllocation,
   ShardingSettings,
   UnsupportedSystemMessageError,
 } from "../../src/sharding/index.ts";
+import { EntityProvider } from "../../src/sharding/internal/index.ts";
 import { eventually } from "../fixtures/eventually.ts";
 import { FakeCluster } from "./fixtures/fake-cluster.ts";
 import {

@@ -5,13 +5,13 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 import { type ActorRef, ManualScheduler } from "../../src/actor/index.ts";
 import {
-  EntityProvider,
   LeastLoadedAllocation,
   NoRebalance,
   NoShardOwnerError,
   ShardingSettings,
   ShardLeaseUnavailableError,
 } from "../../src/sharding/index.ts";
+import { EntityProvider } from "../../src/sharding/internal/index.ts";
 import { eventually } from "../fixtures/eventually.ts";
 import { FakeCluster, type Node } from "./fixtures/fake-cluster.ts";
 import { findId } from "./fixtures/members.ts";

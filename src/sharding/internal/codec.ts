@@ -1,4 +1,6 @@
-import { decodeNested, encodeNested, type MessageRegistry, registerNesting } from "../remote/index.ts";
+import { decodeNested, encodeNested, type MessageRegistry, registerNesting } from "../../remote/index.ts";
+import { ClusterShardingConfigurationError } from "../errors.ts";
+import { envelopeLayout } from "./envelope-codec.ts";
 import {
   PassivateShard,
   PlanRequest,
@@ -10,9 +12,7 @@ import {
   ShardingEnvelope,
   type WireMessage,
   wireNames,
-} from "./coordinator/messages.ts";
-import { envelopeLayout } from "./envelope-codec.ts";
-import { ClusterShardingConfigurationError } from "./errors.ts";
+} from "./messages.ts";
 
 /**
  * Turns a user message into its wire form inside an envelope and back. The remoting message registry implements it

@@ -1,4 +1,4 @@
-import type { NestingLayout } from "../remote/index.ts";
+import type { NestingLayout } from "../../remote/index.ts";
 
 /**
  * The wire layout of {@link ShardingEnvelope}: its own fields, in wire order, and the user message nested in it.
