@@ -6,7 +6,8 @@
 //  2. layer crossings: V8 CPU samples of `sampled` tells, every synchronous stack cut into its src/ frames; a
 //     crossing is a caller frame in one layer calling a frame in another, and a re-entry is a stack that comes back
 //     into a layer it had left (remote → sharding → remote). Printed as distinct file → file call edges per layer
-//     direction, and the most re-entries seen in one stack.
+//     direction, and the most re-entries seen in one stack. Stacks with a cluster/ frame are gossip and heartbeats
+//     running beside the tells (the routed path never enters cluster/) and are left out.
 // Only public API is used, so the same script measures an older tree (copy it there and run it from that root).
 import { Session } from "node:inspector/promises";
 import { relative } from "node:path";
@@ -47,7 +48,7 @@ async function node(seedPort: number | null) {
   const system = ActorSystem.create("movie", { logger: silentLogger });
   const remoting = await system.enableRemoting({ host: "127.0.0.1", port: 0 });
   const port = remoting.selfAddress.address.port!;
-  const cluster = await system.enableCluster({ seedNodes: [`127.0.0.1:${seedPort ?? port}`], gossipInterval: 50 });
+  const cluster = await system.enableCluster({ seedNodes: [`127.0.0.1:${seedPort ?? port}`] });
   const sharding = ClusterSharding.get(system);
   sharding.init(
     "Path",
@@ -58,6 +59,7 @@ async function node(seedPort: number | null) {
   return { system, cluster, sharding };
 }
 
+const say = (text: string): void => void process.stderr.write(`${text}\n`);
 const first = await node(null);
 const nodes = [
   first,
@@ -79,18 +81,32 @@ await until(
     ),
   "a plan",
 );
+say("converged, plan ready");
 const coordinator = nodes[0]!.sharding.inspect("Path").coordinator!;
 const others = nodes.filter((n) => !n.cluster.selfAddress.equals(coordinator));
+// The owner: a non-coordinator holding shards (LeastLoaded may put them all on one node); the caller: the other one.
+const owned = new Set([...nodes[0]!.sharding.inspect("Path").allocations.values()].map((a) => a.toString()));
+others.sort(
+  (a, b) => Number(owned.has(a.cluster.selfAddress.toString())) - Number(owned.has(b.cluster.selfAddress.toString())),
+);
 const [caller, owner] = others as [(typeof nodes)[0], (typeof nodes)[0]];
 let id = "";
-for (let i = 0; id === ""; i++) {
+for (let i = 0; id === "" && i < 100_000; i++) {
   if (caller.sharding.ownerFor("Path", `e${i}`)?.equals(owner.cluster.selfAddress)) id = `e${i}`;
 }
+if (id === "") {
+  const owners = [...caller.sharding.inspect("Path").allocations.values()].map((a) => a.toString());
+  throw new Error(
+    `no entity owned by ${owner.cluster.selfAddress} (owners ${owners.join(", ")}, coordinator ${coordinator})`,
+  );
+}
+say(`entity ${id}`);
 const ref = caller.sharding.entityRefFor<Work>("Path", id);
 const text = "x".repeat(64);
 for (let i = 0; i < 2_000; i++) ref.tell(new Work(i, text));
 await until(() => received === 2_000, "warm-up deliveries");
 
+say("warmed up");
 const session = new Session();
 session.connect();
 await session.post("Profiler.enable");
@@ -101,26 +117,40 @@ const inSrc = (url: string): string | null => {
 };
 const layerOf = (file: string): string => (file.includes("/") ? file.slice(0, file.indexOf("/")) : "actor");
 
-// 1. Files visited: functions that ran at least once per tell.
+// 1. Files visited: functions that ran at least once per tell more often than in an idle window as long.
 await session.post("Profiler.startPreciseCoverage", { callCount: true, detailed: false });
 await session.post("Profiler.takePreciseCoverage");
+const windowStart = performance.now();
 for (let i = 0; i < sequential; i++) {
   const before = received;
   ref.tell(new Work(i, text));
-  await until(() => received > before, "a delivery");
+  while (received === before) await new Promise((resolve) => setImmediate(resolve));
 }
-const coverage = await session.post("Profiler.takePreciseCoverage");
+const windowMs = performance.now() - windowStart;
+const busy = await session.post("Profiler.takePreciseCoverage");
+await sleep(windowMs);
+const idle = await session.post("Profiler.takePreciseCoverage");
 await session.post("Profiler.stopPreciseCoverage");
-const visited = new Map<string, string[]>();
-for (const script of coverage.result) {
-  const file = inSrc(script.url);
-  if (file === null) continue;
-  for (const fn of script.functions) {
-    if ((fn.ranges[0]?.count ?? 0) < sequential || fn.functionName === "") continue;
-    visited.set(file, [...(visited.get(file) ?? []), fn.functionName]);
+const counts = (result: typeof busy.result): Map<string, number> => {
+  const map = new Map<string, number>();
+  for (const script of result) {
+    const file = inSrc(script.url);
+    if (file === null) continue;
+    for (const fn of script.functions) {
+      const key = `${file}\t${fn.functionName}\t${fn.ranges[0]?.startOffset}`;
+      map.set(key, (map.get(key) ?? 0) + (fn.ranges[0]?.count ?? 0));
+    }
   }
+  return map;
+};
+const idleCounts = counts(idle.result);
+const visited = new Map<string, string[]>();
+for (const [key, count] of counts(busy.result)) {
+  const [file, name] = key.split("\t") as [string, string];
+  if (name === "" || count - (idleCounts.get(key) ?? 0) < sequential) continue;
+  visited.set(file, [...(visited.get(file) ?? []), name]);
 }
-
+say("coverage taken");
 // 2. Crossings: sampled stacks of many tells.
 await session.post("Profiler.setSamplingInterval", { interval: 20 });
 await session.post("Profiler.start");
@@ -144,6 +174,7 @@ for (const n of profile.nodes) {
     const file = inSrc(byId.get(at)!.callFrame.url);
     if (file !== null && frames[0] !== file) frames.unshift(file);
   }
+  if (frames.some((f) => f.startsWith("cluster/"))) continue;
   const left = new Set<string>();
   let reentries = 0;
   for (let i = 1; i < frames.length; i++) {
