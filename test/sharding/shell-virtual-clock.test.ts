@@ -185,11 +185,11 @@ function leaseGatedNode(cluster: FakeCluster, clock: ManualScheduler, nodeName: 
     OrderCommand.name,
     settings,
     (id) => () => new SequenceBehavior(id),
-    sharding.entityHost,
+    sharding.host.entityParent,
     clock,
-    sharding.mutableStats,
+    sharding.host.stats,
   );
-  sharding.registerProvider(provider);
+  sharding.host.registerProvider(provider);
   return { node, sharding, provider };
 }
 
