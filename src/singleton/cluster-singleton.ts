@@ -10,11 +10,13 @@ import type {
   SystemMessage,
   UniqueAddress,
 } from "../actor/index.ts";
-import { LeastLoadedAllocation } from "../sharding/allocation/least-loaded.ts";
-import { RoleAwareAllocation } from "../sharding/allocation/role-aware.ts";
-import { ClusterSharding } from "../sharding/cluster-sharding.ts";
-import type { ShardedEntityRef } from "../sharding/entity-ref.ts";
-import { NoRebalance } from "../sharding/rebalance/no-rebalance.ts";
+import {
+  ClusterSharding,
+  LeastLoadedAllocation,
+  NoRebalance,
+  RoleAwareAllocation,
+  type ShardedEntityRef,
+} from "../sharding/index.ts";
 import { isActivationCoordinator } from "./activation-coordinator.ts";
 import { ClusterSingletonConfigurationError } from "./errors.ts";
 import {

@@ -1,6 +1,7 @@
 // The layer rule of DEVELOPERS.md, checked on the import graph of src/: actor ← remote ← cluster ← sharding ←
 // singleton, persistence needs only actor, and a layer reaches remoting and cluster membership only through their
-// public entry (src/remote/index.ts, src/cluster/index.ts), never through a file behind it.
+// public entry (src/remote/index.ts, src/cluster/index.ts), never through a file behind it; the singleton reaches sharding
+// through its index and its internal index (src/sharding/internal/index.ts).
 import assert from "node:assert/strict";
 import { readdirSync, readFileSync, statSync } from "node:fs";
 import { dirname, join, normalize, relative } from "node:path";
@@ -65,6 +66,15 @@ test("a layer imports only the layers below it", () => {
     .filter(([from, to]) => !(below[layerOf(from)] ?? []).includes(layerOf(to)))
     .map(([from, to]) => `${from} → ${to}`);
   assert.deepEqual(upward, [], `imports against the layer order:\n${upward.join("\n")}`);
+});
+
+test("the singleton reaches sharding only through its public index, its internal index and its persistent module", () => {
+  const allowed = (to: string) =>
+    to === "sharding/index.ts" || to === "sharding/internal/index.ts" || to.startsWith("sharding/persistent/");
+  const deep = importGraph()
+    .filter(([from, to]) => layerOf(from) === "singleton" && layerOf(to) === "sharding" && !allowed(to))
+    .map(([from, to]) => `${from} → ${to}`);
+  assert.deepEqual(deep, [], `deep imports from the singleton into sharding:\n${deep.join("\n")}`);
 });
 
 test("remoting and cluster membership are imported from other layers only through their public index", () => {

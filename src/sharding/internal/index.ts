@@ -4,6 +4,7 @@
  * user of `movie/sharding` needs is exported from `src/sharding/index.ts`.
  */
 export type { ShardingRuntime } from "../cluster-sharding.ts";
+export { type OwnershipSnapshot, safeToOwn } from "../lease/safe-to-own.ts";
 export { AllocationPlanner, type ReconcileResult } from "./allocation-planner.ts";
 export { inProcessCodec, type PayloadCodec, RegistryCodec, registerShardingWireTypes } from "./codec.ts";
 export { acceptingCoordinator, type ElectionSnapshot, electCoordinator, routingCoordinator } from "./election.ts";
