@@ -6,7 +6,7 @@ export const protocolCores = [
   "src/sharding/coordinator/plan.ts",
   "src/sharding/handoff/handoff.ts",
   "src/sharding/lease/lease-book.ts",
-  "src/sharding/retry-barrier.ts",
+  "src/sharding/internal/retry-barrier.ts",
   "src/cluster/gossip/merge.ts",
   "src/cluster/gossip/authorize.ts",
   "src/sharding/allocation/least-loaded.ts",

@@ -16,7 +16,8 @@ import {
 } from "../src/persistence/index.ts";
 import { PostgresStore } from "../src/persistence/postgres/index.ts";
 import { MessageRegistry } from "../src/remote/index.ts";
-import { ClusterSharding, electCoordinator, NoRebalance, type ShardedEntityType } from "../src/sharding/index.ts";
+import { ClusterSharding, NoRebalance, type ShardedEntityType } from "../src/sharding/index.ts";
+import { electCoordinator } from "../src/sharding/internal/index.ts";
 import "../src/sharding/persistent/index.ts"; // adds sharding.initEventSourced and sharding.initDurableState
 import { ownedIds } from "./support/owned-ids.ts";
 import { clock, pct } from "./support/raw-frames.ts";

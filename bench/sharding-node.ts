@@ -14,13 +14,13 @@ import "../src/cluster/index.ts";
 import { MessageRegistry, type RemoteActorRef } from "../src/remote/index.ts";
 import {
   ClusterSharding,
-  electCoordinator,
   eligibleMembers,
   RateLimitedRebalance,
   type ShardAllocationStrategy,
   type ShardedEntityType,
   type ShardingMember,
 } from "../src/sharding/index.ts";
+import { electCoordinator } from "../src/sharding/internal/index.ts";
 import { ownedIds } from "./support/owned-ids.ts";
 import {
   clock,

@@ -11,7 +11,6 @@ import { cpus } from "node:os";
 import { fileURLToPath } from "node:url";
 import { Address, UniqueAddress } from "../src/actor/index.ts";
 import {
-  AllocationPlanner,
   LeastLoadedAllocation,
   RateLimitedRebalance,
   RendezvousAllocation,
@@ -19,6 +18,7 @@ import {
   type ShardingMember,
   WeightedLeastLoadedAllocation,
 } from "../src/sharding/index.ts";
+import { AllocationPlanner } from "../src/sharding/internal/index.ts";
 import { benchNodeOptions, converged, median, NodeProcess, until } from "./support/node-process.ts";
 import { clock } from "./support/raw-frames.ts";
 

@@ -1,5 +1,5 @@
 import { ActorCell, LocalActorRef, requireMailboxCapacity } from "./actor-cell.ts";
-import type { SpawnOptions } from "./actor-context.ts";
+import type { ActorContext, SpawnOptions } from "./actor-context.ts";
 import type { ActorRef, AskOptions, Class } from "./actor-ref.ts";
 import { Address } from "./address.ts";
 import { askVia, PendingAsks, type PromiseActorRef } from "./ask.ts";
@@ -205,6 +205,17 @@ export class ActorSystem {
   spawnSystemActor<T>(behavior: BehaviorSource<T>, name: string, options?: SpawnOptions): ActorRef<T> {
     if (this.terminatedFlag) throw new ActorSystemTerminatedError(this.name);
     return this.systemGuardian.spawnChild(behavior, name, options).ref;
+  }
+
+  /**
+   * @internal Starts an infrastructure actor under `/system` like {@link spawnSystemActor} and returns its context,
+   * usable at once (before its first message is processed), for an extension that spawns children under it: sharding
+   * hosts its entity actors under its daemon from the first route.
+   * @throws InvalidActorNameError, DuplicateActorNameError, ActorSystemTerminatedError
+   */
+  spawnSystemContext<T>(behavior: BehaviorSource<T>, name: string, options?: SpawnOptions): ActorContext<T> {
+    if (this.terminatedFlag) throw new ActorSystemTerminatedError(this.name);
+    return this.systemGuardian.spawnChild(behavior, name, options);
   }
 
   /**

@@ -126,3 +126,9 @@ function copyOwnFields(
   }
   return target;
 }
+
+/** Whether `text` is well-formed UTF-16 (no lone surrogate), so that UTF-8 can carry it exactly. */
+export function isWellFormedText(text: string): boolean {
+  // ES2024's String#isWellFormed (Node 20 has it; the project's TypeScript lib is older).
+  return (text as string & { isWellFormed(): boolean }).isWellFormed();
+}

@@ -1,4 +1,4 @@
-import { classNameOf } from "../actor/untrusted.ts";
+import { classNameOf, isWellFormedText } from "../actor/untrusted.ts";
 import { EnvelopeDecodeError, MessageEncodeError } from "./errors.ts";
 import { jsonNestingMax, nestsTooDeep } from "./json-nesting.ts";
 
@@ -364,10 +364,4 @@ export function fnv1a(text: string): number {
     hash = Math.imul(hash, 0x01000193);
   }
   return hash >>> 0;
-}
-
-/** Whether `text` is well-formed UTF-16 (no lone surrogate), so that UTF-8 can carry it exactly. */
-export function isWellFormedText(text: string): boolean {
-  // ES2024's String#isWellFormed (Node 20 has it; the project's TypeScript lib is older).
-  return (text as string & { isWellFormed(): boolean }).isWellFormed();
 }

@@ -29,6 +29,15 @@ export {
   MessageRegistry,
   type RegisterOptions,
 } from "./message-registry.ts";
+export {
+  decodeNested,
+  EncodedMessage,
+  encodeNested,
+  type NestedMessage,
+  type NestingClass,
+  type NestingLayout,
+  registerNesting,
+} from "./nested-message.ts";
 export { RemoteActorRef } from "./remote-actor-ref.ts";
 export {
   type AssociationEvent,

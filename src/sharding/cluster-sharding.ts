@@ -7,7 +7,6 @@ import {
   type Extension,
   type ExtensionId,
   InvalidArgumentError,
-  type LocalActorRef,
   STOP,
   SupervisorStrategies,
   type Terminated,
@@ -17,8 +16,13 @@ import {
 import { Cluster } from "../cluster/index.ts";
 import { type InboundRejection, Remoting, remotingId } from "../remote/index.ts";
 import type { ShardingMember } from "./allocation/strategy.ts";
-import { inProcessCodec, type PayloadCodec, RegistryCodec, registerShardingWireTypes } from "./codec.ts";
 import { activateTimeoutDefaultMs } from "./constants.ts";
+import { ShardingDaemon } from "./daemon.ts";
+import { ShardedEntityRef, ShardedEntityType } from "./entity-ref.ts";
+import { asError, ClusterShardingConfigurationError } from "./errors.ts";
+import type { ShardingTypeInspection } from "./inspection.ts";
+import { inProcessCodec, type PayloadCodec, RegistryCodec, registerShardingWireTypes } from "./internal/codec.ts";
+import type { ShardingHost } from "./internal/host.ts";
 import {
   PassivateShard,
   PlanRequest,
@@ -29,17 +33,12 @@ import {
   type ShardingControlAck,
   ShardingEnvelope,
   wireNames,
-} from "./coordinator/messages.ts";
-import { ShardingDaemon } from "./daemon.ts";
-import { ShardedEntityRef, ShardedEntityType } from "./entity-ref.ts";
-import { asError, ClusterShardingConfigurationError } from "./errors.ts";
-import type { ShardingTypeInspection } from "./inspection.ts";
-import { type ShardingInternalView, shardingInternalsKey } from "./internal-view.ts";
+} from "./internal/messages.ts";
+import { EntityProvider, type ShardingProvider } from "./internal/provider.ts";
 import type { ShardingMembership } from "./membership.ts";
 import { CallerRouter, requireEntityId } from "./node/caller-router.ts";
 import { departureReady, requireType, type TypeState } from "./node/node-core.ts";
 import { daemonName, NodeShell } from "./node/node-shell.ts";
-import { EntityProvider, type ShardingProvider } from "./provider.ts";
 import { ShardingSettings, type ShardingSettingsOptions } from "./settings.ts";
 import {
   type MalformedReason,
@@ -84,8 +83,14 @@ export class ClusterSharding implements Extension {
   private readonly messageClasses = new Map<string, Class<unknown>>();
   private readonly membership: ShardingMembership;
   private readonly self: UniqueAddress;
-  private daemonContext: ActorContext<unknown> | null = null;
+  /** The daemon's context: entity actors are its children, spawned from the first route on. */
+  private readonly daemonContext: ActorContext<unknown>;
   private readonly daemon: ActorRef<unknown>;
+  /**
+   * @internal Not public API: what `movie/sharding/persistent` and the cluster singleton are handed (see
+   * {@link ShardingHost}).
+   */
+  readonly host: ShardingHost;
   private readonly unsubscribe: () => void;
   private readonly unsubscribeRejections: () => void;
 
@@ -96,18 +101,24 @@ export class ClusterSharding implements Extension {
   ) {
     this.membership = runtime.membership;
     this.self = this.membership.selfAddress;
-    this.daemon = system.spawnSystemActor(
+    this.daemonContext = system.spawnSystemContext(
       () =>
         new ShardingDaemon({
-          daemonStarted: (ctx) => {
-            this.daemonContext = ctx;
-          },
           daemonReceive: (message, ctx) => this.onDaemonMessage(message, ctx),
           entityTerminated: (signal) => this.onEntityTerminated(signal),
         }),
       daemonName,
       { supervision: SupervisorStrategies.stop() },
     );
+    this.daemon = this.daemonContext.self;
+    this.host = {
+      system,
+      membership: this.membership,
+      entityParent: this.daemonContext,
+      stats: this.counters,
+      provider: (name) => this.providers.get(name),
+      registerProvider: <T>(provider: ShardingProvider) => this.registerProvider<T>(provider),
+    };
     const codec = runtime.codec ?? inProcessCodec;
     this.shell = new NodeShell(system, this.membership, codec, this.daemon, this.counters, this.providers, () => {
       this.stop().catch((error: unknown) => {
@@ -229,13 +240,12 @@ export class ClusterSharding implements Extension {
       }
       return new ShardedEntityType<T>(name);
     }
-    const host = this.requireDaemonContext();
     const provider = new EntityProvider<T>(
       name,
       messageType.name,
       resolved,
       (entityId) => () => factory(entityId),
-      host,
+      this.daemonContext,
       this.system.scheduler,
       this.counters,
     );
@@ -244,13 +254,8 @@ export class ClusterSharding implements Extension {
     return new ShardedEntityType<T>(name);
   }
 
-  /**
-   * Registers a provider under its routing name (`provider.name`): the path `init` takes for ordinary entities and
-   * persistent initializers take with a `routingName` facade over a persistence entity type. Idempotent like `init`:
-   * an equal message type and compatible settings keep the existing provider and return its type.
-   * @throws ClusterShardingConfigurationError naming the mismatching field
-   */
-  registerProvider<T>(provider: ShardingProvider): ShardedEntityType<T> {
+  /** See {@link ShardingHost.registerProvider}. */
+  private registerProvider<T>(provider: ShardingProvider): ShardedEntityType<T> {
     const existing = this.providers.get(provider.name);
     if (existing !== undefined) {
       const field =
@@ -267,21 +272,6 @@ export class ClusterSharding implements Extension {
     }
     this.register(provider);
     return new ShardedEntityType<T>(provider.name);
-  }
-
-  /** @internal The daemon's context, under which providers spawn their entity actors. */
-  get entityHost(): ActorContext<unknown> {
-    return this.requireDaemonContext();
-  }
-
-  /** @internal The counters providers increment (activations, local deliveries, lease counters). */
-  get mutableStats(): MutableShardingStats {
-    return this.counters;
-  }
-
-  /** @internal Not public API: the private parts sharding's persistent module and the singleton read (internal-view.ts). */
-  [shardingInternalsKey](): ShardingInternalView {
-    return { system: this.system, membership: this.membership, provider: (name) => this.providers.get(name) };
   }
 
   private register(provider: ShardingProvider): void {
@@ -460,12 +450,6 @@ export class ClusterSharding implements Extension {
 
   private onEntityTerminated(signal: Terminated): void {
     for (const provider of this.providers.values()) provider.entityTerminated(signal.ref);
-  }
-
-  private requireDaemonContext(): ActorContext<unknown> {
-    // The daemon's preStart runs on its first dispatch, possibly after the first route; its cell is its context
-    // from the moment it exists, so entities can be spawned under it at once.
-    return this.daemonContext ?? (this.daemon as LocalActorRef<unknown>).cell;
   }
 
   /** Stops every entity, timer and subscription (the actor system calls this when it terminates). */

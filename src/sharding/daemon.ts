@@ -2,8 +2,6 @@ import { AbstractBehavior, type ActorContext, type Signal, Terminated } from "..
 
 /** What the daemon hands every inbound message to: the sharding extension. */
 export interface DaemonHandler {
-  /** The daemon started: its context hosts the entity actors. */
-  daemonStarted(context: ActorContext<unknown>): void;
   /** Any message that reached `/system/sharding`, with the transport's authenticated origin. */
   daemonReceive(message: unknown, context: ActorContext<unknown>): void;
   /** A watched entity actor terminated. */
@@ -19,10 +17,6 @@ export interface DaemonHandler {
 export class ShardingDaemon extends AbstractBehavior<unknown> {
   constructor(private readonly handler: DaemonHandler) {
     super();
-  }
-
-  override preStart(context: ActorContext<unknown>): void {
-    this.handler.daemonStarted(context);
   }
 
   receive(message: unknown, context: ActorContext<unknown>): void {

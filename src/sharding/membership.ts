@@ -1,6 +1,6 @@
 import type { UniqueAddress } from "../actor/index.ts";
 import type { ShardingMember } from "./allocation/strategy.ts";
-import type { ElectionSnapshot } from "./coordinator/election.ts";
+import type { ElectionSnapshot } from "./internal/election.ts";
 
 /** A membership view as sharding needs it; `ClusterSnapshot` of cluster membership satisfies it. */
 export interface ShardingClusterSnapshot extends ElectionSnapshot {

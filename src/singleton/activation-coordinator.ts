@@ -1,5 +1,4 @@
-import { electCoordinator } from "../sharding/coordinator/election.ts";
-import { type OwnershipSnapshot, safeToOwn } from "../sharding/lease/safe-to-own.ts";
+import { electCoordinator, type OwnershipSnapshot, safeToOwn } from "../sharding/internal/index.ts";
 
 /**
  * Whether this node is the one that sends eager activations for singletons (docs/protocol.md §12): the sharding

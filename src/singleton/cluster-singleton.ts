@@ -10,12 +10,13 @@ import type {
   SystemMessage,
   UniqueAddress,
 } from "../actor/index.ts";
-import { LeastLoadedAllocation } from "../sharding/allocation/least-loaded.ts";
-import { RoleAwareAllocation } from "../sharding/allocation/role-aware.ts";
-import { ClusterSharding } from "../sharding/cluster-sharding.ts";
-import type { ShardedEntityRef } from "../sharding/entity-ref.ts";
-import { shardingInternalsKey } from "../sharding/internal-view.ts";
-import { NoRebalance } from "../sharding/rebalance/no-rebalance.ts";
+import {
+  ClusterSharding,
+  LeastLoadedAllocation,
+  NoRebalance,
+  RoleAwareAllocation,
+  type ShardedEntityRef,
+} from "../sharding/index.ts";
 import { isActivationCoordinator } from "./activation-coordinator.ts";
 import { ClusterSingletonConfigurationError } from "./errors.ts";
 import {
@@ -165,7 +166,7 @@ export class ClusterSingleton implements Extension {
 
   /** True when this node owns singleton `name`. */
   isLocallyOwned(name: string): boolean {
-    return this.owner(name)?.equals(this.sharding[shardingInternalsKey]().membership.selfAddress) === true;
+    return this.owner(name)?.equals(this.sharding.host.membership.selfAddress) === true;
   }
 
   /** True while singleton `name`'s shard is being handed off (meaningful on the sharding coordinator). */
@@ -216,7 +217,7 @@ export class ClusterSingleton implements Extension {
   /** One eager activation attempt, sent only by the activation coordinator (so never from several nodes at once). */
   private attempt(r: Registration, settings: ClusterSingletonSettings): void {
     if (this.stopped) return;
-    const membership = this.sharding[shardingInternalsKey]().membership;
+    const membership = this.sharding.host.membership;
     if (!isActivationCoordinator({ ...membership.snapshot(), self: membership.selfAddress })) return;
     const name = r.ref.name;
     this.counters.increment("activationAttempts");

@@ -1,4 +1,4 @@
-import { ClusterShardingConfigurationError } from "../sharding/errors.ts";
+import { ClusterShardingConfigurationError } from "../sharding/index.ts";
 
 /** What stands behind a singleton's one shard. */
 export type SingletonKind = "Behavior" | "EventSourced" | "DurableState";

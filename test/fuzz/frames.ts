@@ -10,8 +10,8 @@ import { FrameKind, PayloadFormat } from "../../src/remote/envelope.ts";
 import { protocolVersion } from "../../src/remote/handshake.ts";
 import { headerTableSize } from "../../src/remote/header-table.ts";
 import { MessageRegistry } from "../../src/remote/message-registry.ts";
-import { wireNames } from "../../src/sharding/coordinator/messages.ts";
-import { ShardingEnvelopeCodec } from "../../src/sharding/envelope-codec.ts";
+import { registerShardingWireTypes } from "../../src/sharding/internal/codec.ts";
+import { wireNames } from "../../src/sharding/internal/messages.ts";
 import type { Prng } from "../fixtures/prng.ts";
 import { deepValues, type Hostile, headerStrings, pickHostileJson, smallJson } from "./dictionary.ts";
 import { describeMutation, type Json, type JsonMutation, pathsOf, randomMutation, renderJson } from "./json.ts";
@@ -373,7 +373,11 @@ function askFailureFrame(ctx: FuzzContext): GenFrame {
   );
 }
 
-const envelopeFingerprint = new ShardingEnvelopeCodec(new MessageRegistry()).fingerprint;
+const envelopeFingerprint = (() => {
+  const registry = new MessageRegistry(null);
+  registerShardingWireTypes(registry);
+  return registry.lookupName(wireNames.envelope)!.codec!.fingerprint;
+})();
 const binaryCodec = compileCodec(fuzzTypeNames.binary, binaryFields);
 
 /** A little-endian string field of a binary payload, maybe lying about its length or ASCII flag. */

@@ -3,7 +3,6 @@ import { test } from "node:test";
 import fc from "fast-check";
 import { UniqueAddress } from "../../src/actor/index.ts";
 import {
-  AllocationPlanner,
   allocateShardByShard,
   ClusterShardingConfigurationError,
   desiredAllocations,
@@ -15,6 +14,7 @@ import {
   type ShardAllocationStrategy,
   WeightedLeastLoadedAllocation,
 } from "../../src/sharding/index.ts";
+import { AllocationPlanner } from "../../src/sharding/internal/index.ts";
 import { addr, bySystem, countsBySystem, member } from "./fixtures/members.ts";
 
 const memberArb = fc

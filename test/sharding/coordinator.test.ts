@@ -11,14 +11,16 @@ import {
   reconcilePlan,
 } from "../../src/sharding/coordinator/plan.ts";
 import {
-  AllocationPlanner,
-  acceptingCoordinator,
   ClusterShardingConfigurationError,
-  electCoordinator,
   LeastLoadedAllocation,
   RateLimitedRebalance,
-  routingCoordinator,
 } from "../../src/sharding/index.ts";
+import {
+  AllocationPlanner,
+  acceptingCoordinator,
+  electCoordinator,
+  routingCoordinator,
+} from "../../src/sharding/internal/index.ts";
 import { addr, countsBySystem, member } from "./fixtures/members.ts";
 
 const a = addr("a");

@@ -2,7 +2,7 @@
 // per message (a flood of refused control messages would flood the log): each sender and error is logged once.
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { PassivateShard, PlanRequest } from "../../src/sharding/coordinator/messages.ts";
+import { PassivateShard, PlanRequest } from "../../src/sharding/internal/messages.ts";
 import { eventually } from "../fixtures/eventually.ts";
 import { OrderCommand, SequenceBehavior } from "./fixtures/order.ts";
 import { recordingLogger, settled, startShardingNode, terminateAll } from "./fixtures/tcp-nodes.ts";

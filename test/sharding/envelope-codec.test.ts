@@ -10,10 +10,14 @@ import {
   MessageRegistrationError,
   MessageRegistry,
 } from "../../src/remote/index.ts";
-import { RegistryCodec, registerShardingWireTypes } from "../../src/sharding/codec.ts";
-import { wireNames } from "../../src/sharding/coordinator/messages.ts";
-import { decodeEncodedMessage, EncodedMessage, type ShardingEnvelopeCodec } from "../../src/sharding/envelope-codec.ts";
-import { ShardingEnvelope } from "../../src/sharding/index.ts";
+import {
+  decodeNested,
+  EncodedMessage,
+  type NestingCodec as ShardingEnvelopeCodec,
+} from "../../src/remote/nested-message.ts";
+import { RegistryCodec, registerShardingWireTypes } from "../../src/sharding/internal/codec.ts";
+import { ShardingEnvelope } from "../../src/sharding/internal/index.ts";
+import { wireNames } from "../../src/sharding/internal/messages.ts";
 import { addr } from "./fixtures/members.ts";
 
 class Deposit {
@@ -121,12 +125,12 @@ test("a hand-built payload that is not an instance of its class travels as JSON 
   stranger.register(Deposit, { name: "bank.deposit", fields: { amount: "int32", note: "string" } });
   const binary = decode(codec, encode(codec, envelope(wire.encode(new Deposit(2, "y"))))).message!;
   assert.throws(
-    () => decodeEncodedMessage(stranger, binary.type, binary.payload as EncodedMessage),
+    () => decodeNested(stranger, binary),
     (e: unknown) => e instanceof EnvelopeDecodeError && e.reason === "undecodable" && /other fields/.test(e.message),
   );
   const notJson = new EncodedMessage(PayloadFormat.json, 0, Buffer.from("{nope"));
   assert.throws(
-    () => decodeEncodedMessage(registry, "bank.rename", notJson),
+    () => decodeNested(registry, { type: "bank.rename", payload: notJson }),
     (e: unknown) => e instanceof EnvelopeDecodeError && e.reason === "undecodable" && /not JSON/.test(e.message),
   );
 });
@@ -234,7 +238,7 @@ test("an empty address is refused before any address has been parsed in the proc
   // The coordinator-address memo of messages.ts started as "", so the first messages a fresh process read could name
   // an empty coordinator, requester or plan owner unchecked (the memo is process-wide: hence a fresh process).
   const script = `
-    import { ShardingEnvelope, PlanUpdate } from "./src/sharding/coordinator/messages.ts";
+    import { ShardingEnvelope, PlanUpdate } from "./src/sharding/internal/messages.ts";
     const results = [];
     const envelope = { kind: "Activate", entityType: "A", entityId: "x", shardId: 1, settingsKey: "k", hopCount: 1,
       coordinator: "", askTimeoutMs: null, senderless: false, message: null };

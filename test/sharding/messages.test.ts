@@ -1,8 +1,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { toAssignments } from "../../src/sharding/coordinator/messages.ts";
+import { ClusterShardingConfigurationError } from "../../src/sharding/index.ts";
 import {
-  ClusterShardingConfigurationError,
   PassivateShard,
   PlanRequest,
   PlanSnapshot,
@@ -11,7 +10,8 @@ import {
   PrepareShard,
   ShardingControlAck,
   ShardingEnvelope,
-} from "../../src/sharding/index.ts";
+} from "../../src/sharding/internal/index.ts";
+import { toAssignments } from "../../src/sharding/internal/messages.ts";
 import { addr } from "./fixtures/members.ts";
 
 const a = addr("a").toString();

@@ -6,12 +6,14 @@ import {
   ClusterShardingConfigurationError,
   LeastLoadedAllocation,
   NoRebalance,
+  ShardingSettings,
+} from "../../src/sharding/index.ts";
+import {
   PassivateShard,
   PrepareShard,
   ShardingControlAck,
   ShardingEnvelope,
-  ShardingSettings,
-} from "../../src/sharding/index.ts";
+} from "../../src/sharding/internal/index.ts";
 import { FakeCluster, type Node } from "./fixtures/fake-cluster.ts";
 import { findId } from "./fixtures/members.ts";
 import { OrderCommand, OrderReply, orderClasses, Seq, SequenceBehavior, sequenceSink } from "./fixtures/order.ts";

@@ -2,7 +2,8 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { UniqueAddress } from "../../src/actor/index.ts";
-import { PlanRequest, PlanSnapshotRequest, PlanUpdate, shardingConstants } from "../../src/sharding/index.ts";
+import { shardingConstants } from "../../src/sharding/index.ts";
+import { PlanRequest, PlanSnapshotRequest, PlanUpdate } from "../../src/sharding/internal/index.ts";
 import { eventually } from "../fixtures/eventually.ts";
 import { FakeCluster } from "./fixtures/fake-cluster.ts";
 import { OrderCommand, orderClasses, SequenceBehavior } from "./fixtures/order.ts";

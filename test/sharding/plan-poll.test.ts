@@ -4,7 +4,8 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { ManualScheduler } from "../../src/actor/index.ts";
-import { LeastLoadedAllocation, NoRebalance, PlanRequest, PlanUpdate } from "../../src/sharding/index.ts";
+import { LeastLoadedAllocation, NoRebalance } from "../../src/sharding/index.ts";
+import { PlanRequest, PlanUpdate } from "../../src/sharding/internal/index.ts";
 import { eventually } from "../fixtures/eventually.ts";
 import { FakeCluster, type Node } from "./fixtures/fake-cluster.ts";
 import { OrderCommand, orderClasses, SequenceBehavior } from "./fixtures/order.ts";

@@ -3,10 +3,10 @@ import { test } from "node:test";
 import {
   ClusterShardingConfigurationError,
   NoShardOwnerError,
-  RetryBarrier,
   ShardLeaseUnavailableError,
 } from "../../src/sharding/index.ts";
-import type { AttemptOutcome } from "../../src/sharding/retry-barrier.ts";
+import { RetryBarrier } from "../../src/sharding/internal/index.ts";
+import type { AttemptOutcome } from "../../src/sharding/internal/retry-barrier.ts";
 
 test("the first transient failure opens a per-shard FIFO; later deliveries join it and keep their order", () => {
   const b = new RetryBarrier<string>({ entityType: "Order", windowMs: 13_000 });

@@ -8,12 +8,11 @@ import {
   LeastLoadedAllocation,
   NoRebalance,
   NoShardOwnerError,
-  PassivateShard,
   RoleAwareAllocation,
-  ShardingEnvelope,
   ShardingSettings,
   type ShardingStats,
 } from "../../src/sharding/index.ts";
+import { PassivateShard, ShardingEnvelope } from "../../src/sharding/internal/index.ts";
 import { eventually } from "../fixtures/eventually.ts";
 import { FakeCluster, type Node } from "./fixtures/fake-cluster.ts";
 import {

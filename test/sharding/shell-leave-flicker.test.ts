@@ -2,15 +2,8 @@
 // the order of the buffer flush against the completed generation's PlanUpdate.
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import {
-  LeastLoadedAllocation,
-  NoRebalance,
-  NoShardOwnerError,
-  PassivateShard,
-  PlanUpdate,
-  PrepareShard,
-  ShardingEnvelope,
-} from "../../src/sharding/index.ts";
+import { LeastLoadedAllocation, NoRebalance, NoShardOwnerError } from "../../src/sharding/index.ts";
+import { PassivateShard, PlanUpdate, PrepareShard, ShardingEnvelope } from "../../src/sharding/internal/index.ts";
 import { eventually } from "../fixtures/eventually.ts";
 import { FakeCluster, type Node } from "./fixtures/fake-cluster.ts";
 import {

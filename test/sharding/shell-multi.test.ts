@@ -5,14 +5,16 @@ import {
   ClusterShardingConfigurationError,
   LeastLoadedAllocation,
   NoRebalance,
+  ShardingSettings,
+  WeightedLeastLoadedAllocation,
+} from "../../src/sharding/index.ts";
+import {
   PlanRequest,
   PlanSnapshot,
   PlanUpdate,
   ShardingControlAck,
   ShardingEnvelope,
-  ShardingSettings,
-  WeightedLeastLoadedAllocation,
-} from "../../src/sharding/index.ts";
+} from "../../src/sharding/internal/index.ts";
 import { eventually } from "../fixtures/eventually.ts";
 import { FakeCluster, type Node } from "./fixtures/fake-cluster.ts";
 import { findId } from "./fixtures/members.ts";

@@ -9,13 +9,13 @@ import {
 } from "../../src/actor/index.ts";
 import {
   ClusterShardingConfigurationError,
-  EntityProvider,
   NoRebalance,
   NoShardOwnerError,
   RendezvousAllocation,
   ShardingSettings,
   UnsupportedSystemMessageError,
 } from "../../src/sharding/index.ts";
+import { EntityProvider } from "../../src/sharding/internal/index.ts";
 import { eventually } from "../fixtures/eventually.ts";
 import { FakeCluster } from "./fixtures/fake-cluster.ts";
 import {
@@ -193,21 +193,21 @@ test("without a converged coordinator, tells throw and asks reject with NoShardO
   }
 });
 
-test("registerProvider (the persistent facade's path) is idempotent and checks compatibility", () => {
+test("host.registerProvider (the persistent facade's path) is idempotent and checks compatibility", () => {
   const make = (idleTimeout: number | null) =>
     new EntityProvider<OrderCommand>(
       "Facade",
       OrderCommand.name,
       ShardingSettings.create({ shardCount: 4, idleTimeout }),
       (id) => () => new OrderBehavior(id),
-      sharding.entityHost,
+      sharding.host.entityParent,
       node.system.scheduler,
-      sharding.mutableStats,
+      sharding.host.stats,
     );
-  assert.equal(sharding.registerProvider(make(null)).name, "Facade");
-  assert.equal(sharding.registerProvider(make(null)).name, "Facade");
+  assert.equal(sharding.host.registerProvider(make(null)).name, "Facade");
+  assert.equal(sharding.host.registerProvider(make(null)).name, "Facade");
   assert.throws(
-    () => sharding.registerProvider(make(1_000)),
+    () => sharding.host.registerProvider(make(1_000)),
     (e: unknown) => e instanceof ClusterShardingConfigurationError && e.field === "idleTimeout",
   );
 });

@@ -5,13 +5,13 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 import { type ActorRef, ManualScheduler } from "../../src/actor/index.ts";
 import {
-  EntityProvider,
   LeastLoadedAllocation,
   NoRebalance,
   NoShardOwnerError,
   ShardingSettings,
   ShardLeaseUnavailableError,
 } from "../../src/sharding/index.ts";
+import { EntityProvider } from "../../src/sharding/internal/index.ts";
 import { eventually } from "../fixtures/eventually.ts";
 import { FakeCluster, type Node } from "./fixtures/fake-cluster.ts";
 import { findId } from "./fixtures/members.ts";
@@ -185,11 +185,11 @@ function leaseGatedNode(cluster: FakeCluster, clock: ManualScheduler, nodeName: 
     OrderCommand.name,
     settings,
     (id) => () => new SequenceBehavior(id),
-    sharding.entityHost,
+    sharding.host.entityParent,
     clock,
-    sharding.mutableStats,
+    sharding.host.stats,
   );
-  sharding.registerProvider(provider);
+  sharding.host.registerProvider(provider);
   return { node, sharding, provider };
 }
 

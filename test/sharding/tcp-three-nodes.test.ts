@@ -14,13 +14,15 @@ import {
   ClusterSharding,
   ClusterShardingConfigurationError,
   NoShardOwnerError,
+  ShardingSettings,
+} from "../../src/sharding/index.ts";
+import {
   PassivateShard,
   PrepareShard,
   registerShardingWireTypes,
   ShardingControlAck,
   ShardingEnvelope,
-  ShardingSettings,
-} from "../../src/sharding/index.ts";
+} from "../../src/sharding/internal/index.ts";
 import { eventually } from "../fixtures/eventually.ts";
 import { findId } from "./fixtures/members.ts";
 import {

@@ -27,13 +27,10 @@ import {
 } from "../../src/cluster/membership.ts";
 import type { ClusterMessage } from "../../src/cluster/messages.ts";
 import type { ClusterSnapshot } from "../../src/cluster/snapshot.ts";
-import { attachTyped, typedOf } from "../../src/sharding/codec.ts";
-import {
-  LeastLoadedAllocation,
-  RateLimitedRebalance,
-  ShardingEnvelope,
-  ShardingSettings,
-} from "../../src/sharding/index.ts";
+import { LeastLoadedAllocation, RateLimitedRebalance, ShardingSettings } from "../../src/sharding/index.ts";
+import { attachTyped, typedOf } from "../../src/sharding/internal/codec.ts";
+import { ShardingEnvelope } from "../../src/sharding/internal/index.ts";
+import type { AttemptOutcome } from "../../src/sharding/internal/retry-barrier.ts";
 import {
   type ControlMessage,
   type Delivery,
@@ -45,7 +42,6 @@ import {
   step as nodeStep,
   type PlantedBugs,
 } from "../../src/sharding/node/node-core.ts";
-import type { AttemptOutcome } from "../../src/sharding/retry-barrier.ts";
 import { Prng } from "../fixtures/prng.ts";
 
 const typeName = "T";

@@ -27,13 +27,12 @@ import {
   newHandoff,
 } from "../../src/sharding/handoff/handoff.ts";
 import {
-  AllocationPlanner,
-  electCoordinator,
   LeastLoadedAllocation,
   RateLimitedRebalance,
   RendezvousAllocation,
   type ShardingMember,
 } from "../../src/sharding/index.ts";
+import { AllocationPlanner, electCoordinator } from "../../src/sharding/internal/index.ts";
 import { randomOf } from "../fixtures/prng.ts";
 
 const shardCount = 12;

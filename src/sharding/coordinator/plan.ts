@@ -1,9 +1,9 @@
 import assert from "node:assert/strict";
 import { UniqueAddress } from "../../actor/index.ts";
-import type { AllocationPlanner } from "../allocation/planner.ts";
 import type { Allocations, ShardingMember } from "../allocation/strategy.ts";
 import { bootstrapSnapshotWindowMs, reconcileIntervalMs } from "../constants.ts";
 import { ClusterShardingConfigurationError } from "../errors.ts";
+import type { AllocationPlanner } from "../internal/allocation-planner.ts";
 
 /**
  * The per-entity-type plan each node keeps (docs/protocol.md §6.2): shard → owner, the coordinator that authored it (the

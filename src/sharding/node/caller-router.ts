@@ -10,11 +10,11 @@ import {
   type SystemMessage,
   typeNameOf,
 } from "../../actor/index.ts";
-import { isWellFormedText } from "../../remote/codec.ts";
-import { attachTyped, type PayloadCodec } from "../codec.ts";
-import { type EnvelopeKind, ShardingControlAck, ShardingEnvelope } from "../coordinator/messages.ts";
+import { isWellFormedText } from "../../actor/untrusted.ts";
 import type { EntityRouter } from "../entity-ref.ts";
 import { UnsupportedSystemMessageError } from "../errors.ts";
+import { attachTyped, type PayloadCodec } from "../internal/codec.ts";
+import { type EnvelopeKind, ShardingControlAck, ShardingEnvelope } from "../internal/messages.ts";
 import { requireType, type TypeState } from "./node-core.ts";
 import type { NodeShell } from "./node-shell.ts";
 

@@ -1,8 +1,6 @@
 import assert from "node:assert/strict";
 import { type ActorRef, UniqueAddress } from "../../actor/index.ts";
-import { AllocationPlanner } from "../allocation/planner.ts";
 import type { ShardingMember } from "../allocation/strategy.ts";
-import { attachTyped, typedOf } from "../codec.ts";
 import {
   idleSweepHalvingFloorMs,
   leaseRetryIntervalMs,
@@ -10,16 +8,6 @@ import {
   planSyncIntervalMs,
   reconcileIntervalMs,
 } from "../constants.ts";
-import {
-  PassivateShard,
-  PlanRequest,
-  PlanSnapshot,
-  PlanSnapshotRequest,
-  PlanUpdate,
-  PrepareShard,
-  type ShardingEnvelope,
-  toAssignments,
-} from "../coordinator/messages.ts";
 import {
   acceptPlanUpdate,
   acceptSnapshot,
@@ -43,8 +31,20 @@ import {
   handoffStep,
   newHandoff,
 } from "../handoff/handoff.ts";
+import { AllocationPlanner } from "../internal/allocation-planner.ts";
+import { attachTyped, typedOf } from "../internal/codec.ts";
+import {
+  PassivateShard,
+  PlanRequest,
+  PlanSnapshot,
+  PlanSnapshotRequest,
+  PlanUpdate,
+  PrepareShard,
+  type ShardingEnvelope,
+  toAssignments,
+} from "../internal/messages.ts";
+import { type AttemptOutcome, type BarrierResult, RetryBarrier } from "../internal/retry-barrier.ts";
 import type { ShardingClusterSnapshot } from "../membership.ts";
-import { type AttemptOutcome, type BarrierResult, RetryBarrier } from "../retry-barrier.ts";
 import type { ShardingSettings } from "../settings.ts";
 import { type MutableShardingStats, zeroStats } from "../stats.ts";
 import { emptyView, type MembershipView, viewOf } from "./view.ts";

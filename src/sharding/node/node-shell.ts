@@ -1,11 +1,11 @@
 import { type ActorRef, type ActorSystem, askVia, type Cancellable, InvalidMessageError } from "../../actor/index.ts";
-import { attachTyped, type PayloadCodec, typedOf } from "../codec.ts";
 import { handoffTimeoutMs } from "../constants.ts";
-import { ShardingControlAck } from "../coordinator/messages.ts";
 import { asError, ShardHandoffInProgressError, ShardLeaseUnavailableError } from "../errors.ts";
+import { attachTyped, type PayloadCodec, typedOf } from "../internal/codec.ts";
+import { ShardingControlAck } from "../internal/messages.ts";
+import type { ShardingProvider } from "../internal/provider.ts";
+import type { AttemptOutcome } from "../internal/retry-barrier.ts";
 import type { ShardingMembership } from "../membership.ts";
-import type { ShardingProvider } from "../provider.ts";
-import type { AttemptOutcome } from "../retry-barrier.ts";
 import type { MutableShardingStats } from "../stats.ts";
 import { type Delivery, type NodeEffect, type NodeInput, type NodeState, newNodeState, step } from "./node-core.ts";
 import { RelayedAskSender } from "./relayed-ask-sender.ts";

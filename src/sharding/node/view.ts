@@ -1,5 +1,5 @@
 import type { UniqueAddress } from "../../actor/index.ts";
-import { acceptingCoordinator, electCoordinator, routingCoordinator } from "../coordinator/election.ts";
+import { acceptingCoordinator, electCoordinator, routingCoordinator } from "../internal/election.ts";
 import type { ShardingClusterSnapshot } from "../membership.ts";
 
 /**

@@ -1,4 +1,4 @@
-import type { BehaviorSource, Extension, ExtensionId } from "../../actor/index.ts";
+import type { ActorSystem, BehaviorSource, Extension, ExtensionId } from "../../actor/index.ts";
 import { checkSettingKeys } from "../../actor/settings-keys.ts";
 import { Cluster } from "../../cluster/index.ts";
 import { Database } from "../../persistence/database.ts";
@@ -10,7 +10,6 @@ import { ShardedEntityType } from "../entity-ref.ts";
 import { ClusterShardingConfigurationError } from "../errors.ts";
 import { safeToOwn } from "../lease/safe-to-own.ts";
 import { ShardingSettings, type ShardingSettingsOptions, shardingSettingsShape } from "../settings.ts";
-import { shardingInternals } from "./internals.ts";
 import { PersistentEntityProvider, type PersistentKind } from "./persistent-provider.ts";
 
 /** Stops the persistent providers (entities, then lease releases) while the Database they release through is open. */
@@ -76,8 +75,8 @@ export function initPersistent<T>(
   options: PersistentShardingOptions,
   kind: PersistentKind,
 ): ShardedEntityType<T> {
-  const internals = shardingInternals(sharding);
-  const system = internals.system;
+  const host = sharding.host;
+  const system = host.system;
   if (entityType === null || typeof entityType !== "object" || typeof entityType.name !== "string") {
     throw new ClusterShardingConfigurationError(
       `init of a ${kind} sharded type needs the EntityType that registerEntity returned`,
@@ -107,7 +106,7 @@ export function initPersistent<T>(
     );
   }
   const settings = ShardingSettings.create(settingsOptions);
-  const existing = internals.provider(routingName);
+  const existing = host.provider(routingName);
   if (existing !== undefined) {
     const field =
       !(existing instanceof PersistentEntityProvider) || existing.kind !== kind
@@ -131,7 +130,7 @@ export function initPersistent<T>(
           EventSourcing.get(system).entityBehavior<T>(entityType.id(entityId), fence)
       : (entityId: string, fence: Parameters<DurableState["entityBehavior"]>[1]) =>
           DurableState.get(system).entityBehavior<T>(entityType.id(entityId), fence);
-  const membership = internals.membership;
+  const membership = host.membership;
   const provider = new PersistentEntityProvider<T>({
     name: routingName,
     entityTypeName: entityType.name,
@@ -139,11 +138,11 @@ export function initPersistent<T>(
     messageTypeName: entityType.commandClass.name,
     settings,
     behaviorFor: (entityId, fence) => behaviorFor(entityId, fence) as BehaviorSource<T>,
-    host: sharding.entityHost,
+    host: host.entityParent,
     scheduler: system.scheduler,
-    stats: sharding.mutableStats,
+    stats: host.stats,
     leases: Database.get(system),
-    clusterName: clusterNameOf(sharding),
+    clusterName: clusterNameOf(system),
     owner: membership.selfAddress.toString(),
     safeToOwn: () => safeToOwn({ ...membership.snapshot(), self: membership.selfAddress }),
     onDeadLetter: (listener) => system.onDeadLetter(listener),
@@ -152,14 +151,14 @@ export function initPersistent<T>(
   // The lease store is the Database extension, which the system stops (closing its pool) before ClusterSharding,
   // created earlier: released then, a lease would go to nowhere and stay live in the database until it expires,
   // holding the shard from its next owner. This extension is created after the Database, so it stops before it.
-  const registered = sharding.registerProvider<T>(provider);
+  const registered = host.registerProvider<T>(provider);
   system.extension(leaseReleaseId).providers.push(provider);
   return registered;
 }
 
-function clusterNameOf(sharding: ClusterSharding): string {
+function clusterNameOf(system: ActorSystem): string {
   try {
-    return Cluster.get(shardingInternals(sharding).system).settings.clusterName;
+    return Cluster.get(system).settings.clusterName;
   } catch {
     return defaultClusterName;
   }

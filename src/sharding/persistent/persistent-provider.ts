@@ -11,11 +11,11 @@ import {
 import { EntityTable, type TableEntity } from "../entity-table.ts";
 import { ShardHandoffInProgressError, ShardLeaseUnavailableError } from "../errors.ts";
 import type { ShardLeaseView } from "../inspection.ts";
+import { entitySpawnOptions, type ShardingProvider } from "../internal/provider.ts";
 import { bindEntity } from "../lease/entity-epoch.ts";
 import type { LeaseCounter } from "../lease/lease-book.ts";
 import { LeaseKeeper, type LeaseStore } from "../lease/lease-keeper.ts";
 import type { ShardLeaseToken } from "../lease/lease-token.ts";
-import { entitySpawnOptions, type ShardingProvider } from "../provider.ts";
 import type { ShardingSettings } from "../settings.ts";
 import { ShardBudgets } from "../shard-budgets.ts";
 import type { MutableShardingStats } from "../stats.ts";

@@ -1,6 +1,6 @@
 import type { EntityType } from "../../persistence/entity-type.ts";
+import { NoRebalance } from "../../sharding/index.ts";
 import { initPersistent } from "../../sharding/persistent/init-persistent.ts";
-import { NoRebalance } from "../../sharding/rebalance/no-rebalance.ts";
 import { allocationFor, type ClusterSingleton, type ClusterSingletonRef } from "../cluster-singleton.ts";
 import {
   type PersistentSingletonOptions,

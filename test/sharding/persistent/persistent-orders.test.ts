@@ -12,7 +12,6 @@ import {
   EventSourcing,
 } from "../../../src/persistence/index.ts";
 import { PersistentEntityProvider } from "../../../src/sharding/persistent/index.ts";
-import { shardingInternals } from "../../../src/sharding/persistent/internals.ts";
 import { eventually } from "../../fixtures/eventually.ts";
 import { freshPostgresStore, rawClient } from "../../persistence/pg-fixture.ts";
 import { FakeCluster, type Node } from "../fixtures/fake-cluster.ts";
@@ -80,7 +79,7 @@ async function start(name: string): Promise<Node> {
 }
 
 function localOrders(node: Node, name = "Order"): number {
-  const provider = shardingInternals(node.sharding).provider(name);
+  const provider = node.sharding.host.provider(name);
   assert.ok(provider instanceof PersistentEntityProvider);
   return provider.entityCount;
 }

@@ -25,7 +25,6 @@ import {
   initEventSourced,
   PersistentEntityProvider,
 } from "../../../src/sharding/persistent/index.ts";
-import { shardingInternals } from "../../../src/sharding/persistent/internals.ts";
 import { eventually } from "../../fixtures/eventually.ts";
 import { freshPostgresStore, rawClient } from "../../persistence/pg-fixture.ts";
 import { FakeCluster, type Node } from "../fixtures/fake-cluster.ts";
@@ -116,7 +115,7 @@ async function registerOn(node: Node, store: PersistenceStore) {
 }
 
 function providerOf(sharding: ClusterSharding, name: string): PersistentEntityProvider<unknown> {
-  const provider = shardingInternals(sharding).provider(name);
+  const provider = sharding.host.provider(name);
   assert.ok(provider instanceof PersistentEntityProvider);
   return provider;
 }

@@ -5,13 +5,13 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 import { Address, UniqueAddress } from "../../../src/actor/index.ts";
 import {
-  AllocationPlanner,
   LeastLoadedAllocation,
   RateLimitedRebalance,
   RendezvousAllocation,
   RoleAwareAllocation,
   type ShardingMember,
 } from "../../../src/sharding/index.ts";
+import { AllocationPlanner } from "../../../src/sharding/internal/index.ts";
 import { addr, bySystem, countsBySystem, member } from "../fixtures/members.ts";
 
 /** FNV-1a 64 over `bytes`, written independently of src/sharding/hash. */

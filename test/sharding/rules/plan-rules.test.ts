@@ -15,7 +15,8 @@ import {
   reconcilePlan,
   sameAllocations,
 } from "../../../src/sharding/coordinator/plan.ts";
-import { AllocationPlanner, LeastLoadedAllocation, RateLimitedRebalance } from "../../../src/sharding/index.ts";
+import { LeastLoadedAllocation, RateLimitedRebalance } from "../../../src/sharding/index.ts";
+import { AllocationPlanner } from "../../../src/sharding/internal/index.ts";
 import { addr, bySystem, member } from "../fixtures/members.ts";
 
 const a = addr("a");

@@ -1,12 +1,13 @@
-// Rules of the delivery retry barrier (docs/protocol.md §10; src/sharding/retry-barrier.ts), one scenario per rule. The
+// Rules of the delivery retry barrier (docs/protocol.md §10; src/sharding/internal/retry-barrier.ts), one scenario per rule. The
 // scenarios speak only of what a shell observes (a delivery queued, retried, delivered or rejected with which error,
 // lease retries counted, when to tick again), through the small `Barrier` adapter below, so a rewrite of the barrier
 // (say, into a step function) changes only the adapter. Each was written against a mutant that kept every other
 // test green (docs/mutation.md).
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { NoShardOwnerError, RetryBarrier, ShardLeaseUnavailableError } from "../../../src/sharding/index.ts";
-import type { AttemptOutcome } from "../../../src/sharding/retry-barrier.ts";
+import { NoShardOwnerError, ShardLeaseUnavailableError } from "../../../src/sharding/index.ts";
+import { RetryBarrier } from "../../../src/sharding/internal/index.ts";
+import type { AttemptOutcome } from "../../../src/sharding/internal/retry-barrier.ts";
 
 interface Observed {
   readonly rejected: { readonly item: string; readonly error: Error }[];

@@ -1,5 +1,5 @@
-import { deliveryRetryDrainBatch, handoffBufferCountMax, leaseRetryIntervalMs } from "./constants.ts";
-import { ClusterShardingConfigurationError, NoShardOwnerError, ShardLeaseUnavailableError } from "./errors.ts";
+import { deliveryRetryDrainBatch, handoffBufferCountMax, leaseRetryIntervalMs } from "../constants.ts";
+import { ClusterShardingConfigurationError, NoShardOwnerError, ShardLeaseUnavailableError } from "../errors.ts";
 
 /**
  * The per-shard delivery retry barrier (docs/protocol.md §10). When delivery on the authorized owner fails with a

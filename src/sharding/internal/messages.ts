@@ -29,7 +29,7 @@ export const emptyMessageType = "movie.cluster.sharding.control.empty.v1";
 
 /** Wire names of the sharding messages (registered with remoting). */
 export const wireNames = {
-  /** v2: binary layout (src/sharding/envelope-codec.ts); v1 was the envelope's JSON. */
+  /** v2: binary layout (src/sharding/internal/envelope-codec.ts); v1 was the envelope's JSON. */
   envelope: "movie.cluster.sharding.envelope.v2",
   controlAck: "movie.cluster.sharding.control-ack.v1",
   planRequest: "movie.cluster.sharding.plan-request.v1",

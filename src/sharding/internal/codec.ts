@@ -1,4 +1,6 @@
-import type { MessageRegistry } from "../remote/index.ts";
+import { decodeNested, encodeNested, type MessageRegistry, registerNesting } from "../../remote/index.ts";
+import { ClusterShardingConfigurationError } from "../errors.ts";
+import { envelopeLayout } from "./envelope-codec.ts";
 import {
   PassivateShard,
   PlanRequest,
@@ -10,9 +12,7 @@ import {
   ShardingEnvelope,
   type WireMessage,
   wireNames,
-} from "./coordinator/messages.ts";
-import { decodeEncodedMessage, EncodedMessage, ShardingEnvelopeCodec } from "./envelope-codec.ts";
-import { ClusterShardingConfigurationError } from "./errors.ts";
+} from "./messages.ts";
 
 /**
  * Turns a user message into its wire form inside an envelope and back. The remoting message registry implements it
@@ -64,14 +64,12 @@ export class RegistryCodec implements PayloadCodec {
 
   /** @throws UnknownMessageTypeError when the message's class is not registered */
   encode(message: unknown): WireMessage {
-    return { type: this.registry.registrationOf(message).name, payload: message };
+    return encodeNested(this.registry, message);
   }
 
   /** @throws EnvelopeDecodeError for an unknown tag or an invalid payload */
   decode(wire: WireMessage): unknown {
-    const payload = wire.payload;
-    if (payload instanceof EncodedMessage) return decodeEncodedMessage(this.registry, wire.type, payload);
-    return this.registry.decode(wire.type, payload);
+    return decodeNested(this.registry, wire);
   }
 }
 
@@ -80,7 +78,7 @@ export class RegistryCodec implements PayloadCodec {
  * routed message travels in, has a binary codec; the control messages are rare and travel as JSON.
  */
 export function registerShardingWireTypes(registry: MessageRegistry): void {
-  registry.registerCodec(ShardingEnvelope, wireNames.envelope, new ShardingEnvelopeCodec(registry));
+  registerNesting(registry, ShardingEnvelope, wireNames.envelope, envelopeLayout);
   registry.register(ShardingControlAck, { name: wireNames.controlAck });
   registry.register(PlanRequest, { name: wireNames.planRequest });
   registry.register(PlanSnapshotRequest, { name: wireNames.planSnapshotRequest });

@@ -1,11 +1,11 @@
-import type { ActorContext, ActorRef, BehaviorSource, Scheduler, SpawnOptions } from "../actor/index.ts";
-import { DRAIN_AND_STOP, STOP } from "../actor/index.ts";
-import { EntityTable, type TableEntity } from "./entity-table.ts";
-import { ShardHandoffInProgressError } from "./errors.ts";
-import type { ShardLeaseView } from "./inspection.ts";
-import type { ShardingSettings } from "./settings.ts";
-import { ShardBudgets } from "./shard-budgets.ts";
-import type { MutableShardingStats } from "./stats.ts";
+import type { ActorContext, ActorRef, BehaviorSource, Scheduler, SpawnOptions } from "../../actor/index.ts";
+import { DRAIN_AND_STOP, STOP } from "../../actor/index.ts";
+import { EntityTable, type TableEntity } from "../entity-table.ts";
+import { ShardHandoffInProgressError } from "../errors.ts";
+import type { ShardLeaseView } from "../inspection.ts";
+import type { ShardingSettings } from "../settings.ts";
+import { ShardBudgets } from "../shard-budgets.ts";
+import type { MutableShardingStats } from "../stats.ts";
 
 /**
  * Hosts the local entity actors of one sharded type. Ordinary entities need nothing beyond activation and

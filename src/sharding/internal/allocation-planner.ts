@@ -1,12 +1,12 @@
 import type { UniqueAddress } from "../../actor/index.ts";
-import type { RebalancePolicy } from "../rebalance/policy.ts";
 import {
   type Allocations,
   desiredAllocations,
   eligibleMembers,
   type ShardAllocationStrategy,
   type ShardingMember,
-} from "./strategy.ts";
+} from "../allocation/strategy.ts";
+import type { RebalancePolicy } from "../rebalance/policy.ts";
 
 /** The outcome of one reconciliation: the plan to move towards, and whether more steps are needed. */
 export interface ReconcileResult {

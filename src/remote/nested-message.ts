@@ -1,0 +1,295 @@
+import { compileCodec, type FieldList, fnv1a, type PayloadCodec } from "./codec.ts";
+import { PayloadFormat } from "./envelope.ts";
+import { EnvelopeDecodeError, MessageEncodeError } from "./errors.ts";
+import {
+  decodePayload,
+  type MessageClass,
+  type MessageRegistration,
+  type MessageRegistry,
+} from "./message-registry.ts";
+
+/**
+ * A registered message carried inside another one (a layer's envelope), as its registry tag and payload. On the
+ * sending side the payload is the message itself (see {@link encodeNested}); after a hop it is an
+ * {@link EncodedMessage} until {@link decodeNested} turns it back into an instance.
+ */
+export interface NestedMessage {
+  readonly type: string;
+  readonly payload: unknown;
+}
+
+/**
+ * A nested message that arrived from another node, still encoded. Opaque to the layer that carries it: it is decoded
+ * where it is delivered ({@link decodeNested}) and, when its envelope is sent on, written out again as the same bytes.
+ */
+export class EncodedMessage {
+  /** @internal Made only by the nesting codec when it reads an envelope. */
+  constructor(
+    /** `PayloadFormat.json` or `PayloadFormat.binary`. */
+    readonly format: number,
+    /** The sender's codec fingerprint for the binary format, else 0. */
+    readonly fingerprint: number,
+    /** The payload bytes (a private copy, so a queued envelope never pins a whole received chunk). */
+    readonly bytes: Buffer,
+  ) {}
+}
+
+/** How an envelope class that nests one registered message is laid out: its own fields, and the nested one's name. */
+export interface NestingLayout {
+  /** The envelope's own fields, in wire order (the types of `RegisterOptions.fields`). */
+  readonly fields: FieldList;
+  /** The field that holds the {@link NestedMessage} (or null / undefined when the envelope carries none). */
+  readonly nestedField: string;
+}
+
+/** An envelope class whose `fromJSON` validates its fields and builds it (the nested field holds a NestedMessage). */
+export type NestingClass = MessageClass & { fromJSON(json: unknown): unknown };
+
+/**
+ * Registers `type` under `name` with a binary codec that writes the envelope and the message nested in it into the
+ * outgoing frame in one pass. Decoding leaves the nested payload encoded ({@link EncodedMessage}), so a node that only
+ * forwards the envelope never decodes it. Idempotent like `registerCodec`.
+ * @throws MessageRegistrationError on the same conflicts as {@link MessageRegistry.register}
+ */
+export function registerNesting(
+  registry: MessageRegistry,
+  type: NestingClass,
+  name: string,
+  layout: NestingLayout,
+): MessageRegistration {
+  return registry.registerCodec(type, name, new NestingCodec(registry, type, name, layout));
+}
+
+/**
+ * The nested form of `message`: its registered wire name, and the message itself as payload (the nesting codec
+ * serializes it inside the envelope in the same pass, so no intermediate payload is built).
+ * @throws UnknownMessageTypeError when the message's class is not registered
+ */
+export function encodeNested(registry: MessageRegistry, message: unknown): NestedMessage {
+  return { type: registry.registrationOf(message).name, payload: message };
+}
+
+/**
+ * The instance a nested message stands for: an {@link EncodedMessage} is decoded with the registration of its wire
+ * name, in the format its sender wrote; any other payload is taken as the message's JSON.
+ * @throws EnvelopeDecodeError (reason `unknownType`, `schemaInvalid` or `undecodable`)
+ */
+export function decodeNested(registry: MessageRegistry, nested: NestedMessage): unknown {
+  const payload = nested.payload;
+  if (!(payload instanceof EncodedMessage)) return registry.decode(nested.type, payload);
+  const type = nested.type;
+  const entry = registry.lookupName(type);
+  if (entry === undefined) throw new EnvelopeDecodeError("unknownType", `type "${type}" is not registered`, type);
+  const bytes = payload.bytes;
+  return decodePayload(entry, payload.format === PayloadFormat.binary, payload.fingerprint, bytes, 0, bytes.length);
+}
+
+/** Longest wire name a nested message may carry (the registry's own limit). */
+const typeNameMax = 1024;
+
+/**
+ * The binary codec of an envelope that nests a registered message. Layout (big-endian lengths):
+ *
+ * `[u32 n][nested message: n bytes][envelope fields]`, the nested message being absent (n = 0) when the envelope
+ * carries none, else `[u16 m][wire name: m bytes UTF-8][u8 format][u32 fingerprint, binary format only][payload]`.
+ *
+ * The payload is the message's own registration: its binary fields when it declares them, else its JSON. A payload
+ * that is not an instance of the class registered under the wire name (a hand-built envelope) is sent as JSON, so the
+ * receiver validates it exactly as it would any JSON payload. Reading leaves the payload encoded, and builds the
+ * envelope with its class's `fromJSON`: an invalid payload is found by whoever decodes it, not here.
+ */
+export class NestingCodec implements PayloadCodec {
+  readonly fields: PayloadCodec["fields"];
+  readonly fingerprint: number;
+  private readonly fixed: PayloadCodec;
+  // The JSON text measured for the envelope about to be written (measure runs right before write).
+  private measuredFor: object | null = null;
+  private measuredText = "";
+  // The last wire name looked up, and the last decoded (a stream of envelopes repeats them).
+  private lastName = "";
+  private lastEntry: MessageRegistration | undefined;
+  private lastDecodedBytes: Buffer | null = null;
+  private lastDecodedName = "";
+
+  constructor(
+    private readonly registry: MessageRegistry,
+    private readonly type: NestingClass,
+    private readonly name: string,
+    private readonly layout: NestingLayout,
+  ) {
+    this.fixed = compileCodec(name, layout.fields);
+    this.fields = [...this.fixed.fields, { name: layout.nestedField, type: "json" as const, optional: true }];
+    this.fingerprint = fnv1a(`nested-message-first/1,${this.fixed.fingerprint}`);
+  }
+
+  private nestedOf(envelope: object): NestedMessage | null | undefined {
+    return (envelope as Record<string, NestedMessage | null | undefined>)[this.layout.nestedField];
+  }
+
+  measure(envelope: object): number {
+    const bound = 4 + this.fixed.measure(envelope);
+    const wire = this.nestedOf(envelope);
+    if (wire === null || wire === undefined) return bound;
+    const name = this.checkedName(wire);
+    const head = bound + 2 + 3 * name.length + 1 + 4;
+    const payload = wire.payload;
+    if (payload instanceof EncodedMessage) return head + payload.bytes.length;
+    const codec = this.binaryCodec(name, payload);
+    if (codec !== null) return head + codec.measure(payload as object);
+    const text = JSON.stringify(payload) ?? "null";
+    this.measuredFor = envelope;
+    this.measuredText = text;
+    return head + 3 * text.length;
+  }
+
+  checkText(envelope: object): void {
+    this.fixed.checkText(envelope);
+    const wire = this.nestedOf(envelope);
+    if (wire === null || wire === undefined || wire.payload instanceof EncodedMessage) return;
+    this.binaryCodec(wire.type, wire.payload)?.checkText(wire.payload as object);
+  }
+
+  write(buf: Buffer, at: number, envelope: object): number {
+    const wire = this.nestedOf(envelope);
+    let o = at + 4;
+    if (wire !== null && wire !== undefined) {
+      const name = wire.type;
+      const nameBytes = writeName(buf, o + 2, name);
+      buf[o] = nameBytes >>> 8;
+      buf[o + 1] = nameBytes & 0xff;
+      o += 2 + nameBytes;
+      const payload = wire.payload;
+      if (payload instanceof EncodedMessage) {
+        buf[o++] = payload.format;
+        if (payload.format === PayloadFormat.binary) o = writeU32(buf, o, payload.fingerprint);
+        o += payload.bytes.copy(buf, o);
+      } else {
+        const codec = this.binaryCodec(name, payload);
+        if (codec !== null) {
+          buf[o++] = PayloadFormat.binary;
+          o = codec.write(buf, writeU32(buf, o, codec.fingerprint), payload as object);
+        } else {
+          const text = this.measuredFor === envelope ? this.measuredText : (JSON.stringify(payload) ?? "null");
+          buf[o++] = PayloadFormat.json;
+          o += buf.write(text, o, "utf8");
+        }
+      }
+    }
+    this.measuredFor = null;
+    this.measuredText = "";
+    writeU32(buf, at, o - at - 4);
+    return this.fixed.write(buf, o, envelope);
+  }
+
+  /** Builds the envelope itself (its class validates its own fields), so the prototype argument is not used. */
+  read(buf: Buffer, at: number, end: number, _proto?: object): Record<string, unknown> {
+    if (end - at < 4) throw this.undecodable("truncated nested message length");
+    const n = readU32(buf, at);
+    const nestedEnd = at + 4 + n;
+    if (nestedEnd > end) throw this.undecodable("nested message runs past the frame");
+    let message: NestedMessage | null = null;
+    if (n > 0) {
+      let o = at + 4;
+      if (o + 2 > nestedEnd) throw this.undecodable("truncated nested message name");
+      const m = (buf[o]! << 8) | buf[o + 1]!;
+      o += 2;
+      if (o + m + 1 > nestedEnd) throw this.undecodable("truncated nested message name");
+      const type = this.readName(buf, o, o + m);
+      // A name no registration can have would be refused only when the envelope is sent on (MessageEncodeError).
+      if (type.length === 0 || type.length > typeNameMax)
+        throw this.undecodable("nested wire name is not 1-1024 characters");
+      o += m;
+      const format = buf[o++]!;
+      let fingerprint = 0;
+      if (format === PayloadFormat.binary) {
+        if (o + 4 > nestedEnd) throw this.undecodable("truncated nested message fingerprint");
+        fingerprint = readU32(buf, o);
+        o += 4;
+      } else if (format !== PayloadFormat.json) {
+        throw this.undecodable(`unknown nested message format ${format}`);
+      }
+      const bytes = Buffer.allocUnsafe(nestedEnd - o);
+      buf.copy(bytes, 0, o, nestedEnd);
+      message = { type, payload: new EncodedMessage(format, fingerprint, bytes) };
+    }
+    const record = this.fixed.read(buf, nestedEnd, end, Object.prototype);
+    record[this.layout.nestedField] = message;
+    try {
+      return this.type.fromJSON(record) as Record<string, unknown>;
+    } catch (error) {
+      throw this.undecodable(error instanceof Error ? error.message : String(error));
+    }
+  }
+
+  /** The binary codec of the registration named `name`, if it has one and `payload` is exactly its class. */
+  private binaryCodec(name: string, payload: unknown): PayloadCodec | null {
+    let entry = this.lastEntry;
+    if (name !== this.lastName || entry === undefined) {
+      entry = this.registry.lookupName(name);
+      if (entry === undefined) return null;
+      this.lastName = name;
+      this.lastEntry = entry;
+    }
+    if (payload === null || typeof payload !== "object" || payload.constructor !== entry.type) return null;
+    return entry.codec;
+  }
+
+  private readName(buf: Buffer, start: number, end: number): string {
+    const last = this.lastDecodedBytes;
+    if (last !== null && last.length === end - start) {
+      let same = true;
+      for (let i = 0; i < last.length; i++) {
+        if (last[i] !== buf[start + i]) {
+          same = false;
+          break;
+        }
+      }
+      if (same) return this.lastDecodedName;
+    }
+    const name = buf.toString("utf8", start, end);
+    this.lastDecodedBytes = Buffer.from(buf.subarray(start, end));
+    this.lastDecodedName = name;
+    return name;
+  }
+
+  private checkedName(wire: NestedMessage): string {
+    const name = wire.type;
+    if (typeof name !== "string" || name.length === 0 || name.length > typeNameMax) {
+      throw new MessageEncodeError(
+        this.name,
+        `${this.layout.nestedField}.type`,
+        "a wire name of 1-1024 characters",
+        String(name),
+      );
+    }
+    return name;
+  }
+
+  private undecodable(detail: string): EnvelopeDecodeError {
+    return new EnvelopeDecodeError("undecodable", `${this.name}: ${detail}`, this.name);
+  }
+}
+
+/** Writes `name` as UTF-8 at `at` (room for 3 bytes per unit was measured); returns the bytes written. */
+function writeName(buf: Buffer, at: number, name: string): number {
+  const length = name.length;
+  for (let i = 0; i < length; i++) {
+    const c = name.charCodeAt(i);
+    if (c >= 0x80) return buf.write(name, at, "utf8");
+    buf[at + i] = c;
+  }
+  return length;
+}
+
+/** The big-endian u32 at `at` (the caller checked the bounds). */
+function readU32(buf: Buffer, at: number): number {
+  return ((buf[at]! << 24) | (buf[at + 1]! << 16) | (buf[at + 2]! << 8) | buf[at + 3]!) >>> 0;
+}
+
+function writeU32(buf: Buffer, at: number, value: number): number {
+  buf[at] = value >>> 24;
+  buf[at + 1] = (value >>> 16) & 0xff;
+  buf[at + 2] = (value >>> 8) & 0xff;
+  buf[at + 3] = value & 0xff;
+  return at + 4;
+}
