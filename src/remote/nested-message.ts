@@ -43,7 +43,10 @@ export interface NestingLayout {
 }
 
 /** An envelope class whose `fromJSON` validates its fields and builds it (the nested field holds a NestedMessage). */
-export type NestingClass = MessageClass & { fromJSON(json: unknown): unknown };
+export type NestingClass = MessageClass & {
+  /** Validates the decoded fields (untrusted) and builds the envelope; throws on anything malformed. */
+  fromJSON(json: unknown): unknown;
+};
 
 /**
  * Registers `type` under `name` with a binary codec that writes the envelope and the message nested in it into the
