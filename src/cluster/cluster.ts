@@ -19,7 +19,6 @@ import {
   type MembershipEffect,
   type MembershipInput,
   type MembershipState,
-  selfMember,
   snapshotOf,
   step,
 } from "./membership.ts";

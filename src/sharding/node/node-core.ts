@@ -300,8 +300,18 @@ export function step(state: NodeState, input: NodeInput, nowMs: number): [NodeSt
   return [state, core.effects];
 }
 
-/** The departure guard: a member may leave once no plan of this node places a shard on it. */
+/**
+ * The departure guard: a member may leave once no plan of this node places a shard on it, or once no other member
+ * could take its shards (none Joining or Up). Without the second rule the last sharding node of a cluster stayed
+ * Leaving forever: its plan keeps every shard on it because allocation has nowhere else to put them, so its
+ * departure waited for a handoff that cannot happen. Its entities stop with it (persistent ones release their leases
+ * on shutdown) and are activated again on demand once a member hosts the type.
+ */
 export function departureReady(state: NodeState, member: ShardingMember): boolean {
+  const successor = state.view.snapshot.members.some(
+    (m) => (m.status === "Up" || m.status === "Joining") && !m.uniqueAddress.equals(member.uniqueAddress),
+  );
+  if (!successor) return true;
   for (const t of state.types.values()) {
     for (const owner of t.plan.allocations.values()) if (owner.equals(member.uniqueAddress)) return false;
   }
