@@ -117,6 +117,7 @@ export class Cluster implements Extension {
         clusterName: settings.clusterName,
         seeds: settings.seedNodes,
         roles: settings.roles,
+        ...(settings.appVersion === undefined ? {} : { appVersion: settings.appVersion }),
         gossipFanout: settings.gossipFanout,
         maxMembers: settings.maxMembers,
         heartbeatTimeoutMs: settings.heartbeatTimeoutMs,

@@ -10,6 +10,7 @@ import "./coordinated-shutdown.ts";
 // Membership speaks in UniqueAddress (member records, down, events), so it is exported here as well as from "movie".
 export { Address, UniqueAddress } from "../actor/index.ts";
 
+export { compareAppVersions, isAppVersion } from "./app-version.ts";
 export { Cluster, ClusterNotEnabledError, clusterExtensionKey } from "./cluster.ts";
 export { isConverged, leaderOf } from "./convergence.ts";
 export { handleSigterm, type ShutdownOptions, type ShutdownReport } from "./coordinated-shutdown.ts";

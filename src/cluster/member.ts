@@ -1,5 +1,6 @@
 import { UniqueAddress } from "../actor/index.ts";
 import { describe } from "../actor/untrusted.ts";
+import { isAppVersion } from "./app-version.ts";
 
 /**
  * Where a member is in its life. Transitions only move forward: `Joining → Up → Leaving → Exiting → Removed`, or
@@ -37,6 +38,11 @@ export interface Member {
   readonly revision: number;
   /** Node uid of the author of this version. */
   readonly changedBy: string;
+  /**
+   * The application version the node runs, fixed for its uid (absent when it declares none). Sharding moves shards
+   * only onto members of the newest version while two versions coexist (docs/sharding.md, "Rolling updates").
+   */
+  readonly appVersion?: string;
 }
 
 /** The plain-JSON form of a {@link Member} on the wire. */
@@ -47,6 +53,8 @@ export interface MemberJSON {
   readonly upNumber: number;
   readonly revision: number;
   readonly changedBy: string;
+  /** Absent when the node declares no version. */
+  readonly appVersion?: string;
 }
 
 /** The key a member is stored under: its unique address string. */
@@ -72,6 +80,7 @@ export function sameMember(a: Member, b: Member): boolean {
     a.revision === b.revision &&
     a.changedBy === b.changedBy &&
     a.upNumber === b.upNumber &&
+    a.appVersion === b.appVersion &&
     a.roles.length === b.roles.length &&
     a.roles.every((role, i) => role === b.roles[i])
   );
@@ -79,7 +88,7 @@ export function sameMember(a: Member, b: Member): boolean {
 
 /** The wire form of a member. */
 export function memberToJSON(member: Member): MemberJSON {
-  return {
+  const json: MemberJSON = {
     address: member.uniqueAddress.toString(),
     status: member.status,
     roles: [...member.roles],
@@ -87,6 +96,7 @@ export function memberToJSON(member: Member): MemberJSON {
     revision: member.revision,
     changedBy: member.changedBy,
   };
+  return member.appVersion === undefined ? json : { ...json, appVersion: member.appVersion };
 }
 
 /**
@@ -116,7 +126,12 @@ export function memberFromJSON(json: unknown): Member | string {
   if (!Number.isSafeInteger(j.upNumber) || (j.upNumber as number) < 0) return "member.upNumber is not an integer >= 0";
   if (!Number.isSafeInteger(j.revision) || (j.revision as number) <= 0) return "member.revision is not an integer > 0";
   if (typeof j.changedBy !== "string" || j.changedBy.length === 0) return "member.changedBy is not a non-empty string";
-  return {
+  // Optional: a record without it is a node that declares no version (or one built before the field existed).
+  const appVersion = Object.hasOwn(j, "appVersion") ? j.appVersion : undefined;
+  if (appVersion !== undefined && !isAppVersion(appVersion)) {
+    return `member.appVersion ${describe(appVersion)} is not 1-64 letters, digits, '.', '+', '_' or '-'`;
+  }
+  const member: Member = {
     uniqueAddress,
     status: j.status,
     roles: normalized,
@@ -124,6 +139,7 @@ export function memberFromJSON(json: unknown): Member | string {
     revision: j.revision as number,
     changedBy: j.changedBy,
   };
+  return appVersion === undefined ? member : { ...member, appVersion };
 }
 
 /** Members sorted by unique address, the order every node computes identically. */

@@ -42,6 +42,8 @@ export interface MembershipConfig {
   readonly seeds: readonly Address[];
   /** This node's roles, sorted and unique. */
   readonly roles: readonly string[];
+  /** The application version this node runs, if it declares one (carried in its record). */
+  readonly appVersion?: string;
   readonly gossipFanout: number;
   readonly maxMembers: number;
   readonly heartbeatTimeoutMs: number;
@@ -170,6 +172,7 @@ export function initialMembership(config: MembershipConfig, nowMs: number): Memb
     upNumber: seed ? 1 : 0,
     revision: 1,
     changedBy: config.self.uid,
+    ...(config.appVersion === undefined ? {} : { appVersion: config.appVersion }),
   };
   const members = new Map([[memberKey(self), self]]);
   return commit(

@@ -1,6 +1,7 @@
 import { Address } from "../actor/index.ts";
 import { checkSettingKeys, type SettingsShapeOf } from "../actor/settings-keys.ts";
 import { describe } from "../actor/untrusted.ts";
+import { isAppVersion } from "./app-version.ts";
 import { ClusterConfigurationError } from "./errors.ts";
 import type { OnDowned } from "./events.ts";
 import { maxMembersDefault } from "./gossip/merge.ts";
@@ -15,6 +16,13 @@ export interface ClusterSettings {
   seedNodes?: readonly string[];
   /** Roles of this node (non-empty strings; stored sorted and unique). Default []. */
   roles?: readonly string[];
+  /**
+   * The version of the application this node runs (1-64 letters, digits, `.`, `+`, `_`, `-`; `1.10.0` is newer than
+   * `1.9.2`). While members of two versions host an entity type, sharding moves shards only onto members of the
+   * newest and makes no voluntary rebalance, so a rolling update moves each shard once (docs/sharding.md, "Rolling updates").
+   * Default: the `MOVIE_APP_VERSION` environment variable, else none (older than any version).
+   */
+  appVersion?: string;
   /** Name every cluster message carries; messages with another name are refused. Default "movie-cluster". */
   clusterName?: string;
   /** How often a joining node repeats its join to the seeds. Default 1,000 ms. */
@@ -50,6 +58,7 @@ export interface ClusterSettings {
 const clusterSettingsShape = {
   seedNodes: true,
   roles: true,
+  appVersion: true,
   clusterName: true,
   joinRetryInterval: true,
   gossipInterval: true,
@@ -64,6 +73,8 @@ const clusterSettingsShape = {
 export interface ResolvedClusterSettings {
   readonly seedNodes: readonly Address[];
   readonly roles: readonly string[];
+  /** Undefined when the node declares no version. */
+  readonly appVersion: string | undefined;
   readonly clusterName: string;
   readonly joinRetryIntervalMs: number;
   readonly gossipIntervalMs: number;
@@ -147,6 +158,7 @@ export function resolveClusterSettings(settings: ClusterSettings, systemName: st
   if (!Array.isArray(roles) || roles.some((r) => typeof r !== "string" || r.length === 0 || /\s/.test(r))) {
     throw new ClusterConfigurationError("roles", "expected an array of non-empty role names without whitespace");
   }
+  const appVersion = resolveAppVersion(settings.appVersion);
   const clusterName = settings.clusterName ?? clusterDefaults.clusterName;
   if (typeof clusterName !== "string" || !/^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/.test(clusterName)) {
     throw new ClusterConfigurationError(
@@ -182,6 +194,7 @@ export function resolveClusterSettings(settings: ClusterSettings, systemName: st
     onDowned,
     seedNodes: seeds.map((s) => seed(s, systemName)),
     roles: [...new Set(roles as string[])].sort(),
+    appVersion,
     clusterName,
     joinRetryIntervalMs: duration("joinRetryInterval", settings.joinRetryInterval, clusterDefaults.joinRetryIntervalMs),
     gossipIntervalMs: duration("gossipInterval", settings.gossipInterval, clusterDefaults.gossipIntervalMs),
@@ -191,4 +204,25 @@ export function resolveClusterSettings(settings: ClusterSettings, systemName: st
     heartbeatTimeoutMs,
     leaveTimeoutMs: duration("leaveTimeout", settings.leaveTimeout, clusterDefaults.leaveTimeoutMs),
   };
+}
+
+/**
+ * The setting, else `MOVIE_APP_VERSION` (a deployment sets it per image without a code change), else none.
+ * @throws ClusterConfigurationError when either is not a valid version
+ */
+function resolveAppVersion(setting: unknown): string | undefined {
+  const rule = "use 1-64 letters, digits, '.', '+', '_' or '-', starting with a letter or digit, such as 1.4.2";
+  if (setting !== undefined) {
+    if (!isAppVersion(setting)) throw new ClusterConfigurationError("appVersion", `${describe(setting)}; ${rule}`);
+    return setting;
+  }
+  const fromEnvironment = process.env.MOVIE_APP_VERSION;
+  if (fromEnvironment === undefined || fromEnvironment === "") return undefined;
+  if (!isAppVersion(fromEnvironment)) {
+    throw new ClusterConfigurationError(
+      "appVersion",
+      `the environment variable MOVIE_APP_VERSION is ${describe(fromEnvironment)}; ${rule}`,
+    );
+  }
+  return fromEnvironment;
 }

@@ -125,6 +125,7 @@ interface Member {
   hostPort: string;
   status: string;
   roles: string[];
+  appVersion?: string | null;
   reachable: boolean;
   leader: boolean;
   self: boolean;
@@ -147,12 +148,13 @@ interface TypeSummary {
 
 function memberRows(ctx: Context, members: Members): string[][] {
   return [
-    ["ADDRESS", "STATUS", "REACHABLE", "ROLES", "LEADER"],
+    ["ADDRESS", "STATUS", "REACHABLE", "ROLES", "VERSION", "LEADER"],
     ...members.members.map((m) => [
       `${m.address}${m.self ? " (this node)" : ""}`,
       m.status === "Up" ? paint(ctx, "green", m.status) : paint(ctx, "yellow", m.status),
       m.reachable ? "yes" : paint(ctx, "red", "no"),
       m.roles.join(",") || "-",
+      m.appVersion ?? "-",
       m.leader ? "leader" : "",
     ]),
   ];

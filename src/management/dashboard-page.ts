@@ -48,7 +48,7 @@ export const dashboardPage = `<!doctype html>
 </header>
 <main>
   <section><h2>Members</h2>
-    <table data-testid="members"><thead><tr><th>address</th><th>status</th><th>reachable</th><th>roles</th><th></th></tr></thead><tbody id="members"></tbody></table>
+    <table data-testid="members"><thead><tr><th>address</th><th>status</th><th>reachable</th><th>roles</th><th>version</th><th></th></tr></thead><tbody id="members"></tbody></table>
   </section>
   <section><h2>Rates (per second, last 5 minutes)</h2>
     <canvas id="chart" width="800" height="200" data-testid="chart"></canvas>
@@ -130,7 +130,7 @@ function render(s) {
   members.replaceChildren(...(m ? m.members : []).map((x) => {
     const dot = el("i"); dot.style.cssText = "display:inline-block;width:10px;height:10px;border-radius:2px;margin-right:6px;background:" + colour(x.address);
     const addr = el("span"); addr.append(dot, document.createTextNode(x.address + (x.self ? " (this node)" : "")));
-    const tr = row([addr, el("span", x.status, x.status === "Up" ? "ok" : "warn"), el("span", x.reachable ? "yes" : "no", x.reachable ? "ok" : "bad"), x.roles.join(",") || "-", x.leader ? "leader" : ""]);
+    const tr = row([addr, el("span", x.status, x.status === "Up" ? "ok" : "warn"), el("span", x.reachable ? "yes" : "no", x.reachable ? "ok" : "bad"), x.roles.join(",") || "-", x.appVersion ?? "-", x.leader ? "leader" : ""]);
     tr.dataset.member = x.hostPort; tr.dataset.status = x.status;
     return tr;
   }));

@@ -24,6 +24,8 @@ export interface MemberView {
   readonly uid: string;
   readonly status: string;
   readonly roles: readonly string[];
+  /** The application version the member declares, or null (see `enableCluster({ appVersion })`). */
+  readonly appVersion: string | null;
   readonly upNumber: number;
   readonly reachable: boolean;
   readonly leader: boolean;
@@ -91,6 +93,7 @@ function memberView(member: Member, snapshot: ClusterSnapshot): MemberView {
     uid: a.uid,
     status: member.status,
     roles: [...member.roles],
+    appVersion: member.appVersion ?? null,
     upNumber: member.upNumber,
     reachable: !snapshot.unreachable.some((u) => u.equals(a)),
     leader: snapshot.leader?.equals(a) === true,

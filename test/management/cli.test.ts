@@ -104,7 +104,7 @@ test("members prints a table of the three Up members; --json the same data", asy
   const run = await inProcess(["members", "--url", url(0)]);
   assert.equal(run.code, 0, run.stderr);
   const lines = run.stdout.trim().split("\n");
-  assert.match(lines[0]!, /^ADDRESS\s+STATUS\s+REACHABLE\s+ROLES\s+LEADER$/);
+  assert.match(lines[0]!, /^ADDRESS\s+STATUS\s+REACHABLE\s+ROLES\s+VERSION\s+LEADER$/);
   assert.equal(lines.length, 4);
   for (const n of nodes) assert.ok(run.stdout.includes(n.ready.address), `${n.ready.address} listed`);
   assert.equal(lines.filter((l) => /\sUp\s+yes\s/.test(l)).length, 3);

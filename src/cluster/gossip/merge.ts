@@ -7,9 +7,12 @@ export type MemberMap = ReadonlyMap<string, Member>;
 /** Default capacity: live records plus tombstones (docs/protocol.md §4.5 `max_members`). */
 export const maxMembersDefault = 10_000;
 
-/** The tie-break text of a record: author, up-number and roles, NUL-separated. */
+/**
+ * The tie-break text of a record: author, up-number, app version and roles, NUL-separated. The app version is fixed
+ * per uid, so it only matters to keep "records that compare equal carry the same fields" true for any input.
+ */
 function tieBreak(member: Member): string {
-  return [member.changedBy, String(member.upNumber), ...member.roles].join("\0");
+  return [member.changedBy, String(member.upNumber), member.appVersion ?? "", ...member.roles].join("\0");
 }
 
 /**

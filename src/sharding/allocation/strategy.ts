@@ -8,6 +8,8 @@ export interface ShardingMember {
   readonly uniqueAddress: UniqueAddress;
   readonly status: ShardingMemberStatus | string;
   readonly roles: readonly string[] | ReadonlySet<string>;
+  /** The application version the member runs; absent when it declares none (older than any version). */
+  readonly appVersion?: string | undefined;
 }
 
 /** Shard id → owner. */

@@ -1,4 +1,5 @@
 import type { UniqueAddress } from "../../actor/index.ts";
+import { type RollingUpdate, rollingUpdateOf } from "../allocation/rolling-update.ts";
 import {
   type Allocations,
   desiredAllocations,
@@ -26,17 +27,29 @@ export class AllocationPlanner {
     readonly rebalance: RebalancePolicy,
   ) {}
 
-  /** The desired plan for `members`; shards without an eligible owner are absent. */
+  /**
+   * The desired plan for `members`; shards without an eligible owner are absent. During a rolling update (Up members
+   * of two app versions) only the newest version's members are used, unless the strategy finds none of them
+   * eligible (a role they lack), so a type never goes unplanned because of a version.
+   */
   initial(members: readonly ShardingMember[]): Map<number, UniqueAddress> {
+    const roll = rollingUpdateOf(members);
+    if (roll !== null) {
+      const plan = desiredAllocations(this.allocation, this.shardCount, roll.newest);
+      if (plan.size > 0) return plan;
+    }
     return desiredAllocations(this.allocation, this.shardCount, members);
   }
 
   /**
    * One reconciliation step from `current`: forced moves off missing or ineligible owners (unlimited), then the
-   * voluntary moves the rebalance policy allows, each to its target owner.
+   * voluntary moves the rebalance policy allows, each to its target owner. During a rolling update see
+   * {@link AllocationPlanner.reconcileDuringRollingUpdate}.
    */
   reconcile(current: Allocations, members: readonly ShardingMember[]): ReconcileResult {
-    const target = this.initial(members);
+    const roll = rollingUpdateOf(members);
+    if (roll !== null) return this.reconcileDuringRollingUpdate(current, members, roll);
+    const target = desiredAllocations(this.allocation, this.shardCount, members);
     const eligible = new Set(eligibleMembers(members).map((m) => m.uniqueAddress.toString()));
     const next = new Map(current);
     for (let shard = 0; shard < this.shardCount; shard++) {
@@ -75,5 +88,38 @@ export class AllocationPlanner {
       if (a === undefined ? b !== undefined : b === undefined || !a.equals(b)) moved.push(shard);
     }
     return { allocations: next, pending: differs && allowance > 0, moved };
+  }
+
+  /**
+   * Reconciliation while two app versions host the type: only forced moves, each shard to the owner the strategy
+   * picks among the newest version's members given the shards placed so far (least-loaded fills the emptiest new
+   * member), and no voluntary move. A from-scratch target would be wrong here: it is computed over the new members
+   * present now, so shards placed while one new member was Up would move again as the next ones arrive. Placed this
+   * way, the plan is balanced when the last old member has left and the rebalance that resumes then finds nothing
+   * to move (with a balanced strategy and a threshold of at least 1).
+   */
+  private reconcileDuringRollingUpdate(
+    current: Allocations,
+    members: readonly ShardingMember[],
+    roll: RollingUpdate,
+  ): ReconcileResult {
+    const eligible = new Set(eligibleMembers(members).map((m) => m.uniqueAddress.toString()));
+    const next = new Map<number, UniqueAddress>();
+    for (const [shard, owner] of current) if (shard >= 0 && shard < this.shardCount) next.set(shard, owner);
+    for (let shard = 0; shard < this.shardCount; shard++) {
+      const owner = next.get(shard);
+      if (owner !== undefined && eligible.has(owner.toString())) continue;
+      next.delete(shard);
+      const wanted =
+        this.allocation.allocate(shard, roll.newest, next) ?? this.allocation.allocate(shard, members, next);
+      if (wanted !== null) next.set(shard, wanted);
+    }
+    const moved: number[] = [];
+    for (let shard = 0; shard < this.shardCount; shard++) {
+      const a = current.get(shard);
+      const b = next.get(shard);
+      if (a === undefined ? b !== undefined : b === undefined || !a.equals(b)) moved.push(shard);
+    }
+    return { allocations: next, pending: false, moved };
   }
 }
