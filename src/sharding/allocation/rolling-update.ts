@@ -22,13 +22,21 @@ export interface RollingUpdate {
  */
 const present = new Set(["Up", "Leaving", "Exiting"]);
 
-/** The rolling update `members` are in, or null when every present member runs the same version (or none is Up). */
-export function rollingUpdateOf(members: readonly ShardingMember[]): RollingUpdate | null {
+/**
+ * The rolling update `members` are in, or null when every present member that `canHost` runs the same version (or
+ * none is present). Only members that could host the type count: a frontend that registered the type but that a
+ * role filter keeps from owning shards is deployed on its own schedule, and its older version must not hold the
+ * hosts in rolling-update placement (no rebalance) forever.
+ */
+export function rollingUpdateOf(
+  members: readonly ShardingMember[],
+  canHost: (member: ShardingMember) => boolean = () => true,
+): RollingUpdate | null {
   let newestVersion: string | undefined;
   let first = true;
   let mixed = false;
   for (const m of members) {
-    if (!present.has(m.status)) continue;
+    if (!present.has(m.status) || !canHost(m)) continue;
     if (first) {
       newestVersion = m.appVersion;
       first = false;

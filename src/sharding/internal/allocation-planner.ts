@@ -28,12 +28,25 @@ export class AllocationPlanner {
   ) {}
 
   /**
+   * True when the strategy would place a shard on `member` were it the only Up member (the probe `init` runs on its
+   * own node): a role filter says no for a frontend, a refused weight throws and counts as no.
+   */
+  private readonly canHost = (member: ShardingMember): boolean => {
+    try {
+      const probe: ShardingMember = { ...member, status: "Up" };
+      return this.allocation.allocate(0, [probe], new Map()) !== null;
+    } catch {
+      return false;
+    }
+  };
+
+  /**
    * The desired plan for `members`; shards without an eligible owner are absent. During a rolling update (Up members
    * of two app versions) only the newest version's members are used, unless the strategy finds none of them
    * eligible (a role they lack), so a type never goes unplanned because of a version.
    */
   initial(members: readonly ShardingMember[]): Map<number, UniqueAddress> {
-    const roll = rollingUpdateOf(members);
+    const roll = rollingUpdateOf(members, this.canHost);
     if (roll !== null) {
       const plan = desiredAllocations(this.allocation, this.shardCount, roll.newest);
       if (plan.size > 0) return plan;
@@ -47,7 +60,7 @@ export class AllocationPlanner {
    * {@link AllocationPlanner.reconcileDuringRollingUpdate}.
    */
   reconcile(current: Allocations, members: readonly ShardingMember[]): ReconcileResult {
-    const roll = rollingUpdateOf(members);
+    const roll = rollingUpdateOf(members, this.canHost);
     if (roll !== null) return this.reconcileDuringRollingUpdate(current, members, roll);
     const target = desiredAllocations(this.allocation, this.shardCount, members);
     const eligible = new Set(eligibleMembers(members).map((m) => m.uniqueAddress.toString()));

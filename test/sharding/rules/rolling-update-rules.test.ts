@@ -167,3 +167,19 @@ test("app versions order by numeric parts, then text; none is older than any", (
   assert.notEqual(compareAppVersions("1.01", "1.1"), 0);
   assert.equal(compareAppVersions("1.01", "1.1"), -compareAppVersions("1.1", "1.01"));
 });
+
+test("a frontend of another version that the strategy would never place on does not hold the hosts in a rolling update", () => {
+  const planner = new AllocationPlanner(
+    shardCount,
+    new RoleAwareAllocation(new LeastLoadedAllocation(), ["backend"]),
+    new RateLimitedRebalance(),
+  );
+  const frontend = node("front", "1.0.0", "Up", []);
+  const a = node("a", "2.0.0", "Up", ["backend"]);
+  const b = node("b", "2.0.0", "Up", ["backend"]);
+  const plan = planner.initial([frontend, a]);
+  assert.deepEqual(countsBySystem(plan), { a: shardCount });
+  const result = planner.reconcile(plan, [frontend, a, b]);
+  assert.ok(result.moved.length > 0, "b, a host of the same version as a, is rebalanced onto");
+  assert.ok(result.pending);
+});
