@@ -60,10 +60,16 @@ export class HeldDeliveries<D> {
     return true;
   }
 
-  /** Removes and returns every held delivery, shard by shard, each shard in arrival order. */
-  takeAll(): HeldDelivery<D>[] {
+  /** Every held delivery, shard by shard, each shard in arrival order (nothing removed; for inspection). */
+  list(): HeldDelivery<D>[] {
     const all: HeldDelivery<D>[] = [];
     for (const queue of this.shards.values()) for (const h of queue) all.push(h);
+    return all;
+  }
+
+  /** Removes and returns every held delivery, shard by shard, each shard in arrival order. */
+  takeAll(): HeldDelivery<D>[] {
+    const all = this.list();
     this.shards.clear();
     this.count = 0;
     return all;
