@@ -37,13 +37,10 @@ test("a hop-0 envelope at a node that is not the coordinator is rejected and cou
   const cluster = new FakeCluster(orderClasses);
   try {
     const [a, b] = cluster.addNodesInAddressOrder("a-node", "b-node") as [Node, Node];
-    // awaitCoordinator false: b rejects at once. (By default b would hold an envelope that the coordinator its own
-    // view elects sent it, as views briefly disagreeing, and reject it only at its deadline: docs/protocol.md §8.6.)
-    const hopSettings = { ...plain, awaitCoordinator: false };
-    for (const n of [a, b]) n.sharding.init("Hop", OrderCommand, hopSettings, (id) => new SequenceBehavior(id));
+    for (const n of [a, b]) n.sharding.init("Hop", OrderCommand, plain, (id) => new SequenceBehavior(id));
     await planOver([a, b], "Hop", 2);
     const id = idOwnedBy(a, "Hop", b, "hop");
-    const key = ShardingSettings.create(hopSettings).key;
+    const key = ShardingSettings.create(plain).key;
     const shard = b.sharding.shardOf("Hop", id);
     const daemonOfB = a.system.actorSelection(`${b.address.address}/system/sharding`);
     const envelope = (askTimeoutMs: number | null, n: number) =>

@@ -29,7 +29,9 @@ const entities = Array.from({ length: 12 }, (_, i) => `zd-${i}`);
 /** The caller's traffic: per entity, one loop sending Seq 1, 2, 3, … alternating tell and ask, paced. */
 function startTraffic(caller: ShardingNode) {
   const sent = new Map(entities.map((id) => [id, 0]));
-  const failures: string[] = [];
+  const failures: { window: string; id: string; n: number; error: string }[] = [];
+  /** `${id}#${n}` → the window it was sent in. */
+  const windowOf = new Map<string, string>();
   let running = true;
   let window = "steady";
   const loops = entities.map(async (id) => {
@@ -37,11 +39,12 @@ function startTraffic(caller: ShardingNode) {
     while (running) {
       const n = sent.get(id)! + 1;
       sent.set(id, n);
+      windowOf.set(`${id}#${n}`, window);
       try {
         if (n % 2 === 1) ref.tell(new Seq(n));
         else await ref.ask(new Seq(n), OrderReply, askTimeoutMs);
       } catch (error) {
-        failures.push(`${window}: ${id} #${n} ${n % 2 === 1 ? "tell" : "ask"} failed: ${String(error)}`);
+        failures.push({ window, id, n, error: `${n % 2 === 1 ? "tell" : "ask"} failed: ${String(error)}` });
       }
       // Pacing, not synchronisation: ~12 entities × ~80 messages a second keeps the shared host calm.
       await new Promise((resolve) => setTimeout(resolve, 12));
@@ -50,6 +53,7 @@ function startTraffic(caller: ShardingNode) {
   return {
     sent,
     failures,
+    windowOf,
     set window(name: string) {
       window = name;
     },
@@ -63,7 +67,7 @@ function startTraffic(caller: ShardingNode) {
 const lowestFirst = (nodes: ShardingNode[]) =>
   [...nodes].sort((x, y) => UniqueAddress.compare(x.cluster.selfAddress, y.cluster.selfAddress));
 
-test("asks and tells during a join, a graceful leave and a coordinator change: none fails, all delivered in order", async () => {
+test("asks and tells during a join and a graceful leave: none fails, all delivered in order; the coordinator's own leave fails only what was in flight to it", async () => {
   const logger = recordingLogger();
   const started = await startShardingNodes(3, [], logger);
   const nodes = [...started];
@@ -77,6 +81,7 @@ test("asks and tells during a join, a graceful leave and a coordinator change: n
     // The caller is never the coordinator (the lowest address) and never leaves.
     const caller = lowestFirst(nodes)[2]!;
     const traffic = startTraffic(caller);
+    let joinerCoordinates = false;
     const windows: Record<string, number> = {};
     const timed = async (name: string, run: () => Promise<void>) => {
       traffic.window = name;
@@ -90,6 +95,7 @@ test("asks and tells during a join, a graceful leave and a coordinator change: n
       await timed("join", async () => {
         const joiner = await startShardingNode(started[0]!.port, { logger });
         nodes.push(joiner);
+        joinerCoordinates = lowestFirst(nodes)[0] === joiner;
         all.push(joiner);
         joiner.sharding.init(type, OrderCommand, settings, (id) => new SequenceBehavior(id));
         await eventually(
@@ -128,20 +134,47 @@ test("asks and tells during a join, a graceful leave and a coordinator change: n
       [...logger.warnings, ...logger.infos]
         .filter((l) => /handoff (aborted|waits)/.test(l.message))
         .map((l) => `${l.message} ${JSON.stringify(l.context)}`);
-    assert.deepEqual(traffic.failures, [], `no tell or ask failed; ${JSON.stringify(handoffLog())}`);
-    // Every tell and ask was delivered exactly once, in the order the caller sent them.
-    await eventually(() => entities.every((id) => (sequenceSink.get(id)?.length ?? 0) >= traffic.sent.get(id)!), {
-      what: "every message processed",
-      describe: () => entities.map((id) => [id, sequenceSink.get(id)?.length, traffic.sent.get(id)]),
+    // A joiner with a lower address than every member (ports are the kernel's choice) takes over as coordinator: then
+    // the join is a coordinator change too.
+    const changingWindows = new Set(["coordinator change", ...(joinerCoordinates ? ["join"] : [])]);
+    const changing = (window: string | undefined) => window !== undefined && changingWindows.has(window);
+    assert.deepEqual(
+      traffic.failures.filter((f) => !changing(f.window)),
+      [],
+      `no tell or ask failed during the join or the leave; ${JSON.stringify(handoffLog())}`,
+    );
+    // The coordinator's own leave: a message the caller sent to it just before learning of the leave reaches a
+    // node that no longer coordinates. Sending it on to the new coordinator could put it behind the caller's later
+    // messages, so it fails closed (NoShardOwnerError; a tell is dropped and counted there): docs/protocol.md §8.6.
+    for (const f of traffic.failures.filter((x) => changing(x.window))) {
+      assert.match(f.error, /NoShardOwnerError/, `${f.id} #${f.n}`);
+    }
+    const failed = new Set(traffic.failures.map((f) => `${f.id}#${f.n}`));
+    const mayMiss = (id: string, n: number) => failed.has(`${id}#${n}`) || changing(traffic.windowOf.get(`${id}#${n}`));
+    // Every message outside that window (and every ask that did not fail) was processed exactly once, in order.
+    const lastOf = (id: string) => traffic.sent.get(id)!;
+    await eventually(() => entities.every((id) => sequenceSink.get(id)?.at(-1) === lastOf(id)), {
+      what: "every entity processed the caller's last message",
+      describe: () => entities.map((id) => [id, sequenceSink.get(id)?.at(-1), lastOf(id)]),
     });
+    let missing = 0;
     for (const id of entities) {
-      const expected = Array.from({ length: traffic.sent.get(id)! }, (_, i) => i + 1);
-      assert.deepEqual(sequenceSink.get(id), expected, `${id}: all, once, in order`);
+      const processed = sequenceSink.get(id)!;
+      for (let i = 1; i < processed.length; i++) assert.ok(processed[i]! > processed[i - 1]!, `${id}: in order, once`);
+      const seen = new Set(processed);
+      for (let n = 1; n <= lastOf(id); n++) {
+        if (seen.has(n)) continue;
+        assert.ok(
+          mayMiss(id, n),
+          `${id} #${n} (sent during ${traffic.windowOf.get(`${id}#${n}`)}) was never processed`,
+        );
+        missing++;
+      }
     }
     const held = all.reduce((sum, n) => sum + n.sharding.stats.heldDeliveries, 0);
     const messages = [...traffic.sent.values()].reduce((x, y) => x + y, 0);
     console.log(
-      `zero-downtime: ${messages} messages, ${held} held while waiting for a coordinator, windows ${JSON.stringify(windows)} ms`,
+      `zero-downtime: ${messages} messages, ${held} held while waiting for a coordinator, ${missing} lost to the coordinator's own leave (${traffic.failures.length} of them failed asks), windows ${JSON.stringify(windows)} ms${joinerCoordinates ? " (the joiner became the coordinator)" : ""}`,
     );
     assert.ok(held > 0, "some deliveries did wait for a coordinator (else the test proves nothing)");
   } finally {

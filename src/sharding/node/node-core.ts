@@ -108,12 +108,6 @@ export interface TypeState {
   readonly heldLocal: HeldDeliveries<Delivery>;
   /** Hop-0 envelopes from other nodes' callers that reached this node while it could not route them as coordinator. */
   readonly heldForwarded: HeldDeliveries<Delivery>;
-  /**
-   * Set when a flush had to keep forwarded deliveries held because their sender is the coordinator this node elects
-   * (views disagreeing): the view and plan generation of that flush. No flush is tried again until either changes or
-   * the next plan sync sends them on regardless, so a step does not re-route the same stuck queue again and again.
-   */
-  heldForwardedStuck: { readonly snapshot: ShardingClusterSnapshot; readonly generation: number } | null;
   /** The armed held-deliveries sweep: its id (a sweep with another id is stale) and when it fires; null when none. */
   heldSweep: { readonly id: number; readonly atMs: number } | null;
 }
@@ -516,7 +510,6 @@ class Step {
       heldLocal: new HeldDeliveries<Delivery>(settings.heldDeliveriesPerShard),
       heldForwarded: new HeldDeliveries<Delivery>(settings.heldDeliveriesPerShard),
       heldSweep: null,
-      heldForwardedStuck: null,
     };
     this.s.types.set(name, t);
     this.syncPlan(t);
@@ -888,29 +881,19 @@ class Step {
 
   /**
    * A hop-0 envelope another node's caller sent here as to the coordinator: routed when this node is the plan
-   * author of a converged view; held while the authority is being re-established (not converged, a member
-   * unreachable, or this node elected but still collecting snapshots); sent on to the coordinator this node's
-   * converged view elects when that is another node (this one stepped down while the envelope was in flight), unless
-   * the envelope came from that very node (two views disagreeing: fail closed rather than bounce). No owner is
+   * author of a converged view; held while the authority is being re-established here (not converged, a member
+   * unreachable, or this node elected but still collecting snapshots), since the caller's later messages come here
+   * too and queue behind it; rejected when this node's converged view elects another coordinator. No owner is
    * guessed: only a converged coordinator's plan routes.
    */
   private routeForwarded(t: TypeState, d: Delivery, origin: UniqueAddress | null, held: HeldDelivery<Delivery> | null) {
     const elected = this.s.view.elected;
     const shard = d.envelope.shardId;
     if (elected !== null && !elected.equals(this.self)) {
-      if (!t.settings.awaitCoordinator) {
-        this.reject(d, new NoShardOwnerError(t.name, shard));
-        return;
-      }
-      if (origin?.equals(elected) === true) {
-        // Two views disagree (the sender still elects this node): sending it back at once could bounce it between
-        // us until one view changes. Held instead, and tried again when this node's view or plan changes, or sent
-        // back at the next plan sync (250 ms), within the delivery's deadline.
-        this.hold(t, t.heldForwarded, d, origin, false, held);
-        t.heldForwardedStuck = { snapshot: this.s.view.snapshot, generation: t.plan.generation };
-        return;
-      }
-      this.effects.push({ kind: "forward", to: elected, envelope: d.envelope, delivery: d });
+      // This node stepped down while the envelope was in flight. Sending it on to the new coordinator would keep it
+      // alive but could reorder it: the caller may already be sending its later messages there directly. Per-sender
+      // order is the stronger promise, so it fails closed, as before (docs/protocol.md §8.6).
+      this.reject(d, new NoShardOwnerError(t.name, shard));
       return;
     }
     if (elected === null || !this.authorReady(t)) {
@@ -1022,11 +1005,7 @@ class Step {
           for (const h of t.heldLocal.takeAll()) this.routeLocal(t, h.delivery, h.countsRemoteRoute, h);
         }
       }
-      const stuck = t.heldForwardedStuck;
-      if (stuck !== null && (stuck.snapshot !== this.s.view.snapshot || stuck.generation !== t.plan.generation)) {
-        t.heldForwardedStuck = null;
-      }
-      if (t.heldForwarded.size > 0 && t.heldForwardedStuck === null) {
+      if (t.heldForwarded.size > 0) {
         const elected = this.s.view.elected;
         if (elected !== null && (!elected.equals(this.self) || this.authorReady(t))) {
           for (const h of t.heldForwarded.takeAll()) {
@@ -1431,22 +1410,6 @@ class Step {
         this.dispatch(t, effect.delivery, effect.owner);
         return;
       case "reject":
-        if (
-          t.settings.awaitCoordinator &&
-          effect.error instanceof NoShardOwnerError &&
-          effect.delivery.envelope.hopCount === 0 &&
-          this.handoffTerm(t) === "lost"
-        ) {
-          // This node stopped being the coordinator while the shard moved (it left the Up members, or a member
-          // became unreachable): the buffered deliveries were accepted but never dispatched, so they are routed
-          // again as hop-0 envelopes, by whatever coordinator is (or will be) elected, instead of failing.
-          try {
-            this.routeForwarded(t, effect.delivery, null, null);
-          } catch (error) {
-            this.reject(effect.delivery, asError(error));
-          }
-          return;
-        }
         this.reject(effect.delivery, effect.error);
         return;
       case "scheduleAttempt":
@@ -1491,19 +1454,6 @@ class Step {
         return;
       case "planSync":
         t.planSyncArmed = false;
-        if (t.heldForwardedStuck !== null) {
-          // A plan sync later the sender's view has most likely caught up: send the stuck deliveries to the
-          // coordinator this node elects after all. Were it still behind, it sends them back and they wait another
-          // round here: at most one bounce per plan sync, within each delivery's deadline.
-          t.heldForwardedStuck = null;
-          for (const h of t.heldForwarded.takeAll()) {
-            try {
-              this.routeForwarded(t, h.delivery, null, h);
-            } catch (error) {
-              this.reject(h.delivery, asError(error));
-            }
-          }
-        }
         this.syncPlan(t);
         return;
       case "handoffAttempt": {
