@@ -29,7 +29,7 @@ async function timeline(leaveCoordinator: boolean): Promise<void> {
   const base = recordingLogger();
   const logger = {
     ...base,
-    info: (context: object, message: string) => logLines.push({ at: performance.now(), message }),
+    info: (_context: object, message: string) => logLines.push({ at: performance.now(), message }),
   };
   const first = await startShardingNode(null, { logger });
   const others = await Promise.all([
