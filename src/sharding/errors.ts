@@ -26,25 +26,35 @@ export class ClusterShardingConfigurationError extends Error {
 
 /**
  * No owner can take the message: no converged coordinator (entityType "cluster", shardId -1), a member is
- * unreachable, the shard has no eligible owner, or a handoff aborted.
+ * unreachable (`unreachableMember` names it), the shard has no eligible owner, or a handoff aborted.
  */
 export class NoShardOwnerError extends Error {
   override readonly name = "NoShardOwnerError";
   constructor(
     readonly entityType: string,
     readonly shardId: number,
+    /** The unreachable member (UniqueAddress text) that keeps the cluster from a coordinator, when that is the reason. */
+    readonly unreachableMember: string | null = null,
   ) {
     super(
-      `No eligible owner for ${entityType} shard ${shardId}; ` +
-        (shardId < 0
-          ? "the cluster has no converged coordinator (not converged or a member is unreachable): retry later or down the unreachable member"
-          : "retry once an eligible member is Up and has registered the entity type"),
+      unreachableMember !== null
+        ? `No eligible owner for ${entityType} shard ${shardId}; member ${unreachableMember} is unreachable, so the cluster has no coordinator: ` +
+            "wait until it is reachable again, or down it (`movie down <address>` or POST /cluster/members/:address/down) if it failed"
+        : `No eligible owner for ${entityType} shard ${shardId}; ` +
+            (shardId < 0
+              ? "the cluster has no converged coordinator (not converged or a member is unreachable): retry later or down the unreachable member"
+              : "retry once an eligible member is Up and has registered the entity type"),
     );
   }
 
   /** The error used while there is no converged coordinator. */
   static noCoordinator(): NoShardOwnerError {
     return new NoShardOwnerError("cluster", -1);
+  }
+
+  /** The error used when `member` (UniqueAddress text) is unreachable and so no coordinator can be elected. */
+  static unreachable(member: string): NoShardOwnerError {
+    return new NoShardOwnerError("cluster", -1, member);
   }
 }
 

@@ -41,6 +41,26 @@ export interface ShardingSettingsOptions {
    * may differ; a later init of the same type on this node keeps the first value.
    */
   shardMailboxCapacity?: number | null;
+  /**
+   * While there is no converged coordinator to route through (membership re-converging after a join or leave, a new
+   * coordinator collecting snapshots, a member unreachable), a tell or ask on this node waits for one instead of
+   * failing at once with NoShardOwnerError (docs/protocol.md §8.6, docs/zero-downtime.md); default true. false keeps
+   * the immediate failure. Local, not part of the settings key: it only decides how long this node's own callers
+   * wait, no other node reads it, so nodes may differ.
+   */
+  awaitCoordinator?: boolean;
+  /**
+   * Most deliveries (tells and asks) held per shard on this node while waiting for a coordinator (1..100,000);
+   * default 1,024. A call past it fails at once with NoShardOwnerError (counted in `ShardingStats.heldRefused`).
+   * Local, not part of the settings key (it bounds this node's memory).
+   */
+  heldDeliveriesPerShard?: number;
+  /**
+   * How long a delivery may wait for a coordinator, ms (1..600,000); default 10,000. An ask waits at most its own
+   * timeout too. Past it the delivery is rejected with NoShardOwnerError (naming an unreachable member when one is
+   * the reason), counted in `ShardingStats.heldExpired`. Local, not part of the settings key.
+   */
+  heldDeliveryTimeout?: number;
 }
 
 /** Every key of {@link ShardingSettingsOptions}. */
@@ -54,10 +74,19 @@ export const shardingSettingsShape = {
   idleTimeout: true,
   entityMailboxCapacity: true,
   shardMailboxCapacity: true,
+  awaitCoordinator: true,
+  heldDeliveriesPerShard: true,
+  heldDeliveryTimeout: true,
 } as const satisfies SettingsShapeOf<ShardingSettingsOptions>;
 
 /** Largest `shardMailboxCapacity`. */
 const shardMailboxCapacityMax = 100_000_000;
+/** Default and largest `heldDeliveriesPerShard`: the default matches a handoff's buffer per moving shard. */
+const heldDeliveriesPerShardDefault = 1_024;
+const heldDeliveriesPerShardMax = 100_000;
+/** Default and largest `heldDeliveryTimeout`, ms: a re-convergence takes a few gossip rounds, a real failure is ended by an operator. */
+const heldDeliveryTimeoutDefaultMs = 10_000;
+const heldDeliveryTimeoutMaxMs = 600_000;
 
 /** The fields {@link ShardingSettings.incompatibleField} can name. */
 export type ShardingSettingsField =
@@ -85,6 +114,12 @@ export class ShardingSettings {
   readonly entityMailboxCapacity: number | null;
   /** Messages waiting in one shard's entity mailboxes together, or null when unbounded; local (not in {@link key}). */
   readonly shardMailboxCapacity: number | null;
+  /** Whether callers wait for a coordinator instead of failing at once; local (not in {@link key}). */
+  readonly awaitCoordinator: boolean;
+  /** Deliveries held per shard while waiting for a coordinator; local (not in {@link key}). */
+  readonly heldDeliveriesPerShard: number;
+  /** Milliseconds a delivery may wait for a coordinator; local (not in {@link key}). */
+  readonly heldDeliveryTimeout: number;
   /**
    * Deterministic text identical on every node with the same settings; every envelope carries it and a receiver with
    * another key rejects the envelope.
@@ -143,6 +178,26 @@ export class ShardingSettings {
       );
     }
     this.shardMailboxCapacity = shardCapacity;
+    const awaitCoordinator = options.awaitCoordinator ?? true;
+    if (typeof awaitCoordinator !== "boolean") {
+      throw new ClusterShardingConfigurationError(
+        `awaitCoordinator must be true or false (got ${typeof awaitCoordinator})`,
+        "awaitCoordinator",
+      );
+    }
+    this.awaitCoordinator = awaitCoordinator;
+    this.heldDeliveriesPerShard = requireWhole(
+      options.heldDeliveriesPerShard ?? heldDeliveriesPerShardDefault,
+      heldDeliveriesPerShardMax,
+      "heldDeliveriesPerShard",
+      "held deliveries per shard must be a whole number of messages",
+    );
+    this.heldDeliveryTimeout = requireWhole(
+      options.heldDeliveryTimeout ?? heldDeliveryTimeoutDefaultMs,
+      heldDeliveryTimeoutMaxMs,
+      "heldDeliveryTimeout",
+      "held delivery timeout must be a whole number of ms",
+    );
     this.key = [
       this.shardCount,
       this.partitioner.configurationKey,
@@ -184,6 +239,20 @@ export class ShardingSettings {
   isCompatible(other: ShardingSettings): boolean {
     return this.incompatibleField(other) === null;
   }
+}
+
+/**
+ * `value` when it is a whole number in 1..`max`.
+ * @throws ClusterShardingConfigurationError naming `field`
+ */
+function requireWhole(value: unknown, max: number, field: string, what: string): number {
+  if (typeof value !== "number" || !Number.isSafeInteger(value) || value < 1 || value > max) {
+    throw new ClusterShardingConfigurationError(
+      `${what} 1..${max} (got ${typeof value === "number" ? value : typeof value})`,
+      field,
+    );
+  }
+  return value;
 }
 
 function isPositive(ms: number): boolean {

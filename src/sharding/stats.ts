@@ -49,6 +49,15 @@ export interface ShardingStats {
    * held `shardMailboxCapacity` messages not yet started (each is also a dead letter with reason mailboxOverflow).
    */
   readonly shardMailboxOverflows: number;
+  /**
+   * Beyond docs/protocol.md §16.2 (see §8.6): deliveries this node held while it had no coordinator to route through
+   * (a caller's tell or ask, or a hop-0 envelope that reached a coordinator in transition).
+   */
+  readonly heldDeliveries: number;
+  /** Deliveries not held because their shard's held queue was full (`heldDeliveriesPerShard`); also in `rejectedEnvelopes`. */
+  readonly heldRefused: number;
+  /** Held deliveries rejected at their deadline (`heldDeliveryTimeout`, or an ask's own timeout); also in `rejectedEnvelopes`. */
+  readonly heldExpired: number;
 }
 
 /** Why an inbound sharding envelope could not be decoded (see {@link ShardingStats.malformedEnvelopes}). */
@@ -84,5 +93,8 @@ export function zeroStats(): MutableShardingStats {
     rejectedEnvelopes: 0,
     malformedEnvelopes: { undecodable: 0, schemaInvalid: 0, payload: 0 },
     shardMailboxOverflows: 0,
+    heldDeliveries: 0,
+    heldRefused: 0,
+    heldExpired: 0,
   };
 }

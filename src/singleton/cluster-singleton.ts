@@ -249,7 +249,8 @@ export class ClusterSingletonRef<T> {
 
   /**
    * Sends `message` to the singleton wherever it runs.
-   * @throws NoShardOwnerError when the cluster has no converged coordinator (routing fails closed)
+   * @throws NoShardOwnerError when the cluster has no converged coordinator and the message cannot wait for one (its
+   * shard's held queue is full, or awaitCoordinator is false; docs/protocol.md §8.6): routing fails closed
    */
   tell(message: T, sender: ActorRef<unknown> | null = null): void {
     this.singletons.count("tells");

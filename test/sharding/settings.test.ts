@@ -69,6 +69,33 @@ test("invalid settings are rejected with the original's texts and the field", ()
   }
 });
 
+test("the wait for a coordinator: defaults, bounds, and local settings outside the key", () => {
+  const d = ShardingSettings.create();
+  assert.equal(d.awaitCoordinator, true);
+  assert.equal(d.heldDeliveriesPerShard, 1_024);
+  assert.equal(d.heldDeliveryTimeout, 10_000);
+  const local = ShardingSettings.create({ awaitCoordinator: false, heldDeliveriesPerShard: 1, heldDeliveryTimeout: 1 });
+  assert.equal(local.key, d.key, "local: nodes may differ");
+  assert.ok(local.isCompatible(d));
+  const cases: [Parameters<typeof ShardingSettings.create>[0], string][] = [
+    [{ awaitCoordinator: "yes" as unknown as boolean }, "awaitCoordinator"],
+    [{ heldDeliveriesPerShard: 0 }, "heldDeliveriesPerShard"],
+    [{ heldDeliveriesPerShard: 100_001 }, "heldDeliveriesPerShard"],
+    [{ heldDeliveriesPerShard: 1.5 }, "heldDeliveriesPerShard"],
+    [{ heldDeliveryTimeout: 0 }, "heldDeliveryTimeout"],
+    [{ heldDeliveryTimeout: 600_001 }, "heldDeliveryTimeout"],
+    [{ heldDeliveryTimeout: Number.NaN }, "heldDeliveryTimeout"],
+    [{ heldDeliveryTimeout: "10" as unknown as number }, "heldDeliveryTimeout"],
+  ];
+  for (const [options, field] of cases) {
+    assert.throws(
+      () => ShardingSettings.create(options),
+      (e: unknown) => e instanceof ClusterShardingConfigurationError && e.field === field,
+      JSON.stringify(options),
+    );
+  }
+});
+
 test("the compatibility check names the first mismatching field", () => {
   const base = ShardingSettings.create({ idleTimeout: 1000 });
   const differing: [Parameters<typeof ShardingSettings.create>[0], string][] = [

@@ -2,7 +2,7 @@
 // the order of the buffer flush against the completed generation's PlanUpdate.
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { LeastLoadedAllocation, NoRebalance, NoShardOwnerError } from "../../src/sharding/index.ts";
+import { LeastLoadedAllocation, NoRebalance } from "../../src/sharding/index.ts";
 import { PassivateShard, PlanUpdate, PrepareShard, ShardingEnvelope } from "../../src/sharding/internal/index.ts";
 import { eventually } from "../fixtures/eventually.ts";
 import { FakeCluster, type Node } from "./fixtures/fake-cluster.ts";
@@ -214,15 +214,17 @@ test("graceful leave while the coordinator's convergence flickers: handoffs wait
   assert.ok(r.flickers >= 1, `flickered ${r.flickers} times (one per preparation sent to b)`);
   const aborted = [...r.logger.warnings, ...r.logger.infos].filter((w) => w.message === "sharding handoff aborted");
   assert.deepEqual(aborted, [], "no handoff aborted over a flicker");
-  // A rejection is only allowed for an ask the coordinator could not accept: it arrived while its view was not
-  // converged (fail closed). Every accepted ask was answered.
-  for (const f of r.failed) {
-    assert.ok(f.error instanceof NoShardOwnerError, `${f.id}:${f.n} failed with ${f.error}`);
-    assert.ok(r.arrivedUnconverged.has(`${f.id}:${f.n}`), `${f.id}:${f.n} was accepted, then rejected`);
-  }
+  // An ask that reaches the coordinator while its view is not converged is held there (docs/protocol.md §8.6) and
+  // routed in order once the view converges again: none fails.
+  assert.deepEqual(
+    r.failed.map((f) => `${f.id}:${f.n} ${String(f.error)}`),
+    [],
+    "no ask failed over the flicker",
+  );
+  assert.ok(r.arrivedUnconverged.size > 0, "asks did reach the coordinator while it was not converged");
   assert.ok(
-    r.failed.length > 0,
-    "the flicker did make the coordinator refuse new routes (else the test proves nothing)",
+    r.a.sharding.stats.heldDeliveries > 0,
+    "the flicker did make the coordinator hold new routes (else the test proves nothing)",
   );
   for (const id of r.ids) {
     const processed = sequenceSink.get(id)!;

@@ -35,6 +35,13 @@ const node = cluster.addNode("solo");
 const sharding = node.sharding;
 // No idle timeout here: an idle sweep must not passivate the entities the other tests count and re-activate.
 const orders = sharding.init("Order", OrderCommand, { shardCount: 16 }, (id) => new OrderBehavior(id));
+// Only the test of the immediate failure without a coordinator uses this type (the default waits for one).
+const impatientOrders = sharding.init(
+  "ImpatientOrder",
+  OrderCommand,
+  { shardCount: 16, awaitCoordinator: false },
+  (id) => new OrderBehavior(id),
+);
 // Only the idle-passivation test uses this type.
 const idleOrders = sharding.init(
   "IdleOrder",
@@ -175,19 +182,20 @@ test("an unregistered message class fails at the caller", () => {
   assert.throws(() => sharding.entityRefFor(orders, "x").tell(new Unregistered()), /not registered/);
 });
 
-test("without a converged coordinator, tells throw and asks reject with NoShardOwnerError", async () => {
+test("awaitCoordinator false: without a converged coordinator, tells throw and asks reject with NoShardOwnerError at once", async () => {
   node.setConverged(false);
   try {
-    const order = sharding.entityRefFor(orders, "order-42");
+    const order = sharding.entityRefFor(impatientOrders, "order-42");
     const rejected = sharding.stats.rejectedEnvelopes;
     assert.throws(
       () => order.tell(new DeliverOrder("p")),
       (e: unknown) => e instanceof NoShardOwnerError && e.entityType === "cluster" && e.shardId === -1,
     );
     await assert.rejects(order.ask(new GetOrder(), OrderReply, 1000), NoShardOwnerError);
-    await assert.rejects(sharding.activate(orders, "x"), NoShardOwnerError);
+    await assert.rejects(sharding.activate(impatientOrders, "x"), NoShardOwnerError);
     assert.equal(sharding.stats.rejectedEnvelopes, rejected + 3);
-    assert.equal(sharding.ownerFor(orders, "order-42"), null);
+    assert.equal(sharding.stats.heldDeliveries, 0, "nothing held");
+    assert.equal(sharding.ownerFor(impatientOrders, "order-42"), null);
   } finally {
     node.setConverged(true);
   }
@@ -212,7 +220,7 @@ test("host.registerProvider (the persistent facade's path) is idempotent and che
   );
 });
 
-test("stats: the 15 counters of docs/protocol.md §16.2 in its order, then the malformed breakdown and shard-bound refusals, as a frozen snapshot", () => {
+test("stats: the 15 counters of docs/protocol.md §16.2 in its order, then the malformed breakdown, shard-bound refusals and held deliveries, as a frozen snapshot", () => {
   const snapshot = sharding.stats;
   assert.deepEqual(Object.keys(snapshot), [
     "routes",
@@ -232,6 +240,9 @@ test("stats: the 15 counters of docs/protocol.md §16.2 in its order, then the m
     "rejectedEnvelopes",
     "malformedEnvelopes",
     "shardMailboxOverflows",
+    "heldDeliveries",
+    "heldRefused",
+    "heldExpired",
   ]);
   assert.deepEqual(Object.keys(snapshot.malformedEnvelopes), ["undecodable", "schemaInvalid", "payload"]);
   assert.ok(Object.isFrozen(snapshot) && Object.isFrozen(snapshot.malformedEnvelopes));

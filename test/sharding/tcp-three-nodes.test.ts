@@ -49,7 +49,9 @@ import {
 let nodes: ShardingNode[] = [];
 before(async () => {
   nodes = await startShardingNodes(3);
-  for (const n of nodes) n.sharding.init("Order", OrderCommand, { shardCount: 32 }, (id) => new OrderBehavior(id));
+  // A short wait for a coordinator (docs/protocol.md §8.6), so the unreachable-member test sees the wait end.
+  const settings = { shardCount: 32, heldDeliveryTimeout: 400 };
+  for (const n of nodes) n.sharding.init("Order", OrderCommand, settings, (id) => new OrderBehavior(id));
   await eventually(() => nodes.every((n) => settled(n, 3)), { what: "3 nodes Up and converged" });
   await eventually(() => planSettled(nodes, "Order", { shardCount: 32 }), {
     what: "a balanced plan everywhere",
@@ -363,8 +365,22 @@ test("routing fails closed while a member is unreachable, and recovers when it i
       { what: "a and c stop their entities while the other is unreachable", describe: describeNodes(nodes, "Order") },
     );
     const ref = a.sharding.entityRefFor<OrderCommand>("Order", "order-1");
-    assert.throws(() => ref.tell(new DeliverOrder("lost")), NoShardOwnerError);
-    await assert.rejects(ref.ask(new GetOrder(), OrderReply, 1_000), NoShardOwnerError);
+    // The calls wait for a coordinator (a tell is held, nothing thrown) until heldDeliveryTimeout, then fail closed
+    // naming the unreachable member: nothing is routed and no owner guessed.
+    const expired = a.sharding.stats.heldExpired;
+    ref.tell(new DeliverOrder("lost"));
+    const unreachable = c.cluster.selfAddress.toString();
+    await assert.rejects(
+      ref.ask(new GetOrder(), OrderReply, 3_000),
+      (e: unknown) =>
+        e instanceof NoShardOwnerError &&
+        e.unreachableMember === unreachable &&
+        e.message.includes(`member ${unreachable} is unreachable`),
+    );
+    await eventually(() => a.sharding.stats.heldExpired === expired + 2, {
+      what: "the held tell and ask expired",
+      describe: () => a.sharding.stats,
+    });
     assert.equal(a.sharding.ownerFor("Order", "order-1"), null);
   } finally {
     a.remoting.unblackhole(c.remoting.selfAddress);

@@ -122,7 +122,7 @@ test("two systems: activation only on the first message, STOP from the other nod
   }
 });
 
-test("before membership converges (a node still Joining), routes fail closed", async () => {
+test("before membership converges (a node still Joining), routes wait for a coordinator and fail closed at the deadline", async () => {
   // The seed is a socket that accepts and never answers the handshake: the node never gets in, so it never sees a
   // converged coordinator. (A freed port would not do: the kernel may hand it to the node itself, making it a seed.)
   const silentSeed = createServer(() => {});
@@ -130,14 +130,33 @@ test("before membership converges (a node still Joining), routes fail closed", a
   const seedPort = (silentSeed.address() as AddressInfo).port;
   const lonely = await startShardingNode(seedPort);
   try {
-    lonely.sharding.init("Order", OrderCommand, { shardCount: 8 }, (id) => new OrderBehavior(id));
-    assert.equal(lonely.cluster.snapshot().selfStatus, "Joining");
-    const ref = lonely.sharding.entityRefFor<OrderCommand>("Order", "early");
-    assert.throws(
-      () => ref.tell(new DeliverOrder("p")),
-      (e: unknown) => e instanceof NoShardOwnerError && e.shardId === -1,
+    lonely.sharding.init(
+      "Order",
+      OrderCommand,
+      { shardCount: 8, heldDeliveryTimeout: 300 },
+      (id) => new OrderBehavior(id),
     );
-    await assert.rejects(ref.ask(new GetOrder(), OrderReply, 500), NoShardOwnerError);
+    lonely.sharding.init(
+      "Impatient",
+      OrderCommand,
+      { shardCount: 8, awaitCoordinator: false },
+      (id) => new OrderBehavior(id),
+    );
+    assert.equal(lonely.cluster.snapshot().selfStatus, "Joining");
+    const noCoordinator = (e: unknown) => e instanceof NoShardOwnerError && e.shardId === -1;
+    // The default: the tell is held and the ask waits (docs/protocol.md §8.6), until heldDeliveryTimeout.
+    const ref = lonely.sharding.entityRefFor<OrderCommand>("Order", "early");
+    ref.tell(new DeliverOrder("p"));
+    await assert.rejects(ref.ask(new GetOrder(), OrderReply, 2_000), noCoordinator);
+    await eventually(() => lonely.sharding.stats.heldExpired === 2, {
+      what: "the held tell and ask expired",
+      describe: () => lonely.sharding.stats,
+    });
+    // awaitCoordinator false: they fail at once.
+    const impatient = lonely.sharding.entityRefFor<OrderCommand>("Impatient", "early");
+    assert.throws(() => impatient.tell(new DeliverOrder("p")), noCoordinator);
+    await assert.rejects(impatient.ask(new GetOrder(), OrderReply, 500), noCoordinator);
+    assert.equal(lonely.sharding.stats.heldDeliveries, 2, "only the waiting type held anything");
     assert.equal(lonely.sharding.allocations("Order").size, 0);
     assert.equal(lonely.sharding.ownerFor("Order", "early"), null);
     assert.equal(lonely.sharding.localEntityCount, 0);

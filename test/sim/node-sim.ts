@@ -351,6 +351,7 @@ export class NodeSim {
     if (t !== undefined) {
       for (const d of t.barrier.clear()) this.settle(d, "lost");
       for (const h of t.handoffs.values()) for (const d of h.state.buffer) this.settle(d, "lost");
+      for (const h of [...t.heldLocal.takeAll(), ...t.heldForwarded.takeAll()]) this.settle(h.delivery, "lost");
     }
     this.note(`${node.name} stopped (${why})`);
   }
@@ -736,6 +737,8 @@ export class NodeSim {
       // The history is over: emptying the barrier to read what it holds changes nothing that is checked later.
       for (const d of t.barrier.clear()) held.add(callOf(d.envelope));
       for (const h of t.handoffs.values()) for (const d of h.state.buffer) held.add(callOf(d.envelope));
+      // Deliveries waiting for a coordinator (docs/protocol.md §8.6): routed or expired later, by their deadline.
+      for (const h of [...t.heldLocal.list(), ...t.heldForwarded.list()]) held.add(callOf(h.delivery.envelope));
     }
     for (const call of this.calls.keys()) {
       if (!this.outcomes.has(call) && !held.has(call)) {

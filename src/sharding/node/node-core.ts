@@ -47,6 +47,7 @@ import { type AttemptOutcome, type BarrierResult, RetryBarrier } from "../intern
 import type { ShardingClusterSnapshot } from "../membership.ts";
 import type { ShardingSettings } from "../settings.ts";
 import { type MutableShardingStats, zeroStats } from "../stats.ts";
+import { HeldDeliveries, type HeldDelivery } from "./held-deliveries.ts";
 import { emptyView, type MembershipView, viewOf } from "./view.ts";
 
 /**
@@ -103,6 +104,12 @@ export interface TypeState {
   readonly drainsStarted: Set<number>;
   reconcileArmed: boolean;
   planSyncArmed: boolean;
+  /** This node's callers' deliveries waiting for a coordinator to route through (docs/protocol.md §8.6). */
+  readonly heldLocal: HeldDeliveries<Delivery>;
+  /** Hop-0 envelopes from other nodes' callers that reached this node while it could not route them as coordinator. */
+  readonly heldForwarded: HeldDeliveries<Delivery>;
+  /** The armed held-deliveries sweep: its id (a sweep with another id is stale) and when it fires; null when none. */
+  heldSweep: { readonly id: number; readonly atMs: number } | null;
 }
 
 /**
@@ -139,7 +146,8 @@ export type NodeTimer =
   | { readonly kind: "handoffAttempt"; readonly type: string; readonly shard: number; readonly token: number }
   | { readonly kind: "handoffRetryComplete"; readonly type: string; readonly shard: number; readonly token: number }
   | { readonly kind: "barrierTick"; readonly type: string; readonly shard: number; readonly id: number }
-  | { readonly kind: "idleSweep"; readonly type: string };
+  | { readonly kind: "idleSweep"; readonly type: string }
+  | { readonly kind: "heldSweep"; readonly type: string; readonly id: number };
 
 /** A control message other nodes send to this node's daemon. */
 export type ControlMessage =
@@ -366,6 +374,14 @@ class Step {
       if (input.kind === "route") this.refuse(input.delivery, NoShardOwnerError.noCoordinator());
       return;
     }
+    // Held deliveries go before anything newer (the view may have changed since the last step), and again after
+    // the input, which may have restored the authority (a membership change, a stored plan, a reconcile).
+    this.flushHeld();
+    this.handleInput(input);
+    if (!this.s.stopped) this.flushHeld();
+  }
+
+  private handleInput(input: Exclude<NodeInput, { kind: "view" }>): void {
     switch (input.kind) {
       case "membershipChanged":
         if (input.snapshot !== this.s.view.snapshot) this.s.view = viewOf(input.snapshot);
@@ -491,6 +507,9 @@ class Step {
       drainsStarted: new Set(),
       reconcileArmed: false,
       planSyncArmed: false,
+      heldLocal: new HeldDeliveries<Delivery>(settings.heldDeliveriesPerShard),
+      heldForwarded: new HeldDeliveries<Delivery>(settings.heldDeliveriesPerShard),
+      heldSweep: null,
     };
     this.s.types.set(name, t);
     this.syncPlan(t);
@@ -824,9 +843,28 @@ class Step {
   // Routing (docs/protocol.md §8): caller → coordinator → owner
 
   private route(d: Delivery, countsRemoteRoute: boolean): void {
-    const coordinator = this.s.view.routing;
-    if (coordinator === null) {
+    const t = this.s.types.get(d.envelope.entityType);
+    if (t === undefined) {
       this.refuse(d, NoShardOwnerError.noCoordinator());
+      return;
+    }
+    this.routeLocal(t, d, countsRemoteRoute, null);
+  }
+
+  /**
+   * A local caller's delivery: to the coordinator, or (without one to route through) held until there is one.
+   * `held` is the entry of a delivery that already waited (its deadline stands); null for a fresh call.
+   */
+  private routeLocal(t: TypeState, d: Delivery, countsRemoteRoute: boolean, held: HeldDelivery<Delivery> | null): void {
+    const coordinator = this.s.view.routing;
+    if (coordinator === null && this.departing()) {
+      // This node left (or was put out): it routes through no coordinator again, so waiting cannot help.
+      if (held !== null) this.reject(d, NoShardOwnerError.noCoordinator());
+      else this.refuse(d, NoShardOwnerError.noCoordinator());
+      return;
+    }
+    if (coordinator === null || (coordinator.equals(this.self) && !this.authorReady(t))) {
+      this.hold(t, t.heldLocal, d, null, countsRemoteRoute, held);
       return;
     }
     if (!coordinator.equals(this.self)) {
@@ -834,15 +872,151 @@ class Step {
       this.effects.push({ kind: "forward", to: coordinator, envelope: d.envelope, delivery: d });
       return;
     }
-    const t = this.s.types.get(d.envelope.entityType);
-    if (t === undefined) {
-      this.refuse(d, new NoShardOwnerError(d.envelope.entityType, d.envelope.shardId));
-      return;
-    }
     try {
       this.routeAsCoordinator(t, d, true);
     } catch (error) {
       this.reject(d, asError(error));
+    }
+  }
+
+  /**
+   * A hop-0 envelope another node's caller sent here as to the coordinator: routed when this node is the plan
+   * author of a converged view; held while the authority is being re-established here (not converged, a member
+   * unreachable, or this node elected but still collecting snapshots), since the caller's later messages come here
+   * too and queue behind it; rejected when this node's converged view elects another coordinator. No owner is
+   * guessed: only a converged coordinator's plan routes.
+   */
+  private routeForwarded(t: TypeState, d: Delivery, origin: UniqueAddress | null, held: HeldDelivery<Delivery> | null) {
+    const elected = this.s.view.elected;
+    const shard = d.envelope.shardId;
+    if (elected !== null && !elected.equals(this.self)) {
+      // This node stepped down while the envelope was in flight. Sending it on to the new coordinator would keep it
+      // alive but could reorder it: the caller may already be sending its later messages there directly. Per-sender
+      // order is the stronger promise, so it fails closed, as before (docs/protocol.md §8.6).
+      this.reject(d, new NoShardOwnerError(t.name, shard));
+      return;
+    }
+    if (elected === null || !this.authorReady(t)) {
+      this.hold(t, t.heldForwarded, d, origin, false, held);
+      return;
+    }
+    this.routeAsCoordinator(t, d, false);
+  }
+
+  /** Whether this node's own status is past Up (Leaving, Exiting, Down): it never routes again. */
+  private departing(): boolean {
+    const status =
+      this.s.view.snapshot.members.find((m) => m.uniqueAddress.equals(this.self))?.status ?? this.s.lastSelfStatus;
+    return status !== undefined && status !== "Joining" && status !== "Up";
+  }
+
+  /** Whether this node, as the elected coordinator, has an authoritative plan (reconciling once if it has none). */
+  private authorReady(t: TypeState): boolean {
+    if (!this.isAuthor(t)) this.reconcileUnlessBootstrapping(t);
+    return this.isAuthor(t);
+  }
+
+  /** The error a delivery that cannot wait (or waited too long) fails with: an unreachable member is named. */
+  private waitError(t: TypeState, shard: number): NoShardOwnerError {
+    const unreachable = this.s.view.snapshot.unreachable;
+    if (unreachable.length > 0) return NoShardOwnerError.unreachable(unreachable[0]!.toString());
+    if (this.s.view.elected === null || this.s.view.routing === null) return NoShardOwnerError.noCoordinator();
+    return new NoShardOwnerError(t.name, shard);
+  }
+
+  /**
+   * Holds `d` behind the shard's earlier held deliveries (docs/protocol.md §8.6), or fails it: at once when this
+   * type does not await a coordinator or the shard's held queue is full. A local caller's own call fails (`refuse`);
+   * an envelope from another node is rejected (its ask fails).
+   */
+  private hold(
+    t: TypeState,
+    queue: HeldDeliveries<Delivery>,
+    d: Delivery,
+    origin: UniqueAddress | null,
+    countsRemoteRoute: boolean,
+    held: HeldDelivery<Delivery> | null,
+  ): void {
+    const shard = d.envelope.shardId;
+    const local = queue === t.heldLocal;
+    if (held !== null) {
+      // Taken out by a flush that could not route it after all: back in its place with its deadline.
+      const kept = queue.hold(shard, held);
+      assert.ok(kept, "a held delivery put back fits: the flush took it from this very queue");
+      return;
+    }
+    if (!t.settings.awaitCoordinator) {
+      const error = this.waitError(t, shard);
+      if (local) this.refuse(d, error);
+      else this.reject(d, error);
+      return;
+    }
+    const askTimeoutMs = d.envelope.askTimeoutMs;
+    const waitMs =
+      askTimeoutMs === null ? t.settings.heldDeliveryTimeout : Math.min(askTimeoutMs, t.settings.heldDeliveryTimeout);
+    const deadlineMs = this.nowMs + waitMs;
+    if (!queue.hold(shard, { delivery: d, deadlineMs, origin, countsRemoteRoute })) {
+      this.counters.heldRefused++;
+      const error = this.waitError(t, shard);
+      if (local) this.refuse(d, error);
+      else this.reject(d, error);
+      return;
+    }
+    this.counters.heldDeliveries++;
+    this.armHeldSweep(t, deadlineMs);
+  }
+
+  /** Arms the type's one sweep timer for `deadlineMs` unless one fires earlier (one timer per type, not per message). */
+  private armHeldSweep(t: TypeState, deadlineMs: number): void {
+    if (t.heldSweep !== null && t.heldSweep.atMs <= deadlineMs) return;
+    const id = this.s.nextToken++;
+    t.heldSweep = { id, atMs: deadlineMs };
+    this.schedule(Math.max(0, deadlineMs - this.nowMs), { kind: "heldSweep", type: t.name, id });
+  }
+
+  /** Rejects the held deliveries past their deadline and arms the sweep for the next one. */
+  private onHeldSweep(t: TypeState, id: number): void {
+    if (t.heldSweep?.id !== id) return;
+    t.heldSweep = null;
+    const expired = [...t.heldLocal.expire(this.nowMs), ...t.heldForwarded.expire(this.nowMs)];
+    let error: NoShardOwnerError | null = null;
+    for (const h of expired) {
+      this.counters.heldExpired++;
+      error = this.waitError(t, h.delivery.envelope.shardId);
+      this.reject(h.delivery, error);
+    }
+    if (error !== null) {
+      this.log(
+        "warn",
+        { type: t.name, expired: expired.length, error: error.message },
+        "sharding deliveries waited for a coordinator past their deadline and were rejected",
+      );
+    }
+    const next = [t.heldLocal.nextDeadlineMs(), t.heldForwarded.nextDeadlineMs()].filter((x) => x !== null);
+    if (next.length > 0) this.armHeldSweep(t, Math.min(...next));
+  }
+
+  /** Routes every held delivery, in order, as soon as there is an authority to route it (docs/protocol.md §8.6). */
+  private flushHeld(): void {
+    for (const t of this.s.types.values()) {
+      if (t.heldLocal.size > 0) {
+        const coordinator = this.s.view.routing;
+        if (coordinator !== null && (!coordinator.equals(this.self) || this.authorReady(t))) {
+          for (const h of t.heldLocal.takeAll()) this.routeLocal(t, h.delivery, h.countsRemoteRoute, h);
+        }
+      }
+      if (t.heldForwarded.size > 0) {
+        const elected = this.s.view.elected;
+        if (elected !== null && (!elected.equals(this.self) || this.authorReady(t))) {
+          for (const h of t.heldForwarded.takeAll()) {
+            try {
+              this.routeForwarded(t, h.delivery, h.origin, h);
+            } catch (error) {
+              this.reject(h.delivery, asError(error));
+            }
+          }
+        }
+      }
     }
   }
 
@@ -861,8 +1035,10 @@ class Step {
     }
     try {
       requireSameSettings(t, envelope.settingsKey);
-      if (envelope.hopCount === 0) this.routeAsCoordinator(t, d, false);
-      else this.receiveAsOwner(t, d, origin);
+      if (envelope.hopCount === 0) {
+        requireOwnShard(t, envelope);
+        this.routeForwarded(t, d, origin, null);
+      } else this.receiveAsOwner(t, d, origin);
     } catch (error) {
       this.reject(d, asError(error));
     }
@@ -870,15 +1046,7 @@ class Step {
 
   private routeAsCoordinator(t: TypeState, d: Delivery, builtHere: boolean): void {
     const { envelope } = d;
-    if (!builtHere) {
-      const expected = t.settings.partitioner.shardFor(envelope.entityType, envelope.entityId, t.settings.shardCount);
-      if (expected !== envelope.shardId) {
-        throw new ClusterShardingConfigurationError(
-          `Envelope shard ${envelope.shardId} does not match entity shard ${expected}`,
-          "shardId",
-        );
-      }
-    }
+    if (!builtHere) requireOwnShard(t, envelope);
     const shard = envelope.shardId;
     const coordinator = this.s.view.elected;
     if (coordinator === null || !coordinator.equals(this.self)) throw new NoShardOwnerError(envelope.entityType, shard);
@@ -1305,6 +1473,9 @@ class Step {
       case "barrierTick":
         this.onBarrierTick(t, timer.shard, timer.id);
         return;
+      case "heldSweep":
+        this.onHeldSweep(t, timer.id);
+        return;
       case "idleSweep":
         if (t.settings.idleTimeout !== null) {
           this.effects.push({ kind: "passivateIdle", type: t.name, idleTimeoutMs: t.settings.idleTimeout });
@@ -1333,6 +1504,9 @@ class Step {
   private stop(): void {
     this.s.stopped = true;
     for (const t of this.s.types.values()) {
+      for (const h of t.heldLocal.takeAll()) this.reject(h.delivery, NoShardOwnerError.noCoordinator());
+      for (const h of t.heldForwarded.takeAll()) this.reject(h.delivery, NoShardOwnerError.noCoordinator());
+      t.heldSweep = null;
       for (const d of t.barrier.clear()) this.reject(d, new NoShardOwnerError(t.name, d.envelope.shardId));
       t.barrierTicks.clear();
       for (const running of t.handoffs.values()) {
@@ -1347,6 +1521,20 @@ class Step {
       t.drains.clear();
       t.drainsStarted.clear();
     }
+  }
+}
+
+/**
+ * Refuses an envelope whose shard is not its entity's (another node built it, or it is hostile).
+ * @throws ClusterShardingConfigurationError
+ */
+function requireOwnShard(t: TypeState, envelope: ShardingEnvelope): void {
+  const expected = t.settings.partitioner.shardFor(envelope.entityType, envelope.entityId, t.settings.shardCount);
+  if (expected !== envelope.shardId) {
+    throw new ClusterShardingConfigurationError(
+      `Envelope shard ${envelope.shardId} does not match entity shard ${expected}`,
+      "shardId",
+    );
   }
 }
 

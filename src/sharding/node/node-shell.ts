@@ -91,9 +91,13 @@ export class NodeShell {
     if (refusal !== null) throw refusal;
   }
 
-  /** The caller's call fails with `error`: thrown to it while its route runs, else (queued behind others) its ask fails. */
+  /**
+   * The caller's call fails with `error`: thrown to it while its route runs, else (queued behind others, or a held
+   * delivery of an earlier call routed in the same step) its ask fails.
+   */
   private refuse(delivery: Delivery, error: Error): void {
-    if (this.current !== null && this.current === this.callerInput) {
+    const own = this.callerInput;
+    if (this.current !== null && this.current === own && own.kind === "route" && own.delivery === delivery) {
       if (this.refusal === null) this.refusal = error;
     } else if (delivery.envelope.askTimeoutMs !== null) delivery.sender?.failAsk?.(error);
   }

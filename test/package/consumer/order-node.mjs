@@ -3,7 +3,7 @@
 // the orders, and prints {"ready":true,"port":...}; `node order-node.mjs frontend <seedPort>` joins it with role
 // frontend (hosting nothing), delivers a parcel to order-42 through the sharded ref, asks for the order until the
 // parcel is there, prints {"reply":...} and exits. The backend exits when its stdin closes.
-import { AbstractBehavior, ActorSystem } from "movie";
+import { AbstractBehavior, ActorSystem, AskTimeoutError } from "movie";
 import { MessageRegistry } from "movie/remote";
 import "movie/cluster";
 import { ClusterSharding, NoShardOwnerError, RendezvousAllocation, RoleAwareAllocation } from "movie/sharding";
@@ -56,15 +56,16 @@ if (role === "backend") {
   const order = sharding.entityRefFor(orders, "order-42");
   const deadline = Date.now() + 30_000;
   const pause = () => new Promise((resolve) => setTimeout(resolve, 100));
-  // Routing fails closed (NoShardOwnerError) until membership converged and the coordinator placed the shard, and a
-  // tell is at most once: ask until the order answers, then deliver the parcel and ask again.
+  // Until membership converged and the coordinator placed the shard, an ask waits for a coordinator and may time out
+  // (or fail with NoShardOwnerError past the wait), and a tell is at most once: ask until the order answers, then
+  // deliver the parcel and ask again.
   const askOrder = async () => {
     for (;;) {
       if (Date.now() > deadline) throw new Error("order-42 did not answer in 30 s");
       try {
         return await order.ask(new GetOrder(), OrderReply, 3_000);
       } catch (error) {
-        if (!(error instanceof NoShardOwnerError)) throw error;
+        if (!(error instanceof NoShardOwnerError) && !(error instanceof AskTimeoutError)) throw error;
         await pause();
       }
     }

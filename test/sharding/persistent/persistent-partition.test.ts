@@ -18,7 +18,9 @@ after(async () => {
 });
 
 async function start(name: string): Promise<Node> {
-  const settings = { shardCount: 4, leaseDuration: 1_500, leaseRenewInterval: 300 };
+  // awaitCoordinator false: the partition's fail-closed routing shows as an immediate failure (by default a call
+  // would wait for a coordinator, docs/protocol.md §8.6, and go through once the other side is downed).
+  const settings = { shardCount: 4, leaseDuration: 1_500, leaseRenewInterval: 300, awaitCoordinator: false };
   return (await startLogNode(cluster, name, pg.store, settings)).node;
 }
 

@@ -1,0 +1,103 @@
+import assert from "node:assert/strict";
+import type { UniqueAddress } from "../../actor/index.ts";
+
+/**
+ * Deliveries waiting for a routing authority (docs/protocol.md §8.6): while membership re-converges after a join or a
+ * leave, or a new coordinator collects snapshots before its first plan, a node cannot route, and the seed's rule
+ * says it must not guess an owner. Instead of failing the caller at once, the node keeps the delivery here, per
+ * shard and in arrival order, until a converged coordinator exists; then the whole queue is routed in that order, so
+ * one sender's messages to one entity keep their order through the wait.
+ *
+ *   hold ──▶ [shard FIFO, ≤ perShardMax] ──▶ take (authority back: routed in order)
+ *                      │
+ *                      └──▶ expire (its deadline passed: rejected with NoShardOwnerError)
+ *
+ * Bounded twice: a count per shard (a hold past it is refused, the caller's own call fails) and a deadline per
+ * delivery (the node's `heldDeliveryTimeout`, and for an ask also its own timeout). It reads no clock: callers pass
+ * `nowMs`.
+ */
+export interface HeldDelivery<D> {
+  readonly delivery: D;
+  /** Past this instant (ms, the node's clock) the delivery is rejected instead of routed. */
+  readonly deadlineMs: number;
+  /** Where a forwarded hop-0 envelope came from (null: a caller on this node). */
+  readonly origin: UniqueAddress | null;
+  /** A caller's route that counts in `remoteRoutes` once it goes to a remote coordinator. */
+  readonly countsRemoteRoute: boolean;
+}
+
+export class HeldDeliveries<D> {
+  private readonly shards = new Map<number, HeldDelivery<D>[]>();
+  private count = 0;
+
+  constructor(
+    /** Most deliveries held for one shard. */
+    readonly perShardMax: number,
+  ) {
+    assert.ok(Number.isSafeInteger(perShardMax) && perShardMax >= 1, "a held queue holds at least one delivery");
+  }
+
+  /** Deliveries held, over all shards. */
+  get size(): number {
+    return this.count;
+  }
+
+  /** Deliveries held for `shard`. */
+  sizeOf(shard: number): number {
+    return this.shards.get(shard)?.length ?? 0;
+  }
+
+  /** Queues `held` behind the shard's earlier deliveries; false (nothing kept) when the shard already holds the most. */
+  hold(shard: number, held: HeldDelivery<D>): boolean {
+    let queue = this.shards.get(shard);
+    if (queue === undefined) {
+      queue = [];
+      this.shards.set(shard, queue);
+    }
+    if (queue.length >= this.perShardMax) return false;
+    queue.push(held);
+    this.count++;
+    return true;
+  }
+
+  /** Every held delivery, shard by shard, each shard in arrival order (nothing removed; for inspection). */
+  list(): HeldDelivery<D>[] {
+    const all: HeldDelivery<D>[] = [];
+    for (const queue of this.shards.values()) for (const h of queue) all.push(h);
+    return all;
+  }
+
+  /** Removes and returns every held delivery, shard by shard, each shard in arrival order. */
+  takeAll(): HeldDelivery<D>[] {
+    const all = this.list();
+    this.shards.clear();
+    this.count = 0;
+    return all;
+  }
+
+  /** Removes and returns the deliveries whose deadline is at or before `nowMs`; the rest keep their order. */
+  expire(nowMs: number): HeldDelivery<D>[] {
+    const expired: HeldDelivery<D>[] = [];
+    for (const [shard, queue] of this.shards) {
+      const kept = queue.filter((h) => {
+        if (h.deadlineMs > nowMs) return true;
+        expired.push(h);
+        return false;
+      });
+      if (kept.length === 0) this.shards.delete(shard);
+      else if (kept.length !== queue.length) this.shards.set(shard, kept);
+    }
+    this.count -= expired.length;
+    assert.ok(this.count >= 0, "the held count never goes below zero");
+    return expired;
+  }
+
+  /** The earliest deadline held, or null when nothing is held. */
+  nextDeadlineMs(): number | null {
+    let next: number | null = null;
+    for (const queue of this.shards.values()) {
+      for (const h of queue) if (next === null || h.deadlineMs < next) next = h.deadlineMs;
+    }
+    return next;
+  }
+}
