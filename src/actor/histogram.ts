@@ -33,6 +33,9 @@ export interface HistogramSnapshot {
 /** Receives each value a {@link Histogram} observes (the OpenTelemetry bridge records it on its own instrument). */
 export type HistogramListener = (value: number) => void;
 
+/** What a reader of a histogram may do (the metrics exposition, the OpenTelemetry bridge): everything but observe. */
+export type ReadonlyHistogram = Pick<Histogram, "bounds" | "count" | "snapshot" | "subscribe">;
+
 /**
  * A histogram with fixed upper bounds. Values that are not finite numbers are ignored (a clock that went backwards
  * gives a negative duration, which lands in the first bucket rather than being dropped).

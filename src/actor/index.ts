@@ -36,6 +36,7 @@ export {
   type HistogramSnapshot,
   histogramBucketCountMax,
   latencyBucketsSeconds,
+  type ReadonlyHistogram,
 } from "./histogram.ts";
 export { ConsoleLogger, type Logger, type LogLevel, silentLogger } from "./logger.ts";
 export { MailboxBudget } from "./mailbox-budget.ts";

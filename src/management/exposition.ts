@@ -4,7 +4,7 @@
  * double quote, line feed), so names that come from users or peers cannot break a line or forge a sample.
  */
 
-import type { Histogram, HistogramSnapshot } from "../actor/index.ts";
+import type { HistogramSnapshot, ReadonlyHistogram } from "../actor/index.ts";
 
 /** The content type of {@link Exposition.render}'s text. */
 export const expositionContentType = "text/plain; version=0.0.4; charset=utf-8";
@@ -21,7 +21,7 @@ interface Family {
   readonly unit: string | undefined;
   readonly samples: string[];
   readonly values: { readonly value: number; readonly labels: Labels }[];
-  readonly histograms: { readonly histogram: Histogram; readonly labels: Labels }[];
+  readonly histograms: { readonly histogram: ReadonlyHistogram; readonly labels: Labels }[];
 }
 
 /** One family as data, for exporters other than the text format (OpenTelemetry). */
@@ -31,7 +31,7 @@ export interface MetricFamily {
   readonly help: string;
   readonly values: readonly { readonly value: number; readonly labels: Labels }[];
   /** For a histogram family: each labelled histogram itself (OpenTelemetry records its later observations). */
-  readonly histograms: readonly { readonly histogram: Histogram; readonly labels: Labels }[];
+  readonly histograms: readonly { readonly histogram: ReadonlyHistogram; readonly labels: Labels }[];
   /** The unit of a histogram's values (`s` for seconds, `1` for counts); undefined for counters and gauges. */
   readonly unit: string | undefined;
 }
@@ -58,7 +58,7 @@ export class Exposition {
    * Adds a histogram: cumulative `name_bucket{le="…"}` samples (the last `le="+Inf"`, equal to the count), then
    * `name_sum` and `name_count`. `name` carries the unit (`_seconds`, `_size`); `unit` says it for OpenTelemetry.
    */
-  histogram(name: string, help: string, histogram: Histogram, labels: Labels = [], unit = "1"): void {
+  histogram(name: string, help: string, histogram: ReadonlyHistogram, labels: Labels = [], unit = "1"): void {
     if (name.endsWith("_total") || name.endsWith("_bucket") || name.endsWith("_count") || name.endsWith("_sum")) {
       throw new Error(`histogram ${name} must not end in a reserved suffix`);
     }

@@ -133,6 +133,13 @@ export function collectMetrics(system: ActorSystem, operatorLog: OperatorLog | n
       out.gauge("movie_sharding_local_shards", "Shards this node owns in its plan", owned, [type]);
       out.gauge("movie_sharding_local_entities", "Live entity actors of the type on this node", local, [type]);
       out.gauge("movie_sharding_plan_generation", "Generation of this node's plan", view.generation, [type]);
+      out.histogram(
+        "movie_sharding_handoff_duration_seconds",
+        "Seconds from start to completion of the handoffs this node drove as coordinator",
+        sharding.handoffDuration(name),
+        [type],
+        "s",
+      );
       out.gauge(
         "movie_sharding_type_handoffs_in_progress",
         "Handoffs of the type this node drives",

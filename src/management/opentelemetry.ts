@@ -15,7 +15,7 @@ import type {
   Observable,
   Histogram as OtelHistogram,
 } from "@opentelemetry/api";
-import type { ActorSystem, Histogram } from "../actor/index.ts";
+import type { ActorSystem, ReadonlyHistogram } from "../actor/index.ts";
 import type { Labels, MetricFamily } from "./exposition.ts";
 import { collectMetrics } from "./metrics.ts";
 import type { OperatorLog } from "./operator-log.ts";
@@ -44,7 +44,7 @@ export function registerOpenTelemetryMetrics(
 ): () => void {
   const instruments = new Map<string, Observable>();
   const histograms = new Map<string, OtelHistogram>();
-  const subscriptions = new Map<Histogram, () => void>();
+  const subscriptions = new Map<ReadonlyHistogram, () => void>();
   const follow = (family: MetricFamily): void => {
     let instrument = histograms.get(family.name);
     if (instrument === undefined) {
