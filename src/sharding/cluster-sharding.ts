@@ -342,6 +342,15 @@ export class ClusterSharding implements Extension {
     return n;
   }
 
+  /**
+   * Messages waiting in the mailbox of this node's sharding daemon (`/system/sharding`, where every envelope from
+   * another node arrives): `movie_sharding_daemon_mailbox_size`. A count that keeps growing means the node falls
+   * behind its inbound traffic.
+   */
+  get daemonMailboxSize(): number {
+    return this.daemonContext.mailboxSize;
+  }
+
   /** Handoffs running on this node (only the coordinator runs any). */
   get handoffsInProgress(): number {
     let n = 0;
