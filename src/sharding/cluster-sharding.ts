@@ -48,6 +48,7 @@ import {
   snapshotStats,
   zeroStats,
 } from "./stats.ts";
+import type { ShardingTracer } from "./tracing/sharding-tracer.ts";
 
 /** The options that wire sharding to a membership view and a payload codec (remoting and cluster by default). */
 export interface ShardingRuntime {
@@ -343,6 +344,15 @@ export class ClusterSharding implements Extension {
   }
 
   /**
+   * Traces sharded calls with `tracer` from now on (null stops): a span around each `tell`/`ask` on this node, its
+   * `traceparent` carried in the envelope, and a child span where this node delivers a traced envelope to an entity.
+   * `registerOpenTelemetryTracing` in `movie/management` installs one built on OpenTelemetry.
+   */
+  useTracer(tracer: ShardingTracer | null): void {
+    this.shell.tracer = tracer;
+  }
+
+  /**
    * Messages waiting in the mailbox of this node's sharding daemon (`/system/sharding`, where every envelope from
    * another node arrives): `movie_sharding_daemon_mailbox_size`. A count that keeps growing means the node falls
    * behind its inbound traffic.
@@ -440,6 +450,7 @@ export class ClusterSharding implements Extension {
     const origin = ctx.origin;
     const sender = ctx.sender;
     if (message instanceof ShardingEnvelope) {
+      if (message.traceContextMalformed) this.counters.malformedTraceContexts++;
       this.shell.run({ kind: "envelope", delivery: { envelope: message, sender }, origin });
     } else if (
       message instanceof PlanRequest ||

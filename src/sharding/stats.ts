@@ -49,6 +49,11 @@ export interface ShardingStats {
    * held `shardMailboxCapacity` messages not yet started (each is also a dead letter with reason mailboxOverflow).
    */
   readonly shardMailboxOverflows: number;
+  /**
+   * Beyond docs/protocol.md §16.2: envelopes from another node whose `traceparent` was not a valid W3C trace context
+   * (§7.2). Each was delivered all the same, without a parent span.
+   */
+  readonly malformedTraceContexts: number;
 }
 
 /** Why an inbound sharding envelope could not be decoded (see {@link ShardingStats.malformedEnvelopes}). */
@@ -84,5 +89,6 @@ export function zeroStats(): MutableShardingStats {
     rejectedEnvelopes: 0,
     malformedEnvelopes: { undecodable: 0, schemaInvalid: 0, payload: 0 },
     shardMailboxOverflows: 0,
+    malformedTraceContexts: 0,
   };
 }

@@ -12,11 +12,12 @@ import {
 } from "../../actor/index.ts";
 import { isWellFormedText } from "../../actor/untrusted.ts";
 import type { EntityRouter } from "../entity-ref.ts";
-import { UnsupportedSystemMessageError } from "../errors.ts";
+import { asError, UnsupportedSystemMessageError } from "../errors.ts";
 import { attachTyped, type PayloadCodec } from "../internal/codec.ts";
 import { type EnvelopeKind, ShardingControlAck, ShardingEnvelope } from "../internal/messages.ts";
+import type { ShardingSpan, ShardingTracer } from "../tracing/sharding-tracer.ts";
 import { requireType, type TypeState } from "./node-core.ts";
-import type { NodeShell } from "./node-shell.ts";
+import { endSpan, type NodeShell } from "./node-shell.ts";
 
 /**
  * The caller side of routing (docs/protocol.md §8.1), behind every `ShardedEntityRef`: validates the call, builds the
@@ -52,8 +53,20 @@ export class CallerRouter implements EntityRouter {
     this.shell.counters.routes++;
     if (message === undefined || message === null) throw new InvalidMessageError("tell needs a message value");
     const t = requireType(this.shell.state, entityType);
-    const envelope = this.envelopeFor(t, "User", entityId, message, null);
-    this.shell.route({ envelope, sender }, true);
+    const tracer = this.shell.tracer;
+    if (tracer === null) {
+      this.shell.route({ envelope: this.envelopeFor(t, "User", entityId, message, null), sender }, true);
+      return;
+    }
+    const span = this.startCall(tracer, "tell", t, entityId);
+    try {
+      const envelope = this.envelopeFor(t, "User", entityId, message, null, span?.traceparent ?? null);
+      this.shell.route({ envelope, sender }, true);
+    } catch (error) {
+      endSpan(span, error);
+      throw error;
+    }
+    endSpan(span, undefined);
   }
 
   /** Behind `ShardedEntityRef.ask`. */
@@ -70,8 +83,12 @@ export class CallerRouter implements EntityRouter {
       if (message === undefined || message === null) throw new InvalidMessageError("ask needs a message value");
       requireDurationMs("ask timeout", timeoutMs);
       const t = requireType(this.shell.state, entityType);
-      const envelope = this.envelopeFor(t, "User", entityId, message, timeoutMs);
-      return askVia(this.shell.system, this.remoteEntry, envelope, replyType, timeoutMs, options);
+      const tracer = this.shell.tracer;
+      if (tracer === null) {
+        const envelope = this.envelopeFor(t, "User", entityId, message, timeoutMs);
+        return askVia(this.shell.system, this.remoteEntry, envelope, replyType, timeoutMs, options);
+      }
+      return this.tracedAsk(tracer, t, entityId, message, replyType, timeoutMs, options);
     } catch (error) {
       return Promise.reject(error);
     }
@@ -87,12 +104,58 @@ export class CallerRouter implements EntityRouter {
     this.passivationEntry.tell(envelope, null);
   }
 
+  /** An ask inside the caller's span, which ends with the reply or the failure. */
+  private tracedAsk<R>(
+    tracer: ShardingTracer,
+    t: TypeState,
+    entityId: string,
+    message: unknown,
+    replyType: Class<R>,
+    timeoutMs: number,
+    options: AskOptions | undefined,
+  ): Promise<R> {
+    const span = this.startCall(tracer, "ask", t, entityId);
+    let reply: Promise<R>;
+    try {
+      const envelope = this.envelopeFor(t, "User", entityId, message, timeoutMs, span?.traceparent ?? null);
+      reply = askVia(this.shell.system, this.remoteEntry, envelope, replyType, timeoutMs, options);
+    } catch (error) {
+      endSpan(span, error);
+      throw error;
+    }
+    return reply.then(
+      (value) => {
+        endSpan(span, undefined);
+        return value;
+      },
+      (error: unknown) => {
+        endSpan(span, error);
+        throw error;
+      },
+    );
+  }
+
+  /** The caller's span, or null when the id is invalid (refused below, untraced) or the tracer throws. */
+  private startCall(tracer: ShardingTracer, kind: "tell" | "ask", t: TypeState, entityId: string): ShardingSpan | null {
+    try {
+      requireEntityId(entityId);
+      const shardId = t.settings.partitioner.shardFor(t.name, entityId, t.settings.shardCount);
+      return tracer.startCall(kind, { entityType: t.name, entityId, shardId });
+    } catch (error) {
+      if (!(error instanceof InvalidArgumentError)) {
+        this.shell.system.log.warn({ error: asError(error).message }, "sharding tracer failed to start a call span");
+      }
+      return null;
+    }
+  }
+
   private envelopeFor(
     t: TypeState,
     kind: EnvelopeKind,
     entityId: string,
     message: unknown,
     askTimeoutMs: number | null,
+    traceparent: string | null = null,
   ): ShardingEnvelope {
     requireEntityId(entityId);
     const settings = t.settings;
@@ -109,6 +172,8 @@ export class CallerRouter implements EntityRouter {
       askTimeoutMs,
       false,
       wire,
+      0,
+      traceparent,
     );
     if (kind === "User") attachTyped(envelope, message);
     return envelope;
