@@ -17,6 +17,7 @@ export interface ShardedCall {
 export interface ShardingSpan {
   /** The `traceparent` to put in the envelope (see traceparent.ts), or null to send none. */
   readonly traceparent: string | null;
+  /** Ends the span; `error` marks it failed (the call's error, or undefined when it succeeded). */
   end(error?: unknown): void;
 }
 
