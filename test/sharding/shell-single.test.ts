@@ -212,7 +212,7 @@ test("host.registerProvider (the persistent facade's path) is idempotent and che
   );
 });
 
-test("stats: the 15 counters of docs/protocol.md §16.2 in its order, then the malformed breakdown and shard-bound refusals, as a frozen snapshot", () => {
+test("stats: the 15 counters of docs/protocol.md §16.2 in its order, then the malformed breakdown, shard-bound refusals and malformed trace contexts, as a frozen snapshot", () => {
   const snapshot = sharding.stats;
   assert.deepEqual(Object.keys(snapshot), [
     "routes",
@@ -232,6 +232,7 @@ test("stats: the 15 counters of docs/protocol.md §16.2 in its order, then the m
     "rejectedEnvelopes",
     "malformedEnvelopes",
     "shardMailboxOverflows",
+    "malformedTraceContexts",
   ]);
   assert.deepEqual(Object.keys(snapshot.malformedEnvelopes), ["undecodable", "schemaInvalid", "payload"]);
   assert.ok(Object.isFrozen(snapshot) && Object.isFrozen(snapshot.malformedEnvelopes));
