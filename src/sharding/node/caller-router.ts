@@ -58,15 +58,14 @@ export class CallerRouter implements EntityRouter {
       this.shell.route({ envelope: this.envelopeFor(t, "User", entityId, message, null), sender }, true);
       return;
     }
-    const span = this.startCall(tracer, "tell", t, entityId);
+    const call = new TracedCall(this.shell, tracer, "tell");
     try {
-      const envelope = this.envelopeFor(t, "User", entityId, message, null, span?.traceparent ?? null);
-      this.shell.route({ envelope, sender }, true);
+      this.shell.route({ envelope: this.envelopeFor(t, "User", entityId, message, null, call), sender }, true);
     } catch (error) {
-      endSpan(span, error);
+      endSpan(call.span, error);
       throw error;
     }
-    endSpan(span, undefined);
+    endSpan(call.span, undefined);
   }
 
   /** Behind `ShardedEntityRef.ask`. */
@@ -114,15 +113,16 @@ export class CallerRouter implements EntityRouter {
     timeoutMs: number,
     options: AskOptions | undefined,
   ): Promise<R> {
-    const span = this.startCall(tracer, "ask", t, entityId);
+    const call = new TracedCall(this.shell, tracer, "ask");
     let reply: Promise<R>;
     try {
-      const envelope = this.envelopeFor(t, "User", entityId, message, timeoutMs, span?.traceparent ?? null);
+      const envelope = this.envelopeFor(t, "User", entityId, message, timeoutMs, call);
       reply = askVia(this.shell.system, this.remoteEntry, envelope, replyType, timeoutMs, options);
     } catch (error) {
-      endSpan(span, error);
+      endSpan(call.span, error);
       throw error;
     }
+    const span = call.span;
     return reply.then(
       (value) => {
         endSpan(span, undefined);
@@ -135,31 +135,19 @@ export class CallerRouter implements EntityRouter {
     );
   }
 
-  /** The caller's span, or null when the id is invalid (refused below, untraced) or the tracer throws. */
-  private startCall(tracer: ShardingTracer, kind: "tell" | "ask", t: TypeState, entityId: string): ShardingSpan | null {
-    try {
-      requireEntityId(entityId);
-      const shardId = t.settings.partitioner.shardFor(t.name, entityId, t.settings.shardCount);
-      return tracer.startCall(kind, { entityType: t.name, entityId, shardId });
-    } catch (error) {
-      if (!(error instanceof InvalidArgumentError)) {
-        this.shell.system.log.warn({ error: asError(error).message }, "sharding tracer failed to start a call span");
-      }
-      return null;
-    }
-  }
-
   private envelopeFor(
     t: TypeState,
     kind: EnvelopeKind,
     entityId: string,
     message: unknown,
     askTimeoutMs: number | null,
-    traceparent: string | null = null,
+    traced: TracedCall | null = null,
   ): ShardingEnvelope {
     requireEntityId(entityId);
     const settings = t.settings;
     const shardId = settings.partitioner.shardFor(t.name, entityId, settings.shardCount);
+    // The caller's span starts once the shard is known (an attribute), and only for a valid id.
+    const traceparent = traced === null ? null : traced.start(t.name, entityId, shardId);
     const wire = kind === "User" ? this.codec.encode(message) : null;
     const envelope = new ShardingEnvelope(
       kind,
@@ -177,6 +165,28 @@ export class CallerRouter implements EntityRouter {
     );
     if (kind === "User") attachTyped(envelope, message);
     return envelope;
+  }
+}
+
+/** One traced call's span, started by `envelopeFor` once the shard is known; null when the tracer failed. */
+class TracedCall {
+  span: ShardingSpan | null = null;
+
+  constructor(
+    private readonly shell: NodeShell,
+    private readonly tracer: ShardingTracer,
+    private readonly kind: "tell" | "ask",
+  ) {}
+
+  /** Starts the span; returns its traceparent for the envelope. A tracer that throws costs the span, not the call. */
+  start(entityType: string, entityId: string, shardId: number): string | null {
+    try {
+      this.span = this.tracer.startCall(this.kind, { entityType, entityId, shardId });
+      return this.span.traceparent;
+    } catch (error) {
+      this.shell.system.log.warn({ error: asError(error).message }, "sharding tracer failed to start a call span");
+      return null;
+    }
   }
 }
 
