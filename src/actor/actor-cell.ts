@@ -236,6 +236,9 @@ export class ActorCell<T> implements Runnable, ActorContext<T>, TimeoutTarget {
   get log(): Logger {
     return this.system.log;
   }
+  get mailboxSize(): number {
+    return this.mailbox?.size ?? 0;
+  }
   /** The path elements below the root, e.g. `["user", "a", "b"]`. */
   get elements(): readonly string[] {
     if (this.parent === null) return [this.name];

@@ -40,6 +40,11 @@ export interface ActorContext<T> {
   /** The system's logger. */
   readonly log: Logger;
   /**
+   * Messages waiting in this actor's mailbox now, the one being handled not included (a gauge for operators: a
+   * daemon whose mailbox grows is falling behind).
+   */
+  readonly mailboxSize: number;
+  /**
    * Starts a child actor under this one.
    * @throws InvalidActorNameError, DuplicateActorNameError
    */

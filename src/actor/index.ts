@@ -29,6 +29,15 @@ export {
   UnknownSettingError,
 } from "./errors.ts";
 export type { Extension, ExtensionId } from "./extension.ts";
+export {
+  batchSizeBuckets,
+  Histogram,
+  type HistogramListener,
+  type HistogramSnapshot,
+  histogramBucketCountMax,
+  latencyBucketsSeconds,
+  type ReadonlyHistogram,
+} from "./histogram.ts";
 export { ConsoleLogger, type Logger, type LogLevel, silentLogger } from "./logger.ts";
 export { MailboxBudget } from "./mailbox-budget.ts";
 export { ActorPath, isValidActorName } from "./path.ts";

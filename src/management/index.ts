@@ -13,6 +13,12 @@ export {
 export type { HealthCheck, HealthReport } from "./health.ts";
 export { renderMetrics } from "./metrics.ts";
 export { otelName, registerOpenTelemetryMetrics } from "./opentelemetry.ts";
+export {
+  type OpenTelemetryTraceApi,
+  type OpenTelemetryTracingOptions,
+  openTelemetryShardingTracer,
+  registerOpenTelemetryTracing,
+} from "./opentelemetry-tracing.ts";
 export type { OperatorAction, OperatorLog } from "./operator-log.ts";
 export { type ManagementOptions, type ManagementServer, requestBodyBytesMax, startManagement } from "./server.ts";
 export type { MembersView, MemberView, ShardView, StatsView, TypeShardsView, TypeSummaryView } from "./views.ts";

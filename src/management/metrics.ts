@@ -10,7 +10,7 @@ import { remotingId } from "../remote/index.ts";
 import type { ShardingStats } from "../sharding/index.ts";
 import { Exposition } from "./exposition.ts";
 import type { OperatorLog } from "./operator-log.ts";
-import { clusterOf, membersByStatus, persistenceStats, shardingOf } from "./views.ts";
+import { clusterOf, membersByStatus, persistenceHistograms, persistenceStats, shardingOf } from "./views.ts";
 
 /** `framesIn` → `frames_in`. */
 export function snakeCase(name: string): string {
@@ -118,6 +118,11 @@ export function collectMetrics(system: ActorSystem, operatorLog: OperatorLog | n
       stats.malformedEnvelopes,
     );
     out.gauge("movie_sharding_handoffs_in_progress", "Handoffs this node drives now", sharding.handoffsInProgress);
+    out.gauge(
+      "movie_sharding_daemon_mailbox_size",
+      "Messages waiting in the mailbox of this node's sharding daemon",
+      sharding.daemonMailboxSize,
+    );
     for (const name of sharding.entityTypeNames) {
       const view = sharding.inspect(name);
       const type: [string, string] = ["type", name];
@@ -133,6 +138,13 @@ export function collectMetrics(system: ActorSystem, operatorLog: OperatorLog | n
       out.gauge("movie_sharding_local_shards", "Shards this node owns in its plan", owned, [type]);
       out.gauge("movie_sharding_local_entities", "Live entity actors of the type on this node", local, [type]);
       out.gauge("movie_sharding_plan_generation", "Generation of this node's plan", view.generation, [type]);
+      out.histogram(
+        "movie_sharding_handoff_duration_seconds",
+        "Seconds from start to completion of the handoffs this node drove as coordinator",
+        sharding.handoffDuration(name),
+        [type],
+        "s",
+      );
       out.gauge(
         "movie_sharding_type_handoffs_in_progress",
         "Handoffs of the type this node drives",
@@ -170,6 +182,32 @@ export function collectMetrics(system: ActorSystem, operatorLog: OperatorLog | n
       if (g.waiting !== undefined) {
         out.gauge("movie_persistence_group_commit_waiting", "Appends waiting for a statement", g.waiting);
       }
+    }
+  }
+
+  const histograms = persistenceHistograms(system);
+  if (histograms !== null) {
+    out.histogram(
+      "movie_persistence_append_duration_seconds",
+      "Seconds per event append of an event-sourced entity, committed or failed",
+      histograms.append,
+      [],
+      "s",
+    );
+    out.histogram(
+      "movie_persistence_save_duration_seconds",
+      "Seconds per save or delete of a durable-state entity, committed or failed",
+      histograms.save,
+      [],
+      "s",
+    );
+    for (const [kind, h] of histograms.batchSize) {
+      out.histogram(
+        "movie_persistence_group_commit_batch_size",
+        "Writes per group-commit statement, by kind (append: one-event appends; state: durable-state writes)",
+        h,
+        [["kind", kind]],
+      );
     }
   }
 

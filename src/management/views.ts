@@ -4,7 +4,7 @@
  * roles) only ever appear as values in arrays, never as object keys, so a type called `__proto__` cannot change an
  * object's prototype on either side of the wire.
  */
-import type { ActorSystem, UniqueAddress } from "../actor/index.ts";
+import { type ActorSystem, Histogram, type ReadonlyHistogram, type UniqueAddress } from "../actor/index.ts";
 import {
   Cluster,
   type ClusterSnapshot,
@@ -195,6 +195,31 @@ export function persistenceStats(system: ActorSystem): PersistenceStatsView | nu
     resilience: numericRecord(store, "resilienceStats"),
     groupCommit: numericRecord(store, "groupCommitStats"),
   };
+}
+
+/** The persistence histograms of `system`, or null when persistence was never used on it. */
+export interface PersistenceHistograms {
+  readonly append: ReadonlyHistogram;
+  readonly save: ReadonlyHistogram;
+  /** Items per group-commit statement, by kind of write, when the store in use groups writes (PostgreSQL does). */
+  readonly batchSize: readonly (readonly [kind: "append" | "state", histogram: ReadonlyHistogram])[];
+}
+
+/** The write latency histograms of `system`'s Database and the group-commit batch sizes of its store. */
+export function persistenceHistograms(system: ActorSystem): PersistenceHistograms | null {
+  const database = system.hasExtension<Database>({ key: "movie.persistence.database", create: (s) => Database.get(s) });
+  if (database === undefined) return null;
+  const store: object = database.store;
+  const batchSize: (readonly ["append" | "state", ReadonlyHistogram])[] = [];
+  // Duck-typed like the counters above: a backend without a group commit has no such getter.
+  for (const [kind, getter] of [
+    ["append", "groupCommitBatchSize"],
+    ["state", "stateGroupCommitBatchSize"],
+  ] as const) {
+    const value: unknown = getter in store ? (store as Record<string, unknown>)[getter] : undefined;
+    if (value instanceof Histogram) batchSize.push([kind, value]);
+  }
+  return { append: database.writeLatency.append, save: database.writeLatency.save, batchSize };
 }
 
 /** The numeric fields of `store[getter]` when the store has such a getter (a backend's own counters). */

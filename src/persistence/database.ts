@@ -7,6 +7,7 @@ import { MemoryStore } from "./memory/index.ts";
 import { type PersistenceSettings, validatePersistenceSettings } from "./settings.ts";
 import type { BackendName, PersistenceStore } from "./store.ts";
 import { requireStore } from "./store-check.ts";
+import { WriteLatency } from "./write-latency.ts";
 
 const defaultSqlitePath = "data/movie_persistence.sqlite3";
 
@@ -22,6 +23,8 @@ export class Database implements Extension {
   };
   /** The (de)serialisation registry for events, snapshots and durable state of this system. */
   readonly codec = new PersistenceCodec();
+  /** Latency histograms of entity writes on this system, whatever the backend. */
+  readonly writeLatency = new WriteLatency();
   private current: PersistenceStore | null = null;
   private owned = false;
   /** The name of the backend that was open when the system stopped, or null while running. */

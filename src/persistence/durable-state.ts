@@ -71,22 +71,32 @@ class DurableStateEntityActor<C, S> extends PersistentEntityActor<C> {
         let next: S;
         if (effect.kind === "persist") {
           const { manifest, payload } = this.codec.encode(effect.state, "state");
-          result = await this.store.saveState({
+          const request = {
             persistenceId: pid,
             expectedRevision: this.revision,
             operationId: effect.operationId!,
             manifest,
             payload,
             fence: this.fence,
-          });
+          };
+          result = await this.timed(
+            context.system,
+            (l) => l.save,
+            () => this.store.saveState(request),
+          );
           next = effect.state as S;
         } else {
-          result = await this.store.deleteState({
+          const request = {
             persistenceId: pid,
             expectedRevision: this.revision,
             operationId: effect.operationId!,
             fence: this.fence,
-          });
+          };
+          result = await this.timed(
+            context.system,
+            (l) => l.save,
+            () => this.store.deleteState(request),
+          );
           next = this.behavior.emptyState();
         }
         if (result.duplicate) await this.recover();

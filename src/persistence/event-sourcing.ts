@@ -6,6 +6,7 @@ import {
   type Class,
   type Extension,
   type ExtensionId,
+  type Histogram,
   type Logger,
   STOP,
 } from "../actor/index.ts";
@@ -17,6 +18,7 @@ import type { EntityId, EntityType } from "./entity-type.ts";
 import { ConcurrentWriteError, PersistenceOverloadedError, StaleShardOwnerError } from "./errors.ts";
 import type { ShardLeaseToken } from "./lease.ts";
 import type { EventRecord, PersistenceStore } from "./store.ts";
+import type { WriteLatency } from "./write-latency.ts";
 
 /** What a persistent entity's handlers see: identity, fence, and the current message's sender. */
 export interface EntityContext<Command> {
@@ -102,6 +104,23 @@ export abstract class PersistentEntityActor<Command> extends AbstractBehavior<Co
       return;
     }
     await this.handle(command, this.entityContext(context));
+  }
+
+  /**
+   * Runs `write` and observes its seconds, committed or failed, in this system's `histogram` of
+   * {@link Database.writeLatency} (the clock is the system scheduler's).
+   */
+  protected async timed<R>(
+    system: ActorSystem,
+    pick: (l: WriteLatency) => Histogram,
+    write: () => Promise<R>,
+  ): Promise<R> {
+    const startMs = system.scheduler.now();
+    try {
+      return await write();
+    } finally {
+      pick(Database.get(system).writeLatency).observe((system.scheduler.now() - startMs) / 1000);
+    }
   }
 
   /** After a failed write the in-memory state may be behind; it recovers again before the next command. */
@@ -195,13 +214,18 @@ class EventSourcedEntityActor<C, E, S> extends PersistentEntityActor<C> {
       for (const event of effect.events) candidate = this.behavior.applyEvent(candidate, event);
       const before = this.revision;
       try {
-        const result = await this.store.appendEvents({
+        const request = {
           persistenceId: pid,
           expectedRevision: before,
           operationId: effect.operationId!,
           events: effect.events.map((e) => this.encodeEvent(e)),
           fence: this.fence,
-        });
+        };
+        const result = await this.timed(
+          context.system,
+          (l) => l.append,
+          () => this.store.appendEvents(request),
+        );
         if (result.duplicate) {
           // A recognised retry: the events are already in the journal, perhaps folded in already. Catch up from it.
           for (const event of await this.store.loadEvents(pid, before)) {

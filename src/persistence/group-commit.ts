@@ -1,3 +1,4 @@
+import { batchSizeBuckets, Histogram } from "../actor/index.ts";
 import { PersistenceConfigurationError, PersistenceOverloadedError } from "./errors.ts";
 
 /** Bounds of a {@link GroupCommit}. */
@@ -94,6 +95,8 @@ export class GroupCommit<T, R> {
   private count = 0;
   private inFlight = 0;
   readonly stats: GroupCommitStats = { statements: 0, batches: 0, batchedItems: 0, largestBatch: 0, overloaded: 0 };
+  /** Items per statement sent, single items included (`movie_persistence_group_commit_batch_size`). */
+  readonly batchSize = new Histogram(batchSizeBuckets);
 
   constructor(
     private readonly settings: GroupCommitSettings,
@@ -133,6 +136,7 @@ export class GroupCommit<T, R> {
     if (batch.length === 0) return;
     this.inFlight++;
     this.stats.statements++;
+    this.batchSize.observe(batch.length);
     if (batch.length > 1) {
       this.stats.batches++;
       this.stats.batchedItems += batch.length;

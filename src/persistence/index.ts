@@ -83,3 +83,4 @@ export {
   TOMBSTONE_MANIFEST,
   type WriteResult,
 } from "./store.ts";
+export { WriteLatency } from "./write-latency.ts";

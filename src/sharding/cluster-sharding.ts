@@ -7,6 +7,7 @@ import {
   type Extension,
   type ExtensionId,
   InvalidArgumentError,
+  type ReadonlyHistogram,
   STOP,
   SupervisorStrategies,
   type Terminated,
@@ -47,6 +48,7 @@ import {
   snapshotStats,
   zeroStats,
 } from "./stats.ts";
+import type { ShardingTracer } from "./tracing/sharding-tracer.ts";
 
 /** The options that wire sharding to a membership view and a payload codec (remoting and cluster by default). */
 export interface ShardingRuntime {
@@ -341,6 +343,24 @@ export class ClusterSharding implements Extension {
     return n;
   }
 
+  /**
+   * Traces sharded calls with `tracer` from now on (null stops): a span around each `tell`/`ask` on this node, its
+   * `traceparent` carried in the envelope, and a child span where this node delivers a traced envelope to an entity.
+   * `registerOpenTelemetryTracing` in `movie/management` installs one built on OpenTelemetry.
+   */
+  useTracer(tracer: ShardingTracer | null): void {
+    this.shell.tracer = tracer;
+  }
+
+  /**
+   * Messages waiting in the mailbox of this node's sharding daemon (`/system/sharding`, where every envelope from
+   * another node arrives): `movie_sharding_daemon_mailbox_size`. A count that keeps growing means the node falls
+   * behind its inbound traffic.
+   */
+  get daemonMailboxSize(): number {
+    return this.daemonContext.mailboxSize;
+  }
+
   /** Handoffs running on this node (only the coordinator runs any). */
   get handoffsInProgress(): number {
     let n = 0;
@@ -351,6 +371,15 @@ export class ClusterSharding implements Extension {
   /** True while a handoff of `shardId` of `entityType` runs here (meaningful on the coordinator). */
   handoffInProgress(entityType: ShardedEntityType<unknown> | string, shardId: number): boolean {
     return this.typeState(entityType).handoffs.has(shardId);
+  }
+
+  /**
+   * Seconds from start to completion of each handoff of `entityType` this node drove as coordinator (aborted ones are
+   * not counted); `movie_sharding_handoff_duration_seconds` in the metrics.
+   * @throws ClusterShardingConfigurationError when the type is not registered on this node
+   */
+  handoffDuration(entityType: ShardedEntityType<unknown> | string): ReadonlyHistogram {
+    return this.typeState(entityType).handoffDuration;
   }
 
   /** The shard of `entityId` of `entityType`. */
@@ -421,6 +450,7 @@ export class ClusterSharding implements Extension {
     const origin = ctx.origin;
     const sender = ctx.sender;
     if (message instanceof ShardingEnvelope) {
+      if (message.traceContextMalformed) this.counters.malformedTraceContexts++;
       this.shell.run({ kind: "envelope", delivery: { envelope: message, sender }, origin });
     } else if (
       message instanceof PlanRequest ||

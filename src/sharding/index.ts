@@ -34,3 +34,5 @@ export type { AllocationSnapshot, RebalancePolicy } from "./rebalance/policy.ts"
 export { RateLimitedRebalance, type RateLimitedRebalanceOptions } from "./rebalance/rate-limited.ts";
 export { ShardingSettings, type ShardingSettingsField, type ShardingSettingsOptions } from "./settings.ts";
 export type { MalformedReason, ShardingStats } from "./stats.ts";
+export type { ShardedCall, ShardingSpan, ShardingTracer } from "./tracing/sharding-tracer.ts";
+export { formatTraceparent, parseTraceparent, type TraceContext } from "./tracing/traceparent.ts";

@@ -58,6 +58,11 @@ export interface ShardingStats {
   readonly heldRefused: number;
   /** Held deliveries rejected at their deadline (`heldDeliveryTimeout`, or an ask's own timeout); also in `rejectedEnvelopes`. */
   readonly heldExpired: number;
+  /**
+   * Beyond docs/protocol.md §16.2: envelopes from another node whose `traceparent` was not a valid W3C trace context
+   * (§7.2). Each was delivered all the same, without a parent span.
+   */
+  readonly malformedTraceContexts: number;
 }
 
 /** Why an inbound sharding envelope could not be decoded (see {@link ShardingStats.malformedEnvelopes}). */
@@ -96,5 +101,6 @@ export function zeroStats(): MutableShardingStats {
     heldDeliveries: 0,
     heldRefused: 0,
     heldExpired: 0,
+    malformedTraceContexts: 0,
   };
 }

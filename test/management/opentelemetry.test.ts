@@ -4,11 +4,15 @@ import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import {
   AggregationTemporality,
+  DataPointType,
+  type Histogram,
   InMemoryMetricExporter,
   MeterProvider,
   PeriodicExportingMetricReader,
 } from "@opentelemetry/sdk-metrics";
+import { latencyBucketsSeconds } from "../../src/actor/index.ts";
 import { otelName, registerOpenTelemetryMetrics } from "../../src/management/index.ts";
+import { Database } from "../../src/persistence/index.ts";
 import { eventually } from "../fixtures/eventually.ts";
 import { DeliverOrder, OrderBehavior, OrderCommand } from "../sharding/fixtures/order.ts";
 import { type ShardingNode, settled, startShardingNodes, terminateAll } from "../sharding/fixtures/tcp-nodes.ts";
@@ -51,5 +55,38 @@ test("an SDK MeterProvider with an in-memory exporter collects the instruments w
   );
   assert.ok(find("movie.remote.frames.received") !== undefined);
   unregister();
+  await provider.shutdown();
+});
+
+test("histograms become OpenTelemetry histograms with the same bounds and unit, recording later observations", async () => {
+  const exporter = new InMemoryMetricExporter(AggregationTemporality.CUMULATIVE);
+  const reader = new PeriodicExportingMetricReader({ exporter, exportIntervalMillis: 60_000 });
+  const provider = new MeterProvider({ readers: [reader] });
+  const system = nodes[1]!.system;
+  const latency = Database.get(system).writeLatency;
+  latency.append.observe(7); // before registration: not recorded (OpenTelemetry has no observable histogram)
+  const unregister = registerOpenTelemetryMetrics(system, provider.getMeter("movie"));
+  latency.append.observe(0.02);
+  latency.append.observe(0.3);
+  await reader.forceFlush();
+  const metrics = exporter.getMetrics().flatMap((r) => r.scopeMetrics.flatMap((s) => s.metrics));
+  const append = metrics.find((m) => m.descriptor.name === "movie.persistence.append.duration");
+  assert.ok(append !== undefined, `among ${metrics.map((m) => m.descriptor.name).join(",")}`);
+  assert.equal(append.descriptor.unit, "s");
+  assert.equal(append.dataPointType, DataPointType.HISTOGRAM);
+  const point = append.dataPoints[0]!.value as Histogram;
+  assert.deepEqual(point.buckets.boundaries, [...latencyBucketsSeconds]);
+  assert.equal(point.count, 2);
+  assert.equal(point.sum, 0.32);
+  // The handoff histogram is registered too, but the SDK exports an instrument only once it recorded something.
+  unregister();
+  latency.append.observe(0.05); // after unregistering: the bridge no longer listens
+  await reader.forceFlush();
+  const last = exporter
+    .getMetrics()
+    .at(-1)!
+    .scopeMetrics.flatMap((s) => s.metrics);
+  const after = last.find((m) => m.descriptor.name === "movie.persistence.append.duration");
+  assert.equal((after?.dataPoints[0]?.value as Histogram | undefined)?.count ?? 2, 2);
   await provider.shutdown();
 });

@@ -220,7 +220,7 @@ test("host.registerProvider (the persistent facade's path) is idempotent and che
   );
 });
 
-test("stats: the 15 counters of docs/protocol.md §16.2 in its order, then the malformed breakdown, shard-bound refusals and held deliveries, as a frozen snapshot", () => {
+test("stats: the 15 counters of docs/protocol.md §16.2 in its order, then the malformed breakdown, shard-bound refusals held deliveries and malformed trace contexts, as a frozen snapshot", () => {
   const snapshot = sharding.stats;
   assert.deepEqual(Object.keys(snapshot), [
     "routes",
@@ -243,6 +243,7 @@ test("stats: the 15 counters of docs/protocol.md §16.2 in its order, then the m
     "heldDeliveries",
     "heldRefused",
     "heldExpired",
+    "malformedTraceContexts",
   ]);
   assert.deepEqual(Object.keys(snapshot.malformedEnvelopes), ["undecodable", "schemaInvalid", "payload"]);
   assert.ok(Object.isFrozen(snapshot) && Object.isFrozen(snapshot.malformedEnvelopes));

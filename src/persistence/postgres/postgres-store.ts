@@ -1,5 +1,5 @@
 import type { Client, Pool, QueryResult } from "pg";
-import { RealScheduler, type Scheduler } from "../../actor/index.ts";
+import { type ReadonlyHistogram, RealScheduler, type Scheduler } from "../../actor/index.ts";
 import { describe } from "../../actor/untrusted.ts";
 import { loadDriver } from "../driver.ts";
 import {
@@ -265,6 +265,16 @@ export class PostgresStore implements PersistenceStore {
   /** Statements and batches of the group commit of one-event appends, and how many appends wait for a statement. */
   get groupCommitStats(): Readonly<GroupCommitStats & { waiting: number }> {
     return { ...this.appends.stats, waiting: this.appends.waiting };
+  }
+
+  /** Appends per statement of the group commit of one-event appends. */
+  get groupCommitBatchSize(): ReadonlyHistogram {
+    return this.appends.batchSize;
+  }
+
+  /** Saves and deletes per statement of the durable-state group commit. */
+  get stateGroupCommitBatchSize(): ReadonlyHistogram {
+    return this.states.batchSize;
   }
 
   /** The same for durable-state saves and deletes. */

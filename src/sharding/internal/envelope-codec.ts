@@ -24,6 +24,7 @@ export const envelopeLayout: NestingLayout = {
     askTimeoutMs: "number?",
     senderless: "boolean",
     deliveryAttempt: "int32",
+    traceparent: "string?",
   },
   nestedField: "message",
 };

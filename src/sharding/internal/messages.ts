@@ -14,6 +14,7 @@
  */
 import { UniqueAddress } from "../../actor/index.ts";
 import { ClusterShardingConfigurationError } from "../errors.ts";
+import { parseTraceparent } from "../tracing/traceparent.ts";
 
 /** Kinds of routed envelopes. */
 export type EnvelopeKind = "User" | "Activate" | "Passivate";
@@ -67,6 +68,13 @@ export class ShardingEnvelope {
     readonly message: WireMessage | null,
     /** Retry attempts made by the delivery barrier so far. */
     readonly deliveryAttempt = 0,
+    /** The caller's span as a W3C `traceparent` (docs/protocol.md §7.2), or null when the call is not traced. */
+    readonly traceparent: string | null = null,
+    /**
+     * Set on decode when the sender wrote a `traceparent` that is not valid: it was dropped (`traceparent` is null)
+     * and the receiving node counts it. Never on the wire.
+     */
+    readonly traceContextMalformed = false,
   ) {}
 
   /** A copy for the hop from the coordinator to the owner. */
@@ -83,6 +91,7 @@ export class ShardingEnvelope {
       this.senderless || senderless,
       this.message,
       this.deliveryAttempt,
+      this.traceparent,
     );
   }
 
@@ -104,6 +113,9 @@ export class ShardingEnvelope {
     if (kind === "User" && message === null) bad("message", "a User envelope needs a message");
     const askTimeoutMs =
       o.askTimeoutMs === null || o.askTimeoutMs === undefined ? null : nonNegative(o, "askTimeoutMs");
+    // A bad trace context costs the trace, not the message: dropped here, counted by the receiving node.
+    const parsedTrace = parseTraceparent(o.traceparent);
+    const traceparent = parsedTrace === null ? null : (o.traceparent as string);
     return new ShardingEnvelope(
       kind,
       nonEmpty(o, "entityType"),
@@ -116,6 +128,8 @@ export class ShardingEnvelope {
       bool(o, "senderless"),
       message,
       o.deliveryAttempt === undefined ? 0 : int(o, "deliveryAttempt", 0),
+      traceparent,
+      traceparent === null && o.traceparent !== null && o.traceparent !== undefined,
     );
   }
 }

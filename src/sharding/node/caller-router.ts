@@ -12,11 +12,12 @@ import {
 } from "../../actor/index.ts";
 import { isWellFormedText } from "../../actor/untrusted.ts";
 import type { EntityRouter } from "../entity-ref.ts";
-import { UnsupportedSystemMessageError } from "../errors.ts";
+import { asError, UnsupportedSystemMessageError } from "../errors.ts";
 import { attachTyped, type PayloadCodec } from "../internal/codec.ts";
 import { type EnvelopeKind, ShardingControlAck, ShardingEnvelope } from "../internal/messages.ts";
+import type { ShardingSpan, ShardingTracer } from "../tracing/sharding-tracer.ts";
 import { requireType, type TypeState } from "./node-core.ts";
-import type { NodeShell } from "./node-shell.ts";
+import { endSpan, type NodeShell } from "./node-shell.ts";
 
 /**
  * The caller side of routing (docs/protocol.md §8.1), behind every `ShardedEntityRef`: validates the call, builds the
@@ -52,8 +53,19 @@ export class CallerRouter implements EntityRouter {
     this.shell.counters.routes++;
     if (message === undefined || message === null) throw new InvalidMessageError("tell needs a message value");
     const t = requireType(this.shell.state, entityType);
-    const envelope = this.envelopeFor(t, "User", entityId, message, null);
-    this.shell.route({ envelope, sender }, true);
+    const tracer = this.shell.tracer;
+    if (tracer === null) {
+      this.shell.route({ envelope: this.envelopeFor(t, "User", entityId, message, null), sender }, true);
+      return;
+    }
+    const call = new TracedCall(this.shell, tracer, "tell");
+    try {
+      this.shell.route({ envelope: this.envelopeFor(t, "User", entityId, message, null, call), sender }, true);
+    } catch (error) {
+      endSpan(call.span, error);
+      throw error;
+    }
+    endSpan(call.span, undefined);
   }
 
   /** Behind `ShardedEntityRef.ask`. */
@@ -70,8 +82,12 @@ export class CallerRouter implements EntityRouter {
       if (message === undefined || message === null) throw new InvalidMessageError("ask needs a message value");
       requireDurationMs("ask timeout", timeoutMs);
       const t = requireType(this.shell.state, entityType);
-      const envelope = this.envelopeFor(t, "User", entityId, message, timeoutMs);
-      return askVia(this.shell.system, this.remoteEntry, envelope, replyType, timeoutMs, options);
+      const tracer = this.shell.tracer;
+      if (tracer === null) {
+        const envelope = this.envelopeFor(t, "User", entityId, message, timeoutMs);
+        return askVia(this.shell.system, this.remoteEntry, envelope, replyType, timeoutMs, options);
+      }
+      return this.tracedAsk(tracer, t, entityId, message, replyType, timeoutMs, options);
     } catch (error) {
       return Promise.reject(error);
     }
@@ -87,16 +103,51 @@ export class CallerRouter implements EntityRouter {
     this.passivationEntry.tell(envelope, null);
   }
 
+  /** An ask inside the caller's span, which ends with the reply or the failure. */
+  private tracedAsk<R>(
+    tracer: ShardingTracer,
+    t: TypeState,
+    entityId: string,
+    message: unknown,
+    replyType: Class<R>,
+    timeoutMs: number,
+    options: AskOptions | undefined,
+  ): Promise<R> {
+    const call = new TracedCall(this.shell, tracer, "ask");
+    let reply: Promise<R>;
+    try {
+      const envelope = this.envelopeFor(t, "User", entityId, message, timeoutMs, call);
+      reply = askVia(this.shell.system, this.remoteEntry, envelope, replyType, timeoutMs, options);
+    } catch (error) {
+      endSpan(call.span, error);
+      throw error;
+    }
+    const span = call.span;
+    return reply.then(
+      (value) => {
+        endSpan(span, undefined);
+        return value;
+      },
+      (error: unknown) => {
+        endSpan(span, error);
+        throw error;
+      },
+    );
+  }
+
   private envelopeFor(
     t: TypeState,
     kind: EnvelopeKind,
     entityId: string,
     message: unknown,
     askTimeoutMs: number | null,
+    traced: TracedCall | null = null,
   ): ShardingEnvelope {
     requireEntityId(entityId);
     const settings = t.settings;
     const shardId = settings.partitioner.shardFor(t.name, entityId, settings.shardCount);
+    // The caller's span starts once the shard is known (an attribute), and only for a valid id.
+    const traceparent = traced === null ? null : traced.start(t.name, entityId, shardId);
     const wire = kind === "User" ? this.codec.encode(message) : null;
     const envelope = new ShardingEnvelope(
       kind,
@@ -109,9 +160,33 @@ export class CallerRouter implements EntityRouter {
       askTimeoutMs,
       false,
       wire,
+      0,
+      traceparent,
     );
     if (kind === "User") attachTyped(envelope, message);
     return envelope;
+  }
+}
+
+/** One traced call's span, started by `envelopeFor` once the shard is known; null when the tracer failed. */
+class TracedCall {
+  span: ShardingSpan | null = null;
+
+  constructor(
+    private readonly shell: NodeShell,
+    private readonly tracer: ShardingTracer,
+    private readonly kind: "tell" | "ask",
+  ) {}
+
+  /** Starts the span; returns its traceparent for the envelope. A tracer that throws costs the span, not the call. */
+  start(entityType: string, entityId: string, shardId: number): string | null {
+    try {
+      this.span = this.tracer.startCall(this.kind, { entityType, entityId, shardId });
+      return this.span.traceparent;
+    } catch (error) {
+      this.shell.system.log.warn({ error: asError(error).message }, "sharding tracer failed to start a call span");
+      return null;
+    }
   }
 }
 

@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { type ActorRef, UniqueAddress } from "../../actor/index.ts";
+import { type ActorRef, Histogram, latencyBucketsSeconds, UniqueAddress } from "../../actor/index.ts";
 import type { ShardingMember } from "../allocation/strategy.ts";
 import {
   idleSweepHalvingFloorMs,
@@ -82,6 +82,8 @@ export type ShardWaiter =
 export interface RunningHandoff {
   state: HandoffState<Delivery>;
   readonly token: number;
+  /** When it started (the step's clock), for the handoff duration histogram. */
+  readonly startedAtMs: number;
 }
 
 /** Everything one node keeps about one sharded type. */
@@ -94,6 +96,8 @@ export interface TypeState {
   /** shard → id of the barrier tick armed for it (a tick with another id is stale). */
   readonly barrierTicks: Map<number, number>;
   readonly handoffs: Map<number, RunningHandoff>;
+  /** Seconds from the start of each handoff this node drove to its completion (aborted ones are not counted). */
+  readonly handoffDuration: Histogram;
   /** shard → coordinator (UniqueAddress string) that prepared it here. */
   readonly prepared: Map<number, string>;
   /** On the coordinator: member → settings key it registered the type with (via PlanRequest or PlanSnapshot). */
@@ -501,6 +505,7 @@ class Step {
       }),
       barrierTicks: new Map(),
       handoffs: new Map(),
+      handoffDuration: new Histogram(latencyBucketsSeconds),
       prepared: new Map(),
       registrations: new Map(),
       drains: new Map(),
@@ -1250,7 +1255,11 @@ class Step {
 
   private startHandoff(t: TypeState, shard: number, previous: UniqueAddress | null, next: UniqueAddress | null): void {
     if (t.handoffs.has(shard)) return;
-    t.handoffs.set(shard, { state: newHandoff<Delivery>(t.name, shard, previous, next), token: this.s.nextToken++ });
+    t.handoffs.set(shard, {
+      state: newHandoff<Delivery>(t.name, shard, previous, next),
+      token: this.s.nextToken++,
+      startedAtMs: this.nowMs,
+    });
     // One line per start and end: operators (and tests) can follow how many shards move at once.
     this.log(
       "info",
@@ -1435,6 +1444,7 @@ class Step {
         if (effect.outcome === "done") {
           this.counters.handoffShards++;
           this.counters.rebalanceMoves++;
+          t.handoffDuration.observe((this.nowMs - running.startedAtMs) / 1000);
           if (this.isAuthor(t)) this.broadcastPlan(t);
         }
         return;

@@ -7,6 +7,7 @@ import type { ShardingProvider } from "../internal/provider.ts";
 import type { AttemptOutcome } from "../internal/retry-barrier.ts";
 import type { ShardingMembership } from "../membership.ts";
 import type { MutableShardingStats } from "../stats.ts";
+import type { ShardingSpan, ShardingTracer } from "../tracing/sharding-tracer.ts";
 import { type Delivery, type NodeEffect, type NodeInput, type NodeState, newNodeState, step } from "./node-core.ts";
 import { RelayedAskSender } from "./relayed-ask-sender.ts";
 
@@ -33,6 +34,8 @@ export class NodeShell {
   private current: NodeInput | null = null;
   private callerInput: NodeInput | null = null;
   private refusal: Error | null = null;
+  /** Spans around sharded calls and deliveries (ClusterSharding.useTracer), or null: nothing traced. */
+  tracer: ShardingTracer | null = null;
 
   constructor(
     readonly system: ActorSystem,
@@ -274,6 +277,47 @@ export class NodeShell {
   }
 
   /**
+   * A traced delivery to the entity: the owner's span, a child of the caller's, around the hand-over to the entity's
+   * mailbox (docs/operations.md "Traces"). A tracer that throws costs the span, not the delivery.
+   */
+  private deliverTraced(
+    tracer: ShardingTracer,
+    traceparent: string,
+    provider: ShardingProvider,
+    d: Delivery,
+    value: unknown,
+    sender: ActorRef<unknown> | null,
+  ): void {
+    const { envelope } = d;
+    let span: ShardingSpan | null = null;
+    try {
+      span = tracer.startDelivery(traceparent, envelope.askTimeoutMs === null ? "tell" : "ask", envelope);
+    } catch (error) {
+      this.system.log.warn({ error: asError(error).message }, "sharding tracer failed to start a delivery span");
+    }
+    try {
+      this.deliverUser(provider, d, value, sender);
+    } catch (error) {
+      endSpan(span, error);
+      throw error;
+    }
+    endSpan(span, undefined);
+  }
+
+  /** The user message to its entity (a relayed ask gets the owner's own timeout, see below). */
+  private deliverUser(provider: ShardingProvider, d: Delivery, value: unknown, sender: ActorRef<unknown> | null): void {
+    const { envelope } = d;
+    // A relayed ask that fails or times out at the entity is a rejection (docs/protocol.md §16.2 "failed relayed asks");
+    // the asker hears straight from the owner, so the owner is where it is counted.
+    if (sender !== null && envelope.hopCount === 1 && envelope.askTimeoutMs !== null) {
+      const relayed = new RelayedAskSender(sender, this.state.counters);
+      provider.deliver(envelope.shardId, envelope.entityId, value, relayed);
+      // Armed only once delivered: a delivery refused into the retry barrier is retried with a new wrapper.
+      relayed.armTimeout(this.system.timeouts, envelope.askTimeoutMs);
+    } else provider.deliver(envelope.shardId, envelope.entityId, value, sender);
+  }
+
+  /**
    * One delivery into the provider: the payload decoded here, once (a malformed one is refused and counted), the shard
    * authorized (a persistent provider takes its lease), then the entity's message, activation or passivation.
    */
@@ -300,14 +344,10 @@ export class NodeShell {
       switch (envelope.kind) {
         case "User": {
           const sender = envelope.senderless ? null : d.sender;
-          // A relayed ask that fails or times out at the entity is a rejection (docs/protocol.md §16.2 "failed relayed asks");
-          // the asker hears straight from the owner, so the owner is where it is counted.
-          if (sender !== null && envelope.hopCount === 1 && envelope.askTimeoutMs !== null) {
-            const relayed = new RelayedAskSender(sender, counters);
-            provider.deliver(envelope.shardId, envelope.entityId, value, relayed);
-            // Armed only once delivered: a delivery refused into the retry barrier is retried with a new wrapper.
-            relayed.armTimeout(this.system.timeouts, envelope.askTimeoutMs);
-          } else provider.deliver(envelope.shardId, envelope.entityId, value, sender);
+          const tracer = this.tracer;
+          if (tracer !== null && envelope.traceparent !== null) {
+            this.deliverTraced(tracer, envelope.traceparent, provider, d, value, sender);
+          } else this.deliverUser(provider, d, value, sender);
           break;
         }
         case "Activate": {
@@ -325,5 +365,15 @@ export class NodeShell {
       if (error instanceof ShardHandoffInProgressError) return "handoff";
       return { error: asError(error) };
     }
+  }
+}
+
+/** Ends `span` (if one was started), swallowing a tracer's own failure. */
+export function endSpan(span: ShardingSpan | null, error: unknown): void {
+  if (span === null) return;
+  try {
+    span.end(error);
+  } catch {
+    // A tracer that throws on end loses that span; the call it traced has already completed.
   }
 }
