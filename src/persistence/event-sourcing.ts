@@ -16,6 +16,7 @@ import { EntityRegistry } from "./entity-registry.ts";
 import type { EntityId, EntityType } from "./entity-type.ts";
 import { ConcurrentWriteError, PersistenceOverloadedError, StaleShardOwnerError } from "./errors.ts";
 import type { ShardLeaseToken } from "./lease.ts";
+import { outboxRecords } from "./outbox-message.ts";
 import type { EventRecord, PersistenceStore } from "./store.ts";
 
 /** What a persistent entity's handlers see: identity, fence, and the current message's sender. */
@@ -189,18 +190,20 @@ class EventSourcedEntityActor<C, E, S> extends PersistentEntityActor<C> {
 
   protected async handle(command: C, context: EntityContext<C>): Promise<void> {
     const effect = this.behavior.handleCommand(this.codec.copy(this.state), command, context);
-    if (effect.events.length > 0) {
+    if (effect.events.length > 0 || effect.outbox.length > 0) {
       const pid = this.entityId.persistenceId;
       let candidate = this.state;
       for (const event of effect.events) candidate = this.behavior.applyEvent(candidate, event);
       const before = this.revision;
       try {
+        const operationId = effect.operationId!.value;
         const result = await this.store.appendEvents({
           persistenceId: pid,
           expectedRevision: before,
-          operationId: effect.operationId!,
+          operationId,
           events: effect.events.map((e) => this.encodeEvent(e)),
           fence: this.fence,
+          outbox: outboxRecords(pid, operationId, effect.outbox, (m) => this.codec.encode(m, "value")),
         });
         if (result.duplicate) {
           // A recognised retry: the events are already in the journal, perhaps folded in already. Catch up from it.

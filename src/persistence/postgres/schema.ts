@@ -159,7 +159,7 @@ const appendOneSettleFunction = (epoch = false) =>
         RETURN movie_outcome(0, p_expected + 1);
       END $$`;
 
-/** The PostgreSQL migrations 1..9. */
+/** The PostgreSQL migrations 1..10. */
 export const postgresMigrations: readonly Migration[] = buildMigrations([
   [
     // The first journal row of an append also carries its operation id, fingerprint and resulting revision, so
@@ -356,6 +356,16 @@ export const postgresMigrations: readonly Migration[] = buildMigrations([
   ],
   // The event feed: offsets assigned under the feed lock by a trigger, entity types, tags (see feed-schema.ts).
   feedMigration(fenceCheck),
+  [
+    // Outbox dispatch (docs/outbox.md): a row is parked after its last attempt, and delivered_at_ms (database clock)
+    // dates a delivered row for the purge. lease_until_epoch_ms is "not claimable before": a claim's end or a retry's
+    // backoff. The claim reads the oldest deliverable rows through the partial index, whose size is the backlog.
+    "ALTER TABLE persistence_outbox ADD COLUMN IF NOT EXISTS parked BOOLEAN NOT NULL DEFAULT false",
+    "ALTER TABLE persistence_outbox ADD COLUMN IF NOT EXISTS delivered_at_ms BIGINT NULL",
+    `CREATE INDEX IF NOT EXISTS persistence_outbox_claim_idx ON persistence_outbox (outbox_offset)
+      WHERE NOT delivered AND NOT parked`,
+    `CREATE INDEX IF NOT EXISTS persistence_outbox_purge_idx ON persistence_outbox (delivered_at_ms) WHERE delivered`,
+  ],
 ]);
 
 /**
