@@ -78,6 +78,7 @@ export {
 export {
   deliverThroughSharding,
   type EntityAsker,
+  type EntityAskRef,
   type OutboxBatchResult,
   type OutboxDeliverer,
   type OutboxDelivery,

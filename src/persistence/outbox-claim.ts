@@ -58,6 +58,12 @@ export interface ParkedOutboxRow {
   readonly lastError: string;
 }
 
+/**
+ * The "not claimable before" time of a parked row: the largest safe integer, so no claim ever reaches it and a parked
+ * row needs no column of its own.
+ */
+export const PARKED_UNTIL_MS = Number.MAX_SAFE_INTEGER;
+
 /** Longest error text stored with a failed row. */
 export const MAX_OUTBOX_ERROR_LENGTH = 1000;
 

@@ -33,10 +33,14 @@ export type OutboxDeliverer = (delivery: OutboxDelivery) => Promise<void>;
 
 /** What the sharding deliverer needs of ClusterSharding: `entityRefFor(type, id).ask(message, replyType, timeoutMs)`. */
 export interface EntityAsker {
-  entityRefFor(
-    entityType: string,
-    entityId: string,
-  ): { ask<R>(message: unknown, replyType: Class<R>, timeoutMs?: number): Promise<R> };
+  /** The reference of entity `entityId` of `entityType`. */
+  entityRefFor(entityType: string, entityId: string): EntityAskRef;
+}
+
+/** What the sharding deliverer needs of a ShardedEntityRef. */
+export interface EntityAskRef {
+  /** Sends `message` and resolves with the entity's reply of type `replyType`. */
+  ask<R>(message: unknown, replyType: Class<R>, timeoutMs?: number): Promise<R>;
 }
 
 /**

@@ -145,8 +145,11 @@ export function decodeDestination(text: unknown): OutboxDestination | { readonly
  * that builds it from its outbox message id (so the receiving command can carry the id as its OperationId).
  */
 export interface OutboxSend {
+  /** Where it goes. */
   readonly destination: OutboxDestination;
+  /** The message (when `build` is null). */
   readonly message: unknown;
+  /** Builds the message from its outbox message id, or null. */
   readonly build: ((messageId: string) => unknown) | null;
 }
 

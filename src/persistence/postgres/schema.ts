@@ -357,14 +357,12 @@ export const postgresMigrations: readonly Migration[] = buildMigrations([
   // The event feed: offsets assigned under the feed lock by a trigger, entity types, tags (see feed-schema.ts).
   feedMigration(fenceCheck),
   [
-    // Outbox dispatch (docs/outbox.md): a row is parked after its last attempt, and delivered_at_ms (database clock)
-    // dates a delivered row for the purge. lease_until_epoch_ms is "not claimable before": a claim's end or a retry's
-    // backoff. The claim reads the oldest deliverable rows through the partial index, whose size is the backlog.
-    "ALTER TABLE persistence_outbox ADD COLUMN IF NOT EXISTS parked BOOLEAN NOT NULL DEFAULT false",
-    "ALTER TABLE persistence_outbox ADD COLUMN IF NOT EXISTS delivered_at_ms BIGINT NULL",
-    `CREATE INDEX IF NOT EXISTS persistence_outbox_claim_idx ON persistence_outbox (outbox_offset)
-      WHERE NOT delivered AND NOT parked`,
-    `CREATE INDEX IF NOT EXISTS persistence_outbox_purge_idx ON persistence_outbox (delivered_at_ms) WHERE delivered`,
+    // Outbox dispatch (docs/outbox.md). lease_until_epoch_ms is "not claimable before": a claim's end, a retry's
+    // backoff, or PARKED_UNTIL_MS for a parked row (no new column: the migration stays re-runnable on SQLite, which
+    // has no ADD COLUMN IF NOT EXISTS). The claim reads the oldest undelivered rows through a partial index whose
+    // size is the backlog; the purge finds delivered rows by their delivery time.
+    `CREATE INDEX IF NOT EXISTS persistence_outbox_claim_idx ON persistence_outbox (outbox_offset) WHERE NOT delivered`,
+    `CREATE INDEX IF NOT EXISTS persistence_outbox_delivered_idx ON persistence_outbox (delivered_at) WHERE delivered`,
   ],
 ]);
 

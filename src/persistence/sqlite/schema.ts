@@ -74,10 +74,8 @@ export const sqliteMigrations: readonly Migration[] = buildMigrations([
   ],
   // Outbox dispatch (see postgres/schema.ts, migration 10).
   [
-    "ALTER TABLE persistence_outbox ADD COLUMN parked INTEGER NOT NULL DEFAULT 0",
-    "ALTER TABLE persistence_outbox ADD COLUMN delivered_at_ms INTEGER NULL",
-    `CREATE INDEX IF NOT EXISTS persistence_outbox_claim_idx ON persistence_outbox (outbox_offset)
-      WHERE delivered = 0 AND parked = 0`,
-    "CREATE INDEX IF NOT EXISTS persistence_outbox_purge_idx ON persistence_outbox (delivered_at_ms) WHERE delivered = 1",
+    "CREATE INDEX IF NOT EXISTS persistence_outbox_claim_idx ON persistence_outbox (outbox_offset) WHERE delivered = 0",
+    `CREATE INDEX IF NOT EXISTS persistence_outbox_delivered_idx ON persistence_outbox (delivered_at)
+      WHERE delivered = 1`,
   ],
 ]);

@@ -45,6 +45,7 @@ import {
   type OutboxClaimRequest,
   type OutboxCounts,
   type OutboxFailure,
+  PARKED_UNTIL_MS,
   type ParkedOutboxRow,
 } from "../outbox-claim.ts";
 import { checkOutbox, encodeDestination, type OutboxRecord } from "../outbox-message.ts";
@@ -66,6 +67,9 @@ import {
   type WriteResult,
 } from "../store.ts";
 import { SQLITE_NOW_MS, sqliteMigrations } from "./schema.ts";
+
+/** SQLite's "now" as text with milliseconds (the delivery time of an outbox row; compared as text by the purge). */
+const SQLITE_NOW_TEXT = "strftime('%Y-%m-%d %H:%M:%f', 'now')";
 
 /** better-sqlite3, an optional peer dependency: importing this backend without it fails with one MissingDriverError. */
 const Database = (await loadDriver("better-sqlite3", "movie/persistence/sqlite", () => import("better-sqlite3")))
@@ -964,28 +968,31 @@ function prepare(db: SqliteDatabase) {
       `UPDATE persistence_outbox SET lease_owner = @owner, lease_until_epoch_ms = ${SQLITE_NOW_MS} + @leaseMs,
           attempts = attempts + 1
         WHERE outbox_offset IN (SELECT outbox_offset FROM persistence_outbox
-          WHERE delivered = 0 AND parked = 0 AND lease_until_epoch_ms <= ${SQLITE_NOW_MS}
+          WHERE delivered = 0 AND lease_until_epoch_ms <= ${SQLITE_NOW_MS}
           ORDER BY outbox_offset LIMIT @limit)
         RETURNING outbox_offset, message_id, persistence_id, destination, manifest, payload, attempts`,
     ),
     completeOutbox: p(
-      `UPDATE persistence_outbox SET delivered = 1, delivered_at_ms = ${SQLITE_NOW_MS}, delivered_at = CURRENT_TIMESTAMP,
-          lease_owner = NULL
+      `UPDATE persistence_outbox SET delivered = 1, delivered_at = ${SQLITE_NOW_TEXT}, lease_owner = NULL
         WHERE outbox_offset = ? AND delivered = 0`,
     ),
     failOutbox: p(
-      `UPDATE persistence_outbox SET last_error = ?, parked = ?, lease_owner = NULL,
-          lease_until_epoch_ms = ${SQLITE_NOW_MS} + ?
+      `UPDATE persistence_outbox SET last_error = ?, lease_owner = NULL,
+          lease_until_epoch_ms = CASE WHEN ? = 1 THEN ${PARKED_UNTIL_MS} ELSE ${SQLITE_NOW_MS} + ? END
         WHERE outbox_offset = ? AND lease_owner = ? AND delivered = 0`,
     ),
-    purgeOutbox: p(`DELETE FROM persistence_outbox WHERE delivered = 1 AND delivered_at_ms <= ${SQLITE_NOW_MS} - ?`),
+    purgeOutbox: p(
+      `DELETE FROM persistence_outbox
+        WHERE delivered = 1 AND delivered_at <= strftime('%Y-%m-%d %H:%M:%f', 'now', '-' || (? / 1000.0) || ' seconds')`,
+    ),
     outboxCounts: p(
-      `SELECT sum(delivered = 0 AND parked = 0) AS pending, sum(delivered = 0 AND parked = 1) AS parked,
+      `SELECT sum(delivered = 0 AND lease_until_epoch_ms <> ${PARKED_UNTIL_MS}) AS pending,
+          sum(delivered = 0 AND lease_until_epoch_ms = ${PARKED_UNTIL_MS}) AS parked,
           sum(delivered = 1) AS delivered FROM persistence_outbox`,
     ),
     parkedOutbox: p(
       `SELECT outbox_offset, message_id, persistence_id, attempts, last_error FROM persistence_outbox
-        WHERE delivered = 0 AND parked = 1 ORDER BY outbox_offset LIMIT ?`,
+        WHERE delivered = 0 AND lease_until_epoch_ms = ${PARKED_UNTIL_MS} ORDER BY outbox_offset LIMIT ?`,
     ),
     releaseLease: p(
       `UPDATE shard_lease SET lease_until_epoch_ms = 0, updated_at = CURRENT_TIMESTAMP
