@@ -1,16 +1,40 @@
 /** The PostgreSQL statements of the outbox (docs/outbox.md; the contract is in outbox-claim.ts). */
 import { PARKED_UNTIL_MS } from "../outbox-claim.ts";
 
+/** SQLSTATE raised by movie_outbox_written when the write it guards wrote nothing; the message is the outcome. */
+export const OUTBOX_NOT_WRITTEN_SQLSTATE = "MV002";
+
 /**
- * A write's outbox rows, inside the write's transaction and only when the write wrote (not for a duplicate): one row
- * per element of the arrays $1 (message ids), $4 (destinations), $5 (manifests), $6 (payloads); $2 is the writer's
- * persistence id, $3 its operation id. A message id already present is skipped.
+ * Migration 10's guard: passes the outcome of a write that wrote (status 0, see movie_outcome) and raises
+ * OUTBOX_NOT_WRITTEN_SQLSTATE with the outcome otherwise, so that the outbox rows inserted by the same statement roll
+ * back with it (a duplicate, a conflict, a stale fence).
  */
-export const INSERT_OUTBOX_SQL = `INSERT INTO persistence_outbox (message_id, persistence_id, operation_id, destination,
-    manifest, payload)
-  SELECT t.id, $2, $3, t.destination, t.manifest, t.payload
-  FROM unnest($1::text[], $4::text[], $5::text[], $6::text[]) AS t(id, destination, manifest, payload)
-  ON CONFLICT (message_id) DO NOTHING`;
+export const OUTBOX_GUARD_FUNCTION = `CREATE OR REPLACE FUNCTION movie_outbox_written(p_outcome bigint) RETURNS bigint
+      LANGUAGE plpgsql AS $$
+      BEGIN
+        IF p_outcome < 0 OR p_outcome % 4 <> 0 THEN
+          RAISE EXCEPTION USING ERRCODE = '${OUTBOX_NOT_WRITTEN_SQLSTATE}', MESSAGE = p_outcome::text;
+        END IF;
+        RETURN p_outcome;
+      END $$`;
+
+/**
+ * A write with outbox messages as one statement: `call` (a write function's call, whose parameters $1 and $3 are the
+ * persistence id and the operation id) guarded by movie_outbox_written, and the outbox rows in a data-modifying WITH,
+ * one per element of the arrays $first .. $first+3 (message ids, destinations, manifests, payloads). One statement is
+ * one implicit transaction: the rows commit with the write or not at all, and the feed lock the write takes is held
+ * for no extra round trip. A message id already present is skipped.
+ */
+export function writeWithOutboxSql(call: string, first: number): string {
+  const [ids, destinations, manifests, payloads] = [first, first + 1, first + 2, first + 3];
+  return `WITH outbox AS (INSERT INTO persistence_outbox (message_id, persistence_id, operation_id, destination,
+      manifest, payload)
+    SELECT t.id, $1, $3, t.destination, t.manifest, t.payload
+    FROM unnest($${ids}::text[], $${destinations}::text[], $${manifests}::text[], $${payloads}::text[])
+      AS t(id, destination, manifest, payload)
+    ON CONFLICT (message_id) DO NOTHING)
+  SELECT movie_outbox_written(${call}) AS outcome`;
+}
 
 /**
  * Claims the oldest deliverable rows for $1 (owner) for $2 ms, at most $3 of them. SKIP LOCKED: a row another claim is

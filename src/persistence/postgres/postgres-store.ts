@@ -75,10 +75,11 @@ import {
   CLAIM_OUTBOX_SQL,
   COMPLETE_OUTBOX_SQL,
   FAIL_OUTBOX_SQL,
-  INSERT_OUTBOX_SQL,
   OUTBOX_COUNTS_SQL,
+  OUTBOX_NOT_WRITTEN_SQLSTATE,
   PARKED_OUTBOX_SQL,
   PURGE_OUTBOX_SQL,
+  writeWithOutboxSql,
 } from "./outbox-sql.ts";
 import {
   APPEND_BATCH_SQL,
@@ -1126,63 +1127,41 @@ export class PostgresStore implements PersistenceStore {
   }
 
   /**
-   * {@link writeCall} with outbox messages: the write function and, when it wrote (status 0), the outbox rows, in one
-   * transaction on one connection. The write function checks the fence (FOR SHARE, held to the commit) before
-   * writing, so a stale owner's rows are never inserted; a duplicate's rows came with the original write.
+   * {@link writeCall} with outbox messages: the write function's call and the outbox rows in one statement
+   * (writeWithOutboxSql), so the rows commit only with a write that wrote. The write function checks the fence first
+   * (FOR SHARE, held to the commit); a stale owner's, a duplicate's or a conflicting write's statement raises and
+   * inserts nothing (a duplicate's rows came with the original write).
    */
   private async writeWithOutbox(
     outbox: readonly OutboxRecord[],
     operation: string,
-    _name: string,
+    name: string,
     text: string,
     values: unknown[],
     pid: string,
     expected: number,
   ): Promise<StatusRow> {
+    const call = /^SELECT (movie_\w+\(.*\)) AS outcome$/s.exec(text)?.[1];
+    if (call === undefined) throw new Error(`internal: ${name} is not a write function call`);
     try {
-      return await this.resilient.run(operation, async () => {
-        if (this.closed) throw new StoreClosedError("postgres");
-        const client = await this.pool.connect();
-        let broken: Error | undefined;
-        try {
-          await client.query("BEGIN");
-          try {
-            const outcome = Number((await client.query(text, values)).rows[0].outcome);
-            const row: StatusRow =
-              outcome < 0
-                ? { status: -1, revision: "0" }
-                : { status: outcome % 4, revision: String(Math.floor(outcome / 4)) };
-            if (row.status === 0) {
-              await client.query(INSERT_OUTBOX_SQL, [
-                outbox.map((m) => m.messageId),
-                pid,
-                values[2],
-                outbox.map((m) => encodeDestination(m.destination)),
-                outbox.map((m) => m.manifest),
-                outbox.map((m) => m.payload),
-              ]);
-            }
-            await client.query("COMMIT");
-            return row;
-          } catch (error) {
-            await client.query("ROLLBACK").catch((rollbackError: unknown) => {
-              broken = rollbackError as Error;
-            });
-            throw error;
-          }
-        } catch (error) {
-          if (isPostgresConnectionError(error)) broken = error as Error;
-          throw error;
-        } finally {
-          // A connection that failed mid-transaction is destroyed rather than returned to the pool.
-          client.release(broken);
-        }
-      });
+      return await this.writeCall(
+        operation,
+        `${name}_outbox`,
+        writeWithOutboxSql(call, values.length + 1),
+        [
+          ...values,
+          outbox.map((m) => m.messageId),
+          outbox.map((m) => encodeDestination(m.destination)),
+          outbox.map((m) => m.manifest),
+          outbox.map((m) => m.payload),
+        ],
+        pid,
+        expected,
+      );
     } catch (error) {
-      if ((error as { code?: string }).code === REVISION_MISMATCH_SQLSTATE) {
-        throw new ConcurrentWriteError(pid, expected, Number((error as Error).message));
-      }
-      throw error;
+      if ((error as { code?: string }).code !== OUTBOX_NOT_WRITTEN_SQLSTATE) throw error;
+      const outcome = Number((error as Error).message);
+      return { status: outcome % 4, revision: String(Math.floor(outcome / 4)) };
     }
   }
 

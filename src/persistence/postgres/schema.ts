@@ -1,5 +1,6 @@
 import { buildMigrations, type Migration } from "../migrations.ts";
 import { feedMigration } from "./feed-schema.ts";
+import { OUTBOX_GUARD_FUNCTION } from "./outbox-sql.ts";
 
 /** The advisory lock that serialises migrations across nodes (docs/protocol.md §13.2). */
 export const MIGRATION_LOCK_KEY = 0x4d4f564945505253n;
@@ -363,6 +364,8 @@ export const postgresMigrations: readonly Migration[] = buildMigrations([
     // size is the backlog; the purge finds delivered rows by their delivery time.
     `CREATE INDEX IF NOT EXISTS persistence_outbox_claim_idx ON persistence_outbox (outbox_offset) WHERE NOT delivered`,
     `CREATE INDEX IF NOT EXISTS persistence_outbox_delivered_idx ON persistence_outbox (delivered_at) WHERE delivered`,
+    // A write with messages is one statement (writeWithOutboxSql): this guard aborts it when the write wrote nothing.
+    OUTBOX_GUARD_FUNCTION,
   ],
 ]);
 
