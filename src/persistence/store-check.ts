@@ -39,6 +39,7 @@ const storeMethods = {
   purgeOutbox: true,
   outboxCounts: true,
   parkedOutbox: true,
+  retryParkedOutbox: true,
   close: true,
 } as const satisfies Record<MethodName, true>;
 

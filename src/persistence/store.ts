@@ -225,6 +225,11 @@ export interface PersistenceStore {
   outboxCounts(): Promise<OutboxCounts>;
   /** Up to `limit` parked rows, oldest first, with their last error. */
   parkedOutbox(limit: number): Promise<ParkedOutboxRow[]>;
+  /**
+   * Makes parked rows claimable again at once with their attempts reset (an operator fixed the cause); returns how
+   * many parked rows changed.
+   */
+  retryParkedOutbox(offsets: readonly number[]): Promise<number>;
   /** Releases connections and files; later calls fail with StoreClosedError. */
   close(): Promise<void>;
 }

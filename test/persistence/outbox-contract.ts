@@ -306,7 +306,16 @@ export function outboxContract(backend: string, factory: StoreFactory): void {
         parked.map((p) => [p.offset, p.messageId, p.persistenceId, p.attempts, p.lastError]),
         [[poisoned.offset, poisoned.messageId, pid, 1, "cannot decode"]],
       );
-      await store.completeOutbox([retried.offset]);
+      // An operator fixed the cause: the parked row is claimable again, attempts counted afresh.
+      assert.equal(await store.retryParkedOutbox([poisoned.offset, retried.offset]), 1, "only the parked row changes");
+      assert.equal(await store.retryParkedOutbox([poisoned.offset]), 0, "no longer parked");
+      const revived = await store.claimOutbox({ owner: "d1", limit: 10, leaseMs: 60_000 });
+      assert.deepEqual(
+        revived.map((r) => [r.offset, r.attempts]),
+        [[poisoned.offset, 1]],
+      );
+      assert.deepEqual(await store.parkedOutbox(10), []);
+      await store.completeOutbox([retried.offset, poisoned.offset]);
     });
 
     test("a claim that ends (its dispatcher died) lets another dispatcher take the row; the first can no longer fail it", async () => {

@@ -545,6 +545,20 @@ export class MemoryStore implements PersistenceStore {
       }));
   }
 
+  async retryParkedOutbox(offsets: readonly number[]): Promise<number> {
+    this.open();
+    const wanted = new Set(checkOffsets(offsets));
+    let changed = 0;
+    for (const row of this.outbox) {
+      if (!wanted.has(row.offset) || row.delivered || !row.parked) continue;
+      row.parked = false;
+      row.attempts = 0;
+      row.leaseUntilMs = 0;
+      changed++;
+    }
+    return changed;
+  }
+
   /** The outbox rows of a write that committed (message ids are unique: a repeated id is not written twice). */
   private insertOutbox(persistenceId: string, records: readonly OutboxRecord[]): void {
     for (const record of records) {

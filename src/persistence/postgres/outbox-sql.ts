@@ -77,3 +77,7 @@ export const OUTBOX_COUNTS_SQL = `SELECT
 export const PARKED_OUTBOX_SQL = `SELECT outbox_offset, message_id, persistence_id, attempts, last_error
   FROM persistence_outbox WHERE NOT delivered AND lease_until_epoch_ms = ${PARKED_UNTIL_MS}
   ORDER BY outbox_offset LIMIT $1`;
+
+/** Makes the parked rows $1 (offsets) claimable again, attempts reset. */
+export const RETRY_PARKED_OUTBOX_SQL = `UPDATE persistence_outbox SET lease_until_epoch_ms = 0, attempts = 0
+  WHERE outbox_offset = ANY($1::bigint[]) AND NOT delivered AND lease_until_epoch_ms = ${PARKED_UNTIL_MS}`;

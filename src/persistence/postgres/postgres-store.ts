@@ -79,6 +79,7 @@ import {
   OUTBOX_NOT_WRITTEN_SQLSTATE,
   PARKED_OUTBOX_SQL,
   PURGE_OUTBOX_SQL,
+  RETRY_PARKED_OUTBOX_SQL,
   writeWithOutboxSql,
 } from "./outbox-sql.ts";
 import {
@@ -1211,6 +1212,14 @@ export class PostgresStore implements PersistenceStore {
     this.open();
     const row = (await this.query("outboxCounts", "movie_outbox_counts", OUTBOX_COUNTS_SQL, [])).rows[0];
     return { pending: Number(row.pending), parked: Number(row.parked), delivered: Number(row.delivered) };
+  }
+
+  async retryParkedOutbox(offsets: readonly number[]): Promise<number> {
+    this.open();
+    const list = checkOffsets(offsets);
+    if (list.length === 0) return 0;
+    const result = await this.query("retryParkedOutbox", "movie_retry_parked_outbox", RETRY_PARKED_OUTBOX_SQL, [list]);
+    return result.rowCount ?? 0;
   }
 
   async parkedOutbox(limit: number): Promise<ParkedOutboxRow[]> {

@@ -802,6 +802,17 @@ export class SqliteStore implements PersistenceStore {
     };
   }
 
+  async retryParkedOutbox(offsets: readonly number[]): Promise<number> {
+    this.open();
+    const list = checkOffsets(offsets);
+    if (list.length === 0) return 0;
+    return this.tx("retryParkedOutbox", () => {
+      let changed = 0;
+      for (const offset of list) changed += this.s.retryParkedOutbox.run(offset).changes;
+      return changed;
+    });
+  }
+
   async parkedOutbox(limit: number): Promise<ParkedOutboxRow[]> {
     this.open();
     checkSequence("limit", limit);
@@ -989,6 +1000,10 @@ function prepare(db: SqliteDatabase) {
       `SELECT sum(delivered = 0 AND lease_until_epoch_ms <> ${PARKED_UNTIL_MS}) AS pending,
           sum(delivered = 0 AND lease_until_epoch_ms = ${PARKED_UNTIL_MS}) AS parked,
           sum(delivered = 1) AS delivered FROM persistence_outbox`,
+    ),
+    retryParkedOutbox: p(
+      `UPDATE persistence_outbox SET lease_until_epoch_ms = 0, attempts = 0
+        WHERE outbox_offset = ? AND delivered = 0 AND lease_until_epoch_ms = ${PARKED_UNTIL_MS}`,
     ),
     parkedOutbox: p(
       `SELECT outbox_offset, message_id, persistence_id, attempts, last_error FROM persistence_outbox
