@@ -6,7 +6,10 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
 import {
+  DurableStateEffect,
   deliveryOutcome,
+  EventSourcedEffect,
+  InvalidPersistenceRequestError,
   MemoryStore,
   type OutboxDelivery,
   OutboxDispatcher,
@@ -61,6 +64,41 @@ test("delivery outcomes: exponential backoff up to the cap, parked at the last a
   for (const bad of [{ maxAttempts: 0 }, { firstBackoffMs: -1 }, { firstBackoffMs: 10, maxBackoffMs: 5 }]) {
     assert.throws(() => outboxRetryPolicy(bad), PersistenceConfigurationError);
   }
+});
+
+test("thenSend needs a write and a destination; message ids are stable per operation and position", () => {
+  assert.throws(() => EventSourcedEffect.none().thenSend("Stock", "s1", {}), InvalidPersistenceRequestError);
+  assert.throws(() => DurableStateEffect.stop().thenSendToHandler("mail", {}), InvalidPersistenceRequestError);
+  assert.throws(() => EventSourcedEffect.persist({}, "op").thenSend("", "s1", {}), InvalidPersistenceRequestError);
+  assert.throws(
+    () => DurableStateEffect.persist({}, "op").thenSend("Stock", "x".repeat(257), {}),
+    InvalidPersistenceRequestError,
+  );
+  const effect = EventSourcedEffect.persistAll([], "op")
+    .thenSend({ name: "Stock" }, "s1", (id: string) => ({ id }))
+    .thenSendToHandler("mail", { to: "a" })
+    .thenStop();
+  assert.deepEqual(
+    effect.outbox.map((m) => [m.destination, m.build === null ? m.message : m.build("m-1")]),
+    [
+      [{ kind: "entity", entityType: "Stock", entityId: "s1" }, { id: "m-1" }],
+      [{ kind: "handler", handler: "mail" }, { to: "a" }],
+    ],
+  );
+  assert.equal(effect.stopAfter, true, "thenStop keeps the messages and stops");
+  const id = outboxMessageId("Order:o1", "op", 0);
+  assert.match(id, /^ob-[0-9a-f]{32}$/);
+  assert.equal(outboxMessageId("Order:o1", "op", 0), id);
+  const others = [
+    outboxMessageId("Order:o1", "op", 1),
+    outboxMessageId("Order:o1", "op2", 0),
+    outboxMessageId("Order:o", "1op", 0),
+  ];
+  assert.ok(
+    others.every((other) => other !== id),
+    "another position, operation or writer is another id",
+  );
+  assert.equal(outboxMessageId("x".repeat(10_000), "y".repeat(200), 999).length, 35, "fits an OperationId");
 });
 
 class Reserve {
