@@ -14,6 +14,7 @@ import { EntityRegistry } from "./entity-registry.ts";
 import type { EntityId, EntityType } from "./entity-type.ts";
 import { type BehaviorClass, type EntityContext, PersistentEntityActor } from "./event-sourcing.ts";
 import type { ShardLeaseToken } from "./lease.ts";
+import { type OutboxRecord, type OutboxSend, outboxRecords } from "./outbox-message.ts";
 import type { PersistenceStore } from "./store.ts";
 
 /**
@@ -78,6 +79,7 @@ class DurableStateEntityActor<C, S> extends PersistentEntityActor<C> {
             manifest,
             payload,
             fence: this.fence,
+            outbox: this.outboxOf(effect.outbox, effect.operationId!.value),
           };
           result = await this.timed(
             context.system,
@@ -91,6 +93,7 @@ class DurableStateEntityActor<C, S> extends PersistentEntityActor<C> {
             expectedRevision: this.revision,
             operationId: effect.operationId!,
             fence: this.fence,
+            outbox: this.outboxOf(effect.outbox, effect.operationId!.value),
           };
           result = await this.timed(
             context.system,
@@ -112,6 +115,10 @@ class DurableStateEntityActor<C, S> extends PersistentEntityActor<C> {
     }
     for (const callback of effect.callbacks) callback(this.state);
     if (effect.stopAfter) context.self.sendSystem(STOP);
+  }
+
+  private outboxOf(sends: readonly OutboxSend[], operationId: string): OutboxRecord[] {
+    return outboxRecords(this.entityId.persistenceId, operationId, sends, (m) => this.codec.encode(m, "value"));
   }
 }
 

@@ -1,4 +1,23 @@
+import { InvalidPersistenceRequestError } from "./errors.ts";
 import { OperationId } from "./operation-id.ts";
+import { checkDestination, entityDestination, type OutboxSend } from "./outbox-message.ts";
+
+/** A message, or a function building it from its outbox message id (see EventSourcedEffect.thenSend). */
+export type OutboxMessageOrBuilder<M> = M | ((messageId: string) => M);
+
+const send = (destination: OutboxSend["destination"], message: unknown): OutboxSend =>
+  typeof message === "function"
+    ? { destination, message: undefined, build: message as (messageId: string) => unknown }
+    : { destination, message, build: null };
+
+const sendNeedsWrite = (operationId: OperationId | null): void => {
+  if (operationId === null) {
+    throw new InvalidPersistenceRequestError(
+      "thenSend",
+      "an outbox message is written with the effect's events or state, and this effect writes nothing; use persist, persistAll (an empty list records only the operation) or delete",
+    );
+  }
+};
 
 /**
  * What an event-sourced command handler decided: events to persist in one transaction under one OperationId (or
@@ -13,6 +32,8 @@ export class EventSourcedEffect<Event, State> {
     readonly stopAfter: boolean,
     /** Follow-ups added by thenRun, run in order after the write. */
     readonly callbacks: readonly ((state: State) => void)[],
+    /** Messages added by thenSend, written to the outbox with the events. */
+    readonly outbox: readonly OutboxSend[] = [],
   ) {}
 
   /** @internal */
@@ -48,12 +69,52 @@ export class EventSourcedEffect<Event, State> {
 
   /** Adds a follow-up that receives the new state after a successful write (or at once when nothing is written). */
   thenRun(callback: (state: State) => void): EventSourcedEffect<Event, State> {
-    return new EventSourcedEffect(this.events, this.operationId, this.stopAfter, [...this.callbacks, callback]);
+    return new EventSourcedEffect(
+      this.events,
+      this.operationId,
+      this.stopAfter,
+      [...this.callbacks, callback],
+      this.outbox,
+    );
   }
 
   /** Stops the entity after the write and the follow-ups. */
   thenStop(): EventSourcedEffect<Event, State> {
-    return new EventSourcedEffect(this.events, this.operationId, true, this.callbacks);
+    return new EventSourcedEffect(this.events, this.operationId, true, this.callbacks, this.outbox);
+  }
+
+  /**
+   * Sends `message` to entity `entityId` of `entityType` through the outbox (docs/outbox.md): it is written in the
+   * events' transaction, under their fence, and delivered by an OutboxDispatcher after the commit, at least once.
+   * Pass a function to build the message from its outbox message id, and let the receiver persist with that id as
+   * its OperationId: a redelivery is then a duplicate in the receiver's own transaction (effectively once).
+   * @throws InvalidPersistenceRequestError for an effect that writes nothing, or an empty type or id
+   */
+  thenSend<M>(
+    entityType: string | { readonly name: string },
+    entityId: string,
+    message: OutboxMessageOrBuilder<M>,
+  ): EventSourcedEffect<Event, State> {
+    sendNeedsWrite(this.operationId);
+    const next = send(entityDestination(entityType, entityId), message);
+    return new EventSourcedEffect(this.events, this.operationId, this.stopAfter, this.callbacks, [
+      ...this.outbox,
+      next,
+    ]);
+  }
+
+  /**
+   * Sends `message` to the dispatcher's handler named `handler` (an external system: mail, a queue) through the
+   * outbox, as {@link thenSend} does to an entity.
+   * @throws InvalidPersistenceRequestError for an effect that writes nothing, or an empty name
+   */
+  thenSendToHandler<M>(handler: string, message: OutboxMessageOrBuilder<M>): EventSourcedEffect<Event, State> {
+    sendNeedsWrite(this.operationId);
+    const next = send(checkDestination("destination", { kind: "handler", handler }), message);
+    return new EventSourcedEffect(this.events, this.operationId, this.stopAfter, this.callbacks, [
+      ...this.outbox,
+      next,
+    ]);
   }
 }
 
@@ -69,6 +130,8 @@ export class DurableStateEffect<State> {
     readonly stopAfter: boolean,
     /** Follow-ups added by thenRun, run in order after the write. */
     readonly callbacks: readonly ((state: State) => void)[],
+    /** Messages added by thenSend, written to the outbox with the state. */
+    readonly outbox: readonly OutboxSend[] = [],
   ) {}
 
   /** @internal */
@@ -104,15 +167,51 @@ export class DurableStateEffect<State> {
 
   /** Adds a follow-up that receives the new state after a successful write. */
   thenRun(callback: (state: State) => void): DurableStateEffect<State> {
-    return new DurableStateEffect(this.kind, this.state, this.operationId, this.stopAfter, [
-      ...this.callbacks,
-      callback,
-    ]);
+    return new DurableStateEffect(
+      this.kind,
+      this.state,
+      this.operationId,
+      this.stopAfter,
+      [...this.callbacks, callback],
+      this.outbox,
+    );
   }
 
   /** Stops the entity after the write and the follow-ups. */
   thenStop(): DurableStateEffect<State> {
-    return new DurableStateEffect(this.kind, this.state, this.operationId, true, this.callbacks);
+    return new DurableStateEffect(this.kind, this.state, this.operationId, true, this.callbacks, this.outbox);
+  }
+
+  /**
+   * Sends `message` to entity `entityId` of `entityType` through the outbox, written in the state's transaction (see
+   * EventSourcedEffect.thenSend).
+   * @throws InvalidPersistenceRequestError for an effect that writes nothing, or an empty type or id
+   */
+  thenSend<M>(
+    entityType: string | { readonly name: string },
+    entityId: string,
+    message: OutboxMessageOrBuilder<M>,
+  ): DurableStateEffect<State> {
+    sendNeedsWrite(this.operationId);
+    const next = send(entityDestination(entityType, entityId), message);
+    return new DurableStateEffect(this.kind, this.state, this.operationId, this.stopAfter, this.callbacks, [
+      ...this.outbox,
+      next,
+    ]);
+  }
+
+  /**
+   * Sends `message` to the dispatcher's handler named `handler` through the outbox (see
+   * EventSourcedEffect.thenSendToHandler).
+   * @throws InvalidPersistenceRequestError for an effect that writes nothing, or an empty name
+   */
+  thenSendToHandler<M>(handler: string, message: OutboxMessageOrBuilder<M>): DurableStateEffect<State> {
+    sendNeedsWrite(this.operationId);
+    const next = send(checkDestination("destination", { kind: "handler", handler }), message);
+    return new DurableStateEffect(this.kind, this.state, this.operationId, this.stopAfter, this.callbacks, [
+      ...this.outbox,
+      next,
+    ]);
   }
 }
 

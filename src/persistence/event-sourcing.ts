@@ -17,6 +17,7 @@ import { EntityRegistry } from "./entity-registry.ts";
 import type { EntityId, EntityType } from "./entity-type.ts";
 import { ConcurrentWriteError, PersistenceOverloadedError, StaleShardOwnerError } from "./errors.ts";
 import type { ShardLeaseToken } from "./lease.ts";
+import { outboxRecords } from "./outbox-message.ts";
 import type { EventRecord, PersistenceStore } from "./store.ts";
 import type { WriteLatency } from "./write-latency.ts";
 
@@ -208,18 +209,20 @@ class EventSourcedEntityActor<C, E, S> extends PersistentEntityActor<C> {
 
   protected async handle(command: C, context: EntityContext<C>): Promise<void> {
     const effect = this.behavior.handleCommand(this.codec.copy(this.state), command, context);
-    if (effect.events.length > 0) {
+    if (effect.events.length > 0 || effect.outbox.length > 0) {
       const pid = this.entityId.persistenceId;
       let candidate = this.state;
       for (const event of effect.events) candidate = this.behavior.applyEvent(candidate, event);
       const before = this.revision;
       try {
+        const operationId = effect.operationId!.value;
         const request = {
           persistenceId: pid,
           expectedRevision: before,
-          operationId: effect.operationId!,
+          operationId,
           events: effect.events.map((e) => this.encodeEvent(e)),
           fence: this.fence,
+          outbox: outboxRecords(pid, operationId, effect.outbox, (m) => this.codec.encode(m, "value")),
         };
         const result = await this.timed(
           context.system,

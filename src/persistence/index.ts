@@ -4,7 +4,14 @@ export { admit, type CircuitSettings, type CircuitState, closedCircuit, record }
 export { type CodecClass, JSON_MANIFEST, PersistenceCodec, type Upcaster } from "./codec.ts";
 export { Database } from "./database.ts";
 export { DurableState, DurableStateBehavior } from "./durable-state.ts";
-export { type DurableEffect, DurableStateEffect, Effect, type EventEffect, EventSourcedEffect } from "./effect.ts";
+export {
+  type DurableEffect,
+  DurableStateEffect,
+  Effect,
+  type EventEffect,
+  EventSourcedEffect,
+  type OutboxMessageOrBuilder,
+} from "./effect.ts";
 export { EntityId, EntityType } from "./entity-type.ts";
 export * from "./errors.ts";
 export { EventFeed, type EventStreamOptions } from "./event-feed.ts";
@@ -51,6 +58,44 @@ export {
   schemaObjects,
 } from "./migrations.ts";
 export { OperationId } from "./operation-id.ts";
+export {
+  type ClaimedOutboxRow,
+  MAX_OUTBOX_ERROR_LENGTH,
+  type OutboxClaimRequest,
+  type OutboxCounts,
+  type OutboxFailure,
+  type ParkedOutboxRow,
+} from "./outbox-claim.ts";
+export {
+  type AttemptResult,
+  type DeliveryOutcome,
+  defaultOutboxRetryPolicy,
+  deliveryOutcome,
+  type OutboxRetryPolicy,
+  outboxBackoffMs,
+  outboxRetryPolicy,
+} from "./outbox-delivery.ts";
+export {
+  deliverThroughSharding,
+  type EntityAsker,
+  type EntityAskRef,
+  type OutboxBatchResult,
+  type OutboxDeliverer,
+  type OutboxDelivery,
+  OutboxDispatcher,
+  type OutboxDispatcherOptions,
+  type OutboxDispatcherStats,
+} from "./outbox-dispatcher.ts";
+export {
+  entityDestination,
+  MAX_DESTINATION_PART_LENGTH,
+  MAX_OUTBOX_MESSAGE_ID_LENGTH,
+  MAX_OUTBOX_MESSAGES_PER_WRITE,
+  type OutboxDestination,
+  type OutboxRecord,
+  type OutboxSend,
+  outboxMessageId,
+} from "./outbox-message.ts";
 export {
   type AtLeastOnceProjection,
   type ExactlyOnceProjection,

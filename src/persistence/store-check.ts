@@ -33,6 +33,13 @@ const storeMethods = {
   saveProjectionOffset: true,
   deleteProjectionOffset: true,
   runProjectionBatch: true,
+  claimOutbox: true,
+  completeOutbox: true,
+  failOutbox: true,
+  purgeOutbox: true,
+  outboxCounts: true,
+  parkedOutbox: true,
+  retryParkedOutbox: true,
   close: true,
 } as const satisfies Record<MethodName, true>;
 

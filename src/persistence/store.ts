@@ -16,6 +16,14 @@ import {
 } from "./feed.ts";
 import { type ShardLeaseKey, type ShardLeaseToken, validateLeaseToken } from "./lease.ts";
 import { OperationId } from "./operation-id.ts";
+import type {
+  ClaimedOutboxRow,
+  OutboxClaimRequest,
+  OutboxCounts,
+  OutboxFailure,
+  ParkedOutboxRow,
+} from "./outbox-claim.ts";
+import { checkOutbox, type OutboxRecord } from "./outbox-message.ts";
 
 /** The backends this layer ships; sharding requires "postgres" for clustered persistent entities (docs/protocol.md §11). */
 export type BackendName = "memory" | "sqlite" | "postgres";
@@ -68,6 +76,11 @@ export interface AppendEventsRequest {
   readonly operationId: OperationId | string;
   readonly events: readonly EventRecord[];
   readonly fence?: ShardLeaseToken | null;
+  /**
+   * Messages to send once the append commits, written in its transaction under its fence (docs/outbox.md); only a
+   * write that is not a duplicate writes them (the original write did).
+   */
+  readonly outbox?: readonly OutboxRecord[];
 }
 
 /** A durable state save; the revision becomes expectedRevision + 1. */
@@ -78,6 +91,8 @@ export interface SaveStateRequest {
   readonly manifest: string;
   readonly payload: string;
   readonly fence?: ShardLeaseToken | null;
+  /** Messages to send once the save commits, written in its transaction (see AppendEventsRequest.outbox). */
+  readonly outbox?: readonly OutboxRecord[];
 }
 
 /** A durable state delete: writes a tombstone at expectedRevision + 1. */
@@ -86,6 +101,8 @@ export interface DeleteStateRequest {
   readonly expectedRevision: number;
   readonly operationId: OperationId | string;
   readonly fence?: ShardLeaseToken | null;
+  /** Messages to send once the delete commits (see AppendEventsRequest.outbox). */
+  readonly outbox?: readonly OutboxRecord[];
 }
 
 /** The manifest of a durable-state tombstone (docs/protocol.md §13.1). */
@@ -189,6 +206,30 @@ export interface PersistenceStore {
    * @throws StaleShardOwnerError, ProjectionCheckpointConflictError, or what `work` throws (nothing committed)
    */
   runProjectionBatch<R>(request: ProjectionBatchRequest, work: (tx: ProjectionTransaction) => Promise<R>): Promise<R>;
+  /**
+   * Claims up to `limit` deliverable outbox rows (undelivered, not parked, not claimed or backing off) for `leaseMs`
+   * on the database clock, oldest first; each claim counts an attempt. Concurrent claims never share a row.
+   * @throws InvalidPersistenceRequestError
+   */
+  claimOutbox(request: OutboxClaimRequest): Promise<ClaimedOutboxRow[]>;
+  /** Marks rows delivered (whoever holds their claim now: they were delivered); returns how many changed. */
+  completeOutbox(offsets: readonly number[]): Promise<number>;
+  /**
+   * Records failed attempts of rows `owner` still claims: each comes back after its `retryAfterMs`, or is parked.
+   * Returns how many rows changed (a row whose claim passed to another owner is left to that owner).
+   */
+  failOutbox(owner: string, failures: readonly OutboxFailure[]): Promise<number>;
+  /** Deletes rows delivered at least `olderThanMs` ago on the database clock; returns how many. */
+  purgeOutbox(olderThanMs: number): Promise<number>;
+  /** Counts of pending (undelivered, not parked), parked and delivered rows. */
+  outboxCounts(): Promise<OutboxCounts>;
+  /** Up to `limit` parked rows, oldest first, with their last error. */
+  parkedOutbox(limit: number): Promise<ParkedOutboxRow[]>;
+  /**
+   * Makes parked rows claimable again at once with their attempts reset (an operator fixed the cause); returns how
+   * many parked rows changed.
+   */
+  retryParkedOutbox(offsets: readonly number[]): Promise<number>;
   /** Releases connections and files; later calls fail with StoreClosedError. */
   close(): Promise<void>;
 }
@@ -202,6 +243,8 @@ export interface CheckedAppend {
   readonly fence: ShardLeaseToken | null;
   /** Whether any event carries a tag (a tagged append takes the backend's tagged path). */
   readonly tagged: boolean;
+  /** The outbox messages to write with it (checked). */
+  readonly outbox: readonly OutboxRecord[];
 }
 
 /**
@@ -254,6 +297,7 @@ export function checkAppend(request: AppendEventsRequest): CheckedAppend {
     events: request.events,
     fence: checkFence(request.fence),
     tagged,
+    outbox: checkOutbox(request.outbox),
   };
 }
 

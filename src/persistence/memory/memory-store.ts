@@ -33,6 +33,18 @@ import {
 } from "../lease.ts";
 import { OperationId } from "../operation-id.ts";
 import {
+  type ClaimedOutboxRow,
+  checkClaim,
+  checkFailure,
+  checkOffsets,
+  checkOwner,
+  type OutboxClaimRequest,
+  type OutboxCounts,
+  type OutboxFailure,
+  type ParkedOutboxRow,
+} from "../outbox-claim.ts";
+import { checkOutbox, type OutboxDestination, type OutboxRecord } from "../outbox-message.ts";
+import {
   type AppendEventsRequest,
   checkAppend,
   checkFence,
@@ -66,6 +78,24 @@ interface DurableRow {
   readonly operations: Map<string, Operation>;
 }
 
+/** An outbox row (the columns of persistence_outbox that the contract uses). */
+interface OutboxRow {
+  readonly offset: number;
+  readonly messageId: string;
+  readonly persistenceId: string;
+  readonly destination: OutboxDestination;
+  readonly manifest: string;
+  readonly payload: string;
+  delivered: boolean;
+  parked: boolean;
+  attempts: number;
+  leaseOwner: string | null;
+  /** Not claimable before this time (a claim's end or a retry's backoff). */
+  leaseUntilMs: number;
+  lastError: string | null;
+  deliveredAtMs: number | null;
+}
+
 interface LeaseRow {
   owner: string;
   epoch: number;
@@ -97,6 +127,9 @@ export class MemoryStore implements PersistenceStore {
   /** Projection batches run one at a time (the memory store's transactions). */
   private projectionQueue: Promise<unknown> = Promise.resolve();
   private closed = false;
+  /** The outbox in offset order. */
+  private outbox: OutboxRow[] = [];
+  private lastOutboxOffset = 0;
 
   constructor(options: MemoryStoreOptions = {}) {
     this.scheduler = options.scheduler ?? new RealScheduler();
@@ -135,6 +168,7 @@ export class MemoryStore implements PersistenceStore {
     });
     stream.revision = revision;
     stream.operations.set(append.operationId, { fingerprint, revision });
+    this.insertOutbox(append.persistenceId, append.outbox);
     if (append.events.length > 0) this.notifyFeed();
     return { revision, duplicate: false };
   }
@@ -396,6 +430,7 @@ export class MemoryStore implements PersistenceStore {
     checkPersistenceId(request.persistenceId);
     checkSequence("expectedRevision", request.expectedRevision);
     const operationId = OperationId.from(request.operationId).value;
+    const outbox = checkOutbox(request.outbox);
     this.checkFenceNow(checkFence(request.fence));
     const fingerprint = stateFingerprint(manifest, payload, deleted);
     let row = this.states.get(request.persistenceId);
@@ -415,7 +450,135 @@ export class MemoryStore implements PersistenceStore {
     const revision = actual + 1;
     row.record = { revision, manifest, payload, deleted };
     row.operations.set(operationId, { fingerprint, revision });
+    this.insertOutbox(request.persistenceId, outbox);
     return { revision, duplicate: false };
+  }
+
+  async claimOutbox(request: OutboxClaimRequest): Promise<ClaimedOutboxRow[]> {
+    this.open();
+    const { owner, limit, leaseMs } = checkClaim(request);
+    const now = this.nowMs();
+    const claimed: ClaimedOutboxRow[] = [];
+    for (const row of this.outbox) {
+      if (claimed.length >= limit) break;
+      if (row.delivered || row.parked || row.leaseUntilMs > now) continue;
+      row.leaseOwner = owner;
+      row.leaseUntilMs = now + leaseMs;
+      row.attempts++;
+      claimed.push({
+        offset: row.offset,
+        messageId: row.messageId,
+        persistenceId: row.persistenceId,
+        destination: row.destination,
+        manifest: row.manifest,
+        payload: row.payload,
+        attempts: row.attempts,
+      });
+    }
+    return claimed;
+  }
+
+  async completeOutbox(offsets: readonly number[]): Promise<number> {
+    this.open();
+    const wanted = new Set(checkOffsets(offsets));
+    let changed = 0;
+    for (const row of this.outbox) {
+      if (!wanted.has(row.offset) || row.delivered) continue;
+      row.delivered = true;
+      row.deliveredAtMs = this.nowMs();
+      changed++;
+    }
+    return changed;
+  }
+
+  async failOutbox(owner: string, failures: readonly OutboxFailure[]): Promise<number> {
+    this.open();
+    checkOwner(owner);
+    const checked = failures.map(checkFailure);
+    let changed = 0;
+    for (const f of checked) {
+      const row = this.outbox.find((r) => r.offset === f.offset);
+      if (row === undefined || row.delivered || row.leaseOwner !== owner) continue;
+      row.lastError = f.error;
+      row.parked = f.park;
+      row.leaseOwner = null;
+      row.leaseUntilMs = this.nowMs() + f.retryAfterMs;
+      changed++;
+    }
+    return changed;
+  }
+
+  async purgeOutbox(olderThanMs: number): Promise<number> {
+    this.open();
+    checkSequence("olderThanMs", olderThanMs);
+    const cutoff = this.nowMs() - olderThanMs;
+    const before = this.outbox.length;
+    this.outbox = this.outbox.filter((r) => !(r.delivered && r.deliveredAtMs !== null && r.deliveredAtMs <= cutoff));
+    return before - this.outbox.length;
+  }
+
+  async outboxCounts(): Promise<OutboxCounts> {
+    this.open();
+    let pending = 0;
+    let parked = 0;
+    let delivered = 0;
+    for (const row of this.outbox) {
+      if (row.delivered) delivered++;
+      else if (row.parked) parked++;
+      else pending++;
+    }
+    return { pending, parked, delivered };
+  }
+
+  async parkedOutbox(limit: number): Promise<ParkedOutboxRow[]> {
+    this.open();
+    checkSequence("limit", limit);
+    return this.outbox
+      .filter((r) => r.parked && !r.delivered)
+      .slice(0, limit)
+      .map((r) => ({
+        offset: r.offset,
+        messageId: r.messageId,
+        persistenceId: r.persistenceId,
+        attempts: r.attempts,
+        lastError: r.lastError ?? "",
+      }));
+  }
+
+  async retryParkedOutbox(offsets: readonly number[]): Promise<number> {
+    this.open();
+    const wanted = new Set(checkOffsets(offsets));
+    let changed = 0;
+    for (const row of this.outbox) {
+      if (!wanted.has(row.offset) || row.delivered || !row.parked) continue;
+      row.parked = false;
+      row.attempts = 0;
+      row.leaseUntilMs = 0;
+      changed++;
+    }
+    return changed;
+  }
+
+  /** The outbox rows of a write that committed (message ids are unique: a repeated id is not written twice). */
+  private insertOutbox(persistenceId: string, records: readonly OutboxRecord[]): void {
+    for (const record of records) {
+      if (this.outbox.some((r) => r.messageId === record.messageId)) continue;
+      this.outbox.push({
+        offset: ++this.lastOutboxOffset,
+        messageId: record.messageId,
+        persistenceId,
+        destination: record.destination,
+        manifest: record.manifest,
+        payload: record.payload,
+        delivered: false,
+        parked: false,
+        attempts: 0,
+        leaseOwner: null,
+        leaseUntilMs: 0,
+        lastError: null,
+        deliveredAtMs: null,
+      });
+    }
   }
 
   private checkFenceNow(fence: ShardLeaseToken | null): void {

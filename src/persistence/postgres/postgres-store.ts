@@ -36,6 +36,19 @@ import {
 } from "../lease.ts";
 import { type AppliedMigration, checkRebaseline, planMigrations } from "../migrations.ts";
 import { OperationId } from "../operation-id.ts";
+import {
+  type ClaimedOutboxRow,
+  checkClaim,
+  checkClaimedRow,
+  checkFailure,
+  checkOffsets,
+  checkOwner,
+  type OutboxClaimRequest,
+  type OutboxCounts,
+  type OutboxFailure,
+  type ParkedOutboxRow,
+} from "../outbox-claim.ts";
+import { checkOutbox, encodeDestination, type OutboxRecord } from "../outbox-message.ts";
 import { defaultResilience, type ResilienceSettings, type ResilienceStats, Resilient } from "../resilience.ts";
 import {
   type AppendEventsRequest,
@@ -58,6 +71,17 @@ import {
 } from "../store.ts";
 import { FEED_CHANNEL, queryEventsSql } from "./feed-schema.ts";
 import { ACQUIRE_LEASES_SQL, LEASE_BATCH_MAX_ROWS, RENEW_LEASES_SQL } from "./lease-batch-sql.ts";
+import {
+  CLAIM_OUTBOX_SQL,
+  COMPLETE_OUTBOX_SQL,
+  FAIL_OUTBOX_SQL,
+  OUTBOX_COUNTS_SQL,
+  OUTBOX_NOT_WRITTEN_SQLSTATE,
+  PARKED_OUTBOX_SQL,
+  PURGE_OUTBOX_SQL,
+  RETRY_PARKED_OUTBOX_SQL,
+  writeWithOutboxSql,
+} from "./outbox-sql.ts";
 import {
   APPEND_BATCH_SQL,
   APPEND_ONE_SQL,
@@ -292,7 +316,8 @@ export class PostgresStore implements PersistenceStore {
     const a = checkAppend(request);
     const fingerprint = eventsFingerprint(a.events);
     if (a.tagged) return this.appendTagged(a, fingerprint);
-    if (a.events.length === 1) return this.appendOne(a, fingerprint);
+    // An append with outbox messages takes the transaction of appendEventsCall, outside the group commit.
+    if (a.events.length === 1 && a.outbox.length === 0) return this.appendOne(a, fingerprint);
     return this.appendEventsCall(
       a,
       fingerprint,
@@ -339,7 +364,8 @@ export class PostgresStore implements PersistenceStore {
     // escaping on both sides, and most appends carry one event.
     const first = a.events[0];
     const more = a.events.length > 1 ? a.events.slice(1) : null;
-    const row = await this.writeCall(
+    const write = a.outbox.length === 0 ? this.writeCall.bind(this) : this.writeWithOutbox.bind(this, a.outbox);
+    const row = await write(
       "appendEvents",
       statement,
       sql,
@@ -1023,7 +1049,8 @@ export class PostgresStore implements PersistenceStore {
     checkSequence("expectedRevision", request.expectedRevision);
     const op = OperationId.from(request.operationId).value;
     const fence = checkFence(request.fence);
-    if (this.batching) {
+    const outbox = checkOutbox(request.outbox);
+    if (this.batching && outbox.length === 0) {
       const values = [
         request.persistenceId,
         request.expectedRevision,
@@ -1054,7 +1081,8 @@ export class PostgresStore implements PersistenceStore {
         fence,
       );
     }
-    const row = await this.writeCall(
+    const write = outbox.length === 0 ? this.writeCall.bind(this) : this.writeWithOutbox.bind(this, outbox);
+    const row = await write(
       deleted ? "deleteState" : "saveState",
       "movie_write_state",
       WRITE_STATE_SQL,
@@ -1107,6 +1135,114 @@ export class PostgresStore implements PersistenceStore {
       }
       throw error;
     }
+  }
+
+  /**
+   * {@link writeCall} with outbox messages: the write function's call and the outbox rows in one statement
+   * (writeWithOutboxSql), so the rows commit only with a write that wrote. The write function checks the fence first
+   * (FOR SHARE, held to the commit); a stale owner's, a duplicate's or a conflicting write's statement raises and
+   * inserts nothing (a duplicate's rows came with the original write).
+   */
+  private async writeWithOutbox(
+    outbox: readonly OutboxRecord[],
+    operation: string,
+    name: string,
+    text: string,
+    values: unknown[],
+    pid: string,
+    expected: number,
+  ): Promise<StatusRow> {
+    const call = /^SELECT (movie_\w+\(.*\)) AS outcome$/s.exec(text)?.[1];
+    if (call === undefined) throw new Error(`internal: ${name} is not a write function call`);
+    try {
+      return await this.writeCall(
+        operation,
+        `${name}_outbox`,
+        writeWithOutboxSql(call, values.length + 1),
+        [
+          ...values,
+          outbox.map((m) => m.messageId),
+          outbox.map((m) => encodeDestination(m.destination)),
+          outbox.map((m) => m.manifest),
+          outbox.map((m) => m.payload),
+        ],
+        pid,
+        expected,
+      );
+    } catch (error) {
+      if ((error as { code?: string }).code !== OUTBOX_NOT_WRITTEN_SQLSTATE) throw error;
+      const outcome = Number((error as Error).message);
+      return { status: outcome % 4, revision: String(Math.floor(outcome / 4)) };
+    }
+  }
+
+  async claimOutbox(request: OutboxClaimRequest): Promise<ClaimedOutboxRow[]> {
+    this.open();
+    const { owner, limit, leaseMs } = checkClaim(request);
+    const result = await this.query("claimOutbox", "movie_claim_outbox", CLAIM_OUTBOX_SQL, [owner, leaseMs, limit]);
+    const claimed: ClaimedOutboxRow[] = [];
+    for (const row of result.rows as Record<string, unknown>[]) {
+      const checked = checkClaimedRow(row);
+      if (checked !== null) claimed.push(checked);
+    }
+    return claimed.sort((a, b) => a.offset - b.offset);
+  }
+
+  async completeOutbox(offsets: readonly number[]): Promise<number> {
+    this.open();
+    const list = checkOffsets(offsets);
+    if (list.length === 0) return 0;
+    const result = await this.query("completeOutbox", "movie_complete_outbox", COMPLETE_OUTBOX_SQL, [list]);
+    return result.rowCount ?? 0;
+  }
+
+  async failOutbox(owner: string, failures: readonly OutboxFailure[]): Promise<number> {
+    this.open();
+    checkOwner(owner);
+    const checked = failures.map(checkFailure);
+    if (checked.length === 0) return 0;
+    const result = await this.query("failOutbox", "movie_fail_outbox", FAIL_OUTBOX_SQL, [
+      checked.map((f) => f.offset),
+      checked.map((f) => f.error),
+      checked.map((f) => f.park),
+      checked.map((f) => f.retryAfterMs),
+      owner,
+    ]);
+    return result.rowCount ?? 0;
+  }
+
+  async purgeOutbox(olderThanMs: number): Promise<number> {
+    this.open();
+    checkSequence("olderThanMs", olderThanMs);
+    const result = await this.query("purgeOutbox", "movie_purge_outbox", PURGE_OUTBOX_SQL, [olderThanMs]);
+    return result.rowCount ?? 0;
+  }
+
+  async outboxCounts(): Promise<OutboxCounts> {
+    this.open();
+    const row = (await this.query("outboxCounts", "movie_outbox_counts", OUTBOX_COUNTS_SQL, [])).rows[0];
+    return { pending: Number(row.pending), parked: Number(row.parked), delivered: Number(row.delivered) };
+  }
+
+  async retryParkedOutbox(offsets: readonly number[]): Promise<number> {
+    this.open();
+    const list = checkOffsets(offsets);
+    if (list.length === 0) return 0;
+    const result = await this.query("retryParkedOutbox", "movie_retry_parked_outbox", RETRY_PARKED_OUTBOX_SQL, [list]);
+    return result.rowCount ?? 0;
+  }
+
+  async parkedOutbox(limit: number): Promise<ParkedOutboxRow[]> {
+    this.open();
+    checkSequence("limit", limit);
+    const result = await this.query("parkedOutbox", "movie_parked_outbox", PARKED_OUTBOX_SQL, [limit]);
+    return (result.rows as Record<string, unknown>[]).map((r) => ({
+      offset: Number(r.outbox_offset),
+      messageId: typeof r.message_id === "string" ? r.message_id : "",
+      persistenceId: typeof r.persistence_id === "string" ? r.persistence_id : "",
+      attempts: Number(r.attempts),
+      lastError: typeof r.last_error === "string" ? r.last_error : "",
+    }));
   }
 
   private async fencedCall(

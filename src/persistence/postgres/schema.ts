@@ -1,5 +1,6 @@
 import { buildMigrations, type Migration } from "../migrations.ts";
 import { feedMigration } from "./feed-schema.ts";
+import { OUTBOX_GUARD_FUNCTION } from "./outbox-sql.ts";
 
 /** The advisory lock that serialises migrations across nodes (docs/protocol.md §13.2). */
 export const MIGRATION_LOCK_KEY = 0x4d4f564945505253n;
@@ -159,7 +160,7 @@ const appendOneSettleFunction = (epoch = false) =>
         RETURN movie_outcome(0, p_expected + 1);
       END $$`;
 
-/** The PostgreSQL migrations 1..9. */
+/** The PostgreSQL migrations 1..10. */
 export const postgresMigrations: readonly Migration[] = buildMigrations([
   [
     // The first journal row of an append also carries its operation id, fingerprint and resulting revision, so
@@ -356,6 +357,16 @@ export const postgresMigrations: readonly Migration[] = buildMigrations([
   ],
   // The event feed: offsets assigned under the feed lock by a trigger, entity types, tags (see feed-schema.ts).
   feedMigration(fenceCheck),
+  [
+    // Outbox dispatch (docs/outbox.md). lease_until_epoch_ms is "not claimable before": a claim's end, a retry's
+    // backoff, or PARKED_UNTIL_MS for a parked row (no new column: the migration stays re-runnable on SQLite, which
+    // has no ADD COLUMN IF NOT EXISTS). The claim reads the oldest undelivered rows through a partial index whose
+    // size is the backlog; the purge finds delivered rows by their delivery time.
+    `CREATE INDEX IF NOT EXISTS persistence_outbox_claim_idx ON persistence_outbox (outbox_offset) WHERE NOT delivered`,
+    `CREATE INDEX IF NOT EXISTS persistence_outbox_delivered_idx ON persistence_outbox (delivered_at) WHERE delivered`,
+    // A write with messages is one statement (writeWithOutboxSql): this guard aborts it when the write wrote nothing.
+    OUTBOX_GUARD_FUNCTION,
+  ],
 ]);
 
 /**

@@ -7,7 +7,7 @@ export const SQLITE_NOW_MS = "CAST((julianday('now') - 2440587.5) * 86400000 AS 
 const entityTypeSql = (pid: string) =>
   `CASE WHEN instr(${pid}, ':') > 0 THEN substr(${pid}, 1, instr(${pid}, ':') - 1) ELSE ${pid} END`;
 
-/** The SQLite migrations 1..9 (the PostgreSQL tables with SQLite types). */
+/** The SQLite migrations 1..10 (the PostgreSQL tables with SQLite types). */
 export const sqliteMigrations: readonly Migration[] = buildMigrations([
   [
     `CREATE TABLE IF NOT EXISTS event_journal (persistence_id TEXT NOT NULL, sequence_nr INTEGER NOT NULL,
@@ -71,5 +71,11 @@ export const sqliteMigrations: readonly Migration[] = buildMigrations([
       INSERT INTO event_feed (persistence_id, sequence_nr, entity_type)
         VALUES (NEW.persistence_id, NEW.sequence_nr, ${entityTypeSql("NEW.persistence_id")});
     END`,
+  ],
+  // Outbox dispatch (see postgres/schema.ts, migration 10).
+  [
+    "CREATE INDEX IF NOT EXISTS persistence_outbox_claim_idx ON persistence_outbox (outbox_offset) WHERE delivered = 0",
+    `CREATE INDEX IF NOT EXISTS persistence_outbox_delivered_idx ON persistence_outbox (delivered_at)
+      WHERE delivered = 1`,
   ],
 ]);

@@ -36,6 +36,20 @@ import {
 import { type AppliedMigration, checkRebaseline, planMigrations } from "../migrations.ts";
 import { OperationId } from "../operation-id.ts";
 import {
+  type ClaimedOutboxRow,
+  checkClaim,
+  checkClaimedRow,
+  checkFailure,
+  checkOffsets,
+  checkOwner,
+  type OutboxClaimRequest,
+  type OutboxCounts,
+  type OutboxFailure,
+  PARKED_UNTIL_MS,
+  type ParkedOutboxRow,
+} from "../outbox-claim.ts";
+import { checkOutbox, encodeDestination, type OutboxRecord } from "../outbox-message.ts";
+import {
   type AppendEventsRequest,
   checkAppend,
   checkFence,
@@ -53,6 +67,9 @@ import {
   type WriteResult,
 } from "../store.ts";
 import { SQLITE_NOW_MS, sqliteMigrations } from "./schema.ts";
+
+/** SQLite's "now" as text with milliseconds (the delivery time of an outbox row; compared as text by the purge). */
+const SQLITE_NOW_TEXT = "strftime('%Y-%m-%d %H:%M:%f', 'now')";
 
 /** better-sqlite3, an optional peer dependency: importing this backend without it fails with one MissingDriverError. */
 const Database = (await loadDriver("better-sqlite3", "movie/persistence/sqlite", () => import("better-sqlite3")))
@@ -130,6 +147,7 @@ export class SqliteStore implements PersistenceStore {
       payload: string | null,
       deleted: boolean,
       fence: ShardLeaseToken | null,
+      outbox: readonly OutboxRecord[],
     ) => WriteResult
   >;
 
@@ -183,6 +201,7 @@ export class SqliteStore implements PersistenceStore {
         const actual = (this.s.selectRevision.get(a.persistenceId) as { revision: number }).revision;
         if (actual !== a.expectedRevision) throw new ConcurrentWriteError(a.persistenceId, a.expectedRevision, actual);
         if (a.events.length !== 0) throw new ConcurrentWriteError(a.persistenceId, a.expectedRevision, actual);
+        this.insertOutbox(a.persistenceId, a.operationId, a.outbox);
         return { revision, duplicate: false };
       }
       a.events.forEach((event, i) => {
@@ -194,6 +213,7 @@ export class SqliteStore implements PersistenceStore {
           }
         }
       });
+      this.insertOutbox(a.persistenceId, a.operationId, a.outbox);
       return { revision, duplicate: false };
     });
     this.stateTx = db.transaction(
@@ -205,6 +225,7 @@ export class SqliteStore implements PersistenceStore {
         payload: string | null,
         deleted: boolean,
         fence: ShardLeaseToken | null,
+        outbox: readonly OutboxRecord[],
       ): WriteResult => {
         this.checkFenceNow(fence);
         const fingerprint = stateFingerprint(manifest, payload, deleted);
@@ -222,6 +243,7 @@ export class SqliteStore implements PersistenceStore {
           const row = this.s.selectState.get(pid) as { revision: number } | undefined;
           throw new ConcurrentWriteError(pid, expected, row?.revision ?? 0);
         }
+        this.insertOutbox(pid, op, outbox);
         return { revision, duplicate: false };
       },
     );
@@ -701,9 +723,107 @@ export class SqliteStore implements PersistenceStore {
     checkSequence("expectedRevision", request.expectedRevision);
     const op = OperationId.from(request.operationId).value;
     const fence = checkFence(request.fence);
+    const outbox = checkOutbox(request.outbox);
     return this.run(deleted ? "deleteState" : "saveState", () =>
-      this.stateTx.immediate(request.persistenceId, request.expectedRevision, op, manifest, payload, deleted, fence),
+      this.stateTx.immediate(
+        request.persistenceId,
+        request.expectedRevision,
+        op,
+        manifest,
+        payload,
+        deleted,
+        fence,
+        outbox,
+      ),
     );
+  }
+
+  /** Inside a write's transaction: its outbox rows (a message id already present is not written again). */
+  private insertOutbox(pid: string, op: string, outbox: readonly OutboxRecord[]): void {
+    for (const m of outbox) {
+      this.s.insertOutbox.run(m.messageId, pid, op, encodeDestination(m.destination), m.manifest, m.payload);
+    }
+  }
+
+  async claimOutbox(request: OutboxClaimRequest): Promise<ClaimedOutboxRow[]> {
+    this.open();
+    const { owner, limit, leaseMs } = checkClaim(request);
+    // One statement, and SQLite has one writer at a time: no two claims can take the same row.
+    const rows = (await this.run("claimOutbox", () => this.s.claimOutbox.all({ owner, leaseMs, limit }))) as Record<
+      string,
+      unknown
+    >[];
+    const claimed: ClaimedOutboxRow[] = [];
+    for (const row of rows) {
+      const checked = checkClaimedRow(row);
+      if (checked !== null) claimed.push(checked);
+    }
+    return claimed.sort((a, b) => a.offset - b.offset);
+  }
+
+  async completeOutbox(offsets: readonly number[]): Promise<number> {
+    this.open();
+    const list = checkOffsets(offsets);
+    if (list.length === 0) return 0;
+    return this.tx("completeOutbox", () => {
+      let changed = 0;
+      for (const offset of list) changed += this.s.completeOutbox.run(offset).changes;
+      return changed;
+    });
+  }
+
+  async failOutbox(owner: string, failures: readonly OutboxFailure[]): Promise<number> {
+    this.open();
+    checkOwner(owner);
+    const checked = failures.map(checkFailure);
+    if (checked.length === 0) return 0;
+    return this.tx("failOutbox", () => {
+      let changed = 0;
+      for (const f of checked) {
+        changed += this.s.failOutbox.run(f.error, f.park ? 1 : 0, f.retryAfterMs, f.offset, owner).changes;
+      }
+      return changed;
+    });
+  }
+
+  async purgeOutbox(olderThanMs: number): Promise<number> {
+    this.open();
+    checkSequence("olderThanMs", olderThanMs);
+    return this.run("purgeOutbox", () => this.s.purgeOutbox.run(olderThanMs).changes);
+  }
+
+  async outboxCounts(): Promise<OutboxCounts> {
+    this.open();
+    const row = (await this.run("outboxCounts", () => this.s.outboxCounts.get())) as Record<string, unknown>;
+    return {
+      pending: Number(row.pending ?? 0),
+      parked: Number(row.parked ?? 0),
+      delivered: Number(row.delivered ?? 0),
+    };
+  }
+
+  async retryParkedOutbox(offsets: readonly number[]): Promise<number> {
+    this.open();
+    const list = checkOffsets(offsets);
+    if (list.length === 0) return 0;
+    return this.tx("retryParkedOutbox", () => {
+      let changed = 0;
+      for (const offset of list) changed += this.s.retryParkedOutbox.run(offset).changes;
+      return changed;
+    });
+  }
+
+  async parkedOutbox(limit: number): Promise<ParkedOutboxRow[]> {
+    this.open();
+    checkSequence("limit", limit);
+    const rows = (await this.run("parkedOutbox", () => this.s.parkedOutbox.all(limit))) as Record<string, unknown>[];
+    return rows.map((r) => ({
+      offset: Number(r.outbox_offset),
+      messageId: typeof r.message_id === "string" ? r.message_id : "",
+      persistenceId: typeof r.persistence_id === "string" ? r.persistence_id : "",
+      attempts: Number(r.attempts),
+      lastError: typeof r.last_error === "string" ? r.last_error : "",
+    }));
   }
 
   private tx<R>(operation: string, fn: () => R): R | Promise<R> {
@@ -849,6 +969,45 @@ function prepare(db: SqliteDatabase) {
         WHERE cluster_name = ? AND entity_type = ? AND shard_id = ? AND owner = ? AND epoch = ?
           AND lease_until_epoch_ms > ${SQLITE_NOW_MS}
         RETURNING owner, epoch, lease_until_epoch_ms`,
+    ),
+    insertOutbox: p(
+      `INSERT INTO persistence_outbox (message_id, persistence_id, operation_id, destination, manifest, payload)
+        VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (message_id) DO NOTHING`,
+    ),
+    // The oldest deliverable rows (see outbox-claim.ts), claimed in the same statement.
+    claimOutbox: p(
+      `UPDATE persistence_outbox SET lease_owner = @owner, lease_until_epoch_ms = ${SQLITE_NOW_MS} + @leaseMs,
+          attempts = attempts + 1
+        WHERE outbox_offset IN (SELECT outbox_offset FROM persistence_outbox
+          WHERE delivered = 0 AND lease_until_epoch_ms <= ${SQLITE_NOW_MS}
+          ORDER BY outbox_offset LIMIT @limit)
+        RETURNING outbox_offset, message_id, persistence_id, destination, manifest, payload, attempts`,
+    ),
+    completeOutbox: p(
+      `UPDATE persistence_outbox SET delivered = 1, delivered_at = ${SQLITE_NOW_TEXT}, lease_owner = NULL
+        WHERE outbox_offset = ? AND delivered = 0`,
+    ),
+    failOutbox: p(
+      `UPDATE persistence_outbox SET last_error = ?, lease_owner = NULL,
+          lease_until_epoch_ms = CASE WHEN ? = 1 THEN ${PARKED_UNTIL_MS} ELSE ${SQLITE_NOW_MS} + ? END
+        WHERE outbox_offset = ? AND lease_owner = ? AND delivered = 0`,
+    ),
+    purgeOutbox: p(
+      `DELETE FROM persistence_outbox
+        WHERE delivered = 1 AND delivered_at <= strftime('%Y-%m-%d %H:%M:%f', 'now', '-' || (? / 1000.0) || ' seconds')`,
+    ),
+    outboxCounts: p(
+      `SELECT sum(delivered = 0 AND lease_until_epoch_ms <> ${PARKED_UNTIL_MS}) AS pending,
+          sum(delivered = 0 AND lease_until_epoch_ms = ${PARKED_UNTIL_MS}) AS parked,
+          sum(delivered = 1) AS delivered FROM persistence_outbox`,
+    ),
+    retryParkedOutbox: p(
+      `UPDATE persistence_outbox SET lease_until_epoch_ms = 0, attempts = 0
+        WHERE outbox_offset = ? AND delivered = 0 AND lease_until_epoch_ms = ${PARKED_UNTIL_MS}`,
+    ),
+    parkedOutbox: p(
+      `SELECT outbox_offset, message_id, persistence_id, attempts, last_error FROM persistence_outbox
+        WHERE delivered = 0 AND lease_until_epoch_ms = ${PARKED_UNTIL_MS} ORDER BY outbox_offset LIMIT ?`,
     ),
     releaseLease: p(
       `UPDATE shard_lease SET lease_until_epoch_ms = 0, updated_at = CURRENT_TIMESTAMP
