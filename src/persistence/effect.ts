@@ -1,4 +1,14 @@
+import type { ActorRef } from "../actor/index.ts";
 import { OperationId } from "./operation-id.ts";
+
+/**
+ * A reply recorded with the events (see {@link EventSourcedEffect.thenReply}): made from the new state, sent to `to`
+ * after the commit.
+ */
+export interface RecordedReply<State> {
+  readonly to: ActorRef<unknown> | null;
+  readonly make: (state: State) => unknown;
+}
 
 /**
  * What an event-sourced command handler decided: events to persist in one transaction under one OperationId (or
@@ -13,6 +23,8 @@ export class EventSourcedEffect<Event, State> {
     readonly stopAfter: boolean,
     /** Follow-ups added by thenRun, run in order after the write. */
     readonly callbacks: readonly ((state: State) => void)[],
+    /** The reply added by thenReply, or null. */
+    readonly reply: RecordedReply<State> | null = null,
   ) {}
 
   /** @internal */
@@ -48,12 +60,35 @@ export class EventSourcedEffect<Event, State> {
 
   /** Adds a follow-up that receives the new state after a successful write (or at once when nothing is written). */
   thenRun(callback: (state: State) => void): EventSourcedEffect<Event, State> {
-    return new EventSourcedEffect(this.events, this.operationId, this.stopAfter, [...this.callbacks, callback]);
+    return new EventSourcedEffect(
+      this.events,
+      this.operationId,
+      this.stopAfter,
+      [...this.callbacks, callback],
+      this.reply,
+    );
+  }
+
+  /**
+   * Replies to `to` (usually `ctx.sender`) after the commit with `make(newState)`, and records that reply in the same
+   * transaction as the events (under the same OperationId and fence). A retry of the command with the same
+   * OperationId (a client that timed out and asked again, an outbox redelivery) gets the recorded reply back, not a
+   * fresh one and not a second write. The reply must be encodable by the database's codec (register its class). It is
+   * sent before the thenRun follow-ups; an effect that persists nothing replies at once and records nothing.
+   */
+  thenReply<Reply>(
+    to: ActorRef<unknown> | null | undefined,
+    make: (state: State) => Reply,
+  ): EventSourcedEffect<Event, State> {
+    return new EventSourcedEffect(this.events, this.operationId, this.stopAfter, this.callbacks, {
+      to: to ?? null,
+      make,
+    });
   }
 
   /** Stops the entity after the write and the follow-ups. */
   thenStop(): EventSourcedEffect<Event, State> {
-    return new EventSourcedEffect(this.events, this.operationId, true, this.callbacks);
+    return new EventSourcedEffect(this.events, this.operationId, true, this.callbacks, this.reply);
   }
 }
 

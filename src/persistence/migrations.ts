@@ -10,9 +10,9 @@ import {
 } from "./errors.ts";
 
 /** The schema version this build writes and understands. */
-export const CURRENT_SCHEMA_VERSION = 9;
+export const CURRENT_SCHEMA_VERSION = 10;
 
-/** The names of migrations 1..9, shared by both SQL backends. */
+/** The names of migrations 1..10, shared by both SQL backends. */
 export const MIGRATION_NAMES: readonly string[] = [
   "core-persistence-schema",
   "event-query-and-projection-schema",
@@ -23,6 +23,7 @@ export const MIGRATION_NAMES: readonly string[] = [
   "append-at-zero-after-retention",
   "event-journal-shard-epoch",
   "event-feed-offsets-and-tags",
+  "operation-replies",
 ];
 
 /** One migration: version, name, checksum ({@link migrationChecksum}) and the SQL statements it runs in one transaction. */

@@ -44,10 +44,12 @@ import {
   checkFence,
   checkPersistenceId,
   checkRecord,
+  checkReplyRow,
   checkSequence,
   checkStoredEvent,
   type DeleteStateRequest,
   type PersistenceStore,
+  type ReplyRecord,
   type RetentionResult,
   type SaveStateRequest,
   type SnapshotRecord,
@@ -119,6 +121,19 @@ const UNIQUE_VIOLATION = "23505";
 const schemaPattern = /^[a-z_][a-z0-9_]{0,62}$/;
 
 const connectionErrorCodes = new Set(["57P01", "57P02", "57P03", "ECONNRESET", "ECONNREFUSED", "EPIPE", "ETIMEDOUT"]);
+
+/** The tag columns of a tagged append: each tag and the 1-based position of its event. */
+function tagColumns(a: CheckedAppend): [number[], string[]] {
+  const tagIndex: number[] = [];
+  const tags: string[] = [];
+  a.events.forEach((event, i) => {
+    for (const tag of checkTags("event.tags", event.tags)) {
+      tagIndex.push(i + 1);
+      tags.push(tag);
+    }
+  });
+  return [tagIndex, tags];
+}
 
 /** True for errors that mean the connection (not the request) failed: the outcome of a write is unknown. */
 export function isPostgresConnectionError(error: unknown): boolean {
@@ -317,6 +332,7 @@ export class PostgresStore implements PersistenceStore {
     this.open();
     const a = checkAppend(request);
     const fingerprint = eventsFingerprint(a.events);
+    if (a.reply !== null) return this.appendReplied(a, a.reply, fingerprint);
     if (a.tagged) return this.appendTagged(a, fingerprint);
     if (a.events.length === 1) return this.appendOne(a, fingerprint);
     return this.appendEventsCall(
@@ -333,14 +349,7 @@ export class PostgresStore implements PersistenceStore {
    * outside the group commit.
    */
   private appendTagged(a: CheckedAppend, fingerprint: string): Promise<WriteResult> {
-    const tagIndex: number[] = [];
-    const tags: string[] = [];
-    a.events.forEach((event, i) => {
-      for (const tag of checkTags("event.tags", event.tags)) {
-        tagIndex.push(i + 1);
-        tags.push(tag);
-      }
-    });
+    const [tagIndex, tags] = tagColumns(a);
     return this.appendEventsCall(
       a,
       fingerprint,
@@ -348,6 +357,30 @@ export class PostgresStore implements PersistenceStore {
       "SELECT movie_append_tagged($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) AS outcome",
       [tagIndex, tags],
     );
+  }
+
+  /**
+   * An append that records a reply (migration 10): movie_append_replied writes the events, their tags and the reply in
+   * one statement, outside the group commit. A duplicate gets the reply its first append recorded.
+   */
+  private async appendReplied(a: CheckedAppend, reply: ReplyRecord, fingerprint: string): Promise<WriteResult> {
+    const [tagIndex, tags] = tagColumns(a);
+    const result = await this.appendEventsCall(
+      a,
+      fingerprint,
+      "movie_append_replied",
+      "SELECT movie_append_replied($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17) AS outcome",
+      [tagIndex, tags, reply.manifest, reply.payload],
+    );
+    if (!result.duplicate) return result;
+    const stored = await this.query(
+      "appendEvents",
+      "movie_load_reply",
+      "SELECT manifest, payload FROM operation_reply WHERE persistence_id = $1 AND operation_id = $2",
+      [a.persistenceId, a.operationId],
+    );
+    const row = stored.rows[0] as Record<string, unknown> | undefined;
+    return row === undefined ? result : { ...result, reply: checkReplyRow(a.persistenceId, result.revision, row) };
   }
 
   /**

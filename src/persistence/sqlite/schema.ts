@@ -7,7 +7,7 @@ export const SQLITE_NOW_MS = "CAST((julianday('now') - 2440587.5) * 86400000 AS 
 const entityTypeSql = (pid: string) =>
   `CASE WHEN instr(${pid}, ':') > 0 THEN substr(${pid}, 1, instr(${pid}, ':') - 1) ELSE ${pid} END`;
 
-/** The SQLite migrations 1..9 (the PostgreSQL tables with SQLite types). */
+/** The SQLite migrations 1..10 (the PostgreSQL tables with SQLite types). */
 export const sqliteMigrations: readonly Migration[] = buildMigrations([
   [
     `CREATE TABLE IF NOT EXISTS event_journal (persistence_id TEXT NOT NULL, sequence_nr INTEGER NOT NULL,
@@ -71,5 +71,10 @@ export const sqliteMigrations: readonly Migration[] = buildMigrations([
       INSERT INTO event_feed (persistence_id, sequence_nr, entity_type)
         VALUES (NEW.persistence_id, NEW.sequence_nr, ${entityTypeSql("NEW.persistence_id")});
     END`,
+  ], // Reply-with-effects: a reply recorded in the append's transaction, returned to a retry of the same operation.
+  [
+    `CREATE TABLE IF NOT EXISTS operation_reply (persistence_id TEXT NOT NULL, operation_id TEXT NOT NULL,
+      manifest TEXT NOT NULL, payload TEXT NOT NULL, created_at TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP,
+      PRIMARY KEY (persistence_id, operation_id))`,
   ],
 ]);
