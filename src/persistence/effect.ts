@@ -1,3 +1,4 @@
+import type { ActorRef } from "../actor/index.ts";
 import { InvalidPersistenceRequestError } from "./errors.ts";
 import { OperationId } from "./operation-id.ts";
 import { checkDestination, entityDestination, type OutboxSend } from "./outbox-message.ts";
@@ -20,6 +21,15 @@ const sendNeedsWrite = (operationId: OperationId | null): void => {
 };
 
 /**
+ * A reply recorded with the events (see {@link EventSourcedEffect.thenReply}): made from the new state, sent to `to`
+ * after the commit.
+ */
+export interface RecordedReply<State> {
+  readonly to: ActorRef<unknown> | null;
+  readonly make: (state: State) => unknown;
+}
+
+/**
  * What an event-sourced command handler decided: events to persist in one transaction under one OperationId (or
  * none), whether to stop, and follow-ups that run only after the commit and the state update (reply there). Made by
  * the static constructors, `EventSourcedEffect.persist(event, operationId)` and the others, as a durable-state
@@ -34,6 +44,8 @@ export class EventSourcedEffect<Event, State> {
     readonly callbacks: readonly ((state: State) => void)[],
     /** Messages added by thenSend, written to the outbox with the events. */
     readonly outbox: readonly OutboxSend[] = [],
+    /** The reply added by thenReply, or null. */
+    readonly reply: RecordedReply<State> | null = null,
   ) {}
 
   /** @internal */
@@ -75,12 +87,30 @@ export class EventSourcedEffect<Event, State> {
       this.stopAfter,
       [...this.callbacks, callback],
       this.outbox,
+      this.reply,
     );
+  }
+
+  /**
+   * Replies to `to` (usually `ctx.sender`) after the commit with `make(newState)`, and records that reply in the same
+   * transaction as the events (under the same OperationId and fence). A retry of the command with the same
+   * OperationId (a client that timed out and asked again, an outbox redelivery) gets the recorded reply back, not a
+   * fresh one and not a second write. The reply must be encodable by the database's codec (register its class). It is
+   * sent before the thenRun follow-ups; an effect that persists nothing replies at once and records nothing.
+   */
+  thenReply<Reply>(
+    to: ActorRef<unknown> | null | undefined,
+    make: (state: State) => Reply,
+  ): EventSourcedEffect<Event, State> {
+    return new EventSourcedEffect(this.events, this.operationId, this.stopAfter, this.callbacks, this.outbox, {
+      to: to ?? null,
+      make,
+    });
   }
 
   /** Stops the entity after the write and the follow-ups. */
   thenStop(): EventSourcedEffect<Event, State> {
-    return new EventSourcedEffect(this.events, this.operationId, true, this.callbacks, this.outbox);
+    return new EventSourcedEffect(this.events, this.operationId, true, this.callbacks, this.outbox, this.reply);
   }
 
   /**
@@ -97,10 +127,14 @@ export class EventSourcedEffect<Event, State> {
   ): EventSourcedEffect<Event, State> {
     sendNeedsWrite(this.operationId);
     const next = send(entityDestination(entityType, entityId), message);
-    return new EventSourcedEffect(this.events, this.operationId, this.stopAfter, this.callbacks, [
-      ...this.outbox,
-      next,
-    ]);
+    return new EventSourcedEffect(
+      this.events,
+      this.operationId,
+      this.stopAfter,
+      this.callbacks,
+      [...this.outbox, next],
+      this.reply,
+    );
   }
 
   /**
@@ -111,10 +145,14 @@ export class EventSourcedEffect<Event, State> {
   thenSendToHandler<M>(handler: string, message: OutboxMessageOrBuilder<M>): EventSourcedEffect<Event, State> {
     sendNeedsWrite(this.operationId);
     const next = send(checkDestination("destination", { kind: "handler", handler }), message);
-    return new EventSourcedEffect(this.events, this.operationId, this.stopAfter, this.callbacks, [
-      ...this.outbox,
-      next,
-    ]);
+    return new EventSourcedEffect(
+      this.events,
+      this.operationId,
+      this.stopAfter,
+      this.callbacks,
+      [...this.outbox, next],
+      this.reply,
+    );
   }
 }
 

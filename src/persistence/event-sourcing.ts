@@ -214,7 +214,14 @@ class EventSourcedEntityActor<C, E, S> extends PersistentEntityActor<C> {
       let candidate = this.state;
       for (const event of effect.events) candidate = this.behavior.applyEvent(candidate, event);
       const before = this.revision;
+      // The reply is made from the state the events lead to and recorded with them.
+      let reply: unknown;
+      let encodedReply: { manifest: string; payload: string } | null = null;
       try {
+        if (effect.reply !== null) {
+          reply = effect.reply.make(this.codec.copy(candidate));
+          encodedReply = this.codec.encode(reply, "value");
+        }
         const operationId = effect.operationId!.value;
         const request = {
           persistenceId: pid,
@@ -223,12 +230,21 @@ class EventSourcedEntityActor<C, E, S> extends PersistentEntityActor<C> {
           events: effect.events.map((e) => this.encodeEvent(e)),
           fence: this.fence,
           outbox: outboxRecords(pid, operationId, effect.outbox, (m) => this.codec.encode(m, "value")),
+          reply: encodedReply,
         };
         const result = await this.timed(
           context.system,
           (l) => l.append,
           () => this.store.appendEvents(request),
         );
+        if (result.duplicate && effect.reply !== null) {
+          // A retried operation answers what it answered the first time (when that append recorded a reply).
+          const recorded = result.reply ?? null;
+          reply =
+            recorded === null
+              ? undefined
+              : this.codec.decode(recorded.manifest, recorded.payload, pid, result.revision);
+        }
         if (result.duplicate) {
           // A recognised retry: the events are already in the journal, perhaps folded in already. Catch up from it.
           for (const event of await this.store.loadEvents(pid, before)) {
@@ -238,6 +254,8 @@ class EventSourcedEntityActor<C, E, S> extends PersistentEntityActor<C> {
             );
             this.revision = event.sequenceNr;
           }
+          // Recorded by an append without thenReply: answer from the caught-up state.
+          if (effect.reply !== null && reply === undefined) reply = effect.reply.make(this.codec.copy(this.state));
         } else {
           this.state = candidate;
           this.revision = result.revision;
@@ -248,6 +266,9 @@ class EventSourcedEntityActor<C, E, S> extends PersistentEntityActor<C> {
         return;
       }
       await this.maybeSnapshot(before, context);
+      if (effect.reply !== null) effect.reply.to?.tell(reply);
+    } else if (effect.reply !== null) {
+      effect.reply.to?.tell(effect.reply.make(this.codec.copy(this.state)));
     }
     for (const callback of effect.callbacks) callback(this.state);
     if (effect.stopAfter) context.self.sendSystem(STOP);

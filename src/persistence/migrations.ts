@@ -10,7 +10,7 @@ import {
 } from "./errors.ts";
 
 /** The schema version this build writes and understands. */
-export const CURRENT_SCHEMA_VERSION = 10;
+export const CURRENT_SCHEMA_VERSION = 11;
 
 /** The names of migrations 1..10, shared by both SQL backends. */
 export const MIGRATION_NAMES: readonly string[] = [
@@ -24,6 +24,7 @@ export const MIGRATION_NAMES: readonly string[] = [
   "event-journal-shard-epoch",
   "event-feed-offsets-and-tags",
   "outbox-dispatch",
+  "operation-replies",
 ];
 
 /** One migration: version, name, checksum ({@link migrationChecksum}) and the SQL statements it runs in one transaction. */

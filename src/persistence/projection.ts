@@ -241,7 +241,8 @@ export class ProjectionRunner {
         if (this.statusNow === "starting") {
           this.checkpoint =
             (await this.store.loadProjectionOffset(this.definition.name)) ?? this.definition.startOffset ?? 0;
-          this.statusNow = "running";
+          // stop() or pause() while the checkpoint loaded wins (overwriting it kept a stopped projection running).
+          if (this.statusNow === "starting") this.statusNow = "running";
         }
         if (this.pending !== null) {
           await this.applyRebuild();
@@ -257,7 +258,9 @@ export class ProjectionRunner {
         backoff = this.retryBackoffMs;
         if (handled < this.batchSize && !this.woken) {
           this.latest = await this.store.latestOffset();
-          await this.idle(this.pollMs);
+          // A commit whose wake-up came while latestOffset() ran is not in the batch just read: look again rather
+          // than wait for the poll (with a long poll interval this lost a commit for the whole interval).
+          if (!this.woken) await this.idle(this.pollMs);
         }
       } catch (error) {
         if (this.finished()) return;

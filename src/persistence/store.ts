@@ -45,6 +45,17 @@ export interface StoredEvent extends EventRecord {
 export interface WriteResult {
   readonly revision: number;
   readonly duplicate: boolean;
+  /**
+   * On a duplicate of an append that recorded a reply (AppendEventsRequest.reply), that reply as first committed;
+   * otherwise absent or null.
+   */
+  readonly reply?: ReplyRecord | null;
+}
+
+/** An encoded reply recorded with the events of an append (reply-with-effects), keyed by the operation. */
+export interface ReplyRecord {
+  readonly manifest: string;
+  readonly payload: string;
 }
 
 /** A snapshot: the state as of `sequenceNr` (the last event it includes). */
@@ -81,6 +92,11 @@ export interface AppendEventsRequest {
    * write that is not a duplicate writes them (the original write did).
    */
   readonly outbox?: readonly OutboxRecord[];
+  /**
+   * A reply to record in the same transaction as the events (migration 11, operation-replies): a retry of the same
+   * operation gets it back in WriteResult.reply instead of a fresh one. Ignored by the operation's fingerprint.
+   */
+  readonly reply?: ReplyRecord | null;
 }
 
 /** A durable state save; the revision becomes expectedRevision + 1. */
@@ -245,6 +261,8 @@ export interface CheckedAppend {
   readonly tagged: boolean;
   /** The outbox messages to write with it (checked). */
   readonly outbox: readonly OutboxRecord[];
+  /** The reply to record with the events, or null. */
+  readonly reply: ReplyRecord | null;
 }
 
 /**
@@ -298,7 +316,19 @@ export function checkAppend(request: AppendEventsRequest): CheckedAppend {
     fence: checkFence(request.fence),
     tagged,
     outbox: checkOutbox(request.outbox),
+    reply: checkReply(request.reply),
   };
+}
+
+/**
+ * Validates the reply of an append (absent or null: none).
+ * @throws InvalidPersistenceRequestError
+ */
+function checkReply(reply: unknown): ReplyRecord | null {
+  if (reply === undefined || reply === null) return null;
+  checkRecord("reply", reply as ReplyRecord);
+  const { manifest, payload } = reply as ReplyRecord;
+  return { manifest, payload };
 }
 
 /**
@@ -315,6 +345,17 @@ export function checkRecord(field: string, record: { manifest: string; payload: 
   if (typeof record.payload !== "string") {
     throw new InvalidPersistenceRequestError(`${field}.payload`, "must be a string (JSON text)");
   }
+}
+
+/**
+ * Validates a recorded reply read back from a store (`revision`: the operation's, for the error).
+ * @throws CorruptPersistentRecordError
+ */
+export function checkReplyRow(persistenceId: string, revision: number, row: Record<string, unknown>): ReplyRecord {
+  if (typeof row.manifest !== "string" || row.manifest.length === 0 || typeof row.payload !== "string") {
+    throw new CorruptPersistentRecordError(persistenceId, revision, "the recorded reply has no manifest or payload");
+  }
+  return { manifest: row.manifest, payload: row.payload };
 }
 
 /**

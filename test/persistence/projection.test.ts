@@ -277,3 +277,22 @@ describe("projections: every backend", () => {
     });
   }
 });
+
+// A stop() while the checkpoint loads used to be overwritten by "running": the projection kept polling
+// and stop() never returned (found by test/persistence/postgres-feed-wake.test.ts's bounds test hanging).
+test("stop() right after start() wins over the checkpoint load: the projection stops and stop() returns", async () => {
+  const store = new MemoryStore();
+  const stopped = ProjectionRunner.start(
+    { name: "stop-early", mode: "at-least-once", handler: () => {}, pollIntervalMs: 60_000 },
+    store,
+    clock,
+  );
+  let returned = false;
+  const stopping = stopped.stop().then(() => {
+    returned = true;
+  });
+  await eventually(() => returned, { what: "stop() to return", describe: () => stopped.stats });
+  await stopping;
+  assert.equal(stopped.status, "stopped");
+  await store.close();
+});

@@ -53,6 +53,7 @@ import {
   checkSequence,
   type DeleteStateRequest,
   type PersistenceStore,
+  type ReplyRecord,
   type RetentionResult,
   type SaveStateRequest,
   type SnapshotRecord,
@@ -65,6 +66,8 @@ import {
 interface Operation {
   readonly fingerprint: string;
   readonly revision: number;
+  /** The reply recorded with an append (reply-with-effects). */
+  readonly reply?: ReplyRecord | null;
 }
 
 interface Stream {
@@ -146,7 +149,11 @@ export class MemoryStore implements PersistenceStore {
       if (previous.fingerprint !== fingerprint) {
         throw new OperationConflictError(append.persistenceId, append.operationId);
       }
-      return { revision: previous.revision, duplicate: true };
+      // A recorded reply only when there is one: a duplicate's result is otherwise what it always was.
+      const reply = previous.reply ?? null;
+      return reply === null
+        ? { revision: previous.revision, duplicate: true }
+        : { revision: previous.revision, duplicate: true, reply };
     }
     if (stream.revision !== append.expectedRevision) {
       throw new ConcurrentWriteError(append.persistenceId, append.expectedRevision, stream.revision);
@@ -167,7 +174,7 @@ export class MemoryStore implements PersistenceStore {
       });
     });
     stream.revision = revision;
-    stream.operations.set(append.operationId, { fingerprint, revision });
+    stream.operations.set(append.operationId, { fingerprint, revision, reply: append.reply });
     this.insertOutbox(append.persistenceId, append.outbox);
     if (append.events.length > 0) this.notifyFeed();
     return { revision, duplicate: false };

@@ -1,4 +1,4 @@
-import type { Client, Pool, QueryResult } from "pg";
+import type { Pool, QueryResult } from "pg";
 import { type ReadonlyHistogram, RealScheduler, type Scheduler } from "../../actor/index.ts";
 import { describe } from "../../actor/untrusted.ts";
 import { loadDriver } from "../driver.ts";
@@ -57,10 +57,12 @@ import {
   checkFence,
   checkPersistenceId,
   checkRecord,
+  checkReplyRow,
   checkSequence,
   checkStoredEvent,
   type DeleteStateRequest,
   type PersistenceStore,
+  type ReplyRecord,
   type RetentionResult,
   type SaveStateRequest,
   type SnapshotRecord,
@@ -69,6 +71,12 @@ import {
   TOMBSTONE_MANIFEST,
   type WriteResult,
 } from "../store.ts";
+import {
+  FeedListener,
+  type FeedListenerSettings,
+  type FeedListenerStats,
+  feedListenerSettings,
+} from "./feed-listener.ts";
 import { FEED_CHANNEL, queryEventsSql } from "./feed-schema.ts";
 import { ACQUIRE_LEASES_SQL, LEASE_BATCH_MAX_ROWS, RENEW_LEASES_SQL } from "./lease-batch-sql.ts";
 import {
@@ -119,6 +127,11 @@ export interface PostgresStoreOptions {
    * PersistenceOverloadedError at once.
    */
   groupCommit?: Partial<GroupCommitSettings> | false;
+  /**
+   * Timing of the feed's LISTEN connection (connect timeout, heartbeat, reconnect backoff); defaults in
+   * defaultFeedListenerSettings.
+   */
+  feedListener?: Partial<FeedListenerSettings>;
 }
 
 /** A one-event append on its way to the group commit: the parameters of APPEND_ONE_SQL, in its order. */
@@ -132,6 +145,19 @@ const UNIQUE_VIOLATION = "23505";
 const schemaPattern = /^[a-z_][a-z0-9_]{0,62}$/;
 
 const connectionErrorCodes = new Set(["57P01", "57P02", "57P03", "ECONNRESET", "ECONNREFUSED", "EPIPE", "ETIMEDOUT"]);
+
+/** The tag columns of a tagged append: each tag and the 1-based position of its event. */
+function tagColumns(a: CheckedAppend): [number[], string[]] {
+  const tagIndex: number[] = [];
+  const tags: string[] = [];
+  a.events.forEach((event, i) => {
+    for (const tag of checkTags("event.tags", event.tags)) {
+      tagIndex.push(i + 1);
+      tags.push(tag);
+    }
+  });
+  return [tagIndex, tags];
+}
 
 /** True for errors that mean the connection (not the request) failed: the outcome of a write is unknown. */
 export function isPostgresConnectionError(error: unknown): boolean {
@@ -203,8 +229,8 @@ export class PostgresStore implements PersistenceStore {
   batching = true;
   private readonly scheduler: Scheduler;
   private readonly feedListeners = new Set<() => void>();
-  /** The LISTEN connection while anyone subscribes to feed commits (null before, or after it failed). */
-  private listenClient: Client | null = null;
+  /** The LISTEN connection while anyone subscribes to feed commits (reconnected when lost; see feed-listener.ts). */
+  private readonly listener: FeedListener;
 
   private constructor(
     /** @internal The pool, for tests and benchmarks that need raw SQL in the same schema. */
@@ -214,6 +240,7 @@ export class PostgresStore implements PersistenceStore {
     resilience: ResilienceSettings,
     scheduler: Scheduler,
     groupCommit: GroupCommitSettings,
+    listenerSettings: FeedListenerSettings,
     /**
      * Versions whose checksum this connect rewrote from an earlier build's version-and-name checksum to the statement
      * checksum (once per database; empty afterwards).
@@ -231,6 +258,20 @@ export class PostgresStore implements PersistenceStore {
       groupCommit,
       (w) => w.persistenceId,
       (batch) => this.saveStates(batch),
+    );
+    this.listener = new FeedListener(
+      () =>
+        new PgClient({
+          connectionString: pool.options.connectionString,
+          application_name: "movie-feed-listener",
+          options: sessionOptions(schema),
+          keepAlive: true,
+        }),
+      FEED_CHANNEL,
+      schema ?? "public",
+      scheduler,
+      listenerSettings,
+      () => this.wakeFeedListeners(),
     );
   }
 
@@ -255,6 +296,7 @@ export class PostgresStore implements PersistenceStore {
       options.groupCommit === false
         ? groupCommitSettings({ maxBatchSize: 1, maxConcurrentBatches: 10_000 })
         : groupCommitSettings(options.groupCommit);
+    const listenerSettings = feedListenerSettings(options.feedListener);
     const pool = new PgPool({
       connectionString: uri,
       max: poolSize,
@@ -277,6 +319,7 @@ export class PostgresStore implements PersistenceStore {
       resilience,
       options.scheduler ?? new RealScheduler(),
       groupCommit,
+      listenerSettings,
       rebaselined,
     );
   }
@@ -312,9 +355,18 @@ export class PostgresStore implements PersistenceStore {
   }
 
   async appendEvents(request: AppendEventsRequest): Promise<WriteResult> {
+    const result = await this.appendUnwoken(request);
+    // This process's own commits wake its readers without the round trip through NOTIFY (a spurious wake-up after a
+    // duplicate or a refused append only costs a query).
+    if (this.feedListeners.size > 0) this.wakeFeedListeners();
+    return result;
+  }
+
+  private appendUnwoken(request: AppendEventsRequest): Promise<WriteResult> {
     this.open();
     const a = checkAppend(request);
     const fingerprint = eventsFingerprint(a.events);
+    if (a.reply !== null) return this.appendReplied(a, a.reply, fingerprint);
     if (a.tagged) return this.appendTagged(a, fingerprint);
     // An append with outbox messages takes the transaction of appendEventsCall, outside the group commit.
     if (a.events.length === 1 && a.outbox.length === 0) return this.appendOne(a, fingerprint);
@@ -332,14 +384,7 @@ export class PostgresStore implements PersistenceStore {
    * outside the group commit.
    */
   private appendTagged(a: CheckedAppend, fingerprint: string): Promise<WriteResult> {
-    const tagIndex: number[] = [];
-    const tags: string[] = [];
-    a.events.forEach((event, i) => {
-      for (const tag of checkTags("event.tags", event.tags)) {
-        tagIndex.push(i + 1);
-        tags.push(tag);
-      }
-    });
+    const [tagIndex, tags] = tagColumns(a);
     return this.appendEventsCall(
       a,
       fingerprint,
@@ -347,6 +392,30 @@ export class PostgresStore implements PersistenceStore {
       "SELECT movie_append_tagged($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) AS outcome",
       [tagIndex, tags],
     );
+  }
+
+  /**
+   * An append that records a reply (migration 11): movie_append_replied writes the events, their tags and the reply in
+   * one statement, outside the group commit. A duplicate gets the reply its first append recorded.
+   */
+  private async appendReplied(a: CheckedAppend, reply: ReplyRecord, fingerprint: string): Promise<WriteResult> {
+    const [tagIndex, tags] = tagColumns(a);
+    const result = await this.appendEventsCall(
+      a,
+      fingerprint,
+      "movie_append_replied",
+      "SELECT movie_append_replied($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17) AS outcome",
+      [tagIndex, tags, reply.manifest, reply.payload],
+    );
+    if (!result.duplicate) return result;
+    const stored = await this.query(
+      "appendEvents",
+      "movie_load_reply",
+      "SELECT manifest, payload FROM operation_reply WHERE persistence_id = $1 AND operation_id = $2",
+      [a.persistenceId, a.operationId],
+    );
+    const row = stored.rows[0] as Record<string, unknown> | undefined;
+    return row === undefined ? result : { ...result, reply: checkReplyRow(a.persistenceId, result.revision, row) };
   }
 
   /**
@@ -843,7 +912,6 @@ export class PostgresStore implements PersistenceStore {
   async queryEvents(query?: EventQuery): Promise<EventPage> {
     this.open();
     const q = checkEventQuery(query);
-    if (this.feedListeners.size > 0 && this.listenClient === null) this.listen();
     const values: unknown[] = [q.afterOffset, q.limit];
     if (q.entityTypes !== null) values.push(q.entityTypes);
     if (q.persistenceId !== null) values.push(q.persistenceId);
@@ -878,47 +946,16 @@ export class PostgresStore implements PersistenceStore {
 
   onEventsCommitted(listener: () => void): () => void {
     this.feedListeners.add(listener);
-    if (this.listenClient === null && !this.closed) this.listen();
+    if (!this.closed) this.listener.want();
     return () => {
       this.feedListeners.delete(listener);
-      if (this.feedListeners.size === 0) this.unlisten();
+      if (this.feedListeners.size === 0) this.listener.unwant();
     };
   }
 
-  /**
-   * Opens the LISTEN connection (one per store, outside the pool so it never holds a pooled connection). Once it
-   * listens, every subscriber is woken once: a commit between the subscription and the LISTEN sent no notification
-   * this connection could receive. A lost connection is reopened after a second while anyone subscribes; meanwhile
-   * readers poll.
-   */
-  private listen(): void {
-    const client = new PgClient({
-      connectionString: this.pool.options.connectionString,
-      application_name: "movie-feed-listener",
-      options: sessionOptions(this.schema),
-    });
-    this.listenClient = client;
-    const schema = this.schema ?? "public";
-    const drop = () => {
-      client.end().catch(() => {});
-      if (this.listenClient !== client) return;
-      this.listenClient = null;
-      this.scheduler.scheduleOnce(1000, () => {
-        if (this.listenClient === null && this.feedListeners.size > 0 && !this.closed) this.listen();
-      });
-    };
-    client.on("error", drop);
-    client.on("end", drop);
-    client.on("notification", (message) => {
-      if (message.channel === FEED_CHANNEL && message.payload === schema) this.wakeFeedListeners();
-    });
-    client
-      .connect()
-      .then(() => client.query(`LISTEN ${FEED_CHANNEL}`))
-      .then(() => {
-        if (this.listenClient === client) this.wakeFeedListeners();
-        else client.end().catch(() => {});
-      }, drop);
+  /** The LISTEN connection's phase and counters (see feed-listener.ts). */
+  get feedListenerStats(): FeedListenerStats & { phase: string } {
+    return { ...this.listener.stats, phase: this.listener.phase };
   }
 
   private wakeFeedListeners(): void {
@@ -929,12 +966,6 @@ export class PostgresStore implements PersistenceStore {
         // A wake-up hint: a listener's failure is its own.
       }
     }
-  }
-
-  private unlisten(): void {
-    const client = this.listenClient;
-    this.listenClient = null;
-    client?.end().catch(() => {});
   }
 
   async loadProjectionOffset(name: string): Promise<number | null> {
@@ -1035,7 +1066,7 @@ export class PostgresStore implements PersistenceStore {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
-    this.unlisten();
+    this.listener.unwant();
     await this.pool.end();
   }
 

@@ -367,6 +367,30 @@ export const postgresMigrations: readonly Migration[] = buildMigrations([
     // A write with messages is one statement (writeWithOutboxSql): this guard aborts it when the write wrote nothing.
     OUTBOX_GUARD_FUNCTION,
   ],
+  // Reply-with-effects: a reply recorded in the append's transaction, returned to a retry of the same operation.
+  [
+    `CREATE TABLE IF NOT EXISTS operation_reply (persistence_id TEXT NOT NULL, operation_id TEXT NOT NULL,
+      manifest TEXT NOT NULL, payload TEXT NOT NULL, created_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+      PRIMARY KEY (persistence_id, operation_id))`,
+    // movie_append_tagged (fenced, duplicate-aware; empty tag arrays add no tags), then the reply when the append
+    // wrote its events: one statement, so the reply commits with the events or not at all.
+    `CREATE OR REPLACE FUNCTION movie_append_replied(p_pid text, p_expected bigint, p_op text, p_fingerprint text,
+        p_manifest text, p_payload text, p_more_manifests text[], p_more_payloads text[], p_tag_index int[],
+        p_tags text[], p_reply_manifest text, p_reply_payload text, p_cluster text, p_type text, p_shard bigint,
+        p_owner text, p_epoch bigint)
+      RETURNS bigint LANGUAGE plpgsql AS $$
+      DECLARE
+        v_outcome bigint;
+      BEGIN
+        v_outcome := movie_append_tagged(p_pid, p_expected, p_op, p_fingerprint, p_manifest, p_payload,
+          p_more_manifests, p_more_payloads, p_tag_index, p_tags, p_cluster, p_type, p_shard, p_owner, p_epoch);
+        IF v_outcome >= 0 AND v_outcome % 4 = 0 AND v_outcome / 4 > p_expected THEN
+          INSERT INTO operation_reply (persistence_id, operation_id, manifest, payload)
+            VALUES (p_pid, p_op, p_reply_manifest, p_reply_payload) ON CONFLICT DO NOTHING;
+        END IF;
+        RETURN v_outcome;
+      END $$`,
+  ],
 ]);
 
 /**

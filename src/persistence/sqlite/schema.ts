@@ -78,4 +78,11 @@ export const sqliteMigrations: readonly Migration[] = buildMigrations([
     `CREATE INDEX IF NOT EXISTS persistence_outbox_delivered_idx ON persistence_outbox (delivered_at)
       WHERE delivered = 1`,
   ],
+  // Reply-with-effects (migration 11): a reply recorded in the append's transaction, returned to a retry of the same
+  // operation.
+  [
+    `CREATE TABLE IF NOT EXISTS operation_reply (persistence_id TEXT NOT NULL, operation_id TEXT NOT NULL,
+      manifest TEXT NOT NULL, payload TEXT NOT NULL, created_at TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP,
+      PRIMARY KEY (persistence_id, operation_id))`,
+  ],
 ]);

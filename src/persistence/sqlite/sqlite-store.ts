@@ -55,9 +55,11 @@ import {
   checkFence,
   checkPersistenceId,
   checkRecord,
+  checkReplyRow,
   checkSequence,
   type DeleteStateRequest,
   type PersistenceStore,
+  type ReplyRecord,
   type RetentionResult,
   type SaveStateRequest,
   type SnapshotRecord,
@@ -190,7 +192,11 @@ export class SqliteStore implements PersistenceStore {
           revision: number;
         };
         if (previous.fingerprint !== fingerprint) throw new OperationConflictError(a.persistenceId, a.operationId);
-        return { revision: previous.revision, duplicate: true };
+        // A recorded reply only when there is one: a duplicate's result is otherwise what it always was.
+        const reply = this.storedReply(a.persistenceId, a.operationId, previous.revision);
+        return reply === null
+          ? { revision: previous.revision, duplicate: true }
+          : { revision: previous.revision, duplicate: true, reply };
       }
       this.s.ensureStream.run(a.persistenceId);
       const revision = a.expectedRevision + a.events.length;
@@ -214,6 +220,9 @@ export class SqliteStore implements PersistenceStore {
         }
       });
       this.insertOutbox(a.persistenceId, a.operationId, a.outbox);
+      if (a.reply !== null) {
+        this.s.insertReply.run(a.persistenceId, a.operationId, a.reply.manifest, a.reply.payload);
+      }
       return { revision, duplicate: false };
     });
     this.stateTx = db.transaction(
@@ -314,6 +323,15 @@ export class SqliteStore implements PersistenceStore {
     const result = await this.run("appendEvents", () => this.appendTx.immediate(append, fingerprint));
     if (!result.duplicate && append.events.length > 0) this.notifyFeed();
     return result;
+  }
+
+  /**
+   * The reply recorded with an operation's append, or null.
+   * @throws CorruptPersistentRecordError for a row of the wrong shape
+   */
+  private storedReply(persistenceId: string, operationId: string, revision: number): ReplyRecord | null {
+    const row = this.s.selectReply.get(persistenceId, operationId) as Record<string, unknown> | undefined;
+    return row === undefined ? null : checkReplyRow(persistenceId, revision, row);
   }
 
   async loadEvents(persistenceId: string, afterSeq = 0): Promise<StoredEvent[]> {
@@ -900,6 +918,10 @@ function prepare(db: SqliteDatabase) {
     insertJournalOp: p(
       "INSERT INTO journal_operation (persistence_id, operation_id, fingerprint, revision) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
     ),
+    insertReply: p(
+      "INSERT INTO operation_reply (persistence_id, operation_id, manifest, payload) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
+    ),
+    selectReply: p("SELECT manifest, payload FROM operation_reply WHERE persistence_id = ? AND operation_id = ?"),
     selectJournalOp: p(
       "SELECT fingerprint, revision FROM journal_operation WHERE persistence_id = ? AND operation_id = ?",
     ),
