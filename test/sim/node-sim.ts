@@ -23,6 +23,7 @@ import {
   type MembershipInput,
   type MembershipState,
   step as membershipStep,
+  type StepContext,
   snapshotOf,
 } from "../../src/cluster/membership.ts";
 import type { ClusterMessage } from "../../src/cluster/messages.ts";
@@ -45,7 +46,9 @@ import {
 import { Prng } from "../fixtures/prng.ts";
 
 const typeName = "T";
-const tickMs = 50;
+/** How many of the last events a failure report shows. */
+const traceLength = 25;
+const tickMs = 80;
 const heartbeatTimeoutMs = 400;
 
 /** One user message: which call, from which sender (node incarnation), to which entity, its per-sender sequence. */
@@ -74,6 +77,10 @@ interface SimNode {
   viewKey: string;
   /** The membership state `view` was taken from. */
   viewOf: MembershipState | null;
+  /** The membership step's context: built once per node (a closure per step costs measurably). */
+  membershipContext: StepContext;
+  /** The unreachable keys of `viewOf`, joined. */
+  viewUnreachable: string;
   /** entity → shard, of live entities. */
   readonly entities: Map<string, number>;
   readonly draining: Set<number>;
@@ -121,6 +128,9 @@ export interface HistoryResult {
   readonly handoffs: number;
   readonly maxGeneration: number;
   readonly steps: number;
+  /** Virtual ms the history ran, and how many of them came after healing. */
+  readonly virtualMs: number;
+  readonly afterHealMs: number;
   /** Null when every shard had a live owner and every probe was delivered after healing, else what was missing. */
   readonly liveness?: string | null;
 }
@@ -190,11 +200,13 @@ export class NodeSim {
   readonly rand: Prng;
   private readonly nodes = new Map<number, SimNode>();
   private uid = 0;
-  private readonly linkFree = new Map<string, number>();
-  private readonly linkDownUntil = new Map<string, number>();
-  /** "a>b" → blocked until; a one-way partition blocks one direction. */
-  private readonly blocked = new Map<string, number>();
-  private readonly trace: string[] = [];
+  /** {@link linkKey} → when the link's last message arrives (per-link FIFO). */
+  private readonly linkFree = new Map<number, number>();
+  /** {@link linkKey} → until when the link drops everything (a lost connection, or a partition: one-way blocks one direction). */
+  private readonly blocked = new Map<number, number>();
+  /** A ring of the last {@link traceLength} events, for the failure report. */
+  private readonly trace: { at: number; line: string | (() => string) }[] = [];
+  private traceNext = 0;
   private readonly outcomes = new Map<number, Outcome>();
   private readonly calls = new Map<number, UserMessage>();
   private readonly processed = new Map<string, number>();
@@ -204,6 +216,7 @@ export class NodeSim {
   private handoffsDone = 0;
   private maxGeneration = 0;
   private healed = false;
+  private healedAt = 0;
   private readonly crashedPorts: number[] = [];
 
   constructor(
@@ -220,13 +233,19 @@ export class NodeSim {
     this.events.push(this.now + delay, run);
   }
 
-  private note(line: string): void {
-    this.trace.push(`${this.now}ms ${line}`);
-    if (this.trace.length > 40) this.trace.shift();
+  /** Records a trace line; a function is rendered only if the history fails (most lines are never read). */
+  private note(line: string | (() => string)): void {
+    this.trace[this.traceNext % traceLength] = { at: this.now, line };
+    this.traceNext++;
   }
 
   fail(reason: string): never {
-    throw new SimFailure(this.seed, reason, this.trace.slice(-25));
+    const lines: string[] = [];
+    for (let i = Math.max(0, this.traceNext - traceLength); i < this.traceNext; i++) {
+      const entry = this.trace[i % traceLength]!;
+      lines.push(`${entry.at}ms ${typeof entry.line === "string" ? entry.line : entry.line()}`);
+    }
+    throw new SimFailure(this.seed, reason, lines);
   }
 
   runUntil(end: number): void {
@@ -234,7 +253,6 @@ export class NodeSim {
       const e = this.events.pop()!;
       this.now = e.at;
       e.run();
-      this.checkSafety();
     }
     this.now = end;
   }
@@ -271,11 +289,14 @@ export class NodeSim {
       view: snapshotOf(membership),
       viewKey: "",
       viewOf: null,
+      membershipContext: {},
+      viewUnreachable: "",
       entities: new Map(),
       draining: new Set(),
       maxGeneration: 0,
       nextSeq: 0,
     };
+    node.membershipContext = { departureReady: (m) => departureReady(node.core, m) };
     this.nodes.set(port, node);
     this.note(`start ${node.name}`);
     this.feed(node, { kind: "register", name: typeName, settings });
@@ -293,9 +314,7 @@ export class NodeSim {
 
   private membershipInput(node: SimNode, input: MembershipInput): void {
     this.steps++;
-    const [state, effects] = membershipStep(node.membership, input, this.now, {
-      departureReady: (m) => departureReady(node.core, m),
-    });
+    const [state, effects] = membershipStep(node.membership, input, this.now, node.membershipContext);
     node.membership = state;
     for (const effect of effects) {
       if (effect.kind === "send") {
@@ -307,8 +326,17 @@ export class NodeSim {
 
   private membershipChanged(node: SimNode): void {
     if (!node.alive || node.membership === node.viewOf) return;
-    node.viewOf = node.membership;
-    const snap = snapshotOf(node.membership);
+    const previous = node.viewOf;
+    const state = node.membership;
+    node.viewOf = state;
+    // Most steps (heartbeats, ticks) change neither the records, the acks nor who is unreachable: the snapshot would be
+    // the same, and building it is the harness's most expensive part.
+    let unreachable = "";
+    for (const [key, observation] of state.detector) if (observation.unreachable) unreachable += `${key},`;
+    const same = previous !== null && previous.members === state.members && previous.acks === state.acks;
+    if (same && unreachable === node.viewUnreachable) return;
+    node.viewUnreachable = unreachable;
+    const snap = snapshotOf(state);
     const key = `${snap.converged}|${snap.members.map((m) => `${m.uniqueAddress}:${m.status}`).join(",")}|${snap.unreachable.join(",")}`;
     if (key === node.viewKey) return;
     node.viewKey = key;
@@ -358,14 +386,17 @@ export class NodeSim {
   // ---------------------------------------------------------------------------------------------------------------
   // The network: per-link FIFO, random delay, drops and partitions; at most once
 
+  private block(from: number, to: number, forMs: number): void {
+    const key = linkKey(from, to);
+    this.blocked.set(key, Math.max(this.blocked.get(key) ?? -1, this.now + forMs));
+  }
+
   private linkBlocked(from: number, to: number): boolean {
-    return (
-      (this.linkDownUntil.get(`${from}>${to}`) ?? -1) > this.now || (this.blocked.get(`${from}>${to}`) ?? -1) > this.now
-    );
+    return (this.blocked.get(linkKey(from, to)) ?? -1) > this.now;
   }
 
   private send(from: SimNode, toPort: number, toUid: string | null, wire: Wire): void {
-    const link = `${from.port}>${toPort}`;
+    const link = linkKey(from.port, toPort);
     if (toPort === from.port) {
       this.at(0, () => this.arrive(from, toPort, toUid, wire));
       return;
@@ -524,7 +555,7 @@ export class NodeSim {
       case "refused":
       case "log":
         if (effect.kind === "log" && effect.level !== "debug")
-          this.note(`${node.name} ${effect.message} ${JSON.stringify(effect.fields)}`);
+          this.note(() => `${node.name} ${effect.message} ${JSON.stringify(effect.fields)}`);
         if (effect.kind === "refused") this.note(`${node.name} refused: ${effect.error.message}`);
         if (effect.kind === "refused") (effect.replyTo as SimReply | null)?.failAsk(effect.error);
         return;
@@ -536,7 +567,7 @@ export class NodeSim {
         const shard = effect.shard;
         node.draining.add(shard);
         // Entities stop after a while (DRAIN_AND_STOP lets each finish its mailbox).
-        this.at(this.rand.int(30), () => {
+        this.at(10 + this.rand.int(80), () => {
           if (!node.alive) return;
           for (const [entity, s] of [...node.entities]) if (s === shard) node.entities.delete(entity);
           this.feed(node, { kind: "drained", type: typeName, shard, error: null });
@@ -584,8 +615,8 @@ export class NodeSim {
     if (!node.entities.has(message.entity)) {
       if (node.draining.has(shard)) return "handoff";
       node.entities.set(message.entity, shard);
+      this.checkOneHost(node, shard);
     }
-    this.checkSafety();
     const key = `${message.sender}|${message.entity}`;
     const last = this.processed.get(key) ?? -1;
     if (this.outcomes.get(message.call) === "delivered") this.fail(`message ${message.call} processed twice`);
@@ -666,13 +697,13 @@ export class NodeSim {
 
   dropLink(a: SimNode, b: SimNode, forMs: number): void {
     this.note(`link ${a.name} -> ${b.name} drops for ${forMs}ms`);
-    this.linkDownUntil.set(`${a.port}>${b.port}`, this.now + forMs);
+    this.block(a.port, b.port, forMs);
   }
 
   partition(a: SimNode, b: SimNode, forMs: number, oneWay: boolean): void {
     this.note(`partition ${a.name} ${oneWay ? "->" : "<->"} ${b.name} for ${forMs}ms`);
-    this.blocked.set(`${a.port}>${b.port}`, this.now + forMs);
-    if (!oneWay) this.blocked.set(`${b.port}>${a.port}`, this.now + forMs);
+    this.block(a.port, b.port, forMs);
+    if (!oneWay) this.block(b.port, a.port, forMs);
   }
 
   leave(node: SimNode): void {
@@ -705,24 +736,23 @@ export class NodeSim {
 
   heal(): void {
     this.healed = true;
+    this.healedAt = this.now;
     this.note("heal");
-    this.linkDownUntil.clear();
     this.blocked.clear();
   }
 
   // ---------------------------------------------------------------------------------------------------------------
   // Checks
 
-  private checkSafety(): void {
-    const hosts = new Map<number, string>();
+  /**
+   * At most one live node hosts entities of `shard`, checked when `node` starts one there: entities only ever start in
+   * {@link deliverOne}, so checking there is checking after every event.
+   */
+  private checkOneHost(node: SimNode, shard: number): void {
     for (const n of this.nodes.values()) {
-      if (!n.alive) continue;
-      for (const shard of n.entities.values()) {
-        const other = hosts.get(shard);
-        if (other !== undefined && other !== n.name) {
-          this.fail(`shard ${shard} has live entities on ${other} and ${n.name}`);
-        }
-        hosts.set(shard, n.name);
+      if (n === node || !n.alive) continue;
+      for (const s of n.entities.values()) {
+        if (s === shard) this.fail(`shard ${shard} has live entities on ${n.name} and ${node.name}`);
       }
     }
   }
@@ -782,7 +812,8 @@ export class NodeSim {
       probes.push(this.nextCall);
       this.tell(from, entity);
     }
-    this.runUntil(this.now + 1_000);
+    const probeDeadline = this.now + 1_000;
+    while (this.now < probeDeadline && probes.some((call) => !this.outcomes.has(call))) this.runUntil(this.now + 25);
     for (const call of probes) {
       if (this.outcomes.get(call) !== "delivered") {
         this.fail(
@@ -813,6 +844,8 @@ export class NodeSim {
       handoffs: this.handoffsDone,
       maxGeneration: this.maxGeneration,
       steps: this.steps,
+      virtualMs: this.now,
+      afterHealMs: this.now - this.healedAt,
     };
   }
 
@@ -833,6 +866,11 @@ function replyRef(ask: number, responder: SimNode, asker: SimNode, sim: NodeSim)
     failAsk: (error: Error) => sim.sendAck(responder, asker, ask, error),
   };
   return reply as unknown as ActorRef<unknown>;
+}
+
+/** One number per directed link (ports are below 100,000): a map key without building a string per message. */
+function linkKey(from: number, to: number): number {
+  return from * 100_000 + to;
 }
 
 function callOf(envelope: ShardingEnvelope): number {
