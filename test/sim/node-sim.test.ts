@@ -45,9 +45,10 @@ function firstCaught(bugs: PlantedBugs, maxSeeds: number): SimFailure | null {
 }
 
 // Each planted bug is caught within the stated number of seeds; the same seeds pass without it (they are among the
-// histories of the test above). Measured: the early flush at seed 5, the unchecked forward at seed 15.
-test("a planted bug, the handoff buffer flushed before the old owner drained, is caught within 20 seeds", () => {
-  const caught = firstCaught({ flushBeforeDrained: true }, 20);
+// histories of the test above). Measured: the early flush first at seed 12, the unchecked forward at seed 9, the
+// unchecked plan generation at seed 4 (a late replay of an old plan update).
+test("a planted bug, the handoff buffer flushed before the old owner drained, is caught within 30 seeds", () => {
+  const caught = firstCaught({ flushBeforeDrained: true }, 30);
   assert.ok(caught !== null, "no seed caught the early flush");
   assert.match(caught.reason, /has live entities on .* and /);
 });
@@ -56,4 +57,10 @@ test("a planted bug, forwarded traffic accepted from a non-coordinator, is caugh
   const caught = firstCaught({ acceptForwardFromAnyone: true }, 30);
   assert.ok(caught !== null, "no seed caught the unchecked forward");
   assert.match(caught.reason, /neither owns nor was prepared/);
+});
+
+test("a planted bug, a plan update accepted without its generation check, is caught within 20 seeds", () => {
+  const caught = firstCaught({ skipPlanGenerationCheck: true }, 20);
+  assert.ok(caught !== null, "no seed caught the unchecked generation");
+  assert.match(caught.reason, /plan generation went down/);
 });

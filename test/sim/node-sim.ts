@@ -3,8 +3,10 @@
 // by a simulated shell on one virtual clock. Everything random comes from one seed (test/fixtures/prng.ts): per-link
 // FIFO delivery with random delays, links that drop everything for a while (a lost connection: at most once),
 // symmetric and one-way partitions, crashes and restarts with a new uid, joins, graceful leaves, operator downs of
-// unreachable (crashed) members, impostor forwards from members that are not the coordinator, and client traffic
-// from every node. After every event the checker asserts the invariants
+// unreachable (crashed) members, impostor forwards from members that are not the coordinator, late replays of old
+// control messages (plan updates, snapshots, passivate and prepare of earlier generations), paused nodes (SIGSTOP:
+// timers, callbacks and inbox wait, then run with a backlog), database outages (activations fail for want of the
+// lease until it is back), and client traffic from every node. After every event the checker asserts the invariants
 // below; after the faults heal it asserts liveness. A failure throws a SimFailure naming the seed and the last events.
 //
 // Invariants (checked after each event):
@@ -48,6 +50,8 @@ import { Prng } from "../fixtures/prng.ts";
 const typeName = "T";
 /** How many of the last events a failure report shows. */
 const traceLength = 25;
+/** How many of the last control messages a replay fault chooses from. */
+const sentControlsKept = 32;
 const tickMs = 80;
 const heartbeatTimeoutMs = 400;
 
@@ -87,6 +91,27 @@ interface SimNode {
   /** Highest plan generation seen on this node. */
   maxGeneration: number;
   nextSeq: number;
+  /** Paused (SIGSTOP): its timers, provider callbacks and inbox wait in `backlog` until it resumes. */
+  paused: boolean;
+  pausedAt: number;
+  readonly backlog: Backlogged[];
+  /** Until when activating an entity fails as the lease table does while its database refuses or stalls. */
+  databaseDownUntil: number;
+}
+
+/** Work that reached a paused node: run in order when it resumes; a message in it is lost if the node stops first. */
+interface Backlogged {
+  readonly run: () => void;
+  readonly wire: Wire | null;
+}
+
+/** A control message as it was sent, kept so a fault can deliver it again, late (a replay of an old generation's). */
+interface SentControl {
+  readonly from: SimNode;
+  readonly toPort: number;
+  readonly toUid: string;
+  readonly wire: Wire & { readonly kind: "control" };
+  readonly at: number;
 }
 
 interface PendingAsk {
@@ -218,6 +243,9 @@ export class NodeSim {
   private healed = false;
   private healedAt = 0;
   private readonly crashedPorts: number[] = [];
+  /** A ring of the last control messages sent between nodes. */
+  private readonly sentControls: SentControl[] = [];
+  private sentControlsNext = 0;
 
   constructor(
     readonly seed: number,
@@ -295,6 +323,10 @@ export class NodeSim {
       draining: new Set(),
       maxGeneration: 0,
       nextSeq: 0,
+      paused: false,
+      pausedAt: -1,
+      backlog: [],
+      databaseDownUntil: -1,
     };
     node.membershipContext = { departureReady: (m) => departureReady(node.core, m) };
     this.nodes.set(port, node);
@@ -302,14 +334,28 @@ export class NodeSim {
     this.feed(node, { kind: "register", name: typeName, settings });
     this.membershipChanged(node);
     const offset = this.rand.int(tickMs);
-    this.at(offset, () => this.tick(node));
+    this.atNode(node, offset, () => this.tick(node));
     return node;
+  }
+
+  /** Runs `run` on `node`'s event loop after `delay` ms: not at all once it stopped, after it resumes if paused. */
+  private atNode(node: SimNode, delay: number, run: () => void): void {
+    this.at(delay, () => this.onNode(node, run, null));
+  }
+
+  private onNode(node: SimNode, run: () => void, wire: Wire | null): void {
+    if (!node.alive) {
+      if (wire !== null) this.dropped(wire);
+      return;
+    }
+    if (node.paused) node.backlog.push({ run, wire });
+    else run();
   }
 
   private tick(node: SimNode): void {
     if (!node.alive) return;
     for (const kind of ["join-tick", "gossip-tick", "heartbeat-tick"] as const) this.membershipInput(node, { kind });
-    this.at(tickMs, () => this.tick(node));
+    this.atNode(node, tickMs, () => this.tick(node));
   }
 
   private membershipInput(node: SimNode, input: MembershipInput): void {
@@ -375,6 +421,7 @@ export class NodeSim {
     if (!node.alive) return;
     node.alive = false;
     node.entities.clear();
+    for (const b of node.backlog.splice(0)) if (b.wire !== null) this.dropped(b.wire);
     const t = node.core.types.get(typeName);
     if (t !== undefined) {
       for (const d of t.barrier.clear()) this.settle(d, "lost");
@@ -427,6 +474,10 @@ export class NodeSim {
       this.dropped(wire);
       return;
     }
+    this.onNode(target, () => this.receive(from, target, wire), wire);
+  }
+
+  private receive(from: SimNode, target: SimNode, wire: Wire): void {
     switch (wire.kind) {
       case "membership":
         this.membershipInput(target, {
@@ -471,6 +522,15 @@ export class NodeSim {
     this.send(node, to.port, to.self.uid, { kind: "ack", ask, error });
   }
 
+  /** Sends a control message, and keeps it (the last {@link sentControlsKept}) for {@link replayControl}. */
+  private sendControl(from: SimNode, to: UniqueAddress, wire: Wire & { readonly kind: "control" }): void {
+    const toPort = to.address.port ?? -1;
+    this.send(from, toPort, to.uid, wire);
+    if (toPort === from.port) return;
+    this.sentControls[this.sentControlsNext % sentControlsKept] = { from, toPort, toUid: to.uid, wire, at: this.now };
+    this.sentControlsNext++;
+  }
+
   // ---------------------------------------------------------------------------------------------------------------
   // The simulated shell: the core's effects on this network
 
@@ -504,18 +564,14 @@ export class NodeSim {
         return;
       }
       case "send":
-        this.send(node, effect.to.address.port ?? -1, effect.to.uid, {
-          kind: "control",
-          message: effect.message,
-          ask: null,
-        });
+        this.sendControl(node, effect.to, { kind: "control", message: effect.message, ask: null });
         return;
       case "ask": {
         const ask = this.nextAsk++;
         const pending: PendingAsk = { node, shard: effect.shard, token: effect.token, step: effect.step, done: false };
         this.asks.set(ask, pending);
-        this.send(node, effect.to.address.port ?? -1, effect.to.uid, { kind: "control", message: effect.message, ask });
-        this.at(2_000, () => {
+        this.sendControl(node, effect.to, { kind: "control", message: effect.message, ask });
+        this.atNode(node, 2_000, () => {
           if (pending.done || !node.alive) return;
           pending.done = true;
           this.feed(node, {
@@ -567,7 +623,7 @@ export class NodeSim {
         const shard = effect.shard;
         node.draining.add(shard);
         // Entities stop after a while (DRAIN_AND_STOP lets each finish its mailbox).
-        this.at(10 + this.rand.int(80), () => {
+        this.atNode(node, 10 + this.rand.int(80), () => {
           if (!node.alive) return;
           for (const [entity, s] of [...node.entities]) if (s === shard) node.entities.delete(entity);
           this.feed(node, { kind: "drained", type: typeName, shard, error: null });
@@ -576,7 +632,7 @@ export class NodeSim {
       }
       case "prepareShard": {
         const { shard, coordinator, waiter } = effect;
-        this.at(this.rand.int(10), () => {
+        this.atNode(node, this.rand.int(10), () => {
           if (!node.alive) return;
           node.draining.delete(shard);
           this.feed(node, { kind: "prepared", type: typeName, shard, coordinator, waiter, error: null });
@@ -595,7 +651,7 @@ export class NodeSim {
         return;
       case "schedule": {
         const timer = effect.timer;
-        this.at(effect.afterMs, () => this.feed(node, { kind: "timer", timer }));
+        this.atNode(node, effect.afterMs, () => this.feed(node, { kind: "timer", timer }));
         return;
       }
       case "stopSharding":
@@ -614,6 +670,8 @@ export class NodeSim {
     const message = typedOf(d.envelope)?.value as UserMessage;
     if (!node.entities.has(message.entity)) {
       if (node.draining.has(shard)) return "handoff";
+      // Activating needs the shard's lease, which the lease table cannot grant while the database is down.
+      if (node.databaseDownUntil > this.now) return "lease";
       node.entities.set(message.entity, shard);
       this.checkOneHost(node, shard);
     }
@@ -647,9 +705,12 @@ export class NodeSim {
   // ---------------------------------------------------------------------------------------------------------------
   // Clients
 
-  /** A client on `node` tells `entity` its next sequence number. */
+  /** A client on `node` tells `entity` its next sequence number (once `node` runs: a paused node's clients wait). */
   tell(node: SimNode, entity: string): void {
-    if (!node.alive) return;
+    this.onNode(node, () => this.tellNow(node, entity), null);
+  }
+
+  private tellNow(node: SimNode, entity: string): void {
     const t = node.core.types.get(typeName)!;
     const shard = settings.partitioner.shardFor(typeName, entity, settings.shardCount);
     const message: UserMessage = { call: this.nextCall++, sender: node.name, entity, seq: node.nextSeq++ };
@@ -706,10 +767,62 @@ export class NodeSim {
     if (!oneWay) this.block(b.port, a.port, forMs);
   }
 
+  /**
+   * Delivers again, late, a control message sent earlier (a plan update, plan snapshot, passivate or prepare of an
+   * earlier generation or handoff): to the incarnation it was sent to, from the node that sent it, over a link that
+   * must be open. The core must recognise it as stale or harmless.
+   */
+  replayControl(): void {
+    const kept = Math.min(this.sentControlsNext, sentControlsKept);
+    if (kept === 0) return;
+    const sent = this.sentControls[(this.sentControlsNext - 1 - this.rand.int(kept)) % sentControlsKept]!;
+    const delay = 1 + this.rand.int(30);
+    this.note(
+      () =>
+        `replay of ${sent.wire.message.constructor.name} sent at ${sent.at}ms by ${sent.from.name} to ${sent.toPort}#${sent.toUid}, arriving in ${delay}ms`,
+    );
+    this.at(delay, () => {
+      if (this.linkBlocked(sent.from.port, sent.toPort)) return;
+      this.arrive(sent.from, sent.toPort, sent.toUid, sent.wire);
+    });
+  }
+
+  /** Pauses `node` (SIGSTOP) for `forMs`: its timers, callbacks and inbox wait, then run in order (SIGCONT). */
+  pause(node: SimNode, forMs: number): void {
+    if (!node.alive || node.paused) return;
+    this.note(`pause ${node.name} for ${forMs}ms`);
+    node.paused = true;
+    const pausedAt = this.now;
+    this.at(forMs, () => {
+      if (node.pausedAt === pausedAt) this.resume(node);
+    });
+    node.pausedAt = pausedAt;
+  }
+
+  private resume(node: SimNode): void {
+    if (!node.paused) return;
+    node.paused = false;
+    const backlog = node.backlog.splice(0);
+    this.note(`resume ${node.name} with ${backlog.length} waiting`);
+    for (const [i, b] of backlog.entries()) {
+      if (!node.alive) {
+        for (const rest of backlog.slice(i)) if (rest.wire !== null) this.dropped(rest.wire);
+        return;
+      }
+      b.run();
+    }
+  }
+
+  /** `node`'s database refuses (or stalls past the lease timeout) for `forMs`: activations wait for the lease. */
+  databaseOutage(node: SimNode, forMs: number): void {
+    this.note(`database of ${node.name} down for ${forMs}ms`);
+    node.databaseDownUntil = Math.max(node.databaseDownUntil, this.now + forMs);
+  }
+
   leave(node: SimNode): void {
     if (!node.alive) return;
     this.note(`leave ${node.name}`);
-    this.membershipInput(node, { kind: "leave", target: node.self });
+    this.onNode(node, () => this.membershipInput(node, { kind: "leave", target: node.self }), null);
   }
 
   /**
@@ -725,6 +838,8 @@ export class NodeSim {
     for (const n of this.live()) {
       const snap = snapshotOf(n.membership);
       if (snap.leader === null || !snap.leader.equals(n.self)) continue;
+      // A paused leader does not answer the operator's request now; the operator tries again later.
+      if (n.paused) return;
       for (const u of snap.unreachable) {
         if (!dead(u)) continue;
         this.note(`operator downs ${u.address.port}#${u.uid}`);
@@ -738,6 +853,10 @@ export class NodeSim {
     this.healed = true;
     this.healedAt = this.now;
     this.note("heal");
+    for (const n of this.live()) {
+      this.resume(n);
+      n.databaseDownUntil = -1;
+    }
     this.blocked.clear();
   }
 
@@ -917,7 +1036,7 @@ export function runHistory(options: HistoryOptions): HistoryResult {
     const a = nodes[rand.int(nodes.length)];
     const b = nodes[rand.int(nodes.length)];
     if (a !== undefined && b !== undefined && a !== b) {
-      switch (rand.int(8)) {
+      switch (rand.int(11)) {
         case 0:
           sim.dropLink(a, b, 20 + rand.int(200));
           break;
@@ -939,6 +1058,15 @@ export function runHistory(options: HistoryOptions): HistoryResult {
           break;
         case 6:
           sim.downUnreachable();
+          break;
+        case 8:
+          sim.pause(a, 50 + rand.int(700));
+          break;
+        case 9:
+          sim.replayControl();
+          break;
+        case 10:
+          sim.databaseOutage(a, 50 + rand.int(600));
           break;
         default:
           sim.restart(b.port);
