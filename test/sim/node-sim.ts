@@ -922,7 +922,7 @@ export class NodeSim {
       this.runUntil(this.now + 100);
     }
     const problem = agreed();
-    if (problem !== null) this.fail(`not live ${deadline}ms after healing: ${problem}`);
+    if (problem !== null) this.fail(`not live at ${deadline}ms, after healing: ${problem}\n${this.describeNodes()}`);
     const probes: number[] = [];
     const nodes = this.live();
     for (let shard = 0; shard < settings.shardCount; shard++) {
@@ -940,6 +940,19 @@ export class NodeSim {
         );
       }
     }
+  }
+
+  /** Each live node's membership view and plan, for a liveness failure's report. */
+  private describeNodes(): string {
+    return this.live()
+      .map((n) => {
+        const t = n.core.types.get(typeName)!;
+        const members = n.view.members.map((m) => `${m.uniqueAddress.address.port}#${m.uniqueAddress.uid}:${m.status}`);
+        const unreachable = n.view.unreachable.map((u) => `${u.address.port}#${u.uid}`);
+        const plan = [...t.plan.allocations].map(([shard, owner]) => `${shard}@${owner.address.port}#${owner.uid}`);
+        return `  ${n.name}: members ${members.join(" ")}; unreachable [${unreachable.join(" ")}]; converged ${n.view.converged} digest ${n.membership.digest.slice(0, 8)} acks ${[...n.membership.acks].map(([k, d]) => `${k.slice(-8)}=${d.slice(0, 8)}`).join(" ")}; plan g${t.plan.generation} ${plan.join(" ")}`;
+      })
+      .join("\n");
   }
 
   get alive(): SimNode[] {
