@@ -1,21 +1,27 @@
 // The seeded simulator of whole sharding nodes (test/sim/node-sim.ts): the production membership and sharding node
-// cores under link drops, partitions, crashes, restarts with a new uid, joins, leaves and operator downs, with the
-// safety invariants and message accounting checked after every event. A failing seed prints itself, the last events,
-// and replays alone with `MOVIE_SIM_SEED=<n> npm run test:only -- test/sim/node-sim`; `npm run sim -- --seeds N
-// --from S` runs long campaigns.
+// cores under link drops, partitions, crashes, restarts with a new uid, joins, leaves, operator downs, impostor
+// forwards, late replays of old control messages, paused nodes and database outages, with the safety invariants and
+// message accounting checked after every event and liveness after healing. A failing seed prints itself, the last
+// events, and replays alone with `MOVIE_SIM_SEED=<n> npm run test:only -- test/sim/node-sim`; `MOVIE_SIM_HISTORIES`
+// changes how many run here; `npm run sim -- --seeds N --from S` runs long campaigns.
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import type { PlantedBugs } from "../../src/sharding/node/node-core.ts";
 import { type HistoryResult, runHistory, SimFailure } from "./node-sim.ts";
 
 const only = process.env.MOVIE_SIM_SEED;
-const historyCount = 120;
+const historyCount = Number(process.env.MOVIE_SIM_HISTORIES ?? 1_000);
+/**
+ * The share of histories allowed not to be live after healing. Measured: 4 in 400 (seeds 207, 320, 321, 354; open,
+ * see docs/protocol.md §14.9): a rise above this bound is a regression, and each such seed is printed for triage.
+ */
+const notLiveAllowed = 0.02;
 
-test(`${only === undefined ? historyCount : 1} seeded node histories keep every safety invariant`, () => {
+test(`${only === undefined ? historyCount : 1} seeded node histories keep every safety invariant, and nearly all are live after healing`, () => {
   const seeds = only === undefined ? Array.from({ length: historyCount }, (_, i) => i + 1) : [Number(only)];
   const totals = { delivered: 0, rejected: 0, handoffs: 0, generations: 0, notLive: [] as number[] };
   for (const seed of seeds) {
-    const result: HistoryResult = runHistory({ seed });
+    const result: HistoryResult = runHistory({ seed, liveness: only !== undefined });
     totals.delivered += result.delivered;
     totals.rejected += result.rejected;
     totals.handoffs += result.handoffs;
@@ -26,9 +32,13 @@ test(`${only === undefined ? historyCount : 1} seeded node histories keep every 
   assert.ok(totals.delivered > seeds.length * 40, `delivered ${totals.delivered}`);
   assert.ok(totals.handoffs > seeds.length * 3, `handoffs ${totals.handoffs}`);
   assert.ok(totals.generations > seeds.length * 5, `generations ${totals.generations}`);
-  // Liveness after healing is measured, not yet asserted: the seeds where it failed are printed for triage.
-  if (totals.notLive.length > 0)
-    console.log(`liveness not reached after healing in seeds ${totals.notLive.join(", ")}`);
+  if (totals.notLive.length > 0) {
+    console.log(`not live after healing: seeds ${totals.notLive.join(", ")} (replay one with MOVIE_SIM_SEED=<n>)`);
+  }
+  assert.ok(
+    totals.notLive.length <= Math.max(1, seeds.length * notLiveAllowed),
+    `${totals.notLive.length} of ${seeds.length} histories not live after healing: ${totals.notLive.join(", ")}`,
+  );
 });
 
 /** The first seed in 1..`maxSeeds` whose history fails with `bugs` planted, and how. */

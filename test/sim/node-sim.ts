@@ -603,9 +603,13 @@ export class NodeSim {
         return;
       }
       case "reject":
+        if (this.healed)
+          this.note(() => `${node.name} rejects ${callOf(effect.delivery.envelope)}: ${effect.error.message}`);
         this.settle(effect.delivery, "rejected");
         return;
       case "refuse":
+        if (this.healed)
+          this.note(() => `${node.name} refuses ${callOf(effect.delivery.envelope)}: ${effect.error.message}`);
         this.settle(effect.delivery, "refused");
         return;
       case "refused":
@@ -903,7 +907,10 @@ export class NodeSim {
       if (first === undefined || first.allocations.size !== settings.shardCount) return "no complete plan";
       for (const owner of first.allocations.values()) if (!liveSelves.has(owner.toString())) return "a dead owner";
       if (!plans.every((p) => p.generation === first.generation)) return "plans differ";
-      if (nodes.some((n) => n.view.members.some((m) => m.status !== "Up") || !n.view.converged)) return "membership";
+      // Unreachable members do not block convergence, but routing fails closed while there are any (§8.1).
+      const settled = (n: SimNode): boolean =>
+        n.view.converged && n.view.unreachable.length === 0 && n.view.members.every((m) => m.status === "Up");
+      if (!nodes.every(settled)) return "membership";
       return null;
     };
     while (this.now < deadline && agreed() !== null) {
@@ -936,7 +943,7 @@ export class NodeSim {
     for (const call of probes) {
       if (this.outcomes.get(call) !== "delivered") {
         this.fail(
-          `probe ${JSON.stringify(this.calls.get(call))} not delivered after healing: ${this.outcomes.get(call) ?? "pending"}`,
+          `probe ${JSON.stringify(this.calls.get(call))} not delivered after healing: ${this.outcomes.get(call) ?? "pending"}\n${this.describeNodes()}`,
         );
       }
     }
@@ -950,7 +957,8 @@ export class NodeSim {
         const members = n.view.members.map((m) => `${m.uniqueAddress.address.port}#${m.uniqueAddress.uid}:${m.status}`);
         const unreachable = n.view.unreachable.map((u) => `${u.address.port}#${u.uid}`);
         const plan = [...t.plan.allocations].map(([shard, owner]) => `${shard}@${owner.address.port}#${owner.uid}`);
-        return `  ${n.name}: members ${members.join(" ")}; unreachable [${unreachable.join(" ")}]; converged ${n.view.converged} digest ${n.membership.digest.slice(0, 8)} acks ${[...n.membership.acks].map(([k, d]) => `${k.slice(-8)}=${d.slice(0, 8)}`).join(" ")}; plan g${t.plan.generation} ${plan.join(" ")}`;
+        const busy = `handoffs [${[...t.handoffs.keys()].join(" ")}] barrier [${[0, 1, 2, 3, 4, 5].filter((x) => t.barrier.has(x)).join(" ")}] drains [${[...t.drains.keys()].join(" ")}] prepared [${[...t.prepared.keys()].join(" ")}] draining [${[...n.draining].join(" ")}] paused ${n.paused} backlog ${n.backlog.length}`;
+        return `  ${n.name}: ${busy}; members ${members.join(" ")}; unreachable [${unreachable.join(" ")}]; converged ${n.view.converged} digest ${n.membership.digest.slice(0, 8)} acks ${[...n.membership.acks].map(([k, d]) => `${k.slice(-8)}=${d.slice(0, 8)}`).join(" ")}; plan g${t.plan.generation} ${plan.join(" ")}`;
       })
       .join("\n");
   }
