@@ -857,11 +857,12 @@ export class NodeSim {
     this.healed = true;
     this.healedAt = this.now;
     this.note("heal");
+    // Links first: a paused node resumes onto a healed network (resuming first dropped what its backlog sent).
+    this.blocked.clear();
     for (const n of this.live()) {
       this.resume(n);
       n.databaseDownUntil = -1;
     }
-    this.blocked.clear();
   }
 
   // ---------------------------------------------------------------------------------------------------------------
@@ -938,7 +939,8 @@ export class NodeSim {
       probes.push(this.nextCall);
       this.tell(from, entity);
     }
-    const probeDeadline = this.now + 1_000;
+    // Longer than the 2 s control-ask timeout: a handoff whose ask was lost during the faults settles within it.
+    const probeDeadline = this.now + 3_000;
     while (this.now < probeDeadline && probes.some((call) => !this.outcomes.has(call))) this.runUntil(this.now + 25);
     for (const call of probes) {
       if (this.outcomes.get(call) !== "delivered") {
