@@ -17,6 +17,7 @@ const seeds = option("seeds", 1_000);
 const from = option("from", 1);
 const liveness = process.argv.includes("--liveness");
 const started = performance.now();
+const cpuStarted = process.cpuUsage();
 let lastPrint = started;
 let delivered = 0;
 let handoffs = 0;
@@ -39,10 +40,12 @@ for (let seed = from; seed < from + seeds; seed++) {
   }
 }
 const ms = performance.now() - started;
+const cpu = process.cpuUsage(cpuStarted);
 console.table({
   histories: seeds,
   seconds: Number((ms / 1000).toFixed(1)),
   msPerHistory: Number((ms / seeds).toFixed(1)),
+  cpuMsPerHistory: Number(((cpu.user + cpu.system) / 1000 / seeds).toFixed(1)),
   delivered,
   handoffs,
   notLiveAfterHealing: notLive.length,

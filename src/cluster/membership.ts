@@ -334,7 +334,10 @@ function joinTick(state: MembershipState, effects: MembershipEffect[]): Membersh
   let targets: Address[] = [];
   if (me.status === "Joining") {
     targets = seeds.filter((s) => !isSelfSeed(s, self));
-    const leader = leaderOfState(state);
+    // The leader by the records alone: members that do not know this node yet send it no heartbeats, so it sees them
+    // all unreachable. Judged by reachability, a joiner whose seed is not the leader and whose first join to the
+    // leader was lost never asked the leader again, and stayed Joining for good.
+    const leader = leaderOf(state.members, new Set());
     if (leader !== null && !leader.equals(self) && !targets.some((t) => t.equals(leader.address))) {
       targets.push(leader.address);
     }
@@ -398,12 +401,24 @@ function gossipTick(state: MembershipState, effects: MembershipEffect[], nowMs: 
       effects.push({ kind: "count", stat: "gossipSent" });
     }
   }
-  if (state.leaveRequested && me.status === "Up") {
+  if (state.leaveRequested && (me.status === "Up" || leavingOnlyByItself(state, me))) {
     const retry: MembershipEffect[] = [];
     next = requestLeave(next, self, retry, nowMs);
     effects.push(...retry.filter((e) => e.kind !== "outcome"));
   }
   return next;
+}
+
+/**
+ * True when this node's Leaving (or Exiting) record is its own work as a leader that others may not recognise: cut off
+ * (paused, or partitioned) it saw every peer unreachable, led itself, and applied its own leave. The leader refuses that record
+ * from a non-leader, and this node stopped asking once it saw itself Leaving: the cluster never converged again. So
+ * it repeats the request to the leader it sees now until a record of its leave comes from elsewhere.
+ */
+function leavingOnlyByItself(state: MembershipState, me: Member): boolean {
+  return (
+    (me.status === "Leaving" || me.status === "Exiting") && me.changedBy === state.config.self.uid && !isLeader(state)
+  );
 }
 
 function heartbeatTick(state: MembershipState, effects: MembershipEffect[], nowMs: number): MembershipState {
@@ -667,11 +682,22 @@ function receiveGossip(
       // A non-member gets no ack: answering would dial an address known only from its own claim.
       if (decision.reason === "nonMember") return state;
     } else {
+      // An Exiting node takes the final word about itself, its Removed record, from any member: the member that
+      // removed it may not be the leader it sees (leadership moved while it was cut off or paused), and refusing it
+      // kept this node Exiting for good while the others had forgotten it.
+      const ownRemoval =
+        selfMember(state).status === "Exiting"
+          ? decision.rejected.find((r) => r.member.status === "Removed" && r.member.uniqueAddress.equals(self))
+          : undefined;
+      const rejected = ownRemoval === undefined ? decision.rejected : decision.rejected.filter((r) => r !== ownRemoval);
+      const merged = ownRemoval === undefined ? null : mergeMembers(decision.members, [ownRemoval.member], maxMembers);
+      const members = merged === null ? decision.members : merged.members;
+      const changed = decision.changed.length + (merged?.changed.length ?? 0);
       const byReason = new Map<GossipRejection, number>();
-      for (const r of decision.rejected) byReason.set(r.reason, (byReason.get(r.reason) ?? 0) + 1);
+      for (const r of rejected) byReason.set(r.reason, (byReason.get(r.reason) ?? 0) + 1);
       for (const [reason, count] of byReason) {
         for (let i = 0; i < count; i++) effects.push({ kind: "count", stat: "gossipRecordsRejected" });
-        const example = decision.rejected.find((r) => r.reason === reason)!.member;
+        const example = rejected.find((r) => r.reason === reason)!.member;
         effects.push({
           kind: "gossip-rejected",
           reason,
@@ -680,9 +706,9 @@ function receiveGossip(
           detail: `${count} record(s) refused, e.g. ${example.status} record of ${example.uniqueAddress}`,
         });
       }
-      if (decision.changed.length > 0) {
+      if (changed > 0) {
         effects.push({ kind: "count", stat: "membershipMerges" });
-        next = commit(state, decision.members, nowMs);
+        next = commit(state, members, nowMs);
       }
     }
   } else {

@@ -55,6 +55,8 @@ export function admitsGossipFrom(local: MemberMap, sender: UniqueAddress, seeds:
  * - a record identical to the local one, or older than it by {@link compareRecords}, is always accepted (the merge
  *   keeps the local record, so it changes nothing);
  * - a Joining record is never accepted via gossip (only a join request creates one);
+ * - a record that differs from the local one only in its author (the same transition made by two leaders in turn) is
+ *   accepted from anyone: the merge's tie-break picks the same author everywhere;
  * - an unknown Up record is accepted when it is the sender's own record, authored by the sender (a seed that formed
  *   independently): its unique address must equal the sender's, so nobody can describe a third node;
  * - any other change, unknown and terminal records included, only when the sender is the receiver's leader and the
@@ -80,6 +82,11 @@ export function authorizeGossip(
       accepted.push(record);
     } else if (record.status === "Joining") {
       rejected.push({ member: record, reason: "joining" });
+    } else if (current !== undefined && sameChangeByAnotherAuthor(current, record)) {
+      // The same transition made by two leaders in turn (one of them while the other was unreachable, or paused): the
+      // records differ only in their author, and the merge's tie-break picks the same one everywhere. Refusing it kept
+      // the leader's digest apart from everyone else's forever, so the cluster never converged again.
+      accepted.push(record);
     } else if (fromLeader && authoredBySender) {
       accepted.push(record);
     } else if (
@@ -94,6 +101,19 @@ export function authorizeGossip(
     }
   }
   return { accepted, rejected };
+}
+
+/** True when `a` and `b` say the same thing about the same node (status, revision, up-number, version, roles). */
+function sameChangeByAnotherAuthor(a: Member, b: Member): boolean {
+  return (
+    a.uniqueAddress.equals(b.uniqueAddress) &&
+    a.status === b.status &&
+    a.revision === b.revision &&
+    a.upNumber === b.upNumber &&
+    a.appVersion === b.appVersion &&
+    a.roles.length === b.roles.length &&
+    a.roles.every((role, i) => role === b.roles[i])
+  );
 }
 
 /** The decision on one whole gossip message. */

@@ -1,0 +1,127 @@
+// Membership after a node was cut off (paused or partitioned) while it left or joined: four liveness bugs the node
+// simulator (test/sim/node-sim.ts) found, each left the cluster unconverged for good. Each test fails without its fix.
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import { authorizeGossip } from "../../src/cluster/gossip/authorize.ts";
+import { memberToJSON } from "../../src/cluster/member.ts";
+import { step } from "../../src/cluster/membership.ts";
+import { ClusterGossip } from "../../src/cluster/messages.ts";
+import { A, B, C, map, member } from "./fixtures/member-maps.ts";
+import { Sim, type SimNode } from "./sim.ts";
+
+function startCluster(sim: Sim, count: number): SimNode[] {
+  const nodes: SimNode[] = [];
+  for (let i = 0; i < count; i++) nodes.push(sim.start(2551 + i, [2551]));
+  assert.ok(
+    sim.until(() => sim.allUp(nodes)),
+    JSON.stringify(sim.describe()),
+  );
+  return nodes;
+}
+
+const statusIn = (viewer: SimNode, of: SimNode): string | undefined =>
+  viewer.state.members.get(String(of.self))?.status;
+
+test("rule: the same transition by another leader (only the author differs) is merged from anyone; other changes are not", () => {
+  // A (the leader here) applied C's leave; B applied it too while A was unreachable to it. The two records differ only
+  // in their author, and the merge's tie-break picks one of them everywhere.
+  const local = map(member(A, "Up"), member(B, "Up"), member(C, "Leaving", { changedBy: A.uid, revision: 3 }));
+  const byB = member(C, "Leaving", { changedBy: B.uid, revision: 3 });
+  const same = authorizeGossip(local, [byB], B, A);
+  assert.deepEqual(same.rejected, []);
+  assert.deepEqual(same.accepted, [byB]);
+  // Anything more than the author is still the leader's to change: roles, up-number, a later revision.
+  for (const changed of [
+    member(C, "Leaving", { changedBy: B.uid, revision: 3, roles: ["x"] }),
+    member(C, "Leaving", { changedBy: B.uid, revision: 3, upNumber: 9 }),
+    member(C, "Leaving", { changedBy: B.uid, revision: 4 }),
+    member(C, "Exiting", { changedBy: B.uid, revision: 3 }),
+  ]) {
+    assert.deepEqual(
+      authorizeGossip(local, [changed], B, A).rejected.map((r) => r.reason),
+      ["notLeader"],
+      JSON.stringify(changed),
+    );
+  }
+});
+
+test("rule: a node cut off from every peer that leaves (as its own leader) is removed once it can reach the cluster", () => {
+  const sim = new Sim();
+  const [a, b, c] = startCluster(sim, 3) as [SimNode, SimNode, SimNode];
+  sim.blackhole(c, a);
+  sim.blackhole(c, b);
+  assert.ok(
+    sim.until(() => sim.snapshot(c).unreachable.length === 2, 5_000),
+    JSON.stringify(sim.describe()),
+  );
+  // Seeing no reachable peer, c leads itself and applies its own leave, which a and b refuse from a non-leader. Its
+  // shards hold it at Leaving (the sharding departure guard), as in the simulator's histories.
+  for (const n of [a, b, c]) n.departureReady = () => false;
+  sim.input(c, { kind: "leave", target: c.self });
+  assert.equal(statusIn(c, c), "Leaving");
+  assert.equal(c.state.members.get(String(c.self))?.changedBy, c.self.uid);
+  sim.unblackhole(c, a);
+  sim.unblackhole(c, b);
+  assert.ok(
+    sim.until(() => statusIn(a, c) === "Leaving" && statusIn(b, c) === "Leaving", 5_000),
+    `the leave did not reach the leader: ${JSON.stringify(sim.describe())}`,
+  );
+  for (const n of [a, b, c]) n.departureReady = () => true;
+  assert.ok(
+    sim.until(() => statusIn(a, c) === "Removed" && statusIn(b, c) === "Removed", 10_000),
+    `c was not removed after the partition healed: ${JSON.stringify(sim.describe())}`,
+  );
+});
+
+test("rule: a joiner welcomed by a seed that is not the leader, whose join to the leader was lost, asks the leader again", () => {
+  const sim = new Sim();
+  const [a, b] = startCluster(sim, 2) as [SimNode, SimNode];
+  // d's seed is b; its join to the leader a is lost. b welcomes it with the member list (a and b), and d, whom nobody
+  // heartbeats yet, soon sees both unreachable.
+  const d = sim.start(2554, [2552]);
+  sim.blackhole(d, a);
+  sim.advance(1_000);
+  assert.equal(statusIn(d, d), "Joining");
+  assert.equal(statusIn(a, d), undefined);
+  sim.unblackhole(d, a);
+  assert.ok(
+    sim.until(() => sim.allUp([a, b, d]), 10_000),
+    `d was not admitted after the partition healed: ${JSON.stringify(sim.describe())}`,
+  );
+});
+
+test("rule: an Exiting node takes its Removed record from a member that is not its leader", () => {
+  const sim = new Sim();
+  const [a, b, c] = startCluster(sim, 3) as [SimNode, SimNode, SimNode];
+  for (const n of [a, b, c]) n.departureReady = () => false;
+  sim.input(c, { kind: "leave", target: c.self });
+  assert.ok(
+    sim.until(() => statusIn(c, c) === "Leaving", 5_000),
+    JSON.stringify(sim.describe()),
+  );
+  /** The gossip `from` sends c: c's own record moved to `status` by `from`. */
+  const gossip = (from: SimNode, status: "Exiting" | "Removed") => {
+    const records = [...c.state.members.values()].map((m) =>
+      m.uniqueAddress.equals(c.self)
+        ? memberToJSON({ ...m, status, revision: m.revision + 1, changedBy: from.self.uid })
+        : memberToJSON(m),
+    );
+    const message = new ClusterGossip("sim-cluster", String(from.self), String(c.self), 9, "0".repeat(64), records);
+    return step(
+      c.state,
+      { kind: "message", origin: from.self, senderPath: `${from.self.address}/system/cluster`, message },
+      sim.nowMs,
+    );
+  };
+  // The leader a moves c to Exiting; then b, leading while a was paused, removes it: c's leader is still a.
+  [c.state] = gossip(a, "Exiting");
+  assert.equal(statusIn(c, c), "Exiting");
+  assert.equal(String(sim.snapshot(c).leader), String(a.self));
+  const [next, effects] = gossip(b, "Removed");
+  assert.equal(next.members.get(String(c.self))?.status, "Removed");
+  assert.deepEqual(
+    effects.filter((e) => e.kind === "gossip-rejected" || e.kind === "self-downed"),
+    [],
+    "neither refused nor taken as a downing",
+  );
+});
