@@ -556,8 +556,28 @@ class Step {
         continue;
       }
       for (const [shard, by] of [...t.prepared]) if (by !== coordinatorText) t.prepared.delete(shard);
+      this.failHandoffsToDepartedOwners(t);
       if (changed) this.afterPlanStored(t);
       this.syncPlan(t);
+    }
+  }
+
+  /**
+   * A handoff whose next owner was downed or removed while its passivate or prepare step was outstanding would
+   * otherwise wait for that step's reply until the ask timeout (2 s), buffering the shard's traffic, though no reply
+   * can come. Failing the step now sends the handoff to its next attempt, which finds the next owner not Up and
+   * aborts, and the next reconcile places the shard again (the node simulator found it: seeds 689 and 2137).
+   */
+  private failHandoffsToDepartedOwners(t: TypeState): void {
+    for (const [shard, running] of [...t.handoffs]) {
+      const { next, phase } = running.state;
+      if (next === null || (phase !== "passivating" && phase !== "preparing")) continue;
+      const member = this.s.view.snapshot.members.find((m) => m.uniqueAddress.equals(next));
+      if (member !== undefined && member.status !== "Down" && member.status !== "Removed") continue;
+      this.feedHandoff(t, shard, {
+        kind: "failed",
+        error: new NoShardOwnerError(t.name, shard),
+      });
     }
   }
 
