@@ -21,12 +21,18 @@ const cpuStarted = process.cpuUsage();
 let lastPrint = started;
 let delivered = 0;
 let handoffs = 0;
+let writes = 0;
+let staleWrites = 0;
+let leaseLosses = 0;
 const notLive: number[] = [];
 for (let seed = from; seed < from + seeds; seed++) {
   try {
     const result = runHistory({ seed, liveness });
     delivered += result.delivered;
     handoffs += result.handoffs;
+    writes += result.writes;
+    staleWrites += result.staleWrites;
+    leaseLosses += result.leaseLosses;
     if (result.liveness !== null && result.liveness !== undefined) notLive.push(seed);
   } catch (error) {
     console.error(error instanceof SimFailure ? error.message : error);
@@ -48,6 +54,9 @@ console.table({
   cpuMsPerHistory: Number(((cpu.user + cpu.system) / 1000 / seeds).toFixed(1)),
   delivered,
   handoffs,
+  writes,
+  staleWrites,
+  leaseLosses,
   notLiveAfterHealing: notLive.length,
 });
 if (notLive.length > 0) console.log(`seeds not live after healing: ${notLive.slice(0, 50).join(", ")}`);

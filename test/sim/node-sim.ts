@@ -9,11 +9,20 @@
 // lease until it is back), and client traffic from every node. After every event the checker asserts the invariants
 // below; after the faults heal it asserts liveness. A failure throws a SimFailure naming the seed and the last events.
 //
+// Even seeds run persistent entities (sim-persistent-provider.ts): each node runs the real lease book
+// (src/sharding/lease/lease-book.ts) against one simulated lease table and event store (sim-database.ts) that enforce
+// the PostgreSQL statements' rules (epoch fence first, then the operation id, then the revision); every entity writes
+// one event per message under the lease it was activated with, and a database outage refuses or stalls the lease
+// calls and writes of its node. Odd seeds run plain entities, whose database outage only fails activations.
+//
 // Invariants (checked after each event):
 //   - at most one live node hosts entities of a shard at any instant;
 //   - a node's plan generation never decreases;
 //   - a delivery reaches a provider only on a node that owns the shard in its plan or was prepared for it;
 //   - at most once: no message is processed twice;
+//   - persistent: a delivery is granted only a lease the database holds for that node and epoch at that instant, and
+//     no write commits under a stale epoch (under an epoch older than one a write of that shard committed under, or
+//     under another owner's);
 //   - per-entity FIFO for each sender: an entity processes one sender's messages in the order they were sent;
 //   - every message a caller handed over is, by the end, delivered, rejected to its caller, refused at the call, or
 //     counted as lost (a link drop, a crash of the node holding it, or its node stopped): none vanishes silently.
@@ -46,6 +55,8 @@ import {
   type PlantedBugs,
 } from "../../src/sharding/node/node-core.ts";
 import { Prng } from "../fixtures/prng.ts";
+import { SimDatabase } from "./sim-database.ts";
+import { type ProviderCounters, type ProviderHost, SimPersistentProvider } from "./sim-persistent-provider.ts";
 
 const typeName = "T";
 /** How many of the last events a failure report shows. */
@@ -95,8 +106,15 @@ interface SimNode {
   paused: boolean;
   pausedAt: number;
   readonly backlog: Backlogged[];
-  /** Until when activating an entity fails as the lease table does while its database refuses or stalls. */
+  /**
+   * Until when this node's database calls are refused or stall (plain entities: activations fail as for want of the
+   * lease; persistent ones: every lease call and write is refused, or waits and runs then).
+   */
   databaseDownUntil: number;
+  /** Whether the current outage stalls calls (they run when it ends) rather than refusing them. */
+  databaseStalls: boolean;
+  /** The persistent entity provider around the real lease book, in a persistent history. */
+  readonly provider: SimPersistentProvider | null;
 }
 
 /** Work that reached a paused node: run in order when it resumes; a message in it is lost if the node stops first. */
@@ -144,6 +162,11 @@ export interface HistoryOptions {
   readonly faultMs?: number;
   /** Throw when liveness fails after healing (default: report it in the result). */
   readonly liveness?: boolean;
+  /**
+   * Persistent entities under shard leases (the real lease book per node, the simulated lease table and event
+   * store) rather than plain ones. Default: even seeds.
+   */
+  readonly persistent?: boolean;
 }
 
 export interface HistoryResult {
@@ -153,6 +176,11 @@ export interface HistoryResult {
   readonly handoffs: number;
   readonly maxGeneration: number;
   readonly steps: number;
+  /** Persistent histories: events committed, writes fenced as stale, lease acquisitions and losses. */
+  readonly writes: number;
+  readonly staleWrites: number;
+  readonly leaseAcquisitions: number;
+  readonly leaseLosses: number;
   /** Virtual ms the history ran, and how many of them came after healing. */
   readonly virtualMs: number;
   readonly afterHealMs: number;
@@ -247,9 +275,24 @@ export class NodeSim {
   private readonly sentControls: SentControl[] = [];
   private sentControlsNext = 0;
 
+  /** The one database of a persistent history: the lease table and the event store. */
+  readonly db = new SimDatabase();
+  /** shard → the highest epoch a write committed under, and its owner (for "no write commits under a stale epoch"). */
+  private readonly committedEpochs = new Map<number, { readonly epoch: number; readonly owner: string }>();
+  /** Counters of stopped nodes' providers, kept for the result. */
+  private readonly providerTotals: ProviderCounters = {
+    writes: 0,
+    staleWrites: 0,
+    refusedWrites: 0,
+    revisionConflicts: 0,
+    leaseAcquisitions: 0,
+    leaseLosses: 0,
+  };
+
   constructor(
     readonly seed: number,
     private readonly bugs: PlantedBugs = {},
+    readonly persistent = false,
   ) {
     this.rand = new Prng(seed);
   }
@@ -307,8 +350,10 @@ export class NodeSim {
       },
       this.now,
     );
+    const name = `${port}#${self.uid}`;
+    const entities = new Map<string, number>();
     const node: SimNode = {
-      name: `${port}#${self.uid}`,
+      name,
       port,
       self,
       membership,
@@ -319,7 +364,7 @@ export class NodeSim {
       viewOf: null,
       membershipContext: {},
       viewUnreachable: "",
-      entities: new Map(),
+      entities,
       draining: new Set(),
       maxGeneration: 0,
       nextSeq: 0,
@@ -327,7 +372,19 @@ export class NodeSim {
       pausedAt: -1,
       backlog: [],
       databaseDownUntil: -1,
+      databaseStalls: false,
+      provider: null,
     };
+    if (this.persistent) {
+      const provider = new SimPersistentProvider(
+        this.providerHost(node),
+        entities,
+        self.toString(),
+        settings.leaseDuration,
+        settings.leaseRenewInterval,
+      );
+      (node as { provider: SimPersistentProvider | null }).provider = provider;
+    }
     node.membershipContext = { departureReady: (m) => departureReady(node.core, m) };
     this.nodes.set(port, node);
     this.note(`start ${node.name}`);
@@ -421,6 +478,11 @@ export class NodeSim {
     if (!node.alive) return;
     node.alive = false;
     node.entities.clear();
+    if (node.provider !== null) {
+      node.provider.halt();
+      for (const [k, v] of Object.entries(node.provider.counters))
+        this.providerTotals[k as keyof ProviderCounters] += v;
+    }
     for (const b of node.backlog.splice(0)) if (b.wire !== null) this.dropped(b.wire);
     const t = node.core.types.get(typeName);
     if (t !== undefined) {
@@ -626,6 +688,10 @@ export class NodeSim {
         return;
       case "drainShard": {
         const shard = effect.shard;
+        if (node.provider !== null) {
+          node.provider.drainShard(shard);
+          return;
+        }
         node.draining.add(shard);
         // Entities stop after a while (DRAIN_AND_STOP lets each finish its mailbox).
         this.atNode(node, 10 + this.rand.int(80), () => {
@@ -637,6 +703,10 @@ export class NodeSim {
       }
       case "prepareShard": {
         const { shard, coordinator, waiter } = effect;
+        if (node.provider !== null) {
+          node.provider.prepareShard(shard, coordinator, waiter);
+          return;
+        }
         this.atNode(node, this.rand.int(10), () => {
           if (!node.alive) return;
           node.draining.delete(shard);
@@ -645,11 +715,16 @@ export class NodeSim {
         return;
       }
       case "retainShards":
+        if (node.provider !== null) {
+          node.provider.retainShards(effect.shards);
+          return;
+        }
         for (const [entity, s] of [...node.entities]) if (!effect.shards.has(s)) node.entities.delete(entity);
         for (const s of [...node.draining]) if (effect.shards.has(s)) node.draining.delete(s);
         return;
       case "suspendOwnership":
-        node.entities.clear();
+        if (node.provider !== null) node.provider.suspendOwnership(effect.release);
+        else node.entities.clear();
         return;
       case "passivateIdle":
         queue.push({ kind: "idleSwept", type: effect.type, passivated: 0, error: null });
@@ -673,7 +748,12 @@ export class NodeSim {
     const ownsHere = t.plan.allocations.get(shard)?.toString() === self || t.prepared.has(shard);
     if (!ownsHere) this.fail(`${node.name}: a delivery for shard ${shard}, which it neither owns nor was prepared for`);
     const message = typedOf(d.envelope)?.value as UserMessage;
-    if (!node.entities.has(message.entity)) {
+    if (node.provider !== null) {
+      const had = node.entities.has(message.entity);
+      const outcome = node.provider.deliver(shard, message.entity, message.call);
+      if (outcome !== "delivered") return outcome;
+      if (!had) this.checkOneHost(node, shard);
+    } else if (!node.entities.has(message.entity)) {
       if (node.draining.has(shard)) return "handoff";
       // Activating needs the shard's lease, which the lease table cannot grant while the database is down.
       if (node.databaseDownUntil > this.now) return "lease";
@@ -820,8 +900,59 @@ export class NodeSim {
 
   /** `node`'s database refuses (or stalls past the lease timeout) for `forMs`: activations wait for the lease. */
   databaseOutage(node: SimNode, forMs: number): void {
-    this.note(`database of ${node.name} down for ${forMs}ms`);
+    // A plain history draws nothing more here, so its seeds replay as they did before persistent histories existed.
+    if (node.provider !== null && node.databaseDownUntil <= this.now) node.databaseStalls = this.rand.chance(0.5);
+    this.note(`database of ${node.name} ${node.databaseStalls ? "stalls" : "refuses"} for ${forMs}ms`);
     node.databaseDownUntil = Math.max(node.databaseDownUntil, this.now + forMs);
+  }
+
+  /**
+   * A call from `node` to the database: it reaches the database after 1–4 ms and runs there at once, or, during an
+   * outage of this node's connection, is refused or waits for the outage's end; the answer takes 1–4 ms back and runs
+   * on the node. A statement that reached the database runs even if its node crashed since (its answer is lost).
+   */
+  databaseCall<R>(node: SimNode, statement: () => R, answer: (result: { readonly value: R } | null) => void): void {
+    this.at(1 + this.rand.int(4), () => {
+      const reply = (result: { readonly value: R } | null): void =>
+        this.at(1 + this.rand.int(4), () => this.onNode(node, () => answer(result), null));
+      if (node.databaseDownUntil > this.now && !node.databaseStalls) {
+        reply(null);
+        return;
+      }
+      this.events.push(Math.max(this.now, node.databaseDownUntil), () => reply({ value: statement() }));
+    });
+  }
+
+  /** What a node's persistent provider needs from the simulator. */
+  private providerHost(node: SimNode): ProviderHost {
+    return {
+      name: node.name,
+      db: this.db,
+      now: () => this.now,
+      random: (n) => this.rand.int(n),
+      later: (delayMs, run) => this.atNode(node, delayMs, run),
+      call: (statement, answer) => this.databaseCall(node, statement, answer),
+      view: () => node.view,
+      prepared: (shard, coordinator, waiter, error) =>
+        this.feed(node, { kind: "prepared", type: typeName, shard, coordinator, waiter, error }),
+      drained: (shard) => this.feed(node, { kind: "drained", type: typeName, shard, error: null }),
+      committed: (shard, token, operationId) => this.checkCommit(shard, token.owner, token.epoch, operationId),
+      fail: (reason) => this.fail(reason),
+    };
+  }
+
+  /**
+   * No write commits under a stale epoch (§14.6): a write to a shard commits only under the newest epoch any write
+   * of that shard committed under or a newer one, and one epoch of a shard has one owner.
+   */
+  private checkCommit(shard: number, owner: string, epoch: number, operationId: string): void {
+    const last = this.committedEpochs.get(shard);
+    if (last !== undefined && (epoch < last.epoch || (epoch === last.epoch && owner !== last.owner))) {
+      this.fail(
+        `${operationId} committed to shard ${shard} under epoch ${epoch} of ${owner} after a write under epoch ${last.epoch} of ${last.owner} (lease row: ${this.db.describeLease(shard)})`,
+      );
+    }
+    this.committedEpochs.set(shard, { epoch, owner });
   }
 
   leave(node: SimNode): void {
@@ -982,6 +1113,11 @@ export class NodeSim {
       else rejected++;
     }
     for (const n of this.nodes.values()) this.handoffsDone += n.core.counters.handoffShards;
+    const leases = { ...this.providerTotals };
+    for (const n of this.live()) {
+      if (n.provider === null) continue;
+      for (const [k, v] of Object.entries(n.provider.counters)) leases[k as keyof ProviderCounters] += v;
+    }
     return {
       delivered,
       rejected,
@@ -989,6 +1125,10 @@ export class NodeSim {
       handoffs: this.handoffsDone,
       maxGeneration: this.maxGeneration,
       steps: this.steps,
+      writes: leases.writes,
+      staleWrites: leases.staleWrites,
+      leaseAcquisitions: leases.leaseAcquisitions,
+      leaseLosses: leases.leaseLosses,
       virtualMs: this.now,
       afterHealMs: this.now - this.healedAt,
     };
@@ -1040,7 +1180,7 @@ function entityOfShard(shard: number): string {
  * @throws SimFailure
  */
 export function runHistory(options: HistoryOptions): HistoryResult {
-  const sim = new NodeSim(options.seed, options.bugs);
+  const sim = new NodeSim(options.seed, options.bugs, options.persistent ?? options.seed % 2 === 0);
   const rand = sim.rand;
   const faultMs = options.faultMs ?? 1_500;
   const ports = [2551, 2552, 2553];
