@@ -24,6 +24,7 @@ let handoffs = 0;
 let writes = 0;
 let staleWrites = 0;
 let leaseLosses = 0;
+const operatorRestarts: number[] = [];
 const notLive: number[] = [];
 for (let seed = from; seed < from + seeds; seed++) {
   try {
@@ -33,6 +34,7 @@ for (let seed = from; seed < from + seeds; seed++) {
     writes += result.writes;
     staleWrites += result.staleWrites;
     leaseLosses += result.leaseLosses;
+    if (result.operatorRestarts > 0) operatorRestarts.push(seed);
     if (result.liveness !== null && result.liveness !== undefined) notLive.push(seed);
   } catch (error) {
     console.error(error instanceof SimFailure ? error.message : error);
@@ -58,5 +60,11 @@ console.table({
   staleWrites,
   leaseLosses,
   notLiveAfterHealing: notLive.length,
+  operatorRestarted: operatorRestarts.length,
 });
+if (operatorRestarts.length > 0) {
+  console.log(
+    `seeds where the operator stopped a node whose member table disagreed with the leader's: ${operatorRestarts.slice(0, 50).join(", ")}`,
+  );
+}
 if (notLive.length > 0) console.log(`seeds not live after healing: ${notLive.slice(0, 50).join(", ")}`);

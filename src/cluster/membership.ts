@@ -682,12 +682,17 @@ function receiveGossip(
       // A non-member gets no ack: answering would dial an address known only from its own claim.
       if (decision.reason === "nonMember") return state;
     } else {
-      // An Exiting node takes the final word about itself, its Removed record, from any member: the member that
-      // removed it may not be the leader it sees (leadership moved while it was cut off or paused), and refusing it
-      // kept this node Exiting for good while the others had forgotten it.
+      // A departing node takes the word about the end of its own departure, its Exiting or Removed record, from any
+      // member: the member that moved it on may not be the leader it sees (leadership moved while it was cut off or
+      // paused; or, Leaving and cut off, it led itself), and refusing it kept this node Leaving or Exiting for good
+      // while the others had forgotten it. It asked to leave, so nobody can make it leave this way.
+      const selfStatus = selfMember(state).status;
       const ownRemoval =
-        selfMember(state).status === "Exiting"
-          ? decision.rejected.find((r) => r.member.status === "Removed" && r.member.uniqueAddress.equals(self))
+        selfStatus === "Exiting" || selfStatus === "Leaving"
+          ? decision.rejected.find(
+              (r) =>
+                (r.member.status === "Removed" || r.member.status === "Exiting") && r.member.uniqueAddress.equals(self),
+            )
           : undefined;
       const rejected = ownRemoval === undefined ? decision.rejected : decision.rejected.filter((r) => r !== ownRemoval);
       const merged = ownRemoval === undefined ? null : mergeMembers(decision.members, [ownRemoval.member], maxMembers);
@@ -845,6 +850,14 @@ function receiveLeave(
     return state;
   }
   effects.push({ kind: "count", stat: "leaveRequestsAccepted" });
+  const record = state.members.get(target.toString());
+  if (record?.status === "Leaving" && record.changedBy !== state.config.self.uid) {
+    // The leave was applied elsewhere: by the leaver itself, leading while it was cut off, or by a leader of the other
+    // side of a partition. Members refuse that record from anyone but their leader's hand, and the leaver keeps
+    // asking: the leader makes the record its own (revision + 1), so that it spreads and the departure can go on.
+    const members = new Map(state.members).set(memberKey(record), withStatus(record, "Leaving", state.config.self.uid));
+    return commit(state, members, nowMs);
+  }
   return applyLeave(state, target, nowMs) ?? state;
 }
 

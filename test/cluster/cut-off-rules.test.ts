@@ -5,7 +5,7 @@ import { test } from "node:test";
 import { authorizeGossip } from "../../src/cluster/gossip/authorize.ts";
 import { memberToJSON } from "../../src/cluster/member.ts";
 import { step } from "../../src/cluster/membership.ts";
-import { ClusterGossip } from "../../src/cluster/messages.ts";
+import { ClusterGossip, ClusterLeave } from "../../src/cluster/messages.ts";
 import { A, B, C, map, member } from "./fixtures/member-maps.ts";
 import { Sim, type SimNode } from "./sim.ts";
 
@@ -124,4 +124,89 @@ test("rule: an Exiting node takes its Removed record from a member that is not i
     [],
     "neither refused nor taken as a downing",
   );
+});
+
+// Node simulator seed 176 (persistent histories): a leaving node, cut off, led itself; the member that moved it on
+// and removed it was not its leader, so it refused its own Removed record and stayed Leaving for good.
+test("rule: a Leaving node takes its Exiting or Removed record from a member that is not its leader", () => {
+  for (const status of ["Exiting", "Removed"] as const) {
+    const sim = new Sim();
+    const [a, b, c] = startCluster(sim, 3) as [SimNode, SimNode, SimNode];
+    for (const n of [a, b, c]) n.departureReady = () => false;
+    sim.input(c, { kind: "leave", target: c.self });
+    assert.ok(
+      sim.until(() => statusIn(c, c) === "Leaving", 5_000),
+      JSON.stringify(sim.describe()),
+    );
+    assert.equal(String(sim.snapshot(c).leader), String(a.self));
+    const records = [...c.state.members.values()].map((m) =>
+      m.uniqueAddress.equals(c.self)
+        ? memberToJSON({ ...m, status, revision: m.revision + 1, changedBy: b.self.uid })
+        : memberToJSON(m),
+    );
+    const message = new ClusterGossip("sim-cluster", String(b.self), String(c.self), 9, "0".repeat(64), records);
+    const [next, effects] = step(
+      c.state,
+      { kind: "message", origin: b.self, senderPath: `${b.self.address}/system/cluster`, message },
+      sim.nowMs,
+    );
+    assert.equal(next.members.get(String(c.self))?.status, status);
+    assert.deepEqual(
+      effects.filter((e) => e.kind === "gossip-rejected" || e.kind === "self-downed"),
+      [],
+      `${status}: neither refused nor taken as a downing`,
+    );
+    // Only about itself: b's word about a third member is still refused.
+    const other = [...c.state.members.values()].map((m) =>
+      m.uniqueAddress.equals(a.self)
+        ? memberToJSON({ ...m, status: "Leaving", revision: m.revision + 1, changedBy: b.self.uid })
+        : memberToJSON(m),
+    );
+    const [, otherEffects] = step(
+      c.state,
+      {
+        kind: "message",
+        origin: b.self,
+        senderPath: `${b.self.address}/system/cluster`,
+        message: new ClusterGossip("sim-cluster", String(b.self), String(c.self), 10, "0".repeat(64), other),
+      },
+      sim.nowMs,
+    );
+    assert.ok(otherEffects.some((e) => e.kind === "gossip-rejected" && e.reason === "notLeader"));
+  }
+});
+
+// Node simulator seed 1471: a leaving node, paused, led itself and applied its own leave; the leader came to hold that
+// record, and the third member refused it (not its leader's work). The leaver kept asking and the leader, seeing it
+// Leaving already, did nothing: the cluster never converged again.
+test("rule: the leader makes a Leaving record applied elsewhere its own when the leaver asks again", () => {
+  const sim = new Sim();
+  const [a, , c] = startCluster(sim, 3) as [SimNode, SimNode, SimNode];
+  const record = a.state.members.get(String(c.self))!;
+  const selfApplied = { ...record, status: "Leaving" as const, revision: record.revision + 1, changedBy: c.self.uid };
+  a.state = { ...a.state, members: new Map(a.state.members).set(String(c.self), selfApplied) };
+  const [next] = step(
+    a.state,
+    {
+      kind: "message",
+      origin: c.self,
+      senderPath: `${c.self.address}/system/cluster`,
+      message: new ClusterLeave("sim-cluster", String(c.self), String(c.self)),
+    },
+    sim.nowMs,
+  );
+  const now = next.members.get(String(c.self))!;
+  assert.deepEqual([now.status, now.changedBy, now.revision], ["Leaving", a.self.uid, selfApplied.revision + 1]);
+  // A record of its own work is left as it is: a repeated request changes nothing.
+  const [again] = step(
+    next,
+    {
+      kind: "message",
+      origin: c.self,
+      senderPath: `${c.self.address}/system/cluster`,
+      message: new ClusterLeave("sim-cluster", String(c.self), String(c.self)),
+    },
+    sim.nowMs,
+  );
+  assert.equal(again.members.get(String(c.self))!.revision, now.revision);
 });

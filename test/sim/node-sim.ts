@@ -64,6 +64,8 @@ const traceLength = 25;
 /** How many of the last control messages a replay fault chooses from. */
 const sentControlsKept = 32;
 const tickMs = 80;
+/** How long after healing the operator waits for membership to converge before stopping nodes that disagree. */
+const operatorPatienceMs = 2_000;
 const heartbeatTimeoutMs = 400;
 
 /** One user message: which call, from which sender (node incarnation), to which entity, its per-sender sequence. */
@@ -176,6 +178,8 @@ export interface HistoryResult {
   readonly handoffs: number;
   readonly maxGeneration: number;
   readonly steps: number;
+  /** Nodes the operator stopped after healing because their member table disagreed with the leader's for good. */
+  readonly operatorRestarts: number;
   /** Persistent histories: events committed, writes fenced as stale, lease acquisitions and losses. */
   readonly writes: number;
   readonly staleWrites: number;
@@ -269,6 +273,8 @@ export class NodeSim {
   private handoffsDone = 0;
   private maxGeneration = 0;
   private healed = false;
+  /** How many nodes the operator stopped after healing because their member table disagreed with the leader's. */
+  operatorRestarts = 0;
   private healedAt = 0;
   private readonly crashedPorts: number[] = [];
   /** A ring of the last control messages sent between nodes. */
@@ -1042,13 +1048,30 @@ export class NodeSim {
       if (first === undefined || first.allocations.size !== settings.shardCount) return "no complete plan";
       for (const owner of first.allocations.values()) if (!liveSelves.has(owner.toString())) return "a dead owner";
       if (!plans.every((p) => p.generation === first.generation)) return "plans differ";
-      // Unreachable members do not block convergence, but routing fails closed while there are any (§8.1).
+      // Unreachable members do not block convergence, but routing fails closed while there are any (§8.1). A member
+      // that crashed is in every view until the operator downs it, which waits for the failure detector to see it
+      // unreachable: it must be gone from the views before the probes (a probe sent earlier meets a handoff to it).
       const settled = (n: SimNode): boolean =>
-        n.view.converged && n.view.unreachable.length === 0 && n.view.members.every((m) => m.status === "Up");
+        n.view.converged &&
+        n.view.unreachable.length === 0 &&
+        n.view.members.every((m) => m.status === "Up" && liveSelves.has(m.uniqueAddress.toString()));
       if (!nodes.every(settled)) return "membership";
+      // A handoff under way may still abort (its next owner crashed before the operator downed it) and reject what it
+      // buffered: the probes go once the coordinator has finished moving shards.
+      if (nodes.some((n) => n.core.types.get(typeName)!.handoffs.size > 0)) return "handoffs under way";
       return null;
     };
-    while (this.now < deadline && agreed() !== null) {
+    let membershipStuckSince: number | null = null;
+    while (this.now < deadline) {
+      const problem = agreed();
+      if (problem === null) break;
+      // Convergence ignores unreachable members, so a crashed member waiting for its down does not count here.
+      const unconverged = this.live().some((n) => !n.view.converged);
+      membershipStuckSince = unconverged ? (membershipStuckSince ?? this.now) : null;
+      if (membershipStuckSince !== null && this.now - membershipStuckSince >= operatorPatienceMs) {
+        this.stopNodesDisagreeingWithLeader();
+        membershipStuckSince = null;
+      }
       this.downUnreachable();
       // A node the cluster downed or removed while it was cut off never hears it: the operator stops that process.
       const reference = this.live().reduce<SimNode | null>(
@@ -1082,6 +1105,34 @@ export class NodeSim {
           `probe ${JSON.stringify(this.calls.get(call))} not delivered after healing: ${this.outcomes.get(call) ?? "pending"}\n${this.describeNodes()}`,
         );
       }
+    }
+  }
+
+  /**
+   * The operator restarts (here: stops) the nodes whose member table disagrees with the leader's for good. Gossip
+   * records are authorised by the receiver's leader (§4.5): a member admitted, downed or removed by the leader of the
+   * other side of a partition (or by a node that led while the others were paused) is refused by this side, whose
+   * leader never authored it, and the views never converge. An operator who sees the cluster unconverged for long
+   * stops the nodes that hold members the leader does not know or lack members it does; the leader then downs them
+   * as unreachable, and the rest converges. {@link operatorRestarts} counts it.
+   */
+  private stopNodesDisagreeingWithLeader(): void {
+    const nodes = this.live().filter((n) => n.view.selfStatus === "Up");
+    const leader = nodes.reduce<SimNode | null>(
+      (best, n) => (best === null || UniqueAddress.compare(n.self, best.self) < 0 ? n : best),
+      null,
+    );
+    if (leader === null) return;
+    const keysOf = (n: SimNode): string =>
+      n.view.members
+        .map((m) => m.uniqueAddress.toString())
+        .sort()
+        .join(",");
+    const expected = keysOf(leader);
+    for (const n of this.live()) {
+      if (n === leader || keysOf(n) === expected) continue;
+      this.operatorRestarts++;
+      this.stopNode(n, "stopped by the operator: its member table disagrees with the leader's for good");
     }
   }
 
@@ -1125,6 +1176,7 @@ export class NodeSim {
       handoffs: this.handoffsDone,
       maxGeneration: this.maxGeneration,
       steps: this.steps,
+      operatorRestarts: this.operatorRestarts,
       writes: leases.writes,
       staleWrites: leases.staleWrites,
       leaseAcquisitions: leases.leaseAcquisitions,
