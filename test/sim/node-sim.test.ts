@@ -32,6 +32,19 @@ test("a handoff whose next owner is removed mid-prepare gives way at once (seed 
   assert.ok(result.afterHealMs < 600, `${result.afterHealMs} virtual ms from healing to the probes delivered`);
 });
 
+// Seeds 176 and 1471: membership views that never converged again after a node left while cut off. In 176 the
+// leaving node, cut off, led itself; the member that moved it on and removed it was not its leader, and it refused
+// its own Removed record. In 1471 the leaving node, paused, applied its own leave; the leader came to hold that
+// record and the third member refused it. Fixed in src/cluster/membership.ts (rule tests in
+// test/cluster/cut-off-rules.test.ts); both are now live without the operator stopping a node.
+for (const seed of [176, 1471]) {
+  test(`a node that left while cut off is moved on and removed (seed ${seed} is live, no operator restart)`, () => {
+    const result = runHistory({ seed, liveness: true });
+    assert.equal(result.liveness ?? null, null);
+    assert.equal(result.operatorRestarts, 0);
+  });
+}
+
 /** The first seed in 1..`maxSeeds` whose history fails with `bugs` planted, and how. */
 function firstCaught(bugs: PlantedBugs, maxSeeds: number): SimFailure | null {
   for (let seed = 1; seed <= maxSeeds; seed++) {
