@@ -480,6 +480,11 @@ export class NodeSim {
     }
   }
 
+  /** The operator stops `node`'s process. */
+  stopByOperator(node: SimNode, why: string): void {
+    this.stopNode(node, `stopped by the operator: ${why}`);
+  }
+
   private stopNode(node: SimNode, why: string): void {
     if (!node.alive) return;
     node.alive = false;
@@ -1113,7 +1118,7 @@ export class NodeSim {
    * records are authorised by the receiver's leader (§4.5): a member admitted, downed or removed by the leader of the
    * other side of a partition (or by a node that led while the others were paused) is refused by this side, whose
    * leader never authored it, and the views never converge. An operator who sees the cluster unconverged for long
-   * stops the nodes that hold members the leader does not know or lack members it does; the leader then downs them
+   * stops the nodes whose members or statuses differ from the leader's; the leader then downs them
    * as unreachable, and the rest converges. {@link operatorRestarts} counts it.
    */
   private stopNodesDisagreeingWithLeader(): void {
@@ -1125,7 +1130,7 @@ export class NodeSim {
     if (leader === null) return;
     const keysOf = (n: SimNode): string =>
       n.view.members
-        .map((m) => m.uniqueAddress.toString())
+        .map((m) => `${m.uniqueAddress}:${m.status}`)
         .sort()
         .join(",");
     const expected = keysOf(leader);
@@ -1296,6 +1301,13 @@ export function runHistory(options: HistoryOptions): HistoryResult {
   sim.at(700, fault);
   sim.runUntil(700 + faultMs);
   sim.heal();
+  // Every member of the cluster crashed and only joiners are left, whose seeds are gone: the operator stops them and
+  // starts the cluster again from a fresh seed node (seed 2877).
+  if (!sim.alive.some((n) => n.view.selfStatus === "Up")) {
+    for (const n of sim.alive) sim.stopByOperator(n, "no member of the cluster is left to admit it");
+    const port = nextPort++;
+    sim.start(port, [port]);
+  }
   // Restart-with-new-uid happens as a join of a fresh node; crashed ones are downed in the liveness phase.
   if (sim.alive.length < 2) sim.start(nextPort++, [sim.alive[0]?.port ?? 2551]);
   sim.runUntil(sim.now + 200);
