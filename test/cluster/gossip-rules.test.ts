@@ -4,7 +4,7 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 import { admitsGossipFrom, authorizeGossip, decideGossip } from "../../src/cluster/gossip/authorize.ts";
 import { compareRecords, mergeMembers } from "../../src/cluster/gossip/merge.ts";
-import type { MemberStatus } from "../../src/cluster/member.ts";
+import type { Member, MemberStatus } from "../../src/cluster/member.ts";
 import { A, B, C, map, member, ua } from "./fixtures/member-maps.ts";
 
 const D = ua(2554);
@@ -70,6 +70,33 @@ test("rule: a changed known record is refused from the leader when another node 
     result.rejected.map((r) => r.reason),
     ["notLeader"],
   );
+});
+
+test("rule: only a record that differs from the local one in its author alone passes from a non-leader", () => {
+  // Two leaders in turn may make the same transition; their records differ only in `changedBy`, and the merge's
+  // tie-break settles which one every node keeps. Any other difference is a change, which only the leader may make.
+  const known = { revision: 2, upNumber: 2, appVersion: "1.0.0", roles: ["r1", "r2"], changedBy: "a-author" };
+  const local = map(member(A, "Up"), member(B, "Up", known), member(C, "Up"));
+  // "z-author" sorts after "a-author", so each incoming record is newer by the tie-break, never "older, harmless".
+  const other = { ...known, changedBy: "z-author" };
+  const sameChange = member(B, "Up", other);
+  assert.deepEqual(authorizeGossip(local, [sameChange], C, A), { accepted: [sameChange], rejected: [] });
+  const changes: [string, Member][] = [
+    ["status", member(B, "Leaving", other)],
+    ["revision", member(B, "Up", { ...other, revision: 3 })],
+    ["up-number", member(B, "Up", { ...other, upNumber: 3 })],
+    ["app version", member(B, "Up", { ...other, appVersion: "2.0.0" })],
+    ["one more role", member(B, "Up", { ...other, roles: ["r1", "r2", "r3"] })],
+    ["another role", member(B, "Up", { ...other, roles: ["r1", "r3"] })],
+  ];
+  for (const [what, record] of changes) {
+    assert.ok(compareRecords(record, local.get(B.toString())!) > 0, `${what}: newer than the local record`);
+    assert.deepEqual(
+      authorizeGossip(local, [record], C, A),
+      { accepted: [], rejected: [{ member: record, reason: "notLeader" }] },
+      `${what} changed by a non-leader`,
+    );
+  }
 });
 
 test("merge tie-break: records equal in status and revision are ordered by author, then up-number, field by field", () => {
