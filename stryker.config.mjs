@@ -85,6 +85,9 @@ export default {
   // The instrumented sources carry @ts-nocheck, so no type checker runs on mutants (tsx only strips types).
   checkers: [],
   concurrency: Number(process.env.MUTATION_CONCURRENCY ?? 2),
+  // The initial run executes every test file once, 1 to 2 minutes on an idle machine; under the load of a shared
+  // machine it took more than Stryker's default 5 minutes.
+  dryRunTimeoutMinutes: 30,
   timeoutMS: 30_000,
   timeoutFactor: 2,
   reporters: ["progress", "clear-text", "html", "json"],
