@@ -184,4 +184,50 @@ for (const form of forms) {
     assert.equal(b.join(1, "late"), false);
     assert.deepEqual(b.stop(), []);
   });
+
+  test(`${form}: a delivery that fails with an error is rejected with that very error; those behind it are still delivered in order`, () => {
+    const b = barrier(1_000);
+    b.failed(1, "m1", 0, "lease", 0);
+    b.join(1, "m2");
+    b.join(1, "m3");
+    const refused = new Error("refused by the entity");
+    const tried: string[] = [];
+    const r = b.tick(1, 25, true, (m) => {
+      tried.push(m);
+      return m === "m1" ? { error: refused } : "delivered";
+    });
+    assert.deepEqual(tried, ["m1", "m2", "m3"]);
+    assert.deepEqual([r.next, r.leaseRetries, items(r)], ["none", 0, ["m1"]]);
+    assert.equal(r.rejected[0]!.error, refused);
+    assert.equal(b.queued(1), 0);
+  });
+
+  test(`${form}: a tick delivers at most 64 and yields; the next tick goes on in order`, () => {
+    const b = barrier(1_000);
+    b.failed(1, "m0", 0, "lease", 0);
+    for (let i = 1; i < 70; i++) b.join(1, `m${i}`);
+    const tried: string[] = [];
+    const deliver = (m: string): AttemptOutcome => {
+      tried.push(m);
+      return "delivered";
+    };
+    const first = b.tick(1, 25, true, deliver);
+    assert.deepEqual([first.next, items(first), tried.length, b.queued(1)], ["yield", [], 64, 6]);
+    const second = b.tick(1, 25, true, deliver);
+    assert.deepEqual([second.next, items(second), b.queued(1)], ["none", [], 0]);
+    assert.deepEqual(
+      tried,
+      Array.from({ length: 70 }, (_, i) => `m${i}`),
+    );
+  });
 }
+
+test("step: outcomes that arrive after the barrier was stopped change nothing", () => {
+  const b = new RetryBarrier<string>({ entityType: "Order", windowMs: 1_000 });
+  b.failed(1, "m1", 0, "lease", 0);
+  const begun = b.begin(1, 25, true);
+  assert.deepEqual(begun, { attempt: ["m1"] });
+  assert.deepEqual(b.clear(), ["m1"]);
+  assert.deepEqual(b.settle(1, ["lease"]), { rejected: [], leaseRetries: 0, next: "none" });
+  assert.equal(b.has(1), false);
+});
