@@ -2,7 +2,12 @@
 // level of the pure functions. Each was written against a mutant that kept every other test green (docs/mutation.md).
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { admitsGossipFrom, authorizeGossip, decideGossip } from "../../src/cluster/gossip/authorize.ts";
+import {
+  admitsGossipFrom,
+  authorizeGossip,
+  decideGossip,
+  gossipRejections,
+} from "../../src/cluster/gossip/authorize.ts";
 import { compareRecords, mergeMembers } from "../../src/cluster/gossip/merge.ts";
 import type { Member, MemberStatus } from "../../src/cluster/member.ts";
 import { A, B, C, map, member, ua } from "./fixtures/member-maps.ts";
@@ -97,6 +102,42 @@ test("rule: only a record that differs from the local one in its author alone pa
       `${what} changed by a non-leader`,
     );
   }
+});
+
+test("rule: a member that is Leaving or Exiting still gossips; a Down or Removed one does not", () => {
+  for (const [status, admitted] of [
+    ["Leaving", true],
+    ["Exiting", true],
+    ["Down", false],
+    ["Removed", false],
+  ] as [MemberStatus, boolean][]) {
+    const local = map(member(A, "Up"), member(B, status, { changedBy: A.uid, revision: 2 }));
+    assert.equal(admitsGossipFrom(local, B, []), admitted, status);
+  }
+});
+
+test("rule: any one of several configured seeds is admitted, and only a configured one", () => {
+  const [seed1, seed2] = [ua(2561), ua(2562)];
+  const local = map(member(A, "Up"));
+  const seeds = [seed1.address, seed2.address];
+  assert.equal(admitsGossipFrom(local, seed2, seeds), true, "the second seed");
+  assert.equal(admitsGossipFrom(local, seed1, seeds), true, "the first seed");
+  assert.equal(admitsGossipFrom(local, ua(2563), seeds), false, "not a seed");
+});
+
+test("rule: a Joining record identical to the local one passes from any member: it changes nothing", () => {
+  // Only a join request creates a Joining record, but gossip carries the records every node already has: refusing
+  // the unchanged one would count a false "joining" refusal on every round while a node is joining.
+  const joining = member(D, "Joining", { changedBy: A.uid });
+  const local = map(member(A, "Up"), member(B, "Up"), joining);
+  const copy = { ...joining };
+  assert.deepEqual(authorizeGossip(local, [copy], B, A), { accepted: [copy], rejected: [] });
+  const changed = { ...joining, revision: 2 };
+  assert.deepEqual(authorizeGossip(local, [changed], A, A).rejected, [{ member: changed, reason: "joining" }]);
+});
+
+test("gossipRejections names every reason a decision can give, once, in the documented order", () => {
+  assert.deepEqual(gossipRejections, ["nonMember", "phantom", "notLeader", "joining", "overCapacity"]);
 });
 
 test("merge tie-break: records equal in status and revision are ordered by author, then up-number, field by field", () => {
