@@ -93,6 +93,9 @@ export default {
   reporters: ["progress", "clear-text", "html", "json"],
   htmlReporter: { fileName: `${reportDir}/index.html` },
   jsonReporter: { fileName: `${reportDir}/mutation.json` },
+  // With `--reporters progress,event-recorder,json` a long run leaves one file per tested mutant as it goes, so a run
+  // stopped early still tells what it measured (the JSON and HTML reports are written only at the end).
+  eventReporter: { baseDir: `${reportDir}/events` },
   clearTextReporter: { allowEmojis: false, logTests: false, reportScoreTable: true },
   tempDirName: ".stryker-tmp",
   // Not copied into the sandbox: reports, scratch output and the sandboxes of other runs (one-file runs side by side
