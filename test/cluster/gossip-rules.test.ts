@@ -2,9 +2,14 @@
 // level of the pure functions. Each was written against a mutant that kept every other test green (docs/mutation.md).
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { admitsGossipFrom, authorizeGossip, decideGossip } from "../../src/cluster/gossip/authorize.ts";
+import {
+  admitsGossipFrom,
+  authorizeGossip,
+  decideGossip,
+  gossipRejections,
+} from "../../src/cluster/gossip/authorize.ts";
 import { compareRecords, mergeMembers } from "../../src/cluster/gossip/merge.ts";
-import type { MemberStatus } from "../../src/cluster/member.ts";
+import type { Member, MemberStatus } from "../../src/cluster/member.ts";
 import { A, B, C, map, member, ua } from "./fixtures/member-maps.ts";
 
 const D = ua(2554);
@@ -70,6 +75,69 @@ test("rule: a changed known record is refused from the leader when another node 
     result.rejected.map((r) => r.reason),
     ["notLeader"],
   );
+});
+
+test("rule: only a record that differs from the local one in its author alone passes from a non-leader", () => {
+  // Two leaders in turn may make the same transition; their records differ only in `changedBy`, and the merge's
+  // tie-break settles which one every node keeps. Any other difference is a change, which only the leader may make.
+  const known = { revision: 2, upNumber: 2, appVersion: "1.0.0", roles: ["r1", "r2"], changedBy: "a-author" };
+  const local = map(member(A, "Up"), member(B, "Up", known), member(C, "Up"));
+  // "z-author" sorts after "a-author", so each incoming record is newer by the tie-break, never "older, harmless".
+  const other = { ...known, changedBy: "z-author" };
+  const sameChange = member(B, "Up", other);
+  assert.deepEqual(authorizeGossip(local, [sameChange], C, A), { accepted: [sameChange], rejected: [] });
+  const changes: [string, Member][] = [
+    ["status", member(B, "Leaving", other)],
+    ["revision", member(B, "Up", { ...other, revision: 3 })],
+    ["up-number", member(B, "Up", { ...other, upNumber: 3 })],
+    ["app version", member(B, "Up", { ...other, appVersion: "2.0.0" })],
+    ["one more role", member(B, "Up", { ...other, roles: ["r1", "r2", "r3"] })],
+    ["another role", member(B, "Up", { ...other, roles: ["r1", "r3"] })],
+  ];
+  for (const [what, record] of changes) {
+    assert.ok(compareRecords(record, local.get(B.toString())!) > 0, `${what}: newer than the local record`);
+    assert.deepEqual(
+      authorizeGossip(local, [record], C, A),
+      { accepted: [], rejected: [{ member: record, reason: "notLeader" }] },
+      `${what} changed by a non-leader`,
+    );
+  }
+});
+
+test("rule: a member that is Leaving or Exiting still gossips; a Down or Removed one does not", () => {
+  for (const [status, admitted] of [
+    ["Leaving", true],
+    ["Exiting", true],
+    ["Down", false],
+    ["Removed", false],
+  ] as [MemberStatus, boolean][]) {
+    const local = map(member(A, "Up"), member(B, status, { changedBy: A.uid, revision: 2 }));
+    assert.equal(admitsGossipFrom(local, B, []), admitted, status);
+  }
+});
+
+test("rule: any one of several configured seeds is admitted, and only a configured one", () => {
+  const [seed1, seed2] = [ua(2561), ua(2562)];
+  const local = map(member(A, "Up"));
+  const seeds = [seed1.address, seed2.address];
+  assert.equal(admitsGossipFrom(local, seed2, seeds), true, "the second seed");
+  assert.equal(admitsGossipFrom(local, seed1, seeds), true, "the first seed");
+  assert.equal(admitsGossipFrom(local, ua(2563), seeds), false, "not a seed");
+});
+
+test("rule: a Joining record identical to the local one passes from any member: it changes nothing", () => {
+  // Only a join request creates a Joining record, but gossip carries the records every node already has: refusing
+  // the unchanged one would count a false "joining" refusal on every round while a node is joining.
+  const joining = member(D, "Joining", { changedBy: A.uid });
+  const local = map(member(A, "Up"), member(B, "Up"), joining);
+  const copy = { ...joining };
+  assert.deepEqual(authorizeGossip(local, [copy], B, A), { accepted: [copy], rejected: [] });
+  const changed = { ...joining, revision: 2 };
+  assert.deepEqual(authorizeGossip(local, [changed], A, A).rejected, [{ member: changed, reason: "joining" }]);
+});
+
+test("gossipRejections names every reason a decision can give, once, in the documented order", () => {
+  assert.deepEqual(gossipRejections, ["nonMember", "phantom", "notLeader", "joining", "overCapacity"]);
 });
 
 test("merge tie-break: records equal in status and revision are ordered by author, then up-number, field by field", () => {

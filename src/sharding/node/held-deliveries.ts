@@ -42,11 +42,6 @@ export class HeldDeliveries<D> {
     return this.count;
   }
 
-  /** Deliveries held for `shard`. */
-  sizeOf(shard: number): number {
-    return this.shards.get(shard)?.length ?? 0;
-  }
-
   /** Queues `held` behind the shard's earlier deliveries; false (nothing kept) when the shard already holds the most. */
   hold(shard: number, held: HeldDelivery<D>): boolean {
     let queue = this.shards.get(shard);

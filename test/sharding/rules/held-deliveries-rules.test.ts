@@ -9,6 +9,7 @@ import type { ShardingMember } from "../../../src/sharding/allocation/strategy.t
 import { NoShardOwnerError, ShardingSettings, type ShardingSettingsOptions } from "../../../src/sharding/index.ts";
 import { ShardingEnvelope } from "../../../src/sharding/internal/index.ts";
 import type { ShardingClusterSnapshot } from "../../../src/sharding/membership.ts";
+import { HeldDeliveries, type HeldDelivery } from "../../../src/sharding/node/held-deliveries.ts";
 import {
   type Delivery,
   type NodeEffect,
@@ -304,4 +305,39 @@ test("stop rejects what is held", () => {
     failures(n.feed({ kind: "stop" }, 1), "reject").map((r) => r.d),
     [d],
   );
+});
+
+test("the held queues themselves: at least one per shard, expiry takes only what is due and keeps the rest in order, the next deadline is the earliest held", () => {
+  for (const bad of [0, -1, 1.5, Number.NaN]) assert.throws(() => new HeldDeliveries<string>(bad), `${bad} per shard`);
+  const one = new HeldDeliveries<string>(1);
+  const at = (delivery: string, deadlineMs: number): HeldDelivery<string> => ({
+    delivery,
+    deadlineMs,
+    origin: null,
+    countsRemoteRoute: false,
+  });
+  assert.equal(one.hold(1, at("x", 10)), true);
+  assert.equal(one.hold(1, at("y", 10)), false, "the second delivery of a shard holding one is refused");
+
+  const held = new HeldDeliveries<string>(8);
+  held.hold(1, at("s1-late", 300));
+  held.hold(1, at("s1-early", 100));
+  held.hold(1, at("s1-mid", 200));
+  held.hold(2, at("s2-mid", 200));
+  held.hold(2, at("s2-late", 400));
+  assert.equal(held.nextDeadlineMs(), 100, "the earliest deadline, wherever it is held");
+  const names = (hs: HeldDelivery<string>[]) => hs.map((h) => h.delivery);
+  assert.deepEqual(names(held.expire(99)), []);
+  assert.deepEqual(names(held.expire(100)), ["s1-early"], "a deadline at `now` is due");
+  assert.equal(held.size, 4);
+  assert.deepEqual(names(held.list()), ["s1-late", "s1-mid", "s2-mid", "s2-late"], "the rest keep their order");
+  assert.equal(held.nextDeadlineMs(), 200);
+  assert.deepEqual(names(held.expire(200)), ["s1-mid", "s2-mid"]);
+  assert.deepEqual(names(held.list()), ["s1-late", "s2-late"]);
+  assert.equal(held.size, 2);
+  assert.equal(held.nextDeadlineMs(), 300);
+  assert.deepEqual(names(held.expire(1_000)), ["s1-late", "s2-late"]);
+  assert.equal(held.size, 0);
+  assert.equal(held.nextDeadlineMs(), null);
+  assert.deepEqual(held.list(), []);
 });
