@@ -6,8 +6,10 @@
 //  2. layer crossings: V8 CPU samples of `sampled` tells, every synchronous stack cut into its src/ frames; a
 //     crossing is a caller frame in one layer calling a frame in another, and a re-entry is a stack that comes back
 //     into a layer it had left (remote → sharding → remote). Printed as distinct file → file call edges per layer
-//     direction, and the most re-entries seen in one stack. Stacks with a cluster/ frame are gossip and heartbeats
-//     running beside the tells (the routed path never enters cluster/) and are left out.
+//     direction, the most re-entries seen in one stack, and the most times one stack crossed the same layer
+//     boundary in the same direction (the issue-16 rule: at most once each way). Stacks that enter cluster/ from
+//     anywhere but sharding are gossip and heartbeats running beside the tells and are left out (the routed path
+//     enters cluster/ only to read the membership view).
 // Only public API is used, so the same script measures an older tree (copy it there and run it from that root).
 import { Session } from "node:inspector/promises";
 import { relative } from "node:path";
@@ -167,6 +169,9 @@ for (const n of profile.nodes) for (const c of n.children ?? []) parent.set(c, n
 const edges = new Map<string, Set<string>>();
 let maxReentries = 0;
 let worst: string[] = [];
+let maxSameDirection = 0;
+let worstSameDirection = "";
+let stacks = 0;
 for (const n of profile.nodes) {
   if ((n.children ?? []).length > 0) continue;
   const frames: string[] = [];
@@ -174,8 +179,13 @@ for (const n of profile.nodes) {
     const file = inSrc(byId.get(at)!.callFrame.url);
     if (file !== null && frames[0] !== file) frames.unshift(file);
   }
-  if (frames.some((f) => f.startsWith("cluster/"))) continue;
+  // Gossip and heartbeats enter cluster/ from the actor runtime or remoting (a daemon's turn, a timer, a received
+  // control frame): those stacks run beside the tells and are left out. The routed path only reads the membership
+  // view (sharding → cluster/cluster.ts snapshot), and those stacks stay in.
+  if (frames.some((f, i) => f.startsWith("cluster/") && i > 0 && layerOf(frames[i - 1]!) !== "sharding")) continue;
+  if (frames[0]?.startsWith("cluster/") === true) continue;
   const left = new Set<string>();
+  const crossed = new Map<string, number>();
   let reentries = 0;
   for (let i = 1; i < frames.length; i++) {
     const [from, to] = [layerOf(frames[i - 1]!), layerOf(frames[i]!)];
@@ -183,9 +193,17 @@ for (const n of profile.nodes) {
     const direction = `${from} → ${to}`;
     if (!edges.has(direction)) edges.set(direction, new Set());
     edges.get(direction)!.add(`${frames[i - 1]} → ${frames[i]}`);
+    crossed.set(direction, (crossed.get(direction) ?? 0) + 1);
     left.add(from);
     if (left.has(to)) reentries++;
   }
+  for (const [direction, times] of crossed) {
+    if (times > maxSameDirection) {
+      maxSameDirection = times;
+      worstSameDirection = `${direction} ${times} times: ${frames.join(" > ")}`;
+    }
+  }
+  stacks++;
   if (reentries > maxReentries) {
     maxReentries = reentries;
     worst = frames;
@@ -208,5 +226,8 @@ for (const [direction, set] of [...edges].sort()) {
 }
 console.log(
   `most layer re-entries in one synchronous stack: ${maxReentries}${worst.length > 0 ? ` (${worst.join(" > ")})` : ""}`,
+);
+console.log(
+  `most crossings of one layer boundary in one direction in one synchronous stack (of ${stacks} distinct sampled stacks): ${maxSameDirection}${worstSameDirection === "" ? "" : ` (${worstSameDirection})`}`,
 );
 await Promise.all(nodes.map((n) => n.system.terminate()));

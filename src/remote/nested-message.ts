@@ -1,3 +1,4 @@
+import { describe, errorText } from "../actor/untrusted.ts";
 import { compileCodec, type FieldList, fnv1a, type PayloadCodec } from "./codec.ts";
 import { PayloadFormat } from "./envelope.ts";
 import { EnvelopeDecodeError, MessageEncodeError } from "./errors.ts";
@@ -220,7 +221,9 @@ export class NestingCodec implements PayloadCodec {
     try {
       return this.type.fromJSON(record) as Record<string, unknown>;
     } catch (error) {
-      throw this.undecodable(error instanceof Error ? error.message : String(error));
+      // What fromJSON throws may be built from the peer's fields (a value whose toString throws): described, never
+      // converted with String().
+      throw this.undecodable(`fromJSON threw ${errorText(error)}`);
     }
   }
 
@@ -262,7 +265,7 @@ export class NestingCodec implements PayloadCodec {
         this.name,
         `${this.layout.nestedField}.type`,
         "a wire name of 1-1024 characters",
-        String(name),
+        describe(name),
       );
     }
     return name;

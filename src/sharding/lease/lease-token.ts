@@ -2,7 +2,7 @@
  * The PostgreSQL shard lease as the persistent provider sees it (docs/protocol.md §13.3): the persistence layer's own key and
  * token types (type-only, so ordinary sharding loads no database code), plus comparisons the lease core needs.
  */
-import type { ShardLeaseKey, ShardLeaseToken } from "../../persistence/lease.ts";
+import type { ShardLeaseKey, ShardLeaseToken } from "../../persistence/index.ts";
 
 export type { ShardLeaseKey, ShardLeaseToken };
 

@@ -1,10 +1,7 @@
 import type { ActorSystem, BehaviorSource, Extension, ExtensionId } from "../../actor/index.ts";
 import { checkSettingKeys } from "../../actor/settings-keys.ts";
 import { Cluster } from "../../cluster/index.ts";
-import { Database } from "../../persistence/database.ts";
-import { DurableState } from "../../persistence/durable-state.ts";
-import type { EntityType } from "../../persistence/entity-type.ts";
-import { EventSourcing } from "../../persistence/event-sourcing.ts";
+import { Database, DurableState, type EntityType, EventSourcing } from "../../persistence/index.ts";
 import type { ClusterSharding } from "../cluster-sharding.ts";
 import { ShardedEntityType } from "../entity-ref.ts";
 import { ClusterShardingConfigurationError } from "../errors.ts";

@@ -3,7 +3,7 @@
  * `movie/sharding/persistent` (as `movie/remote` adds `system.enableRemoting`), so ordinary sharding loads no
  * persistence code and persistent entities are still initialised with a method like every other type.
  */
-import type { EntityType } from "../../persistence/entity-type.ts";
+import type { EntityType } from "../../persistence/index.ts";
 import { ClusterSharding } from "../cluster-sharding.ts";
 import type { ShardedEntityType } from "../entity-ref.ts";
 import { initPersistent, type PersistentShardingOptions } from "./init-persistent.ts";

@@ -1,4 +1,4 @@
-import type { EntityType } from "../../persistence/entity-type.ts";
+import type { EntityType } from "../../persistence/index.ts";
 import { NoRebalance } from "../../sharding/index.ts";
 import { initPersistent } from "../../sharding/persistent/init-persistent.ts";
 import { allocationFor, type ClusterSingleton, type ClusterSingletonRef } from "../cluster-singleton.ts";

@@ -3,7 +3,7 @@
  * `movie/singleton/persistent`, so `movie/singleton` loads no persistence code and persistent singletons are still
  * initialised with a method like `singletons.init`.
  */
-import type { EntityType } from "../../persistence/entity-type.ts";
+import type { EntityType } from "../../persistence/index.ts";
 import { ClusterSingleton, type ClusterSingletonRef } from "../cluster-singleton.ts";
 import type { PersistentSingletonOptions } from "../settings.ts";
 import { initPersistentSingleton } from "./init-persistent-singleton.ts";
