@@ -1,5 +1,5 @@
 // What the event feed costs an append (issue 20 asks for at most ~10 %): fenced one-event appends, each writer its own
-// shard, at concurrency 1 and 64, on PostgreSQL and SQLite, into a store with the feed trigger and into one whose
+// shard, at concurrency 1, 4 and 64, on PostgreSQL and SQLite, into a store with the feed trigger and into one whose
 // trigger is dropped (the write path as it was before the feed; the client code of an untagged append is the same).
 // The two sides alternate in pairs within one process, the order flipping each round so that drifting load favours
 // neither; the figure is the median of the per-pair ratios (with / without), beside the median rates.
@@ -74,7 +74,7 @@ interface Row {
 
 async function compare(backend: string, withFeed: PersistenceStore, withoutFeed: PersistenceStore): Promise<Row[]> {
   const rows: Row[] = [];
-  for (const concurrency of [1, 64]) {
+  for (const concurrency of [1, 4, 64]) {
     const on = await leases(withFeed, concurrency, "on");
     const off = await leases(withoutFeed, concurrency, "off");
     const pairs: [number, number][] = [];

@@ -1,9 +1,10 @@
 // Outbox benchmark (PostgreSQL):
 // 1. the outbox's cost on the write path: fenced one-event appends without messages (the group-commit path), with a
 //    tag and no message (the same unbatched append-function statement the outbox path uses, without its WITH), with
-//    one outbox message each (one statement: the append function and the outbox insert), and a ceiling of that path:
-//    a raw transaction inserting the journal row and the outbox row through the same pool, at concurrency 1 and 16,
-//    rotating round by round;
+//    one outbox message each in the group commit (the batch statement with the messages in a data-modifying WITH),
+//    the same sent alone as before the batching (store.batchOutboxAppends = false: one append-function statement with
+//    the outbox insert, outside the group commit), and a ceiling of the alone path: a raw transaction inserting the
+//    journal row and the outbox row through the same pool, at concurrency 1, 16 and 64, rotating round by round;
 // 2. dispatch throughput: OutboxDispatcher.runOnce with a deliverer that acknowledges at once, beside the ceiling of
 //    its SQL (claim a batch, mark it delivered) on the same rows, reset between runs.
 // Usage: npm run bench:outbox  (MOVIE_POSTGRES_TEST_URL overrides the local server; MOVIE_BENCH_SECONDS the duration
@@ -49,7 +50,8 @@ async function measure(concurrency: number, op: (worker: number) => Promise<unkn
   return (count * 1000) / (clock.now() - started);
 }
 
-type Case = "plain" | "tagged" | "outbox" | "ceiling";
+type Case = "plain" | "tagged" | "outbox" | "alone" | "ceiling";
+const cases: Case[] = ["plain", "tagged", "outbox", "alone", "ceiling"];
 
 function appendCase(store: PostgresStore, kind: Case, label: string, fences: ShardLeaseToken[]) {
   const revisions = new Array<number>(fences.length).fill(0);
@@ -85,13 +87,14 @@ function appendCase(store: PostgresStore, kind: Case, label: string, fences: Sha
       revisions[w]!++;
       return;
     }
+    store.batchOutboxAppends = kind !== "alone";
     const r = await store.appendEvents({
       persistenceId,
       expectedRevision: revisions[w]!,
       operationId,
       events: [kind === "tagged" ? { manifest, payload, tags: ["sku-000042"] } : { manifest, payload }],
       fence: fences[w]!,
-      ...(kind === "outbox"
+      ...(kind === "outbox" || kind === "alone"
         ? { outbox: [{ messageId: outboxMessageId(persistenceId, operationId, 0), destination, manifest, payload }] }
         : {}),
     });
@@ -109,15 +112,13 @@ async function leases(store: PostgresStore, concurrency: number): Promise<ShardL
 }
 
 async function appendCosts(store: PostgresStore) {
-  const rows: { concurrency: number; plain: number; tagged: number; outbox: number; ceiling: number }[] = [];
-  for (const concurrency of [1, 16]) {
+  const rows: ({ concurrency: number } & Record<Case, number>)[] = [];
+  for (const concurrency of [1, 16, 64]) {
     const fences = await leases(store, concurrency);
-    const samples: Record<Case, number[]> = { plain: [], tagged: [], outbox: [], ceiling: [] };
+    const samples: Record<Case, number[]> = { plain: [], tagged: [], outbox: [], alone: [], ceiling: [] };
     for (let round = 0; round < rounds; round++) {
       // Rotate the order so that drifting load favours no case.
-      const order: Case[] = (["plain", "tagged", "outbox", "ceiling"] as Case[]).map(
-        (_, i, all) => all[(i + round) % 4]!,
-      );
+      const order = cases.map((_, i, all) => all[(i + round) % all.length]!);
       for (const kind of order) {
         samples[kind].push(await appendCase(store, kind, `${kind}${concurrency}r${round}`, fences));
       }
@@ -127,6 +128,7 @@ async function appendCosts(store: PostgresStore) {
       plain: median(samples.plain),
       tagged: median(samples.tagged),
       outbox: median(samples.outbox),
+      alone: median(samples.alone),
       ceiling: median(samples.ceiling),
     });
   }
@@ -207,10 +209,11 @@ async function main(): Promise<void> {
     console.log(`1-minute load ${load[0]!.toFixed(2)} at the start; ${rounds} rotating rounds of ${caseMs} ms`);
     const appends = await appendCosts(store);
     console.log("fenced one-event appends (each writer its own shard), PostgreSQL, median appends/s:");
-    console.log("conc  no outbox  tagged  1 message  ceiling  vs no outbox  vs tagged  vs ceiling");
+    console.log("conc  no outbox  tagged  1 msg batched  1 msg alone  ceiling  batched/no outbox  batched/alone");
+    const pct = (x: number, y: number) => `${((x / y) * 100).toFixed(0)}%`;
     for (const r of appends) {
       console.log(
-        `${String(r.concurrency).padEnd(6)}${r.plain.toFixed(0).padEnd(11)}${r.tagged.toFixed(0).padEnd(8)}${r.outbox.toFixed(0).padEnd(11)}${r.ceiling.toFixed(0).padEnd(9)}${`${((r.outbox / r.plain) * 100).toFixed(0)}%`.padEnd(14)}${`${((r.outbox / r.tagged) * 100).toFixed(0)}%`.padEnd(11)}${((r.outbox / r.ceiling) * 100).toFixed(0)}%`,
+        `${String(r.concurrency).padEnd(6)}${r.plain.toFixed(0).padEnd(11)}${r.tagged.toFixed(0).padEnd(8)}${r.outbox.toFixed(0).padEnd(15)}${r.alone.toFixed(0).padEnd(13)}${r.ceiling.toFixed(0).padEnd(9)}${pct(r.outbox, r.plain).padEnd(19)}${pct(r.outbox, r.alone)}`,
       );
     }
     const dispatchSchema = `${schema}_d`;

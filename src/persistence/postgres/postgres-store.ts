@@ -93,6 +93,7 @@ import {
 import {
   APPEND_BATCH_SQL,
   APPEND_ONE_SQL,
+  APPEND_OUTBOX_BATCH_SQL,
   leaseHeldBy,
   MIGRATION_LOCK_KEY,
   postgresMigrations,
@@ -138,6 +139,8 @@ export interface PostgresStoreOptions {
 interface PendingAppend {
   readonly persistenceId: string;
   readonly values: readonly unknown[];
+  /** Its outbox messages (empty for most appends): they go in with its row, in the same statement, or not at all. */
+  readonly outbox: readonly OutboxRecord[];
 }
 
 const UNIQUE_VIOLATION = "23505";
@@ -227,6 +230,11 @@ export class PostgresStore implements PersistenceStore {
    * (the behaviour before issue 23), so that before and after can alternate in one run.
    */
   batching = true;
+  /**
+   * @internal For benchmarks: false sends a one-event append that carries outbox messages alone, outside the group
+   * commit (the behaviour before messages joined the batch), so that before and after can alternate in one run.
+   */
+  batchOutboxAppends = true;
   private readonly scheduler: Scheduler;
   private readonly feedListeners = new Set<() => void>();
   /** The LISTEN connection while anyone subscribes to feed commits (reconnected when lost; see feed-listener.ts). */
@@ -368,8 +376,15 @@ export class PostgresStore implements PersistenceStore {
     const fingerprint = eventsFingerprint(a.events);
     if (a.reply !== null) return this.appendReplied(a, a.reply, fingerprint);
     if (a.tagged) return this.appendTagged(a, fingerprint);
-    // An append with outbox messages takes the transaction of appendEventsCall, outside the group commit.
-    if (a.events.length === 1 && a.outbox.length === 0) return this.appendOne(a, fingerprint);
+    // A one-event append joins the group commit, with its outbox messages if it has any (APPEND_OUTBOX_BATCH_SQL).
+    if (a.events.length === 1 && (a.outbox.length === 0 || this.batchOutboxAppends)) {
+      return this.appendOne(a, fingerprint);
+    }
+    return this.appendUnbatched(a, fingerprint);
+  }
+
+  /** An append as one movie_append_events statement of its own (with its outbox messages, if any). */
+  private appendUnbatched(a: CheckedAppend, fingerprint: string): Promise<WriteResult> {
     return this.appendEventsCall(
       a,
       fingerprint,
@@ -471,7 +486,7 @@ export class PostgresStore implements PersistenceStore {
       fingerprint,
       ...fenceArgs(a.fence),
     ];
-    const pending: PendingAppend = { persistenceId: a.persistenceId, values };
+    const pending: PendingAppend = { persistenceId: a.persistenceId, values, outbox: a.outbox };
     // A settle answer of -1 means a concurrent write committed between the two statements: try again, a bounded
     // number of times (each retry sees a newer committed state).
     for (let attempt = 0; ; attempt++) {
@@ -480,6 +495,10 @@ export class PostgresStore implements PersistenceStore {
         this.closed ? Promise.reject(new StoreClosedError("postgres")) : this.appends.submit(pending),
       );
       if (inserted) return { revision: a.expectedRevision + 1, duplicate: false };
+      // Not written, and it carries messages: the settle function below could write the event (after retention) but
+      // not its messages, so the append goes alone on the unbatched path, which answers it and, if it writes, writes
+      // the messages in the same statement.
+      if (a.outbox.length > 0) return this.appendUnbatched(a, fingerprint);
       // Not written (a stale fence, a known operation id, a moved revision, a gap, or retention removed row
       // `expected`): the single-append settle function gives exactly the answer an append sent alone gets, the
       // fence checked first.
@@ -506,17 +525,9 @@ export class PostgresStore implements PersistenceStore {
   private async insertAppends(batch: readonly PendingAppend[]): Promise<PromiseSettledResult<boolean>[]> {
     if (this.closed) throw new StoreClosedError("postgres");
     if (batch.length === 1) return Promise.allSettled([this.insertAppend(batch[0]!)]);
-    const sorted = [...batch].sort((x, y) => (x.persistenceId < y.persistenceId ? -1 : 1));
-    // APPEND_BATCH_SQL takes one array per parameter of APPEND_ONE_SQL, so the row width is that statement's.
-    const width = sorted[0]!.values.length;
-    const columns: unknown[][] = Array.from({ length: width }, () => new Array<unknown>(sorted.length));
-    sorted.forEach((p, row) => {
-      for (let c = 0; c < width; c++) columns[c]![row] = p.values[c];
-    });
     let written: Set<string>;
     try {
-      const result = await this.pool.query({ name: "movie_append_batch", text: APPEND_BATCH_SQL, values: columns });
-      written = new Set(result.rows.map((r: { persistence_id: string }) => r.persistence_id));
+      written = await this.insertBatch(batch);
     } catch (error) {
       // A lost connection fails every append of the batch (each caller retries its own). Anything else the server
       // raised for the statement as a whole (a deadlock with another batch, a trigger) must not decide a batch-mate's
@@ -564,7 +575,43 @@ export class PostgresStore implements PersistenceStore {
     );
   }
 
+  /**
+   * APPEND_BATCH_SQL for `batch`, or APPEND_OUTBOX_BATCH_SQL when any of its appends carries messages; the persistence
+   * ids whose rows went in.
+   */
+  private async insertBatch(batch: readonly PendingAppend[]): Promise<Set<string>> {
+    const sorted = [...batch].sort((x, y) => (x.persistenceId < y.persistenceId ? -1 : 1));
+    // APPEND_BATCH_SQL takes one array per parameter of APPEND_ONE_SQL, so the row width is that statement's.
+    const width = sorted[0]!.values.length;
+    const columns: unknown[][] = Array.from({ length: width }, () => new Array<unknown>(sorted.length));
+    sorted.forEach((p, row) => {
+      for (let c = 0; c < width; c++) columns[c]![row] = p.values[c];
+    });
+    const withOutbox = sorted.some((p) => p.outbox.length > 0);
+    if (withOutbox) {
+      const messages: unknown[][] = [[], [], [], [], []];
+      for (const p of sorted) {
+        for (const m of p.outbox) {
+          messages[0]!.push(p.persistenceId);
+          messages[1]!.push(m.messageId);
+          messages[2]!.push(encodeDestination(m.destination));
+          messages[3]!.push(m.manifest);
+          messages[4]!.push(m.payload);
+        }
+      }
+      columns.push(...messages);
+    }
+    const result = await this.pool.query(
+      withOutbox
+        ? { name: "movie_append_outbox_batch", text: APPEND_OUTBOX_BATCH_SQL, values: columns }
+        : { name: "movie_append_batch", text: APPEND_BATCH_SQL, values: columns },
+    );
+    return new Set(result.rows.map((r: { persistence_id: string }) => r.persistence_id));
+  }
+
   private insertAppend(p: PendingAppend): Promise<boolean> {
+    // A lone append with messages is a batch of one (APPEND_ONE_SQL has no place for them).
+    if (p.outbox.length > 0) return this.insertBatch([p]).then((written) => written.has(p.persistenceId));
     return this.pool.query({ name: "movie_append_one", text: APPEND_ONE_SQL, values: p.values as unknown[] }).then(
       (result) => result.rowCount === 1,
       (error: unknown) => {

@@ -470,3 +470,26 @@ export const APPEND_BATCH_SQL = `INSERT INTO event_journal (persistence_id, sequ
       AND j.sequence_nr = t.expected))
   ON CONFLICT DO NOTHING
   RETURNING persistence_id`;
+
+/**
+ * Group commit of one-event appends of which some carry outbox messages: APPEND_BATCH_SQL as a data-modifying WITH,
+ * and the messages of the appends it wrote in the same statement. $1..$11 are APPEND_BATCH_SQL's arrays; $12..$16 hold
+ * one element per message (the sending append's persistence id, the message id, destination, manifest, payload), in
+ * each append's message order. A message goes in only when its append's row went in (the join on `written`), so
+ * messages commit with their events or not at all, under the same fence check, and an append that was a duplicate, a
+ * conflict or stale writes none (it then goes alone on the unbatched path for its answer). The feed trigger fires at
+ * the end of the whole statement, so the batch still takes the feed lock once. A message id already present is
+ * skipped, as on the unbatched path.
+ */
+export const APPEND_OUTBOX_BATCH_SQL = `WITH written AS (${APPEND_BATCH_SQL.replace(
+  /RETURNING persistence_id$/,
+  "RETURNING persistence_id, operation_id",
+)}),
+  outbox AS (INSERT INTO persistence_outbox (message_id, persistence_id, operation_id, destination, manifest, payload)
+    SELECT m.id, w.persistence_id, w.operation_id, m.destination, m.manifest, m.payload
+    FROM unnest($12::text[], $13::text[], $14::text[], $15::text[], $16::text[])
+        WITH ORDINALITY AS m(pid, id, destination, manifest, payload, position)
+      JOIN written w ON w.persistence_id = m.pid
+    ORDER BY m.position
+    ON CONFLICT (message_id) DO NOTHING)
+  SELECT persistence_id FROM written`;

@@ -8,84 +8,23 @@ import assert from "node:assert/strict";
 import { after, test } from "node:test";
 import {
   Database,
-  DurableState,
-  DurableStateBehavior,
-  DurableStateEffect,
   deliverThroughSharding,
-  type EntityContext,
-  EventSourcedBehavior,
-  EventSourcedEffect,
-  EventSourcing,
   type OutboxDeliverer,
   OutboxDispatcher,
 } from "../../../src/persistence/index.ts";
-import "../../../src/sharding/persistent/index.ts";
 import { eventually } from "../../fixtures/eventually.ts";
 import { freshPostgresStore } from "../../persistence/pg-fixture.ts";
 import { FakeCluster, type Node } from "../fixtures/fake-cluster.ts";
+import {
+  OrderAck,
+  outboxOrderMessages,
+  PlaceOrder,
+  Reserved,
+  ShowStock,
+  startOutboxOrderNode,
+} from "./fixtures/outbox-orders.ts";
 
-class PlaceOrder {
-  constructor(
-    readonly sku: string,
-    readonly quantity: number,
-  ) {}
-}
-class OrderAck {
-  constructor(readonly placed: boolean) {}
-}
-class Reserve {
-  constructor(
-    readonly order: string,
-    readonly quantity: number,
-    readonly messageId: string,
-  ) {}
-}
-class StockReserved {
-  constructor(
-    readonly order: string,
-    readonly quantity: number,
-  ) {}
-}
-class Reserved {
-  constructor(readonly total: number) {}
-}
-class ShowStock {}
-
-type OrderState = { placed: boolean };
-class Order extends DurableStateBehavior<PlaceOrder, OrderState> {
-  emptyState(): OrderState {
-    return { placed: false };
-  }
-  handleCommand(_state: OrderState, command: PlaceOrder, ctx: EntityContext<PlaceOrder>) {
-    return DurableStateEffect.persist<OrderState>({ placed: true }, `place-${ctx.entityId.id}`)
-      .thenSend("Stock", command.sku, (messageId) => new Reserve(ctx.entityId.id, command.quantity, messageId))
-      .thenRun((s) => ctx.sender?.tell(new OrderAck(s.placed)));
-  }
-}
-
-type StockState = { reserved: number };
-class Stock extends EventSourcedBehavior<Reserve | ShowStock, StockReserved, StockState> {
-  emptyState(): StockState {
-    return { reserved: 0 };
-  }
-  applyEvent(state: StockState, event: StockReserved): StockState {
-    return { reserved: state.reserved + event.quantity };
-  }
-  handleCommand(_state: StockState, command: Reserve | ShowStock, ctx: EntityContext<Reserve | ShowStock>) {
-    const reply = (s: StockState) => ctx.sender?.tell(new Reserved(s.reserved));
-    if (command instanceof ShowStock) return EventSourcedEffect.none<StockReserved, StockState>().thenRun(reply);
-    // The outbox message id as OperationId and an event from the message alone: a redelivery writes the same
-    // content under the same id, so the store answers "duplicate" and the reply repeats the current state.
-    return EventSourcedEffect.persist<StockReserved, StockState>(
-      new StockReserved(command.order, command.quantity),
-      command.messageId,
-    )
-      .thenSendToHandler("audit", { sku: ctx.entityId.id, order: command.order })
-      .thenRun(reply);
-  }
-}
-
-const cluster = new FakeCluster([PlaceOrder, OrderAck, Reserve, Reserved, ShowStock]);
+const cluster = new FakeCluster(outboxOrderMessages);
 const pg = await freshPostgresStore("outbox_orders");
 after(async () => {
   await cluster.shutdown();
@@ -94,17 +33,7 @@ after(async () => {
 
 const settings = { shardCount: 4, leaseDuration: 3_000, leaseRenewInterval: 1_000 };
 
-async function start(name: string): Promise<Node> {
-  const node = cluster.addNode(name);
-  const database = Database.get(node.system);
-  await database.use(pg.store);
-  database.codec.register(StockReserved).register(Reserve);
-  const orders = DurableState.get(node.system).registerEntity(Order, PlaceOrder, () => new Order(), { name: "Order" });
-  const stock = EventSourcing.get(node.system).registerEntity(Stock, Reserve, () => new Stock(), { name: "Stock" });
-  node.sharding.initDurableState(orders, settings);
-  node.sharding.initEventSourced(stock, settings);
-  return node;
-}
+const start = (name: string): Promise<Node> => startOutboxOrderNode(cluster, name, pg.store, settings);
 
 test("orders reserve stock through the outbox: every message delivered twice, every reservation made once", async () => {
   const [a, b] = [await start("outbox-a"), await start("outbox-b")];
