@@ -2,7 +2,7 @@
  * The `movie` command line: talks to a node's management endpoint (`--url`, `MOVIE_MANAGEMENT_URL`; `--token`,
  * `MOVIE_MANAGEMENT_TOKEN`) and prints tables on a terminal or JSON with `--json`. `migrate` prints or applies the
  * persistence migrations. Exit codes: 0 done (status: ready), 1 refused or not ready, 2 bad usage, 3 the endpoint or
- * database could not be reached, 4 `leave --wait` ran out of time.
+ * database could not be reached, 4 `leave --wait` or `rebalance --wait` ran out of time.
  */
 import { parseArgs, styleText } from "node:util";
 import { RealScheduler } from "../actor/clock.ts";
@@ -277,6 +277,49 @@ const commands: Record<string, Command> = {
       return waitRemoved(ctx, result.member);
     },
   },
+  rebalance: {
+    summary:
+      "move one shard to the least-loaded member, or --to a named one, through the coordinator's handoff (needs --token; send it to the coordinator's endpoint); --wait follows the move",
+    usage: "movie rebalance <type> <shard> --token TOKEN [--to ADDRESS] [--wait] [--timeout MS] [--url URL] [--json]",
+    args: ["type", "shard"],
+    options: { to: { type: "string" }, wait: { type: "boolean" } },
+    async run(ctx, [type, shard], values) {
+      if (!/^(0|[1-9][0-9]{0,8})$/.test(shard!)) {
+        throw new CliError(exitCodes.usage, `<shard> must be a shard number (0, 1, …), not ${describe(shard)}`);
+      }
+      const query = typeof values.to === "string" ? `?to=${encodeURIComponent(values.to)}` : "";
+      const path = `/sharding/types/${encodeURIComponent(type!)}/shards/${shard}`;
+      const result = (await ok(ctx, "POST", `${path}/rebalance${query}`)) as {
+        shard: number;
+        from: string;
+        to: string;
+        followUpMoves: number[];
+      };
+      const moving = `${type} shard ${result.shard}: moving from ${result.from} to ${result.to}`;
+      const then =
+        result.followUpMoves.length === 0 ? "" : `; the rebalance policy then moves ${ranges(result.followUpMoves)}`;
+      if (values.wait !== true) return out(ctx, result, () => `${moving}${then}\n`);
+      if (!ctx.json) ctx.io.stdout(`${moving}\n`);
+      const deadline = scheduler.now() + ctx.timeoutMs;
+      for (;;) {
+        const view = (await ok(ctx, "GET", path)) as { owner: string | null; inHandoff: boolean };
+        if (view.owner === result.to && !view.inHandoff) {
+          return out(
+            ctx,
+            { ...result, moved: true },
+            () => `${type} shard ${result.shard} moved to ${result.to}${then}\n`,
+          );
+        }
+        if (scheduler.now() > deadline) {
+          throw new CliError(
+            exitCodes.timeout,
+            `${type} shard ${result.shard} did not reach ${result.to} within ${ctx.timeoutMs} ms (owner ${view.owner ?? "none"}${view.inHandoff ? ", in handoff" : ""}); the handoff may have been aborted: see movie shards ${type} --all`,
+          );
+        }
+        await pause(100);
+      }
+    },
+  },
   metrics: {
     summary: "the node's metrics in the Prometheus text format",
     usage: "movie metrics [--url URL]",
@@ -377,7 +420,7 @@ async function waitRemoved(ctx: Context, member: string): Promise<number> {
 function help(name: string | null): string {
   if (name !== null) {
     const c = commands[name]!;
-    return `${c.summary}\n\nusage: ${c.usage}\n\n--url URL      management endpoint (env MOVIE_MANAGEMENT_URL, default ${defaultUrl})\n--token TOKEN  bearer token for writes (env MOVIE_MANAGEMENT_TOKEN)\n--json         machine-readable output\n--timeout MS   per request, and for leave --wait (default 10000 / 120000)\n`;
+    return `${c.summary}\n\nusage: ${c.usage}\n\n--url URL      management endpoint (env MOVIE_MANAGEMENT_URL, default ${defaultUrl})\n--token TOKEN  bearer token for writes (env MOVIE_MANAGEMENT_TOKEN)\n--json         machine-readable output\n--timeout MS   per request, and for leave --wait and rebalance --wait (default 10000; 120000 and 60000 with --wait)\n`;
   }
   const rows = Object.entries(commands).map(([n, c]) => [`  ${n}`, c.summary]);
   return `movie: operate a Movie cluster through a node's management endpoint\n\nusage: movie <command> [options]   (movie <command> --help for more)\n\n${table(rows)}\nexit codes: 0 ok, 1 refused or not ready, 2 bad usage, 3 unreachable, 4 timed out\n`;
@@ -419,7 +462,14 @@ export async function runCli(argv: readonly string[], io: CliIo): Promise<number
     return exitCodes.usage;
   }
   const timeoutText = values.timeout;
-  const timeoutMs = typeof timeoutText === "string" ? Number(timeoutText) : name === "leave" ? 120_000 : 10_000;
+  const timeoutMs =
+    typeof timeoutText === "string"
+      ? Number(timeoutText)
+      : name === "leave"
+        ? 120_000
+        : name === "rebalance" && values.wait === true
+          ? 60_000
+          : 10_000;
   if (!Number.isSafeInteger(timeoutMs) || timeoutMs <= 0) {
     io.stderr(`movie ${name}: --timeout must be a whole number of milliseconds above 0\n`);
     return exitCodes.usage;

@@ -19,6 +19,8 @@ export class ManagementRequestError extends Error {
     readonly status: number,
     readonly code: string,
     message: string,
+    /** More fields of the JSON body, built by the endpoint itself (never from request data as keys). */
+    readonly details: Readonly<Record<string, string | number | boolean | null>> = {},
   ) {
     super(message);
   }

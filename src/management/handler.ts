@@ -15,7 +15,7 @@ import { eventStream } from "./event-stream.ts";
 import { expositionContentType } from "./exposition.ts";
 import { type HealthReport, readiness } from "./health.ts";
 import { renderMetrics } from "./metrics.ts";
-import { OperatorLog } from "./operator-log.ts";
+import { type OperatorAction, OperatorLog } from "./operator-log.ts";
 import { clusterOf, membersView, shardingOf, shardView, statsView, typeShardsView, typeSummary } from "./views.ts";
 
 /** Longest request target (path and query) the handler reads, in characters; longer ones get 414. */
@@ -99,6 +99,15 @@ function segmentsOf(pathname: string): string[] {
   });
 }
 
+/** A shard number from a path segment. @throws ManagementRequestError 400 unless it is in 0..shardCount-1 */
+function parseShard(text: string, shardCount: number): number {
+  const shard = /^(0|[1-9][0-9]{0,8})$/.test(text) ? Number(text) : -1;
+  if (shard < 0 || shard >= shardCount) {
+    refuse(400, "ShardOutOfRange", `shard must be a whole number from 0 to ${shardCount - 1}`);
+  }
+  return shard;
+}
+
 /**
  * The fetch-style management handler of `system`.
  * @throws ManagementConfigurationError for invalid options
@@ -166,9 +175,18 @@ export function createManagementHandler(
     }
   };
 
-  const write = (request: Request, context: RequestContext, action: "down" | "leave", target: string): Response => {
+  /**
+   * Runs one write after the token check: logs who asked what and when with the outcome (accepted, or the refusal's
+   * code) and answers 202 with what `perform` returns.
+   */
+  const audited = (
+    request: Request,
+    context: RequestContext,
+    action: OperatorAction["action"],
+    target: string,
+    perform: () => { readonly target: string; readonly body: Json },
+  ): Response => {
     authorize(request);
-    const cluster = requireCluster();
     const base = {
       atEpochMs: system.scheduler.wallNow(),
       action,
@@ -176,9 +194,28 @@ export function createManagementHandler(
       remote: context.remote ?? null,
       userAgent: request.headers.get("user-agent")?.slice(0, 100) ?? null,
     };
-    let member: UniqueAddress;
+    let done: { readonly target: string; readonly body: Json };
     try {
-      member = findMember(cluster, target);
+      done = perform();
+    } catch (error) {
+      const outcome = error instanceof ManagementRequestError ? error.code : errorText(error);
+      operatorLog.record({ ...base, outcome });
+      if (error instanceof ManagementRequestError) throw error;
+      return refuse(409, "Refused", errorText(error));
+    }
+    operatorLog.record({ ...base, target: done.target.slice(0, 300), outcome: "accepted" });
+    return json(202, done.body);
+  };
+
+  const membershipWrite = (
+    request: Request,
+    context: RequestContext,
+    action: "down" | "leave",
+    target: string,
+  ): Response =>
+    audited(request, context, action, target, () => {
+      const cluster = requireCluster();
+      const member = findMember(cluster, target);
       if (action === "down") {
         if (member.equals(cluster.selfAddress)) {
           refuse(409, "CannotDownSelf", "a node cannot down itself; send the request to another member, or leave");
@@ -191,14 +228,50 @@ export function createManagementHandler(
           system.log.warn({ target: member.toString(), error: errorText(error) }, "management: leave did not complete");
         });
       }
-    } catch (error) {
-      const outcome = error instanceof ManagementRequestError ? error.code : errorText(error);
-      operatorLog.record({ ...base, outcome });
-      if (error instanceof ManagementRequestError) throw error;
-      return refuse(409, "Refused", errorText(error));
-    }
-    operatorLog.record({ ...base, target: member.toString(), outcome: "accepted" });
-    return json(202, { accepted: true, action, member: member.toString() });
+      return { target: member.toString(), body: { accepted: true, action, member: member.toString() } };
+    });
+
+  /** `POST /sharding/types/:type/shards/:shard/rebalance[?to=<member>]`: one shard moved by the coordinator. */
+  const rebalance = (
+    request: Request,
+    context: RequestContext,
+    type: string,
+    shardText: string,
+    query: URLSearchParams,
+  ): Response => {
+    const tos = query.getAll("to");
+    const label = `${type.slice(0, 100)}/${shardText.slice(0, 12)}${tos.length === 1 ? ` to ${tos[0]!.slice(0, 200)}` : ""}`;
+    return audited(request, context, "rebalance", label, () => {
+      for (const key of query.keys()) {
+        if (key !== "to") refuse(400, "UnknownParameter", "the only query parameter of a rebalance is to=<member>");
+      }
+      if (tos.length > 1) refuse(400, "UnknownParameter", "name at most one target with to=<member>");
+      if (tos.length === 1 && tos[0] === "") refuse(400, "InvalidTarget", "to= names no member");
+      const view = requireType(type);
+      const shard = parseShard(shardText, view.shardCount);
+      const to = tos.length === 1 ? findMember(requireCluster(), tos[0]!) : undefined;
+      const decision = requireSharding().moveShard(view.name, shard, to === undefined ? {} : { to });
+      if (decision.kind === "refused") {
+        throw new ManagementRequestError(
+          decision.reason === "ShardOutOfRange" ? 400 : 409,
+          decision.reason,
+          decision.message,
+          { coordinator: decision.coordinator?.toString() ?? null },
+        );
+      }
+      return {
+        target: `${view.name}/${shard} to ${decision.to.toString()}`,
+        body: {
+          accepted: true,
+          action: "rebalance",
+          type: view.name,
+          shard,
+          from: decision.from.toString(),
+          to: decision.to.toString(),
+          followUpMoves: [...decision.followUpMoves],
+        },
+      };
+    });
   };
 
   const route = async (request: Request, context: RequestContext): Promise<Response> => {
@@ -268,7 +341,7 @@ export function createManagementHandler(
       }
       if (path.length === 4 && (fourth === "down" || fourth === "leave")) {
         if (!post) wrongMethod("POST");
-        return write(request, context, fourth, third!);
+        return membershipWrite(request, context, fourth, third!);
       }
     }
     if (first === "sharding" && second === "types") {
@@ -284,11 +357,11 @@ export function createManagementHandler(
       if (path.length === 5 && fourth === "shards") {
         if (!get) wrongMethod("GET");
         const view = requireType(third!);
-        const shard = /^(0|[1-9][0-9]{0,8})$/.test(fifth!) ? Number(fifth) : -1;
-        if (shard < 0 || shard >= view.shardCount) {
-          refuse(400, "ShardOutOfRange", `shard must be a whole number from 0 to ${view.shardCount - 1}`);
-        }
-        return json(200, { type: view.name, ...shardView(view, shard) });
+        return json(200, { type: view.name, ...shardView(view, parseShard(fifth!, view.shardCount)) });
+      }
+      if (path.length === 6 && fourth === "shards" && rest[0] === "rebalance") {
+        if (!post) wrongMethod("POST");
+        return rebalance(request, context, third!, fifth!, parsed.searchParams);
       }
       if (path.length === 5 && fourth === "entities") {
         if (!get) wrongMethod("GET");
@@ -320,7 +393,6 @@ export function createManagementHandler(
       });
       return json(200, { owner: clusterOf(system)?.selfAddress.toString() ?? null, types });
     }
-    void rest;
     return refuse(404, "NotFound", "no such endpoint; see docs/operations.md for the list");
   };
 
@@ -332,7 +404,7 @@ export function createManagementHandler(
       } catch (error) {
         if (error instanceof ManagementRequestError) {
           if (error.status !== 401) operatorLog.badRequests++;
-          const response = json(error.status, { error: error.code, message: error.message });
+          const response = json(error.status, { error: error.code, message: error.message, ...error.details });
           if (error.status === 401) response.headers.set("www-authenticate", 'Bearer realm="movie"');
           if (error.status === 405) response.headers.set("allow", error.message.slice(4));
           return response;

@@ -7,9 +7,9 @@ export const operatorActionsKept = 50;
 export interface OperatorAction {
   /** Wall-clock time, epoch milliseconds. */
   readonly atEpochMs: number;
-  /** `down`, `leave`. */
-  readonly action: string;
-  /** The member address it named. */
+  /** `down`, `leave`, `rebalance`. */
+  readonly action: "down" | "leave" | "rebalance";
+  /** The member address it named; for a rebalance `<type>/<shard> to <member>`. */
   readonly target: string;
   /** The peer's IP address and port, when the server knows them. */
   readonly remote: string | null;

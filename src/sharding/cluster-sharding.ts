@@ -18,6 +18,7 @@ import { Cluster } from "../cluster/index.ts";
 import { type InboundRejection, Remoting, remotingId } from "../remote/index.ts";
 import type { ShardingMember } from "./allocation/strategy.ts";
 import { activateTimeoutDefaultMs } from "./constants.ts";
+import type { ShardMoveDecision } from "./coordinator/shard-move.ts";
 import { ShardingDaemon } from "./daemon.ts";
 import { ShardedEntityRef, ShardedEntityType } from "./entity-ref.ts";
 import { asError, ClusterShardingConfigurationError } from "./errors.ts";
@@ -380,6 +381,23 @@ export class ClusterSharding implements Extension {
    */
   handoffDuration(entityType: ShardedEntityType<unknown> | string): ReadonlyHistogram {
     return this.typeState(entityType).handoffDuration;
+  }
+
+  /**
+   * Moves one shard of `entityType` to `options.to`, or to the least-loaded other member that may host it, through
+   * the coordinator's ordinary handoff (the operator's `POST /sharding/types/:type/shards/:shard/rebalance` and
+   * `movie rebalance`). Only the coordinator moves shards: on another node, and for a move the type's rebalance
+   * policy would undo, the decision is a refusal with a stable `reason`. A `moving` decision means the handoff has
+   * started; `handoffInProgress` tells when it is over.
+   * @throws ClusterShardingConfigurationError when the type is not registered on this node
+   */
+  moveShard(
+    entityType: ShardedEntityType<unknown> | string,
+    shardId: number,
+    options: { readonly to?: UniqueAddress } = {},
+  ): ShardMoveDecision {
+    const state = this.typeState(entityType);
+    return this.shell.moveShard(state.name, shardId, options.to ?? null);
   }
 
   /** The shard of `entityId` of `entityType`. */

@@ -15,6 +15,7 @@ export { type MemberWeight, WeightedLeastLoadedAllocation } from "./allocation/w
 export { ClusterSharding } from "./cluster-sharding.ts";
 /** The protocol's fixed timings and bounds (handoff timeout, retry intervals, buffer sizes), as named constants. */
 export * as shardingConstants from "./constants.ts";
+export type { ShardMoveDecision, ShardMoveRefusal } from "./coordinator/shard-move.ts";
 export { type EntityRouter, ShardedEntityRef, ShardedEntityType } from "./entity-ref.ts";
 export {
   ClusterShardingConfigurationError,

@@ -9,11 +9,13 @@ import { runCli } from "../../src/management/cli.ts";
 import { StableHashPartitioner } from "../../src/sharding/index.ts";
 import { eventually } from "../fixtures/eventually.ts";
 import { postgresTestUrl, uniqueSchema } from "../persistence/pg-fixture.ts";
-import { type OpsNode, startOpsCluster, stopOpsCluster } from "./fixtures/ops-cluster.ts";
+import { type OpsNode, startOpsCluster, startOpsNode, stopOpsCluster } from "./fixtures/ops-cluster.ts";
 
 const token = "cli-test-token-0123456789abcdef";
 const bin = fileURLToPath(new URL("../../bin/movie.ts", import.meta.url));
 let nodes: OpsNode[] = [];
+/** Nodes a test started beyond the three (stopped with them). */
+const extra: OpsNode[] = [];
 
 interface Run {
   readonly code: number;
@@ -78,7 +80,7 @@ before(async () => {
     intervalMs: 200,
   });
 });
-after(() => stopOpsCluster(nodes));
+after(() => stopOpsCluster([...nodes, ...extra]));
 
 test("status: members, readiness and the plan; --json for scripts, exit 0 when ready", async () => {
   const run = await movie(["status", "--url", url(1), "--json"]);
@@ -162,7 +164,7 @@ test("bad input: exit 2 for usage, 1 for a refusal (naming it), 3 when the endpo
 
 test("--help on every command exits 0 with its usage", async () => {
   assert.equal((await movie(["leave", "--help"])).code, 0);
-  for (const command of ["status", "members", "shards", "entity", "down", "leave", "metrics", "migrate"]) {
+  for (const command of ["status", "members", "shards", "entity", "down", "leave", "rebalance", "metrics", "migrate"]) {
     const run = await inProcess([command, "--help"]);
     assert.equal(run.code, 0);
     assert.match(run.stdout, new RegExp(`usage: movie ${command}`));
@@ -197,6 +199,143 @@ test("migrate --print lists versions with checksums; --apply migrates a fresh sc
     await client.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
     await client.end();
   }
+});
+
+interface ShardsJson {
+  coordinator: string;
+  shards: { shard: number; owner: string; inHandoff: boolean }[];
+}
+
+test("rebalance moves a shard through the coordinator: --wait follows it, --to names the target, refusals exit 1", async () => {
+  const view = json(await inProcess(["shards", "Order", "--all", "--json", "--url", url(0)])) as unknown as ShardsJson;
+  const coordinator = nodes.findIndex((n) => n.ready.address === view.coordinator);
+  assert.ok(coordinator >= 0, `coordinator ${view.coordinator}`);
+  const loadsNow = async (): Promise<[string, number[]][]> => {
+    const v = json(
+      await inProcess(["shards", "Order", "--all", "--json", "--url", url(coordinator)]),
+    ) as unknown as ShardsJson;
+    const byOwner = new Map<string, number[]>(nodes.map((n) => [n.ready.address, []]));
+    for (const s of v.shards) byOwner.get(s.owner)?.push(s.shard);
+    return [...byOwner].sort((a, b) => b[1].length - a[1].length || (a[0] < b[0] ? -1 : 1));
+  };
+  // 16 shards on 3 nodes: 6, 5, 5. A shard of the busiest goes to the least-loaded member (lowest address on a tie).
+  const before = await loadsNow();
+  const shard = before[0]![1][0]!;
+  const expectedTo = before
+    .slice(1)
+    .filter((e) => e[1].length === before[before.length - 1]![1].length)
+    .map((e) => e[0])
+    .sort()[0]!;
+  const run = await movie(["rebalance", "Order", `${shard}`, "--wait", "--url", url(coordinator), "--token", token]);
+  assert.equal(run.code, 0, run.stdout + run.stderr);
+  const esc = (t: string) => t.replace(/[.#]/g, "\\$&");
+  assert.match(
+    run.stdout,
+    new RegExp(`^Order shard ${shard}: moving from ${esc(before[0]![0])} to ${esc(expectedTo)}$`, "m"),
+  );
+  assert.match(run.stdout, new RegExp(`^Order shard ${shard} moved to ${esc(expectedTo)}$`, "m"));
+  const after = json(
+    await inProcess(["shards", "Order", "--all", "--json", "--url", url(coordinator)]),
+  ) as unknown as ShardsJson;
+  assert.equal(after.shards[shard]!.owner, expectedTo);
+
+  // --to by host:port, --json: from the busiest owner to the least loaded.
+  const now = await loadsNow();
+  const target = nodes.find((n) => n.ready.address === now[now.length - 1]![0])!;
+  const named = await inProcess(
+    [
+      "rebalance",
+      "Order",
+      `${now[0]![1][0]}`,
+      "--to",
+      target.ready.hostPort,
+      "--wait",
+      "--json",
+      "--url",
+      url(coordinator),
+    ],
+    { MOVIE_MANAGEMENT_TOKEN: token },
+  );
+  assert.equal(named.code, 0, named.stderr);
+  assert.deepEqual([json(named).from, json(named).to, json(named).moved], [now[0]![0], target.ready.address, true]);
+
+  const other = nodes.findIndex((_, i) => i !== coordinator);
+  const final = await loadsNow();
+  const least = final.at(-1)!;
+  const most = final[0]![0];
+  const cases: [string[], number, RegExp][] = [
+    [
+      ["rebalance", "Order", "1", "--url", url(other), "--token", token],
+      1,
+      /409 NotCoordinator: only the coordinator moves shards; send the request to the coordinator movie/,
+    ],
+    [["rebalance", "Order", "1", "--url", url(coordinator)], 1, /401 Unauthorized/],
+    [["rebalance", "Order", "16", "--url", url(coordinator), "--token", token], 1, /400 ShardOutOfRange/],
+    [["rebalance", "Nope", "1", "--url", url(coordinator), "--token", token], 1, /404 UnknownEntityType/],
+    [
+      ["rebalance", "Order", "1", "--to", "127.0.0.1:1", "--url", url(coordinator), "--token", token],
+      1,
+      /404 UnknownMember/,
+    ],
+    [
+      ["rebalance", "Order", `${least[1][0]}`, "--to", least[0], "--url", url(coordinator), "--token", token],
+      1,
+      /409 AlreadyOwner/,
+    ],
+    [
+      ["rebalance", "Order", `${least[1][0]}`, "--to", most, "--url", url(coordinator), "--token", token],
+      1,
+      /409 WouldBeUndone/,
+    ],
+    [["rebalance", "Order", "one", "--url", url(coordinator)], 2, /<shard> must be a shard number/],
+    [["rebalance", "Order", "-1", "--url", url(coordinator)], 2, /<shard> must be a shard number|Unknown option/],
+    [["rebalance", "Order"], 2, /expected <type> <shard>/],
+    [["rebalance", "Order", "1", "--to"], 2, /argument missing/],
+  ];
+  for (const [args, code, pattern] of cases) {
+    const r = await inProcess(args);
+    assert.equal(r.code, code, `movie ${args.join(" ")}: ${r.stdout}${r.stderr}`);
+    assert.match(`${r.stdout}${r.stderr}`, pattern, `movie ${args.join(" ")}`);
+  }
+});
+
+test("down marks a member Down through the leader (exit 0), and is refused by a node that is not the leader", async () => {
+  const fourth = await startOpsNode("n4", nodes[0]!.ready.hostPort, { MOVIE_OPS_TOKEN: token });
+  extra.push(fourth);
+  const members = async (i: number) =>
+    json(await inProcess(["members", "--json", "--url", url(i)])) as {
+      leader: string;
+      members: { address: string; status: string }[];
+    };
+  let seen: unknown = null;
+  await eventually(
+    async () => {
+      const m = await members(0);
+      seen = m;
+      return m.members.length === 4 && m.members.every((x) => x.status === "Up");
+    },
+    { what: "the fourth node Up", describe: () => seen, timeoutMs: 60_000, intervalMs: 200 },
+  );
+  const leader = nodes.findIndex((n) => n.ready.address === (seen as { leader: string }).leader);
+  const notLeader = nodes.findIndex((_, i) => i !== leader);
+  // Without a remoting secret only the leader may down (docs/protocol.md §4.9): the others refuse, saying why.
+  const refused = await inProcess(["down", fourth.ready.hostPort, "--url", url(notLeader), "--token", token]);
+  assert.equal(refused.code, 1, refused.stdout + refused.stderr);
+  assert.match(refused.stderr, /409 Refused: .*shared secret/);
+  const run = await movie(["down", fourth.ready.hostPort, "--url", url(leader), "--token", token, "--json"]);
+  assert.equal(run.code, 0, run.stdout + run.stderr);
+  assert.deepEqual(json(run), { accepted: true, action: "down", member: fourth.ready.address });
+  await eventually(async () => !(await members(leader)).members.some((m) => m.address === fourth.ready.address), {
+    what: "the downed member removed",
+    timeoutMs: 30_000,
+    intervalMs: 200,
+  });
+  // Its shards came back to the three; the cluster is ready again.
+  await eventually(async () => (await inProcess(["status", "--url", url(leader)])).code === 0, {
+    what: "movie status exits 0 again",
+    timeoutMs: 30_000,
+    intervalMs: 200,
+  });
 });
 
 test("leave --wait follows the member's shards with a progress line until it is removed", async () => {

@@ -78,6 +78,30 @@ test("SIGTERM: the node leaves, its shards and leases move at once, it is remove
   const held = before.filter((r) => r.owner === victim.ready.address);
   assert.ok(held.length > 0, `the victim holds leases: ${JSON.stringify(before)}`);
 
+  // GET /persistence/leases on the victim lists the leases it keeps, as the lease table has them.
+  let listed: unknown = null;
+  await eventually(
+    async () => {
+      const view = (await getJson(`${victim.ready.url}persistence/leases`)).body as {
+        owner: string;
+        types: { type: string; leases: { shardId: number; phase: string; epoch: number | null }[] }[];
+      };
+      listed = view;
+      const ledger = view.types.find((x) => x.type === "Ledger");
+      return (
+        view.owner === victim.ready.address &&
+        view.types.every((x) => x.type === "Ledger") &&
+        ledger !== undefined &&
+        held.every((row) =>
+          ledger.leases.some(
+            (l) => l.shardId === Number(row.shard_id) && l.phase === "held" && l.epoch === Number(row.epoch),
+          ),
+        )
+      );
+    },
+    { what: "the victim's leases listed with their epochs", describe: () => ({ listed, held }), intervalMs: 100 },
+  );
+
   const started = Date.now();
   victim.process.process.kill("SIGTERM");
   await victim.process.whenExited();

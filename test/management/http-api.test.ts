@@ -161,6 +161,50 @@ test("/health/ready is 503 and says what is missing on a node that cannot join",
   }
 });
 
+/** Rebalance requests refused before any node decides (so whichever node is the coordinator). */
+function rebalanceRequests(): [string, string, number, string][] {
+  const post = (target: string, auth = `authorization: Bearer ${token}\r\n`) =>
+    `POST ${target} HTTP/1.1\r\n${auth}content-length: 0\r\n\r\n`;
+  return [
+    ["rebalance without a token", post("/sharding/types/Order/shards/1/rebalance", ""), 401, "Unauthorized"],
+    ["rebalance with GET", "GET /sharding/types/Order/shards/1/rebalance HTTP/1.1\r\n\r\n", 405, "MethodNotAllowed"],
+    ["rebalance of an unknown type", post("/sharding/types/Nope/shards/1/rebalance"), 404, "UnknownEntityType"],
+    ["rebalance of a __proto__ type", post("/sharding/types/__proto__/shards/1/rebalance"), 404, "UnknownEntityType"],
+    ["rebalance of shard 32 of 32", post("/sharding/types/Order/shards/32/rebalance"), 400, "ShardOutOfRange"],
+    ["rebalance of shard -1", post("/sharding/types/Order/shards/-1/rebalance"), 400, "ShardOutOfRange"],
+    ["rebalance of shard 0x1", post("/sharding/types/Order/shards/0x1/rebalance"), 400, "ShardOutOfRange"],
+    ["rebalance of shard 01", post("/sharding/types/Order/shards/01/rebalance"), 400, "ShardOutOfRange"],
+    [
+      "rebalance to an unknown member",
+      post("/sharding/types/Order/shards/1/rebalance?to=127.0.0.1:1"),
+      404,
+      "UnknownMember",
+    ],
+    ["rebalance to __proto__", post("/sharding/types/Order/shards/1/rebalance?to=__proto__"), 404, "UnknownMember"],
+    ["rebalance to nobody", post("/sharding/types/Order/shards/1/rebalance?to="), 400, "InvalidTarget"],
+    ["rebalance to two members", post("/sharding/types/Order/shards/1/rebalance?to=a&to=b"), 400, "UnknownParameter"],
+    [
+      "rebalance with another parameter",
+      post("/sharding/types/Order/shards/1/rebalance?force=1"),
+      400,
+      "UnknownParameter",
+    ],
+    [
+      "rebalance with a __proto__ parameter",
+      post("/sharding/types/Order/shards/1/rebalance?__proto__=x"),
+      400,
+      "UnknownParameter",
+    ],
+    [
+      "rebalance to bad percent-encoding",
+      post("/sharding/types/Order/shards/1/rebalance?to=%E0%A4%A"),
+      404,
+      "UnknownMember",
+    ],
+    ["rebalance with a trailing segment", post("/sharding/types/Order/shards/1/rebalance/now"), 404, "NotFound"],
+  ];
+}
+
 const protoBody = '{"__proto__":{"polluted":true},"a":1}';
 
 /** [what, request, expected status, expected error code (null: no JSON body expected)]. */
@@ -249,6 +293,7 @@ const hostile: [string, string | Buffer, number, string | null][] = [
     401,
     "Unauthorized",
   ],
+  ...rebalanceRequests(),
   ["path too long", `GET /${"a".repeat(5000)} HTTP/1.1\r\n\r\n`, 414, "UriTooLong"],
   ["absolute-form target", "GET http://evil.example/cluster/members HTTP/1.1\r\n\r\n", 400, "BadRequestTarget"],
   ["headers too large", `GET /stats HTTP/1.1\r\nx-big: ${"h".repeat(20_000)}\r\n\r\n`, 431, null],
@@ -296,6 +341,160 @@ test("a node cannot down itself through its own endpoint", async () => {
   );
   assert.equal(res.status, 409);
   assert.equal(bodyJson(res).error, "CannotDownSelf");
+});
+
+/** Shards per owner address in `node`'s plan of Order. */
+function loads(node: ShardingNode): Map<string, number[]> {
+  const out = new Map<string, number[]>();
+  for (const [shard, owner] of node.sharding.allocations("Order")) {
+    out.set(owner.toString(), [...(out.get(owner.toString()) ?? []), shard]);
+  }
+  return out;
+}
+
+test("POST rebalance moves one shard through the coordinator's handoff, to the least-loaded member or a named one", async () => {
+  const coordinator = nodes.find((n) => n.sharding.inspect("Order").coordinator?.equals(n.cluster.selfAddress))!;
+  assert.ok(coordinator !== undefined, "a coordinator");
+  // A server with a token on the coordinator, whichever node that is (node 1's own server has none).
+  const server = await startManagement(coordinator.system, { port: 0, token });
+  const post = (path: string) =>
+    rawGet(server.address.port, path, [`authorization: Bearer ${token}`, "user-agent: rebalance-test"], "POST");
+  const planEverywhere = (shard: number, owner: string) =>
+    eventually(() => nodes.every((n) => n.sharding.allocations("Order").get(shard)?.toString() === owner), {
+      what: `shard ${shard} owned by ${owner} in every plan`,
+      describe: describeNodes(nodes, "Order"),
+    });
+  try {
+    // 32 shards on 3 nodes: 11, 11, 10. A shard of a most-loaded owner goes to the least-loaded member.
+    const before = [...loads(coordinator)].sort((x, y) => y[1].length - x[1].length);
+    const [busiest, busiestShards] = before[0]!;
+    const [idlest] = before[before.length - 1]!;
+    const shard = busiestShards[0]!;
+    const res = await post(`/sharding/types/Order/shards/${shard}/rebalance`);
+    assert.equal(res.status, 202, res.body);
+    const body = bodyJson(res);
+    assert.deepEqual(
+      [body.accepted, body.action, body.type, body.shard, body.from, body.to, body.followUpMoves],
+      [true, "rebalance", "Order", shard, busiest, idlest, []],
+    );
+    await planEverywhere(shard, idlest);
+    await eventually(() => !coordinator.sharding.handoffInProgress("Order", shard), { what: "the handoff over" });
+
+    // Named: from the owner with the most shards to the one with the fewest, by host:port.
+    const now = [...loads(coordinator)].sort((x, y) => y[1].length - x[1].length);
+    const from = now[0]!;
+    const to = now[now.length - 1]![0];
+    const toNode = nodes.find((n) => n.cluster.selfAddress.toString() === to)!;
+    const named = await post(
+      `/sharding/types/Order/shards/${from[1][0]}/rebalance?to=${toNode.cluster.selfAddress.address.hostPort}`,
+    );
+    assert.equal(named.status, 202, named.body);
+    assert.equal(bodyJson(named).to, to);
+    await planEverywhere(from[1][0]!, to);
+
+    // Refusals that need the plan: the owner itself, and a move the rebalance policy would undo at once.
+    const owned = [...loads(coordinator)].sort((x, y) => x[1].length - y[1].length);
+    const [least, leastShards] = owned[0]!;
+    const most = owned[owned.length - 1]![0];
+    const self = await post(`/sharding/types/Order/shards/${leastShards[0]}/rebalance?to=${encodeURIComponent(least)}`);
+    assert.deepEqual([self.status, bodyJson(self).error], [409, "AlreadyOwner"]);
+    const undone = await post(
+      `/sharding/types/Order/shards/${leastShards[0]}/rebalance?to=${encodeURIComponent(most)}`,
+    );
+    assert.deepEqual([undone.status, bodyJson(undone).error], [409, "WouldBeUndone"], undone.body);
+    assert.equal(coordinator.sharding.allocations("Order").get(leastShards[0]!)?.toString(), least, "not moved");
+
+    // Every write is in the operator log with its outcome.
+    const actions = bodyJson(await rawGet(server.address.port, "/operator-actions")).actions as Record<
+      string,
+      unknown
+    >[];
+    assert.deepEqual(
+      actions.map((a) => [a.action, a.outcome]),
+      [
+        ["rebalance", "accepted"],
+        ["rebalance", "accepted"],
+        ["rebalance", "AlreadyOwner"],
+        ["rebalance", "WouldBeUndone"],
+      ],
+    );
+    assert.equal(actions[0]!.target, `Order/${shard} to ${idlest}`);
+    assert.equal(actions[0]!.userAgent, "rebalance-test");
+  } finally {
+    await server.close();
+  }
+  // A node that is not the coordinator refuses and names it.
+  const other = nodes.findIndex((n, i) => i !== 1 && n !== coordinator);
+  const refused = await rawGet(
+    port(other),
+    "/sharding/types/Order/shards/3/rebalance",
+    [`authorization: Bearer ${token}`],
+    "POST",
+  );
+  assert.equal(refused.status, 409, refused.body);
+  assert.deepEqual(
+    [bodyJson(refused).error, bodyJson(refused).coordinator],
+    ["NotCoordinator", coordinator.cluster.selfAddress.toString()],
+  );
+  // Without a token on the server, rebalance is disabled like every write.
+  const disabled = await rawGet(
+    port(1),
+    "/sharding/types/Order/shards/3/rebalance",
+    [`authorization: Bearer ${token}`],
+    "POST",
+  );
+  assert.deepEqual([disabled.status, bodyJson(disabled).error], [403, "WritesDisabled"]);
+});
+
+test("POST down with the token on the leader marks a member Down, and it is removed; the action is logged", async () => {
+  const extra = await startShardingNode(nodes[0]!.port, { logger: log });
+  try {
+    await eventually(() => nodes.every((n) => settled(n, 4)), { what: "a fourth member Up everywhere" });
+    const leader = nodes.findIndex((n) => n.cluster.isLeader);
+    // The leader's own server when it has a token, else one started for this test.
+    const server = leader === 1 ? await startManagement(nodes[1]!.system, { port: 0, token }) : servers[leader]!;
+    try {
+      const target = extra.cluster.selfAddress;
+      const res = await rawGet(
+        server.address.port,
+        `/cluster/members/${encodeURIComponent(`${target.address.system}@${target.address.hostPort}`)}/down`,
+        [`authorization: Bearer ${token}`],
+        "POST",
+      );
+      assert.equal(res.status, 202, res.body);
+      assert.deepEqual(bodyJson(res), { accepted: true, action: "down", member: target.toString() });
+      await eventually(
+        () => nodes.every((n) => !n.cluster.snapshot().members.some((m) => m.uniqueAddress.equals(target))),
+        {
+          what: "the downed member removed everywhere",
+        },
+      );
+      const actions = bodyJson(await rawGet(server.address.port, "/operator-actions")).actions as Record<
+        string,
+        unknown
+      >[];
+      assert.deepEqual(
+        [actions.at(-1)!.action, actions.at(-1)!.target, actions.at(-1)!.outcome],
+        ["down", target.toString(), "accepted"],
+      );
+      // Down again: it is not a member any more.
+      const again = await rawGet(
+        server.address.port,
+        `/cluster/members/${encodeURIComponent(target.toString())}/down`,
+        [`authorization: Bearer ${token}`],
+        "POST",
+      );
+      assert.deepEqual([again.status, bodyJson(again).error], [404, "UnknownMember"]);
+    } finally {
+      if (server !== servers[leader]) await server.close();
+    }
+  } finally {
+    await extra.system.terminate();
+  }
+  await eventually(() => planSettled(nodes, "Order", { shardCount: 32 }), {
+    what: "a settled plan again",
+    describe: describeNodes(nodes, "Order"),
+  });
 });
 
 test("POST leave with the token makes a member leave; the action is logged and listed with who and when", async () => {

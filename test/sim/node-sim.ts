@@ -169,6 +169,12 @@ export interface HistoryOptions {
    * store) rather than plain ones. Default: even seeds.
    */
   readonly persistent?: boolean;
+  /**
+   * Operators also move shards (the management endpoint's rebalance): with each fault, half the time, a node asks its
+   * core to move a random shard, to a random live node or wherever the core picks. Off by default, so the seeds of
+   * the default histories replay unchanged.
+   */
+  readonly operatorMoves?: boolean;
 }
 
 export interface HistoryResult {
@@ -188,6 +194,8 @@ export interface HistoryResult {
   /** Virtual ms the history ran, and how many of them came after healing. */
   readonly virtualMs: number;
   readonly afterHealMs: number;
+  /** Operator shard moves the cores started (refusals are not counted). */
+  readonly operatorMoves: number;
   /** Null when every shard had a live owner and every probe was delivered after healing, else what was missing. */
   readonly liveness?: string | null;
 }
@@ -242,10 +250,26 @@ function before(a: Event, b: Event): boolean {
   return a.at < b.at || (a.at === b.at && a.seq < b.seq);
 }
 
-const settings = ShardingSettings.create({
+const defaultSettings = ShardingSettings.create({
   shardCount: 6,
   allocation: new LeastLoadedAllocation(),
   rebalance: new RateLimitedRebalance({ threshold: 1, maxConcurrent: 2 }),
+  leaseDuration: 300,
+  leaseRenewInterval: 100,
+});
+
+/**
+ * The settings of histories with operator moves: a rebalance threshold of 2, so that a move out of the balanced 2/2/2
+ * plan (to 1/2/3) is not one the policy would undo at once (the core refuses those), while the policy still moves
+ * shards when counts drift further apart. The partitioner and shard count are the same as above.
+ */
+/** Partitioner and shard count, the same in both settings. */
+const settings = defaultSettings;
+
+const operatorMoveSettings = ShardingSettings.create({
+  shardCount: defaultSettings.shardCount,
+  allocation: new LeastLoadedAllocation(),
+  rebalance: new RateLimitedRebalance({ threshold: 2, maxConcurrent: 2 }),
   leaseDuration: 300,
   leaseRenewInterval: 100,
 });
@@ -271,6 +295,7 @@ export class NodeSim {
   private nextCall = 1;
   private nextAsk = 1;
   private handoffsDone = 0;
+  private operatorMovesStarted = 0;
   private maxGeneration = 0;
   private healed = false;
   /** How many nodes the operator stopped after healing because their member table disagreed with the leader's. */
@@ -299,6 +324,8 @@ export class NodeSim {
     readonly seed: number,
     private readonly bugs: PlantedBugs = {},
     readonly persistent = false,
+    /** Every node's settings of the sharded type. */
+    private readonly settings: ShardingSettings = defaultSettings,
   ) {
     this.rand = new Prng(seed);
   }
@@ -394,7 +421,7 @@ export class NodeSim {
     node.membershipContext = { departureReady: (m) => departureReady(node.core, m) };
     this.nodes.set(port, node);
     this.note(`start ${node.name}`);
-    this.feed(node, { kind: "register", name: typeName, settings });
+    this.feed(node, { kind: "register", name: typeName, settings: this.settings });
     this.membershipChanged(node);
     const offset = this.rand.int(tickMs);
     this.atNode(node, offset, () => this.tick(node));
@@ -693,6 +720,15 @@ export class NodeSim {
         if (effect.kind === "refused") this.note(`${node.name} refused: ${effect.error.message}`);
         if (effect.kind === "refused") (effect.replyTo as SimReply | null)?.failAsk(effect.error);
         return;
+      case "shardMoveDecided": {
+        const d = effect.decision;
+        if (d.kind === "moving") this.operatorMovesStarted++;
+        this.note(
+          () =>
+            `${node.name} operator move of shard ${d.shard}: ${d.kind === "moving" ? `${d.from.address.port} -> ${d.to.address.port}` : d.reason}`,
+        );
+        return;
+      }
       case "ack":
         if (effect.error === null) (effect.replyTo as SimReply | null)?.ok();
         else (effect.replyTo as SimReply | null)?.failAsk(effect.error);
@@ -838,7 +874,7 @@ export class NodeSim {
       typeName,
       entity,
       shard,
-      settings.key,
+      this.settings.key,
       1,
       coordinator.toString(),
       null,
@@ -964,6 +1000,21 @@ export class NodeSim {
       );
     }
     this.committedEpochs.set(shard, { epoch, owner });
+  }
+
+  /** The operator asks `node` to move `shard` to `to` (or wherever its core picks); only a coordinator starts one. */
+  moveShard(node: SimNode, shard: number, to: SimNode | null): void {
+    if (!node.alive) return;
+    this.note(`operator asks ${node.name} to move shard ${shard}${to === null ? "" : ` to ${to.name}`}`);
+    this.onNode(
+      node,
+      () => {
+        if (node.core.types.has(typeName)) {
+          this.feed(node, { kind: "moveShard", type: typeName, shard, to: to?.self ?? null });
+        }
+      },
+      null,
+    );
   }
 
   leave(node: SimNode): void {
@@ -1188,6 +1239,7 @@ export class NodeSim {
       leaseLosses: leases.leaseLosses,
       virtualMs: this.now,
       afterHealMs: this.now - this.healedAt,
+      operatorMoves: this.operatorMovesStarted,
     };
   }
 
@@ -1237,7 +1289,12 @@ function entityOfShard(shard: number): string {
  * @throws SimFailure
  */
 export function runHistory(options: HistoryOptions): HistoryResult {
-  const sim = new NodeSim(options.seed, options.bugs, options.persistent ?? options.seed % 2 === 0);
+  const sim = new NodeSim(
+    options.seed,
+    options.bugs,
+    options.persistent ?? options.seed % 2 === 0,
+    options.operatorMoves === true ? operatorMoveSettings : defaultSettings,
+  );
   const rand = sim.rand;
   const faultMs = options.faultMs ?? 1_500;
   const ports = [2551, 2552, 2553];
@@ -1295,6 +1352,13 @@ export function runHistory(options: HistoryOptions): HistoryResult {
           sim.restart(b.port);
           break;
       }
+    }
+    if (options.operatorMoves === true && rand.chance(0.5) && nodes.length > 0) {
+      // Mostly to the node that believes it is the coordinator (the others refuse), sometimes to any node.
+      const coordinator = nodes.find((n) => n.core.view.elected?.equals(n.self) === true);
+      const asked = coordinator !== undefined && rand.chance(0.8) ? coordinator : nodes[rand.int(nodes.length)]!;
+      const to = rand.chance(0.5) ? nodes[rand.int(nodes.length)]! : null;
+      sim.moveShard(asked, rand.int(settings.shardCount), to);
     }
     sim.at(100 + rand.int(400), fault);
   };

@@ -41,6 +41,20 @@ export class AllocationPlanner {
   };
 
   /**
+   * The members a shard may be placed on now, sorted by address: Up, accepted by the strategy (its role filter, a
+   * valid weight), and during a rolling update only those of the newest version when there are any (the members
+   * {@link AllocationPlanner.reconcile} itself moves shards onto). An operator's move (coordinator/shard-move.ts) may
+   * only pick one of these.
+   */
+  hosts(members: readonly ShardingMember[]): ShardingMember[] {
+    const up = eligibleMembers(members).filter(this.canHost);
+    const roll = rollingUpdateOf(members, this.canHost);
+    if (roll === null) return up;
+    const newest = up.filter((m) => roll.newest.some((n) => n.uniqueAddress.equals(m.uniqueAddress)));
+    return newest.length > 0 ? newest : up;
+  }
+
+  /**
    * The desired plan for `members`; shards without an eligible owner are absent. During a rolling update (Up members
    * of two app versions) only the newest version's members are used, unless the strategy finds none of them
    * eligible (a role they lack), so a type never goes unplanned because of a version.

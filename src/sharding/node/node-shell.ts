@@ -1,5 +1,13 @@
-import { type ActorRef, type ActorSystem, askVia, type Cancellable, InvalidMessageError } from "../../actor/index.ts";
+import {
+  type ActorRef,
+  type ActorSystem,
+  askVia,
+  type Cancellable,
+  InvalidMessageError,
+  type UniqueAddress,
+} from "../../actor/index.ts";
 import { handoffTimeoutMs } from "../constants.ts";
+import type { ShardMoveDecision } from "../coordinator/shard-move.ts";
 import { asError, ShardHandoffInProgressError, ShardLeaseUnavailableError } from "../errors.ts";
 import { attachTyped, type PayloadCodec, typedOf } from "../internal/codec.ts";
 import { ShardingControlAck } from "../internal/messages.ts";
@@ -34,6 +42,8 @@ export class NodeShell {
   private current: NodeInput | null = null;
   private callerInput: NodeInput | null = null;
   private refusal: Error | null = null;
+  /** The answer of the `moveShard` input being run. */
+  private moveDecision: ShardMoveDecision | null = null;
   /** Spans around sharded calls and deliveries (ClusterSharding.useTracer), or null: nothing traced. */
   tracer: ShardingTracer | null = null;
 
@@ -92,6 +102,20 @@ export class NodeShell {
     const refusal = this.refusal;
     this.refusal = outerRefusal;
     if (refusal !== null) throw refusal;
+  }
+
+  /**
+   * Runs an operator's shard move and returns the core's decision (the handoff, when allowed, is under way).
+   * @throws Error when called from inside a step (an effect of this shell), where the decision cannot be waited for
+   */
+  moveShard(type: string, shard: number, to: UniqueAddress | null): ShardMoveDecision {
+    if (this.running) throw new Error("a shard move cannot be requested from inside a sharding step");
+    this.moveDecision = null;
+    this.run({ kind: "moveShard", type, shard, to });
+    const decision = this.moveDecision as ShardMoveDecision | null;
+    this.moveDecision = null;
+    if (decision === null) throw new Error("the sharding core did not answer the shard move");
+    return decision;
   }
 
   /**
@@ -272,6 +296,9 @@ export class NodeShell {
         return;
       case "stopSharding":
         this.stopRequested();
+        return;
+      case "shardMoveDecided":
+        this.moveDecision = effect.decision;
         return;
     }
   }
