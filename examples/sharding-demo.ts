@@ -202,13 +202,15 @@ async function runDemo(): Promise<boolean> {
       "under the next epoch (a lease the leaving node could not release frees up within the 3 s leaseDuration)",
   );
   const leaveStarted = Date.now();
-  const left = await leaving.request<{ stats: Status["stats"] }>({ type: "leave" }, 30_000);
+  // The node shuts down gracefully (system.shutdown(): leave, hand off, wait until removed, terminate) and exits.
+  const left = await leaving.request<{ stats: Status["stats"]; removed: boolean }>({ type: "leave" }, 40_000);
   say(
-    `${leaving.name} was removed after handing off, ${((Date.now() - leaveStarted) / 1000).toFixed(1)} s after it started ` +
+    `${leaving.name} ${left.removed ? "was removed after handing off" : "was NOT removed before its shutdown deadline"}, ` +
+      `${((Date.now() - leaveStarted) / 1000).toFixed(1)} s after it started ` +
       `leaving (its leases: acquired=${left.stats.leaseAcquisitions} ` +
       `renewed=${left.stats.leaseRenewals} lost=${left.stats.leaseLosses})`,
   );
-  leaving.tell({ type: "shutdown" });
+  await leaving.whenExited();
 
   await until(`every shard on ${staying.name}`, async () => {
     const s = await frontend.status();
@@ -301,7 +303,7 @@ async function runDemo(): Promise<boolean> {
   );
   for (const problem of problems) say(`  mismatch: ${problem}`);
   for (const error of verified.errors.slice(0, 3)) say(`  no answer: ${error}`);
-  const ok = verified.failed.length === 0 && wrong === 0 && lost === 0 && movedBad.length === 0;
+  const ok = verified.failed.length === 0 && wrong === 0 && lost === 0 && movedBad.length === 0 && left.removed;
   say(
     ok
       ? "OK: every order's event-sourced state survived the move intact, and every moved shard's epoch advanced"

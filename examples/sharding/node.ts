@@ -203,10 +203,15 @@ process.on("message", async (command: Command) => {
       reply(command, { type: "verified", parcels, failed, errors, retried, hosts });
       break;
     }
-    case "leave":
-      await cluster.leave();
-      reply(command, { type: "left", stats: sharding.stats });
+    case "leave": {
+      // Coordinated shutdown, as on SIGTERM in a pod: leave (the shards hand off and the leases are released), wait
+      // until removed, terminate; then the process exits.
+      const report = await system.shutdown({ deadline: 30_000, reason: "demo leave" });
+      reply(command, { type: "left", stats: sharding.stats, removed: report.removed });
+      await management.close();
+      process.exit(report.removed ? 0 : 1);
       break;
+    }
     case "shutdown":
       await management.close();
       await system.terminate();

@@ -109,12 +109,25 @@ async function downWhileAway(
   };
 }
 
+/**
+ * A graceful leave as Kubernetes does it: SIGTERM, on which the node shuts down (handleSigterm: leave, hand its shards
+ * off, release its leases, wait until removed, terminate) and exits 0 when it was removed in time.
+ */
 async function leaveAndRestart(ctx: FaultContext, slot: Slot): Promise<string> {
-  const left = await slot
-    .proc!.request({ type: "leave" }, 60_000)
-    .then(() => "left")
-    .catch((error: Error) => `leave failed (${error.message})`);
-  await slot.proc!.shutdown(30_000);
+  const proc = slot.proc!;
+  const started = ctx.now();
+  proc.process.kill("SIGTERM");
+  const exited = await Promise.race([proc.whenExited().then(() => true), sleep(60_000).then(() => false)]);
+  if (!exited) {
+    proc.process.kill("SIGKILL");
+    await proc.whenExited();
+  }
+  const code = proc.process.exitCode;
+  const left = !exited
+    ? "did NOT exit within 60 s of SIGTERM (killed)"
+    : code === 0
+      ? `left on SIGTERM and exited 0 after ${Math.round(ctx.now() - started)} ms`
+      : `exited ${code ?? proc.process.signalCode} after SIGTERM (not removed before its 30 s deadline)`;
   await ctx.cluster.start(slot);
   await ctx.startLoad(slot);
   return `${left}; restarted as ${slot.name}.${slot.incarnation}`;

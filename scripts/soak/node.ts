@@ -4,9 +4,8 @@
 // MOVIE_SOAK_DIAL_MAP (see dial-hook.ts). It runs the three soak entity types and, when told, client workers.
 import "./dial-hook.ts";
 import { join } from "node:path";
+import { type Cluster, handleSigterm } from "../../src/cluster/index.ts";
 import { ActorSystem, type Logger } from "../../src/index.ts";
-import "../../src/cluster/index.ts";
-import type { Cluster } from "../../src/cluster/index.ts";
 import { Database, DurableState, EventSourcing } from "../../src/persistence/index.ts";
 import {
   ClusterSharding,
@@ -79,8 +78,16 @@ const cluster: Cluster = await system.enableCluster({
   gossipInterval: 200,
   failureDetector: { heartbeatInterval: 200, heartbeatTimeout: 3_000 },
 });
+// The leave fault sends SIGTERM: coordinated shutdown (leave, hand off, leases released, wait until removed, then
+// terminate), what a pod gets from Kubernetes; the handler exits 0 when the node was removed in time, else 1.
+let sigterm = false;
+process.on("SIGTERM", () => {
+  sigterm = true;
+});
+handleSigterm(system, { deadline: 30_000 });
 // A node downed by its leader terminates its actor system (onDowned "terminate"); the process goes with it.
 void system.whenTerminated.then(() => {
+  if (sigterm) return;
   log.write({ time: now(), level: "info", message: "actor system terminated; exiting" });
   process.exit(0);
 });
@@ -113,7 +120,6 @@ type Command = { id?: number } & (
   | { type: "stop-load" }
   | { type: "status" }
   | { type: "down"; address: string }
-  | { type: "leave" }
   | { type: "read-final"; keys: KeySpace }
   | { type: "shutdown" }
 );
@@ -214,10 +220,6 @@ process.on("message", async (command: Command) => {
         break;
       case "down":
         reply(command, { type: "downed", accepted: cluster.down(command.address) });
-        break;
-      case "leave":
-        await cluster.leave();
-        reply(command, { type: "left" });
         break;
       case "read-final":
         reply(command, await readFinal(command.keys));

@@ -23,7 +23,7 @@ export type ShardMoveRefusal =
   | "HandoffInProgress"
   /** The named target owns the shard already. */
   | "AlreadyOwner"
-  /** The named target is not a member the shard may be placed on (Up, registered for the type, and allowed by the allocation strategy, such as its roles). */
+  /** The named target is not a member the shard may be placed on (Up, registered, accepted by the strategy). */
   | "IneligibleTarget"
   /** No member other than the owner may host the shard. */
   | "NoOtherHost"
