@@ -49,7 +49,9 @@ import { Prng } from "../fixtures/prng.ts";
 
 const typeName = "T";
 /** How many of the last events a failure report shows. */
-const traceLength = 25;
+const traceLength = Number(process.env.MOVIE_SIM_TRACE ?? 25);
+/** MOVIE_SIM_VERBOSE=1 also traces every forward, control send and processed message (with MOVIE_SIM_TRACE=2000). */
+const verbose = process.env.MOVIE_SIM_VERBOSE === "1";
 /** How many of the last control messages a replay fault chooses from. */
 const sentControlsKept = 32;
 const tickMs = 80;
@@ -491,7 +493,7 @@ export class NodeSim {
       case "envelope":
         this.feed(target, {
           kind: "envelope",
-          delivery: { envelope: wire.envelope, sender: null },
+          delivery: { envelope: wire.envelope, sender: null, origin: from.self },
           origin: from.self,
         });
         return;
@@ -557,6 +559,11 @@ export class NodeSim {
     switch (effect.kind) {
       case "forward": {
         const call = callOf(effect.envelope);
+        if (verbose)
+          this.note(
+            () =>
+              `${node.name} forwards ${call} ${JSON.stringify(this.calls.get(call))} hop ${effect.envelope.hopCount} via ${effect.envelope.coordinator} to ${effect.to.address.port}`,
+          );
         this.send(node, effect.to.address.port ?? -1, effect.to.uid, {
           kind: "envelope",
           envelope: effect.envelope,
@@ -565,6 +572,11 @@ export class NodeSim {
         return;
       }
       case "send":
+        if (verbose)
+          this.note(
+            () =>
+              `${node.name} sends ${effect.message.constructor.name} ${JSON.stringify(effect.message).slice(0, 200)} to ${effect.to.address.port}`,
+          );
         this.sendControl(node, effect.to, { kind: "control", message: effect.message, ask: null });
         return;
       case "ask": {
@@ -689,6 +701,7 @@ export class NodeSim {
       );
     }
     this.processed.set(key, message.seq);
+    if (verbose) this.note(`${node.name} processes ${message.call} ${key} seq ${message.seq}`);
     this.settleCall(message.call, "delivered");
     return "delivered";
   }

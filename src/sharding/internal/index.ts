@@ -9,6 +9,8 @@ export { AllocationPlanner, type ReconcileResult } from "./allocation-planner.ts
 export { inProcessCodec, type PayloadCodec, RegistryCodec, registerShardingWireTypes } from "./codec.ts";
 export { acceptingCoordinator, type ElectionSnapshot, electCoordinator, routingCoordinator } from "./election.ts";
 export {
+  CoordinatorFlush,
+  CoordinatorFlushed,
   PassivateShard,
   PlanRequest,
   PlanSnapshot,
