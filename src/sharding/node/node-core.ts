@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import { type ActorRef, Histogram, latencyBucketsSeconds, UniqueAddress } from "../../actor/index.ts";
 import type { ShardingMember } from "../allocation/strategy.ts";
 import {
+  coordinatorFlushGraceMs,
   coordinatorFlushRetryMs,
   idleSweepHalvingFloorMs,
   leaseRetryIntervalMs,
@@ -89,6 +90,8 @@ export interface CoordinatorFlushState {
   readonly token: number;
   readonly via: UniqueAddress;
   readonly target: UniqueAddress;
+  /** When the first marker of this change went out (resends keep it): bounds the wait once `via` left the view. */
+  readonly sinceMs: number;
 }
 
 /** Who waits for a local drain or prepare of a shard: a remote coordinator's ask, or a handoff this node drives. */
@@ -1085,7 +1088,11 @@ class Step {
     if (error !== null) {
       this.log(
         "warn",
-        { type: t.name, expired: expired.length, error: error.message },
+        {
+          type: t.name,
+          expired: expired.length,
+          error: error.message,
+        },
         "sharding deliveries waited for a coordinator past their deadline and were rejected",
       );
     }
@@ -1136,30 +1143,67 @@ class Step {
   private flushing(t: TypeState, coordinator: UniqueAddress): boolean {
     const via = t.via;
     if (t.flush === null && (via === null || via === coordinator || via.equals(coordinator))) return false;
-    if (via === null || this.gone(via)) {
+    const status = via === null ? "Down" : this.statusOf(via);
+    // Down: what it held is lost. Removed (a graceful leave may skip this node's view of Leaving and Exiting, and the
+    // process may still run a moment): its answer is waited for a bounded time, then it counts as gone too.
+    const graceOver = t.flush !== null && this.nowMs - t.flush.sinceMs >= coordinatorFlushGraceMs;
+    if (via === null || status === "Down" || (status === "Removed" && graceOver)) {
+      if (t.flush !== null) {
+        this.log(
+          "warn",
+          { type: t.name, via: via?.toString() ?? null, status, target: coordinator.toString() },
+          "sharding flush of a coordinator change ended without an answer: what the old coordinator held is lost",
+        );
+      }
       t.flush = null;
       t.via = null;
       return false;
     }
-    if (t.flush === null || !t.flush.target.equals(coordinator)) this.startFlush(t, via, coordinator);
+    if (t.flush === null || !t.flush.target.equals(coordinator)) this.startFlush(t, via, coordinator, this.nowMs);
     return true;
   }
 
-  /** Whether `node` is no longer a member that could relay anything: Down, or gone from this node's view. */
-  private gone(node: UniqueAddress): boolean {
-    if (node.equals(this.self)) return false;
-    const member = this.s.view.snapshot.members.find((m) => m.uniqueAddress.equals(node));
-    return member === undefined || member.status === "Down" || member.status === "Removed";
+  /** `node`'s status in this node's view: "Removed" when it is no longer listed. */
+  private statusOf(node: UniqueAddress): string {
+    if (node.equals(this.self)) return "Up";
+    return this.s.view.snapshot.members.find((m) => m.uniqueAddress.equals(node))?.status ?? "Removed";
   }
 
-  /** Sends the marker of a new flush (a new token: answers to an older one are stale) to `via`, and arms its retry. */
-  private startFlush(t: TypeState, via: UniqueAddress, target: UniqueAddress): void {
+  /** Sends the marker of a new flush (a new token: answers to an older one are stale) to `via`, and arms its resend. */
+  private startFlush(t: TypeState, via: UniqueAddress, target: UniqueAddress, sinceMs: number): void {
     const token = this.s.nextToken++;
-    t.flush = { token, via, target };
+    if (t.flush === null || !t.flush.target.equals(target)) {
+      this.log(
+        "info",
+        { type: t.name, via: via.toString(), target: target.toString() },
+        "sharding coordinator changed: callers wait for the flush of what went to the old one",
+      );
+    }
+    t.flush = { token, via, target, sinceMs };
     this.schedule(coordinatorFlushRetryMs, { kind: "flushRetry", type: t.name, token });
     const marker = new CoordinatorFlush(t.name, t.settings.key, this.self.toString(), target.toString(), token);
     if (via.equals(this.self)) this.onFlushMarker(t, marker, null);
     else this.send(t, via, marker);
+  }
+
+  /**
+   * The resend of an unanswered marker (lost with a dropped connection, or its answer was). Not to a node that left
+   * the view: a late relay from it could land behind what this node sends once the grace is over, so the wait there
+   * ends (flushing) instead; the timer keeps the check running while nothing else arrives.
+   */
+  private onFlushRetry(t: TypeState, token: number): void {
+    const flush = t.flush;
+    if (flush?.token !== token) return;
+    const status = this.statusOf(flush.via);
+    if (status === "Removed" || status === "Down") {
+      const coordinator = this.s.view.routing;
+      // Still waiting (the grace is not over): check again later; the token stands, so a late answer still counts.
+      if (coordinator !== null && this.flushing(t, coordinator) && t.flush === flush) {
+        this.schedule(coordinatorFlushRetryMs, { kind: "flushRetry", type: t.name, token });
+      }
+      return;
+    }
+    this.startFlush(t, flush.via, flush.target, flush.sinceMs);
   }
 
   /**
@@ -1197,6 +1241,11 @@ class Step {
     }
     const own = caller.equals(this.self);
     const mine = t.heldForwarded.take((h) => (own ? h.origin === null : h.origin?.equals(caller) === true));
+    this.log(
+      "info",
+      { type: t.name, caller: caller.toString(), target: target.toString(), relayed: mine.length },
+      "sharding flush marker relayed to the new coordinator",
+    );
     this.relayHeld(t, mine, target);
     this.send(t, target, marker);
   }
@@ -1732,7 +1781,7 @@ class Step {
         this.onHeldSweep(t, timer.id);
         return;
       case "flushRetry":
-        if (t.flush?.token === timer.token) this.startFlush(t, t.flush.via, t.flush.target);
+        this.onFlushRetry(t, timer.token);
         return;
       case "idleSweep":
         if (t.settings.idleTimeout !== null) {

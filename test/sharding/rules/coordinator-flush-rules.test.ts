@@ -211,9 +211,26 @@ test("an envelope relayed once is not relayed again: at a node whose view elects
   assert.equal(rejects(forged).length, 1);
 });
 
-test("when the old coordinator is gone (Down or removed) the caller releases its held deliveries at once", () => {
+test("when the old coordinator is Down the caller releases its held deliveries at once", () => {
   const { n, held } = callerAfterChange();
-  const released = n.feed({ kind: "membershipChanged", snapshot: view(c, [member(b), member(c)]) }, 30);
+  const down = view(c, [member(a, "Down"), member(b), member(c)]);
+  const released = n.feed({ kind: "membershipChanged", snapshot: down }, 30);
+  assert.deepEqual(
+    forwards(released).map((f) => [f.to, f.d]),
+    held.map((d) => [b.toString(), d]),
+  );
+});
+
+test("when the old coordinator left the view the caller waits for its answer a bounded time, then releases", () => {
+  const { n, held, effects } = callerAfterChange();
+  const removed = view(c, [member(b), member(c)]);
+  assert.deepEqual(forwards(n.feed({ kind: "membershipChanged", snapshot: removed }, 30)), [], "it may still relay");
+  const retry = effects.flatMap((e) => (e.kind === "schedule" && e.timer.kind === "flushRetry" ? [e.timer] : []));
+  const waiting = n.feed({ kind: "timer", timer: retry[0]! }, 320);
+  assert.deepEqual(markers(waiting), [], "no marker resent to a node that left: a late relay could overtake");
+  const next = waiting.flatMap((e) => (e.kind === "schedule" && e.timer.kind === "flushRetry" ? [e.timer] : []));
+  assert.equal(next.length, 1, "checked again later");
+  const released = n.feed({ kind: "timer", timer: next[0]! }, 20 + 1_000);
   assert.deepEqual(
     forwards(released).map((f) => [f.to, f.d]),
     held.map((d) => [b.toString(), d]),
