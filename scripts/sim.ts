@@ -16,17 +16,24 @@ function option(name: string, fallback: number): number {
 const seeds = option("seeds", 1_000);
 const from = option("from", 1);
 const liveness = process.argv.includes("--liveness");
+const coordinatorChurn = process.argv.includes("--churn");
 const started = performance.now();
 const cpuStarted = process.cpuUsage();
 let lastPrint = started;
 let delivered = 0;
 let handoffs = 0;
+let relayed = 0;
+let relayedDelivered = 0;
+let flushes = 0;
 const notLive: number[] = [];
 for (let seed = from; seed < from + seeds; seed++) {
   try {
-    const result = runHistory({ seed, liveness });
+    const result = runHistory({ seed, liveness, coordinatorChurn });
     delivered += result.delivered;
     handoffs += result.handoffs;
+    relayed += result.relayed;
+    relayedDelivered += result.relayedDelivered;
+    flushes += result.flushes;
     if (result.liveness !== null && result.liveness !== undefined) notLive.push(seed);
   } catch (error) {
     console.error(error instanceof SimFailure ? error.message : error);
@@ -48,6 +55,9 @@ console.table({
   cpuMsPerHistory: Number(((cpu.user + cpu.system) / 1000 / seeds).toFixed(1)),
   delivered,
   handoffs,
+  flushesAnswered: flushes,
+  relayedByOldCoordinator: relayed,
+  relayedThenDelivered: relayedDelivered,
   notLiveAfterHealing: notLive.length,
 });
 if (notLive.length > 0) console.log(`seeds not live after healing: ${notLive.slice(0, 50).join(", ")}`);

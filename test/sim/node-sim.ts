@@ -32,7 +32,7 @@ import type { ClusterMessage } from "../../src/cluster/messages.ts";
 import type { ClusterSnapshot } from "../../src/cluster/snapshot.ts";
 import { LeastLoadedAllocation, RateLimitedRebalance, ShardingSettings } from "../../src/sharding/index.ts";
 import { attachTyped, typedOf } from "../../src/sharding/internal/codec.ts";
-import { ShardingEnvelope } from "../../src/sharding/internal/index.ts";
+import { CoordinatorFlushed, ShardingEnvelope } from "../../src/sharding/internal/index.ts";
 import type { AttemptOutcome } from "../../src/sharding/internal/retry-barrier.ts";
 import {
   type ControlMessage,
@@ -146,6 +146,13 @@ export interface HistoryOptions {
   readonly faultMs?: number;
   /** Throw when liveness fails after healing (default: report it in the result). */
   readonly liveness?: boolean;
+  /**
+   * Coordinator churn (default false; `npm run sim -- --churn`): once between 800 and 1,300 ms, and again 400–1,000 ms later with probability
+   * 1/2 (and so on), the coordinator leaves or a node with a lower address than every member joins and takes over,
+   * while clients keep sending: coordinator changes with messages in flight (docs/protocol.md §8.7). Drawn from a
+   * random stream of its own.
+   */
+  readonly coordinatorChurn?: boolean;
 }
 
 export interface HistoryResult {
@@ -153,6 +160,13 @@ export interface HistoryResult {
   readonly rejected: number;
   readonly lost: number;
   readonly handoffs: number;
+  /**
+   * Coordinator changes with messages in flight (docs/protocol.md §8.7): envelopes a stepped-down coordinator relayed
+   * to the new one, how many of them were delivered, and flushes answered (a caller released to the new coordinator).
+   */
+  readonly relayed: number;
+  readonly relayedDelivered: number;
+  readonly flushes: number;
   readonly maxGeneration: number;
   readonly steps: number;
   /** Virtual ms the history ran, and how many of them came after healing. */
@@ -241,6 +255,9 @@ export class NodeSim {
   private nextCall = 1;
   private nextAsk = 1;
   private handoffsDone = 0;
+  /** Calls a stepped-down coordinator relayed to the new one, and flush answers received. */
+  private readonly relayedCalls = new Set<number>();
+  private flushes = 0;
   private maxGeneration = 0;
   private healed = false;
   private healedAt = 0;
@@ -500,6 +517,7 @@ export class NodeSim {
       case "control": {
         const ask = wire.ask;
         const replyTo = ask === null ? null : replyRef(ask, target, from, this);
+        if (wire.message instanceof CoordinatorFlushed) this.flushes++;
         this.feed(target, { kind: "control", message: wire.message, replyTo, origin: from.self });
         return;
       }
@@ -559,6 +577,7 @@ export class NodeSim {
     switch (effect.kind) {
       case "forward": {
         const call = callOf(effect.envelope);
+        if (effect.envelope.hopCount === 0 && effect.envelope.coordinator !== null) this.relayedCalls.add(call);
         if (verbose)
           this.note(
             () =>
@@ -928,6 +947,11 @@ export class NodeSim {
       const settled = (n: SimNode): boolean =>
         n.view.converged && n.view.unreachable.length === 0 && n.view.members.every((m) => m.status === "Up");
       if (!nodes.every(settled)) return "membership";
+      // A crashed member not yet seen unreachable (heartbeat timeout) is not a live cluster: wait for the operator.
+      const liveNames = new Set(nodes.map((n) => n.self.toString()));
+      if (!nodes.every((n) => n.view.members.every((m) => liveNames.has(m.uniqueAddress.toString())))) {
+        return "a dead member";
+      }
       return null;
     };
     while (this.now < deadline && agreed() !== null) {
@@ -995,11 +1019,16 @@ export class NodeSim {
       else rejected++;
     }
     for (const n of this.nodes.values()) this.handoffsDone += n.core.counters.handoffShards;
+    let relayedDelivered = 0;
+    for (const call of this.relayedCalls) if (this.outcomes.get(call) === "delivered") relayedDelivered++;
     return {
       delivered,
       rejected,
       lost,
       handoffs: this.handoffsDone,
+      relayed: this.relayedCalls.size,
+      relayedDelivered,
+      flushes: this.flushes,
       maxGeneration: this.maxGeneration,
       steps: this.steps,
       virtualMs: this.now,
@@ -1115,6 +1144,22 @@ export function runHistory(options: HistoryOptions): HistoryResult {
     sim.at(100 + rand.int(400), fault);
   };
   sim.at(700, fault);
+  if (options.coordinatorChurn ?? false) {
+    const churnRand = new Prng(options.seed + 1_000_003);
+    let lowPort = 2550;
+    const churn = (): void => {
+      if (sim.isHealed) return;
+      const nodes = sim.alive;
+      const coordinator = nodes.reduce<SimNode | null>(
+        (low, n) => (low === null || UniqueAddress.compare(n.self, low.self) < 0 ? n : low),
+        null,
+      );
+      if (coordinator !== null && nodes.length > 2 && churnRand.chance(0.5)) sim.leave(coordinator);
+      else if (coordinator !== null) sim.start(lowPort--, [coordinator.port]);
+      if (churnRand.chance(0.5)) sim.at(400 + churnRand.int(600), churn);
+    };
+    sim.at(800 + churnRand.int(500), churn);
+  }
   sim.runUntil(700 + faultMs);
   sim.heal();
   // Restart-with-new-uid happens as a join of a fresh node; crashed ones are downed in the liveness phase.
@@ -1128,6 +1173,9 @@ export function runHistory(options: HistoryOptions): HistoryResult {
     live = error.message;
     sim.runUntil(sim.now + 1_000);
   }
+  // Messages still on the wire when the last probe settled (a link delivers within 8 ms, FIFO) land first: the
+  // accounting counts what nodes hold, not what the network carries.
+  sim.runUntil(sim.now + 100);
   sim.checkAccounting();
   return { ...sim.result(), liveness: live };
 }
