@@ -132,6 +132,14 @@ export class ProjectionRunner {
    * Validates the definition and starts the projection from its checkpoint.
    * @throws InvalidPersistenceRequestError for a malformed definition
    */
+  /**
+   * Checks a definition as start() does, without starting it.
+   * @throws InvalidPersistenceRequestError naming the field
+   */
+  static check(definition: Projection): void {
+    checkDefinition(definition);
+  }
+
   static start(
     definition: Projection,
     store: PersistenceStore,

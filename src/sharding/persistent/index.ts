@@ -1,7 +1,7 @@
 /**
  * Persistent sharded entities (event-sourced and durable-state) fenced by PostgreSQL shard leases. A module of its
  * own so that ordinary sharding never loads persistence code. Importing it adds `sharding.initEventSourced` and
- * `sharding.initDurableState` to ClusterSharding.
+ * `sharding.initDurableState` and `sharding.initProjection` to ClusterSharding.
  */
 import "./sharding-methods.ts";
 
@@ -11,3 +11,9 @@ export {
   type PersistentKind,
   type PersistentProviderOptions,
 } from "./persistent-provider.ts";
+export {
+  initProjection,
+  KeepProjectionRunning,
+  type ShardedProjection,
+  type ShardedProjectionOptions,
+} from "./sharded-projection.ts";

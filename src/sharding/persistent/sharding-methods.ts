@@ -1,12 +1,14 @@
 /**
- * `sharding.initEventSourced(...)` and `sharding.initDurableState(...)`, added to ClusterSharding by importing
+ * `sharding.initEventSourced(...)`, `sharding.initDurableState(...)` and `sharding.initProjection(...)`, added to ClusterSharding by importing
  * `movie/sharding/persistent` (as `movie/remote` adds `system.enableRemoting`), so ordinary sharding loads no
  * persistence code and persistent entities are still initialised with a method like every other type.
  */
 import type { EntityType } from "../../persistence/entity-type.ts";
+import type { Projection } from "../../persistence/projection.ts";
 import { ClusterSharding } from "../cluster-sharding.ts";
 import type { ShardedEntityType } from "../entity-ref.ts";
 import { initPersistent, type PersistentShardingOptions } from "./init-persistent.ts";
+import { initProjection, type ShardedProjection, type ShardedProjectionOptions } from "./sharded-projection.ts";
 
 declare module "../cluster-sharding.ts" {
   interface ClusterSharding {
@@ -25,6 +27,15 @@ declare module "../cluster-sharding.ts" {
      * @throws ClusterShardingConfigurationError, UnknownSettingError as {@link ClusterSharding.initEventSourced}
      */
     initDurableState<T>(entityType: EntityType<T>, options?: PersistentShardingOptions): ShardedEntityType<T>;
+    /**
+     * Runs the projection `definition` in the cluster, owned by one node at a time through sharding and its shard
+     * lease, which fences its checkpoint writes (see sharded-projection.ts). Call it on every node that may own it.
+     * Added by importing `movie/sharding/persistent`.
+     * @throws ClusterShardingConfigurationError as {@link ClusterSharding.initEventSourced}, or for a bad
+     *   keepAliveIntervalMs
+     * @throws InvalidPersistenceRequestError for a malformed definition
+     */
+    initProjection(definition: Projection, options?: ShardedProjectionOptions): ShardedProjection;
   }
 }
 
@@ -42,4 +53,12 @@ ClusterSharding.prototype.initDurableState = function initDurableState<T>(
   options: PersistentShardingOptions = {},
 ): ShardedEntityType<T> {
   return initPersistent(this, entityType, options, "durable-state");
+};
+
+ClusterSharding.prototype.initProjection = function initShardedProjection(
+  this: ClusterSharding,
+  definition: Projection,
+  options: ShardedProjectionOptions = {},
+): ShardedProjection {
+  return initProjection(this, definition, options);
 };
