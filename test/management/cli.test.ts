@@ -2,6 +2,7 @@
 // as its own process per command, checking output, --json and exit codes, good input and bad.
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
+import { createServer } from "node:net";
 import { after, before, test } from "node:test";
 import { fileURLToPath } from "node:url";
 import pg from "pg";
@@ -64,6 +65,19 @@ async function inProcess(args: readonly string[], env: Record<string, string> = 
 }
 
 const url = (i: number): string => nodes[i]!.ready.url;
+
+/** The first port above `floor` that a loopback listener can bind (closed again before it is returned). */
+async function freePortAbove(floor: number): Promise<number> {
+  for (let port = floor + 1; port < 65_536; port++) {
+    const bound = await new Promise<boolean>((resolve) => {
+      const server = createServer();
+      server.once("error", () => resolve(false));
+      server.listen(port, "127.0.0.1", () => server.close(() => resolve(true)));
+    });
+    if (bound) return port;
+  }
+  throw new Error(`no free loopback port above ${floor}`);
+}
 const json = (run: Run): Record<string, unknown> => {
   try {
     return JSON.parse(run.stdout) as Record<string, unknown>;
@@ -300,7 +314,13 @@ test("rebalance moves a shard through the coordinator: --wait follows it, --to n
 });
 
 test("down marks a member Down through the leader (exit 0), and is refused by a node that is not the leader", async () => {
-  const fourth = await startOpsNode("n4", nodes[0]!.ready.hostPort, { MOVIE_OPS_TOKEN: token });
+  // The fourth node must not become the leader (the lowest address): the test downs it through the leader, and the
+  // leader is looked up among the three. Give it a free port above theirs.
+  const port = await freePortAbove(Math.max(...nodes.map((n) => Number(n.ready.hostPort.split(":").at(-1)))));
+  const fourth = await startOpsNode("n4", nodes[0]!.ready.hostPort, {
+    MOVIE_OPS_TOKEN: token,
+    MOVIE_OPS_PORT: `${port}`,
+  });
   extra.push(fourth);
   const members = async (i: number) =>
     json(await inProcess(["members", "--json", "--url", url(i)])) as {
@@ -310,11 +330,12 @@ test("down marks a member Down through the leader (exit 0), and is refused by a 
   let seen: unknown = null;
   await eventually(
     async () => {
-      const m = await members(0);
-      seen = m;
-      return m.members.length === 4 && m.members.every((x) => x.status === "Up");
+      // Every node's view, not one: a node that has not seen the fourth yet answers 404 UnknownMember.
+      const views = await Promise.all(nodes.map((_, i) => members(i)));
+      seen = views[0];
+      return views.every((m) => m.members.length === 4 && m.members.every((x) => x.status === "Up"));
     },
-    { what: "the fourth node Up", describe: () => seen, timeoutMs: 60_000, intervalMs: 200 },
+    { what: "the fourth node Up in every view", describe: () => seen, timeoutMs: 60_000, intervalMs: 200 },
   );
   const leader = nodes.findIndex((n) => n.ready.address === (seen as { leader: string }).leader);
   const notLeader = nodes.findIndex((_, i) => i !== leader);
