@@ -5,7 +5,8 @@ import assert from "node:assert/strict";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import { after, before, test } from "node:test";
-import { exitCodes, runCli } from "../../src/management/cli.ts";
+import { exitCodes } from "../../src/management/cli.ts";
+import { type CliRun, runCliInProcess } from "./fixtures/run-cli.ts";
 
 const member = "movie.tcp://ops@127.0.0.1:2553#stuck";
 const other = "movie.tcp://ops@127.0.0.1:2551#other";
@@ -51,21 +52,8 @@ before(async () => {
 });
 after(() => new Promise<void>((resolve) => server.close(() => resolve())));
 
-async function cli(args: readonly string[]): Promise<{ code: number; stdout: string; stderr: string }> {
-  let stdout = "";
-  let stderr = "";
-  const code = await runCli(args, {
-    stdout: (t) => {
-      stdout += t;
-    },
-    stderr: (t) => {
-      stderr += t;
-    },
-    env: { MOVIE_MANAGEMENT_TOKEN: "stub-token-0123456789" },
-    isTTY: false,
-  });
-  return { code, stdout, stderr };
-}
+const cli = (args: readonly string[]): Promise<CliRun> =>
+  runCliInProcess(args, { MOVIE_MANAGEMENT_TOKEN: "stub-token-0123456789" });
 
 test("leave --wait exits 4 when the member is not removed in time, after one progress line", async () => {
   const run = await cli(["leave", "127.0.0.1:2553", "--wait", "--timeout", "600", "--url", url]);

@@ -6,11 +6,11 @@ import { createServer } from "node:net";
 import { after, before, test } from "node:test";
 import { fileURLToPath } from "node:url";
 import pg from "pg";
-import { runCli } from "../../src/management/cli.ts";
 import { StableHashPartitioner } from "../../src/sharding/index.ts";
 import { eventually } from "../fixtures/eventually.ts";
 import { postgresTestUrl, uniqueSchema } from "../persistence/pg-fixture.ts";
 import { type OpsNode, startOpsCluster, startOpsNode, stopOpsCluster } from "./fixtures/ops-cluster.ts";
+import { runCliInProcess } from "./fixtures/run-cli.ts";
 
 const token = "cli-test-token-0123456789abcdef";
 const bin = fileURLToPath(new URL("../../bin/movie.ts", import.meta.url));
@@ -48,21 +48,8 @@ function movie(args: readonly string[], env: NodeJS.ProcessEnv = {}): Promise<Ru
  * and the file must finish within the runner's 120 s on a loaded machine. The commands whose process behaviour
  * matters (exit codes, status, leave --wait, migrate --apply, an unreachable endpoint) run as real processes.
  */
-async function inProcess(args: readonly string[], env: Record<string, string> = {}): Promise<Run> {
-  let stdout = "";
-  let stderr = "";
-  const code = await runCli(args, {
-    stdout: (t) => {
-      stdout += t;
-    },
-    stderr: (t) => {
-      stderr += t;
-    },
-    env,
-    isTTY: false,
-  });
-  return { code, stdout, stderr };
-}
+const inProcess = (args: readonly string[], env: Record<string, string> = {}): Promise<Run> =>
+  runCliInProcess(args, env);
 
 const url = (i: number): string => nodes[i]!.ready.url;
 

@@ -129,11 +129,23 @@ test("parsed back, every family has help and a type, and the values are the node
   assert.equal(value("movie_sharding_shards", { type: weird }), 4);
   assert.equal(value("movie_sharding_shards", { type: "Order" }), 8);
   assert.equal(value("movie_sharding_allocated_shards", { type: "Tally" }), 4);
-  const tally = node.sharding.inspect("Tally");
-  assert.equal(
-    value("movie_sharding_leases_held", { type: "Tally" }),
-    (tally.leases ?? []).filter((l) => l.phase === "held").length,
+  // Leases change while the node runs (acquired on first use, released, re-acquired): compare the gauge with the
+  // inspection around a scrape during which the count held still.
+  const held = () => (node.sharding.inspect("Tally").leases ?? []).filter((l) => l.phase === "held").length;
+  let seen: { before: number; scraped: number; after: number } | null = null;
+  await eventually(
+    async () => {
+      const before = held();
+      const scrape = parsePrometheusTextFormat((await rawGet(server.address.port, "/metrics")).body);
+      const family = scrape.find((f) => f.name === "movie_sharding_leases_held");
+      const metric = family?.metrics.find((m) => m.labels?.type === "Tally");
+      seen = { before, scraped: Number(metric?.value), after: held() };
+      return seen.before === seen.after;
+    },
+    { what: "a scrape while the Tally lease count held still", describe: () => seen },
   );
+  const still = seen as unknown as { before: number; scraped: number };
+  assert.equal(still.scraped, still.before, "movie_sharding_leases_held is the node's count of held leases");
   assert.equal(value("movie_sharding_malformed_envelopes_total", { reason: "payload" }), 0);
   // Remoting, cluster, persistence.
   assert.ok(value("movie_remote_frames_received_total") > 0);

@@ -15,7 +15,14 @@ import {
 import { eventually } from "../../fixtures/eventually.ts";
 import { freshPostgresStore, rawClient } from "../../persistence/pg-fixture.ts";
 import { FakeCluster, type Node } from "../fixtures/fake-cluster.ts";
-import { OrderAck, outboxOrderMessages, PlaceOrder, Reserved, startOutboxOrderNode } from "./fixtures/outbox-orders.ts";
+import {
+  assertOneReservationPerOrder,
+  OrderAck,
+  outboxOrderMessages,
+  PlaceOrder,
+  Reserved,
+  startOutboxOrderNode,
+} from "./fixtures/outbox-orders.ts";
 
 const cluster = new FakeCluster(outboxOrderMessages);
 const pg = await freshPostgresStore("outbox_handoff");
@@ -174,25 +181,5 @@ test("orders reserve stock exactly once while every Order and Stock shard is han
     parked: 0,
     delivered: 2 * placed.size, // a reservation per order, and an audit record per reservation
   });
-  // Exactly one reservation event per placed order, of its quantity, in its SKU's stock journal.
-  const raw = await rawClient(pg.url, pg.schema);
-  try {
-    const rows = await raw.query(
-      "SELECT persistence_id, payload FROM event_journal WHERE persistence_id LIKE 'Stock:%'",
-    );
-    const reservations = new Map<string, number>();
-    for (const r of rows.rows) {
-      const event = JSON.parse(r.payload) as { order: string; quantity: number };
-      const expected = placed.get(event.order);
-      assert.ok(expected !== undefined, `a reservation for an order never placed: ${r.payload}`);
-      assert.equal(r.persistence_id, `Stock:${expected.sku}`);
-      assert.equal(event.quantity, expected.quantity);
-      reservations.set(event.order, (reservations.get(event.order) ?? 0) + 1);
-    }
-    const twice = [...reservations].filter(([, n]) => n !== 1);
-    assert.deepEqual(twice, [], "no order reserved twice");
-    assert.equal(reservations.size, placed.size, "every placed order reserved");
-  } finally {
-    await raw.end();
-  }
+  await assertOneReservationPerOrder(pg, placed);
 });

@@ -16,6 +16,7 @@ import { ClusterSharding } from "../../../src/sharding/index.ts";
 import { eventually } from "../../fixtures/eventually.ts";
 import { freshPostgresStore, rawClient } from "../../persistence/pg-fixture.ts";
 import {
+  assertOneReservationPerOrder,
   OrderAck,
   outboxKillSettings,
   PlaceOrder,
@@ -199,27 +200,5 @@ test("kill -9 of the node owning senders, receivers and a dispatcher: every plac
   }
   assert.deepEqual(await pg.store.parkedOutbox(10), [], "nothing parked");
   assert.deepEqual(await pg.store.outboxCounts(), { pending: 0, parked: 0, delivered: 2 * placed.size });
-  const raw = await rawClient(pg.url, pg.schema);
-  try {
-    const rows = await raw.query(
-      "SELECT persistence_id, payload FROM event_journal WHERE persistence_id LIKE 'Stock:%'",
-    );
-    const reservations = new Map<string, number>();
-    for (const r of rows.rows) {
-      const event = JSON.parse(r.payload) as { order: string; quantity: number };
-      const expected = placed.get(event.order);
-      assert.ok(expected !== undefined, `a reservation for an order never acknowledged: ${r.payload}`);
-      assert.equal(r.persistence_id, `Stock:${expected.sku}`);
-      assert.equal(event.quantity, expected.quantity);
-      reservations.set(event.order, (reservations.get(event.order) ?? 0) + 1);
-    }
-    assert.deepEqual(
-      [...reservations].filter(([, n]) => n !== 1),
-      [],
-      "no order reserved twice",
-    );
-    assert.equal(reservations.size, placed.size, "every placed order reserved");
-  } finally {
-    await raw.end();
-  }
+  await assertOneReservationPerOrder(pg, placed);
 });
