@@ -2,12 +2,12 @@
 // as its own process per command, checking output, --json and exit codes, good input and bad.
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
-import { createServer } from "node:net";
 import { after, before, test } from "node:test";
 import { fileURLToPath } from "node:url";
 import pg from "pg";
 import { StableHashPartitioner } from "../../src/sharding/index.ts";
 import { eventually } from "../fixtures/eventually.ts";
+import { freePortAbove } from "../fixtures/free-port.ts";
 import { postgresTestUrl, uniqueSchema } from "../persistence/pg-fixture.ts";
 import { type OpsNode, startOpsCluster, startOpsNode, stopOpsCluster } from "./fixtures/ops-cluster.ts";
 import { runCliInProcess } from "./fixtures/run-cli.ts";
@@ -54,17 +54,6 @@ const inProcess = (args: readonly string[], env: Record<string, string> = {}): P
 const url = (i: number): string => nodes[i]!.ready.url;
 
 /** The first port above `floor` that a loopback listener can bind (closed again before it is returned). */
-async function freePortAbove(floor: number): Promise<number> {
-  for (let port = floor + 1; port < 65_536; port++) {
-    const bound = await new Promise<boolean>((resolve) => {
-      const server = createServer();
-      server.once("error", () => resolve(false));
-      server.listen(port, "127.0.0.1", () => server.close(() => resolve(true)));
-    });
-    if (bound) return port;
-  }
-  throw new Error(`no free loopback port above ${floor}`);
-}
 const json = (run: Run): Record<string, unknown> => {
   try {
     return JSON.parse(run.stdout) as Record<string, unknown>;

@@ -9,6 +9,7 @@ import {
   startManagement,
 } from "../../src/management/index.ts";
 import { eventually } from "../fixtures/eventually.ts";
+import { freePortAbove } from "../fixtures/free-port.ts";
 import { DeliverOrder, OrderBehavior, OrderCommand } from "../sharding/fixtures/order.ts";
 import {
   describeNodes,
@@ -447,9 +448,13 @@ test("POST rebalance moves one shard through the coordinator's handoff, to the l
 });
 
 test("POST down with the token on the leader marks a member Down, and it is removed; the action is logged", async () => {
-  const extra = await startShardingNode(nodes[0]!.port, { logger: log });
+  // Above every other port: the leader (lowest address) stays one of the three whose servers this test has.
+  const extra = await startShardingNode(nodes[0]!.port, {
+    logger: log,
+    port: await freePortAbove(Math.max(...nodes.map((n) => n.port))),
+  });
   try {
-    await eventually(() => nodes.every((n) => settled(n, 4)), { what: "a fourth member Up everywhere" });
+    await eventually(() => [...nodes, extra].every((n) => settled(n, 4)), { what: "a fourth member Up everywhere" });
     const leader = nodes.findIndex((n) => n.cluster.isLeader);
     // The leader's own server when it has a token, else one started for this test.
     const server = leader === 1 ? await startManagement(nodes[1]!.system, { port: 0, token }) : servers[leader]!;
