@@ -72,8 +72,6 @@ export class SimPersistentProvider {
   private book: LeaseBookState;
   private readonly live = new Map<string, SimEntity>();
   private readonly draining = new Set<number>();
-  /** Shards whose prepare is acquiring the lease (kept out of a retain, as PersistentEntityProvider does). */
-  private readonly preparing = new Map<number, number>();
   private readonly prepares = new Map<number, PrepareWait>();
   /** Shards whose handoff drain waits for the book's `drained`. */
   private readonly drainWaits = new Set<number>();
@@ -175,15 +173,14 @@ export class SimPersistentProvider {
   prepareShard(shard: number, coordinator: string, waiter: ShardWaiter): void {
     this.draining.delete(shard);
     if (!this.book.owned.has(shard)) this.feed({ kind: "own", shardId: shard });
-    this.preparing.set(shard, (this.preparing.get(shard) ?? 0) + 1);
     const requestId = this.nextRequest++;
     this.prepares.set(requestId, { shard, coordinator, waiter });
     this.syncSafety();
     this.feed({ kind: "needLease", requestId, shardId: shard });
   }
 
-  retainShards(planned: ReadonlySet<number>): void {
-    const keep = new Set([...planned, ...this.preparing.keys()]);
+  retainShards(keep: ReadonlySet<number>): void {
+    // The node core keeps a shard whose prepare has not answered yet in `keep` (TypeState.preparing).
     this.feed({ kind: "retain", shardIds: keep });
     for (const e of [...this.live.values()]) if (!keep.has(e.shard)) this.stop(e);
     for (const shard of [...this.draining]) if (keep.has(shard)) this.draining.delete(shard);
@@ -343,9 +340,6 @@ export class SimPersistentProvider {
         const wait = this.prepares.get(effect.requestId);
         if (wait === undefined) return;
         this.prepares.delete(effect.requestId);
-        const left = (this.preparing.get(wait.shard) ?? 1) - 1;
-        if (left === 0) this.preparing.delete(wait.shard);
-        else this.preparing.set(wait.shard, left);
         const error =
           effect.kind === "grant" ? null : new Error(`lease of shard ${wait.shard}: ${effect.failure.error}`);
         this.host.later(0, () => this.host.prepared(wait.shard, wait.coordinator, wait.waiter, error));

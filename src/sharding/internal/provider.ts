@@ -40,7 +40,10 @@ export interface ShardingProvider {
   passivate(entityId: string): boolean;
   /** Drains `shardId`: refuse new activations, DRAIN_AND_STOP its entities, resolve when all terminated. */
   drainShard(shardId: number): Promise<void>;
-  /** Stops (STOP) every entity of a shard outside `shardIds`. */
+  /**
+   * Stops (STOP) every entity of a shard outside `shardIds`: the shards planned here, prepared here for the plan's
+   * author, or whose prepare has not answered yet (a persistent provider also releases the other shards' leases).
+   */
   retainShards(shardIds: ReadonlySet<number>): void;
   /** Stops every entity (ownership is no longer safe, or the node leaves); `release` frees persistent leases. */
   suspendOwnership(release: boolean): void;

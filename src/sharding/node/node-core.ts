@@ -101,6 +101,12 @@ export interface TypeState {
   readonly handoffDuration: Histogram;
   /** shard → coordinator (UniqueAddress string) that prepared it here. */
   readonly prepared: Map<number, string>;
+  /**
+   * shard → prepares asked of the provider whose outcome has not come back yet. Kept by every stored plan: a plan
+   * stored between the provider acquiring the lease and the core learning of it must not release that fresh lease
+   * (the next plan would acquire it again, one ownership transfer costing two epochs).
+   */
+  readonly preparing: Map<number, number>;
   /** On the coordinator: member → settings key it registered the type with (via PlanRequest or PlanSnapshot). */
   readonly registrations: Map<string, string>;
   /** shard → who waits for its local drain (the drain is running while the entry exists). */
@@ -530,6 +536,7 @@ class Step {
       handoffs: new Map(),
       handoffDuration: new Histogram(latencyBucketsSeconds),
       prepared: new Map(),
+      preparing: new Map(),
       registrations: new Map(),
       drains: new Map(),
       drainsStarted: new Set(),
@@ -744,6 +751,7 @@ class Step {
       }
     }
     for (const [shard, by] of t.prepared) if (by === author) keep.add(shard);
+    for (const shard of t.preparing.keys()) keep.add(shard);
     this.effects.push({ kind: "retainShards", type: t.name, shards: keep });
   }
 
@@ -762,6 +770,7 @@ class Step {
         this.drainLocally(t, message.shardId, { kind: "ask", replyTo });
       } else {
         const coordinator = this.checkControl(t, message.settingsKey, message.coordinator, origin);
+        this.askPrepare(t, message.shardId);
         this.effects.push({
           kind: "prepareShard",
           type: t.name,
@@ -1268,9 +1277,18 @@ class Step {
     for (const w of waiters) this.answer(t, shard, w, "passivated", error);
   }
 
+  /** Counts a prepare about to be asked of the provider (its outcome comes back as a `prepared` input). */
+  private askPrepare(t: TypeState, shard: number): void {
+    t.preparing.set(shard, (t.preparing.get(shard) ?? 0) + 1);
+  }
+
   private onPrepared(input: Extract<NodeInput, { kind: "prepared" }>): void {
     const t = this.s.types.get(input.type);
     if (t === undefined) return;
+    const outstanding = t.preparing.get(input.shard) ?? 0;
+    assert.ok(outstanding > 0, "a prepare outcome answers a prepare the core asked for");
+    if (outstanding === 1) t.preparing.delete(input.shard);
+    else t.preparing.set(input.shard, outstanding - 1);
     if (input.error === null) t.prepared.set(input.shard, input.coordinator);
     this.answer(t, input.shard, input.waiter, "prepared", input.error);
   }
@@ -1450,6 +1468,7 @@ class Step {
       }
       case "prepare": {
         if (effect.owner.equals(this.self)) {
+          this.askPrepare(t, shard);
           this.effects.push({
             kind: "prepareShard",
             type: t.name,

@@ -69,8 +69,6 @@ export class PersistentEntityProvider<T> implements ShardingProvider {
   readonly keeper: LeaseKeeper;
   private readonly entities = new EntityTable<PersistentEntity>();
   private readonly draining = new Set<number>();
-  /** Shards whose handoff prepare is acquiring the lease; the shell marks them prepared only once that is done. */
-  private readonly preparing = new Map<number, number>();
   /** Entity actor path → shard, from activation until its Terminated arrives (dead letters name the path). */
   private readonly shardByPath = new Map<string, number>();
   private readonly unsubscribeDeadLetters: () => void;
@@ -147,14 +145,7 @@ export class PersistentEntityProvider<T> implements ShardingProvider {
   async prepareShard(shardId: number): Promise<void> {
     this.draining.delete(shardId);
     this.keeper.own(shardId);
-    this.preparing.set(shardId, (this.preparing.get(shardId) ?? 0) + 1);
-    try {
-      await this.keeper.acquire(shardId);
-    } finally {
-      const left = (this.preparing.get(shardId) ?? 1) - 1;
-      if (left === 0) this.preparing.delete(shardId);
-      else this.preparing.set(shardId, left);
-    }
+    await this.keeper.acquire(shardId);
   }
 
   deliver(shardId: number, entityId: string, message: unknown, sender: ActorRef<unknown> | null): void {
@@ -189,10 +180,8 @@ export class PersistentEntityProvider<T> implements ShardingProvider {
     await this.keeper.drain(shardId);
   }
 
-  retainShards(planned: ReadonlySet<number>): void {
-    // A plan stored while a prepare is still acquiring does not list that shard yet: releasing it there would
-    // cost the handoff an extra epoch (release, then acquire again).
-    const shardIds = new Set([...planned, ...this.preparing.keys()]);
+  retainShards(shardIds: ReadonlySet<number>): void {
+    // The node core's set already holds the shards whose prepare has not answered yet (TypeState.preparing).
     this.keeper.retain(shardIds);
     this.entities.stopWhere((e) => !shardIds.has(e.shardId));
     for (const shard of [...this.draining]) if (shardIds.has(shard)) this.draining.delete(shard);
