@@ -59,6 +59,17 @@ export const coreTests = [
 ];
 
 /**
+ * MUTATION_TESTS (comma-separated substrings of test paths) keeps only the matching files of `coreTests`, in their
+ * order: `MUTATION_TESTS=test/sharding/rules/` runs a line range against the rule tests alone while iterating (a
+ * survivor there may still die in a slower file, so only a run with every file gives the score).
+ */
+const selected = process.env.MUTATION_TESTS?.split(",").filter((s) => s !== "");
+const testFiles =
+  selected === undefined || selected.length === 0
+    ? coreTests
+    : coreTests.filter((file) => selected.some((s) => file.includes(s)));
+
+/**
  * The node simulator runs 200 seeded histories per mutant here instead of `npm test`'s 1,000 (its planted-bug and
  * pinned-seed tests are unchanged): a mutant the simulator kills usually fails within the first few seeds, while a
  * surviving one pays for every history, and the simulator would otherwise be most of the run's time. A mutant only
@@ -77,7 +88,7 @@ export default {
   ignorers: ["message-text"],
   mutate: protocolCores,
   tap: {
-    testFiles: coreTests,
+    testFiles,
     // {{hookFile}} is Stryker's coverage hook; tsx runs the TypeScript test files as `npm test` does.
     nodeArgs: ["--require", "{{hookFile}}", "--import", "tsx", "{{testFile}}"],
   },

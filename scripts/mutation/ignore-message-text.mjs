@@ -4,7 +4,10 @@
 //      `configError(...)`): the message and the field name a user reads;
 //   2. a message argument (after the first) of `assert(...)` / `assert.xxx(...)`;
 //   3. prose: its fixed text contains a space. Protocol tokens (effect kinds, phases, statuses, outcomes, separators)
-//      are single words, so they stay mutated.
+//      are single words, so they stay mutated;
+// and it also skips
+//   4. the fields object of a log line, `this.log(level, { ...fields }, message)` in the node core: diagnostics an
+//      operator reads, like the message. The level stays mutated.
 import { declareValuePlugin, PluginKind } from "@stryker-mutator/api/plugin";
 
 function calleeName(node) {
@@ -21,8 +24,23 @@ function fixedText(node) {
   return node.quasis.map((q) => q.value.cooked ?? q.value.raw).join("");
 }
 
+/** Whether `node` is a call `this.log(...)` (the node core's log effect: level, fields, message). */
+function isLogCall(node) {
+  return (
+    node?.type === "CallExpression" &&
+    node.callee.type === "MemberExpression" &&
+    node.callee.object.type === "ThisExpression" &&
+    node.callee.property.type === "Identifier" &&
+    node.callee.property.name === "log"
+  );
+}
+
 export const ignoreMessageText = {
   shouldIgnore(path) {
+    // 4. The fields of a log line (`this.log(level, { shard, error: e.message }, "…")`): what an operator reads
+    //    beside the message. The level and whether a line is logged at all stay mutated.
+    const parentNode = path.parentPath?.node;
+    if (isLogCall(parentNode) && parentNode.arguments.indexOf(path.node) === 1) return "log fields";
     if (!path.isStringLiteral() && !path.isTemplateLiteral()) return undefined;
     if (fixedText(path.node).includes(" ")) return "message text (prose)";
     const parent = path.parentPath?.node;
