@@ -63,6 +63,8 @@ export interface MembershipState {
   readonly detector: DetectorState;
   readonly gossipRound: number;
   readonly heartbeatSeq: number;
+  /** Join ticks that sent joins: picks the known member each one also asks (see {@link joinTick}). */
+  readonly joinRound: number;
   /** Gracefully removed nodes that still get the final gossip until they acknowledge it. */
   readonly farewell: ReadonlySet<string>;
   /** True once this node asked to leave; the request is repeated every gossip round while it is still Up. */
@@ -82,6 +84,12 @@ export interface DownNotice {
   /** Gossip rounds left before the leader gives up telling it. */
   readonly roundsLeft: number;
 }
+
+/**
+ * Join rounds a joiner asks only its seeds and the leader its records name before it also asks the other members it
+ * knows, one per round (a join is normally answered in the first round; each extra one costs a welcome).
+ */
+export const joinRoundsBeforeWidening = 3;
 
 /** How many gossip rounds a downed member is told it is Down before the leader gives up on it (it may be dead). */
 export const downNoticeRounds = 10;
@@ -184,6 +192,7 @@ export function initialMembership(config: MembershipConfig, nowMs: number): Memb
       detector: emptyDetector,
       gossipRound: 0,
       heartbeatSeq: 0,
+      joinRound: 0,
       farewell: new Set(),
       leaveRequested: false,
       downNotice: new Map(),
@@ -332,7 +341,8 @@ function joinTick(state: MembershipState, effects: MembershipEffect[]): Membersh
   const { self, seeds, clusterName } = state.config;
   const me = selfMember(state);
   let targets: Address[] = [];
-  if (me.status === "Joining") {
+  let record = me;
+  if (me.status === "Joining" || isOrphan(state, me)) {
     targets = seeds.filter((s) => !isSelfSeed(s, self));
     // The leader by the records alone: members that do not know this node yet send it no heartbeats, so it sees them
     // all unreachable. Judged by reachability, a joiner whose seed is not the leader and whose first join to the
@@ -341,16 +351,55 @@ function joinTick(state: MembershipState, effects: MembershipEffect[]): Membersh
     if (leader !== null && !leader.equals(self) && !targets.some((t) => t.equals(leader.address))) {
       targets.push(leader.address);
     }
+    // That leader, and the seed, may be dead (a seed that welcomed this node and crashed, leaving a live member it
+    // listed that is now the leader): once the first rounds went unanswered, each round also asks one other known
+    // member in turn, so the live leader hears a join within as many rounds as there are members (node simulator,
+    // seeds 7003 and 8426).
+    if (state.joinRound >= joinRoundsBeforeWidening || me.status !== "Joining") {
+      const candidates = sortMembers(
+        [...state.members.values()].filter(
+          (m) => (m.status === "Up" || m.status === "Leaving") && !m.uniqueAddress.equals(self),
+        ),
+      );
+      const turn = candidates[state.joinRound % Math.max(1, candidates.length)];
+      if (turn !== undefined && !targets.some((t) => t.equals(turn.uniqueAddress.address))) {
+        targets.push(turn.uniqueAddress.address);
+      }
+    }
+    // An orphan asks to be admitted afresh, as a joiner, with a record the leader's promotion will supersede.
+    if (me.status !== "Joining") record = { ...me, status: "Joining", upNumber: 0, changedBy: self.uid };
   } else if (me.status === "Up") {
     const known = new Set<string>();
     for (const m of state.members.values()) if (m.status !== "Removed") known.add(m.uniqueAddress.address.toString());
     targets = seeds.filter((s) => !isSelfSeed(s, self) && !known.has(s.toString()));
   }
   for (const to of targets) {
-    effects.push({ kind: "send", to, message: new ClusterJoin(clusterName, self.toString(), memberToJSON(me)) });
+    effects.push({ kind: "send", to, message: new ClusterJoin(clusterName, self.toString(), memberToJSON(record)) });
     effects.push({ kind: "count", stat: "joinAttempts" });
   }
-  return state;
+  return targets.length > 0 ? { ...state, joinRound: state.joinRound + 1 } : state;
+}
+
+/**
+ * True when this node is Up but, it seems, a member of nobody's cluster: every other Up or Leaving member it knows is
+ * unreachable, and at most one of them (the leader that admitted it) ever exchanged gossip with it. That leader may
+ * have admitted and promoted it, then crashed before its gossip reached anyone else (the promotion runs at once, and
+ * gossip never carries Joining records); the others then drop this node's heartbeats and gossip as a stranger's, and
+ * it waited for good (node simulator, seed 8780). A member merely cut off by a partition has gossiped with the others
+ * before; in a cluster of two, its joins are lost on the way, or answered with a welcome by a leader that knows it.
+ */
+function isOrphan(state: MembershipState, me: Member): boolean {
+  if (me.status !== "Up") return false;
+  const unreachable = unreachableOf(state);
+  let others = 0;
+  let gossiped = 0;
+  for (const [key, m] of state.members) {
+    if ((m.status !== "Up" && m.status !== "Leaving") || m.uniqueAddress.equals(state.config.self)) continue;
+    if (!unreachable.has(key)) return false;
+    others++;
+    if (state.acks.has(key)) gossiped++;
+  }
+  return others > 0 && gossiped <= 1;
 }
 
 function gossipRecords(state: MembershipState) {
@@ -493,6 +542,21 @@ function receive(
     // and acks still read, so a leaver that has not yet seen its removal keeps its leader reachable until the final
     // gossip reaches it.
     effects.push({ kind: "count", stat: "messagesFromRemovedDropped" });
+    if (message instanceof ClusterGossip && selfMember(state).status !== "Removed") {
+      // It still gossips, so it has not heard of its removal: only the member that removed it sends it the final
+      // gossip (`farewell`), and that one may be gone (a leaving leader that removed it and then left itself). This
+      // node's gossip carries the tombstone, which a departing node takes from any member: without it, it stayed
+      // Exiting until its leave timed out (node simulator, seed 7024).
+      const gossip = new ClusterGossip(
+        state.config.clusterName,
+        state.config.self.toString(),
+        message.from,
+        state.gossipRound,
+        state.digest,
+        gossipRecords(state),
+      );
+      effects.push({ kind: "send", to: from.address, message: gossip });
+    }
     return state;
   }
   if (message instanceof ClusterWelcome) return receiveWelcome(state, from, message, effects, nowMs);

@@ -1,10 +1,11 @@
-// Membership after a node was cut off (paused or partitioned) while it left or joined: four liveness bugs the node
-// simulator (test/sim/node-sim.ts) found, each left the cluster unconverged for good. Each test fails without its fix.
+// Membership after a node was cut off (paused, partitioned, or its peers crashed) while it left or joined: liveness
+// bugs the node simulator (test/sim/node-sim.ts) found, each of which left the cluster unconverged (or a node outside
+// it) for good. Each test fails without its fix.
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { authorizeGossip } from "../../src/cluster/gossip/authorize.ts";
 import { memberToJSON } from "../../src/cluster/member.ts";
-import { step } from "../../src/cluster/membership.ts";
+import { joinRoundsBeforeWidening, step } from "../../src/cluster/membership.ts";
 import { ClusterGossip, ClusterLeave } from "../../src/cluster/messages.ts";
 import { A, B, C, map, member } from "./fixtures/member-maps.ts";
 import { Sim, type SimNode } from "./sim.ts";
@@ -209,4 +210,108 @@ test("rule: the leader makes a Leaving record applied elsewhere its own when the
     sim.nowMs,
   );
   assert.equal(again.members.get(String(c.self))!.revision, now.revision);
+});
+
+// Node simulator seeds 7003 and 8426: d's seed c welcomed it with the member list but was not the leader; d's join to
+// the leader a was lost, then a and c crashed. d kept asking only its seed and the leader its records name, both dead,
+// and the live leader b never heard of it.
+test("rule: a joiner whose seed and records' leader are dead asks the other members it knows, one per round", () => {
+  const sim = new Sim();
+  const [a, b, c] = startCluster(sim, 3) as [SimNode, SimNode, SimNode];
+  const d = sim.start(2554, [2553]);
+  sim.blackhole(d, a);
+  assert.ok(
+    sim.until(() => statusIn(d, b) === "Up", 2_000),
+    JSON.stringify(sim.describe()),
+  );
+  sim.crash(a);
+  sim.crash(c);
+  sim.unblackhole(d, a);
+  assert.ok(
+    sim.until(() => sim.snapshot(b).unreachable.length === 2, 5_000),
+    JSON.stringify(sim.describe()),
+  );
+  sim.input(b, { kind: "down", target: a.self });
+  sim.input(b, { kind: "down", target: c.self });
+  assert.ok(
+    sim.until(() => sim.allUp([b, d]), 10_000),
+    `d was never admitted by the live leader: ${JSON.stringify(sim.describe([b, d]))}`,
+  );
+});
+
+test("rule: a joiner asks only its seeds and its records' leader in its first rounds", () => {
+  const sim = new Sim();
+  const [a, b, c] = startCluster(sim, 3) as [SimNode, SimNode, SimNode];
+  const d = sim.start(2554, [2553]);
+  sim.blackhole(d, a);
+  assert.ok(
+    sim.until(() => statusIn(d, b) === "Up", 2_000),
+    JSON.stringify(sim.describe()),
+  );
+  const targets = (state = d.state) =>
+    step(state, { kind: "join-tick" }, sim.nowMs)[1].flatMap((e) => (e.kind === "send" ? [e.to.port] : []));
+  const early = { ...d.state, joinRound: joinRoundsBeforeWidening - 1 };
+  assert.deepEqual(targets(early), [c.self.address.port, a.self.address.port], "seed, then the records' leader");
+  const asked = new Set<number | null>();
+  for (let round = joinRoundsBeforeWidening; round < joinRoundsBeforeWidening + 3; round++) {
+    for (const port of targets({ ...d.state, joinRound: round })) asked.add(port);
+  }
+  assert.deepEqual([...asked].sort(), [2551, 2552, 2553], "later rounds reach b too");
+});
+
+// Node simulator seed 8780: the leader a admitted d and promoted it at once (its welcome said Up), then crashed before
+// its gossip reached b or c. d was Up in its own view and a stranger to b and c, which dropped its heartbeats and
+// gossip: it waited for good, routing nothing.
+test("rule: an Up node no other member answers asks to join again, and the live leader admits it", () => {
+  const sim = new Sim();
+  const [a, b, c] = startCluster(sim, 3) as [SimNode, SimNode, SimNode];
+  sim.blackhole(a, b);
+  sim.blackhole(a, c);
+  const d = sim.start(2554, [2551]);
+  assert.ok(
+    sim.until(() => statusIn(d, d) === "Up", 2_000),
+    JSON.stringify(sim.describe()),
+  );
+  sim.crash(a);
+  assert.equal(statusIn(b, d), undefined, "b never heard of d");
+  assert.ok(
+    sim.until(() => sim.snapshot(b).unreachable.length === 1, 5_000),
+    JSON.stringify(sim.describe()),
+  );
+  sim.input(b, { kind: "down", target: a.self });
+  assert.ok(
+    sim.until(() => sim.allUp([b, c, d]), 10_000),
+    `the orphan d was never admitted: ${JSON.stringify(sim.describe([b, c, d]))}`,
+  );
+  assert.equal(d.selfDowned, null);
+});
+
+// Node simulator seed 7024: the leader that removed a departing node c (and so sent it the final gossip) left the
+// cluster itself; the member left dropped c's gossip as a removed incarnation's, and c stayed Exiting until its leave
+// timed out.
+test("rule: a member answers gossip from an incarnation it removed with gossip that carries its tombstone", () => {
+  const sim = new Sim();
+  const [a, b, c] = startCluster(sim, 3) as [SimNode, SimNode, SimNode];
+  for (const n of [a, b, c]) n.departureReady = () => false;
+  sim.input(c, { kind: "leave", target: c.self });
+  assert.ok(
+    sim.until(() => statusIn(c, c) === "Leaving", 5_000),
+    JSON.stringify(sim.describe()),
+  );
+  // Cut off, c does not hear its removal; a removed it, and only a would have sent it the final gossip.
+  sim.blackhole(c, a);
+  sim.blackhole(c, b);
+  a.departureReady = () => true;
+  assert.ok(
+    sim.until(() => statusIn(a, c) === "Removed" && statusIn(b, c) === "Removed", 5_000),
+    JSON.stringify(sim.describe()),
+  );
+  assert.equal(statusIn(c, c), "Leaving");
+  sim.crash(a);
+  sim.unblackhole(c, b);
+  assert.ok(
+    sim.until(() => statusIn(c, c) === "Removed", 5_000),
+    `c never learned its removal: ${JSON.stringify(sim.describe())}`,
+  );
+  assert.equal(c.selfDowned, null, "a graceful departure, not a downing");
 });

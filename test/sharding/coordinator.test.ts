@@ -88,9 +88,13 @@ test("a new coordinator with peers collects snapshots until the deadline, then p
   assert.equal(s.bootstrap?.deadlineMs, 500);
   // a peer reports generation 7 authored by an older coordinator z
   const old = new Map([...Array(8).keys()].map((i) => [i, b]));
-  [s] = acceptSnapshot(s, { allocations: old, generation: 7 }, { origin: b, originIsUpMember: true, nowMs: 100 });
+  [s] = acceptSnapshot(s, { allocations: old, generation: 7 }, { origin: b, originIsPlanMember: true, nowMs: 100 });
   // a lower one does not replace it
-  [s] = acceptSnapshot(s, { allocations: new Map(), generation: 3 }, { origin: b, originIsUpMember: true, nowMs: 150 });
+  [s] = acceptSnapshot(
+    s,
+    { allocations: new Map(), generation: 3 },
+    { origin: b, originIsPlanMember: true, nowMs: 150 },
+  );
   assert.equal(s.bootstrap?.candidate?.generation, 7);
   // still inside the window: keep collecting
   [s, effects] = reconcilePlan(s, ctx(a, undefined, 400));
@@ -145,23 +149,23 @@ test("reconcile does nothing on a non-coordinator, and does not restart running 
 test("snapshots are accepted only during bootstrap, from authenticated Up members, with positive generations", () => {
   const [s] = reconcilePlan(emptyPlan, ctx(a));
   const snap = { allocations: new Map([[0, b]]), generation: 2 };
-  assert.equal(acceptSnapshot(s, snap, { origin: null, originIsUpMember: true, nowMs: 1 })[1], false);
-  assert.equal(acceptSnapshot(s, snap, { origin: c, originIsUpMember: false, nowMs: 1 })[1], false);
-  assert.equal(acceptSnapshot(s, snap, { origin: b, originIsUpMember: true, nowMs: 500 })[1], false);
-  assert.equal(acceptSnapshot(emptyPlan, snap, { origin: b, originIsUpMember: true, nowMs: 1 })[1], false);
+  assert.equal(acceptSnapshot(s, snap, { origin: null, originIsPlanMember: true, nowMs: 1 })[1], false);
+  assert.equal(acceptSnapshot(s, snap, { origin: c, originIsPlanMember: false, nowMs: 1 })[1], false);
+  assert.equal(acceptSnapshot(s, snap, { origin: b, originIsPlanMember: true, nowMs: 500 })[1], false);
+  assert.equal(acceptSnapshot(emptyPlan, snap, { origin: b, originIsPlanMember: true, nowMs: 1 })[1], false);
   assert.throws(
-    () => acceptSnapshot(s, { ...snap, generation: 0 }, { origin: b, originIsUpMember: true, nowMs: 1 }),
+    () => acceptSnapshot(s, { ...snap, generation: 0 }, { origin: b, originIsPlanMember: true, nowMs: 1 }),
     /Sharding plan snapshot generation must be positive/,
   );
-  const [s2, ok] = acceptSnapshot(s, snap, { origin: b, originIsUpMember: true, nowMs: 1 });
+  const [s2, ok] = acceptSnapshot(s, snap, { origin: b, originIsPlanMember: true, nowMs: 1 });
   assert.equal(ok, true);
-  assert.equal(acceptSnapshot(s2, snap, { origin: c, originIsUpMember: true, nowMs: 2 })[1], true);
+  assert.equal(acceptSnapshot(s2, snap, { origin: c, originIsPlanMember: true, nowMs: 2 })[1], true);
   assert.throws(
     () =>
       acceptSnapshot(
         s2,
         { allocations: new Map([[0, c]]), generation: 2 },
-        { origin: c, originIsUpMember: true, nowMs: 2 },
+        { origin: c, originIsPlanMember: true, nowMs: 2 },
       ),
     /Conflicting sharding plan snapshots at generation 2/,
   );

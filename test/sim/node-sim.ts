@@ -60,7 +60,7 @@ import { type ProviderCounters, type ProviderHost, SimPersistentProvider } from 
 
 const typeName = "T";
 /** How many of the last events a failure report shows. */
-const traceLength = 25;
+const traceLength = Number(process.env.MOVIE_SIM_TRACE ?? 25);
 /** How many of the last control messages a replay fault chooses from. */
 const sentControlsKept = 32;
 const tickMs = 80;
@@ -132,6 +132,12 @@ interface SentControl {
   readonly toUid: string;
   readonly wire: Wire & { readonly kind: "control" };
   readonly at: number;
+}
+
+/** A database statement that reached the database during a stall and waits for its end. */
+interface StalledCall {
+  readonly run: () => void;
+  done: boolean;
 }
 
 interface PendingAsk {
@@ -306,6 +312,8 @@ export class NodeSim {
   private readonly sentControls: SentControl[] = [];
   private sentControlsNext = 0;
 
+  /** Database statements stalled by an outage, waiting for its end (or for healing). */
+  private readonly stalledCalls = new Set<StalledCall>();
   /** The one database of a persistent history: the lease table and the event store. */
   readonly db = new SimDatabase();
   /** shard → the highest epoch a write committed under, and its owner (for "no write commits under a stale epoch"). */
@@ -966,8 +974,23 @@ export class NodeSim {
         reply(null);
         return;
       }
-      this.events.push(Math.max(this.now, node.databaseDownUntil), () => reply({ value: statement() }));
+      const at = Math.max(this.now, node.databaseDownUntil);
+      if (at === this.now) {
+        this.events.push(at, () => reply({ value: statement() }));
+        return;
+      }
+      // Stalled until the outage ends, or until everything heals, whichever comes first.
+      const call: StalledCall = { run: () => reply({ value: statement() }), done: false };
+      this.stalledCalls.add(call);
+      this.events.push(at, () => this.runStalled(call));
     });
+  }
+
+  private runStalled(call: StalledCall): void {
+    if (call.done) return;
+    call.done = true;
+    this.stalledCalls.delete(call);
+    call.run();
   }
 
   /** What a node's persistent provider needs from the simulator. */
@@ -1057,6 +1080,11 @@ export class NodeSim {
       this.resume(n);
       n.databaseDownUntil = -1;
     }
+    // A stalled database ends too: the statements waiting for it run now, in the order they reached it. (They used
+    // to wait for the outage's planned end, up to 650 ms past healing, and a probe meanwhile waited for a lease
+    // acquisition still stalled, beyond its retry window: seeds 1166 and 8738 once the membership fixes reshuffled
+    // the histories.)
+    for (const call of [...this.stalledCalls]) this.at(0, () => this.runStalled(call));
   }
 
   // ---------------------------------------------------------------------------------------------------------------
@@ -1129,6 +1157,13 @@ export class NodeSim {
         membershipStuckSince = null;
       }
       this.downUnreachable();
+      if (this.live().length === 0) {
+        // Every node left (their leaves, asked before healing, completed after it): there is no cluster left to be
+        // live, and the operator starts one again from a fresh seed node (seed 7854).
+        const port = Math.max(...this.nodes.keys()) + 1;
+        this.note(`operator starts a fresh seed node ${port}: every node left`);
+        this.start(port, [port]);
+      }
       // A node the cluster downed or removed while it was cut off never hears it: the operator stops that process.
       const reference = this.live().reduce<SimNode | null>(
         (best, n) => (best === null || n.view.members.length > best.view.members.length ? n : best),

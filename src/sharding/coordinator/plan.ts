@@ -65,7 +65,10 @@ export interface ReconcileContext {
   readonly coordinator: UniqueAddress | null;
   /** Members placement may use (the shell drops members that have not registered the type). */
   readonly members: readonly ShardingMember[];
-  /** Up members other than self asked for snapshots during bootstrap; default: derived from `members`. */
+  /**
+   * Members other than self asked for snapshots during bootstrap (the node core asks every Up, Leaving and Exiting
+   * member: a leaving one may hold the newest plan and still own shards); default: the Up ones among `members`.
+   */
   readonly snapshotPeers?: readonly UniqueAddress[];
   readonly planner: AllocationPlanner;
   /** Shards with a handoff already running (a move for them is not started again). */
@@ -133,14 +136,17 @@ export function reconcilePlan(state: PlanState, ctx: ReconcileContext): [PlanSta
 export interface SnapshotContext {
   /** The authenticated sender (transport identity, never a payload field). */
   readonly origin: UniqueAddress | null;
-  /** True when `origin` is an Up member in this node's view. */
-  readonly originIsUpMember: boolean;
+  /**
+   * True when `origin` is a member the coordinator publishes plans to (Up, Leaving or Exiting in this node's view): a
+   * leaving member may still own shards under the newest plan, which a new coordinator must not start without.
+   */
+  readonly originIsPlanMember: boolean;
   readonly nowMs: number;
 }
 
 /**
  * Offers a peer's plan snapshot to a bootstrapping coordinator: accepted only while the bootstrap deadline runs, only
- * from an authenticated Up member, only with a positive generation; the highest generation wins.
+ * from an authenticated member that receives plans (Up, Leaving, Exiting), only with a positive generation; the highest generation wins.
  * @returns the new state and whether the snapshot was taken into account (false means: count a rejection)
  * @throws ClusterShardingConfigurationError for a non-positive generation or two different plans at one generation
  */
@@ -150,7 +156,7 @@ export function acceptSnapshot(state: PlanState, snapshot: PlanCandidate, ctx: S
   }
   const bootstrap = state.bootstrap;
   if (bootstrap === null || ctx.nowMs >= bootstrap.deadlineMs) return [state, false];
-  if (ctx.origin === null || !ctx.originIsUpMember) return [state, false];
+  if (ctx.origin === null || !ctx.originIsPlanMember) return [state, false];
   const best = bootstrap.candidate;
   if (best !== null && snapshot.generation < best.generation) return [state, true];
   if (best !== null && snapshot.generation === best.generation) {

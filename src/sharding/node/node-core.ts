@@ -51,6 +51,9 @@ import { type MutableShardingStats, zeroStats } from "../stats.ts";
 import { HeldDeliveries, type HeldDelivery } from "./held-deliveries.ts";
 import { emptyView, type MembershipView, viewOf } from "./view.ts";
 
+/** Statuses of the members a coordinator publishes plans to and takes plan snapshots from (docs/protocol.md §6.3). */
+const planMemberStatuses: ReadonlySet<string> = new Set(["Up", "Leaving", "Exiting"]);
+
 /**
  * The sharding protocol of one node (docs/protocol.md §6–§10) as one state machine: `step(state, input, nowMs)` returns
  * the state and the effects for the shell (node-shell.ts) to perform. It decides everything: where a caller's
@@ -633,8 +636,10 @@ class Step {
     const coordinator = this.s.view.elected;
     if (coordinator === null || !coordinator.equals(this.self)) return;
     const snap = this.s.view.snapshot;
+    // A leaving member is asked too: it may hold the newest plan and still own shards, and a term started without it
+    // placed them afresh while it held them, and never took its snapshot (node simulator, seed 6963).
     const peers = snap.members
-      .filter((m) => m.status === "Up" && !m.uniqueAddress.equals(this.self))
+      .filter((m) => planMemberStatuses.has(m.status) && !m.uniqueAddress.equals(this.self))
       .map((m) => m.uniqueAddress)
       .sort(UniqueAddress.compare);
     let result: [PlanState, PlanEffect[]];
@@ -840,12 +845,14 @@ class Step {
       );
     }
     if (origin !== null) t.registrations.set(origin.toString(), snapshot.settingsKey);
-    const originIsUpMember = origin !== null && this.isUp(origin);
+    const originIsPlanMember =
+      origin !== null &&
+      this.s.view.snapshot.members.some((m) => m.uniqueAddress.equals(origin) && planMemberStatuses.has(m.status));
     if (t.plan.bootstrap !== null) {
       const [next, accepted] = acceptSnapshot(
         t.plan,
         { allocations: snapshot.allocations(), generation: snapshot.generation },
-        { origin, originIsUpMember, nowMs: this.nowMs },
+        { origin, originIsPlanMember, nowMs: this.nowMs },
       );
       this.storePlan(t, next);
       if (!accepted) this.counters.rejectedEnvelopes++;
@@ -856,7 +863,7 @@ class Step {
     const ahead =
       snapshot.generation > t.plan.generation ||
       (snapshot.generation === t.plan.generation && !sameAllocations(snapshot.allocations(), t.plan.allocations));
-    if (originIsUpMember && this.isAuthor(t) && ahead) {
+    if (originIsPlanMember && this.isAuthor(t) && ahead) {
       this.storePlan(t, { ...t.plan, generation: snapshot.generation + 1 });
       this.broadcastPlan(t);
     }

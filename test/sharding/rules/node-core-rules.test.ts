@@ -6,6 +6,12 @@ import { test } from "node:test";
 import { Address, UniqueAddress } from "../../../src/actor/index.ts";
 import type { ShardingMember } from "../../../src/sharding/allocation/strategy.ts";
 import { ShardingSettings, type ShardingSettingsOptions } from "../../../src/sharding/index.ts";
+import {
+  PassivateShard,
+  PlanSnapshot,
+  PlanSnapshotRequest,
+  PlanUpdate,
+} from "../../../src/sharding/internal/messages.ts";
 import { type NodeEffect, type NodeInput, newNodeState, step } from "../../../src/sharding/node/node-core.ts";
 
 const self = new UniqueAddress(new Address("movie.tcp", "shop", "127.0.0.1", 2551), "u2551");
@@ -64,4 +70,74 @@ test("idle passivation: below the halving floor (20 ms) a sweep runs every idle 
   assert.deepEqual(idleSweeps(node({ idleTimeout: 19 }).registered), [19]);
   assert.deepEqual(idleSweeps(node({ idleTimeout: 20 }).registered), [10]);
   assert.deepEqual(idleSweeps(node({ idleTimeout: 40 }).registered), [20]);
+});
+
+// Node simulator seed 6963: the coordinator elected after the old one crashed bootstrapped without the only other
+// member, which was Leaving: it asked Up peers alone for their plans and refused the leaver's snapshot, published
+// a fresh plan that placed the leaver's shards on itself while the leaver still held them under the newest plan, and
+// the leaver, its departure waiting for those shards, refused that lower generation for good.
+test("bootstrap: a new coordinator asks a Leaving member for its plan, takes its snapshot and hands its shards off", () => {
+  const leaver = new UniqueAddress(new Address("movie.tcp", "shop", "127.0.0.1", 2550), "u2550");
+  const gone = new UniqueAddress(new Address("movie.tcp", "shop", "127.0.0.1", 2549), "u2549");
+  let state = newNodeState(self);
+  const feed = (input: NodeInput, nowMs: number): NodeEffect[] => {
+    const [next, effects] = step(state, input, nowMs);
+    state = next;
+    return effects;
+  };
+  const members: ShardingMember[] = [{ uniqueAddress: leaver, status: "Leaving", roles: [] }, up];
+  feed({ kind: "membershipChanged", snapshot: { self, members, unreachable: [], converged: true } }, 0);
+  const settings = ShardingSettings.create({ shardCount: 4 });
+  const registered = feed({ kind: "register", name: type, settings }, 0);
+  const asked = registered.flatMap((e) =>
+    e.kind === "send" && e.message instanceof PlanSnapshotRequest ? [String(e.to)] : [],
+  );
+  assert.deepEqual(asked, [String(leaver)], "the leaving member is asked for its plan");
+  // Its plan (generation 7, by a coordinator that has since gone): shards 0 and 1 on the leaver, 2 and 3 on `gone`.
+  const snapshot = new PlanSnapshot(type, settings.key, String(gone), 7, [
+    { shardId: 0, owner: String(leaver) },
+    { shardId: 1, owner: String(leaver) },
+    { shardId: 2, owner: String(gone) },
+    { shardId: 3, owner: String(gone) },
+  ]);
+  const refused = feed({ kind: "control", message: snapshot, replyTo: null, origin: leaver }, 100);
+  assert.deepEqual(
+    refused.filter((e) => e.kind === "refused"),
+    [],
+  );
+  assert.equal(state.counters.rejectedEnvelopes, 0, "the snapshot counts");
+  const published = feed({ kind: "timer", timer: { kind: "reconcile", type } }, 600);
+  const plan = state.types.get(type)!.plan;
+  assert.equal(plan.generation, 8, "published above the leaver's generation");
+  assert.equal(String(plan.allocations.get(0)), String(leaver), "recovered, not placed afresh");
+  const update = published.find((e) => e.kind === "send" && e.message instanceof PlanUpdate);
+  assert.equal(update?.kind === "send" ? String(update.to) : null, String(leaver), "the leaver gets the plan");
+  // The leaver's shards move by handoff: it is asked to drain them.
+  const passivations = published.flatMap((e) =>
+    e.kind === "ask" && e.message instanceof PassivateShard ? [e.shard] : [],
+  );
+  assert.deepEqual(passivations.sort(), [0, 1]);
+});
+
+test("repair: a coordinator outside bootstrap republishes above the snapshot a Leaving member sends back", () => {
+  const leaver = new UniqueAddress(new Address("movie.tcp", "shop", "127.0.0.1", 2550), "u2550");
+  let state = newNodeState(self);
+  const feed = (input: NodeInput, nowMs: number): NodeEffect[] => {
+    const [next, effects] = step(state, input, nowMs);
+    state = next;
+    return effects;
+  };
+  feed({ kind: "membershipChanged", snapshot: { self, members: [up], unreachable: [], converged: true } }, 0);
+  const settings = ShardingSettings.create({ shardCount: 2 });
+  feed({ kind: "register", name: type, settings }, 0);
+  assert.equal(state.types.get(type)!.plan.generation, 1, "alone, it published at once");
+  const members: ShardingMember[] = [{ uniqueAddress: leaver, status: "Leaving", roles: [] }, up];
+  feed({ kind: "membershipChanged", snapshot: { self, members, unreachable: [], converged: true } }, 10);
+  const snapshot = new PlanSnapshot(type, settings.key, String(leaver), 5, [
+    { shardId: 0, owner: String(leaver) },
+    { shardId: 1, owner: String(leaver) },
+  ]);
+  const effects = feed({ kind: "control", message: snapshot, replyTo: null, origin: leaver }, 20);
+  assert.equal(state.types.get(type)!.plan.generation, 6);
+  assert.ok(effects.some((e) => e.kind === "send" && e.message instanceof PlanUpdate && e.to.equals(leaver)));
 });

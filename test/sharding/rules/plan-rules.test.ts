@@ -28,7 +28,7 @@ const planner = new AllocationPlanner(
   new RateLimitedRebalance({ threshold: 1, maxConcurrent: 4 }),
 );
 const window = 500; // bootstrapSnapshotWindowMs
-const up = { originIsUpMember: true };
+const up = { originIsPlanMember: true };
 
 function reconcile(state: PlanState, self: UniqueAddress, members: string[], nowMs: number, handoffs: number[] = []) {
   return reconcilePlan(state, {
