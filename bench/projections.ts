@@ -236,10 +236,10 @@ async function main(): Promise<void> {
     const sqlite = SqliteStore.open({ dbPath: join(dir, "feed.sqlite3") });
     await fill(sqlite, feedEvents, "Feed");
     const rawDb = new (await import("better-sqlite3")).default(join(dir, "feed.sqlite3"));
+    // On SQLite the offset is the journal row's own (migration 12).
     const rawPage = rawDb.prepare(
-      `SELECT f.event_offset, f.persistence_id, f.sequence_nr, j.manifest, j.payload FROM event_feed f
-        JOIN event_journal j ON j.persistence_id = f.persistence_id AND j.sequence_nr = f.sequence_nr
-        WHERE f.event_offset > ? ORDER BY f.event_offset LIMIT 1000`,
+      `SELECT event_offset, persistence_id, sequence_nr, manifest, payload FROM event_journal
+        WHERE event_offset > ? ORDER BY event_offset LIMIT 1000`,
     );
     reads.sqlite = await readRates(sqlite, () =>
       timeIt(async () => {

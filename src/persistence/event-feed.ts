@@ -56,6 +56,9 @@ export class EventFeed {
       throw new InvalidPersistenceRequestError("pollIntervalMs", `${describe(pollMs)}; expected 1..60000`);
     }
     const base = checkEventQuery({ ...filter, afterOffset: afterOffset ?? 0, limit: pageSize ?? 100 });
+    // A filtered stream moves past the events its filter skips, as a projection's checkpoint does: otherwise each
+    // wake-up would read them again from its last match (on SQLite the entity-type filter is a scan, not an index).
+    const filtered = base.entityTypes !== null || base.persistenceId !== null || base.tag !== null;
     let after = base.afterOffset;
     let woken = false;
     let wake: (() => void) | null = null;
@@ -70,12 +73,15 @@ export class EventFeed {
       while (!aborted()) {
         // A wake-up during the query below means "look again" rather than "wait".
         woken = false;
+        // Read before the page: every event at or below it has committed (offsets are handed out in commit order).
+        const latest = filtered ? await this.store.latestOffset() : 0;
         const page = await this.store.queryEvents({ ...filter, afterOffset: after, limit: base.limit });
         for (const event of page.events) {
           if (aborted()) return;
           after = event.offset;
           yield event;
         }
+        if (!page.hasMore) after = Math.max(after, latest);
         if (page.hasMore || woken) continue;
         await new Promise<void>((resolve) => {
           const timer = this.scheduler.scheduleOnce(pollMs, () => resolve());

@@ -10,9 +10,9 @@ import {
 } from "./errors.ts";
 
 /** The schema version this build writes and understands. */
-export const CURRENT_SCHEMA_VERSION = 11;
+export const CURRENT_SCHEMA_VERSION = 12;
 
-/** The names of migrations 1..10, shared by both SQL backends. */
+/** The names of the migrations, shared by both SQL backends. */
 export const MIGRATION_NAMES: readonly string[] = [
   "core-persistence-schema",
   "event-query-and-projection-schema",
@@ -25,6 +25,7 @@ export const MIGRATION_NAMES: readonly string[] = [
   "event-feed-offsets-and-tags",
   "outbox-dispatch",
   "operation-replies",
+  "sqlite-event-offset-on-journal-row",
 ];
 
 /** One migration: version, name, checksum ({@link migrationChecksum}) and the SQL statements it runs in one transaction. */

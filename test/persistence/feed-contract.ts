@@ -282,6 +282,52 @@ export function feedContract(backend: string, factory: StoreFactory): void {
       assert.deepEqual(got, [0, 1, 2]);
     });
 
+    test("a filtered stream moves past the events its filter skips instead of reading them again", async () => {
+      const type = `Skip${++counter}`;
+      const start = await store.latestOffset();
+      const asked: number[] = [];
+      const spy = new Proxy(store, {
+        get(target, key) {
+          if (key === "queryEvents") {
+            return (q: { afterOffset?: number }) => {
+              asked.push(q.afterOffset ?? 0);
+              return target.queryEvents(q);
+            };
+          }
+          const value = Reflect.get(target, key, target);
+          return typeof value === "function" ? value.bind(target) : value;
+        },
+      });
+      const abort = new AbortController();
+      const got: FeedEvent[] = [];
+      const consumer = (async () => {
+        for await (const e of new EventFeed(spy, new RealScheduler()).stream({
+          afterOffset: start,
+          entityTypes: [type],
+          pollIntervalMs: 20,
+          signal: abort.signal,
+        })) {
+          got.push(e);
+        }
+      })();
+      const write = (pid: string, op: string) =>
+        store.appendEvents({ persistenceId: pid, expectedRevision: 0, operationId: op, events: [ev(1)] });
+      await write(`${type}:wanted`, "s1");
+      await eventually(() => got.length === 1, { what: "the matching event", describe: () => ({ got, asked }) });
+      await write(`Not${type}:other`, "s2");
+      const skipped = (await readAll(store, { persistenceId: `Not${type}:other` }, start))[0]!.offset;
+      await eventually(() => asked.some((a) => a >= skipped), {
+        what: `a page read after the skipped event's offset ${skipped}`,
+        describe: () => ({ asked: asked.slice(-5) }),
+      });
+      abort.abort();
+      await consumer;
+      assert.deepEqual(
+        got.map((e) => e.persistenceId),
+        [`${type}:wanted`],
+      );
+    });
+
     test("retention removes the deleted events from the feed", async () => {
       const id = `Ret${++counter}:r`;
       const start = await store.latestOffset();
@@ -298,6 +344,32 @@ export function feedContract(backend: string, factory: StoreFactory): void {
         [3],
       );
       assert.deepEqual(await readAll(store, { tag: "t", persistenceId: id }, start), []);
+    });
+
+    test("an offset is never handed out twice: retention of the newest events leaves later appends larger ones", async () => {
+      const id = `Newest${++counter}:n`;
+      const start = await store.latestOffset();
+      const append = (revision: number, op: string, n: number) =>
+        store.appendEvents({ persistenceId: id, expectedRevision: revision, operationId: op, events: [ev(n)] });
+      const offsetOf = async (seq: number) =>
+        (await readAll(store, { persistenceId: id }, start)).find((e) => e.sequenceNr === seq)!.offset;
+      await append(0, "n1", 1);
+      await append(1, "n2", 2);
+      let newest = await offsetOf(2);
+      // Twice: the second time an earlier deletion's record of the largest offset is itself below the new one.
+      for (const seq of [2, 3]) {
+        await store.saveSnapshot(id, { sequenceNr: seq, manifest: "s", payload: "{}" });
+        await store.deleteEventsTo(id, seq);
+        await append(seq, `n${seq + 1}`, seq + 1);
+        const next = await offsetOf(seq + 1);
+        assert.ok(next > newest, `the event after deleting offset ${newest} got ${next}`);
+        newest = next;
+      }
+      // Nothing but events comes back from an unfiltered read.
+      assert.deepEqual(
+        (await readAll(store, {}, start)).map((e) => [e.persistenceId, e.sequenceNr]),
+        [[id, 4]],
+      );
     });
   });
 }

@@ -192,16 +192,16 @@ test("Database.configure logs the versions it re-baselined, once", async () => {
 
 test("an earlier build's database at an older version is re-baselined, then migrated on (SQLite at 4, PostgreSQL at 6)", async () => {
   const path = freshPath();
-  (await SqliteStore.open({ dbPath: path })).close();
+  // The database an earlier build at version 4 left: migrations 1..4 (their statements are checksummed, so these are
+  // the ones it ran), recorded with version-and-name checksums.
   const raw = new Database(path);
-  raw.prepare("DELETE FROM movie_schema_migration WHERE version > 4").run();
-  // This database really ran migration 9, which replaced migration 2's feed table and its index; an earlier build at
-  // version 4 would have that index.
-  raw.exec("CREATE INDEX event_feed_pid_idx ON event_feed (persistence_id, event_offset)");
+  raw.exec(`CREATE TABLE movie_schema_migration (version INTEGER PRIMARY KEY, name TEXT NOT NULL,
+    checksum TEXT NOT NULL, applied_at TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP)`);
   for (const m of sqliteMigrations.slice(0, 4)) {
+    for (const sql of m.statements) raw.exec(sql);
     raw
-      .prepare("UPDATE movie_schema_migration SET checksum = ? WHERE version = ?")
-      .run(legacyMigrationChecksum(m.version, m.name), m.version);
+      .prepare("INSERT INTO movie_schema_migration (version, name, checksum) VALUES (?, ?, ?)")
+      .run(m.version, m.name, legacyMigrationChecksum(m.version, m.name));
   }
   const lite = SqliteStore.open({ dbPath: path });
   assert.deepEqual(lite.rebaselinedMigrations, [1, 2, 3, 4]);

@@ -391,6 +391,8 @@ export const postgresMigrations: readonly Migration[] = buildMigrations([
         RETURN v_outcome;
       END $$`,
   ],
+  // Version 12 moves SQLite's feed offset onto the journal row; PostgreSQL records it to keep one version history.
+  [],
 ]);
 
 /**

@@ -4,10 +4,16 @@ import { buildMigrations, type Migration } from "../migrations.ts";
 export const SQLITE_NOW_MS = "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)";
 
 /** The entity type of persistence id `pid` in SQL: its prefix before the first ":" (PostgreSQL's split_part). */
-const entityTypeSql = (pid: string) =>
+export const entityTypeSql = (pid: string) =>
   `CASE WHEN instr(${pid}, ':') > 0 THEN substr(${pid}, 1, instr(${pid}, ':') - 1) ELSE ${pid} END`;
 
-/** The SQLite migrations 1..10 (the PostgreSQL tables with SQLite types). */
+/**
+ * The persistence id of the journal's offset high-water row (see migration 12): no event has it, since a persistence
+ * id is never empty.
+ */
+export const OFFSET_HIGH_WATER_PID = "";
+
+/** The SQLite migrations (the PostgreSQL tables with SQLite types, and from version 12 the offset on the journal). */
 export const sqliteMigrations: readonly Migration[] = buildMigrations([
   [
     `CREATE TABLE IF NOT EXISTS event_journal (persistence_id TEXT NOT NULL, sequence_nr INTEGER NOT NULL,
@@ -84,5 +90,34 @@ export const sqliteMigrations: readonly Migration[] = buildMigrations([
     `CREATE TABLE IF NOT EXISTS operation_reply (persistence_id TEXT NOT NULL, operation_id TEXT NOT NULL,
       manifest TEXT NOT NULL, payload TEXT NOT NULL, created_at TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP,
       PRIMARY KEY (persistence_id, operation_id))`,
+  ],
+  // The feed offset moves onto the journal row, as its rowid: a feed entry costs no second row. Migration 9's layout
+  // (a trigger inserting an event_feed row with three indexes and an AUTOINCREMENT counter per event) took a third of
+  // SQLite's append rate; an append now writes the journal row and its (persistence_id, sequence_nr) index entry.
+  // A rowid without AUTOINCREMENT is max(rowid) + 1, so offsets stay in commit order (one writer at a time); that
+  // retention deleting the newest rows cannot hand their offsets out again is kept by a high-water row (persistence
+  // id OFFSET_HIGH_WATER_PID, at most one) that retention writes when it deletes the largest offset. Existing events
+  // keep their offsets; event_tag rows keep pointing at them.
+  [
+    "DROP TRIGGER IF EXISTS movie_event_feed",
+    "ALTER TABLE event_journal RENAME TO event_journal_before_v12",
+    `CREATE TABLE IF NOT EXISTS event_journal (event_offset INTEGER PRIMARY KEY, persistence_id TEXT NOT NULL,
+      sequence_nr INTEGER NOT NULL, manifest TEXT NOT NULL, payload TEXT NOT NULL,
+      created_at TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP)`,
+    "CREATE UNIQUE INDEX IF NOT EXISTS event_journal_pid_seq_idx ON event_journal (persistence_id, sequence_nr)",
+    // The largest offset migration 9's counter handed out, even when retention deleted its row since.
+    `INSERT INTO event_journal (event_offset, persistence_id, sequence_nr, manifest, payload)
+      SELECT seq, '', 0, 'movie.offset-high-water', '' FROM sqlite_sequence WHERE name = 'event_feed' AND seq > 0`,
+    // Every event with its feed offset; one without a feed row (written with the trigger dropped by hand) gets the
+    // next ones, in commit-time order.
+    `INSERT INTO event_journal (event_offset, persistence_id, sequence_nr, manifest, payload, created_at)
+      SELECT f.event_offset, j.persistence_id, j.sequence_nr, j.manifest, j.payload, j.created_at
+      FROM event_journal_before_v12 j
+        LEFT JOIN event_feed f ON f.persistence_id = j.persistence_id AND f.sequence_nr = j.sequence_nr
+      ORDER BY f.event_offset IS NULL, f.event_offset, j.created_at, j.persistence_id, j.sequence_nr`,
+    `DELETE FROM event_journal WHERE persistence_id = '' AND event_offset < (SELECT max(event_offset) FROM event_journal)`,
+    "DROP TABLE event_journal_before_v12",
+    "DROP INDEX IF EXISTS event_feed_type_idx",
+    "DROP TABLE IF EXISTS event_feed",
   ],
 ]);

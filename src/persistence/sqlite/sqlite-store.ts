@@ -68,7 +68,10 @@ import {
   TOMBSTONE_MANIFEST,
   type WriteResult,
 } from "../store.ts";
-import { SQLITE_NOW_MS, sqliteMigrations } from "./schema.ts";
+import { entityTypeSql, OFFSET_HIGH_WATER_PID, SQLITE_NOW_MS, sqliteMigrations } from "./schema.ts";
+
+/** The entity type of a journal row `j` (the persistence id's prefix before the first ":"). */
+const ENTITY_TYPE_SQL = entityTypeSql("j.persistence_id");
 
 /** SQLite's "now" as text with milliseconds (the delivery time of an outbox row; compared as text by the purge). */
 const SQLITE_NOW_TEXT = "strftime('%Y-%m-%d %H:%M:%f', 'now')";
@@ -211,12 +214,10 @@ export class SqliteStore implements PersistenceStore {
         return { revision, duplicate: false };
       }
       a.events.forEach((event, i) => {
-        // The movie_event_feed trigger gives the row its feed offset (migration 9).
-        this.s.insertEvent.run(a.persistenceId, a.expectedRevision + 1 + i, event.manifest, event.payload);
+        // The row's rowid is its feed offset (migration 12): max + 1, and SQLite has one writer at a time.
+        const row = this.s.insertEvent.run(a.persistenceId, a.expectedRevision + 1 + i, event.manifest, event.payload);
         if (a.tagged) {
-          for (const tag of checkTags("event.tags", event.tags)) {
-            this.s.insertTag.run(tag, a.persistenceId, a.expectedRevision + 1 + i);
-          }
+          for (const tag of checkTags("event.tags", event.tags)) this.s.insertTag.run(tag, row.lastInsertRowid);
         }
       });
       this.insertOutbox(a.persistenceId, a.operationId, a.outbox);
@@ -423,9 +424,13 @@ export class SqliteStore implements PersistenceStore {
           lagging.event_offset,
         );
       }
-      const deleted = this.s.deleteEvents.run(persistenceId, toSequenceNr).changes;
+      const highWater = (this.s.latestOffset.get() as { o: number }).o;
       this.s.deleteTags.run(persistenceId, toSequenceNr);
-      this.s.deleteFeed.run(persistenceId, toSequenceNr);
+      const deleted = this.s.deleteEvents.run(persistenceId, toSequenceNr).changes;
+      // The next append's offset is max(offset) + 1: when this delete took the largest one, a high-water row keeps it
+      // from being handed out again (a projection already past it would skip the new event).
+      this.s.deleteHighWater.run(highWater);
+      this.s.insertHighWater.run(highWater, highWater);
       return { deletedEvents: deleted, throughSeq: toSequenceNr };
     });
   }
@@ -603,17 +608,19 @@ export class SqliteStore implements PersistenceStore {
     const key = `${Number(types)}${Number(pid)}${Number(tag)}`;
     let statement = this.feedQueries.get(key);
     if (statement === undefined) {
-      const where = ["f.event_offset > ?"];
-      if (types) where.push("f.entity_type IN (SELECT value FROM json_each(?))");
-      if (pid) where.push("f.persistence_id = ?");
+      // The journal in offset (rowid) order, skipping the high-water row. The entity type has no index (an index
+      // entry per event cost appends a tenth of their rate): a filtered page scans forward from afterOffset.
+      const where = ["j.event_offset > ?", `j.persistence_id <> '${OFFSET_HIGH_WATER_PID}'`];
+      if (types) where.push(`${ENTITY_TYPE_SQL} IN (SELECT value FROM json_each(?))`);
+      if (pid) where.push("j.persistence_id = ?");
       if (tag)
-        where.push("f.event_offset IN (SELECT g.event_offset FROM event_tag g WHERE g.tag = ? AND g.event_offset > ?)");
-      statement = this.db.prepare(`SELECT f.event_offset, f.persistence_id, f.entity_type, f.sequence_nr, j.manifest,
-          j.payload, (SELECT json_group_array(t.tag) FROM (SELECT tag FROM event_tag WHERE event_offset = f.event_offset
-            ORDER BY tag) AS t) AS tags
-        FROM event_feed f JOIN event_journal j ON j.persistence_id = f.persistence_id AND j.sequence_nr = f.sequence_nr
+        where.push("j.event_offset IN (SELECT g.event_offset FROM event_tag g WHERE g.tag = ? AND g.event_offset > ?)");
+      statement = this.db.prepare(`SELECT j.event_offset, j.persistence_id, ${ENTITY_TYPE_SQL} AS entity_type,
+          j.sequence_nr, j.manifest, j.payload, (SELECT json_group_array(t.tag) FROM (SELECT tag FROM event_tag
+            WHERE event_offset = j.event_offset ORDER BY tag) AS t) AS tags
+        FROM event_journal j
         WHERE ${where.join(" AND ")}
-        ORDER BY f.event_offset LIMIT ?`);
+        ORDER BY j.event_offset LIMIT ?`);
       this.feedQueries.set(key, statement);
     }
     return statement;
@@ -933,16 +940,22 @@ function prepare(db: SqliteDatabase) {
       "SELECT sequence_nr, manifest, payload FROM event_journal WHERE persistence_id = ? AND sequence_nr > ? ORDER BY sequence_nr",
     ),
     deleteEvents: p("DELETE FROM event_journal WHERE persistence_id = ? AND sequence_nr <= ?"),
-    insertTag: p(
-      `INSERT OR IGNORE INTO event_tag (tag, event_offset)
-        SELECT ?, event_offset FROM event_feed WHERE persistence_id = ? AND sequence_nr = ?`,
-    ),
+    insertTag: p("INSERT OR IGNORE INTO event_tag (tag, event_offset) VALUES (?, ?)"),
     deleteTags: p(
-      `DELETE FROM event_tag WHERE event_offset IN (SELECT event_offset FROM event_feed
+      `DELETE FROM event_tag WHERE event_offset IN (SELECT event_offset FROM event_journal
         WHERE persistence_id = ? AND sequence_nr <= ?)`,
     ),
-    deleteFeed: p("DELETE FROM event_feed WHERE persistence_id = ? AND sequence_nr <= ?"),
-    latestOffset: p("SELECT coalesce(max(event_offset), 0) AS o FROM event_feed"),
+    // The high-water row (at most one) is replaced by one at the given offset when no row is at or above it.
+    deleteHighWater: p(
+      `DELETE FROM event_journal WHERE persistence_id = '${OFFSET_HIGH_WATER_PID}' AND event_offset < ?`,
+    ),
+    insertHighWater: p(
+      `INSERT INTO event_journal (event_offset, persistence_id, sequence_nr, manifest, payload)
+        SELECT ?, '${OFFSET_HIGH_WATER_PID}', 0, 'movie.offset-high-water', ''
+        WHERE ? > (SELECT coalesce(max(event_offset), 0) FROM event_journal)`,
+    ),
+    // The high-water row counts: the latest offset never goes back.
+    latestOffset: p("SELECT coalesce(max(event_offset), 0) AS o FROM event_journal"),
     selectCheckpoint: p("SELECT event_offset FROM projection_checkpoint WHERE projection_name = ?"),
     upsertCheckpoint: p(
       `INSERT INTO projection_checkpoint (projection_name, event_offset) VALUES (?, ?)
@@ -952,7 +965,7 @@ function prepare(db: SqliteDatabase) {
     // A projection whose checkpoint is below the largest offset a retention delete would remove (docs/protocol.md §13.1).
     laggingProjection: p(
       `SELECT c.projection_name, c.event_offset FROM projection_checkpoint c
-        WHERE c.event_offset < (SELECT max(f.event_offset) FROM event_feed f WHERE f.persistence_id = ? AND f.sequence_nr <= ?)
+        WHERE c.event_offset < (SELECT max(j.event_offset) FROM event_journal j WHERE j.persistence_id = ? AND j.sequence_nr <= ?)
         ORDER BY c.event_offset, c.projection_name LIMIT 1`,
     ),
     upsertSnapshot: p(
