@@ -13,7 +13,7 @@ import {
   type Member,
   memberStatuses,
 } from "../cluster/index.ts";
-import { Database } from "../persistence/index.ts";
+import { Database, type ProjectionStats, Projections } from "../persistence/index.ts";
 import { type RemotingStats, remotingId } from "../remote/index.ts";
 import { ClusterSharding, type ShardingStats, type ShardingTypeInspection } from "../sharding/index.ts";
 
@@ -183,6 +183,11 @@ export interface PersistenceStatsView {
   readonly backend: string;
   readonly resilience: Readonly<Record<string, number>> | null;
   readonly groupCommit: Readonly<Record<string, number>> | null;
+  /**
+   * The projections running on this node (Projections.get(system).stats: lag, events/s, last error, status), the
+   * slices of sharded projections this node owns among them; empty when none runs here.
+   */
+  readonly projections: readonly ProjectionStats[];
 }
 
 /** The persistence extension's store counters, or null when persistence was never used on this system. */
@@ -194,6 +199,9 @@ export function persistenceStats(system: ActorSystem): PersistenceStatsView | nu
     backend: database.backendName,
     resilience: numericRecord(store, "resilienceStats"),
     groupCommit: numericRecord(store, "groupCommitStats"),
+    projections:
+      system.hasExtension<Projections>({ key: "movie.persistence.projections", create: (s) => Projections.get(s) })
+        ?.stats ?? [],
   };
 }
 

@@ -84,6 +84,11 @@ export interface ProjectionRunOptions {
   readonly fence?: ShardLeaseToken | null;
   /** Backoff after a failed batch, from this many ms doubling to 30 s; default 100. */
   readonly retryBackoffMs?: number;
+  /**
+   * Which of the source's events this instance handles (default all). The checkpoint still moves past the others:
+   * a slice of a projection (sharded-projection.ts) reads the whole source and handles the events of its slice.
+   */
+  readonly only?: ((event: FeedEvent) => boolean) | null;
 }
 
 const rateWindowMs = 10_000;
@@ -122,10 +127,20 @@ export class ProjectionRunner {
     private readonly scheduler: Scheduler,
     private readonly fence: ShardLeaseToken | null,
     private readonly retryBackoffMs: number,
+    private readonly only: ((event: FeedEvent) => boolean) | null,
   ) {
     this.batchSize = definition.batchSize ?? 100;
     this.pollMs = definition.pollIntervalMs ?? 500;
     this.filter = definition.source ?? {};
+  }
+
+  /**
+   * Checks a definition as start() does, without starting it (a sharded projection checks on the caller's stack
+   * rather than in the entity that starts it later, on whichever node owns it).
+   * @throws InvalidPersistenceRequestError naming the field
+   */
+  static check(definition: Projection): void {
+    checkDefinition(definition);
   }
 
   /**
@@ -145,6 +160,7 @@ export class ProjectionRunner {
       scheduler,
       options.fence ?? null,
       options.retryBackoffMs ?? 100,
+      options.only ?? null,
     );
     runner.unsubscribe = store.onEventsCommitted(() => runner.poke());
     runner.loop = runner.run();
@@ -216,6 +232,11 @@ export class ProjectionRunner {
     this.unsubscribe();
     this.poke();
     await this.loop;
+  }
+
+  /** Resolves when the projection has stopped or was fenced out (status "stopped" or "stale"). */
+  get done(): Promise<void> {
+    return this.loop;
   }
 
   /** Resolves once the checkpoint is at or past `offset` (or the projection stopped). */
@@ -295,23 +316,26 @@ export class ProjectionRunner {
     const page = await this.store.queryEvents({ ...this.filter, afterOffset: this.checkpoint, limit: this.batchSize });
     const through = page.hasMore ? page.nextOffset : Math.max(page.nextOffset, latest);
     if (through <= this.checkpoint) return 0;
+    const only = this.only;
+    const events = only === null ? page.events : page.events.filter(only);
     const definition = this.definition;
     if (definition.mode === "exactly-once") {
       await this.store.runProjectionBatch(
         { name: definition.name, expectedOffset: this.checkpoint, newOffset: through, fence: this.fence },
         async (tx) => {
-          for (const event of page.events) await definition.handler(event, tx);
+          for (const event of events) await definition.handler(event, tx);
         },
       );
-      this.advance(through, page.events.length);
+      this.advance(through, events.length);
+      // The page's size, not the handled count, tells the loop whether more may follow at once.
       return page.events.length;
     }
     const every = definition.checkpointEvery ?? 100;
     let sinceCheckpoint = 0;
-    for (const event of page.events) {
+    for (const event of events) {
       if (this.finished()) return page.events.length;
       await definition.handler(event);
-      if (++sinceCheckpoint >= every && event !== page.events[page.events.length - 1]) {
+      if (++sinceCheckpoint >= every && event !== events[events.length - 1]) {
         await this.store.saveProjectionOffset(definition.name, event.offset, this.fence);
         this.advance(event.offset, sinceCheckpoint);
         sinceCheckpoint = 0;

@@ -35,6 +35,18 @@ export class Projections implements Extension {
     return runner;
   }
 
+  /**
+   * Lists `runner`, started elsewhere (a slice of a sharded projection on the node that owns it), in `get` and
+   * `stats` until the returned function is called. It replaces an entry of the same name: the instance of a new
+   * lease epoch starts while the previous epoch's instance is still finishing its batch (and commits nothing more).
+   */
+  attach(runner: ProjectionRunner): () => void {
+    this.runners.set(runner.name, runner);
+    return () => {
+      if (this.runners.get(runner.name) === runner) this.runners.delete(runner.name);
+    };
+  }
+
   /** The running projection called `name`, if any. */
   get(name: string): ProjectionRunner | undefined {
     return this.runners.get(name);

@@ -1,7 +1,7 @@
 /**
  * Persistent sharded entities (event-sourced and durable-state) fenced by PostgreSQL shard leases. A module of its
- * own so that ordinary sharding never loads persistence code. Importing it adds `sharding.initEventSourced` and
- * `sharding.initDurableState` to ClusterSharding.
+ * own so that ordinary sharding never loads persistence code. Importing it adds `sharding.initEventSourced`,
+ * `sharding.initDurableState` and `sharding.initProjection` (projections owned through sharding) to ClusterSharding.
  */
 import "./sharding-methods.ts";
 
@@ -11,3 +11,10 @@ export {
   type PersistentKind,
   type PersistentProviderOptions,
 } from "./persistent-provider.ts";
+export { MAX_PROJECTION_SLICES, projectionSliceName, projectionSliceOf } from "./projection-slices.ts";
+export {
+  initProjection,
+  KeepProjectionRunning,
+  type ShardedProjection,
+  type ShardedProjectionOptions,
+} from "./sharded-projection.ts";

@@ -7,7 +7,11 @@ import { ShardedEntityType } from "../entity-ref.ts";
 import { ClusterShardingConfigurationError } from "../errors.ts";
 import { safeToOwn } from "../lease/safe-to-own.ts";
 import { ShardingSettings, type ShardingSettingsOptions, shardingSettingsShape } from "../settings.ts";
-import { PersistentEntityProvider, type PersistentKind } from "./persistent-provider.ts";
+import {
+  PersistentEntityProvider,
+  type PersistentKind,
+  type PersistentProviderOptions,
+} from "./persistent-provider.ts";
 
 /** Stops the persistent providers (entities, then lease releases) while the Database they release through is open. */
 class PersistentLeaseRelease implements Extension {
@@ -70,10 +74,9 @@ export function initPersistent<T>(
   sharding: ClusterSharding,
   entityType: EntityType<T>,
   options: PersistentShardingOptions,
-  kind: PersistentKind,
+  kind: "event-sourced" | "durable-state",
 ): ShardedEntityType<T> {
-  const host = sharding.host;
-  const system = host.system;
+  const system = sharding.host.system;
   if (entityType === null || typeof entityType !== "object" || typeof entityType.name !== "string") {
     throw new ClusterShardingConfigurationError(
       `init of a ${kind} sharded type needs the EntityType that registerEntity returned`,
@@ -91,6 +94,41 @@ export function initPersistent<T>(
     routingName: true,
   });
   const { routingName = entityType.name, ...settingsOptions } = options;
+  const behaviorFor =
+    kind === "event-sourced"
+      ? (entityId: string, fence: Parameters<EventSourcing["entityBehavior"]>[1]) =>
+          EventSourcing.get(system).entityBehavior<T>(entityType.id(entityId), fence)
+      : (entityId: string, fence: Parameters<DurableState["entityBehavior"]>[1]) =>
+          DurableState.get(system).entityBehavior<T>(entityType.id(entityId), fence);
+  return initProvider<T>(sharding, {
+    routingName,
+    kind,
+    entityTypeName: entityType.name,
+    messageTypeName: entityType.commandClass.name,
+    options: settingsOptions,
+    behaviorFor: (entityId, fence) => behaviorFor(entityId, fence) as BehaviorSource<T>,
+  });
+}
+
+/** What {@link initProvider} registers: a routing name whose entities are built by `behaviorFor` under a lease. */
+export interface LeasedProviderSpec<T> {
+  readonly routingName: string;
+  readonly kind: PersistentKind;
+  readonly entityTypeName: string;
+  readonly messageTypeName: string;
+  readonly options: ShardingSettingsOptions;
+  readonly behaviorFor: PersistentProviderOptions<T>["behaviorFor"];
+}
+
+/**
+ * @internal Registers a PersistentEntityProvider (entities activated under the shard's PostgreSQL lease) for
+ * `spec.routingName`, or returns the existing one when every setting matches. Shared by persistent entities and
+ * sharded projections.
+ */
+export function initProvider<T>(sharding: ClusterSharding, spec: LeasedProviderSpec<T>): ShardedEntityType<T> {
+  const host = sharding.host;
+  const system = host.system;
+  const { routingName, kind } = spec;
   if (typeof routingName !== "string" || routingName.length === 0) {
     throw new ClusterShardingConfigurationError("persistent sharding name must not be empty", "routingName");
   }
@@ -102,15 +140,15 @@ export function initPersistent<T>(
       "backend",
     );
   }
-  const settings = ShardingSettings.create(settingsOptions);
+  const settings = ShardingSettings.create(spec.options);
   const existing = host.provider(routingName);
   if (existing !== undefined) {
     const field =
       !(existing instanceof PersistentEntityProvider) || existing.kind !== kind
         ? "kind"
-        : existing.entityTypeName !== entityType.name
+        : existing.entityTypeName !== spec.entityTypeName
           ? "entityType"
-          : existing.messageTypeName !== entityType.commandClass.name
+          : existing.messageTypeName !== spec.messageTypeName
             ? "messageType"
             : existing.settings.incompatibleField(settings);
     if (field !== null) {
@@ -121,20 +159,14 @@ export function initPersistent<T>(
     }
     return new ShardedEntityType<T>(routingName);
   }
-  const behaviorFor =
-    kind === "event-sourced"
-      ? (entityId: string, fence: Parameters<EventSourcing["entityBehavior"]>[1]) =>
-          EventSourcing.get(system).entityBehavior<T>(entityType.id(entityId), fence)
-      : (entityId: string, fence: Parameters<DurableState["entityBehavior"]>[1]) =>
-          DurableState.get(system).entityBehavior<T>(entityType.id(entityId), fence);
   const membership = host.membership;
   const provider = new PersistentEntityProvider<T>({
     name: routingName,
-    entityTypeName: entityType.name,
+    entityTypeName: spec.entityTypeName,
     kind,
-    messageTypeName: entityType.commandClass.name,
+    messageTypeName: spec.messageTypeName,
     settings,
-    behaviorFor: (entityId, fence) => behaviorFor(entityId, fence) as BehaviorSource<T>,
+    behaviorFor: spec.behaviorFor,
     host: host.entityParent,
     scheduler: system.scheduler,
     stats: host.stats,

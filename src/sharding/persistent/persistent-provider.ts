@@ -20,8 +20,8 @@ import type { ShardingSettings } from "../settings.ts";
 import { ShardBudgets } from "../shard-budgets.ts";
 import type { MutableShardingStats } from "../stats.ts";
 
-/** Which persistence extension backs a provider. */
-export type PersistentKind = "event-sourced" | "durable-state";
+/** What a provider's entities are: persistent entities of either kind, or a projection (sharded-projection.ts). */
+export type PersistentKind = "event-sourced" | "durable-state" | "projection";
 
 /** Everything a {@link PersistentEntityProvider} is built from. */
 export interface PersistentProviderOptions<T> {

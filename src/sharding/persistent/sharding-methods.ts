@@ -1,12 +1,14 @@
 /**
- * `sharding.initEventSourced(...)` and `sharding.initDurableState(...)`, added to ClusterSharding by importing
+ * `sharding.initEventSourced(...)`, `sharding.initDurableState(...)` and `sharding.initProjection(...)`, added to
+ * ClusterSharding by importing
  * `movie/sharding/persistent` (as `movie/remote` adds `system.enableRemoting`), so ordinary sharding loads no
  * persistence code and persistent entities are still initialised with a method like every other type.
  */
-import type { EntityType } from "../../persistence/index.ts";
+import type { EntityType, Projection } from "../../persistence/index.ts";
 import { ClusterSharding } from "../cluster-sharding.ts";
 import type { ShardedEntityType } from "../entity-ref.ts";
 import { initPersistent, type PersistentShardingOptions } from "./init-persistent.ts";
+import { initProjection, type ShardedProjection, type ShardedProjectionOptions } from "./sharded-projection.ts";
 
 declare module "../cluster-sharding.ts" {
   interface ClusterSharding {
@@ -25,6 +27,17 @@ declare module "../cluster-sharding.ts" {
      * @throws ClusterShardingConfigurationError, UnknownSettingError as {@link ClusterSharding.initEventSourced}
      */
     initDurableState<T>(entityType: EntityType<T>, options?: PersistentShardingOptions): ShardedEntityType<T>;
+    /**
+     * Runs the projection `definition` in the cluster, split into `options.slices` slices by persistence-id hash,
+     * each owned by one node at a time through sharding and its shard lease, which fences the slice's checkpoint
+     * writes (and an exactly-once handler's writes). Call it on every node that may own a slice. Added by importing
+     * `movie/sharding/persistent`.
+     * @throws ClusterShardingConfigurationError as {@link ClusterSharding.initEventSourced}, or for bad slices or
+     *   keepAliveInterval, or shardCount / partitioner given
+     * @throws UnknownSettingError for an option no setting has
+     * @throws InvalidPersistenceRequestError for a malformed definition
+     */
+    initProjection(definition: Projection, options?: ShardedProjectionOptions): ShardedProjection;
   }
 }
 
@@ -42,4 +55,12 @@ ClusterSharding.prototype.initDurableState = function initDurableState<T>(
   options: PersistentShardingOptions = {},
 ): ShardedEntityType<T> {
   return initPersistent(this, entityType, options, "durable-state");
+};
+
+ClusterSharding.prototype.initProjection = function initShardedProjection(
+  this: ClusterSharding,
+  definition: Projection,
+  options: ShardedProjectionOptions = {},
+): ShardedProjection {
+  return initProjection(this, definition, options);
 };
