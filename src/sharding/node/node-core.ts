@@ -1138,6 +1138,12 @@ class Step {
           this.relayFlush(t, marker, UniqueAddress.parse(marker.caller), UniqueAddress.parse(marker.target));
         }
       }
+      this.flushOwnHeldRelays(t);
+      // A coordinator change starts the flush at once, not at this node's next call: its callers may all be waiting
+      // for replies to asks that the old coordinator holds for this very flush (seen in zero-downtime.test.ts on a
+      // loaded host: twelve asks held there until their deadline, no new call to start the flush).
+      const routing = this.s.view.routing;
+      if (routing !== null && t.flush === null && t.via !== null && !t.via.equals(routing)) this.flushing(t, routing);
       // Other nodes' envelopes first: among them are this node's own callers' earlier envelopes, relayed back here
       // by the coordinator they went to (§8.7), which must go before the same callers' later held ones.
       if (t.heldForwarded.size > 0) {
@@ -1198,6 +1204,19 @@ class Step {
     return true;
   }
 
+  /**
+   * This node's own callers' deliveries that its handoff buffers of a lost term held (origin null in the forwarded
+   * queue) wait for this node's own flush through itself, as other callers' wait for theirs: started here, so they do
+   * not wait for the next local call to start it (a node whose callers went quiet would lose them at their deadline).
+   */
+  private flushOwnHeldRelays(t: TypeState): void {
+    if (t.heldForwarded.size === 0 || t.flush !== null || t.via === null || !t.via.equals(this.self)) return;
+    const routing = this.s.view.routing;
+    if (routing === null || routing.equals(this.self) || this.handoffTerm(t) !== "lost") return;
+    if (!t.heldForwarded.list().some((h) => h.origin === null)) return;
+    this.flushing(t, routing);
+  }
+
   /** `node`'s status in this node's view: "Removed" when it is no longer listed. */
   private statusOf(node: UniqueAddress): string {
     if (node.equals(this.self)) return "Up";
@@ -1207,24 +1226,37 @@ class Step {
   /** Sends the marker of a new flush (a new token: answers to an older one are stale) to `via`, and arms its resend. */
   private startFlush(t: TypeState, via: UniqueAddress, target: UniqueAddress, sinceMs: number): void {
     const token = this.s.nextToken++;
-    if (t.flush === null || !t.flush.target.equals(target)) {
-      this.log(
-        "info",
-        { type: t.name, via: via.toString(), target: target.toString() },
-        "sharding coordinator changed: callers wait for the flush of what went to the old one",
-      );
-    }
-    t.flush = { token, via, target, sinceMs };
-    this.schedule(coordinatorFlushRetryMs, { kind: "flushRetry", type: t.name, token });
-    const marker = new CoordinatorFlush(t.name, t.settings.key, this.self.toString(), target.toString(), token);
-    if (via.equals(this.self)) this.onFlushMarker(t, marker, null);
-    else this.send(t, via, marker);
+    this.log(
+      "info",
+      { type: t.name, via: via.toString(), target: target.toString() },
+      "sharding coordinator changed: callers wait for the flush of what went to the old one",
+    );
+    const flush = { token, via, target, sinceMs };
+    t.flush = flush;
+    this.sendMarker(t, flush);
+  }
+
+  /** Sends (or sends again) the marker of `flush` to its `via`, and arms the resend. */
+  private sendMarker(t: TypeState, flush: CoordinatorFlushState): void {
+    this.schedule(coordinatorFlushRetryMs, { kind: "flushRetry", type: t.name, token: flush.token });
+    const marker = new CoordinatorFlush(
+      t.name,
+      t.settings.key,
+      this.self.toString(),
+      flush.target.toString(),
+      flush.token,
+    );
+    if (flush.via.equals(this.self)) this.onFlushMarker(t, marker, null);
+    else this.send(t, flush.via, marker);
   }
 
   /**
-   * The resend of an unanswered marker (lost with a dropped connection, or its answer was). Not to a node that left
-   * the view: a late relay from it could land behind what this node sends once the grace is over, so the wait there
-   * ends (flushing) instead; the timer keeps the check running while nothing else arrives.
+   * The resend of an unanswered marker (lost with a dropped connection, or its answer was), with the same token: an
+   * answer to any copy proves the same thing (this node sent nothing to `via` since the first copy, its callers wait),
+   * and a new token per copy would make every answer stale whenever the round trip through a loaded old coordinator
+   * takes longer than the resend interval (seen in zero-downtime.test.ts on a loaded host: the flush never ended).
+   * Not to a node that left the view: a late relay from it could land behind what this node sends once the grace is
+   * over, so the wait there ends (flushing) instead; the timer keeps the check running while nothing else arrives.
    */
   private onFlushRetry(t: TypeState, token: number): void {
     const flush = t.flush;
@@ -1238,7 +1270,7 @@ class Step {
       }
       return;
     }
-    this.startFlush(t, flush.via, flush.target, flush.sinceMs);
+    this.sendMarker(t, flush);
   }
 
   /**
