@@ -16,6 +16,7 @@ function option(name: string, fallback: number): number {
 const seeds = option("seeds", 1_000);
 const from = option("from", 1);
 const liveness = process.argv.includes("--liveness");
+const coordinatorChurn = process.argv.includes("--churn");
 const started = performance.now();
 const cpuStarted = process.cpuUsage();
 let lastPrint = started;
@@ -25,16 +26,22 @@ let writes = 0;
 let staleWrites = 0;
 let leaseLosses = 0;
 const operatorRestarts: number[] = [];
+let relayed = 0;
+let relayedDelivered = 0;
+let flushes = 0;
 const notLive: number[] = [];
 for (let seed = from; seed < from + seeds; seed++) {
   try {
-    const result = runHistory({ seed, liveness });
+    const result = runHistory({ seed, liveness, coordinatorChurn });
     delivered += result.delivered;
     handoffs += result.handoffs;
     writes += result.writes;
     staleWrites += result.staleWrites;
     leaseLosses += result.leaseLosses;
     if (result.operatorRestarts > 0) operatorRestarts.push(seed);
+    relayed += result.relayed;
+    relayedDelivered += result.relayedDelivered;
+    flushes += result.flushes;
     if (result.liveness !== null && result.liveness !== undefined) notLive.push(seed);
   } catch (error) {
     console.error(error instanceof SimFailure ? error.message : error);
@@ -59,6 +66,9 @@ console.table({
   writes,
   staleWrites,
   leaseLosses,
+  flushesAnswered: flushes,
+  relayedByOldCoordinator: relayed,
+  relayedThenDelivered: relayedDelivered,
   notLiveAfterHealing: notLive.length,
   operatorRestarted: operatorRestarts.length,
 });

@@ -26,6 +26,8 @@ import type { ShardingTypeInspection } from "./inspection.ts";
 import { inProcessCodec, type PayloadCodec, RegistryCodec, registerShardingWireTypes } from "./internal/codec.ts";
 import type { ShardingHost } from "./internal/host.ts";
 import {
+  CoordinatorFlush,
+  CoordinatorFlushed,
   PassivateShard,
   PlanRequest,
   PlanSnapshot,
@@ -469,14 +471,16 @@ export class ClusterSharding implements Extension {
     const sender = ctx.sender;
     if (message instanceof ShardingEnvelope) {
       if (message.traceContextMalformed) this.counters.malformedTraceContexts++;
-      this.shell.run({ kind: "envelope", delivery: { envelope: message, sender }, origin });
+      this.shell.run({ kind: "envelope", delivery: { envelope: message, sender, origin }, origin });
     } else if (
       message instanceof PlanRequest ||
       message instanceof PlanSnapshotRequest ||
       message instanceof PlanSnapshot ||
       message instanceof PlanUpdate ||
       message instanceof PassivateShard ||
-      message instanceof PrepareShard
+      message instanceof PrepareShard ||
+      message instanceof CoordinatorFlush ||
+      message instanceof CoordinatorFlushed
     ) {
       this.shell.run({ kind: "control", message, replyTo: sender, origin });
     } else {

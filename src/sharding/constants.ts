@@ -23,6 +23,16 @@ export const handoffSettlingRoundsMax = handoffTimeoutMs / reconcileIntervalMs;
 export const handoffBufferCountMax = 1_024;
 /** Deliveries the retry barrier makes before it yields the event loop (DELIVERY_RETRY_DRAIN_BATCH). */
 export const deliveryRetryDrainBatch = 64;
+/**
+ * How long a caller waits for the answer to its flush marker of a coordinator change before it sends the marker again
+ * (the marker or its answer was lost with a dropped connection), ms (docs/protocol.md §8.7).
+ */
+export const coordinatorFlushRetryMs = 300;
+/**
+ * How long a caller waits for the answer to its flush marker once the node it sent the marker to has left its view
+ * (a graceful leave: that process may still relay for a moment), before it sends to the new coordinator anyway, ms.
+ */
+export const coordinatorFlushGraceMs = 1_000;
 /** How long a newly elected coordinator collects plan snapshots before it publishes, ms. */
 export const bootstrapSnapshotWindowMs = 500;
 /** Default timeout of `ShardedEntityRef.ask`, ms. */

@@ -33,11 +33,18 @@ import { idOwnedBy, planOver } from "./fixtures/plans.ts";
 
 const plain = { shardCount: 4, allocation: new LeastLoadedAllocation(), rebalance: new NoRebalance() };
 
-test("a hop-0 envelope at a node that is not the coordinator is rejected and counted, never routed", async () => {
+// Since the coordinator-change flush (docs/protocol.md §8.7) a node that is not the coordinator holds such an envelope
+// instead of rejecting it at once: it may be a caller's, sent just before that caller's view moved to another
+// coordinator, and the caller's flush marker will come behind it and have it relayed. No marker comes here (a is the
+// coordinator and never changed), so it stays held until its deadline and is then rejected; it is never routed.
+test("a hop-0 envelope at a node that is not the coordinator is held, never routed, and rejected at its deadline", async () => {
   const cluster = new FakeCluster(orderClasses);
   try {
     const [a, b] = cluster.addNodesInAddressOrder("a-node", "b-node") as [Node, Node];
-    for (const n of [a, b]) n.sharding.init("Hop", OrderCommand, plain, (id) => new SequenceBehavior(id));
+    // A short wait (a local setting, not in the settings key): the rejection comes after 300 ms.
+    for (const n of [a, b]) {
+      n.sharding.init("Hop", OrderCommand, { ...plain, heldDeliveryTimeout: 300 }, (id) => new SequenceBehavior(id));
+    }
     await planOver([a, b], "Hop", 2);
     const id = idOwnedBy(a, "Hop", b, "hop");
     const key = ShardingSettings.create(plain).key;
@@ -50,10 +57,15 @@ test("a hop-0 envelope at a node that is not the coordinator is rejected and cou
       });
     const before = b.sharding.stats;
     daemonOfB.tell(envelope(null, 1)); // b owns the shard, but only the coordinator may route hop-0 traffic
-    await eventually(() => b.sharding.stats.rejectedEnvelopes === before.rejectedEnvelopes + 1, {
-      what: "b's rejection of the tell",
+    await eventually(() => b.sharding.stats.heldDeliveries === before.heldDeliveries + 1, {
+      what: "b holding the tell",
       describe: () => b.sharding.stats,
     });
+    await eventually(() => b.sharding.stats.rejectedEnvelopes === before.rejectedEnvelopes + 1, {
+      what: "b's rejection of the tell at its deadline",
+      describe: () => b.sharding.stats,
+    });
+    assert.equal(b.sharding.stats.heldExpired, before.heldExpired + 1);
     await assert.rejects(daemonOfB.ask(envelope(1_000, 2), OrderReply, 1_000), (e: unknown) => {
       assert.ok(e instanceof NoShardOwnerError, String(e));
       assert.equal(e.entityType, "Hop");
@@ -61,6 +73,7 @@ test("a hop-0 envelope at a node that is not the coordinator is rejected and cou
       return true;
     });
     assert.equal(b.sharding.stats.rejectedEnvelopes, before.rejectedEnvelopes + 2);
+    assert.equal(b.sharding.stats.heldExpired, before.heldExpired + 2);
     assert.equal(b.sharding.stats.localDeliveries, before.localDeliveries, "nothing delivered");
     assert.equal(b.sharding.stats.forwards, before.forwards, "nothing forwarded");
     assert.equal(b.sharding.localEntityCount, 0);

@@ -41,7 +41,7 @@ import type { ClusterMessage } from "../../src/cluster/messages.ts";
 import type { ClusterSnapshot } from "../../src/cluster/snapshot.ts";
 import { LeastLoadedAllocation, RateLimitedRebalance, ShardingSettings } from "../../src/sharding/index.ts";
 import { attachTyped, typedOf } from "../../src/sharding/internal/codec.ts";
-import { ShardingEnvelope } from "../../src/sharding/internal/index.ts";
+import { CoordinatorFlushed, ShardingEnvelope } from "../../src/sharding/internal/index.ts";
 import type { AttemptOutcome } from "../../src/sharding/internal/retry-barrier.ts";
 import {
   type ControlMessage,
@@ -61,6 +61,8 @@ import { type ProviderCounters, type ProviderHost, SimPersistentProvider } from 
 const typeName = "T";
 /** How many of the last events a failure report shows. */
 const traceLength = Number(process.env.MOVIE_SIM_TRACE ?? 25);
+/** MOVIE_SIM_VERBOSE=1 also traces every forward, control send and processed message (with MOVIE_SIM_TRACE=2000). */
+const verbose = process.env.MOVIE_SIM_VERBOSE === "1";
 /** How many of the last control messages a replay fault chooses from. */
 const sentControlsKept = 32;
 const tickMs = 80;
@@ -181,6 +183,14 @@ export interface HistoryOptions {
    * the default histories replay unchanged.
    */
   readonly operatorMoves?: boolean;
+  /**
+   * Coordinator churn (default false; `npm run sim -- --churn`): once between 800 and 1,300 ms, and again 400–1,000 ms
+   * later with probability
+   * 1/2 (and so on), the coordinator leaves or a node with a lower address than every member joins and takes over,
+   * while clients keep sending: coordinator changes with messages in flight (docs/protocol.md §8.7). Drawn from a
+   * random stream of its own.
+   */
+  readonly coordinatorChurn?: boolean;
 }
 
 export interface HistoryResult {
@@ -188,6 +198,13 @@ export interface HistoryResult {
   readonly rejected: number;
   readonly lost: number;
   readonly handoffs: number;
+  /**
+   * Coordinator changes with messages in flight (docs/protocol.md §8.7): envelopes a stepped-down coordinator relayed
+   * to the new one, how many of them were delivered, and flushes answered (a caller released to the new coordinator).
+   */
+  readonly relayed: number;
+  readonly relayedDelivered: number;
+  readonly flushes: number;
   readonly maxGeneration: number;
   readonly steps: number;
   /** Nodes the operator stopped after healing because their member table disagreed with the leader's for good. */
@@ -302,6 +319,9 @@ export class NodeSim {
   private nextAsk = 1;
   private handoffsDone = 0;
   private operatorMovesStarted = 0;
+  /** Calls a stepped-down coordinator relayed to the new one, and flush answers received. */
+  private readonly relayedCalls = new Set<number>();
+  private flushes = 0;
   private maxGeneration = 0;
   private healed = false;
   /** How many nodes the operator stopped after healing because their member table disagreed with the leader's. */
@@ -599,13 +619,14 @@ export class NodeSim {
       case "envelope":
         this.feed(target, {
           kind: "envelope",
-          delivery: { envelope: wire.envelope, sender: null },
+          delivery: { envelope: wire.envelope, sender: null, origin: from.self },
           origin: from.self,
         });
         return;
       case "control": {
         const ask = wire.ask;
         const replyTo = ask === null ? null : replyRef(ask, target, from, this);
+        if (wire.message instanceof CoordinatorFlushed) this.flushes++;
         this.feed(target, { kind: "control", message: wire.message, replyTo, origin: from.self });
         return;
       }
@@ -665,6 +686,12 @@ export class NodeSim {
     switch (effect.kind) {
       case "forward": {
         const call = callOf(effect.envelope);
+        if (effect.envelope.hopCount === 0 && effect.envelope.coordinator !== null) this.relayedCalls.add(call);
+        if (verbose)
+          this.note(
+            () =>
+              `${node.name} forwards ${call} ${JSON.stringify(this.calls.get(call))} hop ${effect.envelope.hopCount} via ${effect.envelope.coordinator} to ${effect.to.address.port}`,
+          );
         this.send(node, effect.to.address.port ?? -1, effect.to.uid, {
           kind: "envelope",
           envelope: effect.envelope,
@@ -673,6 +700,11 @@ export class NodeSim {
         return;
       }
       case "send":
+        if (verbose)
+          this.note(
+            () =>
+              `${node.name} sends ${effect.message.constructor.name} ${JSON.stringify(effect.message).slice(0, 200)} to ${effect.to.address.port}`,
+          );
         this.sendControl(node, effect.to, { kind: "control", message: effect.message, ask: null });
         return;
       case "ask": {
@@ -824,6 +856,7 @@ export class NodeSim {
       );
     }
     this.processed.set(key, message.seq);
+    if (verbose) this.note(`${node.name} processes ${message.call} ${key} seq ${message.seq}`);
     this.settleCall(message.call, "delivered");
     return "delivered";
   }
@@ -1260,11 +1293,16 @@ export class NodeSim {
       if (n.provider === null) continue;
       for (const [k, v] of Object.entries(n.provider.counters)) leases[k as keyof ProviderCounters] += v;
     }
+    let relayedDelivered = 0;
+    for (const call of this.relayedCalls) if (this.outcomes.get(call) === "delivered") relayedDelivered++;
     return {
       delivered,
       rejected,
       lost,
       handoffs: this.handoffsDone,
+      relayed: this.relayedCalls.size,
+      relayedDelivered,
+      flushes: this.flushes,
       maxGeneration: this.maxGeneration,
       steps: this.steps,
       operatorRestarts: this.operatorRestarts,
@@ -1398,6 +1436,22 @@ export function runHistory(options: HistoryOptions): HistoryResult {
     sim.at(100 + rand.int(400), fault);
   };
   sim.at(700, fault);
+  if (options.coordinatorChurn ?? false) {
+    const churnRand = new Prng(options.seed + 1_000_003);
+    let lowPort = 2550;
+    const churn = (): void => {
+      if (sim.isHealed) return;
+      const nodes = sim.alive;
+      const coordinator = nodes.reduce<SimNode | null>(
+        (low, n) => (low === null || UniqueAddress.compare(n.self, low.self) < 0 ? n : low),
+        null,
+      );
+      if (coordinator !== null && nodes.length > 2 && churnRand.chance(0.5)) sim.leave(coordinator);
+      else if (coordinator !== null) sim.start(lowPort--, [coordinator.port]);
+      if (churnRand.chance(0.5)) sim.at(400 + churnRand.int(600), churn);
+    };
+    sim.at(800 + churnRand.int(500), churn);
+  }
   sim.runUntil(700 + faultMs);
   sim.heal();
   // Every member of the cluster crashed and only joiners are left, whose seeds are gone: the operator stops them and
@@ -1418,6 +1472,9 @@ export function runHistory(options: HistoryOptions): HistoryResult {
     live = error.message;
     sim.runUntil(sim.now + 1_000);
   }
+  // Messages still on the wire when the last probe settled (a link delivers within 8 ms, FIFO) land first: the
+  // accounting counts what nodes hold, not what the network carries.
+  sim.runUntil(sim.now + 100);
   sim.checkAccounting();
   return { ...sim.result(), liveness: live };
 }

@@ -2,6 +2,8 @@ import { decodeNested, encodeNested, type MessageRegistry, registerNesting } fro
 import { ClusterShardingConfigurationError } from "../errors.ts";
 import { envelopeLayout } from "./envelope-codec.ts";
 import {
+  CoordinatorFlush,
+  CoordinatorFlushed,
   PassivateShard,
   PlanRequest,
   PlanSnapshot,
@@ -86,4 +88,6 @@ export function registerShardingWireTypes(registry: MessageRegistry): void {
   registry.register(PlanUpdate, { name: wireNames.planUpdate });
   registry.register(PassivateShard, { name: wireNames.passivateShard });
   registry.register(PrepareShard, { name: wireNames.prepareShard });
+  registry.register(CoordinatorFlush, { name: wireNames.coordinatorFlush });
+  registry.register(CoordinatorFlushed, { name: wireNames.coordinatorFlushed });
 }

@@ -10,6 +10,8 @@ export { inProcessCodec, type PayloadCodec, RegistryCodec, registerShardingWireT
 export { acceptingCoordinator, type ElectionSnapshot, electCoordinator, routingCoordinator } from "./election.ts";
 export type { ShardingHost } from "./host.ts";
 export {
+  CoordinatorFlush,
+  CoordinatorFlushed,
   PassivateShard,
   PlanRequest,
   PlanSnapshot,

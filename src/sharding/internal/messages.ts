@@ -11,6 +11,9 @@
  * - `PassivateShard`: coordinator → previous owner (ask); the owner drains the shard and replies `ShardingControlAck`.
  * - `PrepareShard`: coordinator → next owner (ask); replies `ShardingControlAck`.
  * - `ShardingControlAck`: the reply of Activate, PassivateShard and PrepareShard.
+ * - `CoordinatorFlush`: a caller whose coordinator changed → the coordinator it last sent to, which relays the
+ *   caller's waiting envelopes and then this marker to the new coordinator (docs/protocol.md §8.7).
+ * - `CoordinatorFlushed`: the new coordinator → the caller, once the relayed marker reached it.
  */
 import { UniqueAddress } from "../../actor/index.ts";
 import { ClusterShardingConfigurationError } from "../errors.ts";
@@ -39,6 +42,8 @@ export const wireNames = {
   planUpdate: "movie.cluster.sharding.plan-update.v1",
   passivateShard: "movie.cluster.sharding.passivate-shard.v1",
   prepareShard: "movie.cluster.sharding.prepare-shard.v1",
+  coordinatorFlush: "movie.cluster.sharding.coordinator-flush.v1",
+  coordinatorFlushed: "movie.cluster.sharding.coordinator-flushed.v1",
 } as const;
 
 /** One shard's owner in a plan message. */
@@ -89,6 +94,27 @@ export class ShardingEnvelope {
       coordinator.toString(),
       this.askTimeoutMs,
       this.senderless || senderless,
+      this.message,
+      this.deliveryAttempt,
+      this.traceparent,
+    );
+  }
+
+  /**
+   * A copy that a former coordinator relays to the new one (docs/protocol.md §8.7): still hop 0, with `coordinator`
+   * naming the relaying node (a caller's hop-0 envelope never names one), so the receiver relays it no further.
+   */
+  relayedBy(node: UniqueAddress): ShardingEnvelope {
+    return new ShardingEnvelope(
+      this.kind,
+      this.entityType,
+      this.entityId,
+      this.shardId,
+      this.settingsKey,
+      0,
+      node.toString(),
+      this.askTimeoutMs,
+      this.senderless,
       this.message,
       this.deliveryAttempt,
       this.traceparent,
@@ -297,6 +323,53 @@ export class PrepareShard {
     const coordinator = str(o, "coordinator");
     address(coordinator, "coordinator");
     return new PrepareShard(nonEmpty(o, "entityType"), str(o, "settingsKey"), int(o, "shardId", 0), coordinator);
+  }
+}
+
+/**
+ * The flush marker of a coordinator change (docs/protocol.md §8.7). The caller sends it to the coordinator it last
+ * sent envelopes to, behind them on the same connection; that node relays the caller's envelopes it still holds and
+ * then this marker to `target`, behind them; `target` answers the caller with `CoordinatorFlushed`.
+ */
+export class CoordinatorFlush {
+  constructor(
+    readonly entityType: string,
+    readonly settingsKey: string,
+    /** The caller's UniqueAddress string: the transport identity of the first hop, the one to answer. */
+    readonly caller: string,
+    /** The coordinator the caller now routes through, as a UniqueAddress string. */
+    readonly target: string,
+    /** The caller's number for this flush: an answer with another is stale. */
+    readonly token: number,
+  ) {}
+
+  /** @throws ClusterShardingConfigurationError naming the malformed field */
+  static fromJSON(json: unknown): CoordinatorFlush {
+    const o = object(json, "CoordinatorFlush");
+    const caller = str(o, "caller");
+    address(caller, "caller");
+    const target = str(o, "target");
+    address(target, "target");
+    return new CoordinatorFlush(nonEmpty(o, "entityType"), str(o, "settingsKey"), caller, target, int(o, "token", 0));
+  }
+}
+
+/** The new coordinator's answer to a relayed `CoordinatorFlush`: everything the caller sent before it has arrived. */
+export class CoordinatorFlushed {
+  constructor(
+    readonly entityType: string,
+    readonly settingsKey: string,
+    /** The answering coordinator's UniqueAddress string; must equal the transport identity. */
+    readonly coordinator: string,
+    readonly token: number,
+  ) {}
+
+  /** @throws ClusterShardingConfigurationError naming the malformed field */
+  static fromJSON(json: unknown): CoordinatorFlushed {
+    const o = object(json, "CoordinatorFlushed");
+    const coordinator = str(o, "coordinator");
+    address(coordinator, "coordinator");
+    return new CoordinatorFlushed(nonEmpty(o, "entityType"), str(o, "settingsKey"), coordinator, int(o, "token", 0));
   }
 }
 

@@ -55,6 +55,37 @@ export class HeldDeliveries<D> {
     return true;
   }
 
+  /**
+   * Puts `entries` in front of the shard's held deliveries, in their order (they were accepted before any of those),
+   * as many as fit the bound; returns the rest (the latest of `entries`), which the caller fails.
+   */
+  holdFront(shard: number, entries: readonly HeldDelivery<D>[]): HeldDelivery<D>[] {
+    const queue = this.shards.get(shard) ?? [];
+    const room = Math.max(0, this.perShardMax - queue.length);
+    const kept = entries.slice(0, room);
+    if (kept.length > 0) {
+      this.shards.set(shard, [...kept, ...queue]);
+      this.count += kept.length;
+    }
+    return entries.slice(room);
+  }
+
+  /** Removes and returns the held deliveries `which` selects, shard by shard in arrival order; the rest keep theirs. */
+  take(which: (held: HeldDelivery<D>) => boolean): HeldDelivery<D>[] {
+    const taken: HeldDelivery<D>[] = [];
+    for (const [shard, queue] of this.shards) {
+      const kept = queue.filter((h) => {
+        if (!which(h)) return true;
+        taken.push(h);
+        return false;
+      });
+      if (kept.length === 0) this.shards.delete(shard);
+      else if (kept.length !== queue.length) this.shards.set(shard, kept);
+    }
+    this.count -= taken.length;
+    return taken;
+  }
+
   /** Every held delivery, shard by shard, each shard in arrival order (nothing removed; for inspection). */
   list(): HeldDelivery<D>[] {
     const all: HeldDelivery<D>[] = [];

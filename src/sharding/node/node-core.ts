@@ -2,6 +2,8 @@ import assert from "node:assert/strict";
 import { type ActorRef, Histogram, latencyBucketsSeconds, UniqueAddress } from "../../actor/index.ts";
 import type { ShardingMember } from "../allocation/strategy.ts";
 import {
+  coordinatorFlushGraceMs,
+  coordinatorFlushRetryMs,
   idleSweepHalvingFloorMs,
   leaseRetryIntervalMs,
   planSnapshotGenerationMax,
@@ -35,6 +37,8 @@ import {
 import { AllocationPlanner } from "../internal/allocation-planner.ts";
 import { attachTyped, typedOf } from "../internal/codec.ts";
 import {
+  CoordinatorFlush,
+  CoordinatorFlushed,
   PassivateShard,
   PlanRequest,
   PlanSnapshot,
@@ -75,6 +79,23 @@ export interface Delivery {
   readonly envelope: ShardingEnvelope;
   /** The caller's ref: replies, and failures of an ask, go there. */
   readonly sender: ActorRef<unknown> | null;
+  /**
+   * The node a hop-0 envelope came from (its transport identity); null or absent for this node's own callers. A
+   * former coordinator relays a caller's envelopes by it when that caller's flush marker arrives (§8.7).
+   */
+  readonly origin?: UniqueAddress | null;
+}
+
+/**
+ * This node's callers' flush of a coordinator change (docs/protocol.md §8.7): the marker went to `via`, the coordinator
+ * they last sent envelopes to, for relay to `target`; their deliveries wait until `target` answers with `token`.
+ */
+export interface CoordinatorFlushState {
+  readonly token: number;
+  readonly via: UniqueAddress;
+  readonly target: UniqueAddress;
+  /** When the first marker of this change went out (resends keep it): bounds the wait once `via` left the view. */
+  readonly sinceMs: number;
 }
 
 /** Who waits for a local drain or prepare of a shard: a remote coordinator's ask, or a handoff this node drives. */
@@ -124,6 +145,15 @@ export interface TypeState {
   readonly heldForwarded: HeldDeliveries<Delivery>;
   /** The armed held-deliveries sweep: its id (a sweep with another id is stale) and when it fires; null when none. */
   heldSweep: { readonly id: number; readonly atMs: number } | null;
+  /** The coordinator this node's callers last sent envelopes to (this node included); null before the first. */
+  via: UniqueAddress | null;
+  /** The flush of a coordinator change this node's callers wait for, or null (docs/protocol.md §8.7). */
+  flush: CoordinatorFlushState | null;
+  /**
+   * Flush markers of other nodes' callers (caller UniqueAddress text → its newest marker) that reached this node while
+   * it still drove handoffs as coordinator (its term current or settling): relayed once its term is lost (§8.7).
+   */
+  readonly pendingMarkers: Map<string, CoordinatorFlush>;
 }
 
 /**
@@ -161,7 +191,9 @@ export type NodeTimer =
   | { readonly kind: "handoffRetryComplete"; readonly type: string; readonly shard: number; readonly token: number }
   | { readonly kind: "barrierTick"; readonly type: string; readonly shard: number; readonly id: number }
   | { readonly kind: "idleSweep"; readonly type: string }
-  | { readonly kind: "heldSweep"; readonly type: string; readonly id: number };
+  | { readonly kind: "heldSweep"; readonly type: string; readonly id: number }
+  /** A flush marker (or its answer) may have been lost: send it again if flush `token` is still waited for. */
+  | { readonly kind: "flushRetry"; readonly type: string; readonly token: number };
 
 /** A control message other nodes send to this node's daemon. */
 export type ControlMessage =
@@ -170,7 +202,9 @@ export type ControlMessage =
   | PlanSnapshot
   | PlanUpdate
   | PassivateShard
-  | PrepareShard;
+  | PrepareShard
+  | CoordinatorFlush
+  | CoordinatorFlushed;
 
 /** What the core reacts to. */
 export type NodeInput =
@@ -548,6 +582,9 @@ class Step {
       heldLocal: new HeldDeliveries<Delivery>(settings.heldDeliveriesPerShard),
       heldForwarded: new HeldDeliveries<Delivery>(settings.heldDeliveriesPerShard),
       heldSweep: null,
+      via: null,
+      flush: null,
+      pendingMarkers: new Map(),
     };
     this.s.types.set(name, t);
     this.syncPlan(t);
@@ -589,6 +626,10 @@ class Step {
         continue;
       }
       for (const [shard, by] of [...t.prepared]) if (by !== coordinatorText) t.prepared.delete(shard);
+      if (!coordinator.equals(this.self)) {
+        this.rejectHeldRelays(t);
+        this.relayOwnIfDeparting(t);
+      }
       this.abortHandoffsToDepartedOwners(t);
       if (changed) this.afterPlanStored(t);
       this.syncPlan(t);
@@ -770,6 +811,8 @@ class Step {
       else if (message instanceof PlanRequest) this.onPlanRequest(t, message, origin);
       else if (message instanceof PlanSnapshotRequest) this.onPlanSnapshotRequest(t, message, origin);
       else if (message instanceof PlanSnapshot) this.onPlanSnapshot(t, message, origin);
+      else if (message instanceof CoordinatorFlush) this.onFlushMarker(t, message, origin);
+      else if (message instanceof CoordinatorFlushed) this.onFlushed(t, message, origin);
       else if (message instanceof PassivateShard) {
         this.checkControl(t, message.settingsKey, message.coordinator, origin);
         this.drainLocally(t, message.shardId, { kind: "ask", replyTo });
@@ -926,17 +969,22 @@ class Step {
       else this.refuse(d, NoShardOwnerError.noCoordinator());
       return;
     }
-    if (coordinator === null || (coordinator.equals(this.self) && !this.authorReady(t))) {
+    if (
+      coordinator === null ||
+      this.flushing(t, coordinator) ||
+      (coordinator.equals(this.self) && !this.authorReady(t))
+    ) {
       this.hold(t, t.heldLocal, d, null, countsRemoteRoute, held);
       return;
     }
+    t.via = coordinator;
     if (!coordinator.equals(this.self)) {
       if (countsRemoteRoute) this.counters.remoteRoutes++;
       this.effects.push({ kind: "forward", to: coordinator, envelope: d.envelope, delivery: d });
       return;
     }
     try {
-      this.routeAsCoordinator(t, d, true);
+      this.routeAsCoordinator(t, d, true, null);
     } catch (error) {
       this.reject(d, asError(error));
     }
@@ -953,17 +1001,22 @@ class Step {
     const elected = this.s.view.elected;
     const shard = d.envelope.shardId;
     if (elected !== null && !elected.equals(this.self)) {
-      // This node stepped down while the envelope was in flight. Sending it on to the new coordinator would keep it
-      // alive but could reorder it: the caller may already be sending its later messages there directly. Per-sender
-      // order is the stronger promise, so it fails closed, as before (docs/protocol.md §8.6).
-      this.reject(d, new NoShardOwnerError(t.name, shard));
+      // This node stepped down while the envelope was in flight. Sending it on at once could reorder it: the caller
+      // may already be sending its later messages to the new coordinator directly. It waits here instead for the
+      // caller's flush marker, which comes behind it on the same connection, and is relayed with it in order
+      // (docs/protocol.md §8.7). An envelope another node already relayed is not relayed again: it fails closed.
+      if (d.envelope.coordinator !== null || !t.settings.awaitCoordinator) {
+        this.reject(d, new NoShardOwnerError(t.name, shard));
+        return;
+      }
+      this.hold(t, t.heldForwarded, d, origin, false, held);
       return;
     }
     if (elected === null || !this.authorReady(t)) {
       this.hold(t, t.heldForwarded, d, origin, false, held);
       return;
     }
-    this.routeAsCoordinator(t, d, false);
+    this.routeAsCoordinator(t, d, false, origin);
   }
 
   /** Whether this node's own status is past Up (Leaving, Exiting, Down): it never routes again. */
@@ -1014,10 +1067,7 @@ class Step {
       else this.reject(d, error);
       return;
     }
-    const askTimeoutMs = d.envelope.askTimeoutMs;
-    const waitMs =
-      askTimeoutMs === null ? t.settings.heldDeliveryTimeout : Math.min(askTimeoutMs, t.settings.heldDeliveryTimeout);
-    const deadlineMs = this.nowMs + waitMs;
+    const deadlineMs = this.heldDeadline(t, d);
     if (!queue.hold(shard, { delivery: d, deadlineMs, origin, countsRemoteRoute })) {
       this.counters.heldRefused++;
       const error = this.waitError(t, shard);
@@ -1027,6 +1077,37 @@ class Step {
     }
     this.counters.heldDeliveries++;
     this.armHeldSweep(t, deadlineMs);
+  }
+
+  /** When a delivery held now must be rejected: after `heldDeliveryTimeout`, sooner for an ask with a shorter timeout. */
+  private heldDeadline(t: TypeState, d: Delivery): number {
+    const askTimeoutMs = d.envelope.askTimeoutMs;
+    const waitMs =
+      askTimeoutMs === null ? t.settings.heldDeliveryTimeout : Math.min(askTimeoutMs, t.settings.heldDeliveryTimeout);
+    return this.nowMs + waitMs;
+  }
+
+  /**
+   * The buffer of a handoff that ended because this node lost its term, held in front of the shard's later arrivals
+   * instead of rejected: each delivery waits for its caller's flush marker to be relayed to the new coordinator
+   * (§8.7), or for this node's own term to come back. What does not fit the shard's bound fails as before.
+   */
+  private holdHandoffBuffer(t: TypeState, shard: number, buffer: readonly Delivery[]): void {
+    const entries = buffer.map((d) => ({
+      delivery: d,
+      deadlineMs: this.heldDeadline(t, d),
+      origin: d.origin ?? null,
+      countsRemoteRoute: false,
+    }));
+    const refused = t.heldForwarded.holdFront(shard, entries);
+    for (const h of refused) {
+      this.counters.heldRefused++;
+      this.reject(h.delivery, new NoShardOwnerError(t.name, shard));
+    }
+    const kept = entries.length - refused.length;
+    this.counters.heldDeliveries += kept;
+    if (kept > 0) this.armHeldSweep(t, Math.min(...entries.map((e) => e.deadlineMs)));
+    this.relayOwnIfDeparting(t);
   }
 
   /** Arms the type's one sweep timer for `deadlineMs` unless one fires earlier (one timer per type, not per message). */
@@ -1051,7 +1132,11 @@ class Step {
     if (error !== null) {
       this.log(
         "warn",
-        { type: t.name, expired: expired.length, error: error.message },
+        {
+          type: t.name,
+          expired: expired.length,
+          error: error.message,
+        },
         "sharding deliveries waited for a coordinator past their deadline and were rejected",
       );
     }
@@ -1062,15 +1147,25 @@ class Step {
   /** Routes every held delivery, in order, as soon as there is an authority to route it (docs/protocol.md §8.6). */
   private flushHeld(): void {
     for (const t of this.s.types.values()) {
-      if (t.heldLocal.size > 0) {
-        const coordinator = this.s.view.routing;
-        if (coordinator !== null && (!coordinator.equals(this.self) || this.authorReady(t))) {
-          for (const h of t.heldLocal.takeAll()) this.routeLocal(t, h.delivery, h.countsRemoteRoute, h);
+      if (t.pendingMarkers.size > 0 && this.handoffTerm(t) === "lost") {
+        const markers = [...t.pendingMarkers.values()];
+        t.pendingMarkers.clear();
+        for (const marker of markers) {
+          this.relayFlush(t, marker, UniqueAddress.parse(marker.caller), UniqueAddress.parse(marker.target));
         }
       }
+      this.flushOwnHeldRelays(t);
+      // A coordinator change starts the flush at once, not at this node's next call: its callers may all be waiting
+      // for replies to asks that the old coordinator holds for this very flush (seen in zero-downtime.test.ts on a
+      // loaded host: twelve asks held there until their deadline, no new call to start the flush).
+      const routing = this.s.view.routing;
+      if (routing !== null && t.flush === null && t.via !== null && !t.via.equals(routing)) this.flushing(t, routing);
+      // Other nodes' envelopes first: among them are this node's own callers' earlier envelopes, relayed back here
+      // by the coordinator they went to (§8.7), which must go before the same callers' later held ones.
       if (t.heldForwarded.size > 0) {
+        // Held while this node's view elects another coordinator, they wait for their callers' flush markers (§8.7).
         const elected = this.s.view.elected;
-        if (elected !== null && (!elected.equals(this.self) || this.authorReady(t))) {
+        if (elected?.equals(this.self) === true && this.authorReady(t)) {
           for (const h of t.heldForwarded.takeAll()) {
             try {
               this.routeForwarded(t, h.delivery, h.origin, h);
@@ -1080,6 +1175,226 @@ class Step {
           }
         }
       }
+      if (t.heldLocal.size > 0) {
+        const coordinator = this.s.view.routing;
+        if (
+          coordinator !== null &&
+          !this.flushing(t, coordinator) &&
+          (!coordinator.equals(this.self) || this.authorReady(t))
+        ) {
+          for (const h of t.heldLocal.takeAll()) this.routeLocal(t, h.delivery, h.countsRemoteRoute, h);
+        }
+      }
+    }
+  }
+
+  // ---------------------------------------------------------------------------------------------------------------
+  // Coordinator changes (docs/protocol.md §8.7): the flush marker
+
+  /**
+   * Whether this node's callers must wait before routing through `coordinator`: while the flush of an earlier change
+   * is unanswered, and when `coordinator` is not the one they last sent envelopes to (a flush starts: envelopes still
+   * in flight to that one must reach the new coordinator first). The wait ends at once when the node they last sent
+   * to is gone (Down or removed): what it still held is lost with it, as any message to a crashed node is.
+   */
+  private flushing(t: TypeState, coordinator: UniqueAddress): boolean {
+    const via = t.via;
+    if (t.flush === null && (via === null || via === coordinator || via.equals(coordinator))) return false;
+    const status = via === null ? "Down" : this.statusOf(via);
+    // Down: what it held is lost. Removed (a graceful leave may skip this node's view of Leaving and Exiting, and the
+    // process may still run a moment): its answer is waited for a bounded time, then it counts as gone too.
+    const graceOver = t.flush !== null && this.nowMs - t.flush.sinceMs >= coordinatorFlushGraceMs;
+    if (via === null || status === "Down" || (status === "Removed" && graceOver)) {
+      if (t.flush !== null) {
+        this.log(
+          "warn",
+          { type: t.name, via: via?.toString() ?? null, status, target: coordinator.toString() },
+          "sharding flush of a coordinator change ended without an answer: what the old coordinator held is lost",
+        );
+      }
+      t.flush = null;
+      t.via = null;
+      return false;
+    }
+    if (t.flush === null || !t.flush.target.equals(coordinator)) this.startFlush(t, via, coordinator, this.nowMs);
+    return true;
+  }
+
+  /**
+   * This node's own callers' deliveries that its handoff buffers of a lost term held (origin null in the forwarded
+   * queue) wait for this node's own flush through itself, as other callers' wait for theirs: started here, so they do
+   * not wait for the next local call to start it (a node whose callers went quiet would lose them at their deadline).
+   */
+  private flushOwnHeldRelays(t: TypeState): void {
+    if (t.heldForwarded.size === 0 || t.flush !== null || t.via === null || !t.via.equals(this.self)) return;
+    const routing = this.s.view.routing;
+    if (routing === null || routing.equals(this.self) || this.handoffTerm(t) !== "lost") return;
+    if (!t.heldForwarded.list().some((h) => h.origin === null)) return;
+    this.flushing(t, routing);
+  }
+
+  /** `node`'s status in this node's view: "Removed" when it is no longer listed. */
+  private statusOf(node: UniqueAddress): string {
+    if (node.equals(this.self)) return "Up";
+    return this.s.view.snapshot.members.find((m) => m.uniqueAddress.equals(node))?.status ?? "Removed";
+  }
+
+  /** Sends the marker of a new flush (a new token: answers to an older one are stale) to `via`, and arms its resend. */
+  private startFlush(t: TypeState, via: UniqueAddress, target: UniqueAddress, sinceMs: number): void {
+    const token = this.s.nextToken++;
+    this.log(
+      "info",
+      { type: t.name, via: via.toString(), target: target.toString() },
+      "sharding coordinator changed: callers wait for the flush of what went to the old one",
+    );
+    const flush = { token, via, target, sinceMs };
+    t.flush = flush;
+    this.sendMarker(t, flush);
+  }
+
+  /** Sends (or sends again) the marker of `flush` to its `via`, and arms the resend. */
+  private sendMarker(t: TypeState, flush: CoordinatorFlushState): void {
+    this.schedule(coordinatorFlushRetryMs, { kind: "flushRetry", type: t.name, token: flush.token });
+    const marker = new CoordinatorFlush(
+      t.name,
+      t.settings.key,
+      this.self.toString(),
+      flush.target.toString(),
+      flush.token,
+    );
+    if (flush.via.equals(this.self)) this.onFlushMarker(t, marker, null);
+    else this.send(t, flush.via, marker);
+  }
+
+  /**
+   * The resend of an unanswered marker (lost with a dropped connection, or its answer was), with the same token: an
+   * answer to any copy proves the same thing (this node sent nothing to `via` since the first copy, its callers wait),
+   * and a new token per copy would make every answer stale whenever the round trip through a loaded old coordinator
+   * takes longer than the resend interval (seen in zero-downtime.test.ts on a loaded host: the flush never ended).
+   * Not to a node that left the view: a late relay from it could land behind what this node sends once the grace is
+   * over, so the wait there ends (flushing) instead; the timer keeps the check running while nothing else arrives.
+   */
+  private onFlushRetry(t: TypeState, token: number): void {
+    const flush = t.flush;
+    if (flush?.token !== token) return;
+    const status = this.statusOf(flush.via);
+    if (status === "Removed" || status === "Down") {
+      const coordinator = this.s.view.routing;
+      // Still waiting (the grace is not over): check again later; the token stands, so a late answer still counts.
+      if (coordinator !== null && this.flushing(t, coordinator) && t.flush === flush) {
+        this.schedule(coordinatorFlushRetryMs, { kind: "flushRetry", type: t.name, token });
+      }
+      return;
+    }
+    this.sendMarker(t, flush);
+  }
+
+  /**
+   * A flush marker. From the caller itself (it came behind every envelope the caller sent here): the caller's
+   * envelopes still waiting here, in handoff buffers of a term this node lost or held since it stepped down, are
+   * relayed in order to the target, then the marker behind them. Relayed (from the node the caller last sent to) to
+   * this node as the target: everything relayed before it has arrived and was routed or queued here in order, so
+   * the caller may send here now; answered unless this node's view elects another coordinator (the caller's view
+   * will follow, and its next marker finds that one).
+   */
+  private onFlushMarker(t: TypeState, marker: CoordinatorFlush, origin: UniqueAddress | null): void {
+    requireSameSettings(t, marker.settingsKey);
+    const caller = UniqueAddress.parse(marker.caller);
+    const target = UniqueAddress.parse(marker.target);
+    const from = origin ?? this.self;
+    if (from.equals(caller) && !target.equals(this.self)) {
+      if (this.handoffTerm(t) !== "lost") {
+        // This node still drives handoffs as coordinator: the caller's view is ahead of its own. Relaying now would
+        // release the caller while this node's handoff buffers may still hold its envelopes (they would then be
+        // dispatched behind the caller's later messages, or fail at their deadline): the marker waits until this
+        // node's term is lost, when those buffers are held and relayed in front of it (flushHeld).
+        t.pendingMarkers.set(caller.toString(), marker);
+        return;
+      }
+      t.pendingMarkers.delete(caller.toString());
+      this.relayFlush(t, marker, caller, target);
+      return;
+    }
+    if (from.equals(caller)) t.pendingMarkers.delete(caller.toString());
+    if (!target.equals(this.self)) {
+      throw new ClusterShardingConfigurationError("A relayed flush marker must name the node it was relayed to");
+    }
+    const elected = this.s.view.elected;
+    if (elected !== null && !elected.equals(this.self)) return;
+    const answer = new CoordinatorFlushed(t.name, t.settings.key, this.self.toString(), marker.token);
+    if (caller.equals(this.self)) this.onFlushed(t, answer, null);
+    else this.send(t, caller, answer);
+  }
+
+  private relayFlush(t: TypeState, marker: CoordinatorFlush, caller: UniqueAddress, target: UniqueAddress): void {
+    // Handoffs of a term this node no longer holds (called only then) would reject their buffers at their next
+    // attempt: ended now, the buffers join the held queues in front (feedHandoff) and the caller's part is relayed
+    // below, in order.
+    if (this.handoffTerm(t) === "lost") {
+      for (const shard of [...t.handoffs.keys()]) this.feedHandoff(t, shard, { kind: "abort" });
+    }
+    const own = caller.equals(this.self);
+    const mine = t.heldForwarded.take((h) => (own ? h.origin === null : h.origin?.equals(caller) === true));
+    this.log(
+      "info",
+      { type: t.name, caller: caller.toString(), target: target.toString(), relayed: mine.length },
+      "sharding flush marker relayed to the new coordinator",
+    );
+    this.relayHeld(t, mine, target);
+    this.send(t, target, marker);
+  }
+
+  /** The answer to this node's flush: its callers' deliveries go to the new coordinator from now on (flushHeld). */
+  private onFlushed(t: TypeState, answer: CoordinatorFlushed, origin: UniqueAddress | null): void {
+    requireSameSettings(t, answer.settingsKey);
+    const flush = t.flush;
+    if (flush === null || flush.token !== answer.token) return;
+    const from = origin ?? this.self;
+    if (answer.coordinator !== flush.target.toString() || !from.equals(flush.target)) {
+      throw new ClusterShardingConfigurationError("A flush answer must come from the coordinator the marker went to");
+    }
+    t.flush = null;
+    t.via = flush.target;
+  }
+
+  /**
+   * A departing node (Leaving, Exiting) refuses its callers from now on, so no later delivery of theirs can overtake
+   * the earlier ones it still holds (from handoff buffers of its lost term): those go to the new coordinator at once.
+   */
+  private relayOwnIfDeparting(t: TypeState): void {
+    const elected = this.s.view.elected;
+    if (t.heldForwarded.size === 0 || elected === null || elected.equals(this.self) || !this.departing()) return;
+    this.relayHeld(
+      t,
+      t.heldForwarded.take((h) => h.origin === null),
+      elected,
+    );
+  }
+
+  /** Relays held deliveries to `target` in order (hop 0, naming this node); one relayed here already fails closed. */
+  private relayHeld(t: TypeState, held: readonly HeldDelivery<Delivery>[], target: UniqueAddress): void {
+    for (const h of held) {
+      if (h.delivery.envelope.coordinator !== null) {
+        // Relayed here already: one relay at most, so a chain of coordinator changes cannot keep it alive.
+        this.reject(h.delivery, new NoShardOwnerError(t.name, h.delivery.envelope.shardId));
+        continue;
+      }
+      this.counters.forwards++;
+      const relayed = h.delivery.envelope.relayedBy(this.self);
+      const typed = typedOf(h.delivery.envelope);
+      if (typed !== undefined) attachTyped(relayed, typed.value);
+      this.effects.push({ kind: "forward", to: target, envelope: relayed, delivery: h.delivery });
+    }
+  }
+
+  /**
+   * Relayed envelopes held while this node's view was re-converging, once it elects another coordinator: they are
+   * not relayed a second time (relayFlush), so they fail now rather than at their deadline.
+   */
+  private rejectHeldRelays(t: TypeState): void {
+    if (t.heldForwarded.size === 0) return;
+    for (const h of t.heldForwarded.take((x) => x.delivery.envelope.coordinator !== null)) {
+      this.reject(h.delivery, new NoShardOwnerError(t.name, h.delivery.envelope.shardId));
     }
   }
 
@@ -1100,6 +1415,9 @@ class Step {
       requireSameSettings(t, envelope.settingsKey);
       if (envelope.hopCount === 0) {
         requireOwnShard(t, envelope);
+        if (envelope.coordinator !== null && (origin === null || envelope.coordinator !== origin.toString())) {
+          throw new ClusterShardingConfigurationError("A relayed sharding envelope must come from the node it names");
+        }
         this.routeForwarded(t, d, origin, null);
       } else this.receiveAsOwner(t, d, origin);
     } catch (error) {
@@ -1107,7 +1425,8 @@ class Step {
     }
   }
 
-  private routeAsCoordinator(t: TypeState, d: Delivery, builtHere: boolean): void {
+  /** `origin`: the node a hop-0 envelope came from (null: built here), kept with it in a handoff buffer (§8.7). */
+  private routeAsCoordinator(t: TypeState, d: Delivery, builtHere: boolean, origin: UniqueAddress | null): void {
     const { envelope } = d;
     if (!builtHere) requireOwnShard(t, envelope);
     const shard = envelope.shardId;
@@ -1116,12 +1435,12 @@ class Step {
     if (!this.isAuthor(t)) this.reconcileUnlessBootstrapping(t);
     if (!this.isAuthor(t)) throw new NoShardOwnerError(envelope.entityType, shard);
     if (this.joinBarrier(t, shard, d)) return;
-    if (this.bufferInHandoff(t, shard, d)) return;
+    if (this.bufferInHandoff(t, shard, d, origin)) return;
     let owner = t.plan.allocations.get(shard);
     if (owner === undefined) throw new NoShardOwnerError(envelope.entityType, shard);
     if (!this.isUp(owner)) {
       this.reconcile(t);
-      if (this.bufferInHandoff(t, shard, d)) return;
+      if (this.bufferInHandoff(t, shard, d, origin)) return;
       owner = t.plan.allocations.get(shard);
       if (owner === undefined || !this.isUp(owner)) throw new NoShardOwnerError(envelope.entityType, shard);
     }
@@ -1337,9 +1656,11 @@ class Step {
     this.startHandoff(t, shard, decision.from, decision.to);
   }
 
-  private bufferInHandoff(t: TypeState, shard: number, d: Delivery): boolean {
+  private bufferInHandoff(t: TypeState, shard: number, d: Delivery, origin: UniqueAddress | null): boolean {
     if (!t.handoffs.has(shard)) return false;
-    this.feedHandoff(t, shard, { kind: "buffer", delivery: d });
+    // The buffer may have to be relayed by its callers' flush markers (§8.7): each delivery keeps where it came from.
+    const tagged = (d.origin ?? null) === origin ? d : { envelope: d.envelope, sender: d.sender, origin };
+    this.feedHandoff(t, shard, { kind: "buffer", delivery: tagged });
     return true;
   }
 
@@ -1420,13 +1741,27 @@ class Step {
     if (next.settlingRounds > 0 && !wasSettling) {
       this.log("info", { shard, type: t.name }, "sharding handoff waits for membership to re-converge");
     }
+    let performed = effects;
+    let held = 0;
+    if (next.phase === "aborted" && !wasAborted && t.settings.awaitCoordinator && this.handoffTerm(t) === "lost") {
+      // The term was lost (another coordinator, or an unreachable member): the buffer waits for its callers' flush
+      // markers (§8.7). A handoff that gave up waiting for convergence in a term that is merely settling (this node
+      // still the lowest Up member) rejects its buffer as before: its bound is the settling bound (§9.3).
+      const buffered = effects.flatMap((e) => (e.kind === "reject" ? [e.delivery] : []));
+      if (buffered.length > 0) {
+        held = buffered.length;
+        this.holdHandoffBuffer(t, shard, buffered);
+        performed = effects.filter((e) => e.kind !== "reject");
+      }
+    }
     if (next.phase === "aborted" && !wasAborted) {
       // Buffered deliveries were accepted: rejecting them is worth an operator's attention. An abort that rejected
       // nothing is retried by the next reconcile and would only be noise at warn.
-      const rejected = effects.filter((e) => e.kind === "reject").length;
-      this.log(rejected > 0 ? "warn" : "info", { shard, type: t.name, rejected }, "sharding handoff aborted");
+      const rejected = performed.filter((e) => e.kind === "reject").length;
+      const fields = held > 0 ? { shard, type: t.name, rejected, held } : { shard, type: t.name, rejected };
+      this.log(rejected > 0 ? "warn" : "info", fields, "sharding handoff aborted");
     }
-    for (const effect of effects) this.performHandoffEffect(t, shard, running, effect);
+    for (const effect of performed) this.performHandoffEffect(t, shard, running, effect);
   }
 
   private performHandoffEffect(
@@ -1577,6 +1912,9 @@ class Step {
       case "heldSweep":
         this.onHeldSweep(t, timer.id);
         return;
+      case "flushRetry":
+        this.onFlushRetry(t, timer.token);
+        return;
       case "idleSweep":
         if (t.settings.idleTimeout !== null) {
           this.effects.push({ kind: "passivateIdle", type: t.name, idleTimeoutMs: t.settings.idleTimeout });
@@ -1608,6 +1946,8 @@ class Step {
       for (const h of t.heldLocal.takeAll()) this.reject(h.delivery, NoShardOwnerError.noCoordinator());
       for (const h of t.heldForwarded.takeAll()) this.reject(h.delivery, NoShardOwnerError.noCoordinator());
       t.heldSweep = null;
+      t.flush = null;
+      t.pendingMarkers.clear();
       for (const d of t.barrier.clear()) this.reject(d, new NoShardOwnerError(t.name, d.envelope.shardId));
       t.barrierTicks.clear();
       for (const running of t.handoffs.values()) {

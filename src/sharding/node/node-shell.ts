@@ -171,8 +171,10 @@ export class NodeShell {
         } catch (error) {
           // A send can refuse synchronously (MessageTooLargeError, …): the caller's own call fails with it; a
           // forwarded one (possibly inside a handoff flush) is rejected alone, the rest still go.
-          if (effect.envelope.hopCount === 0) this.refuse(effect.delivery, asError(error));
-          else this.queue.push({ kind: "sendFailed", delivery: effect.delivery, error: asError(error) });
+          // A relayed envelope (hop 0 naming its relay, docs/protocol.md §8.7) is not the caller's own call here.
+          if (effect.envelope.hopCount === 0 && effect.envelope.coordinator === null) {
+            this.refuse(effect.delivery, asError(error));
+          } else this.queue.push({ kind: "sendFailed", delivery: effect.delivery, error: asError(error) });
         }
         return;
       case "send":
