@@ -109,8 +109,16 @@ test("SIGTERM: the node leaves, its shards and leases move at once, it is remove
   assert.equal(victim.process.process.exitCode, 0, "exit 0: removed before the deadline");
 
   const survivor = nodes[0]!;
-  const members = (await getJson(`${survivor.ready.url}cluster/members`)).body as { members: { address: string }[] };
-  assert.ok(!members.members.some((m) => m.address === victim.ready.address), "the victim was removed");
+  // The victim exits once it learns of its removal, which any member that removed it may tell it (docs/protocol.md
+  // §14.9): the survivor asked here may take another gossip round to remove it too.
+  let members: { address: string; status: string }[] = [];
+  await eventually(
+    async () => {
+      members = ((await getJson(`${survivor.ready.url}cluster/members`)).body as { members: typeof members }).members;
+      return !members.some((m) => m.address === victim.ready.address);
+    },
+    { what: "the victim removed from the survivor's view", describe: () => members, intervalMs: 50, timeoutMs: 5_000 },
+  );
   // Every lease the victim held was released on the way out: none is live under its name.
   const afterExit = await leaseRows();
   assert.deepEqual(

@@ -90,14 +90,11 @@ test("operator shard moves during faults keep every safety invariant, and nearly
   );
 });
 
-// Seed 42 with operator moves: a move's next owner crashed, was downed after healing, and the handoff, whose failed
-// step waited one more attempt before aborting, rejected a probe sent in that window. A handoff whose next owner is
-// Down or gone now aborts in the step that shows it (node-core.ts, abortHandoffsToDepartedOwners).
-test("a handoff whose next owner is downed aborts at once (seed 42 with operator moves is live after healing)", () => {
-  const result = runHistory({ seed: 42, operatorMoves: true, liveness: true });
-  assert.equal(result.liveness ?? null, null);
-  assert.ok(result.operatorMoves > 0, "the history moved shards");
-});
+// Seed 42 with operator moves once showed a handoff whose next owner was downed waiting one more attempt before it
+// aborted (node-core.ts, abortHandoffsToDepartedOwners). Since the coordinator-change flush and the membership fixes
+// of 2026-12-06 no history of seeds 1 to 2,600 with operator moves reaches that state any more (checked with the rule
+// switched off); the rule is pinned at the core in test/sharding/rules/node-edges-rules.test.ts ("a next owner that
+// departs aborts the handoff whether it is passivating, preparing or waiting to retry").
 
 /** The first seed in 1..`maxSeeds` whose history fails with `bugs` planted, and how. */
 function firstCaught(bugs: PlantedBugs, maxSeeds: number): SimFailure | null {
