@@ -153,6 +153,7 @@ test("plan snapshot: a member ahead of the coordinator makes it publish above th
   assert.equal(n.t.plan.generation, generation + 7, "the same generation with other allocations also forces a new one");
   // Not from an Up member: ignored.
   control(n, new PlanSnapshot(type, n.settings.key, c.toString(), generation + 50, []), d);
+  assert.equal(n.t.registrations.get(d.toString()), n.settings.key, "a snapshot registers its sender, Up or not");
   const fromSelf = control(n, new PlanSnapshot(type, n.settings.key, c.toString(), generation + 50, []), null);
   assert.deepEqual(ofKind(fromSelf, "refused"), [], "from this node: neither a registration nor a refusal");
   assert.equal(n.t.registrations.has("null"), false);
@@ -337,6 +338,7 @@ test("control: a refused message that expects no reply is answered to nobody; a 
   assert.equal(ofKind(refused, "refused")[0]!.replyTo, null, "a plan request is not answered");
   const self = control(n, new PlanSnapshotRequest(type, n.settings.key, a.toString()), null);
   assert.equal(ofKind(self, "refused").length, 1);
+  assert.ok(ofKind(self, "refused")[0]!.error instanceof ClusterShardingConfigurationError, "refused as unauthorized");
   assert.deepEqual(sends(self), []);
 });
 
