@@ -436,5 +436,7 @@ test("stop: buffered handoff traffic is rejected, drain asks are answered with a
   assert.equal(ofKind(refused, "refuse")[0]!.delivery, late, "a caller after stop is refused");
   const [moved] = ofKind(n.feed({ kind: "moveShard", type, shard, to: c }, 2_060), "shardMoveDecided");
   assert.equal(moved!.decision.kind, "refused");
+  assert.equal(moved!.decision.kind === "refused" && moved!.decision.reason, "ShardingStopped");
+  assert.equal(moved!.decision.shard, shard);
   assert.deepEqual(delivers(n.route(late, 2_070)), []);
 });

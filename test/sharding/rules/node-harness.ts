@@ -45,7 +45,8 @@ export class Driven {
   state: NodeState;
   readonly settings: ShardingSettings;
   readonly self: UniqueAddress;
-  /** The effects of the register step. */
+  /** The effects of the first membership change and of the register step. */
+  readonly joined: NodeEffect[];
   readonly registered: NodeEffect[];
 
   constructor(
@@ -56,7 +57,7 @@ export class Driven {
     this.self = self;
     this.state = newNodeState(self);
     this.settings = ShardingSettings.create({ shardCount: 8, ...options });
-    this.feed({ kind: "membershipChanged", snapshot: first }, 0);
+    this.joined = this.feed({ kind: "membershipChanged", snapshot: first }, 0);
     this.registered = this.feed({ kind: "register", name: type, settings: this.settings }, 0);
   }
 

@@ -11,6 +11,7 @@ import {
   allUp,
   b,
   c,
+  caller,
   coordinatorWithPlan,
   Driven,
   d,
@@ -152,7 +153,10 @@ test("plan snapshot: a member ahead of the coordinator makes it publish above th
   assert.equal(n.t.plan.generation, generation + 7, "the same generation with other allocations also forces a new one");
   // Not from an Up member: ignored.
   control(n, new PlanSnapshot(type, n.settings.key, c.toString(), generation + 50, []), d);
-  control(n, new PlanSnapshot(type, n.settings.key, c.toString(), generation + 50, []), null);
+  assert.equal(n.t.registrations.get(d.toString()), n.settings.key, "a snapshot registers its sender, Up or not");
+  const fromSelf = control(n, new PlanSnapshot(type, n.settings.key, c.toString(), generation + 50, []), null);
+  assert.deepEqual(ofKind(fromSelf, "refused"), [], "from this node: neither a registration nor a refusal");
+  assert.equal(n.t.registrations.has("null"), false);
   assert.equal(n.t.plan.generation, generation + 7);
   // A member that is not the author never publishes.
   const f = follower(b, n.update());
@@ -256,8 +260,9 @@ test("membership: a downed node stops sharding; a removed one too, unless it lef
     [],
   );
 
-  const never = new (class extends Driven {})(b, {}, view(b, [member(a), member(c)]));
-  assert.deepEqual(ofKind(never.registered, "stopSharding"), [], "a node not yet listed is not removed");
+  const never = new Driven(b, {}, view(b, [member(a), member(c)]));
+  assert.deepEqual(ofKind(never.joined, "stopSharding"), [], "a node not yet listed is not removed");
+  assert.deepEqual(ofKind(never.registered, "stopSharding"), []);
 });
 
 test("membership: without a coordinator ownership is suspended: kept while a member is unreachable, released when this node exits", () => {
@@ -321,4 +326,30 @@ test("control: a message for a type not registered here is refused; a timer for 
   const failed = n.feed({ kind: "controlSendFailed", type, peer: b, error: new Error("closed") }, 2_000);
   assert.equal(logs(failed, "error").length, 1);
   assert.equal(n.stats.rejectedEnvelopes, 2);
+});
+
+test("control: a refused message that expects no reply is answered to nobody; a snapshot request from this node is refused", () => {
+  const n = coordinatorWithPlan();
+  const replyTo = caller();
+  const refused = n.feed(
+    { kind: "control", message: new PlanRequest(type, n.settings.key, c.toString()), replyTo, origin: b },
+    2_000,
+  );
+  assert.equal(ofKind(refused, "refused")[0]!.replyTo, null, "a plan request is not answered");
+  const self = control(n, new PlanSnapshotRequest(type, n.settings.key, a.toString()), null);
+  assert.equal(ofKind(self, "refused").length, 1);
+  assert.ok(ofKind(self, "refused")[0]!.error instanceof ClusterShardingConfigurationError, "refused as unauthorized");
+  assert.deepEqual(sends(self), []);
+});
+
+test("plan update: the coordinator's own older plan (origin null) is counted as stale and answered to nobody", () => {
+  const n = coordinatorWithPlan();
+  const old = n.update();
+  n.feed({ kind: "syncPlan", type }, 2_000);
+  const t = n.t;
+  t.plan = { ...t.plan, generation: t.plan.generation + 1 };
+  const effects = control(n, old, null);
+  assert.deepEqual(sends(effects), []);
+  assert.deepEqual(ofKind(effects, "refused"), []);
+  assert.equal(n.stats.rejectedEnvelopes, 1);
 });

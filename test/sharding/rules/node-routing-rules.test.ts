@@ -73,7 +73,12 @@ test("routing: the coordinator sends a delivery for a remote shard one hop to it
   const silent = n.delivery(id, null, null);
   const [g] = forwards(n.route(silent, 2_001));
   assert.equal(g!.envelope.senderless, true, "a tell without a sender stays without one at the owner");
-  assert.equal(n.stats.forwards, 2);
+  // An envelope not marked senderless whose caller ref is missing is marked at the hop.
+  const unmarked = { envelope: n.delivery(id).envelope, sender: null };
+  const [h] = forwards(n.route(unmarked, 2_002));
+  assert.equal(unmarked.envelope.senderless, false);
+  assert.equal(h!.envelope.senderless, true);
+  assert.equal(n.stats.forwards, 3);
 });
 
 test("routing: the coordinator delivers a shard it owns itself locally, every delivery of one shard in one step in one batch", () => {
