@@ -63,7 +63,7 @@ export interface MembershipState {
   readonly detector: DetectorState;
   readonly gossipRound: number;
   readonly heartbeatSeq: number;
-  /** Join ticks that sent joins: picks the known member each one also asks (see {@link joinTick}). */
+  /** Join ticks that sent joins: picks the known member each one also asks, in turn (see `joinTick`). */
   readonly joinRound: number;
   /** Gracefully removed nodes that still get the final gossip until they acknowledge it. */
   readonly farewell: ReadonlySet<string>;
