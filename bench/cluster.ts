@@ -1,12 +1,15 @@
-// Cluster membership benchmark (npm run bench:cluster): time from start to converged Up for 3, 5 and 10 nodes,
-// time to detect an unreachable node against the configured failure detector, and gossip bytes per second per node
-// at steady state. Systems run in one process over loopback TCP (a 2-core machine cannot host 10 node processes
-// usefully). Measured, never asserted. Writes bench/results/cluster.json.
+// Cluster membership benchmark (npm run bench:cluster): the CPU cost of receiving a gossip and a heartbeat ack in the
+// membership core (bench/support/gossip-receive.ts; MOVIE_BENCH_CLUSTER_RECEIVE_ONLY=1 measures only that), time from
+// start to converged Up for 3, 5 and 10 nodes, time to detect an unreachable node against the configured failure
+// detector, and gossip bytes per second per node at steady state. Systems run in one process over loopback TCP (a
+// 2-core machine cannot host 10 node processes usefully). Measured, never asserted. Writes
+// bench/results/cluster.json.
 import { mkdirSync, writeFileSync } from "node:fs";
 import { ActorSystem, RealScheduler } from "../src/actor/index.ts";
 import "../src/cluster/index.ts";
 import type { Cluster, ClusterSettings } from "../src/cluster/index.ts";
 import { MessageRegistry, type Remoting } from "../src/remote/index.ts";
+import { gossipReceiveCost } from "./support/gossip-receive.ts";
 
 const clock = new RealScheduler();
 
@@ -164,6 +167,33 @@ const results: Record<string, unknown> = {
   machine: { cpus: (await import("node:os")).cpus().length, node: process.version },
 };
 
+const receiveResults = [gossipReceiveCost(10, 20_000), gossipReceiveCost(100, 3_000)];
+results.receive = receiveResults;
+for (const r of receiveResults) {
+  rows.push({
+    measure: `receive a steady-state gossip, ${r.members} members (JSON.parse, decode, step; best of 5)`,
+    value: r.gossipUs.toFixed(1),
+    unit: "µs",
+    ratio: `${(r.gossipUs / r.parseUs).toFixed(2)}x JSON.parse alone (${r.parseUs.toFixed(1)} µs)`,
+  });
+  rows.push({
+    measure: `receive a heartbeat ack, ${r.members} members (step; best of 5)`,
+    value: r.heartbeatAckUs.toFixed(2),
+    unit: "µs",
+    ratio: "",
+  });
+}
+const writeResults = (): void => {
+  console.table(rows);
+  mkdirSync("bench/results", { recursive: true });
+  writeFileSync("bench/results/cluster.json", `${JSON.stringify(results, null, 2)}\n`);
+  console.log("wrote bench/results/cluster.json");
+};
+if (process.env.MOVIE_BENCH_CLUSTER_RECEIVE_ONLY === "1") {
+  writeResults();
+  process.exit(0);
+}
+
 const rttMs = await remoteRoundTripMs();
 results.remoteRoundTripMs = rttMs;
 rows.push({ measure: "remote ask round trip (ceiling)", value: rttMs.toFixed(3), unit: "ms", ratio: "1.00" });
@@ -243,7 +273,4 @@ for (const n of [5, 10]) {
 }
 results.gossip = gossipResults;
 
-console.table(rows);
-mkdirSync("bench/results", { recursive: true });
-writeFileSync("bench/results/cluster.json", `${JSON.stringify(results, null, 2)}\n`);
-console.log("wrote bench/results/cluster.json");
+writeResults();

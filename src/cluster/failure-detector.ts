@@ -54,9 +54,20 @@ export function checkTimeouts(state: DetectorState, nowMs: number, timeoutMs: nu
   return next ?? state;
 }
 
-/** The keys of peers currently seen as unreachable. */
-export function unreachableKeys(state: DetectorState): Set<string> {
-  const keys = new Set<string>();
-  for (const [key, obs] of state) if (obs.unreachable) keys.add(key);
+/** {@link unreachableKeys} per detector state: a state is never changed in place, every change makes a new map. */
+const unreachableOfState = new WeakMap<DetectorState, ReadonlySet<string>>();
+
+/**
+ * The keys of peers currently seen as unreachable. Computed once per detector state (the leader, convergence and the
+ * snapshot each ask for it on every membership step, and most steps do not change the detector).
+ */
+export function unreachableKeys(state: DetectorState): ReadonlySet<string> {
+  let keys = unreachableOfState.get(state);
+  if (keys === undefined) {
+    const found = new Set<string>();
+    for (const [key, obs] of state) if (obs.unreachable) found.add(key);
+    keys = found;
+    unreachableOfState.set(state, keys);
+  }
   return keys;
 }

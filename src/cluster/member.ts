@@ -100,6 +100,17 @@ export function memberToJSON(member: Member): MemberJSON {
 }
 
 /**
+ * Unique addresses already parsed from member records, by their text. Every gossip a node receives carries the record
+ * of every member, so without it each receive parsed every member's address again (a regular expression and two
+ * objects per record). UniqueAddress is immutable, so one instance serves every record; the map is emptied when it
+ * reaches its bound, so records naming ever new addresses cost no more than before.
+ */
+const parsedAddresses = new Map<string, UniqueAddress>();
+const parsedAddressesMax = 4_096;
+/** The roles of a record that has none (most do), shared: a record's roles are never changed in place. */
+const noRoles: readonly string[] = Object.freeze([]);
+
+/**
  * Rebuilds a member from its wire form, or returns a reason it is malformed.
  * Never throws: wire input is rejected and counted by the caller, not asserted.
  */
@@ -107,11 +118,15 @@ export function memberFromJSON(json: unknown): Member | string {
   if (typeof json !== "object" || json === null) return "member is not an object";
   const j = json as Record<string, unknown>;
   if (typeof j.address !== "string") return "member.address is not a string";
-  let uniqueAddress: UniqueAddress;
-  try {
-    uniqueAddress = UniqueAddress.parse(j.address);
-  } catch {
-    return `member.address ${describe(j.address)} is not a unique address`;
+  let uniqueAddress = parsedAddresses.get(j.address);
+  if (uniqueAddress === undefined) {
+    try {
+      uniqueAddress = UniqueAddress.parse(j.address);
+    } catch {
+      return `member.address ${describe(j.address)} is not a unique address`;
+    }
+    if (parsedAddresses.size >= parsedAddressesMax) parsedAddresses.clear();
+    parsedAddresses.set(j.address, uniqueAddress);
   }
   if (!uniqueAddress.address.isRemote) return "member.address is not a remote address";
   if (!isMemberStatus(j.status)) return `member.status ${describe(j.status)} is unknown`;
@@ -119,7 +134,7 @@ export function memberFromJSON(json: unknown): Member | string {
     return "member.roles is not an array of non-empty strings";
   }
   const roles = j.roles as string[];
-  const normalized = normalizeRoles(roles);
+  const normalized = roles.length === 0 ? noRoles : normalizeRoles(roles);
   if (normalized.length !== roles.length || normalized.some((r, i) => r !== roles[i])) {
     return "member.roles is not sorted and unique";
   }

@@ -63,7 +63,7 @@ export interface MembershipState {
   readonly detector: DetectorState;
   readonly gossipRound: number;
   readonly heartbeatSeq: number;
-  /** Join ticks that sent joins: picks the known member each one also asks (see `joinTick` below). */
+  /** Join ticks that sent joins: picks the known member each one also asks, in turn (see `joinTick` below). */
   readonly joinRound: number;
   /** Gracefully removed nodes that still get the final gossip until they acknowledge it. */
   readonly farewell: ReadonlySet<string>;
@@ -208,7 +208,7 @@ export function selfMember(state: MembershipState): Member {
 }
 
 /** Keys of non-removed members this node sees as unreachable. */
-export function unreachableOf(state: MembershipState): Set<string> {
+export function unreachableOf(state: MembershipState): ReadonlySet<string> {
   return unreachableKeys(state.detector);
 }
 
@@ -225,7 +225,7 @@ export function convergedOf(state: MembershipState): boolean {
 /** The public view of the state. */
 export function snapshotOf(state: MembershipState): ClusterSnapshot {
   const unreachable = unreachableOf(state);
-  const live = sortMembers([...state.members.values()].filter((m) => m.status !== "Removed"));
+  const live = sortedMembers(state.members).filter((m) => m.status !== "Removed");
   return {
     self: state.config.self,
     selfStatus: selfMember(state).status,
@@ -356,10 +356,8 @@ function joinTick(state: MembershipState, effects: MembershipEffect[]): Membersh
     // member in turn, so the live leader hears a join within as many rounds as there are members (node simulator,
     // seeds 7003 and 8426).
     if (state.joinRound >= joinRoundsBeforeWidening || me.status !== "Joining") {
-      const candidates = sortMembers(
-        [...state.members.values()].filter(
-          (m) => (m.status === "Up" || m.status === "Leaving") && !m.uniqueAddress.equals(self),
-        ),
+      const candidates = sortedMembers(state.members).filter(
+        (m) => (m.status === "Up" || m.status === "Leaving") && !m.uniqueAddress.equals(self),
       );
       const turn = candidates[state.joinRound % Math.max(1, candidates.length)];
       if (turn !== undefined && !targets.some((t) => t.equals(turn.uniqueAddress.address))) {
@@ -415,9 +413,7 @@ function gossipTick(state: MembershipState, effects: MembershipEffect[], nowMs: 
   let next: MembershipState = { ...state, gossipRound: state.gossipRound + 1 };
   effects.push({ kind: "count", stat: "gossipRounds" });
   const selfKey = self.toString();
-  const peers = sortMembers(
-    [...state.members.values()].filter((m) => memberKey(m) !== selfKey && gossipTargets.has(m.status)),
-  );
+  const peers = sortedMembers(state.members).filter((m) => memberKey(m) !== selfKey && gossipTargets.has(m.status));
   const targets: Member[] = [];
   const count = Math.min(gossipFanout, peers.length);
   for (let i = 0; i < count; i++) targets.push(peers[(next.gossipRound - 1 + i) % peers.length]!);
@@ -580,7 +576,8 @@ function receive(
   if (message instanceof ClusterGossipAck) {
     effects.push({ kind: "count", stat: "gossipAcksReceived" });
     const key = from.toString();
-    let next: MembershipState = { ...state, acks: new Map(state.acks).set(key, message.digest) };
+    let next: MembershipState =
+      state.acks.get(key) === message.digest ? state : { ...state, acks: new Map(state.acks).set(key, message.digest) };
     const notice = state.downNotice.get(key);
     if (notice !== undefined && message.round > notice.sinceRound) {
       // The downed node answered a round that carried its Down record: it knows.
@@ -785,8 +782,10 @@ function receiveGossip(
     const own = membersOf(message).find((m) => m.uniqueAddress.equals(self));
     if (own !== undefined) next = commit(state, mergeMembers(state.members, [own]).members, nowMs);
   }
-  const acks = new Map(next.acks).set(from.toString(), message.digest);
-  next = { ...next, acks };
+  // Gossip in a settled cluster carries the digest its sender was known to hold: the acks stay the same map.
+  const fromKey = from.toString();
+  if (next.acks.get(fromKey) !== message.digest)
+    next = { ...next, acks: new Map(next.acks).set(fromKey, message.digest) };
   const ack = new ClusterGossipAck(clusterName, self.toString(), from.toString(), message.round, next.digest);
   effects.push({ kind: "send", to: from.address, message: ack });
   return next;
@@ -963,6 +962,9 @@ function receiveDown(
 
 /** Runs the leader actions when this node may (leader, or nobody is) and membership has converged. */
 function runLeaderActions(state: MembershipState, nowMs: number, context: StepContext): MembershipState {
+  // Most steps (heartbeats, acks, gossip that changed nothing) find every member Up or Removed: nothing to do, and
+  // the leader, convergence and the sorted pass below would be computed for nothing on every step.
+  if (!hasLeaderWork(state.members)) return state;
   const { self } = state.config;
   const unreachable = unreachableOf(state);
   const leader = leaderOf(state.members, unreachable);
@@ -979,4 +981,36 @@ function runLeaderActions(state: MembershipState, nowMs: number, context: StepCo
     }
   }
   return commit({ ...state, farewell }, result.members, nowMs);
+}
+
+/** Whether a members map (immutable: every change makes a new one) has a record leader actions may move. */
+const leaderWork = new WeakMap<MemberMap, boolean>();
+
+/** True when some record is Joining, Leaving, Exiting or Down: the only statuses {@link leaderActions} changes. */
+function hasLeaderWork(members: MemberMap): boolean {
+  let work = leaderWork.get(members);
+  if (work === undefined) {
+    work = false;
+    for (const m of members.values()) {
+      if (m.status !== "Up" && m.status !== "Removed") {
+        work = true;
+        break;
+      }
+    }
+    leaderWork.set(members, work);
+  }
+  return work;
+}
+
+/** Every record of a members map in unique-address order, sorted once per map (maps are never changed in place). */
+const sortedOfMap = new WeakMap<MemberMap, readonly Member[]>();
+
+/** The records of `members` sorted by unique address (gossip targets, snapshots and join targets all need them). */
+function sortedMembers(members: MemberMap): readonly Member[] {
+  let sorted = sortedOfMap.get(members);
+  if (sorted === undefined) {
+    sorted = sortMembers(members.values());
+    sortedOfMap.set(members, sorted);
+  }
+  return sorted;
 }

@@ -495,9 +495,10 @@ export class NodeSim {
     node.viewOf = state;
     // Most steps (heartbeats, ticks) change neither the records, the acks nor who is unreachable: the snapshot would be
     // the same, and building it is the harness's most expensive part.
+    const same = previous !== null && previous.members === state.members && previous.acks === state.acks;
+    if (same && previous.detector === state.detector) return;
     let unreachable = "";
     for (const [key, observation] of state.detector) if (observation.unreachable) unreachable += `${key},`;
-    const same = previous !== null && previous.members === state.members && previous.acks === state.acks;
     if (same && unreachable === node.viewUnreachable) return;
     node.viewUnreachable = unreachable;
     const snap = snapshotOf(state);

@@ -24,7 +24,17 @@ export function compareRecords(a: Member, b: Member): number {
   const byStatus = statusPrecedence(a.status) - statusPrecedence(b.status);
   if (byStatus !== 0) return Math.sign(byStatus);
   if (a.revision !== b.revision) return a.revision < b.revision ? -1 : 1;
+  // Most comparisons are of a record with its own copy (gossip repeats what the receiver holds): equal tie-break
+  // fields make equal tie-break strings, without building them.
+  if (a === b || sameTieBreakFields(a, b)) return 0;
   return compareStrings(tieBreak(a), tieBreak(b));
+}
+
+function sameTieBreakFields(a: Member, b: Member): boolean {
+  if (a.changedBy !== b.changedBy || a.upNumber !== b.upNumber || a.appVersion !== b.appVersion) return false;
+  if (a.roles.length !== b.roles.length) return false;
+  for (let i = 0; i < a.roles.length; i++) if (a.roles[i] !== b.roles[i]) return false;
+  return true;
 }
 
 /** The outcome of a merge. */
