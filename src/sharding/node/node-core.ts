@@ -890,7 +890,15 @@ class Step {
     const ahead =
       snapshot.generation > t.plan.generation ||
       (snapshot.generation === t.plan.generation && !sameAllocations(snapshot.allocations(), t.plan.allocations));
-    if (originIsUpMember && this.isAuthor(t) && ahead) {
+    // A Leaving or Exiting member counts too: it gets the plan (broadcastPlan) and its departure guard reads it, so a
+    // coordinator elected while it was leaving (a lower address joined; found with the simulator's coordinator churn,
+    // seed 6) must publish above the generation it holds, or it rejects every plan as stale and never leaves.
+    const originMember =
+      origin === null ? undefined : this.s.view.snapshot.members.find((m) => m.uniqueAddress.equals(origin));
+    const originHoldsPlans =
+      originMember !== undefined &&
+      (originMember.status === "Up" || originMember.status === "Leaving" || originMember.status === "Exiting");
+    if (originHoldsPlans && this.isAuthor(t) && ahead) {
       this.storePlan(t, { ...t.plan, generation: snapshot.generation + 1 });
       this.broadcastPlan(t);
     }
