@@ -318,6 +318,8 @@ export class NodeSim {
   private nextCall = 1;
   private nextAsk = 1;
   private handoffsDone = 0;
+  /** Nodes asked to leave (their own view may still show them Up until the leader moves them on). */
+  readonly leaveRequested = new Set<SimNode>();
   private operatorMovesStarted = 0;
   /** Calls a stepped-down coordinator relayed to the new one, and flush answers received. */
   private readonly relayedCalls = new Set<number>();
@@ -1076,6 +1078,7 @@ export class NodeSim {
 
   leave(node: SimNode): void {
     if (!node.alive) return;
+    this.leaveRequested.add(node);
     this.note(`leave ${node.name}`);
     this.onNode(node, () => this.membershipInput(node, { kind: "leave", target: node.self }), null);
   }
@@ -1442,7 +1445,9 @@ export function runHistory(options: HistoryOptions): HistoryResult {
     let lowPort = 2550;
     const churn = (): void => {
       if (sim.isHealed) return;
-      const nodes = sim.alive;
+      // Among the members Up and not asked to leave: one that is leaving is no coordinator, and counting those that
+      // were asked to leave left histories with no member at all after healing (seeds 225, 749).
+      const nodes = sim.alive.filter((n) => n.view.selfStatus === "Up" && !sim.leaveRequested.has(n));
       const coordinator = nodes.reduce<SimNode | null>(
         (low, n) => (low === null || UniqueAddress.compare(n.self, low.self) < 0 ? n : low),
         null,
@@ -1457,7 +1462,12 @@ export function runHistory(options: HistoryOptions): HistoryResult {
   sim.heal();
   // Every member of the cluster crashed and only joiners are left, whose seeds are gone: the operator stops them and
   // starts the cluster again from a fresh seed node (seed 2877).
-  if (!sim.alive.some((n) => n.view.selfStatus === "Up")) {
+  // With coordinator churn, a member asked to leave counts as gone too: faults and churn together can ask every member
+  // to leave (seeds 225 and 749 of the churn histories), and a cluster whose last members all leave is not one to
+  // probe. The default histories keep their rule, so their seeds replay unchanged.
+  const churning = options.coordinatorChurn ?? false;
+  const staying = (n: SimNode): boolean => n.view.selfStatus === "Up" && !(churning && sim.leaveRequested.has(n));
+  if (!sim.alive.some(staying)) {
     for (const n of sim.alive) sim.stopByOperator(n, "no member of the cluster is left to admit it");
     const port = nextPort++;
     sim.start(port, [port]);

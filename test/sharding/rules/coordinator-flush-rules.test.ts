@@ -9,7 +9,13 @@ import { type ActorRef, Address, UniqueAddress } from "../../../src/actor/index.
 import type { ShardingMember } from "../../../src/sharding/allocation/strategy.ts";
 import { newHandoff } from "../../../src/sharding/handoff/handoff.ts";
 import { NoShardOwnerError, ShardingSettings, type ShardingSettingsOptions } from "../../../src/sharding/index.ts";
-import { CoordinatorFlush, CoordinatorFlushed, ShardingEnvelope } from "../../../src/sharding/internal/index.ts";
+import {
+  CoordinatorFlush,
+  CoordinatorFlushed,
+  PlanSnapshot,
+  PlanUpdate,
+  ShardingEnvelope,
+} from "../../../src/sharding/internal/index.ts";
 import type { ShardingClusterSnapshot } from "../../../src/sharding/membership.ts";
 import {
   type ControlMessage,
@@ -425,4 +431,24 @@ test("the flush starts with the coordinator change itself, not with the caller's
   // A node that never sent anything through a coordinator has nothing to flush.
   const quiet = new Driven(c, allUp(c));
   assert.deepEqual(markers(quiet.feed({ kind: "membershipChanged", snapshot: aLeaving(c) }, 10)), []);
+});
+
+test("a coordinator elected while members leave publishes above a Leaving member's generation, so it can leave", () => {
+  // z, a lower address, joined and coordinates with a plan of generation 1, while a (Leaving) still holds generation
+  // 7 from the old coordinator: a refuses z's plan as stale and answers with its snapshot. Counting only Up members'
+  // snapshots, z never published above 7, a never saw a plan without its shards, and its departure never completed
+  // (the simulator's coordinator churn, seed 6).
+  const z = node(2550);
+  const n = new Driven(z, view(z, [member(z), member(a, "Leaving")]));
+  n.feed({ kind: "timer", timer: { kind: "reconcile", type } }, 600);
+  assert.ok(n.t.plan.author?.equals(z), "z authored the plan");
+  const before = n.t.plan.generation;
+  assert.ok(before < 7);
+  const effects = n.control(new PlanSnapshot(type, n.settings.key, b.toString(), 7, []), a, 700);
+  assert.equal(n.t.plan.generation, 8, "published above the Leaving member's generation");
+  const updates = sends(effects).filter((x) => x.message instanceof PlanUpdate);
+  assert.ok(
+    updates.some((u) => u.to === a.toString() && (u.message as PlanUpdate).generation === 8),
+    "the Leaving member gets it",
+  );
 });
