@@ -7,6 +7,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
 import { MemoryStore, OperationId } from "../../src/persistence/index.ts";
+import { FEED_LOCK_CLASS } from "../../src/persistence/postgres/feed-schema.ts";
 import { SqliteStore } from "../../src/persistence/sqlite/index.ts";
 import { eventually } from "../fixtures/eventually.ts";
 import { feedContract, readAll } from "./feed-contract.ts";
@@ -56,15 +57,9 @@ test("postgres: an open append transaction holds the feed lock; a later append w
     // The later append's statement waits for the advisory (feed) lock held by the open transaction.
     const probe = await rawClient(url, schema);
     try {
-      await eventually(
-        async () =>
-          (
-            await probe.query(
-              "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND wait_event = 'advisory' AND application_name = 'movie'",
-            )
-          ).rowCount === 1,
-        { what: "the later append to wait for the feed lock" },
-      );
+      await eventually(async () => (await feedLockWaiters(probe, schema)) === 1, {
+        what: "the later append to wait for the feed lock",
+      });
       assert.equal(done, false);
       assert.deepEqual(
         (await readAll(store, { entityTypes: ["Order"] })).map((e) => e.persistenceId),
@@ -85,6 +80,68 @@ test("postgres: an open append transaction holds the feed lock; a later append w
   } finally {
     await raw.end();
     await dispose();
+  }
+});
+
+/** Appends waiting for `schema`'s feed lock (the two-key advisory lock of migration 13: class, hashtext(schema)). */
+async function feedLockWaiters(
+  client: { query: (sql: string, values: unknown[]) => Promise<{ rows: unknown[] }> },
+  schema: string,
+) {
+  const result = await client.query(
+    `SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND objsubid = 2
+       AND classid::bigint = $1 AND objid::bigint = (hashtext($2)::bigint + 4294967296) % 4294967296`,
+    [FEED_LOCK_CLASS, schema],
+  );
+  return (result.rows[0] as { n: number }).n;
+}
+
+test("postgres: the feed lock is per schema: an open append in one schema holds back its own schema's appends only", async () => {
+  const a = await freshPostgresStore("feedlocka");
+  const b = await freshPostgresStore("feedlockb");
+  const raw = await rawClient(a.url, a.schema);
+  const probe = await rawClient(a.url, a.schema);
+  try {
+    await raw.query("BEGIN");
+    await raw.query(
+      "INSERT INTO event_journal (persistence_id, sequence_nr, manifest, payload) VALUES ('Order:open', 1, 'm', '{}')",
+    );
+    // Another schema appends while the first one's feed lock is held (migration 9's single key made it wait).
+    const other = await b.store.appendEvents({
+      persistenceId: "Order:b",
+      expectedRevision: 0,
+      operationId: "b",
+      events: [ev()],
+    });
+    assert.deepEqual([other.revision, other.duplicate], [1, false]);
+    assert.equal(await feedLockWaiters(probe, b.schema), 0);
+    // The same schema's append waits for it.
+    let done = false;
+    const same = a.store
+      .appendEvents({ persistenceId: "Order:a", expectedRevision: 0, operationId: "a", events: [ev()] })
+      .finally(() => {
+        done = true;
+      });
+    let waiters = 0;
+    await eventually(
+      async () => {
+        waiters = await feedLockWaiters(probe, a.schema);
+        return waiters === 1;
+      },
+      { what: "the same schema's append to wait for its feed lock", describe: () => ({ waiters }) },
+    );
+    assert.equal(done, false);
+    await raw.query("COMMIT");
+    await same;
+    assert.deepEqual(
+      (await readAll(a.store, { entityTypes: ["Order"] })).map((e) => e.persistenceId),
+      ["Order:open", "Order:a"],
+    );
+  } finally {
+    await raw.end();
+    await probe.end();
+    await a.dispose();
+    await b.dispose();
   }
 });
 

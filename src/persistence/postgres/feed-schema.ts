@@ -6,11 +6,39 @@
  * byte-identical.
  */
 
-/** The transaction advisory lock that serialises feed offsets (docs/protocol.md §13.2: 0x4d4f564945455654). */
+/** Migration 9's transaction advisory lock of feed offsets (0x4d4f564945455654), one for the whole database. */
 export const FEED_LOCK_KEY = 0x4d4f564945455654n;
+
+/**
+ * From migration 13 the feed lock is the two-key advisory lock (FEED_LOCK_CLASS, hashtext(schema)) (docs/protocol.md
+ * §13.2): offsets are per schema, so only one schema's appends need to wait for each other. With migration 9's single
+ * key, every Movie schema of a database (one per deployment, or per test) serialised its appends behind every other's,
+ * and one schema's long append transaction stalled the others' appends.
+ */
+export const FEED_LOCK_CLASS = 0x4d4f5646;
 
 /** The LISTEN/NOTIFY channel of feed commits; the payload is the schema that committed (current_schema()). */
 export const FEED_CHANNEL = "movie_event_feed";
+
+/**
+ * Migration 13: the feed trigger locks its own schema's offsets only (`TG_TABLE_SCHEMA`: the journal's schema, whatever
+ * the search_path). Two schemas whose names hash alike share the lock, which only makes them wait for each other.
+ */
+export const feedLockPerSchemaMigration: string[] = [
+  `CREATE OR REPLACE FUNCTION movie_feed_append() RETURNS trigger LANGUAGE plpgsql AS $$
+      BEGIN
+        -- A statement that inserted nothing (a stale fence, a retry) takes no lock.
+        IF NOT EXISTS (SELECT 1 FROM movie_new_events) THEN
+          RETURN NULL;
+        END IF;
+        PERFORM pg_advisory_xact_lock(${FEED_LOCK_CLASS}, hashtext(TG_TABLE_SCHEMA));
+        INSERT INTO event_feed (persistence_id, sequence_nr, entity_type)
+          SELECT n.persistence_id, n.sequence_nr, split_part(n.persistence_id, ':', 1) FROM movie_new_events n
+          ORDER BY n.persistence_id, n.sequence_nr;
+        PERFORM pg_notify('${FEED_CHANNEL}', current_schema());
+        RETURN NULL;
+      END $$`,
+];
 
 /**
  * Migration 9's statements. `fenceCheck` is the fenced-write prologue of schema.ts (returns status 3 when stale).

@@ -1,5 +1,5 @@
 import { buildMigrations, type Migration } from "../migrations.ts";
-import { feedMigration } from "./feed-schema.ts";
+import { feedLockPerSchemaMigration, feedMigration } from "./feed-schema.ts";
 import { OUTBOX_GUARD_FUNCTION } from "./outbox-sql.ts";
 
 /** The advisory lock that serialises migrations across nodes (docs/protocol.md §13.2). */
@@ -160,7 +160,7 @@ const appendOneSettleFunction = (epoch = false) =>
         RETURN movie_outcome(0, p_expected + 1);
       END $$`;
 
-/** The PostgreSQL migrations 1..10. */
+/** The PostgreSQL migrations, version 1 first. */
 export const postgresMigrations: readonly Migration[] = buildMigrations([
   [
     // The first journal row of an append also carries its operation id, fingerprint and resulting revision, so
@@ -393,6 +393,8 @@ export const postgresMigrations: readonly Migration[] = buildMigrations([
   ],
   // Version 12 moves SQLite's feed offset onto the journal row; PostgreSQL records it to keep one version history.
   [],
+  // The feed lock per schema (see feed-schema.ts).
+  feedLockPerSchemaMigration,
 ]);
 
 /**

@@ -120,4 +120,6 @@ export const sqliteMigrations: readonly Migration[] = buildMigrations([
     "DROP INDEX IF EXISTS event_feed_type_idx",
     "DROP TABLE IF EXISTS event_feed",
   ],
+  // Version 13 gives PostgreSQL's feed lock a key per schema; a SQLite database is one schema (nothing to do).
+  [],
 ]);
