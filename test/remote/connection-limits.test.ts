@@ -203,7 +203,9 @@ test("the total of unauthenticated sockets and the total of inbound connections 
 });
 
 test("after the handshake, a silent peer and a peer that sent half a frame are closed after heartbeatTimeout and counted; a real peer stays", async () => {
-  const settings = { heartbeatInterval: 50, heartbeatTimeout: 300 };
+  // A timeout well above any event-loop stall of a loaded machine: both nodes share this process, and a 300 ms timeout
+  // once closed the real peer's connection too (a fresh-clone CI run beside other work: 3 idle timeouts, not 2).
+  const settings = { heartbeatInterval: 100, heartbeatTimeout: 1_000 };
   const node = await startNode("idle-node", settings);
   node.system.spawn(new EchoBehavior(), "echo");
   const peer = await startNode("idle-peer", settings);
@@ -214,8 +216,9 @@ test("after the handshake, a silent peer and a peer that sent half a frame are c
     const silent = await rawPeer(node, { handshake: true, port: 51 });
     const half = await rawPeer(node, { handshake: true, port: 52 });
     raws.push(silent, half);
-    // A frame announced as 100 bytes, of which 10 arrive; then the bytes trickle on but the frame never completes.
-    half.socket.write(Buffer.from([0, 0, 0, 100, 1, 2, 3, 4, 5, 6]));
+    // A frame announced as 4,000 bytes, of which 6 arrive; then the bytes trickle on (one per 5 ms poll, a few hundred
+    // before the timeout) but the frame never completes.
+    half.socket.write(Buffer.from([0, 0, 0x0f, 0xa0, 1, 2, 3, 4, 5, 6]));
     // Each poll trickles one more byte of it: bytes keep coming, yet no frame completes.
     await eventually(
       () => {
