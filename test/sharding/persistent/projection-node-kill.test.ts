@@ -4,7 +4,7 @@
 // counted exactly once.
 //
 // "Mid-batch" is made certain, not sampled: a gate (a BEFORE INSERT trigger waiting on a lock the test holds) stops the
-// handler's write of one chosen event in the second batch, so at the kill the batch's transaction is open, holds the
+// handler's write of one chosen event after the first batch, so at the kill the batch's transaction is open, holds the
 // writes of the events before it, and cannot commit. Nothing here depends on how fast the machine is.
 import assert from "node:assert/strict";
 import { type ChildProcess, spawn } from "node:child_process";
@@ -71,28 +71,11 @@ test("postgres: a sharded exactly-once projection whose node is killed with SIGK
   await sql(countsTable);
   const entities = 10;
   const perEntity = 30;
-  for (let i = 0; i < perEntity; i++) {
-    await Promise.all(
-      Array.from({ length: entities }, (_, e) =>
-        pg.store.appendEvents({
-          persistenceId: `Acct:${e}`,
-          expectedRevision: i,
-          operationId: OperationId.random(),
-          events: [{ manifest: "m", payload: "{}" }],
-        }),
-      ),
-    );
-  }
-  const latest = await pg.store.latestOffset();
-  // The gated event: Acct:0's 8th, appended in the 8th round, so after 70 others: inside the second batch of 50 (the
-  // first batch commits, the second stops there with its earlier writes made and not committed).
-  const gated = (
-    await sql("SELECT event_offset FROM event_feed WHERE persistence_id = 'Acct:0' AND sequence_nr = 8")
-  )[0];
-  const gatedOffset = Number(gated!.event_offset);
-  assert.ok((await feedUpTo(gatedOffset)) > countsProjection.batchSize!, `the gated event is past the first batch`);
+  // The gated event: Acct:0's 20th, appended after 190 others. The events are appended once the cluster has formed and
+  // the child runs the projection, so the batch stops at the gate moments before the kill: held longer, it would hold
+  // the lease row (every fenced batch locks it FOR SHARE) past the lease's renewal, and the owner would lose the shard.
   gate = await writeGate(pg.url, pg.schema, "counts_gate", [
-    { table: "counts", event: "INSERT", when: "NEW.id = 'Acct:0' AND NEW.last_seq = 8" },
+    { table: "counts", event: "INSERT", when: "NEW.id = 'Acct:0' AND NEW.last_seq = 20" },
   ]);
   const held = gate;
   await held.shut();
@@ -127,30 +110,40 @@ test("postgres: a sharded exactly-once projection whose node is killed with SIGK
     timeoutMs: 30_000,
   });
 
-  // The child's batch waits at the gate, inside its transaction, and stays there: a state, not a moment.
-  let seen: unknown = null;
-  await eventually(
-    async () => {
-      seen = {
-        checkpoint: await checkpoint(),
-        leases: await leases(),
-        child: await sql("SELECT state, wait_event, query FROM pg_stat_activity WHERE application_name = $1", [
-          childApp,
-        ]),
-      };
-      return held.waiting(childApp, "%INSERT INTO counts%", ["advisory"]);
-    },
-    { what: "the child's batch held at the gated event", timeoutMs: 30_000, describe: () => seen },
-  );
   const before = (await leases())[0]!;
   assert.equal(before.owner, ownerAddress, "the child process owns the projection's shard");
-  assert.deepEqual(Projections.get(standby.system).stats, [], "the standby does not run it meanwhile");
-  const atKill = await checkpoint();
-  assert.ok(atKill > 0 && atKill < gatedOffset, `one batch committed, the held one not (${atKill} < ${gatedOffset})`);
-  assert.equal(await counted(), await feedUpTo(atKill), "the held batch's writes are not visible");
+  for (let i = 0; i < perEntity; i++) {
+    await Promise.all(
+      Array.from({ length: entities }, (_, e) =>
+        pg.store.appendEvents({
+          persistenceId: `Acct:${e}`,
+          expectedRevision: i,
+          operationId: OperationId.random(),
+          events: [{ manifest: "m", payload: "{}" }],
+        }),
+      ),
+    );
+  }
+  const latest = await pg.store.latestOffset();
 
+  // The child's batch waits at the gate, inside its transaction, and stays there: a state, not a moment.
+  await eventually(() => held.waiting(childApp, "%INSERT INTO counts%", ["advisory"]), {
+    what: "the child's batch held at the gated event",
+    timeoutMs: 30_000,
+    describe: () => lines,
+  });
   owner.kill("SIGKILL");
   await new Promise((resolve) => owner.once("exit", resolve));
+  // Its batch is still held (the gate is shut), so what is committed now is what was committed at the kill.
+  const gatedOffset = Number(
+    (await sql("SELECT event_offset FROM event_feed WHERE persistence_id = 'Acct:0' AND sequence_nr = 20"))[0]!
+      .event_offset,
+  );
+  const atKill = await checkpoint();
+  assert.ok(atKill > 0 && atKill < gatedOffset, `a batch committed, the held one not (${atKill} < ${gatedOffset})`);
+  assert.equal(await counted(), await feedUpTo(atKill), "the held batch's writes are not visible");
+  assert.deepEqual(Projections.get(standby.system).stats, [], "the standby did not run it meanwhile");
+  let seen: unknown = null;
   // Let the dead process's held statement go: its backend finds the client gone and rolls the batch back.
   await held.open();
   await eventually(
