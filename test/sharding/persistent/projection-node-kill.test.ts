@@ -4,8 +4,9 @@
 // counted exactly once.
 //
 // "Mid-batch" is made certain, not sampled: a gate (a BEFORE INSERT trigger waiting on a lock the test holds) stops the
-// handler's write of one chosen event after the first batch, so at the kill the batch's transaction is open, holds the
-// writes of the events before it, and cannot commit. Nothing here depends on how fast the machine is.
+// handler's write of one chosen event after the first batch, so at the kill the batch's transaction is open (with the
+// writes of any events before that one in the batch, and its FOR SHARE on the lease row) and cannot commit. Nothing
+// here depends on how fast the machine is.
 import assert from "node:assert/strict";
 import { type ChildProcess, spawn } from "node:child_process";
 import { createInterface } from "node:readline";
