@@ -1,14 +1,20 @@
-// An exactly-once projection survives kill -9 of its process mid-batch: the killed batch's read-model writes roll
-// back with its checkpoint, and the restarted process counts every event exactly once (PostgreSQL, real processes).
+// A standalone exactly-once projection (ProjectionRunner, no cluster and no fence) survives kill -9 of its process
+// mid-batch: the killed batch's read-model writes roll back with its checkpoint, and a restarted process counts every
+// event exactly once (PostgreSQL, real processes). The sharded, fenced case, where another node takes over, is
+// test/sharding/persistent/projection-node-kill.test.ts. "Mid-batch" is made certain by a gate on the read model's
+// table that holds the write of one chosen event in the second batch.
 import assert from "node:assert/strict";
 import { type ChildProcess, spawn } from "node:child_process";
 import { test } from "node:test";
 import { OperationId } from "../../src/persistence/index.ts";
 import { eventually } from "../fixtures/eventually.ts";
-import { freshPostgresStore, rawClient } from "./pg-fixture.ts";
+import { countsProjection, countsTable } from "../sharding/persistent/fixtures/projection-counts.ts";
+import { freshPostgresStore, rawClient, writeGate } from "./pg-fixture.ts";
+
+const childApp = `projkill-${process.pid}`;
 
 function startChild(url: string, schema: string): ChildProcess {
-  return spawn(process.execPath, ["--import", "tsx", "test/persistence/projection-child.ts", url, schema], {
+  return spawn(process.execPath, ["--import", "tsx", "test/persistence/projection-child.ts", url, schema, childApp], {
     stdio: ["ignore", "pipe", "inherit"],
   });
 }
@@ -18,7 +24,7 @@ test("postgres: an exactly-once projection killed with SIGKILL mid-batch resumes
   const raw = await rawClient(url, schema);
   const children: ChildProcess[] = [];
   try {
-    await raw.query("CREATE TABLE counts (id TEXT PRIMARY KEY, events BIGINT NOT NULL, last_seq BIGINT NOT NULL)");
+    await raw.query(countsTable);
     const entities = 10;
     const perEntity = 30;
     for (let i = 0; i < perEntity; i++) {
@@ -35,33 +41,50 @@ test("postgres: an exactly-once projection killed with SIGKILL mid-batch resumes
     }
     const latest = await store.latestOffset();
     const checkpoint = async () => (await store.loadProjectionOffset("counts")) ?? 0;
-    const first = startChild(url, schema);
-    children.push(first);
-    // Kill it while a batch is open (its transaction has written rows that are not committed) after at least one commit.
-    await eventually(
-      async () =>
-        (await checkpoint()) > 0 &&
-        (
-          await raw.query(
-            "SELECT 1 FROM pg_stat_activity WHERE application_name = 'movie' AND xact_start IS NOT NULL AND query LIKE '%counts%'",
-          )
-        ).rowCount! > 0,
-      { what: "a batch in flight after a committed one", timeoutMs: 30_000, intervalMs: 2 },
+    const feedUpTo = async (offset: number) =>
+      Number((await raw.query("SELECT count(*) AS n FROM event_feed WHERE event_offset <= $1", [offset])).rows[0].n);
+    const counted = async () => Number((await raw.query("SELECT coalesce(sum(events), 0) AS n FROM counts")).rows[0].n);
+    // Acct:0's 8th event comes after 70 others: inside the second batch of 50.
+    const gatedOffset = Number(
+      (await raw.query("SELECT event_offset FROM event_feed WHERE persistence_id = 'Acct:0' AND sequence_nr = 8"))
+        .rows[0].event_offset,
     );
-    first.kill("SIGKILL");
-    await new Promise((resolve) => first.once("exit", resolve));
-    const atKill = await checkpoint();
-    assert.ok(atKill < latest, `killed before the end (${atKill} < ${latest})`);
-    // The read model holds exactly the events up to the committed checkpoint (after the dead backend rolls back).
-    await eventually(
-      async () => Number((await raw.query("SELECT coalesce(sum(events), 0) AS n FROM counts")).rows[0].n) === atKill,
-      { what: "the killed batch's writes to roll back", describe: () => atKill },
-    );
+    assert.ok((await feedUpTo(gatedOffset)) > countsProjection.batchSize!, "the gated event is past the first batch");
+    const gate = await writeGate(url, schema, "counts_gate", [
+      { table: "counts", event: "INSERT", when: "NEW.id = 'Acct:0' AND NEW.last_seq = 8" },
+    ]);
+    try {
+      await gate.shut();
+      const first = startChild(url, schema);
+      children.push(first);
+      await eventually(() => gate.waiting(childApp, "%INSERT INTO counts%", ["advisory"]), {
+        what: "the batch held at the gated event",
+        timeoutMs: 30_000,
+        describe: () => ({ exit: first.exitCode }),
+      });
+      const atKill = await checkpoint();
+      assert.ok(
+        atKill > 0 && atKill < gatedOffset,
+        `one batch committed, the held one not (${atKill} < ${gatedOffset})`,
+      );
+      first.kill("SIGKILL");
+      await new Promise((resolve) => first.once("exit", resolve));
+      await gate.open();
+      await eventually(
+        async () =>
+          (await raw.query("SELECT 1 FROM pg_stat_activity WHERE application_name = $1", [childApp])).rowCount === 0,
+        { what: "the killed process's sessions to end" },
+      );
+      assert.equal(await checkpoint(), atKill, "the killed batch did not move the checkpoint");
+      assert.equal(await counted(), await feedUpTo(atKill), "the killed batch's writes rolled back with it");
+    } finally {
+      await gate.dispose();
+    }
     const second = startChild(url, schema);
     children.push(second);
     await eventually(async () => (await checkpoint()) === latest, {
       what: "the restarted projection to catch up",
-      timeoutMs: 60_000,
+      timeoutMs: 30_000,
     });
     const rows = (await raw.query("SELECT id, events, last_seq FROM counts ORDER BY id")).rows;
     assert.equal(rows.length, entities);
