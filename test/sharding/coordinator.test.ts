@@ -74,11 +74,18 @@ test("election is independent of member order", () => {
   );
 });
 
-function ctx(self: UniqueAddress, members = [member("a"), member("b")], nowMs = 0, handoffs = new Set<number>()) {
+function ctxOf(self: UniqueAddress, members = [member("a"), member("b")], nowMs = 0, handoffs = new Set<number>()) {
   return { self, coordinator: a, members, planner, handoffs, nowMs };
 }
+const ctx = ctxOf;
 
 test("a new coordinator with peers collects snapshots until the deadline, then publishes max+1", () => {
+  // Two peers are asked; `silent` (a member asked for its plan) never answers, so the window runs to its deadline.
+  const silent = member("s").uniqueAddress;
+  const ctx = (self: UniqueAddress, members?: ReturnType<typeof member>[], nowMs?: number) => ({
+    ...ctxOf(self, members, nowMs),
+    snapshotPeers: [b, silent],
+  });
   let [s, effects] = reconcilePlan(emptyPlan, ctx(a));
   assert.deepEqual(
     effects.map((e) => e.kind),

@@ -28,6 +28,11 @@ export interface BootstrapState {
   readonly deadlineMs: number;
   /** The best plan seen: highest generation. */
   readonly candidate: PlanCandidate | null;
+  /**
+   * Peers (UniqueAddress text) whose plan snapshot this bootstrap took into account. Once every peer asked has
+   * answered with one, nothing more can be learnt by waiting, and the term starts before the deadline.
+   */
+  readonly answered: ReadonlySet<string>;
 }
 
 /** A versioned plan offered during bootstrap. */
@@ -89,7 +94,12 @@ export function reconcilePlan(state: PlanState, ctx: ReconcileContext): [PlanSta
     let bootstrap = next.bootstrap?.coordinator.equals(ctx.self) ? next.bootstrap : null;
     if (bootstrap === null) {
       const own = next.generation > 0 ? { allocations: next.allocations, generation: next.generation } : null;
-      bootstrap = { coordinator: ctx.self, deadlineMs: ctx.nowMs + bootstrapSnapshotWindowMs, candidate: own };
+      bootstrap = {
+        coordinator: ctx.self,
+        deadlineMs: ctx.nowMs + bootstrapSnapshotWindowMs,
+        candidate: own,
+        answered: new Set(),
+      };
     }
     const peers =
       ctx.snapshotPeers ??
@@ -97,7 +107,7 @@ export function reconcilePlan(state: PlanState, ctx: ReconcileContext): [PlanSta
         .filter((m) => m.status === "Up" && !m.uniqueAddress.equals(ctx.self))
         .map((m) => m.uniqueAddress)
         .sort(UniqueAddress.compare);
-    if (peers.length > 0 && ctx.nowMs < bootstrap.deadlineMs) {
+    if (peers.length > 0 && ctx.nowMs < bootstrap.deadlineMs && !bootstrapAnswered(bootstrap, peers)) {
       return [
         { ...next, bootstrap },
         [
@@ -132,6 +142,15 @@ export function reconcilePlan(state: PlanState, ctx: ReconcileContext): [PlanSta
   return [next, effects];
 }
 
+/**
+ * True when every peer in `peers` has answered this bootstrap with a plan snapshot. A peer without a plan answers with
+ * a PlanRequest instead, which does not count: an older sender's request carries no generation and could hide a
+ * plan, so a bootstrap with such a peer still runs to its deadline.
+ */
+export function bootstrapAnswered(bootstrap: BootstrapState, peers: readonly UniqueAddress[]): boolean {
+  return peers.every((p) => bootstrap.answered.has(p.toString()));
+}
+
 /** Inputs of {@link acceptSnapshot}. */
 export interface SnapshotContext {
   /** The authenticated sender (transport identity, never a payload field). */
@@ -157,8 +176,11 @@ export function acceptSnapshot(state: PlanState, snapshot: PlanCandidate, ctx: S
   const bootstrap = state.bootstrap;
   if (bootstrap === null || ctx.nowMs >= bootstrap.deadlineMs) return [state, false];
   if (ctx.origin === null || !ctx.originIsPlanMember) return [state, false];
+  const answered = new Set(bootstrap.answered).add(ctx.origin.toString());
   const best = bootstrap.candidate;
-  if (best !== null && snapshot.generation < best.generation) return [state, true];
+  if (best !== null && snapshot.generation < best.generation) {
+    return [{ ...state, bootstrap: { ...bootstrap, answered } }, true];
+  }
   if (best !== null && snapshot.generation === best.generation) {
     if (!sameAllocations(best.allocations, snapshot.allocations)) {
       throw new ClusterShardingConfigurationError(
@@ -166,10 +188,10 @@ export function acceptSnapshot(state: PlanState, snapshot: PlanCandidate, ctx: S
         "generation",
       );
     }
-    return [state, true];
+    return [{ ...state, bootstrap: { ...bootstrap, answered } }, true];
   }
   const candidate = { allocations: new Map(snapshot.allocations), generation: snapshot.generation };
-  return [{ ...state, bootstrap: { ...bootstrap, candidate } }, true];
+  return [{ ...state, bootstrap: { ...bootstrap, candidate, answered } }, true];
 }
 
 /** What happened to a PlanUpdate. */

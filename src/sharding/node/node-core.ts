@@ -13,6 +13,7 @@ import {
 import {
   acceptPlanUpdate,
   acceptSnapshot,
+  bootstrapAnswered,
   completeHandoffInPlan,
   emptyPlan,
   type PlanEffect,
@@ -673,16 +674,22 @@ class Step {
     );
   }
 
-  private reconcile(t: TypeState): void {
-    const coordinator = this.s.view.elected;
-    if (coordinator === null || !coordinator.equals(this.self)) return;
-    const snap = this.s.view.snapshot;
-    // A leaving member is asked too: it may hold the newest plan and still own shards, and a term started without it
-    // placed them afresh while it held them, and never took its snapshot (node simulator, seed 6963).
-    const peers = snap.members
+  /**
+   * The members a bootstrapping coordinator asks for plan snapshots. A leaving member is asked too: it may hold the
+   * newest plan and still own shards, and a term started without it placed them afresh while it held them, and never
+   * took its snapshot (node simulator, seed 6963).
+   */
+  private snapshotPeers(): UniqueAddress[] {
+    return this.s.view.snapshot.members
       .filter((m) => planMemberStatuses.has(m.status) && !m.uniqueAddress.equals(this.self))
       .map((m) => m.uniqueAddress)
       .sort(UniqueAddress.compare);
+  }
+
+  private reconcile(t: TypeState): void {
+    const coordinator = this.s.view.elected;
+    if (coordinator === null || !coordinator.equals(this.self)) return;
+    const peers = this.snapshotPeers();
     let result: [PlanState, PlanEffect[]];
     try {
       result = reconcilePlan(t.plan, {
@@ -899,6 +906,8 @@ class Step {
       );
       this.storePlan(t, next);
       if (!accepted) this.counters.rejectedEnvelopes++;
+      // The last peer's answer starts the term now: waiting out the deadline would only hold every caller longer.
+      else if (next.bootstrap !== null && bootstrapAnswered(next.bootstrap, this.snapshotPeers())) this.reconcile(t);
       return;
     }
     // Outside bootstrap: a member holding a generation at or above ours missed our bootstrap; publish above it so that

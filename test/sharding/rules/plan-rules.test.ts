@@ -75,7 +75,31 @@ test("bootstrap: a lower-generation snapshot after a higher one is counted but c
   [s] = acceptSnapshot(s, { allocations: plan(c, c, c, c), generation: 7 }, { origin: c, ...up, nowMs: 10 });
   const [after, counted] = acceptSnapshot(s, { allocations: plan(b), generation: 6 }, { origin: b, ...up, nowMs: 20 });
   assert.equal(counted, true);
-  assert.equal(after, s);
+  assert.equal(after.bootstrap?.candidate, s.bootstrap?.candidate, "the higher candidate stays");
+  assert.deepEqual([...(after.bootstrap?.answered ?? [])].sort(), [b.toString(), c.toString()].sort());
+});
+
+test("bootstrap: the term starts before the deadline once every peer asked has answered with a snapshot", () => {
+  let s = bootstrapping(1000);
+  [s] = acceptSnapshot(s, { allocations: plan(c, c, c, c), generation: 7 }, { origin: c, ...up, nowMs: 1010 });
+  // one peer still silent: keep collecting (and keep asking) until the deadline
+  const [waiting, asked] = reconcile(s, a, ["a", "b", "c"], 1020);
+  assert.deepEqual(kinds(asked), ["requestSnapshots", "scheduleReconcile"]);
+  assert.notEqual(waiting.bootstrap, null);
+  // a refused snapshot (a member that receives no plans) does not count as an answer
+  const [refused, taken] = acceptSnapshot(
+    s,
+    { allocations: plan(b), generation: 2 },
+    { origin: b, originIsPlanMember: false, nowMs: 1020 },
+  );
+  assert.equal(taken, false);
+  assert.notEqual(reconcile(refused, a, ["a", "b", "c"], 1030)[0].bootstrap, null);
+  // b answers too, with a lower generation: nothing more can be learnt, the term starts at once above the best
+  [s] = acceptSnapshot(s, { allocations: plan(b), generation: 2 }, { origin: b, ...up, nowMs: 1030 });
+  const [done, published] = reconcile(s, a, ["a", "b", "c"], 1030);
+  assert.equal(done.bootstrap, null);
+  assert.equal(done.generation, 8);
+  assert.equal(kinds(published)[0], "broadcast");
 });
 
 test("bootstrap: snapshots are taken strictly before the deadline, and the deadline is first reconcile + window", () => {
@@ -110,7 +134,8 @@ test("bootstrap: an equal-generation snapshot with the same plan is a duplicate,
   [s] = acceptSnapshot(s, { allocations: plan(b, c), generation: 4 }, { origin: b, ...up, nowMs: 1 });
   const [same, ok] = acceptSnapshot(s, { allocations: plan(b, c), generation: 4 }, { origin: c, ...up, nowMs: 2 });
   assert.equal(ok, true);
-  assert.equal(same, s);
+  assert.equal(same.bootstrap?.candidate, s.bootstrap?.candidate, "the candidate is kept, not replaced");
+  assert.ok(same.bootstrap?.answered.has(c.toString()), "c's answer counts");
   // the same shards with another owner, or one shard fewer, conflict
   assert.throws(
     () => acceptSnapshot(s, { allocations: plan(b, b), generation: 4 }, { origin: c, ...up, nowMs: 2 }),
@@ -201,7 +226,12 @@ test("bootstrap snapshot peers: Up members other than self, sorted; no peers mea
 test("a bootstrap collected for another coordinator identity is discarded, not reused", () => {
   const stale: PlanState = {
     ...emptyPlan,
-    bootstrap: { coordinator: b, deadlineMs: 50, candidate: { allocations: plan(c, c, c, c), generation: 6 } },
+    bootstrap: {
+      coordinator: b,
+      deadlineMs: 50,
+      candidate: { allocations: plan(c, c, c, c), generation: 6 },
+      answered: new Set([b.toString(), c.toString()]),
+    },
   };
   const [s, effects] = reconcile(stale, a, ["a", "b"], 100);
   assert.deepEqual(kinds(effects), ["requestSnapshots", "scheduleReconcile"]);
