@@ -4,6 +4,9 @@
 // reconcile at a node that is not the elected coordinator, and the retained shards of a freshly authored plan.
 import assert from "node:assert/strict";
 import { test } from "node:test";
+import { UniqueAddress } from "../../../src/actor/index.ts";
+import type { ShardAllocationStrategy, ShardingMember } from "../../../src/sharding/allocation/strategy.ts";
+import { ClusterShardingConfigurationError } from "../../../src/sharding/index.ts";
 import { PlanRequest, PlanSnapshotRequest } from "../../../src/sharding/internal/index.ts";
 import {
   a,
@@ -12,7 +15,10 @@ import {
   coordinatorWithPlan,
   Driven,
   d,
+  delivers,
   follower,
+  forwards,
+  logs,
   member,
   ofKind,
   rejects,
@@ -109,4 +115,35 @@ test("handoff: a handoff already completing is not aborted when its next owner i
   );
   assert.deepEqual(rejects(effects), [], "c prepared the shard: its buffer is not rejected by an abort");
   assert.equal(n.t.handoffs.get(shard)?.state.phase, "completing");
+});
+
+/** Places shards round-robin over the Up members, or throws while `broken` (a weight function returning 0). */
+class Breakable implements ShardAllocationStrategy {
+  readonly configurationKey = "Breakable";
+  broken = true;
+  allocate(shardId: number, members: readonly ShardingMember[]): UniqueAddress | null {
+    if (this.broken) throw new ClusterShardingConfigurationError("weight 0");
+    const up = members
+      .filter((m) => m.status === "Up")
+      .map((m) => m.uniqueAddress)
+      .sort(UniqueAddress.compare);
+    return up[shardId % up.length] ?? null;
+  }
+}
+
+test("reconcile: a coordinator whose first allocation failed tries again at the next delivery, not only at the next timer", () => {
+  const strategy = new Breakable();
+  const n = new Driven(a, { allocation: strategy });
+  planRequest(n, b, 10);
+  planRequest(n, c, 10);
+  const failed = n.feed({ kind: "timer", timer: { kind: "reconcile", type } }, 1_000);
+  assert.equal(logs(failed, "error").length, 1);
+  const before = n.t.plan;
+  assert.equal(before.author, null, "no plan yet");
+  assert.equal(n.t.reconcileArmed, false);
+  strategy.broken = false;
+  const d = n.delivery("e1");
+  const routed = n.route(d, 1_010);
+  assert.equal(n.t.plan.author?.equals(a), true, "authored in this step");
+  assert.equal(forwards(routed).length + delivers(routed).length, 1, "and the delivery went on by it");
 });
