@@ -7,7 +7,7 @@ import { test } from "node:test";
 import { UniqueAddress } from "../../../src/actor/index.ts";
 import type { ShardAllocationStrategy, ShardingMember } from "../../../src/sharding/allocation/strategy.ts";
 import { ClusterShardingConfigurationError } from "../../../src/sharding/index.ts";
-import { PlanRequest, PlanSnapshotRequest } from "../../../src/sharding/internal/index.ts";
+import { PlanRequest, PlanSnapshotRequest, PlanUpdate } from "../../../src/sharding/internal/index.ts";
 import {
   a,
   b,
@@ -146,4 +146,18 @@ test("reconcile: a coordinator whose first allocation failed tries again at the 
   const routed = n.route(d, 1_010);
   assert.equal(n.t.plan.author?.equals(a), true, "authored in this step");
   assert.equal(forwards(routed).length + delivers(routed).length, 1, "and the delivery went on by it");
+});
+
+test("reconcile: a coordinator whose first allocation failed tries again at the next plan request and answers it with the plan", () => {
+  const strategy = new Breakable();
+  const n = new Driven(a, { allocation: strategy });
+  planRequest(n, b, 10);
+  planRequest(n, c, 10);
+  n.feed({ kind: "timer", timer: { kind: "reconcile", type } }, 1_000);
+  const before = n.t.plan;
+  assert.equal(before.author, null);
+  strategy.broken = false;
+  const answered = planRequest(n, b, 1_010);
+  assert.equal(n.t.plan.author?.equals(a), true, "authored in this step");
+  assert.ok(sends(answered).some((s) => s.to.equals(b) && s.message instanceof PlanUpdate));
 });
