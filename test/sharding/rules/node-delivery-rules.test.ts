@@ -4,7 +4,9 @@
 // (also before it holds any plan); local batches never mix entity types.
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { ClusterShardingConfigurationError, NoRebalance } from "../../../src/sharding/index.ts";
+import { UniqueAddress } from "../../../src/actor/index.ts";
+import type { ShardAllocationStrategy, ShardingMember } from "../../../src/sharding/allocation/strategy.ts";
+import { ClusterShardingConfigurationError, NoRebalance, NoShardOwnerError } from "../../../src/sharding/index.ts";
 import { attachTyped, typedOf } from "../../../src/sharding/internal/codec.ts";
 import { PlanRequest, ShardingEnvelope } from "../../../src/sharding/internal/index.ts";
 import type { Delivery } from "../../../src/sharding/node/node-core.ts";
@@ -132,6 +134,28 @@ test("local batches: deliveries of two entity types for the same shard number in
       [type, shard, [mine]],
     ].sort(),
   );
+});
+
+/** Places shards round-robin over the Up members, except shard 0: nowhere (a user strategy may leave one unplaced). */
+class LeavesShardZero implements ShardAllocationStrategy {
+  readonly configurationKey = "LeavesShardZero";
+  allocate(shardId: number, members: readonly ShardingMember[]): UniqueAddress | null {
+    if (shardId === 0) return null;
+    const up = members
+      .filter((m) => m.status === "Up")
+      .map((m) => m.uniqueAddress)
+      .sort(UniqueAddress.compare);
+    return up[shardId % up.length] ?? null;
+  }
+}
+
+test("routing: a delivery for a shard the plan leaves unplaced is rejected with NoShardOwnerError", () => {
+  const n = coordinatorWithPlan({ allocation: new LeavesShardZero() });
+  assert.equal(n.t.plan.allocations.has(0), false);
+  const d = n.delivery(n.entityIn((s) => s === 0));
+  const [rejected] = rejects(n.route(d, 2_000));
+  assert.equal(rejected?.delivery, d);
+  assert.ok(rejected!.error instanceof NoShardOwnerError, String(rejected!.error));
 });
 
 /** A caller's hop-0 tell of entity type `name` whose entity falls in `shard`. */
