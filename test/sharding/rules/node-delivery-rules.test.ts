@@ -158,6 +158,32 @@ test("routing: a delivery for a shard the plan leaves unplaced is rejected with 
   assert.ok(rejected!.error instanceof NoShardOwnerError, String(rejected!.error));
 });
 
+test("owner: a shard placed here by a former coordinator's plan is not authorized for the new coordinator's traffic", () => {
+  const coordinator = coordinatorWithPlan();
+  const n = follower(b, coordinator.update());
+  const shard = n.shardOn(b);
+  // a is downed: b is now the coordinator, still holding a's plan (it has authored none of its own).
+  n.feed({ kind: "view", snapshot: view(b, [member(a, "Down"), member(b), member(c)]) }, 2_000);
+  assert.equal(n.t.plan.author?.equals(a), true);
+  const d = n.forwardedBy(
+    b,
+    n.entityIn((s) => s === shard),
+  );
+  const [rejected] = rejects(n.envelope(d, null, 2_010));
+  assert.ok(rejected!.error instanceof ClusterShardingConfigurationError, String(rejected?.error));
+});
+
+test("owner: hop-1 traffic from the coordinator for a shard its plan leaves unplaced is refused as unauthorized", () => {
+  const coordinator = coordinatorWithPlan({ allocation: new LeavesShardZero() });
+  const n = follower(b, coordinator.update(), { allocation: new LeavesShardZero() });
+  const d = n.forwardedBy(
+    a,
+    n.entityIn((s) => s === 0),
+  );
+  const [rejected] = rejects(n.envelope(d, a, 2_000));
+  assert.ok(rejected!.error instanceof ClusterShardingConfigurationError, String(rejected?.error));
+});
+
 /** A caller's hop-0 tell of entity type `name` whose entity falls in `shard`. */
 function invoiceDelivery(n: Driven, name: string, shard: number): Delivery {
   const settings = n.state.types.get(name)!.settings;
