@@ -206,6 +206,17 @@ test("plan update: from a sender that is not the coordinator it is refused and t
   assert.equal(f.t.plan.generation, 0);
   assert.equal(ofKind(effects, "refused").length, 1);
   assert.deepEqual(ofKind(effects, "retainShards"), []);
+  assert.deepEqual(sends(effects), [], "only a generation conflict is answered with a snapshot; a forgery is not");
+});
+
+test("plan update: a malformed plan from the coordinator (a shard out of range) is refused without a snapshot reply", () => {
+  const n = coordinatorWithPlan();
+  const f = follower(b, n.update());
+  const bad = new PlanUpdate(type, n.settings.key, a.toString(), 2, [{ shardId: 99, owner: b.toString() }]);
+  const effects = control(f, bad, a, 2_000);
+  assert.equal(ofKind(effects, "refused").length, 1);
+  assert.equal(f.t.plan.generation, 1);
+  assert.deepEqual(sends(effects), []);
 });
 
 test("publishing: the coordinator sends its plan to Up, Leaving and Exiting members, never to itself, a Joining or a Down one", () => {
