@@ -2,6 +2,8 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 import { ClusterShardingConfigurationError } from "../../src/sharding/index.ts";
 import {
+  CoordinatorFlush,
+  CoordinatorFlushed,
   PassivateShard,
   PlanRequest,
   PlanSnapshot,
@@ -146,4 +148,55 @@ test("a plan request's known plan: absent means none (an older sender), a malfor
   malformed({ knownGeneration: "3" }, "knownGeneration");
   malformed({ knownAuthor: 5 }, "knownAuthor");
   malformed({ knownAuthor: "not an address" }, "knownAuthor");
+});
+
+test("the flush messages of a coordinator change survive a round trip and refuse a hostile value at every field", () => {
+  const b = addr("b").toString();
+  const flush = new CoordinatorFlush("Order", "k", a, b, 7);
+  assert.deepEqual(roundTrip(flush, CoordinatorFlush.fromJSON), flush);
+  const flushed = new CoordinatorFlushed("Order", "k", b, 7);
+  assert.deepEqual(roundTrip(flushed, CoordinatorFlushed.fromJSON), flushed);
+
+  let deep: unknown = "x";
+  for (let i = 0; i < 10_000; i++) deep = { deep };
+  const hostile: [string, unknown][] = [
+    ["missing", undefined],
+    ["null", null],
+    ["a number", 1],
+    ["a boolean", true],
+    ["an array", ["Order"]],
+    ["an object whose toString is not a function", { toString: 5, valueOf: 5 }],
+    ["an own __proto__ key", JSON.parse('{"__proto__": {"polluted": true}}')],
+    ["10,000-deep nesting", deep],
+    ["a 1 MB string", "x".repeat(1 << 20)],
+    ["a negative number", -1],
+    ["a fraction", 1.5],
+    ["a number past 2^53", 2 ** 60],
+  ];
+  const cases: [(json: unknown) => unknown, Record<string, unknown>, string[]][] = [
+    [CoordinatorFlush.fromJSON, { ...flush }, ["entityType", "settingsKey", "caller", "target", "token"]],
+    [CoordinatorFlushed.fromJSON, { ...flushed }, ["entityType", "settingsKey", "coordinator", "token"]],
+  ];
+  for (const [parse, good, fields] of cases) {
+    for (const field of fields) {
+      for (const [name, value] of hostile) {
+        // An entity type or settings key may be any non-empty string (an unknown one is refused where it is looked
+        // up); the address fields refuse a string that is not an address.
+        if ((field === "entityType" || field === "settingsKey") && typeof value === "string") continue;
+        if (field === "token" && value === 1) continue; // a valid token
+        const json = { ...good, [field]: value };
+        assert.throws(
+          () => parse(json),
+          (e: unknown) => {
+            assert.ok(e instanceof ClusterShardingConfigurationError, `${field} = ${name}: ${String(e)}`);
+            assert.equal(e.field, field, `${field} = ${name}`);
+            return true;
+          },
+          `${field} = ${name}`,
+        );
+      }
+    }
+    for (const whole of [null, [], "flush", 3]) assert.throws(() => parse(whole), ClusterShardingConfigurationError);
+  }
+  assert.equal(({} as { polluted?: boolean }).polluted, undefined, "nothing polluted");
 });

@@ -15,11 +15,12 @@ import { Database, deliverThroughSharding, OutboxDispatcher } from "../../../src
 import { ClusterSharding } from "../../../src/sharding/index.ts";
 import { eventually } from "../../fixtures/eventually.ts";
 import { freshPostgresStore, rawClient } from "../../persistence/pg-fixture.ts";
+import { upCount } from "../fixtures/tcp-nodes.ts";
 import {
   assertOneReservationPerOrder,
-  OrderAck,
+  leaseRowsOf,
   outboxKillSettings,
-  PlaceOrder,
+  placeOrdersContinuously,
   Reserved,
   registerOutboxOrderEntities,
   shardOutboxOrders,
@@ -51,11 +52,6 @@ async function startNode(seedPort: number | null, roles: string[]) {
   return { system, cluster, sharding, port };
 }
 
-function upCount(cluster: Cluster): number {
-  const s = cluster.snapshot();
-  return s.converged && s.unreachable.length === 0 ? s.members.filter((m) => m.status === "Up").length : -1;
-}
-
 const count = async (sql: string): Promise<number> => {
   const raw = await rawClient(pg.url, pg.schema);
   try {
@@ -65,16 +61,7 @@ const count = async (sql: string): Promise<number> => {
   }
 };
 
-/** Owner and epoch of every lease row, as "Type/shard". */
-async function leaseRows(): Promise<Map<string, { owner: string; epoch: number }>> {
-  const raw = await rawClient(pg.url, pg.schema);
-  try {
-    const rows = (await raw.query("SELECT entity_type, shard_id, owner, epoch FROM shard_lease")).rows;
-    return new Map(rows.map((r) => [`${r.entity_type}/${r.shard_id}`, { owner: r.owner, epoch: Number(r.epoch) }]));
-  } finally {
-    await raw.end();
-  }
-}
+const leaseRows = () => leaseRowsOf(pg);
 
 test("kill -9 of the node owning senders, receivers and a dispatcher: every placed order reserved exactly once", async () => {
   const seed = await startNode(null, []);
@@ -89,34 +76,8 @@ test("kill -9 of the node owning senders, receivers and a dispatcher: every plac
   const ownerAddress = lines.find((l) => l.kind === "ready")!.address!;
   await eventually(() => upCount(seed.cluster) === 2, { what: "2 Up", timeoutMs: 20_000 });
 
-  // Orders placed from the seed, each retried with its own id until acknowledged (its OperationId is derived from
-  // the id, so a retry of a placement that committed is a duplicate and sends nothing again).
-  const placed = new Map<string, { sku: string; quantity: number }>();
-  let stop = false;
-  let next = 0;
-  const place = async (order: string, sku: string, quantity: number) => {
-    for (;;) {
-      try {
-        await seed.sharding
-          .entityRefFor<PlaceOrder>("Order", order)
-          .ask(new PlaceOrder(sku, quantity), OrderAck, 2_000);
-        return;
-      } catch {
-        // No owner while the killed node is unreachable (calls fail at once): pace the retries.
-        await new Promise((resolve) => setTimeout(resolve, 20));
-      }
-    }
-  };
-  const traffic = Promise.all(
-    [0, 1, 2].map(async () => {
-      while (!stop) {
-        const n = next++;
-        const entry = { sku: `sku-${n % 5}`, quantity: (n % 4) + 1 };
-        await place(`order-${n}`, entry.sku, entry.quantity);
-        placed.set(`order-${n}`, entry);
-      }
-    }),
-  );
+  const orders = placeOrdersContinuously(seed.sharding);
+  const placed = orders.placed;
   try {
     // The standby joins while the owner is alive; NoRebalance keeps the shards on the owner process.
     const standby = await startNode(seed.port, ["owner"]);
@@ -180,8 +141,7 @@ test("kill -9 of the node owning senders, receivers and a dispatcher: every plac
       timeoutMs: 30_000,
       describe: () => [atKill, placed.size],
     });
-    stop = true;
-    await traffic;
+    await orders.stop();
     await eventually(async () => (await pending()) === 0, {
       what: "every message delivered",
       timeoutMs: 30_000,
@@ -195,8 +155,7 @@ test("kill -9 of the node owning senders, receivers and a dispatcher: every plac
       assert.ok(now.get(key)!.epoch > was.epoch, `${key}: epoch ${was.epoch} then ${now.get(key)!.epoch}`);
     }
   } finally {
-    stop = true;
-    await traffic;
+    await orders.stop();
   }
   assert.deepEqual(await pg.store.parkedOutbox(10), [], "nothing parked");
   assert.deepEqual(await pg.store.outboxCounts(), { pending: 0, parked: 0, delivered: 2 * placed.size });

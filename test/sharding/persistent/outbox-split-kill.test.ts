@@ -17,11 +17,12 @@ import { ClusterSharding } from "../../../src/sharding/index.ts";
 import { CapturingLogger } from "../../actor/support.ts";
 import { eventually } from "../../fixtures/eventually.ts";
 import { freshPostgresStore, rawClient } from "../../persistence/pg-fixture.ts";
+import { upCount } from "../fixtures/tcp-nodes.ts";
 import {
   assertOneReservationPerOrder,
-  OrderAck,
+  leaseRowsOf,
   outboxSplitSettings,
-  PlaceOrder,
+  placeOrdersContinuously,
   Reserved,
   registerOutboxOrderEntities,
   shardOutboxOrders,
@@ -82,11 +83,6 @@ async function kill(child: ChildProcess): Promise<void> {
   await exited;
 }
 
-function upCount(cluster: Cluster): number {
-  const s = cluster.snapshot();
-  return s.converged && s.unreachable.length === 0 ? s.members.filter((m) => m.status === "Up").length : -1;
-}
-
 async function sql(text: string, params: unknown[] = []): Promise<Record<string, unknown>[]> {
   const raw = await rawClient(pg.url, pg.schema);
   try {
@@ -96,13 +92,7 @@ async function sql(text: string, params: unknown[] = []): Promise<Record<string,
   }
 }
 
-/** Owner and epoch of every lease row, as "Type/shard". */
-async function leaseRows(): Promise<Map<string, { owner: string; epoch: number }>> {
-  const rows = await sql("SELECT entity_type, shard_id, owner, epoch FROM shard_lease");
-  return new Map(
-    rows.map((r) => [`${r.entity_type}/${r.shard_id}`, { owner: String(r.owner), epoch: Number(r.epoch) }]),
-  );
-}
+const leaseRows = () => leaseRowsOf(pg);
 
 /**
  * Outbox rows to Stock that a dispatcher has claimed (`claimedBy`, or any) and not completed although the reservation
@@ -140,34 +130,8 @@ test("sender and receiver on separate processes, each killed with SIGKILL: every
   const [senderAddress, receiverAddress] = await Promise.all([sender.ready, receiver.ready]);
   await eventually(() => upCount(seed.cluster) === 3, { what: "3 Up", timeoutMs: 20_000 });
 
-  // Orders placed from the seed, each retried with its own id until acknowledged (its OperationId is derived from
-  // the id, so a retry of a placement that committed is a duplicate and sends nothing again).
-  const placed = new Map<string, { sku: string; quantity: number }>();
-  let stop = false;
-  let next = 0;
-  const place = async (order: string, sku: string, quantity: number) => {
-    for (;;) {
-      try {
-        await seed.sharding
-          .entityRefFor<PlaceOrder>("Order", order)
-          .ask(new PlaceOrder(sku, quantity), OrderAck, 2_000);
-        return;
-      } catch {
-        // No owner while a killed node's shards move (calls fail at once): pace the retries.
-        await new Promise((resolve) => setTimeout(resolve, 20));
-      }
-    }
-  };
-  const traffic = Promise.all(
-    [0, 1, 2].map(async () => {
-      while (!stop) {
-        const n = next++;
-        const entry = { sku: `sku-${n % 5}`, quantity: (n % 4) + 1 };
-        await place(`order-${n}`, entry.sku, entry.quantity);
-        placed.set(`order-${n}`, entry);
-      }
-    }),
-  );
+  const orders = placeOrdersContinuously(seed.sharding);
+  const placed = orders.placed;
   const shardsOn = (leases: Map<string, { owner: string }>, type: string, address: string) =>
     [...leases].filter(([k, l]) => k.startsWith(`${type}/`) && l.owner === address).map(([k]) => k);
   const downed = async (address: string) => {
@@ -267,8 +231,7 @@ test("sender and receiver on separate processes, each killed with SIGKILL: every
       timeoutMs: 30_000,
       describe: () => [afterSender, placed.size],
     });
-    stop = true;
-    await traffic;
+    await orders.stop();
     let undelivered: Record<string, unknown>[] = [];
     await eventually(
       async () => {
@@ -327,8 +290,7 @@ test("sender and receiver on separate processes, each killed with SIGKILL: every
         `sender's dispatcher with the reservation committed at its kill ${claimed.length}`,
     );
   } finally {
-    stop = true;
-    await traffic;
+    await orders.stop();
   }
   assert.deepEqual(await pg.store.parkedOutbox(10), [], "nothing parked");
   assert.deepEqual(await pg.store.outboxCounts(), { pending: 0, parked: 0, delivered: 2 * placed.size });

@@ -19,6 +19,7 @@ import { ClusterSharding } from "../../../src/sharding/index.ts";
 import "../../../src/sharding/persistent/index.ts";
 import { eventually } from "../../fixtures/eventually.ts";
 import { freshPostgresStore, rawClient, type WriteGate, writeGate } from "../../persistence/pg-fixture.ts";
+import { upCount } from "../fixtures/tcp-nodes.ts";
 import { countsProjection, countsProjectionSettings, countsTable } from "./fixtures/projection-counts.ts";
 import { faultCluster } from "./fixtures/tally.ts";
 
@@ -46,11 +47,6 @@ async function startNode(seedPort: number | null, roles: string[]) {
   await Database.get(system).use(pg.store);
   ClusterSharding.get(system).initProjection(countsProjection, countsProjectionSettings());
   return { system, cluster, port };
-}
-
-function upCount(cluster: Cluster): number {
-  const s = cluster.snapshot();
-  return s.converged && s.unreachable.length === 0 ? s.members.filter((m) => m.status === "Up").length : -1;
 }
 
 async function sql(text: string, params: unknown[] = []): Promise<Record<string, unknown>[]> {
