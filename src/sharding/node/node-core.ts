@@ -160,12 +160,14 @@ export interface TypeState {
 /**
  * Deliberate protocol bugs, for the simulator's proof that it catches them (never set outside tests): accept a plan
  * update without its generation check; report a passivation done before the old owner drained; accept forwarded
- * traffic without checking that it comes from the coordinator.
+ * traffic without checking that it comes from the coordinator; route through a new coordinator without the flush.
  */
 export interface PlantedBugs {
   readonly skipPlanGenerationCheck?: boolean;
   readonly flushBeforeDrained?: boolean;
   readonly acceptForwardFromAnyone?: boolean;
+  /** Route through a new coordinator at once, without the flush of what went to the old one (§8.7). */
+  readonly skipCoordinatorFlush?: boolean;
 }
 
 /** The whole node. */
@@ -1208,6 +1210,11 @@ class Step {
    */
   private flushing(t: TypeState, coordinator: UniqueAddress): boolean {
     const via = t.via;
+    if (this.s.bugs.skipCoordinatorFlush === true) {
+      // Planted bug: callers go to the new coordinator while their envelopes to the old one are still in flight.
+      t.flush = null;
+      return false;
+    }
     if (t.flush === null && (via === null || via === coordinator || via.equals(coordinator))) return false;
     const status = via === null ? "Down" : this.statusOf(via);
     // Down: what it held is lost. Removed (a graceful leave may skip this node's view of Leaving and Exiting, and the

@@ -452,3 +452,19 @@ test("a coordinator elected while members leave publishes above a Leaving member
     "the Leaving member gets it",
   );
 });
+
+test("the planted skipped flush takes effect: the caller routes through the new coordinator at once, with no marker", () => {
+  // The simulator's proof that it catches a skipped flush (test/sim/node-sim.test.ts) needs the switch to bite.
+  const n = new Driven(c, allUp(c));
+  n.state = { ...n.state, bugs: { skipCoordinatorFlush: true } };
+  n.call("e1", 0);
+  const changed = n.feed({ kind: "membershipChanged", snapshot: aLeaving(c) }, 10);
+  const [, effects] = n.call("e1", 20);
+  assert.deepEqual(markers([...changed, ...effects]), [], "no flush marker");
+  assert.deepEqual(
+    forwards(effects).map((f) => f.to),
+    [b.toString()],
+    "straight to the new coordinator",
+  );
+  assert.equal(n.state.counters.heldDeliveries, 0);
+});
