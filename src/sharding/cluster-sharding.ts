@@ -24,7 +24,7 @@ import { ShardedEntityRef, ShardedEntityType } from "./entity-ref.ts";
 import { asError, ClusterShardingConfigurationError } from "./errors.ts";
 import type { ShardingTypeInspection } from "./inspection.ts";
 import { inProcessCodec, type PayloadCodec, RegistryCodec, registerShardingWireTypes } from "./internal/codec.ts";
-import type { ShardingHost } from "./internal/host.ts";
+import { attachShardingHost } from "./internal/host.ts";
 import {
   CoordinatorFlush,
   CoordinatorFlushed,
@@ -91,11 +91,6 @@ export class ClusterSharding implements Extension {
   /** The daemon's context: entity actors are its children, spawned from the first route on. */
   private readonly daemonContext: ActorContext<unknown>;
   private readonly daemon: ActorRef<unknown>;
-  /**
-   * @internal Not public API: what `movie/sharding/persistent` and the cluster singleton are handed (see
-   * {@link ShardingHost}).
-   */
-  readonly host: ShardingHost;
   private readonly unsubscribe: () => void;
   private readonly unsubscribeRejections: () => void;
 
@@ -116,14 +111,14 @@ export class ClusterSharding implements Extension {
       { supervision: SupervisorStrategies.stop() },
     );
     this.daemon = this.daemonContext.self;
-    this.host = {
+    attachShardingHost(this, {
       system,
       membership: this.membership,
       entityParent: this.daemonContext,
       stats: this.counters,
       provider: (name) => this.providers.get(name),
       registerProvider: <T>(provider: ShardingProvider) => this.registerProvider<T>(provider),
-    };
+    });
     const codec = runtime.codec ?? inProcessCodec;
     this.shell = new NodeShell(system, this.membership, codec, this.daemon, this.counters, this.providers, () => {
       this.stop().catch((error: unknown) => {

@@ -17,6 +17,7 @@ import {
   RoleAwareAllocation,
   type ShardedEntityRef,
 } from "../sharding/index.ts";
+import { shardingHostOf } from "../sharding/internal/host.ts";
 import { isActivationCoordinator } from "./activation-coordinator.ts";
 import { ClusterSingletonConfigurationError } from "./errors.ts";
 import {
@@ -166,7 +167,7 @@ export class ClusterSingleton implements Extension {
 
   /** True when this node owns singleton `name`. */
   isLocallyOwned(name: string): boolean {
-    return this.owner(name)?.equals(this.sharding.host.membership.selfAddress) === true;
+    return this.owner(name)?.equals(shardingHostOf(this.sharding).membership.selfAddress) === true;
   }
 
   /** True while singleton `name`'s shard is being handed off (meaningful on the sharding coordinator). */
@@ -217,7 +218,7 @@ export class ClusterSingleton implements Extension {
   /** One eager activation attempt, sent only by the activation coordinator (so never from several nodes at once). */
   private attempt(r: Registration, settings: ClusterSingletonSettings): void {
     if (this.stopped) return;
-    const membership = this.sharding.host.membership;
+    const membership = shardingHostOf(this.sharding).membership;
     if (!isActivationCoordinator({ ...membership.snapshot(), self: membership.selfAddress })) return;
     const name = r.ref.name;
     this.counters.increment("activationAttempts");

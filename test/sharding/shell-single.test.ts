@@ -15,6 +15,7 @@ import {
   ShardingSettings,
   UnsupportedSystemMessageError,
 } from "../../src/sharding/index.ts";
+import { shardingHostOf } from "../../src/sharding/internal/host.ts";
 import { EntityProvider } from "../../src/sharding/internal/index.ts";
 import { eventually } from "../fixtures/eventually.ts";
 import { FakeCluster } from "./fixtures/fake-cluster.ts";
@@ -208,14 +209,14 @@ test("host.registerProvider (the persistent facade's path) is idempotent and che
       OrderCommand.name,
       ShardingSettings.create({ shardCount: 4, idleTimeout }),
       (id) => () => new OrderBehavior(id),
-      sharding.host.entityParent,
+      shardingHostOf(sharding).entityParent,
       node.system.scheduler,
-      sharding.host.stats,
+      shardingHostOf(sharding).stats,
     );
-  assert.equal(sharding.host.registerProvider(make(null)).name, "Facade");
-  assert.equal(sharding.host.registerProvider(make(null)).name, "Facade");
+  assert.equal(shardingHostOf(sharding).registerProvider(make(null)).name, "Facade");
+  assert.equal(shardingHostOf(sharding).registerProvider(make(null)).name, "Facade");
   assert.throws(
-    () => sharding.host.registerProvider(make(1_000)),
+    () => shardingHostOf(sharding).registerProvider(make(1_000)),
     (e: unknown) => e instanceof ClusterShardingConfigurationError && e.field === "idleTimeout",
   );
 });

@@ -11,6 +11,7 @@ import {
   ShardingSettings,
   ShardLeaseUnavailableError,
 } from "../../src/sharding/index.ts";
+import { shardingHostOf } from "../../src/sharding/internal/host.ts";
 import { EntityProvider } from "../../src/sharding/internal/index.ts";
 import { eventually } from "../fixtures/eventually.ts";
 import { FakeCluster, type Node } from "./fixtures/fake-cluster.ts";
@@ -185,11 +186,11 @@ function leaseGatedNode(cluster: FakeCluster, clock: ManualScheduler, nodeName: 
     OrderCommand.name,
     settings,
     (id) => () => new SequenceBehavior(id),
-    sharding.host.entityParent,
+    shardingHostOf(sharding).entityParent,
     clock,
-    sharding.host.stats,
+    shardingHostOf(sharding).stats,
   );
-  sharding.host.registerProvider(provider);
+  shardingHostOf(sharding).registerProvider(provider);
   return { node, sharding, provider };
 }
 

@@ -1,4 +1,5 @@
 import type { ActorContext, ActorSystem } from "../../actor/index.ts";
+import type { ClusterSharding } from "../cluster-sharding.ts";
 import type { ShardedEntityType } from "../entity-ref.ts";
 import type { ShardingMembership } from "../membership.ts";
 import type { MutableShardingStats } from "../stats.ts";
@@ -6,8 +7,9 @@ import type { ShardingProvider } from "./provider.ts";
 
 /**
  * What `ClusterSharding` hands the modules built on it (`movie/sharding/persistent`'s provider, the cluster
- * singleton), as `sharding.host`: the parts it otherwise keeps private. Not public API (not exported from
- * `movie/sharding`); it may change with those modules.
+ * singleton), through {@link shardingHostOf}: the parts it otherwise keeps private. Not public API (not exported from
+ * `movie/sharding`, and not a property of `ClusterSharding`, so it is not in its type declarations either); it may
+ * change with those modules.
  */
 export interface ShardingHost {
   /** The actor system (persistence extensions, scheduler, log, dead letters). */
@@ -27,4 +29,23 @@ export interface ShardingHost {
    * @throws ClusterShardingConfigurationError naming the mismatching field
    */
   registerProvider<T>(provider: ShardingProvider): ShardedEntityType<T>;
+}
+
+// A WeakMap rather than a property: a property, even one marked internal, is part of ClusterSharding's published
+// type, and users would reach for it. The entry lives exactly as long as its ClusterSharding.
+const hosts = new WeakMap<ClusterSharding, ShardingHost>();
+
+/** Called once by ClusterSharding's constructor. */
+export function attachShardingHost(sharding: ClusterSharding, host: ShardingHost): void {
+  hosts.set(sharding, host);
+}
+
+/**
+ * The host of `sharding`.
+ * @throws Error when `sharding` was not made by ClusterSharding (a hand-made stand-in): a programming error.
+ */
+export function shardingHostOf(sharding: ClusterSharding): ShardingHost {
+  const host = hosts.get(sharding);
+  if (host === undefined) throw new Error("not a ClusterSharding made by ClusterSharding.get(system)");
+  return host;
 }

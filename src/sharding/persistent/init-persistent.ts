@@ -5,6 +5,7 @@ import { Database, DurableState, type EntityType, EventSourcing } from "../../pe
 import type { ClusterSharding } from "../cluster-sharding.ts";
 import { ShardedEntityType } from "../entity-ref.ts";
 import { ClusterShardingConfigurationError } from "../errors.ts";
+import { shardingHostOf } from "../internal/host.ts";
 import { safeToOwn } from "../lease/safe-to-own.ts";
 import { ShardingSettings, type ShardingSettingsOptions, shardingSettingsShape } from "../settings.ts";
 import {
@@ -76,7 +77,7 @@ export function initPersistent<T>(
   options: PersistentShardingOptions,
   kind: "event-sourced" | "durable-state",
 ): ShardedEntityType<T> {
-  const system = sharding.host.system;
+  const system = shardingHostOf(sharding).system;
   if (entityType === null || typeof entityType !== "object" || typeof entityType.name !== "string") {
     throw new ClusterShardingConfigurationError(
       `init of a ${kind} sharded type needs the EntityType that registerEntity returned`,
@@ -126,7 +127,7 @@ export interface LeasedProviderSpec<T> {
  * sharded projections.
  */
 export function initProvider<T>(sharding: ClusterSharding, spec: LeasedProviderSpec<T>): ShardedEntityType<T> {
-  const host = sharding.host;
+  const host = shardingHostOf(sharding);
   const system = host.system;
   const { routingName, kind } = spec;
   if (typeof routingName !== "string" || routingName.length === 0) {

@@ -28,6 +28,7 @@ import {
 import { MessageRegistry } from "../../remote/index.ts";
 import type { ClusterSharding } from "../cluster-sharding.ts";
 import { ClusterShardingConfigurationError } from "../errors.ts";
+import { shardingHostOf } from "../internal/host.ts";
 import type { ShardLeaseToken } from "../lease/lease-token.ts";
 import { type ShardingSettingsOptions, shardingSettingsShape } from "../settings.ts";
 import { initProvider } from "./init-persistent.ts";
@@ -182,7 +183,7 @@ export function initProjection(
   const sliceNames = Array.from({ length: slices }, (_, i) => projectionSliceName(definition.name, i, slices));
   ProjectionRunner.check({ ...definition, name: sliceNames[slices - 1]! });
   const routingName = routingOption ?? `projection-${definition.name}`;
-  const system = sharding.host.system;
+  const system = shardingHostOf(sharding).system;
   const registry = system.extension(shardedProjectionsId);
   const existing = registry.byRoutingName.get(routingName);
   if (existing !== undefined && existing.definition !== definition) {

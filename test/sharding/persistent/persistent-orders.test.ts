@@ -11,6 +11,7 @@ import {
   EventSourcedBehavior,
   EventSourcing,
 } from "../../../src/persistence/index.ts";
+import { shardingHostOf } from "../../../src/sharding/internal/host.ts";
 import { PersistentEntityProvider } from "../../../src/sharding/persistent/index.ts";
 import { eventually } from "../../fixtures/eventually.ts";
 import { freshPostgresStore, rawClient } from "../../persistence/pg-fixture.ts";
@@ -79,7 +80,7 @@ async function start(name: string): Promise<Node> {
 }
 
 function localOrders(node: Node, name = "Order"): number {
-  const provider = node.sharding.host.provider(name);
+  const provider = shardingHostOf(node.sharding).provider(name);
   assert.ok(provider instanceof PersistentEntityProvider);
   return provider.entityCount;
 }

@@ -20,6 +20,7 @@ import {
 import { SqliteStore } from "../../../src/persistence/sqlite/index.ts";
 import type { ClusterSharding } from "../../../src/sharding/cluster-sharding.ts";
 import { ClusterShardingConfigurationError, ShardMailboxOverflowError } from "../../../src/sharding/errors.ts";
+import { shardingHostOf } from "../../../src/sharding/internal/host.ts";
 import {
   initDurableState,
   initEventSourced,
@@ -115,7 +116,7 @@ async function registerOn(node: Node, store: PersistenceStore) {
 }
 
 function providerOf(sharding: ClusterSharding, name: string): PersistentEntityProvider<unknown> {
-  const provider = sharding.host.provider(name);
+  const provider = shardingHostOf(sharding).provider(name);
   assert.ok(provider instanceof PersistentEntityProvider);
   return provider;
 }
