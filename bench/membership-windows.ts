@@ -37,6 +37,13 @@ const inFlight = 20;
 type Scenario = "join (high)" | "join (low)" | "leave" | "leave coord";
 const allScenarios: Scenario[] = ["join (high)", "join (low)", "leave", "leave coord"];
 const chosen = process.env.MOVIE_WINDOWS_SCENARIOS?.split(",").map((s) => s.trim());
+const unknown = (chosen ?? []).filter((name) => !(allScenarios as string[]).includes(name));
+if (unknown.length > 0) {
+  console.error(
+    `MOVIE_WINDOWS_SCENARIOS names no scenario ${JSON.stringify(unknown)}; choose from ${JSON.stringify(allScenarios)}`,
+  );
+  process.exit(2);
+}
 const scenarios = chosen === undefined ? allScenarios : allScenarios.filter((s) => chosen.includes(s));
 
 /** Phases, in ms from the change's start (null: did not happen in this run). */
@@ -48,7 +55,10 @@ interface Phases {
   bootstrapStart: number | null;
   bootstrapEnd: number | null;
   firstNewPlanEverywhere: number | null;
+  /** Handoffs finished with outcome "done". */
   handoffs: number;
+  /** "sharding handoff started" lines: a handoff restarted by a new coordinator counts twice. */
+  handoffAttempts: number;
   firstHandoffStart: number | null;
   lastHandoffFinish: number | null;
   handoffMedianMs: number | null;
@@ -58,12 +68,25 @@ interface Phases {
   failedAsks: number;
 }
 
+/**
+ * A handoff line of any node's log. Only a coordinator starts and finishes handoffs; a coordinator change can start a
+ * shard's handoff twice (the old coordinator's attempt aborted, the new one's done), so handoffs are counted by their
+ * "done" outcome.
+ */
+interface HandoffEvent {
+  readonly at: number;
+  readonly what: "started" | "finished";
+  readonly shard: number;
+  readonly outcome: string | null;
+}
+
 /** A logger stamping the handoff lines with the time they were logged. */
-function handoffLogger(events: { at: number; what: "started" | "finished"; shard: number }[]): Logger {
+function handoffLogger(events: HandoffEvent[]): Logger {
   const info = (context: object, message: string): void => {
-    const shard = (context as { shard?: number }).shard ?? -1;
-    if (message === "sharding handoff started") events.push({ at: performance.now(), what: "started", shard });
-    if (message === "sharding handoff finished") events.push({ at: performance.now(), what: "finished", shard });
+    const { shard = -1, outcome = null } = context as { shard?: number; outcome?: string };
+    if (message === "sharding handoff started") events.push({ at: performance.now(), what: "started", shard, outcome });
+    if (message === "sharding handoff finished")
+      events.push({ at: performance.now(), what: "finished", shard, outcome });
   };
   return { debug: () => {}, info, warn: () => {}, error: () => {} };
 }
@@ -86,7 +109,7 @@ function init(node: ShardingNode): void {
 }
 
 async function runOnce(scenario: Scenario): Promise<Phases> {
-  const events: { at: number; what: "started" | "finished"; shard: number }[] = [];
+  const events: HandoffEvent[] = [];
   const logger = handoffLogger(events);
   // Members on ports 40000+; a low joiner takes a port below them, a high one above.
   const base = await freePort(40_000 + Math.floor(Math.random() * 2_000));
@@ -137,6 +160,7 @@ async function runOnce(scenario: Scenario): Promise<Phases> {
       bootstrapEnd: null,
       firstNewPlanEverywhere: null,
       handoffs: 0,
+      handoffAttempts: 0,
       firstHandoffStart: null,
       lastHandoffFinish: null,
       handoffMedianMs: null,
@@ -208,12 +232,13 @@ async function runOnce(scenario: Scenario): Promise<Phases> {
     const durations: number[] = [];
     for (const e of mine) {
       if (e.what === "started") starts.set(e.shard, e.at);
-      else if (starts.has(e.shard)) durations.push(e.at - starts.get(e.shard)!);
+      else if (e.outcome === "done" && starts.has(e.shard)) durations.push(e.at - starts.get(e.shard)!);
     }
     const rel = (at: number): number => Math.round((at - t0) * 10) / 10;
     const startsAt = mine.filter((e) => e.what === "started").map((e) => e.at);
     const finishesAt = mine.filter((e) => e.what === "finished").map((e) => e.at);
-    p.handoffs = startsAt.length;
+    p.handoffs = mine.filter((e) => e.what === "finished" && e.outcome === "done").length;
+    p.handoffAttempts = startsAt.length;
     p.firstHandoffStart = startsAt.length === 0 ? null : rel(Math.min(...startsAt));
     p.lastHandoffFinish = finishesAt.length === 0 ? null : rel(Math.max(...finishesAt));
     p.handoffMedianMs = durations.length === 0 ? null : Math.round(median(durations) * 10) / 10;
@@ -247,6 +272,7 @@ const columns: [keyof Phases, string][] = [
   ["firstAnswer", "1st answer"],
   ["maxHeldMs", "max held"],
   ["handoffs", "handoffs"],
+  ["handoffAttempts", "started"],
   ["failedAsks", "failed"],
 ];
 
