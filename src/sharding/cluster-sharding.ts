@@ -26,6 +26,7 @@ import type { ShardingTypeInspection } from "./inspection.ts";
 import { inProcessCodec, type PayloadCodec, RegistryCodec, registerShardingWireTypes } from "./internal/codec.ts";
 import { attachShardingHost } from "./internal/host.ts";
 import {
+  CancelPreparations,
   CoordinatorFlush,
   CoordinatorFlushed,
   PassivateShard,
@@ -475,7 +476,8 @@ export class ClusterSharding implements Extension {
       message instanceof PassivateShard ||
       message instanceof PrepareShard ||
       message instanceof CoordinatorFlush ||
-      message instanceof CoordinatorFlushed
+      message instanceof CoordinatorFlushed ||
+      message instanceof CancelPreparations
     ) {
       this.shell.run({ kind: "control", message, replyTo: sender, origin });
     } else {

@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 import { ClusterShardingConfigurationError } from "../../src/sharding/index.ts";
 import {
+  CancelPreparations,
   CoordinatorFlush,
   CoordinatorFlushed,
   PassivateShard,
@@ -198,5 +199,77 @@ test("the flush messages of a coordinator change survive a round trip and refuse
     }
     for (const whole of [null, [], "flush", 3]) assert.throws(() => parse(whole), ClusterShardingConfigurationError);
   }
+  assert.equal(({} as { polluted?: boolean }).polluted, undefined, "nothing polluted");
+});
+
+test("the cancel of stale preparations and a plan request's prepared shards: round trip, and a hostile value at every field refused", () => {
+  const cancel = new CancelPreparations("Order", "k", a, [0, 3, 17]);
+  assert.deepEqual(roundTrip(cancel, CancelPreparations.fromJSON), cancel);
+  const request = new PlanRequest("Order", "k", a, a, 4, [2, 5]);
+  assert.deepEqual(roundTrip(request, PlanRequest.fromJSON), request);
+  assert.deepEqual(
+    PlanRequest.fromJSON({ entityType: "Order", settingsKey: "k", requester: a }).prepared,
+    [],
+    "absent: none",
+  );
+  assert.deepEqual(CancelPreparations.fromJSON({ ...cancel, shardIds: [9, 1, 4] }).shardIds, [1, 4, 9], "sorted");
+
+  let deep: unknown = [0];
+  for (let i = 0; i < 10_000; i++) deep = [deep];
+  const hostile: [string, unknown][] = [
+    ["null", null],
+    ["a number", 1],
+    ["a string", "0,1"],
+    ["an object", { 0: 1, length: 1 }],
+    ["an object whose toString is not a function", { toString: 5, valueOf: 5 }],
+    ["an own __proto__ key", JSON.parse('{"__proto__": {"polluted": true}}')],
+    ["a negative id", [-1]],
+    ["a fractional id", [1.5]],
+    ["an id past 2^53", [2 ** 60]],
+    ["a string id", ["1"]],
+    ["a null id", [null]],
+    ["a nested array", deep],
+    ["a duplicate id", [3, 3]],
+    [
+      "an id whose toString throws",
+      [
+        {
+          toString: () => {
+            throw new Error("boom");
+          },
+        },
+      ],
+    ],
+  ];
+  const cases: [(json: unknown) => unknown, Record<string, unknown>, string][] = [
+    [CancelPreparations.fromJSON, { ...cancel }, "shardIds"],
+    [PlanRequest.fromJSON, { ...request }, "prepared"],
+  ];
+  for (const [parse, good, field] of cases) {
+    for (const [name, value] of hostile) {
+      assert.throws(
+        () => parse({ ...good, [field]: value }),
+        (e: unknown) => e instanceof ClusterShardingConfigurationError && e.field === field,
+        `${field} = ${name}`,
+      );
+    }
+  }
+  assert.throws(
+    () => CancelPreparations.fromJSON({ ...cancel, shardIds: undefined }),
+    ClusterShardingConfigurationError,
+  );
+  for (const field of ["entityType", "settingsKey", "coordinator"]) {
+    for (const value of [undefined, null, 5, ["x"], { toString: 5 }]) {
+      assert.throws(
+        () => CancelPreparations.fromJSON({ ...cancel, [field]: value }),
+        (e: unknown) => e instanceof ClusterShardingConfigurationError && e.field === field,
+        `${field} = ${JSON.stringify(value)}`,
+      );
+    }
+  }
+  assert.throws(
+    () => CancelPreparations.fromJSON({ ...cancel, coordinator: "not an address" }),
+    ClusterShardingConfigurationError,
+  );
   assert.equal(({} as { polluted?: boolean }).polluted, undefined, "nothing polluted");
 });

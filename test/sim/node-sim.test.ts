@@ -128,6 +128,15 @@ test("coordinator churn during faults keeps every safety invariant, and nearly a
   );
 });
 
+// Seed 754 with operator moves: a move's handoff aborted after its next owner prepared (the paused coordinator found
+// the plan authored elsewhere at completion), and the next owner kept the preparation and renewed the shard's lease,
+// so the plan's owner was fenced out of its own shard after healing. The coordinator now cancels preparations it no
+// longer stands by (docs/protocol.md §9.3; prepare-cancel-rules.test.ts).
+test("a preparation left by a handoff aborted after its prepare is cancelled (operator-move seed 754 is live)", () => {
+  const result = runHistory({ seed: 754, operatorMoves: true, liveness: true });
+  assert.equal(result.liveness ?? null, null);
+});
+
 /** The first seed in 1..`maxSeeds` whose history fails with `bugs` planted, and how. */
 function firstCaught(bugs: PlantedBugs, maxSeeds: number, coordinatorChurn = false): SimFailure | null {
   for (let seed = 1; seed <= maxSeeds; seed++) {

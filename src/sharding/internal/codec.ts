@@ -2,6 +2,7 @@ import { decodeNested, encodeNested, type MessageRegistry, registerNesting } fro
 import { ClusterShardingConfigurationError } from "../errors.ts";
 import { envelopeLayout } from "./envelope-codec.ts";
 import {
+  CancelPreparations,
   CoordinatorFlush,
   CoordinatorFlushed,
   PassivateShard,
@@ -90,4 +91,5 @@ export function registerShardingWireTypes(registry: MessageRegistry): void {
   registry.register(PrepareShard, { name: wireNames.prepareShard });
   registry.register(CoordinatorFlush, { name: wireNames.coordinatorFlush });
   registry.register(CoordinatorFlushed, { name: wireNames.coordinatorFlushed });
+  registry.register(CancelPreparations, { name: wireNames.cancelPreparations });
 }

@@ -10,6 +10,7 @@ export { inProcessCodec, type PayloadCodec, RegistryCodec, registerShardingWireT
 export { acceptingCoordinator, type ElectionSnapshot, electCoordinator, routingCoordinator } from "./election.ts";
 export type { ShardingHost } from "./host.ts";
 export {
+  CancelPreparations,
   CoordinatorFlush,
   CoordinatorFlushed,
   PassivateShard,

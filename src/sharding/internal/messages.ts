@@ -5,7 +5,7 @@
  *
  * - `ShardingEnvelope` (User / Activate / Passivate): caller → coordinator (hop 0), coordinator → owner (hop 1).
  * - `PlanRequest`: non-coordinator → coordinator; answered with a `PlanUpdate` to the requester unless it already
- *   holds that plan.
+ *   holds that plan, and with `CancelPreparations` when it lists preparations the coordinator no longer stands by.
  * - `PlanSnapshotRequest`: bootstrapping coordinator → every Up peer; answered with a `PlanSnapshot` if it has a plan.
  * - `PlanUpdate`: coordinator → every Up member (broadcast after each generation).
  * - `PassivateShard`: coordinator → previous owner (ask); the owner drains the shard and replies `ShardingControlAck`.
@@ -14,6 +14,8 @@
  * - `CoordinatorFlush`: a caller whose coordinator changed → the coordinator it last sent to, which relays the
  *   caller's waiting envelopes and then this marker to the new coordinator (docs/protocol.md §8.7).
  * - `CoordinatorFlushed`: the new coordinator → the caller, once the relayed marker reached it.
+ * - `CancelPreparations`: coordinator → a member holding preparations of shards it no longer hands to that member
+ *   (the handoff was aborted after the prepare): the member forgets them and releases their leases (§9.3).
  */
 import { UniqueAddress } from "../../actor/index.ts";
 import { ClusterShardingConfigurationError } from "../errors.ts";
@@ -44,6 +46,7 @@ export const wireNames = {
   prepareShard: "movie.cluster.sharding.prepare-shard.v1",
   coordinatorFlush: "movie.cluster.sharding.coordinator-flush.v1",
   coordinatorFlushed: "movie.cluster.sharding.coordinator-flushed.v1",
+  cancelPreparations: "movie.cluster.sharding.cancel-preparations.v1",
 } as const;
 
 /** One shard's owner in a plan message. */
@@ -184,6 +187,12 @@ export class PlanRequest {
      */
     readonly knownAuthor: string | null = null,
     readonly knownGeneration = 0,
+    /**
+     * The shards the requester holds prepared by the coordinator it asks (sorted, no duplicates): the coordinator
+     * cancels those it no longer hands to the requester (docs/protocol.md §9.3). Absent on the wire (an older
+     * sender): none.
+     */
+    readonly prepared: readonly number[] = [],
   ) {}
 
   /** @throws ClusterShardingConfigurationError naming the malformed field */
@@ -194,7 +203,15 @@ export class PlanRequest {
     const knownAuthor = optStr(o, "knownAuthor");
     if (knownAuthor !== null) address(knownAuthor, "knownAuthor");
     const knownGeneration = o.knownGeneration === undefined ? 0 : int(o, "knownGeneration", 0);
-    return new PlanRequest(nonEmpty(o, "entityType"), str(o, "settingsKey"), requester, knownAuthor, knownGeneration);
+    const prepared = o.prepared === undefined ? [] : shardIds(o, "prepared");
+    return new PlanRequest(
+      nonEmpty(o, "entityType"),
+      str(o, "settingsKey"),
+      requester,
+      knownAuthor,
+      knownGeneration,
+      prepared,
+    );
   }
 }
 
@@ -373,6 +390,36 @@ export class CoordinatorFlushed {
   }
 }
 
+/**
+ * The coordinator's answer to a plan request that listed preparations it no longer stands by: no handoff of those
+ * shards to the requester is running (one was aborted after its prepare), and the plan does not place them there. The
+ * requester forgets each one still prepared by this coordinator and releases its lease unless its own plan places the
+ * shard there; a lost copy is repeated at the next plan request, which lists them again (docs/protocol.md §9.3).
+ */
+export class CancelPreparations {
+  constructor(
+    readonly entityType: string,
+    readonly settingsKey: string,
+    /** The coordinator (UniqueAddress string); must equal the transport identity. */
+    readonly coordinator: string,
+    /** Sorted, no duplicates. */
+    readonly shardIds: readonly number[],
+  ) {}
+
+  /** @throws ClusterShardingConfigurationError naming the malformed field */
+  static fromJSON(json: unknown): CancelPreparations {
+    const o = object(json, "CancelPreparations");
+    const coordinator = str(o, "coordinator");
+    address(coordinator, "coordinator");
+    return new CancelPreparations(
+      nonEmpty(o, "entityType"),
+      str(o, "settingsKey"),
+      coordinator,
+      shardIds(o, "shardIds"),
+    );
+  }
+}
+
 type Json = Record<string, unknown>;
 
 function bad(field: string, detail: string): never {
@@ -402,6 +449,20 @@ function int(o: Json, field: string, min: number): number {
   const v = o[field];
   if (typeof v !== "number" || !Number.isSafeInteger(v) || v < min) bad(field, `expected an integer of ${min} or more`);
   return v;
+}
+/** A list of distinct shard ids (integers of 0 or more), returned sorted. */
+function shardIds(o: Json, field: string): number[] {
+  const v = o[field];
+  if (!Array.isArray(v)) bad(field, "expected an array of shard ids");
+  const ids = new Set<number>();
+  for (const id of v as unknown[]) {
+    if (typeof id !== "number" || !Number.isSafeInteger(id) || id < 0) {
+      bad(field, "expected shard ids: integers of 0 or more");
+    }
+    if (ids.has(id)) bad(field, `duplicate shard ${id}`);
+    ids.add(id);
+  }
+  return [...ids].sort((a, b) => a - b);
 }
 function nonNegative(o: Json, field: string): number {
   const v = o[field];

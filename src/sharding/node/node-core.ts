@@ -38,6 +38,7 @@ import {
 import { AllocationPlanner } from "../internal/allocation-planner.ts";
 import { attachTyped, typedOf } from "../internal/codec.ts";
 import {
+  CancelPreparations,
   CoordinatorFlush,
   CoordinatorFlushed,
   PassivateShard,
@@ -207,7 +208,8 @@ export type ControlMessage =
   | PassivateShard
   | PrepareShard
   | CoordinatorFlush
-  | CoordinatorFlushed;
+  | CoordinatorFlushed
+  | CancelPreparations;
 
 /** What the core reacts to. */
 export type NodeInput =
@@ -660,8 +662,10 @@ class Step {
   /** Non-coordinators ask the coordinator for the plan now and every 250 ms; the coordinator reconciles. */
   private syncPlan(t: TypeState): void {
     const coordinator = this.s.view.elected;
-    if (coordinator?.equals(this.self)) this.reconcileUnlessBootstrapping(t);
-    else if (coordinator !== null) this.send(t, coordinator, this.planRequestOf(t));
+    if (coordinator?.equals(this.self)) {
+      this.reconcileUnlessBootstrapping(t);
+      this.dropOwnStalePreparations(t);
+    } else if (coordinator !== null) this.send(t, coordinator, this.planRequestOf(t));
     if (!t.planSyncArmed) {
       t.planSyncArmed = true;
       this.schedule(planSyncIntervalMs, { kind: "planSync", type: t.name });
@@ -774,14 +778,66 @@ class Step {
     );
   }
 
+  /** This node's plan request to the elected coordinator: its plan, and the shards that coordinator prepared here. */
   private planRequestOf(t: TypeState): PlanRequest {
+    const coordinator = this.s.view.elected?.toString();
+    const prepared: number[] = [];
+    for (const [shard, by] of t.prepared) if (by === coordinator) prepared.push(shard);
     return new PlanRequest(
       t.name,
       t.settings.key,
       this.self.toString(),
       t.plan.author?.toString() ?? null,
       t.plan.generation,
+      prepared.sort((x, y) => x - y),
     );
+  }
+
+  // ---------------------------------------------------------------------------------------------------------------
+  // Preparations a coordinator no longer stands by (docs/protocol.md §9.3)
+
+  /**
+   * Whether this coordinator still hands `shard` to `node`: a handoff of it to `node` is running, or its plan already
+   * places it there (the plan update may not have reached `node` yet; the stored plan clears the preparation there).
+   * A handoff aborted after its prepare leaves a preparation it does not stand by: the prepared node would keep the
+   * shard's lease renewed while the plan's owner is fenced out of it (node simulator, operator-move seeds 754, 2490).
+   */
+  private standsBy(t: TypeState, shard: number, node: UniqueAddress): boolean {
+    if (t.handoffs.get(shard)?.state.next?.equals(node) === true) return true;
+    return t.plan.allocations.get(shard)?.equals(node) === true;
+  }
+
+  /** The coordinator's own preparations (a local prepare) of handoffs no longer running: forgotten at plan sync. */
+  private dropOwnStalePreparations(t: TypeState): void {
+    if (!this.isAuthor(t)) return;
+    const self = this.self.toString();
+    const stale = [...t.prepared].filter(([shard, by]) => by === self && !this.standsBy(t, shard, this.self));
+    if (stale.length === 0) return;
+    for (const [shard] of stale) t.prepared.delete(shard);
+    this.log(
+      "info",
+      { type: t.name, shards: stale.map(([shard]) => shard) },
+      "sharding forgot preparations of handoffs that no longer run",
+    );
+    this.afterPlanStored(t);
+  }
+
+  private onCancelPreparations(t: TypeState, message: CancelPreparations, origin: UniqueAddress | null): void {
+    const coordinator = this.checkControl(t, message.settingsKey, message.coordinator, origin).toString();
+    const forgotten: number[] = [];
+    for (const shard of message.shardIds) {
+      // A shard the plan places here stays retained whatever its preparation: forgetting that is harmless.
+      if (t.prepared.get(shard) !== coordinator) continue;
+      t.prepared.delete(shard);
+      forgotten.push(shard);
+    }
+    if (forgotten.length === 0) return;
+    this.log(
+      "info",
+      { type: t.name, shards: forgotten },
+      "sharding forgot preparations its coordinator no longer stands by",
+    );
+    this.afterPlanStored(t);
   }
 
   private broadcastPlan(t: TypeState): void {
@@ -822,6 +878,7 @@ class Step {
       else if (message instanceof PlanSnapshot) this.onPlanSnapshot(t, message, origin);
       else if (message instanceof CoordinatorFlush) this.onFlushMarker(t, message, origin);
       else if (message instanceof CoordinatorFlushed) this.onFlushed(t, message, origin);
+      else if (message instanceof CancelPreparations) this.onCancelPreparations(t, message, origin);
       else if (message instanceof PassivateShard) {
         this.checkControl(t, message.settingsKey, message.coordinator, origin);
         this.drainLocally(t, message.shardId, { kind: "ask", replyTo });
@@ -877,6 +934,10 @@ class Step {
     // The requester's copy of this very plan (same author, same generation) would be ignored as a duplicate.
     const upToDate = request.knownGeneration === t.plan.generation && request.knownAuthor === this.self.toString();
     if (!upToDate) this.send(t, origin, this.planUpdateOf(t));
+    // Behind the plan on the same link: a cancel never overtakes the plan that places a shard on the requester.
+    const stale = request.prepared.filter((shard) => !this.standsBy(t, shard, origin));
+    if (stale.length > 0)
+      this.send(t, origin, new CancelPreparations(t.name, t.settings.key, this.self.toString(), stale));
   }
 
   private onPlanSnapshotRequest(t: TypeState, request: PlanSnapshotRequest, origin: UniqueAddress | null): void {
