@@ -116,7 +116,11 @@ test("the installed package is the built one: dist/ present, no .ts source is lo
   }
   // The host the persistent provider and the singleton are handed is not part of ClusterSharding's published type.
   const declaration = readFileSync(join(installed, "dist", "sharding", "cluster-sharding.d.ts"), "utf8");
-  assert.doesNotMatch(declaration, /\bhost\s*[:;]|: ShardingHost\b/, "ClusterSharding's declaration has no host member");
+  assert.doesNotMatch(
+    declaration,
+    /\bhost\s*[:;]|: ShardingHost\b/,
+    "ClusterSharding's declaration has no host member",
+  );
 });
 
 test("plain node runs the seed's Order example across two OS processes from the packed tarball", async () => {
