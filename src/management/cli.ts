@@ -87,7 +87,16 @@ async function call(
   try {
     response = await fetch(new URL(path, ctx.url), { method, headers, signal: AbortSignal.timeout(ctx.timeoutMs) });
   } catch (error) {
-    const cause = error instanceof Error && error.cause instanceof Error ? error.cause.message : describe(error);
+    // A request that got no answer in time reached a node that is slow or stuck, not an absent one: a timeout (exit
+    // 4), which a loaded host otherwise reported as "cannot reach" (exit 3) with the abort's reason as "an object".
+    if (error instanceof Error && error.name === "TimeoutError") {
+      throw new CliError(
+        exitCodes.timeout,
+        `the management endpoint at ${ctx.url} did not answer ${method} ${path} within ${ctx.timeoutMs} ms; the node may be overloaded: try again, or give a longer --timeout`,
+      );
+    }
+    const cause =
+      error instanceof Error ? (error.cause instanceof Error ? error.cause.message : error.message) : describe(error);
     throw new CliError(
       exitCodes.unreachable,
       `cannot reach the management endpoint at ${ctx.url}: ${cause}; is the node running, and is --url right?`,

@@ -17,7 +17,7 @@ import {
   RoleAwareAllocation,
   type ShardedEntityRef,
 } from "../sharding/index.ts";
-import { shardingHostOf } from "../sharding/internal/host.ts";
+import { shardingHostOf } from "../sharding/internal/index.ts";
 import { isActivationCoordinator } from "./activation-coordinator.ts";
 import { ClusterSingletonConfigurationError } from "./errors.ts";
 import {

@@ -72,7 +72,11 @@ const entries: Record<string, readonly { file: string; from?: string; why: strin
   sharding: [
     { file: "sharding/index.ts", why: "movie/sharding" },
     { file: "sharding/persistent/index.ts", why: "movie/sharding/persistent" },
-    { file: "sharding/internal/index.ts", from: "singleton/", why: "sharding's internals: election, safe-to-own" },
+    {
+      file: "sharding/internal/index.ts",
+      from: "singleton/",
+      why: "sharding's internals: election, safe-to-own, the host",
+    },
     {
       file: "sharding/persistent/init-persistent.ts",
       from: "singleton/persistent/",

@@ -56,10 +56,12 @@ const cli = (args: readonly string[]): Promise<CliRun> =>
   runCliInProcess(args, { MOVIE_MANAGEMENT_TOKEN: "stub-token-0123456789" });
 
 test("leave --wait exits 4 when the member is not removed in time, after one progress line", async () => {
-  const run = await cli(["leave", "127.0.0.1:2553", "--wait", "--timeout", "600", "--url", url]);
+  // 1.5 s: room for more than one poll even when a loaded host answers the stub slowly (at 600 ms the first poll's
+  // answer once came too late for any progress line).
+  const run = await cli(["leave", "127.0.0.1:2553", "--wait", "--timeout", "1500", "--url", url]);
   assert.equal(run.code, exitCodes.timeout, run.stdout + run.stderr);
   assert.equal(run.stdout, `leaving ${member}: Leaving, owns 3 shards\n`, "one line: the state never changed");
-  assert.match(run.stderr, /was not removed within 600 ms \(last: Leaving, 3 shards\)/);
+  assert.match(run.stderr, /was not removed within 1500 ms \(last: Leaving, 3 shards\)/);
   assert.ok(requests.filter((r) => r === "GET /cluster/members").length >= 2, "it polled");
 });
 
@@ -68,4 +70,21 @@ test("rebalance --wait exits 4 when the shard does not reach its target in time"
   assert.equal(run.code, exitCodes.timeout, run.stdout + run.stderr);
   assert.equal(run.stdout, `Order shard 4: moving from ${member} to ${other}\n`);
   assert.match(run.stderr, /did not reach .* within 600 ms \(owner .*#stuck, in handoff\)/);
+});
+
+test("a request the endpoint accepts but never answers is a timeout (exit 4) that says so, not 'cannot reach'", async () => {
+  const silent = createServer(() => {
+    // Never answers: a stuck node.
+  });
+  await new Promise<void>((resolve) => silent.listen(0, "127.0.0.1", resolve));
+  try {
+    const silentUrl = `http://127.0.0.1:${(silent.address() as AddressInfo).port}`;
+    const run = await cli(["status", "--timeout", "300", "--url", silentUrl]);
+    assert.equal(run.code, exitCodes.timeout, run.stdout + run.stderr);
+    assert.match(run.stderr, /did not answer GET \/\S+ within 300 ms; the node may be overloaded/);
+    assert.doesNotMatch(run.stderr, /an object|cannot reach/);
+  } finally {
+    silent.closeAllConnections();
+    await new Promise<void>((resolve) => silent.close(() => resolve()));
+  }
 });

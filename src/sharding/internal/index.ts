@@ -8,7 +8,7 @@ export { type OwnershipSnapshot, safeToOwn } from "../lease/safe-to-own.ts";
 export { AllocationPlanner, type ReconcileResult } from "./allocation-planner.ts";
 export { inProcessCodec, type PayloadCodec, RegistryCodec, registerShardingWireTypes } from "./codec.ts";
 export { acceptingCoordinator, type ElectionSnapshot, electCoordinator, routingCoordinator } from "./election.ts";
-export type { ShardingHost } from "./host.ts";
+export { type ShardingHost, shardingHostOf } from "./host.ts";
 export {
   CancelPreparations,
   CoordinatorFlush,
