@@ -5,12 +5,14 @@
 // 2. reading the feed: store.queryEvents pages and a live EventFeed.stream, beside a raw SELECT of the same rows
 //    (the same join, keyset-paged, through the same pool) measured in the same run;
 // 3. exactly-once projection throughput with a handler that runs exactly one statement per event (an upsert of the
-//    event's row in the read model, in the same database), beside the same upserts sent directly in transactions of
-//    the same size (the ceiling), alternating, in the same run.
+//    event's row in the read model, in the same database), beside a ceiling measured in the same run, alternating: a
+//    raw keyset SELECT of the same rows and the same upserts sent directly in transactions of the same size (also
+//    reported: the upserts alone, without the read).
 // Usage: npm run bench:projections  (MOVIE_POSTGRES_TEST_URL overrides the local server; MOVIE_BENCH_SECONDS the
 // duration of each append case, default 0.4; MOVIE_BENCH_ROUNDS the alternating rounds, default 5;
 // MOVIE_BENCH_FEED_EVENTS the events read, default 20000; MOVIE_BENCH_PROJECTED_EVENTS the newest of them projected,
-// default 5000).
+// default 5000; MOVIE_BENCH_PARTS a comma list of appends, reads, projections, default all three;
+// MOVIE_BENCH_BACKENDS a comma list of postgres, sqlite for parts 2 and 3, default both).
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
@@ -26,6 +28,8 @@ const caseMs = Number(process.env.MOVIE_BENCH_SECONDS ?? "0.4") * 1000;
 const rounds = Number(process.env.MOVIE_BENCH_ROUNDS ?? "5");
 const feedEvents = Number(process.env.MOVIE_BENCH_FEED_EVENTS ?? "20000");
 const projectedEvents = Number(process.env.MOVIE_BENCH_PROJECTED_EVENTS ?? "5000");
+const parts = new Set((process.env.MOVIE_BENCH_PARTS ?? "appends,reads,projections").split(","));
+const backends = new Set((process.env.MOVIE_BENCH_BACKENDS ?? "postgres,sqlite").split(","));
 const batchSize = 500;
 const warmupMs = 150;
 const payload = JSON.stringify({ kind: "ItemAdded", sku: "sku-000042", quantity: 3, note: "x".repeat(64) });
@@ -121,6 +125,12 @@ async function fill(store: PersistenceStore, count: number, type: string): Promi
   }
 }
 
+/** This process's CPU time (user + system) in microseconds. */
+const cpuMicros = (): number => {
+  const usage = process.cpuUsage();
+  return usage.user + usage.system;
+};
+
 async function timeIt(fn: () => Promise<number>): Promise<number> {
   const started = clock.now();
   const n = await fn();
@@ -161,19 +171,32 @@ async function readRates(store: PersistenceStore, raw: () => Promise<number>) {
 
 /** The handler's writes alone, batch by batch, for the ceiling: runs `upserts` (one per event) in one transaction. */
 type RawBatch = (rows: readonly (readonly [string, number])[]) => Promise<void>;
+/** A raw keyset page of the feed after `offset`, `limit` rows: [persistence id, sequence nr] and the last offset. */
+type RawPage = (offset: number, limit: number) => Promise<{ rows: [string, number][]; last: number }>;
 
 /**
  * Exactly-once projection throughput over the newest `projectedEvents` events, with a handler that runs exactly one
- * statement per event (an upsert keyed by persistence id), beside a ceiling measured in the same run: the same
- * upserts in transactions of the same size, sent directly (no feed query, no checkpoint, no fence). Rounds alternate
- * runner and ceiling; medians.
+ * statement per event (an upsert keyed by persistence id), beside a ceiling measured in the same run: a raw keyset
+ * page of the same rows read and their upserts sent directly in one transaction per page of the batch size (no
+ * checkpoint, no fence, no event decoding). `writeOnly` is the upserts alone (the rows read beforehand). Rounds
+ * alternate runner, ceiling and write-only; medians.
  */
 async function projectionRate(
   store: PersistenceStore,
   ddl: (table: string) => string,
   upsert: (table: string) => string,
   rawBatch: (table: string) => RawBatch,
-): Promise<{ runner: number; ceiling: number; ratio: number; statementsPerEvent: number }> {
+  rawPage: RawPage,
+): Promise<{
+  runner: number;
+  ceiling: number;
+  ratio: number;
+  writeOnly: number;
+  /** This process's CPU time per event, µs: on SQLite all of the work, so far steadier under load than the rates. */
+  runnerCpuMicros: number;
+  ceilingCpuMicros: number;
+  statementsPerEvent: number;
+}> {
   await store.runProjectionBatch({ name: "bench-ddl", expectedOffset: 0, newOffset: 0 }, async (tx) => {
     await tx.query(ddl("bench_model"));
     await tx.query(ddl("bench_model_raw"));
@@ -189,11 +212,15 @@ async function projectionRate(
   }
   const runnerRates: number[] = [];
   const ceilingRates: number[] = [];
+  const writeOnlyRates: number[] = [];
+  const runnerCpu: number[] = [];
+  const ceilingCpu: number[] = [];
   let statements = 0;
   let handled = 0;
   const sql = upsert("bench_model");
   for (let round = 0; round < 3; round++) {
     const started = clock.now();
+    const startedCpu = cpuMicros();
     const runner = ProjectionRunner.start(
       {
         name: `bench-${round}`,
@@ -211,9 +238,27 @@ async function projectionRate(
     await runner.caughtUpTo(total);
     handled += runner.stats.processed;
     runnerRates.push((runner.stats.processed * 1000) / (clock.now() - started));
+    runnerCpu.push((cpuMicros() - startedCpu) / runner.stats.processed);
     await runner.stop();
     const raw = rawBatch("bench_model_raw");
+    const ceilingStartedCpu = cpuMicros();
+    let ceilingEvents = 0;
     ceilingRates.push(
+      await timeIt(async () => {
+        let n = 0;
+        for (let after = from; after < total; ) {
+          const page = await rawPage(after, batchSize);
+          if (page.rows.length === 0) break;
+          await raw(page.rows);
+          n += page.rows.length;
+          after = page.last;
+        }
+        ceilingEvents = n;
+        return n;
+      }),
+    );
+    ceilingCpu.push((cpuMicros() - ceilingStartedCpu) / ceilingEvents);
+    writeOnlyRates.push(
       await timeIt(async () => {
         for (let i = 0; i < rows.length; i += batchSize) await raw(rows.slice(i, i + batchSize));
         return rows.length;
@@ -222,7 +267,15 @@ async function projectionRate(
   }
   const runner = median(runnerRates);
   const ceiling = median(ceilingRates);
-  return { runner, ceiling, ratio: runner / ceiling, statementsPerEvent: statements / handled };
+  return {
+    runner,
+    ceiling,
+    ratio: runner / ceiling,
+    writeOnly: median(writeOnlyRates),
+    runnerCpuMicros: median(runnerCpu),
+    ceilingCpuMicros: median(ceilingCpu),
+    statementsPerEvent: statements / handled,
+  };
 }
 
 async function main(): Promise<void> {
@@ -233,101 +286,133 @@ async function main(): Promise<void> {
   await admin.connect();
   const stores: PostgresStore[] = [];
   try {
-    // A small pool: group commit keeps one append statement in flight (default), so four connections suffice.
-    const withFeed = await PostgresStore.connect({ connectionUri: url, schema: `${schema}_on`, poolSize: 4 });
-    const withoutFeed = await PostgresStore.connect({ connectionUri: url, schema: `${schema}_off`, poolSize: 4 });
-    stores.push(withFeed, withoutFeed);
-    await withoutFeed.pool.query("DROP TRIGGER movie_event_feed ON event_journal");
     console.log(`1-minute load ${load[0]!.toFixed(2)} at the start; ${rounds} alternating rounds of ${caseMs} ms`);
-    const appends = await appendOverhead(withFeed, withoutFeed);
-    console.log("fenced one-event appends (each writer its own shard), PostgreSQL, median appends/s:");
-    console.log("conc  without feed  with feed  ratio   pairs (without/with)");
-    for (const r of appends) {
-      console.log(
-        `${String(r.concurrency).padEnd(6)}${r.withoutFeed.toFixed(0).padEnd(14)}${r.withFeed.toFixed(0).padEnd(11)}${(r.ratio * 100).toFixed(0).padEnd(8)}${r.pairs.map((p) => `${p[0]!.toFixed(0)}/${p[1]!.toFixed(0)}`).join(" ")}`,
-      );
+    let appends: Awaited<ReturnType<typeof appendOverhead>> = [];
+    if (parts.has("appends")) {
+      // A small pool: group commit keeps one append statement in flight (default), so four connections suffice.
+      const withFeed = await PostgresStore.connect({ connectionUri: url, schema: `${schema}_on`, poolSize: 4 });
+      const withoutFeed = await PostgresStore.connect({ connectionUri: url, schema: `${schema}_off`, poolSize: 4 });
+      stores.push(withFeed, withoutFeed);
+      await withoutFeed.pool.query("DROP TRIGGER movie_event_feed ON event_journal");
+      appends = await appendOverhead(withFeed, withoutFeed);
+      console.log("fenced one-event appends (each writer its own shard), PostgreSQL, median appends/s:");
+      console.log("conc  without feed  with feed  ratio   pairs (without/with)");
+      for (const r of appends) {
+        console.log(
+          `${String(r.concurrency).padEnd(6)}${r.withoutFeed.toFixed(0).padEnd(14)}${r.withFeed.toFixed(0).padEnd(11)}${(r.ratio * 100).toFixed(0).padEnd(8)}${r.pairs.map((p) => `${p[0]!.toFixed(0)}/${p[1]!.toFixed(0)}`).join(" ")}`,
+        );
+      }
     }
 
     const reads: Record<string, { raw: number; query: number; stream: number }> = {};
     const projections: Record<string, Awaited<ReturnType<typeof projectionRate>>> = {};
-    const feedSchema = `${schema}_feed`;
-    const pgStore = await PostgresStore.connect({ connectionUri: url, schema: feedSchema, poolSize: 4 });
-    stores.push(pgStore);
-    await fill(pgStore, feedEvents, "Feed");
-    reads.postgres = await readRates(pgStore, () =>
-      timeIt(async () => {
-        let after = 0;
-        let n = 0;
-        for (;;) {
-          const rows = (
-            await pgStore.pool.query(
-              `SELECT f.event_offset, f.persistence_id, f.sequence_nr, j.manifest, j.payload FROM event_feed f
-                JOIN event_journal j ON j.persistence_id = f.persistence_id AND j.sequence_nr = f.sequence_nr
-                WHERE f.event_offset > $1 ORDER BY f.event_offset LIMIT 1000`,
-              [after],
-            )
-          ).rows;
-          n += rows.length;
-          if (rows.length < 1000) return n;
-          after = Number(rows[rows.length - 1].event_offset);
-        }
-      }),
-    );
-    const pgUpsert = (t: string) =>
-      `INSERT INTO ${t} (id, seq) VALUES ($1, $2) ON CONFLICT (id) DO UPDATE SET seq = EXCLUDED.seq`;
-    projections.postgres = await projectionRate(
-      pgStore,
-      (t) => `CREATE TABLE IF NOT EXISTS ${t} (id TEXT PRIMARY KEY, seq BIGINT NOT NULL)`,
-      pgUpsert,
-      (t) => async (rows) => {
-        const client = await pgStore.pool.connect();
-        try {
-          await client.query("BEGIN");
-          for (const [id, seq] of rows) await client.query(pgUpsert(t), [id, seq]);
-          await client.query("COMMIT");
-        } finally {
-          client.release();
-        }
-      },
-    );
+    if (backends.has("postgres")) {
+      const feedSchema = `${schema}_feed`;
+      const pgStore = await PostgresStore.connect({ connectionUri: url, schema: feedSchema, poolSize: 4 });
+      stores.push(pgStore);
+      await fill(pgStore, feedEvents, "Feed");
+      const pgPage = async (after: number, limit: number) =>
+        (
+          await pgStore.pool.query(
+            `SELECT f.event_offset, f.persistence_id, f.sequence_nr, j.manifest, j.payload FROM event_feed f
+              JOIN event_journal j ON j.persistence_id = f.persistence_id AND j.sequence_nr = f.sequence_nr
+              WHERE f.event_offset > $1 ORDER BY f.event_offset LIMIT $2`,
+            [after, limit],
+          )
+        ).rows as { event_offset: string; persistence_id: string; sequence_nr: string }[];
+      if (parts.has("reads")) {
+        reads.postgres = await readRates(pgStore, () =>
+          timeIt(async () => {
+            let after = 0;
+            let n = 0;
+            for (;;) {
+              const rows = await pgPage(after, 1000);
+              n += rows.length;
+              if (rows.length < 1000) return n;
+              after = Number(rows[rows.length - 1]!.event_offset);
+            }
+          }),
+        );
+      }
+      const pgUpsert = (t: string) =>
+        `INSERT INTO ${t} (id, seq) VALUES ($1, $2) ON CONFLICT (id) DO UPDATE SET seq = EXCLUDED.seq`;
+      if (parts.has("projections")) {
+        projections.postgres = await projectionRate(
+          pgStore,
+          (t) => `CREATE TABLE IF NOT EXISTS ${t} (id TEXT PRIMARY KEY, seq BIGINT NOT NULL)`,
+          pgUpsert,
+          (t) => async (rows) => {
+            const client = await pgStore.pool.connect();
+            try {
+              await client.query("BEGIN");
+              for (const [id, seq] of rows) await client.query(pgUpsert(t), [id, seq]);
+              await client.query("COMMIT");
+            } finally {
+              client.release();
+            }
+          },
+          async (after, limit) => {
+            const rows = await pgPage(after, limit);
+            return {
+              rows: rows.map((r) => [r.persistence_id, Number(r.sequence_nr)]),
+              last: rows.length === 0 ? after : Number(rows[rows.length - 1]!.event_offset),
+            };
+          },
+        );
+      }
+    }
 
-    const sqlite = SqliteStore.open({ dbPath: join(dir, "feed.sqlite3") });
-    await fill(sqlite, feedEvents, "Feed");
-    const rawDb = new (await import("better-sqlite3")).default(join(dir, "feed.sqlite3"));
-    // On SQLite the offset is the journal row's own (migration 12).
-    const rawPage = rawDb.prepare(
-      `SELECT event_offset, persistence_id, sequence_nr, manifest, payload FROM event_journal
-        WHERE event_offset > ? ORDER BY event_offset LIMIT 1000`,
-    );
-    reads.sqlite = await readRates(sqlite, () =>
-      timeIt(async () => {
-        let after = 0;
-        let n = 0;
-        for (;;) {
-          const rows = rawPage.all(after) as { event_offset: number }[];
-          n += rows.length;
-          if (rows.length < 1000) return n;
-          after = rows[rows.length - 1]!.event_offset;
-        }
-      }),
-    );
-    const sqliteUpsert = (t: string) =>
-      `INSERT INTO ${t} (id, seq) VALUES (?, ?) ON CONFLICT (id) DO UPDATE SET seq = excluded.seq`;
-    projections.sqlite = await projectionRate(
-      sqlite,
-      (t) => `CREATE TABLE IF NOT EXISTS ${t} (id TEXT PRIMARY KEY, seq INTEGER NOT NULL)`,
-      sqliteUpsert,
-      (t) => {
-        const statement = rawDb.prepare(sqliteUpsert(t));
-        return async (rows) => {
-          rawDb.exec("BEGIN IMMEDIATE");
-          for (const [id, seq] of rows) statement.run(id, seq);
-          rawDb.exec("COMMIT");
-        };
-      },
-    );
-    rawDb.close();
-    await sqlite.close();
+    if (backends.has("sqlite")) {
+      const sqlite = SqliteStore.open({ dbPath: join(dir, "feed.sqlite3") });
+      await fill(sqlite, feedEvents, "Feed");
+      const rawDb = new (await import("better-sqlite3")).default(join(dir, "feed.sqlite3"));
+      // On SQLite the offset is the journal row's own (migration 12).
+      const rawPage = rawDb.prepare(
+        `SELECT event_offset, persistence_id, sequence_nr, manifest, payload FROM event_journal
+          WHERE event_offset > ? ORDER BY event_offset LIMIT ?`,
+      );
+      type RawRow = { event_offset: number; persistence_id: string; sequence_nr: number };
+      if (parts.has("reads")) {
+        reads.sqlite = await readRates(sqlite, () =>
+          timeIt(async () => {
+            let after = 0;
+            let n = 0;
+            for (;;) {
+              const rows = rawPage.all(after, 1000) as RawRow[];
+              n += rows.length;
+              if (rows.length < 1000) return n;
+              after = rows[rows.length - 1]!.event_offset;
+            }
+          }),
+        );
+      }
+      const sqliteUpsert = (t: string) =>
+        `INSERT INTO ${t} (id, seq) VALUES (?, ?) ON CONFLICT (id) DO UPDATE SET seq = excluded.seq`;
+      if (parts.has("projections")) {
+        projections.sqlite = await projectionRate(
+          sqlite,
+          (t) => `CREATE TABLE IF NOT EXISTS ${t} (id TEXT PRIMARY KEY, seq INTEGER NOT NULL)`,
+          sqliteUpsert,
+          (t) => {
+            const statement = rawDb.prepare(sqliteUpsert(t));
+            return async (rows) => {
+              rawDb.exec("BEGIN IMMEDIATE");
+              for (const [id, seq] of rows) statement.run(id, seq);
+              rawDb.exec("COMMIT");
+            };
+          },
+          async (after, limit) => {
+            const rows = rawPage.all(after, limit) as RawRow[];
+            return {
+              rows: rows.map((r) => [r.persistence_id, r.sequence_nr]),
+              last: rows.length === 0 ? after : rows[rows.length - 1]!.event_offset,
+            };
+          },
+        );
+      }
+      rawDb.close();
+      await sqlite.close();
+    }
 
     console.log(`reading ${feedEvents} events (events/s, median of 3):`);
     console.log("backend   raw SELECT  queryEvents  vs raw  stream   vs raw");
@@ -339,16 +424,21 @@ async function main(): Promise<void> {
     console.log(
       `exactly-once projection of ${projectedEvents} events, one upsert statement per event, batches of ${batchSize} (events/s, median of 3):`,
     );
-    console.log("backend   runner   same upserts sent directly  ratio  statements/event");
+    console.log(
+      "backend   runner   raw read + same upserts  ratio  upserts alone  ratio  CPU µs/event runner / raw  ratio  statements/event",
+    );
     for (const [backend, r] of Object.entries(projections)) {
+      const cpu = `${r.runnerCpuMicros.toFixed(2)} / ${r.ceilingCpuMicros.toFixed(2)}`;
       console.log(
-        `${backend.padEnd(10)}${r.runner.toFixed(0).padEnd(9)}${r.ceiling.toFixed(0).padEnd(28)}${`${(r.ratio * 100).toFixed(0)}%`.padEnd(7)}${r.statementsPerEvent.toFixed(2)}`,
+        `${backend.padEnd(10)}${r.runner.toFixed(0).padEnd(9)}${r.ceiling.toFixed(0).padEnd(25)}${`${(r.ratio * 100).toFixed(0)}%`.padEnd(7)}${r.writeOnly.toFixed(0).padEnd(15)}${`${((r.runner / r.writeOnly) * 100).toFixed(0)}%`.padEnd(7)}${cpu.padEnd(27)}${`${((r.ceilingCpuMicros / r.runnerCpuMicros) * 100).toFixed(0)}%`.padEnd(7)}${r.statementsPerEvent.toFixed(2)}`,
       );
     }
     console.log(`1-minute load ${loadavg()[0]!.toFixed(2)} at the end`);
     mkdirSync("bench/results", { recursive: true });
+    // A partial run (MOVIE_BENCH_PARTS, MOVIE_BENCH_BACKENDS) writes beside the full run's file, not over it.
+    const partial = parts.size < 3 || backends.size < 2;
     writeFileSync(
-      "bench/results/projections.json",
+      partial ? "bench/results/projections-partial.json" : "bench/results/projections.json",
       `${JSON.stringify({ caseMs, rounds, feedEvents, projectedEvents, loadAverage: { start: load, end: loadavg() }, appends, reads, projections }, null, 2)}\n`,
     );
   } finally {

@@ -104,6 +104,11 @@ export interface OutboxDispatcherStats {
   retried: number;
   parked: number;
   purged: number;
+  /**
+   * Attempts that sent no new copy because this dispatcher's previous copy of the same message was still unanswered
+   * (its delivery timed out, its deliverer had not settled): the attempt waited for that copy instead.
+   */
+  joined: number;
   /** The last delivery error (text) or null. */
   lastError: string | null;
 }
@@ -131,6 +136,7 @@ export class OutboxDispatcher {
     retried: 0,
     parked: 0,
     purged: 0,
+    joined: 0,
     lastError: null,
   };
   private readonly batchSize: number;
@@ -142,6 +148,17 @@ export class OutboxDispatcher {
   private loop: Promise<void> | null = null;
   private wake: (() => void) | null = null;
   private lastPurgeMs = 0;
+  /**
+   * The deliverer calls not settled yet, by message id. A delivery that timed out may still be queued at the receiver
+   * (behind a handoff buffer, a stalled database); the next attempt waits for that copy rather than sending another,
+   * so a slow receiver holds at most one copy per message from this dispatcher, however many timeouts pass. A copy
+   * acknowledged after its attempt timed out stays (resolved) until the next attempt records the delivery without
+   * sending again; a rejected one leaves at once. A copy older than leaseMs is not waited for (a deliverer that never
+   * settles, a copy lost with its node: the next attempt sends another). At most maxUnsettledCopies are kept (past
+   * that the oldest is forgotten, so neither those nor late acknowledgements of rows another dispatcher delivered
+   * grow the map).
+   */
+  private readonly unsettled = new Map<string, { readonly delivering: Promise<void>; readonly sentAtMs: number }>();
 
   /** @throws PersistenceConfigurationError for a setting out of range */
   constructor(private readonly options: OutboxDispatcherOptions) {
@@ -180,6 +197,9 @@ export class OutboxDispatcher {
     let parked = 0;
     rows.forEach((row, i) => {
       const outcome = deliveryOutcome(row.attempts, results[i]!, this.policy);
+      // Recorded now (delivered or parked): nothing of this message is waited for any more. A retried one keeps its
+      // unsettled copy for the next attempt.
+      if (outcome.kind !== "retry") this.unsettled.delete(row.messageId);
       if (outcome.kind === "delivered") delivered.push(row.offset);
       else {
         this.stats.lastError = outcome.error;
@@ -281,8 +301,16 @@ export class OutboxDispatcher {
     };
     let timer: NodeJS.Timeout | undefined;
     try {
+      const copy = this.unsettled.get(row.messageId);
+      let delivering: Promise<void>;
+      if (copy !== undefined && Date.now() - copy.sentAtMs < this.leaseMs) {
+        this.stats.joined++;
+        delivering = copy.delivering;
+      } else {
+        delivering = this.send(row.messageId, () => deliverer(delivery));
+      }
       await Promise.race([
-        Promise.resolve().then(() => deliverer(delivery)),
+        delivering,
         new Promise<never>((_, reject) => {
           timer = setTimeout(
             () => reject(new Error(`no acknowledgement within ${this.deliveryTimeoutMs} ms`)),
@@ -297,4 +325,23 @@ export class OutboxDispatcher {
       clearTimeout(timer);
     }
   }
+
+  /** Calls the deliverer and keeps its promise among the unsettled copies until it settles. */
+  private send(messageId: string, deliver: () => Promise<void>): Promise<void> {
+    const delivering = Promise.resolve().then(deliver);
+    this.unsettled.delete(messageId);
+    if (this.unsettled.size >= maxUnsettledCopies) {
+      const oldest = this.unsettled.keys().next();
+      if (oldest.done !== true) this.unsettled.delete(oldest.value);
+    }
+    const copy = { delivering, sentAtMs: Date.now() };
+    this.unsettled.set(messageId, copy);
+    delivering.catch(() => {
+      if (this.unsettled.get(messageId) === copy) this.unsettled.delete(messageId);
+    });
+    return delivering;
+  }
 }
+
+/** The most unsettled deliverer calls a dispatcher remembers (see OutboxDispatcher.unsettled). */
+const maxUnsettledCopies = 10_000;

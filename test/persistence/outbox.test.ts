@@ -240,6 +240,53 @@ test("a handler name from a stored row only matches the dispatcher's own handler
   );
 });
 
+test("a copy answered after its timeout is recorded delivered at the next attempt; a copy older than leaseMs is sent again", async () => {
+  const { store, codec } = await orderWithMessages(2);
+  const copies = new Map<string, number>();
+  const late: (() => void)[] = [];
+  const dispatcher = new OutboxDispatcher({
+    store,
+    codec,
+    leaseMs: 400,
+    deliveryTimeoutMs: 20,
+    retry: { maxAttempts: 100, firstBackoffMs: 0, maxBackoffMs: 0 },
+    handlers: { mail: async () => {} },
+    // sku-0 is acknowledged only when the test says so; sku-1 never is.
+    deliverToEntity: (d) => {
+      const entityId = (d.destination as { entityId: string }).entityId;
+      copies.set(entityId, (copies.get(entityId) ?? 0) + 1);
+      return entityId === "sku-0" ? new Promise<void>((resolve) => late.push(resolve)) : new Promise<void>(() => {});
+    },
+  });
+  assert.deepEqual(await dispatcher.runOnce(), { claimed: 3, delivered: 1, retried: 2, parked: 0 });
+  assert.deepEqual(await dispatcher.runOnce(), { claimed: 2, delivered: 0, retried: 2, parked: 0 });
+  assert.deepEqual(
+    [...copies],
+    [
+      ["sku-0", 1],
+      ["sku-1", 1],
+    ],
+    "the second attempt waited for the first copies",
+  );
+  assert.equal(dispatcher.stats.joined, 2);
+  late[0]!(); // sku-0's first copy is acknowledged late
+  assert.deepEqual(await dispatcher.runOnce(), { claimed: 2, delivered: 1, retried: 1, parked: 0 });
+  assert.equal(copies.get("sku-0"), 1, "delivered on its late acknowledgement, not sent again");
+  const { eventually } = await import("../fixtures/eventually.ts");
+  // sku-1's copy never settles: once older than leaseMs it is not waited for, and a new one goes out.
+  await eventually(
+    async () => {
+      await dispatcher.runOnce();
+      return copies.get("sku-1") === 2;
+    },
+    {
+      what: "a second copy of sku-1 after leaseMs",
+      describe: () => ({ copies: [...copies], stats: dispatcher.stats }),
+    },
+  );
+  assert.deepEqual(await store.outboxCounts(), { pending: 1, parked: 0, delivered: 2 });
+});
+
 test("the running dispatcher delivers new messages and purges delivered ones past the retention", async () => {
   const { store, codec } = await orderWithMessages(3);
   const delivered: string[] = [];

@@ -25,8 +25,10 @@ export const RENEW_LEASES_SQL = `WITH t AS (
 
 /**
  * The rows to acquire for one owner: $1 cluster names, $2 entity types, $3 shard ids; $4 the owner, $5 the duration.
- * An existing row this owner may take (expired, or already its own) is locked (SKIP LOCKED) and updated as the single
- * acquire's DO UPDATE branch updates it (the same epoch rule); a missing row is inserted at epoch 1, in key order so
+ * An existing row this owner may take (expired, or already its own) is locked FOR UPDATE (SKIP LOCKED: the mode that
+ * conflicts with a projection batch's FOR KEY SHARE as well as an entity write's FOR SHARE, so a row with any fenced
+ * write in flight goes to the single statement, which waits) and updated as the single acquire's DO UPDATE branch
+ * updates it (the same epoch rule); a missing row is inserted at epoch 1, in key order so
  * that two nodes inserting overlapping keys wait for each other in one order. A row that is neither (held by another
  * owner, or locked) is not returned.
  */
@@ -37,7 +39,7 @@ export const ACQUIRE_LEASES_SQL = `WITH t AS (
       JOIN t ON l.cluster_name = t.cluster AND l.entity_type = t.type AND l.shard_id = t.shard
       WHERE l.lease_until_epoch_ms <= movie_now_ms() OR l.owner = $4
       ORDER BY l.cluster_name, l.entity_type, l.shard_id
-      FOR NO KEY UPDATE OF l SKIP LOCKED),
+      FOR UPDATE OF l SKIP LOCKED),
   taken AS (
     UPDATE shard_lease l SET
         epoch = CASE WHEN l.owner = $4 AND l.lease_until_epoch_ms > movie_now_ms() THEN l.epoch ELSE l.epoch + 1 END,

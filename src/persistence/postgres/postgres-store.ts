@@ -812,13 +812,18 @@ export class PostgresStore implements PersistenceStore {
     this.open();
     validateLeaseKey(key);
     validateLeaseRequest(owner, durationMs);
-    // docs/protocol.md §13.3 as one statement. The DO UPDATE branch runs after the row lock is granted (a fenced write in
-    // flight holds it FOR SHARE), and its movie_now_ms() is read then, so a transfer sees the committed write.
+    // docs/protocol.md §13.3 as one statement. The row is first locked FOR UPDATE, the one row lock that waits for
+    // every fenced write in flight: entity writes hold it FOR SHARE, projection batches FOR KEY SHARE (§13.4; a plain
+    // non-key UPDATE, as the DO UPDATE branch alone is, would not wait for those). The insert's row source counts the
+    // locked rows, so it runs after that wait, and its movie_now_ms() is read then: a transfer sees the committed write.
     const result = await this.query(
       "acquireShardLease",
-      "movie_acquire_lease",
-      `INSERT INTO shard_lease AS l (cluster_name, entity_type, shard_id, owner, epoch, lease_until_epoch_ms)
-        VALUES ($1, $2, $3, $4, 1, movie_now_ms() + $5)
+      "movie_acquire_lease_after_writes",
+      `WITH waited AS MATERIALIZED (
+          SELECT 1 FROM shard_lease WHERE cluster_name = $1::text AND entity_type = $2::text AND shard_id = $3::bigint
+            FOR UPDATE)
+        INSERT INTO shard_lease AS l (cluster_name, entity_type, shard_id, owner, epoch, lease_until_epoch_ms)
+        SELECT $1::text, $2::text, $3::bigint, $4::text, 1, movie_now_ms() + $5::bigint FROM (SELECT count(*) FROM waited) w
         ON CONFLICT (cluster_name, entity_type, shard_id) DO UPDATE SET
           epoch = CASE WHEN l.owner = EXCLUDED.owner AND l.lease_until_epoch_ms > movie_now_ms()
             THEN l.epoch ELSE l.epoch + 1 END,
@@ -1070,9 +1075,13 @@ export class PostgresStore implements PersistenceStore {
       await client.query("BEGIN");
       try {
         if (fence !== null) {
-          // FOR SHARE until commit: a transfer of the lease waits for this batch, as for every fenced write.
+          // FOR KEY SHARE until commit: a transfer of the lease (which locks the row FOR UPDATE first) waits for this
+          // batch, as for every fenced write, but the owner's renewal (a non-key UPDATE: FOR NO KEY UPDATE) does not.
+          // With FOR SHARE a batch longer than the lease's remaining time blocked its own lease's renewal until the
+          // lease lapsed (docs/protocol.md §13.4). PostgreSQL keeps a KEY SHARE lock on the row's new version after a
+          // non-key update, so a renewal in between does not release the batch's hold on the fence.
           const held = await client.query(
-            `SELECT 1 FROM shard_lease WHERE ${leaseHeldBy("$1", "$2", "$3", "$4", "$5")} FOR SHARE`,
+            `SELECT 1 FROM shard_lease WHERE ${leaseHeldBy("$1", "$2", "$3", "$4", "$5")} FOR KEY SHARE`,
             fenceArgs(fence),
           );
           if (held.rowCount !== 1) throw new StaleShardOwnerError(fence);

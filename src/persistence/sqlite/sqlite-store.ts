@@ -69,6 +69,7 @@ import {
   type WriteResult,
 } from "../store.ts";
 import { entityTypeSql, OFFSET_HIGH_WATER_PID, SQLITE_NOW_MS, sqliteMigrations } from "./schema.ts";
+import { StatementCache } from "./statement-cache.ts";
 
 /** The entity type of a journal row `j` (the persistence id's prefix before the first ":"). */
 const ENTITY_TYPE_SQL = entityTypeSql("j.persistence_id");
@@ -166,6 +167,8 @@ export class SqliteStore implements PersistenceStore {
    * inside it. Batches run one at a time on it.
    */
   private projectionDb: SqliteDatabase | null = null;
+  /** The projection connection's prepared statements (its own checks and the handlers' SQL). */
+  private projectionStatements: StatementCache | null = null;
   private projectionQueue: Promise<unknown> = Promise.resolve();
 
   private constructor(
@@ -682,31 +685,33 @@ export class SqliteStore implements PersistenceStore {
       const db = new Database(this.dbPath);
       db.pragma(`busy_timeout = ${this.busySyncWaitMs}`);
       this.projectionDb = db;
+      this.projectionStatements = new StatementCache(db);
     }
     const db = this.projectionDb;
+    const statements = this.projectionStatements!;
     // The write lock first (waiting asynchronously while another connection holds it), so the checks below and the
     // handler's writes see one state.
     await this.run("runProjectionBatch", () => db.exec("BEGIN IMMEDIATE"));
     try {
       if (fence !== null) {
         const k = fence.key;
-        const held = db
-          .prepare(
+        const held = statements
+          .get(
             `SELECT 1 FROM shard_lease WHERE cluster_name = ? AND entity_type = ? AND shard_id = ? AND owner = ?
               AND epoch = ? AND lease_until_epoch_ms > ${SQLITE_NOW_MS}`,
           )
           .get(k.clusterName, k.entityType, k.shardId, fence.owner, fence.epoch);
         if (held === undefined) throw new StaleShardOwnerError(fence);
       }
-      const current = db
-        .prepare("SELECT event_offset FROM projection_checkpoint WHERE projection_name = ?")
+      const current = statements
+        .get("SELECT event_offset FROM projection_checkpoint WHERE projection_name = ?")
         .get(name) as { event_offset: number } | undefined;
       const actual = current?.event_offset ?? 0;
       if (actual !== expected) throw new ProjectionCheckpointConflictError(name, expected, actual);
       const tx: ProjectionTransaction = {
         backend: "sqlite",
         query: async (sql, params) => {
-          const statement = db.prepare(sql);
+          const statement = statements.get(sql);
           const values = params === undefined ? [] : [...params];
           if (statement.reader) return statement.all(...values) as Record<string, unknown>[];
           statement.run(...values);
@@ -714,10 +719,12 @@ export class SqliteStore implements PersistenceStore {
         },
       };
       const result = await work(tx);
-      db.prepare(
-        `INSERT INTO projection_checkpoint (projection_name, event_offset) VALUES (?, ?)
+      statements
+        .get(
+          `INSERT INTO projection_checkpoint (projection_name, event_offset) VALUES (?, ?)
           ON CONFLICT (projection_name) DO UPDATE SET event_offset = excluded.event_offset, updated_at = CURRENT_TIMESTAMP`,
-      ).run(name, next);
+        )
+        .run(name, next);
       db.exec("COMMIT");
       return result;
     } catch (error) {
