@@ -9,6 +9,7 @@ import {
   PersistenceConfigurationError,
   ProjectionBehindRetentionError,
   ProjectionCheckpointConflictError,
+  ProjectionRebuildSupersededError,
   StaleShardOwnerError,
   StoreClosedError,
   UnsafeRetentionError,
@@ -17,12 +18,16 @@ import {
   checkEventQuery,
   checkFeedRow,
   checkOffset,
+  checkProjectionControlChange,
   checkProjectionName,
   checkTags,
+  defaultProjectionControl,
   type EventPage,
   type EventQuery,
   feedPage,
   type ProjectionBatchRequest,
+  type ProjectionControl,
+  type ProjectionControlChange,
   type ProjectionTransaction,
 } from "../feed.ts";
 import { eventsFingerprint, stateFingerprint } from "../fingerprint.ts";
@@ -1055,6 +1060,34 @@ export class PostgresStore implements PersistenceStore {
     return result.rowCount === 1;
   }
 
+  async loadProjectionControl(name: string): Promise<ProjectionControl> {
+    this.open();
+    const result = await this.query(
+      "loadProjectionControl",
+      "movie_load_projection_control",
+      "SELECT paused, rebuild_from FROM projection_control WHERE projection_name = $1",
+      [checkProjectionName(name)],
+    );
+    return result.rows.length === 0 ? defaultProjectionControl : controlOf(result.rows[0]);
+  }
+
+  async setProjectionControl(name: string, change: ProjectionControlChange): Promise<ProjectionControl> {
+    this.open();
+    checkProjectionName(name);
+    const checked = checkProjectionControlChange(change);
+    const result = await this.query(
+      "setProjectionControl",
+      "movie_set_projection_control",
+      `INSERT INTO projection_control AS c (projection_name, paused, rebuild_from)
+        VALUES ($1, coalesce($2::boolean, false), $3::bigint)
+        ON CONFLICT (projection_name) DO UPDATE SET paused = coalesce($2::boolean, c.paused),
+          rebuild_from = CASE WHEN $4::boolean THEN $3::bigint ELSE c.rebuild_from END, updated_at = now()
+        RETURNING paused, rebuild_from`,
+      [name, checked.paused ?? null, checked.rebuildFrom ?? null, checked.rebuildFrom !== undefined],
+    );
+    return controlOf(result.rows[0]);
+  }
+
   async runProjectionBatch<R>(
     request: ProjectionBatchRequest,
     work: (tx: ProjectionTransaction) => Promise<R>,
@@ -1064,6 +1097,8 @@ export class PostgresStore implements PersistenceStore {
     const expected = checkOffset("expectedOffset", request.expectedOffset);
     const next = checkOffset("newOffset", request.newOffset);
     const fence = checkFence(request.fence);
+    const rebuild = request.completesRebuildFrom ?? null;
+    if (rebuild !== null) checkOffset("completesRebuildFrom", rebuild);
     const client = await this.pool.connect();
     let broken: Error | undefined;
     try {
@@ -1088,6 +1123,14 @@ export class PostgresStore implements PersistenceStore {
           query: async (sql, params) => (await client.query(sql, params === undefined ? [] : [...params])).rows,
         };
         const result = await work(tx);
+        if (rebuild !== null) {
+          const cleared = await client.query(
+            `UPDATE projection_control SET rebuild_from = NULL, updated_at = now()
+              WHERE projection_name = $1 AND rebuild_from = $2`,
+            [name, rebuild],
+          );
+          if (cleared.rowCount !== 1) throw new ProjectionRebuildSupersededError(name, rebuild);
+        }
         await client.query(
           `INSERT INTO projection_checkpoint (projection_name, event_offset) VALUES ($1, $2)
             ON CONFLICT (projection_name) DO UPDATE SET event_offset = EXCLUDED.event_offset, updated_at = now()`,
@@ -1428,4 +1471,9 @@ async function migrate(pool: Queryable & Pick<Pool, "connect">, schema: string |
   } finally {
     client.release();
   }
+}
+
+/** A projection_control row as a ProjectionControl (BIGINT arrives as a string). */
+function controlOf(row: { paused: unknown; rebuild_from: unknown }): ProjectionControl {
+  return { paused: row.paused === true, rebuildFrom: row.rebuild_from === null ? null : Number(row.rebuild_from) };
 }
