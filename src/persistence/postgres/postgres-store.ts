@@ -1101,6 +1101,14 @@ export class PostgresStore implements PersistenceStore {
     if (rebuild !== null) checkOffset("completesRebuildFrom", rebuild);
     const client = await this.pool.connect();
     let broken: Error | undefined;
+    // A checked-out client has no pool listener: a connection lost while the batch holds it (a server restart, a
+    // terminated backend, a proxy dropping it) emitted an 'error' nobody handled, and that ended the process (the soak
+    // found it: a projection node died on a database restart). Record it; the batch's next statement fails, the batch
+    // rolls back, and the client is destroyed on release.
+    const onLost = (error: Error) => {
+      broken = error;
+    };
+    client.on("error", onLost);
     try {
       await client.query("BEGIN");
       try {
@@ -1148,6 +1156,7 @@ export class PostgresStore implements PersistenceStore {
       if (isPostgresConnectionError(error)) broken = error as Error;
       throw error;
     } finally {
+      client.removeListener("error", onLost);
       // A connection that failed mid-transaction is destroyed rather than returned to the pool.
       client.release(broken);
     }
@@ -1418,6 +1427,12 @@ const SCHEMA_OBJECTS_SQL = `SELECT CASE c.relkind WHEN 'i' THEN 'index:' ELSE 't
 /** Runs the pending migrations; returns the versions re-baselined from an earlier build's checksums. */
 async function migrate(pool: Queryable & Pick<Pool, "connect">, schema: string | null): Promise<number[]> {
   const client = await pool.connect();
+  // As in runProjectionBatch: a connection lost while checked out must fail the migration, not end the process.
+  let lostError: Error | undefined;
+  const onLost = (error: Error) => {
+    lostError = error;
+  };
+  client.on("error", onLost);
   try {
     // Session-level lock: two nodes starting at once migrate one after the other (docs/protocol.md §13.2).
     await client.query("SELECT pg_advisory_lock($1::bigint)", [MIGRATION_LOCK_KEY.toString()]);
@@ -1469,7 +1484,8 @@ async function migrate(pool: Queryable & Pick<Pool, "connect">, schema: string |
       await client.query("SELECT pg_advisory_unlock($1::bigint)", [MIGRATION_LOCK_KEY.toString()]);
     }
   } finally {
-    client.release();
+    client.removeListener("error", onLost);
+    client.release(lostError);
   }
 }
 
