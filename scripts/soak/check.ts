@@ -5,8 +5,18 @@ import { join } from "node:path";
 import { availabilitySvg } from "./checker/availability-svg.ts";
 import { judge } from "./checker/judge.ts";
 import { type RunFacts, summaryMarkdown } from "./checker/report.ts";
-import type { CounterRow, DeliveryLine, EventRow, FaultLine, HistoryLine, RunData } from "./checker/types.ts";
+import type {
+  CounterRow,
+  DeliveryLine,
+  EventRow,
+  FaultLine,
+  HistoryLine,
+  OutboxData,
+  ProjectionData,
+  RunData,
+} from "./checker/types.ts";
 import { readJsonl } from "./jsonl.ts";
+import { soakProjectionName } from "./projection.ts";
 
 /** Reads a run directory. @throws Error naming the missing file */
 export function loadRun(dir: string): { data: RunData; facts: RunFacts } {
@@ -15,7 +25,14 @@ export function loadRun(dir: string): { data: RunData; facts: RunFacts } {
     if (!existsSync(path)) throw new Error(`${path} is missing: is ${dir} a soak run directory?`);
     return path;
   };
-  const db = JSON.parse(readFileSync(need("final-db.json"), "utf8")) as { events: EventRow[]; counters: CounterRow[] };
+  const db = JSON.parse(readFileSync(need("final-db.json"), "utf8")) as {
+    events: EventRow[];
+    counters: CounterRow[];
+    projection?: Omit<ProjectionData, "samples" | "name">;
+    outbox?: OutboxData;
+  };
+  const samplesPath = join(dir, "checkpoints.jsonl");
+  const samples = existsSync(samplesPath) ? readJsonl<ProjectionData["samples"][number]>(samplesPath).records : [];
   const entities = existsSync(join(dir, "final-entities.json"))
     ? (JSON.parse(readFileSync(join(dir, "final-entities.json"), "utf8")) as {
         lists?: Record<string, string[]>;
@@ -36,6 +53,8 @@ export function loadRun(dir: string): { data: RunData; facts: RunFacts } {
       counters: db.counters,
       entityLists: entities?.lists ?? null,
       entityCounters: entities?.counters ?? null,
+      projection: db.projection === undefined ? null : { ...db.projection, name: soakProjectionName, samples },
+      outbox: db.outbox ?? null,
     },
     facts,
   };
@@ -55,6 +74,8 @@ export function checkRun(dir: string): { report: string; violations: number } {
         counters: j.counters.counts,
         fencing: j.fencing.counts,
         mailboxes: j.mailboxes.counts,
+        projection: j.projection.counts,
+        outbox: j.outbox.counts,
         operations: j.operations,
         faults: j.availability.byKind,
       },

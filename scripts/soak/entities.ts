@@ -1,6 +1,8 @@
-// The soak's three entity types, shared by every soak node: an event-sourced list that appends client-chosen values
-// (each append under its own OperationId), a durable-state counter that remembers which operations it applied, and an
-// ordinary (non-persistent) mailbox that reports every numbered tell and ask it receives.
+// The soak's entity types, shared by every soak node: an event-sourced list that appends client-chosen values (each
+// append under its own OperationId, and each sending one outbox message to the tally of its key), the event-sourced
+// tally that receives those messages (effectively once: it persists under the message id), a durable-state counter
+// that remembers which operations it applied, and an ordinary (non-persistent) mailbox that reports every numbered
+// tell and ask it receives.
 import { AbstractBehavior, type ActorContext } from "../../src/actor/index.ts";
 import {
   DurableStateBehavior,
@@ -66,11 +68,51 @@ export class ListBehavior extends EventSourcedBehavior<ListCommand, Appended, Li
     if (command instanceof Append) {
       // No check against the state: a retry goes to the store, whose OperationId check must recognise it (that is
       // what the soak tests).
-      return Effect.persist<Appended, ListState>(new Appended(command.value), command.op).thenRun(() =>
-        context.sender?.tell(new AppendAck(command.value)),
-      );
+      // The outbox message rides on the append's transaction and fence; the tally must take it in exactly once.
+      return Effect.persist<Appended, ListState>(new Appended(command.value), command.op)
+        .thenSend(soakTallyType, context.entityId.id, (messageId) => new Tally(command.value, messageId))
+        .thenRun(() => context.sender?.tell(new AppendAck(command.value)));
     }
     return Effect.none<Appended, ListState>().thenRun((s) => context.sender?.tell(new ListReply([...s.values])));
+  }
+}
+
+// ---- the event-sourced tally: the outbox's receiver ----
+
+/** The tally's entity type name: one tally per list key. */
+export const soakTallyType = "SoakTally";
+
+/** An appended list value, delivered through the outbox; `messageId` is its outbox message id. */
+export class Tally {
+  constructor(
+    readonly value: string,
+    readonly messageId: string,
+  ) {}
+}
+
+/** The tally took `value` in (or recognised it as a redelivery); what acknowledges an outbox delivery. */
+export class TallyAck {
+  constructor(readonly value: string) {}
+}
+
+/** The tally's only event: made from the message alone, so a redelivery under its id is a recognised duplicate. */
+export class Tallied {
+  constructor(readonly value: string) {}
+}
+
+export class TallyBehavior extends EventSourcedBehavior<Tally, Tallied, { tallied: number }> {
+  emptyState() {
+    return { tallied: 0 };
+  }
+
+  applyEvent(state: { tallied: number }): { tallied: number } {
+    return { tallied: state.tallied + 1 };
+  }
+
+  handleCommand(_state: { tallied: number }, command: Tally, context: EntityContext<Tally>) {
+    return Effect.persist<Tallied, { tallied: number }>(new Tallied(command.value), command.messageId).thenRun(() =>
+      context.sender?.tell(new TallyAck(command.value)),
+    );
   }
 }
 
@@ -205,6 +247,8 @@ for (const [type, name] of [
   [Note, "soak.Note"],
   [Ping, "soak.Ping"],
   [Pong, "soak.Pong"],
+  [Tally, "soak.Tally"],
+  [TallyAck, "soak.TallyAck"],
 ] as const) {
   MessageRegistry.register(type, { name });
 }

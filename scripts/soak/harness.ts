@@ -13,6 +13,7 @@ import { type Slot, SoakCluster, until } from "./cluster.ts";
 import { type FaultContext, type FaultRecord, replaceDeadNode, runFault } from "./faults.ts";
 import { JsonlWriter, readJsonl } from "./jsonl.ts";
 import { chooseSoakPostgres } from "./postgres.ts";
+import { soakProjectionName, soakProjectionSlices, soakReadModelTable } from "./projection.ts";
 import { TcpProxy } from "./proxy.ts";
 import { type FaultKind, faultKinds, planRound } from "./schedule.ts";
 import { soakKeySpace, soakLeaseDurationMs, soakListType, soakShardCount } from "./settings.ts";
@@ -76,6 +77,7 @@ export async function runSoak(options: SoakOptions): Promise<string> {
   viaProxy.port = String(pgProxy.port);
   const schema = `movie_soak_${randomBytes(4).toString("hex")}`;
   await (await PostgresStore.connect({ connectionUri: postgres.url, schema })).close();
+  await withSchema(postgres.url, schema, (client) => client.query(soakReadModelTable));
   const cluster = await SoakCluster.create(
     { dir, schema, pgUrl: viaProxy.toString(), origin: originText },
     options.nodes,
@@ -83,7 +85,9 @@ export async function runSoak(options: SoakOptions): Promise<string> {
   const faultLog = new JsonlWriter(join(dir, "faults.jsonl"));
   const faults: FaultRecord[] = [];
   let loadPhase = { start: 0, end: 0 };
+  const checkpoints = new CheckpointSampler(postgres.url, schema, join(dir, "checkpoints.jsonl"), now);
   try {
+    checkpoints.start();
     say(`starting ${options.nodes} nodes (n0 frontend, the rest backends); every link through a proxy`);
     await cluster.start(cluster.slots[0]!, true);
     for (const slot of cluster.slots.slice(1)) await cluster.start(slot);
@@ -149,12 +153,22 @@ export async function runSoak(options: SoakOptions): Promise<string> {
     );
     loadPhase = { start: loadPhase.start, end: now() };
     await until(() => cluster.healthy(), 60_000);
+    say("waiting for the outbox to drain and the projection to catch up");
+    const drainStart = now();
+    const drained = await until(() => drainedAndCaughtUp(postgres.url, schema), 120_000);
+    say(
+      drained
+        ? `  drained and caught up after ${((now() - drainStart) / 1000).toFixed(1)} s`
+        : "  NOT drained or caught up within 120 s",
+    );
+    await checkpoints.stop();
     say("reading every list and counter back through the entities, and from the database");
     const reader = cluster.live()[0]!;
     const finalEntities = await reader.proc!.request({ type: "read-final", keys: soakKeySpace() }, 600_000);
     writeFileSync(join(dir, "final-entities.json"), `${JSON.stringify(finalEntities)}\n`);
     writeFileSync(join(dir, "final-db.json"), `${JSON.stringify(await dumpDatabase(postgres.url, schema))}\n`);
   } finally {
+    await checkpoints.stop();
     faultLog.close();
     await Promise.all(cluster.live().map((s) => s.proc!.shutdown(20_000)));
     await cluster.closeLinks();
@@ -234,7 +248,54 @@ async function dumpDatabase(url: string, schema: string): Promise<object> {
       "SELECT persistence_id, revision, payload FROM durable_state WHERE persistence_id LIKE 'SoakCounter:%'",
     );
     const leases = await client.query("SELECT entity_type, shard_id, owner, epoch FROM shard_lease ORDER BY 1, 2");
+    const readModel = await client.query<{
+      persistence_id: string;
+      sequence_nr: string;
+      value: string | null;
+      times: number;
+    }>("SELECT persistence_id, sequence_nr, value, times FROM soak_read_model ORDER BY persistence_id, sequence_nr");
+    const tallies = await client.query<{ persistence_id: string; payload: string; operation_id: string | null }>(
+      "SELECT persistence_id, payload, operation_id FROM event_journal WHERE persistence_id LIKE 'SoakTally:%'",
+    );
+    const outbox = await client.query<{ pending: string; parked: string; delivered: string }>(
+      `SELECT count(*) FILTER (WHERE NOT delivered AND lease_until_epoch_ms < ${Number.MAX_SAFE_INTEGER}) AS pending,
+        count(*) FILTER (WHERE NOT delivered AND lease_until_epoch_ms >= ${Number.MAX_SAFE_INTEGER}) AS parked,
+        count(*) FILTER (WHERE delivered) AS delivered FROM persistence_outbox`,
+    );
+    const checkpointRows = await client.query<{ projection_name: string; event_offset: string }>(
+      "SELECT projection_name, event_offset FROM projection_checkpoint ORDER BY 1",
+    );
+    const latest = await client.query<{ o: string }>("SELECT coalesce(max(event_offset), 0) AS o FROM event_feed");
     return {
+      projection: {
+        slices: soakProjectionSlices,
+        readModel: readModel.rows.map((r) => ({
+          key: r.persistence_id.slice("SoakList:".length),
+          seq: Number(r.sequence_nr),
+          value: r.value,
+          times: Number(r.times),
+        })),
+        checkpoints: checkpointRows.rows.map((r) => ({ name: r.projection_name, offset: Number(r.event_offset) })),
+        latestOffset: Number(latest.rows[0]!.o),
+        // Each slice's lease epoch at the end: epoch - 1 owner changes (kills, handoffs, leaves) of that slice.
+        sliceEpochs: (leases.rows as { entity_type: string; epoch: string }[])
+          .filter((r) => r.entity_type === `projection-${soakProjectionName}`)
+          .map((r) => Number(r.epoch)),
+      },
+      outbox: {
+        pending: Number(outbox.rows[0]!.pending),
+        parked: Number(outbox.rows[0]!.parked),
+        delivered: Number(outbox.rows[0]!.delivered),
+        tallies: tallies.rows.map((r) => {
+          let value: unknown = null;
+          try {
+            value = (JSON.parse(r.payload) as { value?: unknown }).value ?? null;
+          } catch {
+            value = null;
+          }
+          return { key: r.persistence_id.slice("SoakTally:".length), value, messageId: r.operation_id };
+        }),
+      },
       events: events.rows.map((r) => {
         const key = r.persistence_id.slice("SoakList:".length);
         let value: unknown = null;
@@ -290,3 +351,93 @@ function mergeNodeFiles(dir: string): void {
 }
 
 export type { FaultKind, HistoryRecord };
+
+/** Runs `work` with a client whose search_path is the run's schema, straight to the server (not through the proxy). */
+async function withSchema<T>(url: string, schema: string, work: (client: pg.Client) => Promise<T>): Promise<T> {
+  const client = new pg.Client({ connectionString: url, options: `-c search_path=${schema}` });
+  client.on("error", () => undefined);
+  await client.connect();
+  try {
+    return await work(client);
+  } finally {
+    await client.end().catch(() => undefined);
+  }
+}
+
+/** The outbox has nothing pending and every slice of the soak projection is at the feed's latest offset. */
+async function drainedAndCaughtUp(url: string, schema: string): Promise<boolean> {
+  try {
+    return await withSchema(url, schema, async (client) => {
+      const pending = await client.query<{ n: string }>(
+        `SELECT count(*) AS n FROM persistence_outbox WHERE NOT delivered AND lease_until_epoch_ms < ${Number.MAX_SAFE_INTEGER}`,
+      );
+      const behind = await client.query<{ n: string }>(
+        `SELECT count(*) AS n FROM projection_checkpoint
+          WHERE projection_name LIKE 'soak-lists/%' AND event_offset >= (SELECT coalesce(max(event_offset), 0) FROM event_feed)`,
+      );
+      return Number(pending.rows[0]!.n) === 0 && Number(behind.rows[0]!.n) === soakProjectionSlices;
+    });
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * Samples every projection checkpoint every 500 ms on its own connection straight to the server (so a frozen proxy
+ * does not stop it; a restarted server only costs the samples until it answers), into checkpoints.jsonl:
+ * `{ time, name, offset }`. The checker requires each name's offsets never to go back.
+ */
+class CheckpointSampler {
+  private running = false;
+  private loop: Promise<void> = Promise.resolve();
+  private readonly out: JsonlWriter;
+
+  constructor(
+    private readonly url: string,
+    private readonly schema: string,
+    path: string,
+    private readonly now: () => number,
+  ) {
+    this.out = new JsonlWriter(path);
+  }
+
+  start(): void {
+    this.running = true;
+    this.loop = this.run();
+  }
+
+  async stop(): Promise<void> {
+    if (!this.running) return;
+    this.running = false;
+    await this.loop;
+    this.out.close();
+  }
+
+  private async run(): Promise<void> {
+    let client: pg.Client | null = null;
+    while (this.running) {
+      try {
+        if (client === null) {
+          client = new pg.Client({
+            connectionString: this.url,
+            options: `-c search_path=${this.schema}`,
+            connectionTimeoutMillis: 2_000,
+            query_timeout: 2_000,
+          });
+          client.on("error", () => undefined);
+          await client.connect();
+        }
+        const rows = await client.query<{ projection_name: string; event_offset: string }>(
+          "SELECT projection_name, event_offset FROM projection_checkpoint",
+        );
+        const time = this.now();
+        for (const r of rows.rows) this.out.write({ time, name: r.projection_name, offset: Number(r.event_offset) });
+      } catch {
+        await client?.end().catch(() => undefined);
+        client = null;
+      }
+      await sleep(500);
+    }
+    await client?.end().catch(() => undefined);
+  }
+}

@@ -6,14 +6,20 @@ import "./dial-hook.ts";
 import { join } from "node:path";
 import { type Cluster, handleSigterm } from "../../src/cluster/index.ts";
 import { ActorSystem, type Logger } from "../../src/index.ts";
-import { Database, DurableState, EventSourcing } from "../../src/persistence/index.ts";
+import {
+  Database,
+  DurableState,
+  deliverThroughSharding,
+  EventSourcing,
+  OutboxDispatcher,
+} from "../../src/persistence/index.ts";
 import {
   ClusterSharding,
   RateLimitedRebalance,
   RendezvousAllocation,
   RoleAwareAllocation,
 } from "../../src/sharding/index.ts";
-import { initDurableState, initEventSourced } from "../../src/sharding/persistent/index.ts";
+import { initDurableState, initEventSourced, initProjection } from "../../src/sharding/persistent/index.ts";
 import { sinceMs } from "./clock.ts";
 import {
   Appended,
@@ -27,8 +33,14 @@ import {
   MailboxMessage,
   ReadCounter,
   ReadList,
+  soakTallyType,
+  Tallied,
+  Tally,
+  TallyAck,
+  TallyBehavior,
 } from "./entities.ts";
 import { JsonlWriter } from "./jsonl.ts";
+import { soakListProjection, soakProjectionSlices } from "./projection.ts";
 import {
   soakCounterType,
   soakKeySpace,
@@ -69,6 +81,8 @@ await database.configure({
   poolSize: 4,
 });
 database.codec.register(Appended, { manifest: "soak.Appended" });
+database.codec.register(Tallied, { manifest: "soak.Tallied" });
+database.codec.register(Tally, { manifest: "soak.Tally" });
 const remoting = await system.enableRemoting({ host: "127.0.0.1", port: Number(portText) });
 const self = remoting.selfAddress;
 const seeds = seedsText === "self" ? [self.address.hostPort] : seedsText.split(",");
@@ -111,6 +125,32 @@ const counterType = DurableState.get(system).registerEntity(
 );
 const lists = initEventSourced(sharding, listType, persistent);
 const counters = initDurableState(sharding, counterType, persistent);
+const tallyType = EventSourcing.get(system).registerEntity(TallyBehavior, Tally, () => new TallyBehavior(), {
+  name: soakTallyType,
+});
+initEventSourced(sharding, tallyType, persistent);
+// The projection workload: each slice owned by one backend at a time under its shard lease (scripts/soak/projection.ts).
+initProjection(sharding, soakListProjection, {
+  slices: soakProjectionSlices,
+  allocation: common.allocation,
+  rebalance: common.rebalance,
+  leaseDuration: soakLeaseDurationMs,
+  leaseRenewInterval: soakLeaseRenewIntervalMs,
+  keepAliveInterval: 500,
+});
+// Every node dispatches the outbox: claims never share a row, and a claim of a killed node comes back after leaseMs.
+const dispatcher = new OutboxDispatcher({
+  store: database.store,
+  codec: database.codec,
+  deliverToEntity: deliverThroughSharding(sharding, TallyAck, 3_000),
+  owner: name,
+  batchSize: 32,
+  leaseMs: 6_000,
+  retry: { maxAttempts: 1_000, firstBackoffMs: 100, maxBackoffMs: 2_000 },
+  purge: false,
+});
+dispatcher.start();
+void system.whenTerminated.then(() => dispatcher.stop());
 const mailboxes = sharding.init("SoakMailbox", MailboxMessage, common, (entity) => {
   return new MailboxBehavior(entity, (d) => deliveries.write({ ...d, node: name, time: now() }));
 });

@@ -169,6 +169,19 @@ function memberRows(ctx: Context, members: Members): string[][] {
   ];
 }
 
+/** One slice's stored control, as GET /projections lists it. */
+interface SliceControl {
+  readonly slice: number;
+  readonly paused: boolean;
+  readonly rebuildFrom: number | null;
+  readonly checkpoint: number | null;
+}
+
+/** "cluster-wide" for a sharded projection, "this node only" for one started with Projections.start. */
+function scopeOf(result: unknown): string {
+  return (result as { scope?: unknown }).scope === "cluster" ? "cluster-wide" : "this node only";
+}
+
 const commands: Record<string, Command> = {
   status: {
     summary: "members, readiness and shard plans in one view (exit 1 when the node is not ready)",
@@ -327,6 +340,68 @@ const commands: Record<string, Command> = {
         }
         await pause(100);
       }
+    },
+  },
+  projections: {
+    summary:
+      "projections: each sharded one's slices (paused, pending rebuild, checkpoint) and the runners on this node",
+    usage: "movie projections [--url URL] [--json]",
+    args: [],
+    async run(ctx) {
+      const view = (await ok(ctx, "GET", "/projections")) as {
+        sharded: { name: string; slices: SliceControl[] }[];
+        running: { name: string; status: string; checkpoint: number; lag: number; eventsPerSecond: number }[];
+      };
+      return out(ctx, view, () => {
+        const stored = [
+          ["PROJECTION", "SLICE", "PAUSED", "REBUILD FROM", "CHECKPOINT"],
+          ...view.sharded.flatMap((p) =>
+            p.slices.map((s) => [
+              p.name,
+              `${s.slice}`,
+              s.paused ? paint(ctx, "yellow", "yes") : "no",
+              s.rebuildFrom === null ? "-" : `${s.rebuildFrom}`,
+              s.checkpoint === null ? "-" : `${s.checkpoint}`,
+            ]),
+          ),
+        ];
+        const here = [
+          ["RUNNING HERE", "STATUS", "CHECKPOINT", "LAG", "EVENTS/S"],
+          ...view.running.map((r) => [r.name, r.status, `${r.checkpoint}`, `${r.lag}`, r.eventsPerSecond.toFixed(1)]),
+        ];
+        return `${table(stored)}\n${table(here)}`;
+      });
+    },
+  },
+  "pause-projection": {
+    summary: "pause a projection: a sharded one cluster-wide, kept across handoffs and restarts (needs --token)",
+    usage: "movie pause-projection <name> --token TOKEN [--url URL] [--json]",
+    args: ["name"],
+    async run(ctx, [name]) {
+      const result = await ok(ctx, "POST", `/projections/${encodeURIComponent(name!)}/pause`);
+      return out(ctx, result, () => `${name}: pause accepted (${scopeOf(result)})\n`);
+    },
+  },
+  "resume-projection": {
+    summary: "resume a paused projection (needs --token)",
+    usage: "movie resume-projection <name> --token TOKEN [--url URL] [--json]",
+    args: ["name"],
+    async run(ctx, [name]) {
+      const result = await ok(ctx, "POST", `/projections/${encodeURIComponent(name!)}/resume`);
+      return out(ctx, result, () => `${name}: resume accepted (${scopeOf(result)})\n`);
+    },
+  },
+  "rebuild-projection": {
+    summary:
+      "rebuild a projection from a feed offset: reset its read model past it and handle those events again, once (needs --token)",
+    usage: "movie rebuild-projection <name> <offset> --token TOKEN [--url URL] [--json]",
+    args: ["name", "offset"],
+    async run(ctx, [name, offset]) {
+      if (!/^(0|[1-9][0-9]{0,15})$/.test(offset!)) {
+        throw new CliError(exitCodes.usage, `<offset> must be a feed offset (0, 1, …), not ${describe(offset)}`);
+      }
+      const result = await ok(ctx, "POST", `/projections/${encodeURIComponent(name!)}/rebuild?from=${offset}`);
+      return out(ctx, result, () => `${name}: rebuild from ${offset} accepted (${scopeOf(result)})\n`);
     },
   },
   metrics: {

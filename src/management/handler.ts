@@ -16,6 +16,14 @@ import { expositionContentType } from "./exposition.ts";
 import { type HealthReport, readiness } from "./health.ts";
 import { renderMetrics } from "./metrics.ts";
 import { type OperatorAction, OperatorLog } from "./operator-log.ts";
+import {
+  actionOffset,
+  type ProjectionAction,
+  projectionAction,
+  projectionNameOf,
+  projectionsView,
+  projectionView,
+} from "./projection-routes.ts";
 import { clusterOf, membersView, shardingOf, shardView, statsView, typeShardsView, typeSummary } from "./views.ts";
 
 /** Longest request target (path and query) the handler reads, in characters; longer ones get 414. */
@@ -179,13 +187,15 @@ export function createManagementHandler(
    * Runs one write after the token check: logs who asked what and when with the outcome (accepted, or the refusal's
    * code) and answers 202 with what `perform` returns.
    */
-  const audited = (
+  const audited = async (
     request: Request,
     context: RequestContext,
     action: OperatorAction["action"],
     target: string,
-    perform: () => { readonly target: string; readonly body: Json },
-  ): Response => {
+    perform: () =>
+      | { readonly target: string; readonly body: Json }
+      | Promise<{ readonly target: string; readonly body: Json }>,
+  ): Promise<Response> => {
     authorize(request);
     const base = {
       atEpochMs: system.scheduler.wallNow(),
@@ -196,7 +206,7 @@ export function createManagementHandler(
     };
     let done: { readonly target: string; readonly body: Json };
     try {
-      done = perform();
+      done = await perform();
     } catch (error) {
       const outcome = error instanceof ManagementRequestError ? error.code : errorText(error);
       operatorLog.record({ ...base, outcome });
@@ -212,7 +222,7 @@ export function createManagementHandler(
     context: RequestContext,
     action: "down" | "leave",
     target: string,
-  ): Response =>
+  ): Promise<Response> =>
     audited(request, context, action, target, () => {
       const cluster = requireCluster();
       const member = findMember(cluster, target);
@@ -238,7 +248,7 @@ export function createManagementHandler(
     type: string,
     shardText: string,
     query: URLSearchParams,
-  ): Response => {
+  ): Promise<Response> => {
     const tos = query.getAll("to");
     const label = `${type.slice(0, 100)}/${shardText.slice(0, 12)}${tos.length === 1 ? ` to ${tos[0]!.slice(0, 200)}` : ""}`;
     return audited(request, context, "rebalance", label, () => {
@@ -381,6 +391,26 @@ export function createManagementHandler(
           shard,
           owner: owner?.toString() ?? null,
           localEntities: view.localEntities.get(shard) ?? 0,
+        });
+      }
+    }
+    if (first === "projections") {
+      if (path.length === 1) {
+        if (!get) wrongMethod("GET");
+        return json(200, await projectionsView(system));
+      }
+      if (path.length === 2) {
+        if (!get) wrongMethod("GET");
+        return json(200, await projectionView(system, projectionNameOf(second!)));
+      }
+      if (path.length === 3 && (third === "pause" || third === "resume" || third === "rebuild")) {
+        if (!post) wrongMethod("POST");
+        const action: ProjectionAction = third;
+        const label = `${second!.slice(0, 256)}`;
+        return audited(request, context, `projection-${action}`, label, async () => {
+          const name = projectionNameOf(second!);
+          const offset = actionOffset(action, parsed.searchParams);
+          return projectionAction(system, name, action, offset);
         });
       }
     }

@@ -7,9 +7,12 @@ export const operatorActionsKept = 50;
 export interface OperatorAction {
   /** Wall-clock time, epoch milliseconds. */
   readonly atEpochMs: number;
-  /** `down`, `leave`, `rebalance`. */
-  readonly action: "down" | "leave" | "rebalance";
-  /** The member address it named; for a rebalance `<type>/<shard> to <member>`. */
+  /** `down`, `leave`, `rebalance`, or a projection's `projection-pause` / `-resume` / `-rebuild`. */
+  readonly action: "down" | "leave" | "rebalance" | "projection-pause" | "projection-resume" | "projection-rebuild";
+  /**
+   * The member address it named; for a rebalance `<type>/<shard> to <member>`; for a projection its name (and
+   * ` from <offset>` for a rebuild).
+   */
   readonly target: string;
   /** The peer's IP address and port, when the server knows them. */
   readonly remote: string | null;

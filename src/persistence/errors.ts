@@ -286,6 +286,22 @@ export class ProjectionCheckpointConflictError extends Error {
 }
 
 /**
+ * A rebuild batch found the projection's control row no longer asking for the rebuild it carried out (an operator
+ * changed or withdrew it meanwhile): the batch committed nothing. The runner reads the control row again.
+ */
+export class ProjectionRebuildSupersededError extends Error {
+  override readonly name = "ProjectionRebuildSupersededError";
+  constructor(
+    readonly projectionName: string,
+    readonly rebuildFrom: number,
+  ) {
+    super(
+      `Projection ${projectionName}: the rebuild from offset ${rebuildFrom} is no longer asked for (the operator changed it), so this batch committed nothing; read the control row again`,
+    );
+  }
+}
+
+/**
  * A persistence backend's driver package is not installed. The drivers are optional peer dependencies, so a user of
  * plain actors does not install them; the backend's entry point names the one it needs.
  */

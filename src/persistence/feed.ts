@@ -203,6 +203,52 @@ export interface ProjectionBatchRequest {
   readonly newOffset: number;
   /** The shard lease the instance runs under; a stale one commits nothing (StaleShardOwnerError). */
   readonly fence?: ShardLeaseToken | null;
+  /**
+   * The operator's rebuild request this batch carries out (ProjectionControl.rebuildFrom): the control row must still
+   * ask for this offset, and the request is cleared in the batch's transaction, so a rebuild is applied once however
+   * often its owner crashes or hands the projection off; otherwise ProjectionRebuildSupersededError, nothing committed.
+   */
+  readonly completesRebuildFrom?: number | null;
+}
+
+/**
+ * An operator's standing instructions to a projection, stored in the database (projection_control) so that they hold
+ * wherever and whenever the projection runs: a sharded slice's next owner, after a handoff or a restart, reads them
+ * before its first batch (docs/persistence-feed.md, "Operating projections").
+ */
+export interface ProjectionControl {
+  /** Handle no events until resumed; the checkpoint stays where it is. */
+  readonly paused: boolean;
+  /** A rebuild not yet carried out: move the checkpoint to this offset (after the definition's reset); else null. */
+  readonly rebuildFrom: number | null;
+}
+
+/** A change of {@link ProjectionControl}: the fields given are set, the others kept. */
+export interface ProjectionControlChange {
+  readonly paused?: boolean;
+  readonly rebuildFrom?: number | null;
+}
+
+/** The control of a projection that has no row: running, no rebuild asked. */
+export const defaultProjectionControl: ProjectionControl = { paused: false, rebuildFrom: null };
+
+/**
+ * Validates a control change (from an operator, possibly over HTTP: total on any value).
+ * @throws InvalidPersistenceRequestError naming the field
+ */
+export function checkProjectionControlChange(change: unknown): ProjectionControlChange {
+  if (change === null || typeof change !== "object") {
+    throw new InvalidPersistenceRequestError("control change", `${describe(change)}; expected an object`);
+  }
+  const { paused, rebuildFrom } = change as Record<string, unknown>;
+  if (paused !== undefined && typeof paused !== "boolean") {
+    throw new InvalidPersistenceRequestError("paused", `${describe(paused)}; expected true or false`);
+  }
+  if (rebuildFrom !== undefined && rebuildFrom !== null) checkOffset("rebuildFrom", rebuildFrom);
+  const out: { paused?: boolean; rebuildFrom?: number | null } = {};
+  if (paused !== undefined) out.paused = paused;
+  if (rebuildFrom !== undefined) out.rebuildFrom = rebuildFrom as number | null;
+  return out;
 }
 
 /**

@@ -17,6 +17,8 @@ export * from "./errors.ts";
 export { EventFeed, type EventStreamOptions } from "./event-feed.ts";
 export { type BehaviorClass, type EntityContext, EventSourcedBehavior, EventSourcing } from "./event-sourcing.ts";
 export {
+  checkProjectionControlChange,
+  defaultProjectionControl,
   type EventFilter,
   type EventPage,
   type EventQuery,
@@ -25,6 +27,8 @@ export {
   MAX_TAG_LENGTH,
   MAX_TAGS_PER_EVENT,
   type ProjectionBatchRequest,
+  type ProjectionControl,
+  type ProjectionControlChange,
   type ProjectionTransaction,
 } from "./feed.ts";
 export { eventsFingerprint, stateFingerprint } from "./fingerprint.ts";
@@ -100,6 +104,7 @@ export {
   type AtLeastOnceProjection,
   type ExactlyOnceProjection,
   type Projection,
+  type ProjectionRebuild,
   ProjectionRunner,
   type ProjectionRunOptions,
   type ProjectionStats,

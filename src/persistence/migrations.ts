@@ -10,7 +10,7 @@ import {
 } from "./errors.ts";
 
 /** The schema version this build writes and understands. */
-export const CURRENT_SCHEMA_VERSION = 13;
+export const CURRENT_SCHEMA_VERSION = 14;
 
 /** The names of the migrations, shared by both SQL backends. */
 export const MIGRATION_NAMES: readonly string[] = [
@@ -27,6 +27,7 @@ export const MIGRATION_NAMES: readonly string[] = [
   "operation-replies",
   "sqlite-event-offset-on-journal-row",
   "feed-lock-per-schema",
+  "projection-control",
 ];
 
 /** One migration: version, name, checksum ({@link migrationChecksum}) and the SQL statements it runs in one transaction. */

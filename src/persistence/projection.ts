@@ -11,12 +11,18 @@
  */
 import type { Scheduler } from "../actor/index.ts";
 import { describe, errorText } from "../actor/untrusted.ts";
-import { InvalidPersistenceRequestError, ProjectionCheckpointConflictError, StaleShardOwnerError } from "./errors.ts";
+import {
+  InvalidPersistenceRequestError,
+  ProjectionCheckpointConflictError,
+  ProjectionRebuildSupersededError,
+  StaleShardOwnerError,
+} from "./errors.ts";
 import {
   checkEventQuery,
   checkProjectionName,
   type EventFilter,
   type FeedEvent,
+  type ProjectionControl,
   type ProjectionTransaction,
 } from "./feed.ts";
 import type { ShardLeaseToken } from "./lease.ts";
@@ -35,11 +41,28 @@ interface ProjectionBase {
   readonly startOffset?: number;
 }
 
+/** What an operator's rebuild asks of a read model (see {@link ExactlyOnceProjection.reset}). */
+export interface ProjectionRebuild {
+  /** The checkpoint moves here: the events after it are handled again. */
+  readonly fromOffset: number;
+  /**
+   * Whether this instance handles `persistenceId`'s events: a slice of a sharded projection owns part of the read
+   * model and must reset only that part (always true for a projection that is not split).
+   */
+  owns(persistenceId: string): boolean;
+}
+
 /** A projection whose handler writes in the checkpoint's transaction (PostgreSQL or SQLite). */
 export interface ExactlyOnceProjection extends ProjectionBase {
   readonly mode: "exactly-once";
   /** Handles one event inside the batch's transaction; a throw rolls back the whole batch (it is retried). */
   readonly handler: (event: FeedEvent, tx: ProjectionTransaction) => Promise<void> | void;
+  /**
+   * Undoes the read model's effect of the events after `rebuild.fromOffset`, in the transaction that moves the
+   * checkpoint there, when an operator's rebuild (a durable control, e.g. `sharding.rebuildProjection`) is carried
+   * out: the events are then handled again, each exactly once. Without it a rebuild only moves the checkpoint.
+   */
+  readonly reset?: (tx: ProjectionTransaction, rebuild: ProjectionRebuild) => Promise<void> | void;
 }
 
 /** A projection whose handler writes anywhere; it sees each event at least once. */
@@ -76,6 +99,13 @@ export interface ProjectionStats {
   readonly failures: number;
   /** The last failure as "Name: message", or null. */
   readonly lastError: string | null;
+  /**
+   * Whether the projection follows the operator's control stored in the database (a slice of a sharded projection)
+   * rather than only this instance's pause()/resume().
+   */
+  readonly durableControl: boolean;
+  /** A rebuild the operator asked for and this instance has not carried out yet (durable control), or null. */
+  readonly pendingRebuildFrom: number | null;
 }
 
 /** Options of {@link ProjectionRunner.start}. */
@@ -89,6 +119,15 @@ export interface ProjectionRunOptions {
    * a slice of a projection (sharded-projection.ts) reads the whole source and handles the events of its slice.
    */
   readonly only?: ((event: FeedEvent) => boolean) | null;
+  /**
+   * Follow the operator's control of this projection stored in the database (PersistenceStore.loadProjectionControl,
+   * keyed by the projection's name): paused there means paused here, and a rebuild asked for there is carried out
+   * once, fenced, before the next batch. Read before the first batch, at least every pollIntervalMs, and at once on
+   * {@link ProjectionRunner.controlChanged}. Default false: pause()/resume() of this instance only.
+   */
+  readonly durableControl?: boolean;
+  /** Which persistence ids' part of the read model this instance owns, for the definition's reset; default all. */
+  readonly owns?: ((persistenceId: string) => boolean) | null;
 }
 
 const rateWindowMs = 10_000;
@@ -117,6 +156,12 @@ export class ProjectionRunner {
   private unsubscribe: () => void = () => {};
   private loop: Promise<void> = Promise.resolve();
   private pending: RebuildRequest | null = null;
+  /** pause() of this instance. */
+  private pausedHere = false;
+  /** The durable control as last read (durableControl only). */
+  private control: ProjectionControl = { paused: false, rebuildFrom: null };
+  private controlReadAtMs = Number.NEGATIVE_INFINITY;
+  private controlStale = true;
   private readonly batchSize: number;
   private readonly pollMs: number;
   private readonly filter: EventFilter;
@@ -128,6 +173,8 @@ export class ProjectionRunner {
     private readonly fence: ShardLeaseToken | null,
     private readonly retryBackoffMs: number,
     private readonly only: ((event: FeedEvent) => boolean) | null,
+    private readonly durableControl: boolean,
+    private readonly owns: ((persistenceId: string) => boolean) | null,
   ) {
     this.batchSize = definition.batchSize ?? 100;
     this.pollMs = definition.pollIntervalMs ?? 500;
@@ -161,6 +208,8 @@ export class ProjectionRunner {
       options.fence ?? null,
       options.retryBackoffMs ?? 100,
       options.only ?? null,
+      options.durableControl === true,
+      options.owns ?? null,
     );
     runner.unsubscribe = store.onEventsCommitted(() => runner.poke());
     runner.loop = runner.run();
@@ -190,18 +239,31 @@ export class ProjectionRunner {
       processed: this.processed,
       failures: this.failures,
       lastError: this.lastError,
+      durableControl: this.durableControl,
+      pendingRebuildFrom: this.durableControl ? this.control.rebuildFrom : null,
     };
   }
 
   /** Stops handling events after the batch in flight (the checkpoint stays); `resume()` continues. */
   pause(): void {
+    this.pausedHere = true;
     if (this.statusNow === "running" || this.statusNow === "starting") this.statusNow = "paused";
   }
 
-  /** Continues a paused projection. */
+  /** Continues a projection paused here (one the durable control pauses stays paused until resumed there). */
   resume(): void {
-    if (this.statusNow !== "paused") return;
+    this.pausedHere = false;
+    if (this.statusNow !== "paused" || this.control.paused) return;
     this.statusNow = "running";
+    this.poke();
+  }
+
+  /**
+   * Reads the durable control again before the next batch (a batch in flight finishes first): an operator changed
+   * it. Cheap to call spuriously; without it the control is still read every pollIntervalMs.
+   */
+  controlChanged(): void {
+    this.controlStale = true;
     this.poke();
   }
 
@@ -265,6 +327,12 @@ export class ProjectionRunner {
           // stop() or pause() while the checkpoint loaded wins (overwriting it kept a stopped projection running).
           if (this.statusNow === "starting") this.statusNow = "running";
         }
+        if (this.durableControl && this.controlDue()) await this.readControl();
+        if (this.finished()) break;
+        if (this.control.rebuildFrom !== null) {
+          await this.applyControlRebuild(this.control.rebuildFrom);
+          continue;
+        }
         if (this.pending !== null) {
           await this.applyRebuild();
           continue;
@@ -295,6 +363,12 @@ export class ProjectionRunner {
         if (error instanceof ProjectionCheckpointConflictError) {
           // Someone moved the checkpoint (a rebuild elsewhere, a second instance): continue from where it is.
           this.checkpoint = error.actualOffset;
+          this.controlStale = true;
+          continue;
+        }
+        if (error instanceof ProjectionRebuildSupersededError) {
+          // The operator changed the rebuild while this one ran: nothing committed; do what the control says now.
+          this.controlStale = true;
           continue;
         }
         await this.idle(backoff);
@@ -372,6 +446,47 @@ export class ProjectionRunner {
       request.failed(error);
       throw error;
     }
+  }
+
+  private controlDue(): boolean {
+    return this.controlStale || this.scheduler.now() - this.controlReadAtMs >= this.pollMs;
+  }
+
+  /** Reads the durable control and follows its pause; a rebuild it asks for runs before the next batch. */
+  private async readControl(): Promise<void> {
+    this.controlStale = false;
+    const control = await this.store.loadProjectionControl(this.definition.name);
+    this.controlReadAtMs = this.scheduler.now();
+    this.control = control;
+    if (this.statusNow === "running" && control.paused) this.statusNow = "paused";
+    else if (this.statusNow === "paused" && !control.paused && !this.pausedHere) this.statusNow = "running";
+  }
+
+  /**
+   * Carries out the operator's rebuild: in one fenced transaction the definition's reset runs, the checkpoint moves
+   * to `offset` and the request is cleared from the control row, so it happens once whichever owner gets to it.
+   */
+  private async applyControlRebuild(offset: number): Promise<void> {
+    const definition = this.definition;
+    const owns = this.owns;
+    const rebuild: ProjectionRebuild = {
+      fromOffset: offset,
+      owns: (persistenceId) => owns === null || owns(persistenceId),
+    };
+    await this.store.runProjectionBatch(
+      {
+        name: definition.name,
+        expectedOffset: this.checkpoint,
+        newOffset: offset,
+        fence: this.fence,
+        completesRebuildFrom: offset,
+      },
+      async (tx) => {
+        if (definition.mode === "exactly-once" && definition.reset !== undefined) await definition.reset(tx, rebuild);
+      },
+    );
+    this.checkpoint = offset;
+    this.control = { ...this.control, rebuildFrom: null };
   }
 
   private advance(offset: number, events: number): void {

@@ -32,6 +32,8 @@ const storeMethods = {
   loadProjectionOffset: true,
   saveProjectionOffset: true,
   deleteProjectionOffset: true,
+  loadProjectionControl: true,
+  setProjectionControl: true,
   runProjectionBatch: true,
   claimOutbox: true,
   completeOutbox: true,

@@ -12,6 +12,8 @@ import {
   type EventPage,
   type EventQuery,
   type ProjectionBatchRequest,
+  type ProjectionControl,
+  type ProjectionControlChange,
   type ProjectionTransaction,
 } from "./feed.ts";
 import { type ShardLeaseKey, type ShardLeaseToken, validateLeaseToken } from "./lease.ts";
@@ -213,13 +215,23 @@ export interface PersistenceStore {
    * @throws StaleShardOwnerError when `fence` is no longer current (nothing written)
    */
   saveProjectionOffset(name: string, offset: number, fence?: ShardLeaseToken | null): Promise<void>;
+  /** The operator's control of projection `name` (defaultProjectionControl when it has no row). */
+  loadProjectionControl(name: string): Promise<ProjectionControl>;
+  /**
+   * Sets the fields `change` gives of projection `name`'s control (an operator's request; unfenced: the owner that
+   * carries it out writes fenced) and returns the control as stored.
+   * @throws InvalidPersistenceRequestError
+   */
+  setProjectionControl(name: string, change: ProjectionControlChange): Promise<ProjectionControl>;
   /** Removes the checkpoint of projection `name` (a retired projection no longer holds retention back). */
   deleteProjectionOffset(name: string): Promise<boolean>;
   /**
    * Runs `work` in one database transaction that first checks the fence and that the checkpoint is at
    * `expectedOffset`, and then moves it to `newOffset`: the handler's writes and the checkpoint commit together or not
    * at all (exactly-once projections). The memory backend has no SQL: its transaction's `query` rejects.
-   * @throws StaleShardOwnerError, ProjectionCheckpointConflictError, or what `work` throws (nothing committed)
+   * With `completesRebuildFrom` the same transaction clears that rebuild request from the projection's control.
+   * @throws StaleShardOwnerError, ProjectionCheckpointConflictError, ProjectionRebuildSupersededError, or what `work`
+   *   throws (nothing committed)
    */
   runProjectionBatch<R>(request: ProjectionBatchRequest, work: (tx: ProjectionTransaction) => Promise<R>): Promise<R>;
   /**

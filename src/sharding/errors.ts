@@ -113,3 +113,16 @@ export class UnsupportedSystemMessageError extends Error {
 export function asError(error: unknown): Error {
   return error instanceof Error ? error : new Error(String(error));
 }
+
+/**
+ * A projection operation named a projection this node has not initialised with `sharding.initProjection` (the node
+ * needs its definition to know its slices): ask a node that runs it, or init it here.
+ */
+export class UnknownShardedProjectionError extends Error {
+  override readonly name = "UnknownShardedProjectionError";
+  constructor(readonly projectionName: string) {
+    super(
+      `No sharded projection named ${JSON.stringify(projectionName.slice(0, 256))} was initialised on this node; call sharding.initProjection for it here, or ask a node that did`,
+    );
+  }
+}

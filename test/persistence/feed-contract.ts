@@ -9,6 +9,7 @@ import {
   InvalidPersistenceRequestError,
   OperationId,
   type PersistenceStore,
+  ProjectionRebuildSupersededError,
 } from "../../src/persistence/index.ts";
 import { eventually } from "../fixtures/eventually.ts";
 import type { StoreFactory } from "./store-contract.ts";
@@ -370,6 +371,43 @@ export function feedContract(backend: string, factory: StoreFactory): void {
         (await readAll(store, {}, start)).map((e) => [e.persistenceId, e.sequenceNr]),
         [[id, 4]],
       );
+    });
+
+    test("projection control: stored per name, changed field by field, a rebuild request cleared once by the batch that carries it out", async () => {
+      const name = `control-${++counter}`;
+      assert.deepEqual(await store.loadProjectionControl(name), { paused: false, rebuildFrom: null });
+      assert.deepEqual(await store.setProjectionControl(name, { paused: true }), { paused: true, rebuildFrom: null });
+      assert.deepEqual(await store.setProjectionControl(name, { rebuildFrom: 3 }), { paused: true, rebuildFrom: 3 });
+      assert.deepEqual(await store.loadProjectionControl(name), { paused: true, rebuildFrom: 3 });
+      assert.deepEqual(await store.loadProjectionControl(`${name}-other`), { paused: false, rebuildFrom: null });
+      for (const bad of [{ paused: "yes" }, { rebuildFrom: -1 }, { rebuildFrom: 1.5 }, { rebuildFrom: "3" }, null]) {
+        await assert.rejects(
+          () => store.setProjectionControl(name, bad as never),
+          InvalidPersistenceRequestError,
+          JSON.stringify(bad),
+        );
+      }
+      assert.deepEqual(await store.loadProjectionControl(name), { paused: true, rebuildFrom: 3 }, "nothing changed");
+      // A batch carrying out another rebuild than the one asked for commits nothing.
+      await assert.rejects(
+        () =>
+          store.runProjectionBatch({ name, expectedOffset: 0, newOffset: 7, completesRebuildFrom: 4 }, async () => {}),
+        ProjectionRebuildSupersededError,
+      );
+      assert.equal(await store.loadProjectionOffset(name), null, "the superseded batch moved no checkpoint");
+      await store.runProjectionBatch(
+        { name, expectedOffset: 0, newOffset: 3, completesRebuildFrom: 3 },
+        async () => {},
+      );
+      assert.equal(await store.loadProjectionOffset(name), 3);
+      assert.deepEqual(await store.loadProjectionControl(name), { paused: true, rebuildFrom: null }, "request cleared");
+      // The same request again finds it gone: a second owner cannot carry it out twice.
+      await assert.rejects(
+        () =>
+          store.runProjectionBatch({ name, expectedOffset: 3, newOffset: 3, completesRebuildFrom: 3 }, async () => {}),
+        ProjectionRebuildSupersededError,
+      );
+      assert.deepEqual(await store.setProjectionControl(name, { paused: false }), { paused: false, rebuildFrom: null });
     });
   });
 }

@@ -70,6 +70,32 @@ function clean(): RunData {
     counters: [{ key: "c0", count: 1, ops: ["op1"] }],
     entityLists: { l0: ["a", "b"] },
     entityCounters: { c0: { count: 1, ops: ["op1"] } },
+    // The read model holds both list events once; slice 0 of 1's checkpoint rose to the latest offset; each append's
+    // outbox message took effect once at tally l0.
+    projection: {
+      name: "soak-lists",
+      slices: 1,
+      readModel: [
+        { key: "l0", seq: 1, value: "a", times: 1 },
+        { key: "l0", seq: 2, value: "b", times: 1 },
+      ],
+      checkpoints: [{ name: "soak-lists/slice-0-of-1", offset: 7 }],
+      latestOffset: 7,
+      samples: [
+        { time: 10, name: "soak-lists/slice-0-of-1", offset: 0 },
+        { time: 20, name: "soak-lists/slice-0-of-1", offset: 5 },
+        { time: 30, name: "soak-lists/slice-0-of-1", offset: 7 },
+      ],
+    },
+    outbox: {
+      pending: 0,
+      parked: 0,
+      delivered: 2,
+      tallies: [
+        { key: "l0", value: "b" },
+        { key: "l0", value: "a" },
+      ],
+    },
   };
 }
 
@@ -92,6 +118,9 @@ test("soak checker: a clean hand-made history has no violation, and its counts a
   assert.equal(j.mailboxes.counts.delivered, 2);
   assert.equal(j.mailboxes.counts.asksAnswered, 1);
   assert.deepEqual(j.operations.append, { ok: 2, fail: 0, info: 0 });
+  assert.equal(j.projection.counts.applied, 2);
+  assert.equal(j.projection.counts.samples, 3);
+  assert.equal(j.outbox.counts.tookEffect, 2);
   // The only acknowledged writes are at 10, 30 and 60 ms: the longest gap overlapping the kill's 5..45 ms is 30..60.
   assert.equal(j.availability.byKind.kill?.longestOutageMs, 30);
 });
@@ -110,12 +139,52 @@ test("soak checker: ambiguous writes are resolved from the final state and count
     ],
     events: [...d.events, row("l0", 3, "c", 1, 3)],
     entityLists: { l0: ["a", "b", "c"] },
+    // The committed one is projected and its outbox message takes effect like any other.
+    projection: {
+      ...d.projection!,
+      readModel: [...d.projection!.readModel, { key: "l0", seq: 3, value: "c", times: 1 }],
+    },
+    outbox: { ...d.outbox!, tallies: [...d.outbox!.tallies, { key: "l0", value: "c" }] },
   });
   assert.deepEqual(j.violations, []);
   assert.equal(j.lists.counts.infoCommitted, 1);
   assert.equal(j.lists.counts.infoNotCommitted, 1);
   assert.equal(j.counters.counts.infoNotCommitted, 1);
 });
+
+const withProjection = (d: RunData, change: (p: NonNullable<RunData["projection"]>) => object): RunData => ({
+  ...d,
+  projection: { ...d.projection!, ...change(d.projection!) },
+});
+const withOutbox = (d: RunData, change: (o: NonNullable<RunData["outbox"]>) => object): RunData => ({
+  ...d,
+  outbox: { ...d.outbox!, ...change(d.outbox!) },
+});
+planted("a list event applied twice to the read model", "projection-applied-twice", (d) =>
+  withProjection(d, (p) => ({ readModel: p.readModel.map((r) => (r.seq === 2 ? { ...r, times: 2 } : r)) })),
+);
+planted("a list event missing from the read model", "projection-missing", (d) =>
+  withProjection(d, (p) => ({ readModel: p.readModel.slice(0, 1) })),
+);
+planted("a read model row of no committed event", "projection-extra", (d) =>
+  withProjection(d, (p) => ({ readModel: [...p.readModel, { key: "l0", seq: 3, value: "zzz", times: 1 }] })),
+);
+planted("a checkpoint that went back", "projection-checkpoint-back", (d) =>
+  withProjection(d, (p) => ({ samples: [...p.samples, { time: 25, name: "soak-lists/slice-0-of-1", offset: 3 }] })),
+);
+planted("a slice behind the feed at the end", "projection-behind", (d) =>
+  withProjection(d, () => ({ latestOffset: 9 })),
+);
+planted("an outbox message that took effect twice", "outbox-duplicate", (d) =>
+  withOutbox(d, (o) => ({ tallies: [...o.tallies, { key: "l0", value: "a" }] })),
+);
+planted("an outbox message that never took effect", "outbox-missing", (d) =>
+  withOutbox(d, (o) => ({ tallies: o.tallies.slice(0, 1) })),
+);
+planted("an effect no committed append sent", "outbox-extra", (d) =>
+  withOutbox(d, (o) => ({ tallies: [...o.tallies, { key: "l1", value: "a" }] })),
+);
+planted("outbox rows left parked", "outbox-undelivered", (d) => withOutbox(d, () => ({ parked: 1 })));
 
 planted("a lost acknowledged append", "lost", (d) => ({ ...d, events: d.events.slice(0, 1), entityLists: null }));
 planted("a duplicated list value", "duplicate", (d) => ({ ...d, events: [...d.events, row("l0", 3, "b", 1, 3)] }));

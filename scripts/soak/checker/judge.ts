@@ -5,6 +5,8 @@ import { checkFencing } from "./fencing.ts";
 import { checkLists } from "./lists.ts";
 import { checkMailboxes } from "./mailboxes.ts";
 import { pairOperations } from "./operations.ts";
+import { checkOutbox } from "./outbox.ts";
+import { checkProjection } from "./projection.ts";
 import type { CheckResult, RunData, Violation } from "./types.ts";
 
 export interface Judgement {
@@ -13,6 +15,8 @@ export interface Judgement {
   readonly counters: CheckResult;
   readonly fencing: CheckResult;
   readonly mailboxes: CheckResult & { staleOwnerDeliveries: string[] };
+  readonly projection: CheckResult;
+  readonly outbox: CheckResult;
   readonly operations: Record<string, { ok: number; fail: number; info: number }>;
   readonly availability: Availability;
 }
@@ -27,6 +31,8 @@ export function judge(data: RunData): Judgement {
   const counters = checkCounters(operations, data.counters, data.entityCounters);
   const fencing = checkFencing(data.events);
   const mailboxes = checkMailboxes(operations, data.deliveries, data.faults);
+  const projection = checkProjection(data.projection ?? null, data.events);
+  const outbox = checkOutbox(data.outbox ?? null, data.events);
   const byF: Judgement["operations"] = {};
   for (const op of operations) {
     const row = byF[op.f] ?? { ok: 0, fail: 0, info: 0 };
@@ -40,11 +46,15 @@ export function judge(data: RunData): Judgement {
       ...counters.violations,
       ...fencing.violations,
       ...mailboxes.violations,
+      ...projection.violations,
+      ...outbox.violations,
     ],
     lists,
     counters,
     fencing,
     mailboxes,
+    projection,
+    outbox,
     operations: byF,
     availability: availability(operations, data.faults),
   };

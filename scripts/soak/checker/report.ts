@@ -12,6 +12,19 @@ export interface RunFacts {
 
 const fmt = (n: number) => n.toLocaleString("en-US");
 
+/** The projection and outbox rows, when the run had that workload. */
+function projectionRows(j: Judgement): string[] {
+  const p = j.projection.counts;
+  const o = j.outbox.counts;
+  if (p.samples === 0 && o.delivered === 0 && o.tookEffect === 0) return [];
+  return [
+    `| projection: list events in the read model exactly once / missing / applied twice / extra | ${fmt(p.applied)} / ${p.missing} / ${p.doubleApplied} / ${p.extra} |`,
+    `| projection: checkpoints gone back (${fmt(p.samples)} samples, ${p.ownerChanges} slice owner changes) / slices behind at the end | ${p.regressions} / ${p.slicesBehind} |`,
+    `| outbox: messages that took effect once / never / twice or more / without a sender | ${fmt(o.tookEffect)} / ${o.missing} / ${o.duplicates} / ${o.extra} |`,
+    `| outbox: rows delivered / pending / parked at the end | ${fmt(o.delivered)} / ${o.pending} / ${o.parked} |`,
+  ];
+}
+
 export function summaryMarkdown(j: Judgement, facts: RunFacts, faults: readonly FaultLine[] = []): string {
   const l = j.lists.counts;
   const c = j.counters.counts;
@@ -57,6 +70,7 @@ export function summaryMarkdown(j: Judgement, facts: RunFacts, faults: readonly 
     `| ordinary: asks answered / failed / ambiguous / caller gone | ${fmt(m.asksAnswered)} / ${fmt(m.asksFailed)} / ${fmt(m.asksUnknown)} / ${fmt(m.asksUnfinished)} |`,
     `| ordinary: wrong answers | ${m.wrongAnswers} |`,
     `| ordinary: deliveries by a node after it was downed while paused or cut off (not ordered, see docs/soak.md) | ${m.staleOwnerDeliveries} |`,
+    ...projectionRows(j),
     `| nodes downed while paused or cut off that exited by themselves afterwards (liveness, not checked) | ${faults.filter((x) => x.selfExited === true).length} of ${faults.filter((x) => typeof x.selfExited === "boolean").length} |`,
     `| **violations** | **${j.violations.length}** |`,
   );

@@ -54,6 +54,36 @@ export interface FaultLine {
   readonly downed?: { readonly node: string; readonly at: number };
 }
 
+/** What the projection workload left (final-db.json `projection`, checkpoints.jsonl). */
+export interface ProjectionData {
+  /** The projection's name; slice i's checkpoint is `<name>/slice-<i>-of-<slices>`. */
+  readonly name: string;
+  readonly slices: number;
+  /** The read model: one row per list event applied, with how many times it was applied. */
+  readonly readModel: readonly {
+    readonly key: string;
+    readonly seq: number;
+    readonly value: unknown;
+    readonly times: number;
+  }[];
+  /** The checkpoints at the end, and the feed's latest offset then. */
+  readonly checkpoints: readonly { readonly name: string; readonly offset: number }[];
+  readonly latestOffset: number;
+  /** Each slice's shard lease epoch at the end (epoch − 1 owner changes); absent in hand-made data. */
+  readonly sliceEpochs?: readonly number[];
+  /** Every checkpoint as sampled through the run. */
+  readonly samples: readonly { readonly time: number; readonly name: string; readonly offset: number }[];
+}
+
+/** What the outbox workload left (final-db.json `outbox`): counts of rows and the receivers' effects. */
+export interface OutboxData {
+  readonly pending: number;
+  readonly parked: number;
+  readonly delivered: number;
+  /** Every Tallied event: the tally (list key) and the list value it took in. */
+  readonly tallies: readonly { readonly key: string; readonly value: unknown }[];
+}
+
 /** Everything a check needs. */
 export interface RunData {
   readonly history: readonly HistoryLine[];
@@ -64,6 +94,9 @@ export interface RunData {
   /** The lists and counters as read back through the entities at the end (null when not read). */
   readonly entityLists: Readonly<Record<string, readonly string[]>> | null;
   readonly entityCounters: Readonly<Record<string, { count: number; ops: readonly string[] }>> | null;
+  /** The projection and outbox workload's results (null for a run directory of a soak without them). */
+  readonly projection?: ProjectionData | null;
+  readonly outbox?: OutboxData | null;
 }
 
 /** A violation: which check, and a sentence naming the key, values and times involved. */

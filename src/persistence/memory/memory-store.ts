@@ -4,6 +4,7 @@ import {
   OperationConflictError,
   ProjectionBehindRetentionError,
   ProjectionCheckpointConflictError,
+  ProjectionRebuildSupersededError,
   StaleShardOwnerError,
   StoreClosedError,
   UnsafeRetentionError,
@@ -12,8 +13,10 @@ import {
   type CheckedEventQuery,
   checkEventQuery,
   checkOffset,
+  checkProjectionControlChange,
   checkProjectionName,
   checkTags,
+  defaultProjectionControl,
   type EventPage,
   type EventQuery,
   entityTypeOf,
@@ -21,6 +24,8 @@ import {
   feedPage,
   matchesQuery,
   type ProjectionBatchRequest,
+  type ProjectionControl,
+  type ProjectionControlChange,
   type ProjectionTransaction,
 } from "../feed.ts";
 import { eventsFingerprint, stateFingerprint } from "../fingerprint.ts";
@@ -127,6 +132,7 @@ export class MemoryStore implements PersistenceStore {
   private lastOffset = 0;
   private readonly feedListeners = new Set<() => void>();
   private readonly checkpoints = new Map<string, number>();
+  private readonly controls = new Map<string, ProjectionControl>();
   /** Projection batches run one at a time (the memory store's transactions). */
   private projectionQueue: Promise<unknown> = Promise.resolve();
   private closed = false;
@@ -372,12 +378,32 @@ export class MemoryStore implements PersistenceStore {
     return this.checkpoints.delete(checkProjectionName(name));
   }
 
+  async loadProjectionControl(name: string): Promise<ProjectionControl> {
+    this.open();
+    return this.controls.get(checkProjectionName(name)) ?? defaultProjectionControl;
+  }
+
+  async setProjectionControl(name: string, change: ProjectionControlChange): Promise<ProjectionControl> {
+    this.open();
+    checkProjectionName(name);
+    const checked = checkProjectionControlChange(change);
+    const now = this.controls.get(name) ?? defaultProjectionControl;
+    const next: ProjectionControl = {
+      paused: checked.paused ?? now.paused,
+      rebuildFrom: checked.rebuildFrom === undefined ? now.rebuildFrom : checked.rebuildFrom,
+    };
+    this.controls.set(name, next);
+    return next;
+  }
+
   runProjectionBatch<R>(request: ProjectionBatchRequest, work: (tx: ProjectionTransaction) => Promise<R>): Promise<R> {
     this.open();
     const name = checkProjectionName(request.name);
     const expected = checkOffset("expectedOffset", request.expectedOffset);
     const next = checkOffset("newOffset", request.newOffset);
     const fence = checkFence(request.fence);
+    const rebuild = request.completesRebuildFrom ?? null;
+    if (rebuild !== null) checkOffset("completesRebuildFrom", rebuild);
     const tx: ProjectionTransaction = {
       backend: "memory",
       query: () => Promise.reject(new Error("the memory store has no SQL; write the read model elsewhere")),
@@ -390,6 +416,11 @@ export class MemoryStore implements PersistenceStore {
       const result = await work(tx);
       // The fence again at "commit": a lease lost while the handler ran commits nothing.
       this.checkFenceNow(fence);
+      if (rebuild !== null) {
+        const control = this.controls.get(name) ?? defaultProjectionControl;
+        if (control.rebuildFrom !== rebuild) throw new ProjectionRebuildSupersededError(name, rebuild);
+        this.controls.set(name, { ...control, rebuildFrom: null });
+      }
       this.checkpoints.set(name, next);
       return result;
     });

@@ -9,6 +9,7 @@ import {
   PersistenceConfigurationError,
   ProjectionBehindRetentionError,
   ProjectionCheckpointConflictError,
+  ProjectionRebuildSupersededError,
   StaleShardOwnerError,
   StoreClosedError,
   UnsafeRetentionError,
@@ -17,12 +18,16 @@ import {
   checkEventQuery,
   checkFeedRow,
   checkOffset,
+  checkProjectionControlChange,
   checkProjectionName,
   checkTags,
+  defaultProjectionControl,
   type EventPage,
   type EventQuery,
   feedPage,
   type ProjectionBatchRequest,
+  type ProjectionControl,
+  type ProjectionControlChange,
   type ProjectionTransaction,
 } from "../feed.ts";
 import { eventsFingerprint, stateFingerprint } from "../fingerprint.ts";
@@ -1060,6 +1065,34 @@ export class PostgresStore implements PersistenceStore {
     return result.rowCount === 1;
   }
 
+  async loadProjectionControl(name: string): Promise<ProjectionControl> {
+    this.open();
+    const result = await this.query(
+      "loadProjectionControl",
+      "movie_load_projection_control",
+      "SELECT paused, rebuild_from FROM projection_control WHERE projection_name = $1",
+      [checkProjectionName(name)],
+    );
+    return result.rows.length === 0 ? defaultProjectionControl : controlOf(result.rows[0]);
+  }
+
+  async setProjectionControl(name: string, change: ProjectionControlChange): Promise<ProjectionControl> {
+    this.open();
+    checkProjectionName(name);
+    const checked = checkProjectionControlChange(change);
+    const result = await this.query(
+      "setProjectionControl",
+      "movie_set_projection_control",
+      `INSERT INTO projection_control AS c (projection_name, paused, rebuild_from)
+        VALUES ($1, coalesce($2::boolean, false), $3::bigint)
+        ON CONFLICT (projection_name) DO UPDATE SET paused = coalesce($2::boolean, c.paused),
+          rebuild_from = CASE WHEN $4::boolean THEN $3::bigint ELSE c.rebuild_from END, updated_at = now()
+        RETURNING paused, rebuild_from`,
+      [name, checked.paused ?? null, checked.rebuildFrom ?? null, checked.rebuildFrom !== undefined],
+    );
+    return controlOf(result.rows[0]);
+  }
+
   async runProjectionBatch<R>(
     request: ProjectionBatchRequest,
     work: (tx: ProjectionTransaction) => Promise<R>,
@@ -1069,8 +1102,18 @@ export class PostgresStore implements PersistenceStore {
     const expected = checkOffset("expectedOffset", request.expectedOffset);
     const next = checkOffset("newOffset", request.newOffset);
     const fence = checkFence(request.fence);
+    const rebuild = request.completesRebuildFrom ?? null;
+    if (rebuild !== null) checkOffset("completesRebuildFrom", rebuild);
     const client = await this.pool.connect();
     let broken: Error | undefined;
+    // A checked-out client has no pool listener: a connection lost while the batch holds it (a server restart, a
+    // terminated backend, a proxy dropping it) emitted an 'error' nobody handled, and that ended the process (the soak
+    // found it: a projection node died on a database restart). Record it; the batch's next statement fails, the batch
+    // rolls back, and the client is destroyed on release.
+    const onLost = (error: Error) => {
+      broken = error;
+    };
+    client.on("error", onLost);
     try {
       await client.query("BEGIN");
       try {
@@ -1097,6 +1140,14 @@ export class PostgresStore implements PersistenceStore {
           query: async (sql, params) => (await client.query(sql, params === undefined ? [] : [...params])).rows,
         };
         const result = await work(tx);
+        if (rebuild !== null) {
+          const cleared = await client.query(
+            `UPDATE projection_control SET rebuild_from = NULL, updated_at = now()
+              WHERE projection_name = $1 AND rebuild_from = $2`,
+            [name, rebuild],
+          );
+          if (cleared.rowCount !== 1) throw new ProjectionRebuildSupersededError(name, rebuild);
+        }
         await client.query(
           `INSERT INTO projection_checkpoint (projection_name, event_offset) VALUES ($1, $2)
             ON CONFLICT (projection_name) DO UPDATE SET event_offset = EXCLUDED.event_offset, updated_at = now()`,
@@ -1114,6 +1165,7 @@ export class PostgresStore implements PersistenceStore {
       if (isPostgresConnectionError(error)) broken = error as Error;
       throw error;
     } finally {
+      client.removeListener("error", onLost);
       // A connection that failed mid-transaction is destroyed rather than returned to the pool.
       client.release(broken);
     }
@@ -1384,6 +1436,12 @@ const SCHEMA_OBJECTS_SQL = `SELECT CASE c.relkind WHEN 'i' THEN 'index:' ELSE 't
 /** Runs the pending migrations; returns the versions re-baselined from an earlier build's checksums. */
 async function migrate(pool: Queryable & Pick<Pool, "connect">, schema: string | null): Promise<number[]> {
   const client = await pool.connect();
+  // As in runProjectionBatch: a connection lost while checked out must fail the migration, not end the process.
+  let lostError: Error | undefined;
+  const onLost = (error: Error) => {
+    lostError = error;
+  };
+  client.on("error", onLost);
   try {
     // Session-level lock: two nodes starting at once migrate one after the other (docs/protocol.md §13.2).
     await client.query("SELECT pg_advisory_lock($1::bigint)", [MIGRATION_LOCK_KEY.toString()]);
@@ -1435,6 +1493,12 @@ async function migrate(pool: Queryable & Pick<Pool, "connect">, schema: string |
       await client.query("SELECT pg_advisory_unlock($1::bigint)", [MIGRATION_LOCK_KEY.toString()]);
     }
   } finally {
-    client.release();
+    client.removeListener("error", onLost);
+    client.release(lostError);
   }
+}
+
+/** A projection_control row as a ProjectionControl (BIGINT arrives as a string). */
+function controlOf(row: { paused: unknown; rebuild_from: unknown }): ProjectionControl {
+  return { paused: row.paused === true, rebuildFrom: row.rebuild_from === null ? null : Number(row.rebuild_from) };
 }

@@ -395,6 +395,11 @@ export const postgresMigrations: readonly Migration[] = buildMigrations([
   [],
   // The feed lock per schema (see feed-schema.ts).
   feedLockPerSchemaMigration,
+  // An operator's control of a projection (pause, a pending rebuild), read by whichever node runs it.
+  [
+    `CREATE TABLE IF NOT EXISTS projection_control (projection_name TEXT PRIMARY KEY,
+      paused BOOLEAN NOT NULL DEFAULT false, rebuild_from BIGINT NULL, updated_at TIMESTAMPTZ NOT NULL DEFAULT now())`,
+  ],
 ]);
 
 /**

@@ -122,4 +122,9 @@ export const sqliteMigrations: readonly Migration[] = buildMigrations([
   ],
   // Version 13 gives PostgreSQL's feed lock a key per schema; a SQLite database is one schema (nothing to do).
   [],
+  // An operator's control of a projection (pause, a pending rebuild), read by whoever runs it.
+  [
+    `CREATE TABLE IF NOT EXISTS projection_control (projection_name TEXT PRIMARY KEY,
+      paused INTEGER NOT NULL DEFAULT 0, rebuild_from INTEGER NULL, updated_at TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP)`,
+  ],
 ]);

@@ -9,6 +9,7 @@ import {
   PersistenceTimeoutError,
   ProjectionBehindRetentionError,
   ProjectionCheckpointConflictError,
+  ProjectionRebuildSupersededError,
   StaleShardOwnerError,
   StoreClosedError,
   UnsafeRetentionError,
@@ -17,12 +18,16 @@ import {
   checkEventQuery,
   checkFeedRow,
   checkOffset,
+  checkProjectionControlChange,
   checkProjectionName,
   checkTags,
+  defaultProjectionControl,
   type EventPage,
   type EventQuery,
   feedPage,
   type ProjectionBatchRequest,
+  type ProjectionControl,
+  type ProjectionControlChange,
   type ProjectionTransaction,
 } from "../feed.ts";
 import { eventsFingerprint, stateFingerprint } from "../fingerprint.ts";
@@ -656,13 +661,45 @@ export class SqliteStore implements PersistenceStore {
     return this.run("deleteProjectionOffset", () => this.s.deleteCheckpoint.run(name).changes === 1);
   }
 
+  async loadProjectionControl(name: string): Promise<ProjectionControl> {
+    this.open();
+    checkProjectionName(name);
+    const row = await this.run(
+      "loadProjectionControl",
+      () => this.s.selectControl.get(name) as { paused: number; rebuild_from: number | null } | undefined,
+    );
+    return row === undefined ? defaultProjectionControl : { paused: row.paused === 1, rebuildFrom: row.rebuild_from };
+  }
+
+  async setProjectionControl(name: string, change: ProjectionControlChange): Promise<ProjectionControl> {
+    this.open();
+    checkProjectionName(name);
+    const checked = checkProjectionControlChange(change);
+    const paused = checked.paused === undefined ? null : checked.paused ? 1 : 0;
+    const row = await this.run(
+      "setProjectionControl",
+      () =>
+        this.s.upsertControl.get(
+          name,
+          paused,
+          checked.rebuildFrom ?? null,
+          paused,
+          checked.rebuildFrom === undefined ? 0 : 1,
+          checked.rebuildFrom ?? null,
+        ) as { paused: number; rebuild_from: number | null },
+    );
+    return { paused: row.paused === 1, rebuildFrom: row.rebuild_from };
+  }
+
   runProjectionBatch<R>(request: ProjectionBatchRequest, work: (tx: ProjectionTransaction) => Promise<R>): Promise<R> {
     this.open();
     const name = checkProjectionName(request.name);
     const expected = checkOffset("expectedOffset", request.expectedOffset);
     const next = checkOffset("newOffset", request.newOffset);
     const fence = checkFence(request.fence);
-    const run = this.projectionQueue.then(() => this.projectionBatch(name, expected, next, fence, work));
+    const rebuild = request.completesRebuildFrom ?? null;
+    if (rebuild !== null) checkOffset("completesRebuildFrom", rebuild);
+    const run = this.projectionQueue.then(() => this.projectionBatch(name, expected, next, fence, rebuild, work));
     this.projectionQueue = run.catch(() => {});
     return run;
   }
@@ -672,6 +709,7 @@ export class SqliteStore implements PersistenceStore {
     expected: number,
     next: number,
     fence: ShardLeaseToken | null,
+    rebuild: number | null,
     work: (tx: ProjectionTransaction) => Promise<R>,
   ): Promise<R> {
     this.open();
@@ -719,6 +757,15 @@ export class SqliteStore implements PersistenceStore {
         },
       };
       const result = await work(tx);
+      if (rebuild !== null) {
+        const cleared = statements
+          .get(
+            `UPDATE projection_control SET rebuild_from = NULL, updated_at = CURRENT_TIMESTAMP
+              WHERE projection_name = ? AND rebuild_from = ?`,
+          )
+          .run(name, rebuild);
+        if (cleared.changes !== 1) throw new ProjectionRebuildSupersededError(name, rebuild);
+      }
       statements
         .get(
           `INSERT INTO projection_checkpoint (projection_name, event_offset) VALUES (?, ?)
@@ -969,6 +1016,14 @@ function prepare(db: SqliteDatabase) {
         ON CONFLICT (projection_name) DO UPDATE SET event_offset = excluded.event_offset, updated_at = CURRENT_TIMESTAMP`,
     ),
     deleteCheckpoint: p("DELETE FROM projection_checkpoint WHERE projection_name = ?"),
+    selectControl: p("SELECT paused, rebuild_from FROM projection_control WHERE projection_name = ?"),
+    // (name, paused, rebuildFrom, paused, given, rebuildFrom): a null paused keeps it; given = 0 keeps rebuild_from.
+    upsertControl: p(
+      `INSERT INTO projection_control (projection_name, paused, rebuild_from) VALUES (?, coalesce(?, 0), ?)
+        ON CONFLICT (projection_name) DO UPDATE SET paused = coalesce(?, paused),
+          rebuild_from = CASE WHEN ? = 1 THEN ? ELSE rebuild_from END, updated_at = CURRENT_TIMESTAMP
+        RETURNING paused, rebuild_from`,
+    ),
     // A projection whose checkpoint is below the largest offset a retention delete would remove (docs/protocol.md §13.1).
     laggingProjection: p(
       `SELECT c.projection_name, c.event_offset FROM projection_checkpoint c

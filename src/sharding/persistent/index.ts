@@ -11,10 +11,18 @@ export {
   type PersistentKind,
   type PersistentProviderOptions,
 } from "./persistent-provider.ts";
+export {
+  changeProjectionControl,
+  type ProjectionSliceControl,
+  readProjectionControl,
+  type ShardedProjectionControl,
+  shardedProjectionNames,
+} from "./projection-control.ts";
 export { MAX_PROJECTION_SLICES, projectionSliceName, projectionSliceOf } from "./projection-slices.ts";
 export {
   initProjection,
   KeepProjectionRunning,
+  ProjectionControlChanged,
   type ShardedProjection,
   type ShardedProjectionOptions,
 } from "./sharded-projection.ts";

@@ -44,6 +44,17 @@ export class KeepProjectionRunning {}
 MessageRegistry.register(KeepProjectionRunning);
 
 /**
+ * Sent to each slice's entity after an operator changed the projection's control rows (projection-control.ts): the
+ * owner reads them before its next batch rather than at its next poll. Only a hint: the rows are the decision, so a
+ * lost hint (a handoff in between) delays nothing beyond one poll interval of the next owner, which reads them first.
+ */
+export class ProjectionControlChanged {}
+MessageRegistry.register(ProjectionControlChanged);
+
+/** What a slice's entity receives. */
+export type ProjectionSliceMessage = KeepProjectionRunning | ProjectionControlChanged;
+
+/**
  * Options of {@link initProjection}: the sharding settings of the projection's routing name (except `shardCount`
  * and `partitioner`: a projection has one shard per slice) plus the slice count, the routing name and the keep-alive
  * interval. Durations in milliseconds. Every node must pass the same values.
@@ -86,8 +97,20 @@ export interface ShardedProjection {
 }
 
 /** The sharded projections of one system, so that the system's termination stops their keep-alive timers. */
-class ShardedProjections implements Extension {
+export class ShardedProjections implements Extension {
   readonly byRoutingName = new Map<string, { definition: Projection; handle: ShardedProjection }>();
+
+  /** The sharded projections of `system`. */
+  static of(system: ActorSystem): ShardedProjections {
+    return system.extension(shardedProjectionsId);
+  }
+
+  /** The handle of the projection called `name` initialised on this node, if any. */
+  named(name: string): ShardedProjection | undefined {
+    for (const { handle } of this.byRoutingName.values()) if (handle.name === name) return handle;
+    return undefined;
+  }
+
   async stop(): Promise<void> {
     for (const { handle } of this.byRoutingName.values()) handle.stopKeepAlive();
   }
@@ -103,7 +126,7 @@ const shardedProjectionsId: ExtensionId<ShardedProjections> = {
  * for the batch in flight, so the lease is released only after that batch committed or rolled back under the old
  * epoch; when the slice is fenced out it stops itself, and the provider checks the lease at once.
  */
-class ProjectionSliceOwner extends AbstractBehavior<KeepProjectionRunning> {
+class ProjectionSliceOwner extends AbstractBehavior<ProjectionSliceMessage> {
   private runner: ProjectionRunner | null = null;
   private detach: () => void = () => {};
 
@@ -115,7 +138,7 @@ class ProjectionSliceOwner extends AbstractBehavior<KeepProjectionRunning> {
     super();
   }
 
-  override preStart(context: ActorContext<KeepProjectionRunning>): void {
+  override preStart(context: ActorContext<ProjectionSliceMessage>): void {
     const runner = this.start();
     this.runner = runner;
     this.detach = Projections.get(this.system).attach(runner);
@@ -124,7 +147,8 @@ class ProjectionSliceOwner extends AbstractBehavior<KeepProjectionRunning> {
     void runner.done.then(() => context.self.tell(new KeepProjectionRunning()));
   }
 
-  receive(_message: KeepProjectionRunning, context: ActorContext<KeepProjectionRunning>): void {
+  receive(message: ProjectionSliceMessage, context: ActorContext<ProjectionSliceMessage>): void {
+    if (message instanceof ProjectionControlChanged) this.runner?.controlChanged();
     const status = this.runner?.status;
     if (status === "stale" || status === "stopped") context.stop(context.self);
   }
@@ -194,15 +218,15 @@ export function initProjection(
   }
   const local = new Map<number, ProjectionRunner>();
   const startSlice = (index: number, fence: ShardLeaseToken): ProjectionRunner => {
-    const only = slices === 1 ? null : (event: FeedEvent) => projectionSliceOf(event.persistenceId, slices) === index;
+    const owns = slices === 1 ? null : (persistenceId: string) => projectionSliceOf(persistenceId, slices) === index;
+    const only = owns === null ? null : (event: FeedEvent) => owns(event.persistenceId);
+    // The operator's pause and rebuild live in the slice's control row: every owner, after a handoff or a restart,
+    // follows them from its first batch on (projection-control.ts).
     return ProjectionRunner.start(
       { ...definition, name: sliceNames[index]! },
       Database.get(system).store,
       system.scheduler,
-      {
-        fence,
-        only,
-      },
+      { fence, only, owns, durableControl: true },
     );
   };
   // Checks the backend and the settings against an earlier init, also when this node already has the handle.
@@ -261,6 +285,6 @@ export function initProjection(
 }
 
 /** The entity of an id that is no slice (sent by someone else): accepts keep-alives and does nothing. */
-class IdleSlice extends AbstractBehavior<KeepProjectionRunning> {
+class IdleSlice extends AbstractBehavior<ProjectionSliceMessage> {
   receive(): void {}
 }

@@ -4,10 +4,16 @@
  * `movie/sharding/persistent` (as `movie/remote` adds `system.enableRemoting`), so ordinary sharding loads no
  * persistence code and persistent entities are still initialised with a method like every other type.
  */
-import type { EntityType, Projection } from "../../persistence/index.ts";
+import { type EntityType, InvalidPersistenceRequestError, type Projection } from "../../persistence/index.ts";
 import { ClusterSharding } from "../cluster-sharding.ts";
 import type { ShardedEntityType } from "../entity-ref.ts";
 import { initPersistent, type PersistentShardingOptions } from "./init-persistent.ts";
+import {
+  changeProjectionControl,
+  readProjectionControl,
+  type ShardedProjectionControl,
+  shardedProjectionNames,
+} from "./projection-control.ts";
 import { initProjection, type ShardedProjection, type ShardedProjectionOptions } from "./sharded-projection.ts";
 
 declare module "../cluster-sharding.ts" {
@@ -38,6 +44,32 @@ declare module "../cluster-sharding.ts" {
      * @throws InvalidPersistenceRequestError for a malformed definition
      */
     initProjection(definition: Projection, options?: ShardedProjectionOptions): ShardedProjection;
+    /** The names of the projections initialised on this node with initProjection, sorted. */
+    projectionNames(): string[];
+    /**
+     * The stored control (paused, pending rebuild) and checkpoint of each slice of projection `name`.
+     * @throws UnknownShardedProjectionError when this node did not initialise it
+     */
+    projectionControl(name: string): Promise<ShardedProjectionControl>;
+    /**
+     * Pauses projection `name` cluster-wide: every slice's control row says paused, so its owner stops after the
+     * batch in flight, and so does every later owner (handoff, restart) until resumed. Resolves once stored.
+     * @throws UnknownShardedProjectionError when this node did not initialise it
+     */
+    pauseProjection(name: string): Promise<ShardedProjectionControl>;
+    /**
+     * Resumes projection `name` cluster-wide (see {@link ClusterSharding.pauseProjection}).
+     * @throws UnknownShardedProjectionError when this node did not initialise it
+     */
+    resumeProjection(name: string): Promise<ShardedProjectionControl>;
+    /**
+     * Rebuilds projection `name` from `fromOffset` cluster-wide: each slice's owner, now or after a handoff, runs the
+     * definition's `reset` and moves the slice's checkpoint to `fromOffset` in one fenced transaction that clears the
+     * request, then handles the events after it again: once per rebuild. Works while paused (the slice stays paused).
+     * @throws UnknownShardedProjectionError when this node did not initialise it
+     * @throws InvalidPersistenceRequestError when `fromOffset` is not a whole number ≥ 0
+     */
+    rebuildProjection(name: string, fromOffset: number): Promise<ShardedProjectionControl>;
   }
 }
 
@@ -63,4 +95,41 @@ ClusterSharding.prototype.initProjection = function initShardedProjection(
   options: ShardedProjectionOptions = {},
 ): ShardedProjection {
   return initProjection(this, definition, options);
+};
+
+ClusterSharding.prototype.projectionNames = function projectionNames(this: ClusterSharding): string[] {
+  return shardedProjectionNames(this);
+};
+
+ClusterSharding.prototype.projectionControl = function projectionControl(
+  this: ClusterSharding,
+  name: string,
+): Promise<ShardedProjectionControl> {
+  return readProjectionControl(this, name);
+};
+
+ClusterSharding.prototype.pauseProjection = function pauseProjection(
+  this: ClusterSharding,
+  name: string,
+): Promise<ShardedProjectionControl> {
+  return changeProjectionControl(this, name, { paused: true });
+};
+
+ClusterSharding.prototype.resumeProjection = function resumeProjection(
+  this: ClusterSharding,
+  name: string,
+): Promise<ShardedProjectionControl> {
+  return changeProjectionControl(this, name, { paused: false });
+};
+
+ClusterSharding.prototype.rebuildProjection = function rebuildProjection(
+  this: ClusterSharding,
+  name: string,
+  fromOffset: number,
+): Promise<ShardedProjectionControl> {
+  // null would withdraw a pending rebuild: not what "rebuild" means.
+  if (typeof fromOffset !== "number") {
+    return Promise.reject(new InvalidPersistenceRequestError("fromOffset", "expected a whole number ≥ 0"));
+  }
+  return changeProjectionControl(this, name, { rebuildFrom: fromOffset });
 };

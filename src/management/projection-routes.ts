@@ -1,0 +1,138 @@
+/**
+ * The management endpoint's projection routes (docs/operations.md, "Projections"): what runs where, and pause /
+ * resume / rebuild-from-offset. A sharded projection (sharding.initProjection) is operated cluster-wide through its
+ * control rows (sharding/persistent/projection-control.ts), so any node that initialised it can be asked; a
+ * projection started with Projections.start on this node is operated on this node only, in memory. Everything from
+ * the request is checked here: the name's length, the action, the query parameters and the offset's digits.
+ */
+import type { ActorSystem } from "../actor/index.ts";
+import { errorText } from "../actor/untrusted.ts";
+import { type ProjectionStats, Projections } from "../persistence/index.ts";
+import type { ClusterSharding } from "../sharding/index.ts";
+import type { ShardedProjectionControl } from "../sharding/persistent/index.ts";
+import { ManagementRequestError } from "./errors.ts";
+import { shardingOf } from "./views.ts";
+
+/** The projection operations an operator can ask for. */
+export type ProjectionAction = "pause" | "resume" | "rebuild";
+
+/** The sharding projection methods, present once `movie/sharding/persistent` is loaded. */
+interface ProjectionMethods {
+  projectionNames(): string[];
+  projectionControl(name: string): Promise<ShardedProjectionControl>;
+  pauseProjection(name: string): Promise<ShardedProjectionControl>;
+  resumeProjection(name: string): Promise<ShardedProjectionControl>;
+  rebuildProjection(name: string, fromOffset: number): Promise<ShardedProjectionControl>;
+}
+
+function refuse(status: number, code: string, message: string): never {
+  throw new ManagementRequestError(status, code, message);
+}
+
+/** The sharding methods of projections on this node, or null when sharding or its persistent module is not loaded. */
+function projectionMethods(system: ActorSystem): ProjectionMethods | null {
+  const sharding: (ClusterSharding & Partial<ProjectionMethods>) | undefined = shardingOf(system);
+  if (sharding === undefined || typeof sharding.projectionNames !== "function") return null;
+  return sharding as ClusterSharding & ProjectionMethods;
+}
+
+function localRunners(system: ActorSystem): Projections | undefined {
+  return system.hasExtension<Projections>({ key: "movie.persistence.projections", create: (s) => Projections.get(s) });
+}
+
+/** A projection name from a path segment. @throws ManagementRequestError 400 beyond 1..256 characters */
+export function projectionNameOf(text: string): string {
+  if (text.length === 0 || text.length > 256) {
+    refuse(400, "InvalidProjectionName", "a projection name has 1 to 256 characters");
+  }
+  return text;
+}
+
+/** `GET /projections`: the sharded projections initialised here (stored control) and the runners on this node. */
+export async function projectionsView(system: ActorSystem): Promise<Record<string, unknown>> {
+  const methods = projectionMethods(system);
+  const sharded: ShardedProjectionControl[] = [];
+  for (const name of methods?.projectionNames() ?? []) sharded.push(await methods!.projectionControl(name));
+  return { sharded, running: localRunners(system)?.stats ?? [] };
+}
+
+/** `GET /projections/:name`. @throws ManagementRequestError 404 for a projection unknown here */
+export async function projectionView(system: ActorSystem, name: string): Promise<Record<string, unknown>> {
+  const methods = projectionMethods(system);
+  const running: ProjectionStats[] = (localRunners(system)?.stats ?? []).filter(
+    (s) => s.name === name || s.name.startsWith(`${name}/slice-`),
+  );
+  if (methods?.projectionNames().includes(name)) {
+    return { ...(await methods.projectionControl(name)), sharded: true, running };
+  }
+  if (running.length > 0) return { name, sharded: false, running };
+  return unknown(name);
+}
+
+function unknown(name: string): never {
+  return refuse(
+    404,
+    "UnknownProjection",
+    `no projection ${JSON.stringify(name.slice(0, 100))} runs or was initialised on this node; GET /projections lists them`,
+  );
+}
+
+/**
+ * The rebuild offset of `?from=N`, the only parameter a rebuild takes (pause and resume take none).
+ * @throws ManagementRequestError 400 for any other parameter, a repeated or missing `from`, or not a whole number
+ */
+export function actionOffset(action: ProjectionAction, query: URLSearchParams): number | null {
+  const keys = [...query.keys()];
+  if (action !== "rebuild") {
+    if (keys.length > 0) refuse(400, "UnknownParameter", `${action} takes no query parameters`);
+    return null;
+  }
+  if (keys.some((k) => k !== "from"))
+    refuse(400, "UnknownParameter", "the only query parameter of a rebuild is from=<offset>");
+  const from = query.getAll("from");
+  if (from.length !== 1) refuse(400, "InvalidOffset", "a rebuild needs exactly one from=<offset>");
+  const text = from[0]!;
+  const offset = /^(0|[1-9][0-9]{0,15})$/.test(text) ? Number(text) : -1;
+  if (!Number.isSafeInteger(offset) || offset < 0) {
+    refuse(400, "InvalidOffset", "from must be a feed offset: a whole number from 0 to 2^53 - 1");
+  }
+  return offset;
+}
+
+/**
+ * Carries out `action` on projection `name`: cluster-wide for a sharded projection initialised here, else on this
+ * node's runner of that name. Returns the audit target and the 202 body.
+ * @throws ManagementRequestError 404 for a projection unknown here, 409 when the store refuses
+ */
+export async function projectionAction(
+  system: ActorSystem,
+  name: string,
+  action: ProjectionAction,
+  offset: number | null,
+): Promise<{ readonly target: string; readonly body: Record<string, unknown> }> {
+  const target = `${name}${offset === null ? "" : ` from ${offset}`}`;
+  const methods = projectionMethods(system);
+  if (methods?.projectionNames().includes(name)) {
+    let control: ShardedProjectionControl;
+    try {
+      control =
+        action === "pause"
+          ? await methods.pauseProjection(name)
+          : action === "resume"
+            ? await methods.resumeProjection(name)
+            : await methods.rebuildProjection(name, offset!);
+    } catch (error) {
+      return refuse(409, "ProjectionControlFailed", errorText(error));
+    }
+    return { target, body: { accepted: true, action, scope: "cluster", ...control } };
+  }
+  const runner = localRunners(system)?.get(name);
+  if (runner === undefined) return unknown(name);
+  if (action === "pause") runner.pause();
+  else if (action === "resume") runner.resume();
+  else {
+    // Resolves once the checkpoint moved; a rebuild that fails (a store error) is in the runner's lastError.
+    runner.rebuildFrom(offset!).catch(() => {});
+  }
+  return { target, body: { accepted: true, action, scope: "node", name, stats: runner.stats } };
+}
