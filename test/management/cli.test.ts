@@ -352,12 +352,14 @@ test("leave --wait follows the member's shards with a progress line until it is 
   ]);
   assert.equal(run.code, 0, run.stdout + run.stderr);
   const lines = run.stdout.trim().split("\n");
-  assert.match(
-    lines[0]!,
-    new RegExp(
-      `^leaving ${nodes[victim]!.ready.address.replace(/[.#]/g, "\\$&")}: (Up|Leaving|Exiting), owns \\d+ shards?$`,
-    ),
+  // Every line before the last is a progress line. On a loaded host the leave can complete before the command's first
+  // poll (seen in npm test at load 20): then "removed" is the only line. The stub endpoint of cli-timeouts.test.ts
+  // pins the progress line of a member that stays.
+  const progress = new RegExp(
+    `^leaving ${nodes[victim]!.ready.address.replace(/[.#]/g, "\\$&")}: (Up|Leaving|Exiting), owns \\d+ shards?$`,
   );
+  for (const line of lines.slice(0, -1)) assert.match(line, progress);
+  if (lines.length === 1) console.log("# the leave completed before the first poll: no progress line");
   assert.match(lines[lines.length - 1]!, /removed; its shards moved to the other members$/);
   const after = json(await inProcess(["members", "--url", url(leader), "--json"])) as {
     members: { address: string }[];
