@@ -146,7 +146,7 @@ const sharding = ClusterSharding.get(system);
 const types = new Map<string, ShardedEntityType<BenchCommand>>();
 const acks = new AckCollector();
 const ackRef = system.spawn(acks, "acks");
-system.spawn(new Sink(), "sink");
+const localSink = system.spawn(new Sink(), "sink");
 const [rawSink, rawEcho] = await Promise.all([
   listenLoopback(rawSinkServer(false, ackEvery)),
   listenLoopback(rawEchoServer()),
@@ -332,6 +332,21 @@ async function handle(command: Command): Promise<object> {
       const rate = await tellRun((seq) => refs[seq]!.tell(new Touch(), ackRef), refs.length, Number(command.window));
       return { rate, entities: ids.length };
     }
+    case "localTell": {
+      // The in-process ceiling: this process's own sink, no sharding between.
+      const rate = await tellRun(
+        (seq) => localSink.tell(new Work(seq, payloadText), ackRef),
+        Number(command.count),
+        Number(command.window),
+      );
+      return { rate };
+    }
+    case "localAsk":
+      return askRun(
+        (seq) => localSink.ask(new Ping(seq, payloadText), Pong, 10_000),
+        Number(command.count),
+        Number(command.inFlight),
+      );
     case "plainTell": {
       const sink = system.actorSelection(`${command.address}/user/sink`);
       const rate = await tellRun(
