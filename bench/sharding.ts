@@ -78,6 +78,11 @@ interface Ready {
   rawSink: number;
   rawEcho: number;
 }
+/** A throughput run's answer: messages per second and the answering process's CPU µs per message. */
+interface Rated {
+  rate: number;
+  cpuUs: number;
+}
 interface Status {
   node: string;
   coordinator: string | null;
@@ -213,6 +218,7 @@ async function memory(): Promise<Record<string, number>> {
   const terminateMs = (await node.shutdown<{ terminateMs: number }>())?.terminateMs ?? Number.NaN;
   row(`heap per active entity (${m.entities} on one node)`, m.bytesPerEntity!, "bytes", m.plainBytes!, "plain Map");
   row("activations/s, single node (caller = coordinator = owner)", m.activationRate!, "/s", m.spawnRate!, "spawn");
+  row("CPU per activation, single node", m.activationCpuUs!, "µs", m.spawnCpuUs!, "spawn");
   row(`terminate a node with ${m.entities} entities`, terminateMs, "ms");
   return { ...m, terminateMs };
 }
@@ -243,6 +249,10 @@ async function routing(): Promise<Record<string, unknown>> {
   const rawRates: number[] = [];
   const plainRates: number[] = [];
   let frameBytes = 0;
+  // The receiving node's CPU per plain remote tell (the owner's, over the plainTell rounds): the least a node that
+  // takes a message off the network pays, beside the coordinator's and the owner's CPU per sharded tell.
+  const plainReceiveCpu: number[] = [];
+  const cpuOf = async (n: BenchNode) => (await n.request<{ cpuUs: number }>({ type: "cpu" })).cpuUs;
   const ceilingRound = async (): Promise<void> => {
     const r = await third.request<{ rate: number; frameBytes: number }>({
       type: "rawTell",
@@ -252,6 +262,7 @@ async function routing(): Promise<Record<string, unknown>> {
     });
     rawRates.push(r.rate);
     frameBytes = r.frameBytes;
+    const ownerCpu0 = await cpuOf(owner);
     const p = await third.request<{ rate: number }>({
       type: "plainTell",
       address: target.address,
@@ -259,6 +270,7 @@ async function routing(): Promise<Record<string, unknown>> {
       window: tellWindow,
     });
     plainRates.push(p.rate);
+    plainReceiveCpu.push(((await cpuOf(owner)) - ownerCpu0) / tellRound);
   };
   await ceilingRound();
   const rawRtt = await third.request<{ rate: number; p50: number; p99: number }>({
@@ -289,12 +301,11 @@ async function routing(): Promise<Record<string, unknown>> {
     ] as const
   ).filter(([part]) => runs(part));
   // The in-process ceiling: a plain tell and ask to an actor of the caller's own process (no sharding), in rounds.
-  const localTellRates: number[] = [];
-  const localAsks: { rate: number }[] = [];
+  const localTells: Rated[] = [];
+  const localAsks: Rated[] = [];
   const localCeilingRound = async (): Promise<void> => {
-    const t = await coordinator.request<{ rate: number }>({ type: "localTell", count: tellRound, window: tellWindow });
-    localTellRates.push(t.rate);
-    localAsks.push(await coordinator.request<{ rate: number }>({ type: "localAsk", count: parallelAsks, inFlight }));
+    localTells.push(await coordinator.request<Rated>({ type: "localTell", count: tellRound, window: tellWindow }));
+    localAsks.push(await coordinator.request<Rated>({ type: "localAsk", count: parallelAsks, inFlight }));
   };
   const results: Record<string, unknown> = {
     rawRates,
@@ -309,9 +320,9 @@ async function routing(): Promise<Record<string, unknown>> {
   const measured: {
     name: string;
     local: boolean;
-    tell: { rate: number };
+    tell: { rate: number; cpuUs: number; coordinatorCpuUs: number; ownerCpuUs: number };
     ask1: { p50: number; p99: number };
-    askN: { rate: number };
+    askN: Rated;
   }[] = [];
   for (const [i, [part, name, caller, entityOwner]] of scenarios.entries()) {
     say(name);
@@ -328,8 +339,13 @@ async function routing(): Promise<Record<string, unknown>> {
     });
     await caller.request({ type: "shardedTell", name: "Bench", ids, count: 16_000, window: tellWindow });
     const tellRates: number[] = [];
+    const tellCpu: number[] = [];
+    // The coordinator's and the owner's CPU over the tell rounds, per message (they are other processes when the
+    // caller is not the coordinator): what a hop costs there, whatever else loads the host.
+    const coordinatorCpu0 = await cpuOf(coordinator);
+    const ownerCpu0 = await cpuOf(entityOwner);
     for (let round = 0; round < tellRounds; round++) {
-      const r = await caller.request<{ rate: number }>({
+      const r = await caller.request<Rated>({
         type: "shardedTell",
         name: "Bench",
         ids,
@@ -337,8 +353,17 @@ async function routing(): Promise<Record<string, unknown>> {
         window: tellWindow,
       });
       tellRates.push(r.rate);
+      tellCpu.push(r.cpuUs);
     }
-    const tell = { rate: median(tellRates), rounds: tellRates };
+    const told = tellRounds * tellRound;
+    const tell = {
+      rate: median(tellRates),
+      rounds: tellRates,
+      cpuUs: median(tellCpu),
+      cpuRounds: tellCpu,
+      coordinatorCpuUs: ((await cpuOf(coordinator)) - coordinatorCpu0) / told,
+      ownerCpuUs: ((await cpuOf(entityOwner)) - ownerCpu0) / told,
+    };
     await caller.request({ type: "shardedAsk", name: "Bench", ids, count: 500, inFlight: 1 });
     const ask1 = await caller.request<{ rate: number; p50: number; p99: number }>({
       type: "shardedAsk",
@@ -347,7 +372,7 @@ async function routing(): Promise<Record<string, unknown>> {
       count: sequentialAsks,
       inFlight: 1,
     });
-    const askN = await caller.request<{ rate: number; p50: number; p99: number }>({
+    const askN = await caller.request<Rated & { p50: number; p99: number }>({
       type: "shardedAsk",
       name: "Bench",
       ids,
@@ -376,12 +401,22 @@ async function routing(): Promise<Record<string, unknown>> {
   row("movie remote ask p50 (1 in flight)", plainAsk1.p50, "ms", rawRtt.p50, "raw rtt");
   row("movie remote ask p99 (1 in flight)", plainAsk1.p99, "ms");
   row(`movie remote ask, ${inFlight} in flight`, plainAskN.rate, "asks/s");
-  const localTell = median(localTellRates);
+  results.plainReceiveCpu = plainReceiveCpu;
+  row(
+    "receiver CPU per movie remote tell (ceiling)",
+    median(plainReceiveCpu),
+    "µs",
+    median(plainReceiveCpu),
+    "remote receive",
+  );
+  const localTell = median(localTells.map((t) => t.rate));
   const localAsk = median(localAsks.map((a) => a.rate));
-  if (localTellRates.length > 0) {
+  const localTellCpu = median(localTells.map((t) => t.cpuUs));
+  const localAskCpu = median(localAsks.map((a) => a.cpuUs));
+  if (localTells.length > 0) {
     row("plain local tell, caller's own process (in-process ceiling)", localTell, "msg/s", localTell, "local tell");
     row(`plain local ask, ${inFlight} in flight (in-process ceiling)`, localAsk, "asks/s", localAsk, "local ask");
-    results.localTellRates = localTellRates;
+    results.localTells = localTells;
     results.localAsks = localAsks;
   }
   for (const m of measured) {
@@ -393,6 +428,17 @@ async function routing(): Promise<Record<string, unknown>> {
     row(`sharded ask, ${m.name}, ${inFlight} in flight`, m.askN.rate, "asks/s", askCeiling, askOf);
     row(`sharded ask p50, ${m.name}, 1 in flight`, m.ask1.p50, "ms", rttCeiling, "raw rtt");
     row(`sharded ask p99, ${m.name}, 1 in flight`, m.ask1.p99, "ms");
+    if (!m.local) {
+      const receive = median(plainReceiveCpu);
+      row(`coordinator CPU per sharded tell, ${m.name}`, m.tell.coordinatorCpuUs, "µs", receive, "remote receive");
+      row(`owner CPU per sharded tell, ${m.name}`, m.tell.ownerCpuUs, "µs", receive, "remote receive");
+    }
+    if (m.local) {
+      // Every part of an in-process message runs in this one process: its CPU time per message is the whole cost,
+      // and other load on the host disturbs it far less than the rate.
+      row(`CPU per sharded tell, ${m.name}`, m.tell.cpuUs, "µs", localTellCpu, "local tell");
+      row(`CPU per sharded ask, ${m.name}, ${inFlight} in flight`, m.askN.cpuUs, "µs", localAskCpu, "local ask");
+    }
   }
   if (act !== null) {
     row("activations/s, caller = coordinator, owner remote", act.rate, "/s", plain, "remote tell");
