@@ -146,7 +146,7 @@ const sharding = ClusterSharding.get(system);
 const types = new Map<string, ShardedEntityType<BenchCommand>>();
 const acks = new AckCollector();
 const ackRef = system.spawn(acks, "acks");
-system.spawn(new Sink(), "sink");
+const localSink = system.spawn(new Sink(), "sink");
 const [rawSink, rawEcho] = await Promise.all([
   listenLoopback(rawSinkServer(false, ackEvery)),
   listenLoopback(rawEchoServer()),
@@ -206,7 +206,26 @@ async function waitAcks(target: number): Promise<void> {
 
 /** Tells `count` messages round robin to `targets` with at most `window` unacknowledged; msg/s. */
 async function tellRun(send: (seq: number) => void, count: number, window: number): Promise<number> {
+  return (await tellRunCpu(send, count, window)).rate;
+}
+
+/** This process's CPU time (user + system, all threads) in µs since `since` (process.cpuUsage), per `count`. */
+function cpuUsPer(since: NodeJS.CpuUsage, count: number): number {
+  const used = process.cpuUsage(since);
+  return (used.user + used.system) / count;
+}
+
+/**
+ * {@link tellRun} with this process's CPU µs per message: when caller, coordinator and owner are this process, the
+ * whole cost of a message, a figure that load from other processes on the host disturbs far less than the rate.
+ */
+async function tellRunCpu(
+  send: (seq: number) => void,
+  count: number,
+  window: number,
+): Promise<{ rate: number; cpuUs: number }> {
   const base = acks.acked;
+  const cpu = process.cpuUsage();
   const started = clock.now();
   let sent = 0;
   while (sent < count) {
@@ -214,13 +233,14 @@ async function tellRun(send: (seq: number) => void, count: number, window: numbe
     await new Promise<void>((r) => (acks.waiter = r));
   }
   await waitAcks(base + count);
-  return (count / (clock.now() - started)) * 1000;
+  return { rate: (count / (clock.now() - started)) * 1000, cpuUs: cpuUsPer(cpu, count) };
 }
 
 /** `count` asks with `inFlight` outstanding; rate and sorted latencies (ms). */
 async function askRun(ask: (seq: number) => Promise<unknown>, count: number, inFlight: number) {
   const latencies: number[] = [];
   let next = 0;
+  const cpu = process.cpuUsage();
   const started = clock.now();
   const worker = async (): Promise<void> => {
     while (next < count) {
@@ -232,8 +252,9 @@ async function askRun(ask: (seq: number) => Promise<unknown>, count: number, inF
   };
   await Promise.all(Array.from({ length: inFlight }, worker));
   const rate = (count / (clock.now() - started)) * 1000;
+  const cpuUs = cpuUsPer(cpu, count);
   latencies.sort((a, b) => a - b);
-  return { rate, p50: pct(latencies, 50), p99: pct(latencies, 99) };
+  return { rate, cpuUs, p50: pct(latencies, 50), p99: pct(latencies, 99) };
 }
 
 function gc(): void {
@@ -264,17 +285,20 @@ async function memoryRun(type: ShardedEntityType<BenchCommand>, count: number) {
   gc();
   const before = process.memoryUsage().heapUsed;
   const beforeEntities = sharding.localEntityCount;
+  const cpu = process.cpuUsage();
   const t0 = clock.now();
   const base = touched;
   for (let i = 0; i < count; i++) sharding.entityRefFor(type, `m-${i}`).tell(new Touch());
   while (touched - base < count) await sleep(1);
   const activationRate = (count / (clock.now() - t0)) * 1000;
+  const activationCpuUs = cpuUsPer(cpu, count);
   await sleep(50);
   gc();
   const after = process.memoryUsage().heapUsed;
   const entities = sharding.localEntityCount - beforeEntities;
   // Measured after the entity figures, so that its garbage never counts against them.
   // Spawn ceiling: plain actors started under /user, the floor of an activation.
+  const spawnCpu = process.cpuUsage();
   const spawnStarted = clock.now();
   let started = 0;
   class Started extends AbstractBehavior<unknown> {
@@ -287,9 +311,18 @@ async function memoryRun(type: ShardedEntityType<BenchCommand>, count: number) {
   for (let i = 0; i < count; i++) spawned.push(system.spawn(new Started()));
   while (started < count) await sleep(1);
   const spawnRate = (count / (clock.now() - spawnStarted)) * 1000;
+  const spawnCpuUs = cpuUsPer(spawnCpu, count);
   for (const ref of spawned) ref.sendSystem(STOP);
   spawned.length = 0;
-  return { entities, bytesPerEntity: (after - before) / entities, plainBytes, activationRate, spawnRate };
+  return {
+    entities,
+    bytesPerEntity: (after - before) / entities,
+    plainBytes,
+    activationRate,
+    activationCpuUs,
+    spawnRate,
+    spawnCpuUs,
+  };
 }
 
 async function handle(command: Command): Promise<object> {
@@ -308,12 +341,11 @@ async function handle(command: Command): Promise<object> {
       const refs = (command.ids as string[]).map((id) => sharding.entityRefFor(type, id));
       const count = Number(command.count);
       if (count % (refs.length * ackEvery) !== 0) throw new Error("tell count must be a multiple of ids × ackEvery");
-      const rate = await tellRun(
+      return tellRunCpu(
         (seq) => refs[seq % refs.length]!.tell(new Work(seq, payloadText), ackRef),
         count,
         Number(command.window),
       );
-      return { rate };
     }
     case "shardedAsk": {
       const type = typeNamed(command.name);
@@ -332,6 +364,25 @@ async function handle(command: Command): Promise<object> {
       const rate = await tellRun((seq) => refs[seq]!.tell(new Touch(), ackRef), refs.length, Number(command.window));
       return { rate, entities: ids.length };
     }
+    case "localTell": {
+      // The in-process ceiling: this process's own sink, no sharding between.
+      return tellRunCpu(
+        (seq) => localSink.tell(new Work(seq, payloadText), ackRef),
+        Number(command.count),
+        Number(command.window),
+      );
+    }
+    case "cpu": {
+      // This process's CPU time so far (µs): the driver takes differences around a run on another node.
+      const used = process.cpuUsage();
+      return { cpuUs: used.user + used.system };
+    }
+    case "localAsk":
+      return askRun(
+        (seq) => localSink.ask(new Ping(seq, payloadText), Pong, 10_000),
+        Number(command.count),
+        Number(command.inFlight),
+      );
     case "plainTell": {
       const sink = system.actorSelection(`${command.address}/user/sink`);
       const rate = await tellRun(

@@ -6,6 +6,10 @@
 //     length-prefixed frames over a plain socket, and a plain Movie remote tell and ask);
 //  4. two nodes: handoff of 256 shards holding 10k active entities when their owner leaves gracefully.
 // Figures are measurements, never assertions. Counts are bounded; results go to bench/results/sharding.json.
+// `--only=<parts>` (comma-separated) runs a subset, to compare two commits in alternating pairs quickly: allocation,
+// memory (with the single-node activations), local (caller = coordinator = owner), 1-hop, 2-hop-owner, 2-hop (caller
+// = third node), handoff; e.g. `npm run bench:sharding -- --only=memory,local,2-hop`. Every routing part measures
+// its ceilings in the same run.
 import { mkdirSync, writeFileSync } from "node:fs";
 import { cpus } from "node:os";
 import { fileURLToPath } from "node:url";
@@ -42,6 +46,24 @@ const planMembers = 100;
 /** The node processes' hot message types declare binary fields unless MOVIE_BENCH_JSON=1 (bench/sharding-node.ts). */
 const payload = process.env.MOVIE_BENCH_JSON !== "1" ? "binary codec" : "JSON";
 
+const parts = ["allocation", "memory", "local", "1-hop", "2-hop-owner", "2-hop", "handoff"] as const;
+type Part = (typeof parts)[number];
+const onlyArg = process.argv.slice(2).find((a) => a.startsWith("--only="));
+const selected: ReadonlySet<Part> = new Set(
+  onlyArg === undefined
+    ? parts
+    : onlyArg
+        .slice("--only=".length)
+        .split(",")
+        .map((word) => {
+          if (!(parts as readonly string[]).includes(word)) {
+            throw new Error(`bench: unknown part ${JSON.stringify(word)} in --only (one of ${parts.join(", ")})`);
+          }
+          return word as Part;
+        }),
+);
+const runs = (part: Part): boolean => selected.has(part);
+
 const nodeScript = fileURLToPath(new URL("./sharding-node.ts", import.meta.url));
 const runStarted = clock.now();
 /** Progress on stderr, so the table on stdout stays clean. */
@@ -55,6 +77,11 @@ interface Ready {
   address: string;
   rawSink: number;
   rawEcho: number;
+}
+/** A throughput run's answer: messages per second and the answering process's CPU µs per message. */
+interface Rated {
+  rate: number;
+  cpuUs: number;
 }
 interface Status {
   node: string;
@@ -191,6 +218,7 @@ async function memory(): Promise<Record<string, number>> {
   const terminateMs = (await node.shutdown<{ terminateMs: number }>())?.terminateMs ?? Number.NaN;
   row(`heap per active entity (${m.entities} on one node)`, m.bytesPerEntity!, "bytes", m.plainBytes!, "plain Map");
   row("activations/s, single node (caller = coordinator = owner)", m.activationRate!, "/s", m.spawnRate!, "spawn");
+  row("CPU per activation, single node", m.activationCpuUs!, "µs", m.spawnCpuUs!, "spawn");
   row(`terminate a node with ${m.entities} entities`, terminateMs, "ms");
   return { ...m, terminateMs };
 }
@@ -221,6 +249,10 @@ async function routing(): Promise<Record<string, unknown>> {
   const rawRates: number[] = [];
   const plainRates: number[] = [];
   let frameBytes = 0;
+  // The receiving node's CPU per plain remote tell (the owner's, over the plainTell rounds): the least a node that
+  // takes a message off the network pays, beside the coordinator's and the owner's CPU per sharded tell.
+  const plainReceiveCpu: number[] = [];
+  const cpuOf = async (n: BenchNode) => (await n.request<{ cpuUs: number }>({ type: "cpu" })).cpuUs;
   const ceilingRound = async (): Promise<void> => {
     const r = await third.request<{ rate: number; frameBytes: number }>({
       type: "rawTell",
@@ -230,6 +262,7 @@ async function routing(): Promise<Record<string, unknown>> {
     });
     rawRates.push(r.rate);
     frameBytes = r.frameBytes;
+    const ownerCpu0 = await cpuOf(owner);
     const p = await third.request<{ rate: number }>({
       type: "plainTell",
       address: target.address,
@@ -237,6 +270,7 @@ async function routing(): Promise<Record<string, unknown>> {
       window: tellWindow,
     });
     plainRates.push(p.rate);
+    plainReceiveCpu.push(((await cpuOf(owner)) - ownerCpu0) / tellRound);
   };
   await ceilingRound();
   const rawRtt = await third.request<{ rate: number; p50: number; p99: number }>({
@@ -258,12 +292,21 @@ async function routing(): Promise<Record<string, unknown>> {
     count: parallelAsks,
     inFlight,
   });
-  const scenarios: [string, BenchNode, BenchNode][] = [
-    ["caller = coordinator = owner (no network)", coordinator, coordinator],
-    ["caller = coordinator, owner remote (1 hop)", coordinator, owner],
-    ["caller = owner, via coordinator (2 hops)", owner, owner],
-    ["caller = third node (2 hops)", third, owner],
-  ];
+  const scenarios = (
+    [
+      ["local", "caller = coordinator = owner (no network)", coordinator, coordinator],
+      ["1-hop", "caller = coordinator, owner remote (1 hop)", coordinator, owner],
+      ["2-hop-owner", "caller = owner, via coordinator (2 hops)", owner, owner],
+      ["2-hop", "caller = third node (2 hops)", third, owner],
+    ] as const
+  ).filter(([part]) => runs(part));
+  // The in-process ceiling: a plain tell and ask to an actor of the caller's own process (no sharding), in rounds.
+  const localTells: Rated[] = [];
+  const localAsks: Rated[] = [];
+  const localCeilingRound = async (): Promise<void> => {
+    localTells.push(await coordinator.request<Rated>({ type: "localTell", count: tellRound, window: tellWindow }));
+    localAsks.push(await coordinator.request<Rated>({ type: "localAsk", count: parallelAsks, inFlight }));
+  };
   const results: Record<string, unknown> = {
     rawRates,
     plainRates,
@@ -277,12 +320,16 @@ async function routing(): Promise<Record<string, unknown>> {
   const measured: {
     name: string;
     local: boolean;
-    tell: { rate: number };
+    tell: { rate: number; cpuUs: number; coordinatorCpuUs: number; ownerCpuUs: number };
     ask1: { p50: number; p99: number };
-    askN: { rate: number };
+    askN: Rated;
   }[] = [];
-  for (const [i, [name, caller, entityOwner]] of scenarios.entries()) {
+  for (const [i, [part, name, caller, entityOwner]] of scenarios.entries()) {
     say(name);
+    if (part === "local") {
+      await coordinator.request({ type: "localTell", count: 16_000, window: tellWindow });
+      for (let round = 0; round < tellRounds; round++) await localCeilingRound();
+    }
     const { ids } = await caller.request<{ ids: string[] }>({
       type: "pick",
       name: "Bench",
@@ -292,8 +339,13 @@ async function routing(): Promise<Record<string, unknown>> {
     });
     await caller.request({ type: "shardedTell", name: "Bench", ids, count: 16_000, window: tellWindow });
     const tellRates: number[] = [];
+    const tellCpu: number[] = [];
+    // The coordinator's and the owner's CPU over the tell rounds, per message (they are other processes when the
+    // caller is not the coordinator): what a hop costs there, whatever else loads the host.
+    const coordinatorCpu0 = await cpuOf(coordinator);
+    const ownerCpu0 = await cpuOf(entityOwner);
     for (let round = 0; round < tellRounds; round++) {
-      const r = await caller.request<{ rate: number }>({
+      const r = await caller.request<Rated>({
         type: "shardedTell",
         name: "Bench",
         ids,
@@ -301,8 +353,17 @@ async function routing(): Promise<Record<string, unknown>> {
         window: tellWindow,
       });
       tellRates.push(r.rate);
+      tellCpu.push(r.cpuUs);
     }
-    const tell = { rate: median(tellRates), rounds: tellRates };
+    const told = tellRounds * tellRound;
+    const tell = {
+      rate: median(tellRates),
+      rounds: tellRates,
+      cpuUs: median(tellCpu),
+      cpuRounds: tellCpu,
+      coordinatorCpuUs: ((await cpuOf(coordinator)) - coordinatorCpu0) / told,
+      ownerCpuUs: ((await cpuOf(entityOwner)) - ownerCpu0) / told,
+    };
     await caller.request({ type: "shardedAsk", name: "Bench", ids, count: 500, inFlight: 1 });
     const ask1 = await caller.request<{ rate: number; p50: number; p99: number }>({
       type: "shardedAsk",
@@ -311,7 +372,7 @@ async function routing(): Promise<Record<string, unknown>> {
       count: sequentialAsks,
       inFlight: 1,
     });
-    const askN = await caller.request<{ rate: number; p50: number; p99: number }>({
+    const askN = await caller.request<Rated & { p50: number; p99: number }>({
       type: "shardedAsk",
       name: "Bench",
       ids,
@@ -322,14 +383,16 @@ async function routing(): Promise<Record<string, unknown>> {
     measured.push({ name, local: caller === entityOwner && caller === coordinator, tell, ask1, askN });
     if (i === 1 || i === scenarios.length - 1) await ceilingRound();
   }
-  const act = await coordinator.request<{ rate: number }>({
-    type: "activate",
-    name: "Bench",
-    owner: info(owner).node,
-    prefix: "act",
-    count: activations,
-    window: 2_000,
-  });
+  const act = !runs("1-hop")
+    ? null
+    : await coordinator.request<{ rate: number }>({
+        type: "activate",
+        name: "Bench",
+        owner: info(owner).node,
+        prefix: "act",
+        count: activations,
+        window: 2_000,
+      });
   const raw = median(rawRates);
   const plain = median(plainRates);
   row(`raw frames tell, third → owner, ${frameBytes}-byte frames (ceiling)`, raw, "msg/s", raw, "raw");
@@ -338,16 +401,49 @@ async function routing(): Promise<Record<string, unknown>> {
   row("movie remote ask p50 (1 in flight)", plainAsk1.p50, "ms", rawRtt.p50, "raw rtt");
   row("movie remote ask p99 (1 in flight)", plainAsk1.p99, "ms");
   row(`movie remote ask, ${inFlight} in flight`, plainAskN.rate, "asks/s");
+  results.plainReceiveCpu = plainReceiveCpu;
+  row(
+    "receiver CPU per movie remote tell (ceiling)",
+    median(plainReceiveCpu),
+    "µs",
+    median(plainReceiveCpu),
+    "remote receive",
+  );
+  const localTell = median(localTells.map((t) => t.rate));
+  const localAsk = median(localAsks.map((a) => a.rate));
+  const localTellCpu = median(localTells.map((t) => t.cpuUs));
+  const localAskCpu = median(localAsks.map((a) => a.cpuUs));
+  if (localTells.length > 0) {
+    row("plain local tell, caller's own process (in-process ceiling)", localTell, "msg/s", localTell, "local tell");
+    row(`plain local ask, ${inFlight} in flight (in-process ceiling)`, localAsk, "asks/s", localAsk, "local ask");
+    results.localTells = localTells;
+    results.localAsks = localAsks;
+  }
   for (const m of measured) {
-    // The in-process case has no network ceiling to stand beside.
-    const [tellCeiling, askCeiling, rttCeiling] = m.local ? [null, null, null] : [raw, plainAskN.rate, rawRtt.p50];
-    row(`sharded tell, ${m.name}`, m.tell.rate, "msg/s", tellCeiling, "raw");
-    row(`sharded ask, ${m.name}, ${inFlight} in flight`, m.askN.rate, "asks/s", askCeiling, "remote ask");
+    // The in-process case stands beside a plain local tell and ask; the others beside the network ceiling.
+    const [tellCeiling, tellOf, askCeiling, askOf, rttCeiling] = m.local
+      ? [localTell, "local tell", localAsk, "local ask", null]
+      : [raw, "raw", plainAskN.rate, "remote ask", rawRtt.p50];
+    row(`sharded tell, ${m.name}`, m.tell.rate, "msg/s", tellCeiling, tellOf);
+    row(`sharded ask, ${m.name}, ${inFlight} in flight`, m.askN.rate, "asks/s", askCeiling, askOf);
     row(`sharded ask p50, ${m.name}, 1 in flight`, m.ask1.p50, "ms", rttCeiling, "raw rtt");
     row(`sharded ask p99, ${m.name}, 1 in flight`, m.ask1.p99, "ms");
+    if (!m.local) {
+      const receive = median(plainReceiveCpu);
+      row(`coordinator CPU per sharded tell, ${m.name}`, m.tell.coordinatorCpuUs, "µs", receive, "remote receive");
+      row(`owner CPU per sharded tell, ${m.name}`, m.tell.ownerCpuUs, "µs", receive, "remote receive");
+    }
+    if (m.local) {
+      // Every part of an in-process message runs in this one process: its CPU time per message is the whole cost,
+      // and other load on the host disturbs it far less than the rate.
+      row(`CPU per sharded tell, ${m.name}`, m.tell.cpuUs, "µs", localTellCpu, "local tell");
+      row(`CPU per sharded ask, ${m.name}, ${inFlight} in flight`, m.askN.cpuUs, "µs", localAskCpu, "local ask");
+    }
   }
-  row("activations/s, caller = coordinator, owner remote", act.rate, "/s", plain, "remote tell");
-  results.activations = act;
+  if (act !== null) {
+    row("activations/s, caller = coordinator, owner remote", act.rate, "/s", plain, "remote tell");
+    results.activations = act;
+  }
   results.stats = await Promise.all(nodes.map((n) => n.status()));
   await Promise.all(nodes.map((n) => n.shutdown()));
   return results;
@@ -399,14 +495,25 @@ async function handoff(): Promise<Record<string, unknown>> {
 
 // ---------------------------------------------------------------- main
 
-say("allocation cost");
-allocationCost();
-say("memory per entity");
-const memoryResult = await memory();
-say("three nodes: routing");
-const routingResult = await routing();
-say("two nodes: handoff");
-const handoffResult = await handoff();
+if (runs("allocation")) {
+  say("allocation cost");
+  allocationCost();
+}
+let memoryResult: Record<string, number> | null = null;
+if (runs("memory")) {
+  say("memory per entity");
+  memoryResult = await memory();
+}
+let routingResult: Record<string, unknown> | null = null;
+if (runs("local") || runs("1-hop") || runs("2-hop-owner") || runs("2-hop")) {
+  say("three nodes: routing");
+  routingResult = await routing();
+}
+let handoffResult: Record<string, unknown> | null = null;
+if (runs("handoff")) {
+  say("two nodes: handoff");
+  handoffResult = await handoff();
+}
 const totalSeconds = (clock.now() - runStarted) / 1000;
 
 console.log(
@@ -433,6 +540,7 @@ writeFileSync(
       cpus: cpus().length,
       payload,
       totalSeconds,
+      parts: [...selected],
       workload: {
         entitiesPerRun,
         tellRounds,

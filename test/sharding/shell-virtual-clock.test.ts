@@ -170,9 +170,15 @@ test("a handoff waiting for re-convergence aborts after 2 s of virtual time, rej
 /** An ordinary provider whose shard lease can be made unavailable, as a persistent provider's is while another holds it. */
 class LeaseGatedProvider extends EntityProvider<OrderCommand> {
   leaseAvailable = true;
-  override deliver(shardId: number, entityId: string, message: unknown, sender: ActorRef<unknown> | null): void {
+  override deliver(
+    shardId: number,
+    entityId: string,
+    message: unknown,
+    sender: ActorRef<unknown> | null,
+    nowMs: number,
+  ): void {
     if (!this.leaseAvailable) throw new ShardLeaseUnavailableError(this.name, shardId);
-    super.deliver(shardId, entityId, message, sender);
+    super.deliver(shardId, entityId, message, sender, nowMs);
   }
 }
 

@@ -20,7 +20,7 @@ export function historySlice(slice: number): void {
     skip: replaying ? "MOVIE_SIM_SEED replays one seed in node-sim.test.ts" : false,
   }, () => {
     if (to < from) return;
-    const totals = { delivered: 0, handoffs: 0, generations: 0, writes: 0, staleWrites: 0 };
+    const totals = { delivered: 0, handoffs: 0, generations: 0, writes: 0, staleWrites: 0, localDeliveries: 0 };
     const notLive: number[] = [];
     for (let seed = from; seed <= to; seed++) {
       const result: HistoryResult = runHistory({ seed });
@@ -29,6 +29,7 @@ export function historySlice(slice: number): void {
       totals.generations += result.maxGeneration;
       totals.writes += result.writes;
       totals.staleWrites += result.staleWrites;
+      totals.localDeliveries += result.localDeliveries;
       // Every history is live after healing (docs/protocol.md §14.8): none is allowed not to be.
       if (result.liveness !== null && result.liveness !== undefined) notLive.push(seed);
     }
@@ -40,6 +41,8 @@ export function historySlice(slice: number): void {
     assert.ok(totals.generations > count * 5, `generations ${totals.generations}`);
     assert.ok(count < 2 || totals.writes > count * 20, `writes ${totals.writes}`);
     assert.ok(count < 500 || totals.staleWrites > 0, `stale writes ${totals.staleWrites}`);
+    // The node shell's shortcut for a local caller was checked against the full step many times (347 in seeds 1..40).
+    assert.ok(totals.localDeliveries > count * 2, `local deliveries checked ${totals.localDeliveries}`);
     assert.deepEqual(
       notLive,
       [],

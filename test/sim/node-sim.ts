@@ -47,6 +47,7 @@ import {
   type ControlMessage,
   type Delivery,
   departureReady,
+  localDeliveryType,
   type NodeEffect,
   type NodeInput,
   type NodeState,
@@ -207,6 +208,8 @@ export interface HistoryResult {
   readonly flushes: number;
   readonly maxGeneration: number;
   readonly steps: number;
+  /** Caller routes localDeliveryType answered (the shell's shortcut), each checked against the full step. */
+  readonly localDeliveries: number;
   /** Nodes the operator stopped after healing because their member table disagreed with the leader's for good. */
   readonly operatorRestarts: number;
   /** Persistent histories: events committed, writes fenced as stale, lease acquisitions and losses. */
@@ -300,6 +303,8 @@ const operatorMoveSettings = ShardingSettings.create({
 export class NodeSim {
   now = 0;
   steps = 0;
+  /** Caller routes the node shell would have taken without a step (each checked against the step). */
+  localDeliveries = 0;
   private readonly events = new EventQueue();
   readonly rand: Prng;
   private readonly nodes = new Map<number, SimNode>();
@@ -668,11 +673,15 @@ export class NodeSim {
   // The simulated shell: the core's effects on this network
 
   feed(node: SimNode, first: NodeInput): void {
+    // The node shell's shortcut for a local caller (node-core.ts localDeliveryType): wherever it says yes, the full
+    // step must yield exactly that one delivery to this node's provider, and route through this node from now on.
+    const local = first.kind === "route" && node.alive ? localDeliveryType(node.core, first.delivery) : null;
     const queue: NodeInput[] = [first];
     for (let input = queue.shift(); input !== undefined; input = queue.shift()) {
       if (!node.alive) return;
       this.steps++;
       const [, effects] = nodeStep(node.core, input, this.now);
+      if (input === first && local !== null) this.checkLocalDelivery(node, first, local.name, effects);
       for (const effect of effects) this.perform(node, effect, queue);
       const t = node.core.types.get(typeName);
       if (t !== undefined) {
@@ -682,6 +691,29 @@ export class NodeSim {
         node.maxGeneration = t.plan.generation;
         if (node.maxGeneration > this.maxGeneration) this.maxGeneration = node.maxGeneration;
       }
+    }
+  }
+
+  /** Fails unless `effects` of the route step `input` are the one local delivery localDeliveryType promised. */
+  private checkLocalDelivery(node: SimNode, input: NodeInput, type: string, effects: readonly NodeEffect[]): void {
+    if (input.kind !== "route") return;
+    this.localDeliveries++;
+    const [only] = effects;
+    const routing = node.core.view.routing;
+    const exact =
+      effects.length === 1 &&
+      only?.kind === "deliver" &&
+      !only.retry &&
+      only.type === type &&
+      only.shard === input.delivery.envelope.shardId &&
+      only.deliveries.length === 1 &&
+      only.deliveries[0] === input.delivery &&
+      routing !== null &&
+      node.core.types.get(type)?.via?.equals(routing) === true;
+    if (!exact) {
+      this.fail(
+        `${node.name}: localDeliveryType said a local delivery, the route step did ${effects.map((e) => e.kind).join(", ")}`,
+      );
     }
   }
 
@@ -1309,6 +1341,7 @@ export class NodeSim {
       flushes: this.flushes,
       maxGeneration: this.maxGeneration,
       steps: this.steps,
+      localDeliveries: this.localDeliveries,
       operatorRestarts: this.operatorRestarts,
       writes: leases.writes,
       staleWrites: leases.staleWrites,

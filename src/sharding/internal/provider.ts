@@ -30,12 +30,13 @@ export interface ShardingProvider {
   /** Prepares `shardId` as the next owner of a handoff; may reject (lease unavailable). */
   prepareShard(shardId: number): Promise<void>;
   /**
-   * Delivers `message` to the entity, creating it on first use.
+   * Delivers `message` to the entity, creating it on first use; `nowMs` (the scheduler's clock, read once per sharding
+   * step by the node shell) is the entity's last activity, for idle passivation.
    * @throws ShardHandoffInProgressError while the shard drains; ShardLeaseUnavailableError (persistent) without lease
    */
-  deliver(shardId: number, entityId: string, message: unknown, sender: ActorRef<unknown> | null): void;
-  /** Creates the entity if absent; true when this call created it. */
-  activate(shardId: number, entityId: string): boolean;
+  deliver(shardId: number, entityId: string, message: unknown, sender: ActorRef<unknown> | null, nowMs: number): void;
+  /** Creates the entity if absent (last activity `nowMs`); true when this call created it. */
+  activate(shardId: number, entityId: string, nowMs: number): boolean;
   /** Stops the entity (STOP) if it lives; true when one did. */
   passivate(entityId: string): boolean;
   /** Drains `shardId`: refuse new activations, DRAIN_AND_STOP its entities, resolve when all terminated. */
@@ -95,22 +96,22 @@ export class EntityProvider<T> implements ShardingProvider {
     this.draining.delete(shardId);
   }
 
-  deliver(shardId: number, entityId: string, message: unknown, sender: ActorRef<unknown> | null): void {
+  deliver(shardId: number, entityId: string, message: unknown, sender: ActorRef<unknown> | null, nowMs: number): void {
     const existing = this.entities.get(entityId);
     // Before an activation: a refused message must not create its entity.
     if (this.budgets !== null) {
       this.budgets.admit(shardId, message, sender, existing?.ref.path.toString() ?? this.host.self.path.toString());
     }
     const entity = existing ?? this.create(shardId, entityId);
-    entity.lastActivityMs = this.scheduler.now();
+    entity.lastActivityMs = nowMs;
     entity.ref.tell(message, sender);
     this.stats.localDeliveries++;
   }
 
-  activate(shardId: number, entityId: string): boolean {
+  activate(shardId: number, entityId: string, nowMs: number): boolean {
     const existing = this.entities.get(entityId);
     if (existing !== undefined) {
-      existing.lastActivityMs = this.scheduler.now();
+      existing.lastActivityMs = nowMs;
       return false;
     }
     this.create(shardId, entityId);

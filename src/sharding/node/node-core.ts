@@ -369,6 +369,48 @@ export function step(state: NodeState, input: NodeInput, nowMs: number): [NodeSt
 }
 
 /**
+ * The type whose local provider a local caller's delivery goes to when routing it now (a `route` step) would hand it
+ * to this node's own provider and do nothing else, or null. Pure: it changes nothing. It holds exactly when every
+ * branch the step takes is the plain one (docs/protocol.md §8.1): not stopped; nothing held, no flush marker pending
+ * and no coordinator change to flush for any type (the step's `flushHeld` before and after the input has nothing to
+ * do); the type registered; this node the routing and elected coordinator, author of the plan, its callers not
+ * flushing (they last routed through this node, or through none); no retry barrier and no handoff for the shard; and
+ * the plan placing the shard on this node, Up. Everything else (a remote owner, a hold, a reconcile) takes the step.
+ * The node simulator checks at every caller's route that the step, when this says yes, yields exactly that delivery.
+ */
+export function localDeliveryType(state: NodeState, d: Delivery): TypeState | null {
+  if (state.stopped) return null;
+  const view = state.view;
+  const routing = view.routing;
+  if (routing === null) return null;
+  const self = state.self;
+  for (const other of state.types.values()) {
+    if (other.heldLocal.size > 0 || other.heldForwarded.size > 0 || other.pendingMarkers.size > 0) return null;
+    if (other.flush === null && other.via !== null && !other.via.equals(routing)) return null;
+  }
+  const envelope = d.envelope;
+  const t = state.types.get(envelope.entityType);
+  if (t === undefined || t.flush !== null) return null;
+  if (!routing.equals(self) || view.elected?.equals(self) !== true || t.plan.author?.equals(self) !== true) return null;
+  const shard = envelope.shardId;
+  if (t.barrier.has(shard) || t.handoffs.has(shard)) return null;
+  const owner = t.plan.allocations.get(shard);
+  if (owner === undefined || !owner.equals(self) || !view.up.has(self.toString())) return null;
+  return t;
+}
+
+/**
+ * The `route` step of a delivery {@link localDeliveryType} found for `t`, without the step: its one state change (the
+ * coordinator this node's callers last routed through is this node). The caller then delivers to `t`'s provider as a
+ * `deliver` effect of that step would, and reports a delivery that was not delivered as that effect's `delivered`
+ * input. The node shell takes it for a local caller's message, where a step's allocations and clock read cost as
+ * much as the routing decision itself.
+ */
+export function routeLocally(state: NodeState, t: TypeState): void {
+  t.via = state.view.routing;
+}
+
+/**
  * The departure guard: a member may leave once no plan of this node places a shard on it, or once no other member
  * could take its shards (none Joining or Up). Without the second rule the last sharding node of a cluster stayed
  * Leaving forever: its plan keeps every shard on it because allocation has nowhere else to put them, so its
@@ -1056,7 +1098,7 @@ class Step {
       return;
     }
     try {
-      this.routeAsCoordinator(t, d, true, null);
+      this.routeAsCoordinator(t, d, null);
     } catch (error) {
       this.reject(d, asError(error));
     }
@@ -1088,7 +1130,7 @@ class Step {
       this.hold(t, t.heldForwarded, d, origin, false, held);
       return;
     }
-    this.routeAsCoordinator(t, d, false, origin);
+    this.routeAsCoordinator(t, d, origin);
   }
 
   /** Whether this node's own status is past Up (Leaving, Exiting, Down): it never routes again. */
@@ -1218,7 +1260,18 @@ class Step {
 
   /** Routes every held delivery, in order, as soon as there is an authority to route it (docs/protocol.md §8.6). */
   private flushHeld(): void {
+    const routing = this.s.view.routing;
     for (const t of this.s.types.values()) {
+      // Nothing held, no marker pending and no coordinator change to flush: the case of every routed message while
+      // the cluster is stable, answered here without a call (this runs twice per step).
+      if (
+        t.heldLocal.size === 0 &&
+        t.heldForwarded.size === 0 &&
+        t.pendingMarkers.size === 0 &&
+        (routing === null || t.flush !== null || t.via === null || t.via.equals(routing))
+      ) {
+        continue;
+      }
       if (t.pendingMarkers.size > 0 && this.handoffTerm(t) === "lost") {
         const markers = [...t.pendingMarkers.values()];
         t.pendingMarkers.clear();
@@ -1230,7 +1283,6 @@ class Step {
       // A coordinator change starts the flush at once, not at this node's next call: its callers may all be waiting
       // for replies to asks that the old coordinator holds for this very flush (seen in zero-downtime.test.ts on a
       // loaded host: twelve asks held there until their deadline, no new call to start the flush).
-      const routing = this.s.view.routing;
       if (routing !== null && t.flush === null && t.via !== null && !t.via.equals(routing)) this.flushing(t, routing);
       // Other nodes' envelopes first: among them are this node's own callers' earlier envelopes, relayed back here
       // by the coordinator they went to (§8.7), which must go before the same callers' later held ones.
@@ -1502,10 +1554,13 @@ class Step {
     }
   }
 
-  /** `origin`: the node a hop-0 envelope came from (null: built here), kept with it in a handoff buffer (§8.7). */
-  private routeAsCoordinator(t: TypeState, d: Delivery, builtHere: boolean, origin: UniqueAddress | null): void {
+  /**
+   * `origin`: the node a hop-0 envelope came from (null: built here), kept with it in a handoff buffer (§8.7). An
+   * envelope from another node had its shard checked against its entity id once, on arrival (onEnvelope): whether
+   * routed at once or held and routed later, it is not hashed a second time here.
+   */
+  private routeAsCoordinator(t: TypeState, d: Delivery, origin: UniqueAddress | null): void {
     const { envelope } = d;
-    if (!builtHere) requireOwnShard(t, envelope);
     const shard = envelope.shardId;
     const coordinator = this.s.view.elected;
     if (coordinator === null || !coordinator.equals(this.self)) throw new NoShardOwnerError(envelope.entityType, shard);

@@ -16,7 +16,16 @@ import type { AttemptOutcome } from "../internal/retry-barrier.ts";
 import type { ShardingMembership } from "../membership.ts";
 import type { MutableShardingStats } from "../stats.ts";
 import type { ShardingSpan, ShardingTracer } from "../tracing/sharding-tracer.ts";
-import { type Delivery, type NodeEffect, type NodeInput, type NodeState, newNodeState, step } from "./node-core.ts";
+import {
+  type Delivery,
+  localDeliveryType,
+  type NodeEffect,
+  type NodeInput,
+  type NodeState,
+  newNodeState,
+  routeLocally,
+  step,
+} from "./node-core.ts";
 import { RelayedAskSender } from "./relayed-ask-sender.ts";
 
 /** The name of the sharding daemon under `/system`, the same on every node. */
@@ -44,6 +53,9 @@ export class NodeShell {
   private refusal: Error | null = null;
   /** The answer of the `moveShard` input being run. */
   private moveDecision: ShardMoveDecision | null = null;
+  private readonly scheduler: ActorSystem["scheduler"];
+  /** The clock of the step whose effects are being performed. */
+  private stepNowMs = 0;
   /** Spans around sharded calls and deliveries (ClusterSharding.useTracer), or null: nothing traced. */
   tracer: ShardingTracer | null = null;
 
@@ -59,6 +71,7 @@ export class NodeShell {
     private readonly stopRequested: () => void,
   ) {
     this.state = newNodeState(membership.selfAddress, counters);
+    this.scheduler = system.scheduler;
   }
 
   get counters(): MutableShardingStats {
@@ -67,16 +80,34 @@ export class NodeShell {
 
   /** Runs `input` and everything it causes. Never throws. */
   run(input: NodeInput): void {
-    this.queue.push(input);
-    if (this.running) return;
+    if (this.running) {
+      this.queue.push(input);
+      return;
+    }
+    // The input itself, then what its effects queued (a routed message usually queues nothing): the queue is touched
+    // only when it holds something (left over if an effect threw, those go first).
+    let first: NodeInput | undefined = input;
+    if (this.queue.length > 0) {
+      this.queue.push(input);
+      first = this.queue.shift()!;
+    }
+    this.drain(first);
+  }
+
+  /** Runs `first`, then every queued input, in order. */
+  private drain(first: NodeInput): void {
     this.running = true;
     try {
-      for (let next = this.queue.shift(); next !== undefined; next = this.queue.shift()) {
+      for (let next: NodeInput | undefined = first; next !== undefined; next = this.queue.shift()) {
         const snapshot = this.membership.snapshot();
         if (snapshot !== this.state.view.snapshot) step(this.state, { kind: "view", snapshot }, 0);
         this.current = next;
-        const [, effects] = step(this.state, next, this.system.scheduler.now());
-        for (const effect of effects) this.perform(effect);
+        // One clock reading per step, shared by the core and the provider deliveries it decides (an entity's last
+        // activity).
+        const nowMs = this.scheduler.now();
+        this.stepNowMs = nowMs;
+        const effects = step(this.state, next, nowMs)[1];
+        for (let i = 0; i < effects.length; i++) this.perform(effects[i]!);
       }
     } finally {
       this.current = null;
@@ -89,6 +120,17 @@ export class NodeShell {
    * @throws the error its call fails with (no coordinator; a send refused synchronously, such as an oversize message)
    */
   route(delivery: Delivery, countsRemoteRoute: boolean): void {
+    // The core's own answer first: when its route step would only hand the delivery to this node's provider (this
+    // node coordinates and owns the shard, nothing held or moving), that step's state change is made and the delivery
+    // performed as its `deliver` effect would be, without building the step (node-core.ts localDeliveryType).
+    if (!this.running && this.queue.length === 0 && this.membership.snapshot() === this.state.view.snapshot) {
+      const t = localDeliveryType(this.state, delivery);
+      if (t !== null) {
+        routeLocally(this.state, t);
+        this.deliverRouted(t.name, delivery);
+        return;
+      }
+    }
     const input: NodeInput = { kind: "route", delivery, countsRemoteRoute };
     const outer = this.callerInput;
     const outerRefusal = this.refusal;
@@ -196,17 +238,21 @@ export class NodeShell {
       case "deliver": {
         const provider = this.providers.get(effect.type);
         if (provider === undefined) return;
-        const outcomes: AttemptOutcome[] = [];
-        let allDelivered = true;
-        for (const d of effect.deliveries) {
-          const outcome = this.deliverOne(provider, d);
-          outcomes.push(outcome);
-          if (outcome !== "delivered") allDelivered = false;
+        // Allocated only once a delivery was not delivered, or for a retry batch: the hot path (a routed tell delivered
+        // at once) builds no outcome list and costs no second step.
+        let outcomes: AttemptOutcome[] | null = null;
+        const deliveries = effect.deliveries;
+        for (let i = 0; i < deliveries.length; i++) {
+          const outcome = this.deliverOne(provider, deliveries[i]!);
+          if (outcome !== "delivered" && outcomes === null) outcomes = new Array<AttemptOutcome>(i).fill("delivered");
+          outcomes?.push(outcome);
           if (outcome === "lease" || outcome === "handoff") break;
         }
-        // The core asks for the outcomes of a fresh batch only when one was not delivered (the hot path: a routed tell
-        // delivered at once costs no second step); a retry batch always reports.
-        if (allDelivered && !effect.retry) return;
+        // The core asks for the outcomes of a fresh batch only when one was not delivered; a retry batch always reports.
+        if (outcomes === null) {
+          if (!effect.retry) return;
+          outcomes = new Array<AttemptOutcome>(deliveries.length).fill("delivered");
+        }
         this.queue.push({
           kind: "delivered",
           type: effect.type,
@@ -306,6 +352,28 @@ export class NodeShell {
   }
 
   /**
+   * The `deliver` effect of a one-delivery route step that {@link route} took without the step: performed alike (an
+   * outcome other than delivered goes back to the core as `delivered`, and what the delivery queued runs after it).
+   */
+  private deliverRouted(type: string, delivery: Delivery): void {
+    const provider = this.providers.get(type);
+    if (provider === undefined) return;
+    this.running = true;
+    try {
+      this.stepNowMs = this.scheduler.now();
+      const outcome = this.deliverOne(provider, delivery);
+      if (outcome !== "delivered") {
+        const shard = delivery.envelope.shardId;
+        this.queue.push({ kind: "delivered", type, shard, retry: false, deliveries: [delivery], outcomes: [outcome] });
+      }
+    } finally {
+      this.running = false;
+    }
+    const next = this.queue.shift();
+    if (next !== undefined) this.drain(next);
+  }
+
+  /**
    * A traced delivery to the entity: the owner's span, a child of the caller's, around the hand-over to the entity's
    * mailbox (docs/operations.md "Traces"). A tracer that throws costs the span, not the delivery.
    */
@@ -340,10 +408,10 @@ export class NodeShell {
     // the asker hears straight from the owner, so the owner is where it is counted.
     if (sender !== null && envelope.hopCount === 1 && envelope.askTimeoutMs !== null) {
       const relayed = new RelayedAskSender(sender, this.state.counters);
-      provider.deliver(envelope.shardId, envelope.entityId, value, relayed);
+      provider.deliver(envelope.shardId, envelope.entityId, value, relayed, this.stepNowMs);
       // Armed only once delivered: a delivery refused into the retry barrier is retried with a new wrapper.
       relayed.armTimeout(this.system.timeouts, envelope.askTimeoutMs);
-    } else provider.deliver(envelope.shardId, envelope.entityId, value, sender);
+    } else provider.deliver(envelope.shardId, envelope.entityId, value, sender, this.stepNowMs);
   }
 
   /**
@@ -380,7 +448,7 @@ export class NodeShell {
           break;
         }
         case "Activate": {
-          const created = provider.activate(envelope.shardId, envelope.entityId);
+          const created = provider.activate(envelope.shardId, envelope.entityId, this.stepNowMs);
           d.sender?.tell(new ShardingControlAck(created));
           break;
         }

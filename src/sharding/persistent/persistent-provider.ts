@@ -148,21 +148,21 @@ export class PersistentEntityProvider<T> implements ShardingProvider {
     await this.keeper.acquire(shardId);
   }
 
-  deliver(shardId: number, entityId: string, message: unknown, sender: ActorRef<unknown> | null): void {
+  deliver(shardId: number, entityId: string, message: unknown, sender: ActorRef<unknown> | null, nowMs: number): void {
     // Before an activation (and its lease check): a refused command must not create its entity.
     if (this.budgets !== null) {
       const existing = this.entities.get(entityId)?.ref ?? this.options.host.self;
       this.budgets.admit(shardId, message, sender, existing.path.toString());
     }
     const entity = this.entityFor(shardId, entityId).entity;
-    entity.lastActivityMs = this.options.scheduler.now();
+    entity.lastActivityMs = nowMs;
     entity.ref.tell(message, sender);
     this.options.stats.localDeliveries++;
   }
 
-  activate(shardId: number, entityId: string): boolean {
+  activate(shardId: number, entityId: string, nowMs: number): boolean {
     const { entity, created } = this.entityFor(shardId, entityId);
-    entity.lastActivityMs = this.options.scheduler.now();
+    entity.lastActivityMs = nowMs;
     return created;
   }
 
