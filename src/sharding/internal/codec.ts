@@ -1,9 +1,15 @@
 import { decodeNested, encodeNested, type MessageRegistry, registerNesting } from "../../remote/index.ts";
 import { ClusterShardingConfigurationError } from "../errors.ts";
-import { envelopeLayout } from "./envelope-codec.ts";
+import { directEnvelopeLayout, envelopeLayout } from "./envelope-codec.ts";
 import {
   CoordinatorFlush,
   CoordinatorFlushed,
+  DirectEnvelope,
+  DirectGrant,
+  DirectMarker,
+  DirectProbe,
+  DirectRefused,
+  HandoffAnnounce,
   PassivateShard,
   PlanRequest,
   PlanSnapshot,
@@ -90,4 +96,10 @@ export function registerShardingWireTypes(registry: MessageRegistry): void {
   registry.register(PrepareShard, { name: wireNames.prepareShard });
   registry.register(CoordinatorFlush, { name: wireNames.coordinatorFlush });
   registry.register(CoordinatorFlushed, { name: wireNames.coordinatorFlushed });
+  registerNesting(registry, DirectEnvelope, wireNames.directEnvelope, directEnvelopeLayout);
+  registry.register(DirectProbe, { name: wireNames.directProbe });
+  registry.register(DirectGrant, { name: wireNames.directGrant });
+  registry.register(DirectRefused, { name: wireNames.directRefused });
+  registry.register(HandoffAnnounce, { name: wireNames.handoffAnnounce });
+  registry.register(DirectMarker, { name: wireNames.directMarker });
 }
