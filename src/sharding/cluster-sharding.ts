@@ -28,6 +28,11 @@ import type { ShardingHost } from "./internal/host.ts";
 import {
   CoordinatorFlush,
   CoordinatorFlushed,
+  DirectGrant,
+  DirectMarker,
+  DirectProbe,
+  DirectRefused,
+  HandoffAnnounce,
   PassivateShard,
   PlanRequest,
   PlanSnapshot,
@@ -480,7 +485,12 @@ export class ClusterSharding implements Extension {
       message instanceof PassivateShard ||
       message instanceof PrepareShard ||
       message instanceof CoordinatorFlush ||
-      message instanceof CoordinatorFlushed
+      message instanceof CoordinatorFlushed ||
+      message instanceof DirectProbe ||
+      message instanceof DirectGrant ||
+      message instanceof DirectRefused ||
+      message instanceof HandoffAnnounce ||
+      message instanceof DirectMarker
     ) {
       this.shell.run({ kind: "control", message, replyTo: sender, origin });
     } else {
