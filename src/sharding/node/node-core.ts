@@ -217,7 +217,9 @@ export type NodeTimer =
   /** A flush marker (or its answer) may have been lost: send it again if flush `token` is still waited for. */
   | { readonly kind: "flushRetry"; readonly type: string; readonly token: number }
   /** A direct-route probe got no answer: the shard's held deliveries go through the coordinator (§8.8). */
-  | { readonly kind: "probeExpired"; readonly type: string; readonly shard: number; readonly token: number };
+  | { readonly kind: "probeExpired"; readonly type: string; readonly shard: number; readonly token: number }
+  /** An announced handoff still drains its old owner: announce again, a member's copy or its marker may be lost. */
+  | { readonly kind: "announceRetry"; readonly type: string; readonly shard: number; readonly token: number };
 
 /** A control message other nodes send to this node's daemon. */
 export type ControlMessage =
@@ -1901,6 +1903,9 @@ class Step {
       if (registered || isPrevious) this.send(t, m.uniqueAddress, announce);
       if (registered && !isPrevious) waitFor.push(m.uniqueAddress.toString());
     }
+    // A lost announcement (or marker) would hold the drain: a remote one until the passivate's ask times out, a
+    // local one forever (the node simulator found it: a link to a joiner dropped the copy). Sent again while it drains.
+    this.schedule(coordinatorFlushRetryMs, { kind: "announceRetry", type: t.name, shard, token });
     return { coordinator: this.self.toString(), token, waitFor };
   }
 
@@ -2308,6 +2313,13 @@ class Step {
       case "flushRetry":
         this.onFlushRetry(t, timer.token);
         return;
+      case "announceRetry": {
+        const running = t.handoffs.get(timer.shard);
+        const previous = running?.state.previous ?? null;
+        if (running?.token !== timer.token || running.state.phase !== "passivating" || previous === null) return;
+        this.announceHandoff(t, timer.shard, previous, timer.token);
+        return;
+      }
       case "probeExpired": {
         const route = t.routes.get(timer.shard);
         if (route?.phase === "probing" && route.token === timer.token) this.coolRoute(t, timer.shard);

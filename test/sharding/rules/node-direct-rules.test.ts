@@ -376,3 +376,24 @@ test("direct: a marker that arrives before the passivate counts, and a member Do
   );
   assert.equal(ofKind(downed, "drainShard").length, 1, "b is Down: its marker is not waited for");
 });
+
+test("direct: while the old owner still drains, the coordinator announces again every 300 ms with the same token, so a lost copy or marker never holds the drain", () => {
+  const k = cluster();
+  const shard = k.coordinator.shardOn(a);
+  const moved = k.coordinator.feed({ kind: "moveShard", type, shard, to: c }, 2_000);
+  const token = k.coordinator.t.handoffs.get(shard)!.token;
+  assert.deepEqual(ofKind(moved, "drainShard"), [], "a local drain waits for b's and c's markers too");
+  const [retry] = moved.flatMap((e) => (e.kind === "schedule" && e.timer.kind === "announceRetry" ? [e] : []));
+  assert.equal(retry!.afterMs, 300);
+  const again = k.coordinator.feed({ kind: "timer", timer: retry!.timer }, 2_300);
+  const copies = sent(again, HandoffAnnounce);
+  assert.deepEqual(copies.map((x) => x.to.toString()).sort(), [b.toString(), c.toString()]);
+  assert.ok(copies.every((x) => x.message.token === token));
+  const key = k.coordinator.settings.key;
+  control(k.coordinator, new DirectMarker(type, key, shard, b.toString(), a.toString(), token), b, 2_301);
+  const drained = control(k.coordinator, new DirectMarker(type, key, shard, c.toString(), a.toString(), token), c, 2_302);
+  assert.equal(ofKind(drained, "drainShard").length, 1, "every marker in: the coordinator drains its own shard");
+  k.coordinator.feed({ kind: "drained", type, shard, error: null }, 2_400);
+  const later = k.coordinator.feed({ kind: "timer", timer: retry!.timer }, 2_600);
+  assert.deepEqual(sent(later, HandoffAnnounce), [], "no announcement once the handoff left its drain");
+});
