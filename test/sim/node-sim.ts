@@ -378,6 +378,11 @@ export class NodeSim {
    */
   private readonly plansSeen = new Map<string, Map<number, Set<string>>>();
   private directDelivered = 0;
+  /**
+   * call → envelopes of it on the wire now. The accounting at the end counts them as held: a delivery released at the
+   * last instant (a direct-route probe that expired then, §8.8) is on its way, not vanished.
+   */
+  private readonly onWire = new Map<number, number>();
 
   /** Database statements stalled by an outage, waiting for its end (or for healing). */
   private readonly stalledCalls = new Set<StalledCall>();
@@ -633,7 +638,14 @@ export class NodeSim {
     }
     const arrival = Math.max(this.now + 1 + this.rand.int(8), this.linkFree.get(link) ?? 0);
     this.linkFree.set(link, arrival);
+    const call = wire.kind === "envelope" ? wire.call : -1;
+    if (call >= 0) this.onWire.set(call, (this.onWire.get(call) ?? 0) + 1);
     this.events.push(arrival, () => {
+      if (call >= 0) {
+        const left = (this.onWire.get(call) ?? 1) - 1;
+        if (left > 0) this.onWire.set(call, left);
+        else this.onWire.delete(call);
+      }
       // A connection lost while the message was on its way loses it too (never duplicated).
       if (this.linkBlocked(from.port, toPort) || !from.alive) {
         this.dropped(wire);
@@ -1231,6 +1243,7 @@ export class NodeSim {
       // Deliveries waiting for a coordinator (docs/protocol.md §8.6): routed or expired later, by their deadline.
       for (const h of [...t.heldLocal.list(), ...t.heldForwarded.list()]) held.add(callOf(h.delivery.envelope));
     }
+    for (const call of this.onWire.keys()) held.add(call);
     for (const call of this.calls.keys()) {
       if (!this.outcomes.has(call) && !held.has(call)) {
         this.fail(`message ${call} (${JSON.stringify(this.calls.get(call))}) vanished`);

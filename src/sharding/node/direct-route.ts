@@ -31,6 +31,8 @@ export interface DrainGate {
   readonly token: number;
   /** UniqueAddress texts of the members whose marker is waited for. */
   readonly waitFor: readonly string[];
+  /** When the drain started waiting (the step's clock): it gives up `handoffTimeoutMs` later. */
+  readonly sinceMs: number;
 }
 
 /** Marker sets kept per shard at most (a marker may arrive before the PassivateShard it belongs to). */

@@ -5,6 +5,7 @@ import {
   coordinatorFlushGraceMs,
   coordinatorFlushRetryMs,
   directProbeRetryMs,
+  handoffTimeoutMs,
   idleSweepHalvingFloorMs,
   leaseRetryIntervalMs,
   planSnapshotGenerationMax,
@@ -219,7 +220,9 @@ export type NodeTimer =
   /** A direct-route probe got no answer: the shard's held deliveries go through the coordinator (§8.8). */
   | { readonly kind: "probeExpired"; readonly type: string; readonly shard: number; readonly token: number }
   /** An announced handoff still drains its old owner: announce again, a member's copy or its marker may be lost. */
-  | { readonly kind: "announceRetry"; readonly type: string; readonly shard: number; readonly token: number };
+  | { readonly kind: "announceRetry"; readonly type: string; readonly shard: number; readonly token: number }
+  /** A drain still waiting for markers of handoff `token` gives up: its waiters fail, the coordinator tries again. */
+  | { readonly kind: "drainGateExpired"; readonly type: string; readonly shard: number; readonly token: number };
 
 /** A control message other nodes send to this node's daemon. */
 export type ControlMessage =
@@ -885,7 +888,12 @@ class Step {
         const gate: DrainGate | null =
           message.handoffToken === null
             ? null
-            : { coordinator: message.coordinator, token: message.handoffToken, waitFor: message.waitFor };
+            : {
+                coordinator: message.coordinator,
+                token: message.handoffToken,
+                waitFor: message.waitFor,
+                sinceMs: this.nowMs,
+              };
         this.drainLocally(t, message.shardId, { kind: "ask", replyTo }, gate);
       } else {
         const coordinator = this.checkControl(t, message.settingsKey, message.coordinator, origin);
@@ -1253,7 +1261,12 @@ class Step {
       }
       if (t.heldLocal.size > 0) {
         const coordinator = this.s.view.routing;
-        if (
+        if (coordinator === null && this.departing()) {
+          // This node left (or was put out) while they waited: it never routes again, so they fail now rather than
+          // at their deadline, as a new call would (§8.6). Seen over TCP with a leaving node's own callers: their
+          // asks timed out instead of failing with NoShardOwnerError.
+          for (const h of t.heldLocal.takeAll()) this.routeLocal(t, h.delivery, h.countsRemoteRoute, h);
+        } else if (
           coordinator !== null &&
           !this.flushing(t, coordinator) &&
           (!coordinator.equals(this.self) || this.authorReady(t))
@@ -1868,6 +1881,10 @@ class Step {
   private drainGateOpen(t: TypeState, shard: number): boolean {
     const gate = t.drainGates.get(shard);
     if (gate === undefined) return true;
+    // A shard not owned here takes no direct delivery (§8.8 "owner"): nothing to wait for (a late copy of an old
+    // passivate, say; waiting would leave a drain pending that fires once the shard is this node's again, as the
+    // node simulator found: seed 4202 in direct mode).
+    if (t.plan.allocations.get(shard)?.equals(this.self) !== true) return true;
     const accepting = this.s.view.accepting;
     if (accepting !== null && accepting.toString() !== gate.coordinator) return true;
     for (const member of gate.waitFor) {
@@ -1877,6 +1894,30 @@ class Step {
       return false;
     }
     return true;
+  }
+
+  /**
+   * A drain whose markers did not all arrive within the passivate's own timeout (2 s) is not left pending, where it
+   * could fire after its handoff ended: it is abandoned and its waiters fail, so the coordinator's handoff retries its
+   * attempt (a new announcement, a new gate) or aborts. Nothing was drained; no direct delivery was refused.
+   */
+  private onDrainGateExpired(t: TypeState, shard: number, token: number): void {
+    const gate = t.drainGates.get(shard);
+    if (gate?.token !== token || t.drainsStarted.has(shard)) return;
+    const leftMs = gate.sinceMs + handoffTimeoutMs - this.nowMs;
+    if (leftMs > 0) {
+      // A newer copy of the gate (a retried attempt of the same handoff) waits its own full time.
+      this.schedule(leftMs, { kind: "drainGateExpired", type: t.name, shard, token });
+      return;
+    }
+    t.drainGates.delete(shard);
+    const waiters = t.drains.get(shard) ?? [];
+    t.drains.delete(shard);
+    this.log("warn", { type: t.name, shard }, "sharding drain gave up waiting for the handoff's markers");
+    const error = new ClusterShardingConfigurationError(
+      `Shard ${t.name}/${shard} did not receive every handoff marker within ${handoffTimeoutMs} ms; the handoff retries`,
+    );
+    for (const w of waiters) this.answer(t, shard, w, "passivated", error);
   }
 
   /**
@@ -1906,7 +1947,7 @@ class Step {
     // A lost announcement (or marker) would hold the drain: a remote one until the passivate's ask times out, a
     // local one forever (the node simulator found it: a link to a joiner dropped the copy). Sent again while it drains.
     this.schedule(coordinatorFlushRetryMs, { kind: "announceRetry", type: t.name, shard, token });
-    return { coordinator: this.self.toString(), token, waitFor };
+    return { coordinator: this.self.toString(), token, waitFor, sinceMs: this.nowMs };
   }
 
   /**
@@ -1958,6 +1999,7 @@ class Step {
       // coordinator route for the shard from now on (their direct deliveries so far were handed over in order).
       t.drainGates.set(shard, gate);
       t.markers.keepOnly(shard, gate);
+      this.schedule(handoffTimeoutMs, { kind: "drainGateExpired", type: t.name, shard, token: gate.token });
     }
     if (gate !== null) this.coolRoute(t, shard);
     const waiting = t.drains.get(shard);
@@ -2320,6 +2362,9 @@ class Step {
         this.announceHandoff(t, timer.shard, previous, timer.token);
         return;
       }
+      case "drainGateExpired":
+        this.onDrainGateExpired(t, timer.shard, timer.token);
+        return;
       case "probeExpired": {
         const route = t.routes.get(timer.shard);
         if (route?.phase === "probing" && route.token === timer.token) this.coolRoute(t, timer.shard);

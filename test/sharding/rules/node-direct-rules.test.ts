@@ -391,9 +391,48 @@ test("direct: while the old owner still drains, the coordinator announces again 
   assert.ok(copies.every((x) => x.message.token === token));
   const key = k.coordinator.settings.key;
   control(k.coordinator, new DirectMarker(type, key, shard, b.toString(), a.toString(), token), b, 2_301);
-  const drained = control(k.coordinator, new DirectMarker(type, key, shard, c.toString(), a.toString(), token), c, 2_302);
+  const drained = control(
+    k.coordinator,
+    new DirectMarker(type, key, shard, c.toString(), a.toString(), token),
+    c,
+    2_302,
+  );
   assert.equal(ofKind(drained, "drainShard").length, 1, "every marker in: the coordinator drains its own shard");
   k.coordinator.feed({ kind: "drained", type, shard, error: null }, 2_400);
   const later = k.coordinator.feed({ kind: "timer", timer: retry!.timer }, 2_600);
   assert.deepEqual(sent(later, HandoffAnnounce), [], "no announcement once the handoff left its drain");
+});
+
+test("direct: a drain waits for its markers at most 2 s — then it is abandoned, nothing drained, and the coordinator's ask fails so the handoff retries", () => {
+  const k = cluster();
+  const shard = k.c.shardOn(c);
+  const key = k.c.settings.key;
+  const asked = control(
+    k.c,
+    new PassivateShard(type, key, shard, a.toString(), b.toString(), 42, [b.toString()]),
+    a,
+    2_000,
+  );
+  const [expiry] = asked.flatMap((e) => (e.kind === "schedule" && e.timer.kind === "drainGateExpired" ? [e] : []));
+  assert.equal(expiry!.afterMs, 2_000);
+  const expired = k.c.feed({ kind: "timer", timer: expiry!.timer }, 4_000);
+  assert.deepEqual(ofKind(expired, "drainShard"), [], "nothing drained");
+  const [ack] = ofKind(expired, "ack");
+  assert.ok(ack!.error !== null, "the passivate's ask fails");
+  assert.equal(k.c.t.drains.has(shard), false, "no drain left pending to fire later");
+  const late = control(k.c, new DirectMarker(type, key, shard, b.toString(), a.toString(), 42), b, 4_001);
+  assert.deepEqual(ofKind(late, "drainShard"), [], "a late marker starts nothing");
+});
+
+test("direct: a passivate for a shard this node does not own (a late copy) drains at once, as in coordinator routing", () => {
+  const k = cluster();
+  const shard = k.c.shardOn(b);
+  const key = k.c.settings.key;
+  const asked = control(
+    k.c,
+    new PassivateShard(type, key, shard, a.toString(), c.toString(), 42, [b.toString()]),
+    a,
+    2_000,
+  );
+  assert.equal(ofKind(asked, "drainShard").length, 1);
 });
