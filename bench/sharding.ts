@@ -1,9 +1,10 @@
 // Cluster sharding benchmark (`npm run bench:sharding`): real node processes on loopback, driven over IPC.
 //  1. allocation cost of the pure planner, 4,096 shards × 100 members (this process);
 //  2. memory per active entity, 100k entities on a single-node cluster (a child with --expose-gc);
-//  3. three nodes: sharded tell and ask when the caller is the coordinator, the owner, or a third node, and
-//     activations per second; beside them the remote ceiling between the same processes in the same run (raw
-//     length-prefixed frames over a plain socket, and a plain Movie remote tell and ask);
+//  3. three nodes: sharded tell and ask when the caller is the coordinator, the owner, or a third node, with
+//     coordinator routing and (the same run) direct routing (docs/protocol.md §8.8), the coordinator's CPU time per
+//     routed tell in both modes, and activations per second; beside them the remote ceiling between the same
+//     processes in the same run (raw length-prefixed frames over a plain socket, and a plain Movie remote tell and ask);
 //  4. two nodes: handoff of 256 shards holding 10k active entities when their owner leaves gracefully.
 // Figures are measurements, never assertions. Counts are bounded; results go to bench/results/sharding.json.
 import { mkdirSync, writeFileSync } from "node:fs";
@@ -84,9 +85,15 @@ class BenchNode extends NodeProcess<Ready> {
 }
 
 /** Inits `name` on the non-coordinators first, so the coordinator's bootstrap plan already covers every node. */
-async function initEverywhere(nodes: BenchNode[], coordinator: BenchNode, name: string, allocation = "default") {
-  for (const n of nodes) if (n !== coordinator) await n.request({ type: "init", name, allocation });
-  await coordinator.request({ type: "init", name, allocation });
+async function initEverywhere(
+  nodes: BenchNode[],
+  coordinator: BenchNode,
+  name: string,
+  allocation = "default",
+  routing: "coordinator" | "direct" = "coordinator",
+) {
+  for (const n of nodes) if (n !== coordinator) await n.request({ type: "init", name, allocation, routing });
+  await coordinator.request({ type: "init", name, allocation, routing });
   await until(`a full plan of ${name} on every node`, async () => {
     const statuses = await Promise.all(nodes.map((n) => n.status(name)));
     return statuses.every((s) => s.planned === 256 && s.handoffs === 0);
@@ -211,6 +218,8 @@ async function routing(): Promise<Record<string, unknown>> {
   const info = (n: BenchNode) => ready[nodes.indexOf(n)]!;
   say("three nodes converged");
   await initEverywhere(nodes, coordinator, "Bench");
+  // The same entities' type with direct routing (docs/protocol.md §8.8), measured beside it in the same run.
+  await initEverywhere(nodes, coordinator, "BenchDirect", "default", "direct");
   say("plan ready; ceilings");
 
   // The ceiling: third node → owner, straight over one connection (raw frames), and a plain Movie remote tell/ask.
@@ -258,11 +267,13 @@ async function routing(): Promise<Record<string, unknown>> {
     count: parallelAsks,
     inFlight,
   });
-  const scenarios: [string, BenchNode, BenchNode][] = [
-    ["caller = coordinator = owner (no network)", coordinator, coordinator],
-    ["caller = coordinator, owner remote (1 hop)", coordinator, owner],
-    ["caller = owner, via coordinator (2 hops)", owner, owner],
-    ["caller = third node (2 hops)", third, owner],
+  const scenarios: [string, BenchNode, BenchNode, string][] = [
+    ["caller = coordinator = owner (no network)", coordinator, coordinator, "Bench"],
+    ["caller = coordinator, owner remote (1 hop)", coordinator, owner, "Bench"],
+    ["caller = owner, via coordinator (2 hops)", owner, owner, "Bench"],
+    ["caller = third node (2 hops)", third, owner, "Bench"],
+    ["direct routing, caller = owner (no network)", owner, owner, "BenchDirect"],
+    ["direct routing, caller = third node (1 hop)", third, owner, "BenchDirect"],
   ];
   const results: Record<string, unknown> = {
     rawRates,
@@ -281,47 +292,56 @@ async function routing(): Promise<Record<string, unknown>> {
     ask1: { p50: number; p99: number };
     askN: { rate: number };
   }[] = [];
-  for (const [i, [name, caller, entityOwner]] of scenarios.entries()) {
+  const cpuOf = async (n: BenchNode) => (await n.request<{ micros: number }>({ type: "cpu" })).micros;
+  /** Coordinator CPU µs per routed tell, per scenario where the caller is the third node. */
+  const coordinatorCpu: Record<string, number> = {};
+  for (const [i, [name, caller, entityOwner, type]] of scenarios.entries()) {
     say(name);
     const { ids } = await caller.request<{ ids: string[] }>({
       type: "pick",
-      name: "Bench",
+      name: type,
       owner: info(entityOwner).node,
       prefix: `s${i}`,
       count: entitiesPerRun,
     });
-    await caller.request({ type: "shardedTell", name: "Bench", ids, count: 16_000, window: tellWindow });
+    // The warm-up also takes a direct type's grants (the first messages go through the coordinator).
+    await caller.request({ type: "shardedTell", name: type, ids, count: 16_000, window: tellWindow });
     const tellRates: number[] = [];
+    const cpuBefore = await cpuOf(coordinator);
     for (let round = 0; round < tellRounds; round++) {
       const r = await caller.request<{ rate: number }>({
         type: "shardedTell",
-        name: "Bench",
+        name: type,
         ids,
         count: tellRound,
         window: tellWindow,
       });
       tellRates.push(r.rate);
     }
+    if (caller === third) coordinatorCpu[name] = (await cpuOf(coordinator)) - cpuBefore;
     const tell = { rate: median(tellRates), rounds: tellRates };
-    await caller.request({ type: "shardedAsk", name: "Bench", ids, count: 500, inFlight: 1 });
+    await caller.request({ type: "shardedAsk", name: type, ids, count: 500, inFlight: 1 });
     const ask1 = await caller.request<{ rate: number; p50: number; p99: number }>({
       type: "shardedAsk",
-      name: "Bench",
+      name: type,
       ids,
       count: sequentialAsks,
       inFlight: 1,
     });
     const askN = await caller.request<{ rate: number; p50: number; p99: number }>({
       type: "shardedAsk",
-      name: "Bench",
+      name: type,
       ids,
       count: parallelAsks,
       inFlight,
     });
     results[name] = { tell, ask1, askN };
-    measured.push({ name, local: caller === entityOwner && caller === coordinator, tell, ask1, askN });
-    if (i === 1 || i === scenarios.length - 1) await ceilingRound();
+    // In-process: the coordinator is the owner, or (direct routing) the caller owns the shard itself.
+    const local = caller === entityOwner && (caller === coordinator || type === "BenchDirect");
+    measured.push({ name, local, tell, ask1, askN });
+    if (i === 1 || i === 3 || i === scenarios.length - 1) await ceilingRound();
   }
+  results.coordinatorCpuMicros = coordinatorCpu;
   const act = await coordinator.request<{ rate: number }>({
     type: "activate",
     name: "Bench",
@@ -345,6 +365,9 @@ async function routing(): Promise<Record<string, unknown>> {
     row(`sharded ask, ${m.name}, ${inFlight} in flight`, m.askN.rate, "asks/s", askCeiling, "remote ask");
     row(`sharded ask p50, ${m.name}, 1 in flight`, m.ask1.p50, "ms", rttCeiling, "raw rtt");
     row(`sharded ask p99, ${m.name}, 1 in flight`, m.ask1.p99, "ms");
+  }
+  for (const [name, micros] of Object.entries(coordinatorCpu)) {
+    row(`coordinator CPU per routed tell, ${name}`, micros / (tellRounds * tellRound), "µs");
   }
   row("activations/s, caller = coordinator, owner remote", act.rate, "/s", plain, "remote tell");
   results.activations = act;
