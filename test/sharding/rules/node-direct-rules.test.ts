@@ -436,3 +436,22 @@ test("direct: a passivate for a shard this node does not own (a late copy) drain
   );
   assert.equal(ofKind(asked, "drainShard").length, 1);
 });
+
+test("direct: a burst past the held bound while the probe is out is not refused — the probe is given up and everything goes through the coordinator, in order", () => {
+  const coordinator = coordinatorWithPlan({ ...direct, heldDeliveriesPerShard: 3 });
+  const bb = follower(b, coordinator.update(), { ...direct, heldDeliveriesPerShard: 3 });
+  const shard = bb.shardOn(c);
+  const id = bb.entityIn((s) => s === shard);
+  const first = bb.delivery(id);
+  assert.equal(sent(bb.route(first, 2_000), DirectProbe).length, 1);
+  const waiting = [bb.delivery(id), bb.delivery(id), bb.delivery(id)];
+  for (const d of waiting) assert.deepEqual(forwards(bb.route(d, 2_001)), []);
+  const burst = bb.delivery(id);
+  const effects = bb.route(burst, 2_002);
+  assert.deepEqual(ofKind(effects, "refuse"), [], "the caller is not refused");
+  assert.deepEqual(
+    forwards(effects).map((f) => [f.to.toString(), f.delivery.sender]),
+    [...waiting, burst].map((d) => [a.toString(), d.sender]),
+  );
+  assert.equal(bb.t.routes.get(shard)?.phase, "cooling");
+});
