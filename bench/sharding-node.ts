@@ -152,12 +152,16 @@ const [rawSink, rawEcho] = await Promise.all([
   listenLoopback(rawEchoServer()),
 ]);
 
-function initType(name: string, allocation: string): void {
+function initType(name: string, allocation: string, routing: "coordinator" | "direct"): void {
   if (types.has(name)) return;
   const options =
     allocation === "highest"
-      ? { allocation: new HighestAddressAllocation(), rebalance: new RateLimitedRebalance({ maxConcurrent: 256 }) }
-      : {};
+      ? {
+          allocation: new HighestAddressAllocation(),
+          rebalance: new RateLimitedRebalance({ maxConcurrent: 256 }),
+          routing,
+        }
+      : { routing };
   types.set(
     name,
     sharding.init(name, BenchCommand, options, () => new BenchEntity()),
@@ -328,8 +332,17 @@ async function memoryRun(type: ShardedEntityType<BenchCommand>, count: number) {
 async function handle(command: Command): Promise<object> {
   switch (command.type) {
     case "init":
-      initType(String(command.name), String(command.allocation ?? "default"));
+      initType(
+        String(command.name),
+        String(command.allocation ?? "default"),
+        command.routing === "direct" ? "direct" : "coordinator",
+      );
       return {};
+    case "cpu": {
+      // This process's CPU time so far, µs (user + system): the coordinator's cost per routed message.
+      const cpu = process.cpuUsage();
+      return { micros: cpu.user + cpu.system };
+    }
     case "status":
       return status(String(command.name ?? "Bench"));
     case "pick":

@@ -1,14 +1,15 @@
 // Cluster sharding benchmark (`npm run bench:sharding`): real node processes on loopback, driven over IPC.
 //  1. allocation cost of the pure planner, 4,096 shards × 100 members (this process);
 //  2. memory per active entity, 100k entities on a single-node cluster (a child with --expose-gc);
-//  3. three nodes: sharded tell and ask when the caller is the coordinator, the owner, or a third node, and
-//     activations per second; beside them the remote ceiling between the same processes in the same run (raw
-//     length-prefixed frames over a plain socket, and a plain Movie remote tell and ask);
+//  3. three nodes: sharded tell and ask when the caller is the coordinator, the owner, or a third node, with
+//     coordinator routing and (the same run) direct routing (docs/protocol.md §8.8), the coordinator's and the owner's
+//     CPU time per routed tell, and activations per second; beside them the remote ceiling between the same processes
+//     in the same run (raw length-prefixed frames over a plain socket, and a plain Movie remote tell and ask);
 //  4. two nodes: handoff of 256 shards holding 10k active entities when their owner leaves gracefully.
 // Figures are measurements, never assertions. Counts are bounded; results go to bench/results/sharding.json.
 // `--only=<parts>` (comma-separated) runs a subset, to compare two commits in alternating pairs quickly: allocation,
 // memory (with the single-node activations), local (caller = coordinator = owner), 1-hop, 2-hop-owner, 2-hop (caller
-// = third node), handoff; e.g. `npm run bench:sharding -- --only=memory,local,2-hop`. Every routing part measures
+// = third node), direct (direct routing: caller = owner, caller = third node), handoff; e.g. `npm run bench:sharding -- --only=memory,local,2-hop`. Every routing part measures
 // its ceilings in the same run.
 import { mkdirSync, writeFileSync } from "node:fs";
 import { cpus } from "node:os";
@@ -46,7 +47,7 @@ const planMembers = 100;
 /** The node processes' hot message types declare binary fields unless MOVIE_BENCH_JSON=1 (bench/sharding-node.ts). */
 const payload = process.env.MOVIE_BENCH_JSON !== "1" ? "binary codec" : "JSON";
 
-const parts = ["allocation", "memory", "local", "1-hop", "2-hop-owner", "2-hop", "handoff"] as const;
+const parts = ["allocation", "memory", "local", "1-hop", "2-hop-owner", "2-hop", "direct", "handoff"] as const;
 type Part = (typeof parts)[number];
 const onlyArg = process.argv.slice(2).find((a) => a.startsWith("--only="));
 const selected: ReadonlySet<Part> = new Set(
@@ -111,9 +112,15 @@ class BenchNode extends NodeProcess<Ready> {
 }
 
 /** Inits `name` on the non-coordinators first, so the coordinator's bootstrap plan already covers every node. */
-async function initEverywhere(nodes: BenchNode[], coordinator: BenchNode, name: string, allocation = "default") {
-  for (const n of nodes) if (n !== coordinator) await n.request({ type: "init", name, allocation });
-  await coordinator.request({ type: "init", name, allocation });
+async function initEverywhere(
+  nodes: BenchNode[],
+  coordinator: BenchNode,
+  name: string,
+  allocation = "default",
+  routing: "coordinator" | "direct" = "coordinator",
+) {
+  for (const n of nodes) if (n !== coordinator) await n.request({ type: "init", name, allocation, routing });
+  await coordinator.request({ type: "init", name, allocation, routing });
   await until(`a full plan of ${name} on every node`, async () => {
     const statuses = await Promise.all(nodes.map((n) => n.status(name)));
     return statuses.every((s) => s.planned === 256 && s.handoffs === 0);
@@ -239,6 +246,8 @@ async function routing(): Promise<Record<string, unknown>> {
   const info = (n: BenchNode) => ready[nodes.indexOf(n)]!;
   say("three nodes converged");
   await initEverywhere(nodes, coordinator, "Bench");
+  // The same entities' type with direct routing (docs/protocol.md §8.8), measured beside it in the same run.
+  if (runs("direct")) await initEverywhere(nodes, coordinator, "BenchDirect", "default", "direct");
   say("plan ready; ceilings");
 
   // The ceiling: third node → owner, straight over one connection (raw frames), and a plain Movie remote tell/ask.
@@ -294,10 +303,12 @@ async function routing(): Promise<Record<string, unknown>> {
   });
   const scenarios = (
     [
-      ["local", "caller = coordinator = owner (no network)", coordinator, coordinator],
-      ["1-hop", "caller = coordinator, owner remote (1 hop)", coordinator, owner],
-      ["2-hop-owner", "caller = owner, via coordinator (2 hops)", owner, owner],
-      ["2-hop", "caller = third node (2 hops)", third, owner],
+      ["local", "caller = coordinator = owner (no network)", coordinator, coordinator, "Bench"],
+      ["1-hop", "caller = coordinator, owner remote (1 hop)", coordinator, owner, "Bench"],
+      ["2-hop-owner", "caller = owner, via coordinator (2 hops)", owner, owner, "Bench"],
+      ["2-hop", "caller = third node (2 hops)", third, owner, "Bench"],
+      ["direct", "direct routing, caller = owner (no network)", owner, owner, "BenchDirect"],
+      ["direct", "direct routing, caller = third node (1 hop)", third, owner, "BenchDirect"],
     ] as const
   ).filter(([part]) => runs(part));
   // The in-process ceiling: a plain tell and ask to an actor of the caller's own process (no sharding), in rounds.
@@ -324,7 +335,7 @@ async function routing(): Promise<Record<string, unknown>> {
     ask1: { p50: number; p99: number };
     askN: Rated;
   }[] = [];
-  for (const [i, [part, name, caller, entityOwner]] of scenarios.entries()) {
+  for (const [i, [part, name, caller, entityOwner, type]] of scenarios.entries()) {
     say(name);
     if (part === "local") {
       await coordinator.request({ type: "localTell", count: 16_000, window: tellWindow });
@@ -332,12 +343,15 @@ async function routing(): Promise<Record<string, unknown>> {
     }
     const { ids } = await caller.request<{ ids: string[] }>({
       type: "pick",
-      name: "Bench",
+      name: type,
       owner: info(entityOwner).node,
       prefix: `s${i}`,
       count: entitiesPerRun,
     });
-    await caller.request({ type: "shardedTell", name: "Bench", ids, count: 16_000, window: tellWindow });
+    // Direct routing: sequential asks first take the grants (each shard's first message goes through the coordinator
+    // with a probe behind it, the next waits for the owner's grant): the rows measure the steady state.
+    if (type === "BenchDirect") await caller.request({ type: "shardedAsk", name: type, ids, count: 200, inFlight: 1 });
+    await caller.request({ type: "shardedTell", name: type, ids, count: 16_000, window: tellWindow });
     const tellRates: number[] = [];
     const tellCpu: number[] = [];
     // The coordinator's and the owner's CPU over the tell rounds, per message (they are other processes when the
@@ -347,7 +361,7 @@ async function routing(): Promise<Record<string, unknown>> {
     for (let round = 0; round < tellRounds; round++) {
       const r = await caller.request<Rated>({
         type: "shardedTell",
-        name: "Bench",
+        name: type,
         ids,
         count: tellRound,
         window: tellWindow,
@@ -364,24 +378,27 @@ async function routing(): Promise<Record<string, unknown>> {
       coordinatorCpuUs: ((await cpuOf(coordinator)) - coordinatorCpu0) / told,
       ownerCpuUs: ((await cpuOf(entityOwner)) - ownerCpu0) / told,
     };
-    await caller.request({ type: "shardedAsk", name: "Bench", ids, count: 500, inFlight: 1 });
+    await caller.request({ type: "shardedAsk", name: type, ids, count: 500, inFlight: 1 });
     const ask1 = await caller.request<{ rate: number; p50: number; p99: number }>({
       type: "shardedAsk",
-      name: "Bench",
+      name: type,
       ids,
       count: sequentialAsks,
       inFlight: 1,
     });
     const askN = await caller.request<Rated & { p50: number; p99: number }>({
       type: "shardedAsk",
-      name: "Bench",
+      name: type,
       ids,
       count: parallelAsks,
       inFlight,
     });
     results[name] = { tell, ask1, askN };
-    measured.push({ name, local: caller === entityOwner && caller === coordinator, tell, ask1, askN });
-    if (i === 1 || i === scenarios.length - 1) await ceilingRound();
+    // In-process: the coordinator is the owner, or (direct routing) the caller owns the shard itself.
+    const local = caller === entityOwner && (caller === coordinator || type === "BenchDirect");
+    measured.push({ name, local, tell, ask1, askN });
+    // After the 1-hop row, after the last coordinator-routed row and at the end.
+    if (part === "1-hop" || part === "2-hop" || i === scenarios.length - 1) await ceilingRound();
   }
   const act = !runs("1-hop")
     ? null

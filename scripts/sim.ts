@@ -1,5 +1,7 @@
-// Long runs of the seeded node simulator: `npm run sim -- --seeds 10000 --from 1 [--liveness]`. Prints a progress line
-// every 3 s and a final table; a failing seed prints its trace and how to replay it, and the run exits 1.
+// Long runs of the seeded node simulator: `npm run sim -- --seeds 10000 --from 1 [--liveness] [--churn]
+// [--direct | --coordinator]`. Without --direct or --coordinator the routing mode is the suite's (directBySeed: half of
+// the seeds route directly). Prints a progress line every 3 s and a final table; a failing seed prints its trace and
+// how to replay it, and the run exits 1.
 import { runHistory, SimFailure } from "../test/sim/node-sim.ts";
 
 function option(name: string, fallback: number): number {
@@ -17,6 +19,7 @@ const seeds = option("seeds", 1_000);
 const from = option("from", 1);
 const liveness = process.argv.includes("--liveness");
 const coordinatorChurn = process.argv.includes("--churn");
+const direct = process.argv.includes("--direct") ? true : process.argv.includes("--coordinator") ? false : undefined;
 const started = performance.now();
 const cpuStarted = process.cpuUsage();
 let lastPrint = started;
@@ -29,10 +32,14 @@ const operatorRestarts: number[] = [];
 let relayed = 0;
 let relayedDelivered = 0;
 let flushes = 0;
+let directDelivered = 0;
+let directRefusals = 0;
 const notLive: number[] = [];
 for (let seed = from; seed < from + seeds; seed++) {
   try {
-    const result = runHistory({ seed, liveness, coordinatorChurn });
+    const result = runHistory({ seed, liveness, coordinatorChurn, ...(direct === undefined ? {} : { direct }) });
+    directDelivered += result.directDelivered;
+    directRefusals += result.directRefusals;
     delivered += result.delivered;
     handoffs += result.handoffs;
     writes += result.writes;
@@ -69,6 +76,8 @@ console.table({
   flushesAnswered: flushes,
   relayedByOldCoordinator: relayed,
   relayedThenDelivered: relayedDelivered,
+  deliveredDirectly: directDelivered,
+  directRefusals,
   notLiveAfterHealing: notLive.length,
   operatorRestarted: operatorRestarts.length,
 });

@@ -29,6 +29,11 @@ import {
   CancelPreparations,
   CoordinatorFlush,
   CoordinatorFlushed,
+  DirectGrant,
+  DirectMarker,
+  DirectProbe,
+  DirectRefused,
+  HandoffAnnounce,
   PassivateShard,
   PlanRequest,
   PlanSnapshot,
@@ -477,7 +482,12 @@ export class ClusterSharding implements Extension {
       message instanceof PrepareShard ||
       message instanceof CoordinatorFlush ||
       message instanceof CoordinatorFlushed ||
-      message instanceof CancelPreparations
+      message instanceof CancelPreparations ||
+      message instanceof DirectProbe ||
+      message instanceof DirectGrant ||
+      message instanceof DirectRefused ||
+      message instanceof HandoffAnnounce ||
+      message instanceof DirectMarker
     ) {
       this.shell.run({ kind: "control", message, replyTo: sender, origin });
     } else {

@@ -33,6 +33,11 @@ export const coordinatorFlushRetryMs = 300;
  * (a graceful leave: that process may still relay for a moment), before it sends to the new coordinator anyway, ms.
  */
 export const coordinatorFlushGraceMs = 1_000;
+/**
+ * Direct routing (docs/protocol.md §8.8): how long a caller waits for the grant of its probe before it routes the
+ * shard's held deliveries through the coordinator again, and how long it then waits before it asks again, ms.
+ */
+export const directProbeRetryMs = 500;
 /** How long a newly elected coordinator collects plan snapshots before it publishes, ms. */
 export const bootstrapSnapshotWindowMs = 500;
 /** Default timeout of `ShardedEntityRef.ask`, ms. */

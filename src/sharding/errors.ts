@@ -71,6 +71,25 @@ export class ShardLeaseUnavailableError extends Error {
   }
 }
 
+/**
+ * The owner refused a delivery sent to it directly (docs/protocol.md §8.8): it does not own the shard under the grant
+ * the sender named (the shard moved, is draining, or the coordinator changed). Nothing was delivered; the sending
+ * node routes the shard's next messages through the coordinator.
+ */
+export class DirectDeliveryRefusedError extends Error {
+  override readonly name = "DirectDeliveryRefusedError";
+  constructor(
+    readonly entityType: string,
+    readonly shardId: number,
+    /** Why, for logs and tests: "coordinator", "owner", "generation" or "draining". */
+    readonly reason: string,
+  ) {
+    super(
+      `Shard ${entityType}/${shardId} refused a direct delivery (${reason}); the sender falls back to the coordinator`,
+    );
+  }
+}
+
 /** The shard is draining on its previous owner during a handoff; new local activations wait behind the barrier. */
 export class ShardHandoffInProgressError extends Error {
   override readonly name = "ShardHandoffInProgressError";

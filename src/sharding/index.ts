@@ -19,6 +19,7 @@ export type { ShardMoveDecision, ShardMoveRefusal } from "./coordinator/shard-mo
 export { type EntityRouter, ShardedEntityRef, ShardedEntityType } from "./entity-ref.ts";
 export {
   ClusterShardingConfigurationError,
+  DirectDeliveryRefusedError,
   NoShardOwnerError,
   ShardHandoffInProgressError,
   ShardLeaseUnavailableError,

@@ -61,7 +61,17 @@ export interface ShardingSettingsOptions {
    * the reason), counted in `ShardingStats.heldExpired`. Local, not part of the settings key.
    */
   heldDeliveryTimeout?: number;
+  /**
+   * How a caller reaches a shard's owner (docs/protocol.md §8.8): `"coordinator"` (the default) sends every message
+   * through the coordinator; `"direct"` sends a shard's messages straight to its owner once the owner granted the
+   * route, and through the coordinator otherwise (first contact, handoffs, refusals). Part of the settings key: a
+   * cluster cannot mix the two for one type.
+   */
+  routing?: ShardRouting;
 }
+
+/** The two routing modes of {@link ShardingSettingsOptions.routing}. */
+export type ShardRouting = "coordinator" | "direct";
 
 /** Every key of {@link ShardingSettingsOptions}. */
 export const shardingSettingsShape = {
@@ -77,6 +87,7 @@ export const shardingSettingsShape = {
   awaitCoordinator: true,
   heldDeliveriesPerShard: true,
   heldDeliveryTimeout: true,
+  routing: true,
 } as const satisfies SettingsShapeOf<ShardingSettingsOptions>;
 
 /** Largest `shardMailboxCapacity`. */
@@ -96,7 +107,8 @@ export type ShardingSettingsField =
   | "rebalance"
   | "leaseDuration"
   | "leaseRenewInterval"
-  | "idleTimeout";
+  | "idleTimeout"
+  | "routing";
 
 /** Validated, immutable sharding settings of one entity type (docs/protocol.md §5.1). */
 export class ShardingSettings {
@@ -120,6 +132,8 @@ export class ShardingSettings {
   readonly heldDeliveriesPerShard: number;
   /** Milliseconds a delivery may wait for a coordinator; local (not in {@link key}). */
   readonly heldDeliveryTimeout: number;
+  /** Coordinator or direct routing (docs/protocol.md §8.8); in {@link key} when direct. */
+  readonly routing: ShardRouting;
   /**
    * Deterministic text identical on every node with the same settings; every envelope carries it and a receiver with
    * another key rejects the envelope.
@@ -198,7 +212,15 @@ export class ShardingSettings {
       "heldDeliveryTimeout",
       "held delivery timeout must be a whole number of ms",
     );
-    this.key = [
+    const routing = options.routing ?? "coordinator";
+    if (routing !== "coordinator" && routing !== "direct") {
+      throw new ClusterShardingConfigurationError(
+        `routing must be "coordinator" or "direct" (got ${describe(routing)})`,
+        "routing",
+      );
+    }
+    this.routing = routing;
+    const parts: (string | number)[] = [
       this.shardCount,
       this.partitioner.configurationKey,
       this.allocation.configurationKey,
@@ -206,7 +228,11 @@ export class ShardingSettings {
       this.leaseDuration,
       this.leaseRenewInterval,
       this.idleTimeout ?? "none",
-    ].join("|");
+    ];
+    // Coordinator routing adds nothing, so its key is the one nodes of earlier versions compute; direct routing
+    // appends its name, so a node of either mode refuses the other's messages for the type.
+    if (routing === "direct") parts.push("direct");
+    this.key = parts.join("|");
   }
 
   /**
@@ -232,6 +258,7 @@ export class ShardingSettings {
     if (this.leaseDuration !== other.leaseDuration) return "leaseDuration";
     if (this.leaseRenewInterval !== other.leaseRenewInterval) return "leaseRenewInterval";
     if (this.idleTimeout !== other.idleTimeout) return "idleTimeout";
+    if (this.routing !== other.routing) return "routing";
     return null;
   }
 

@@ -63,6 +63,14 @@ export interface ShardingStats {
    * (§7.2). Each was delivered all the same, without a parent span.
    */
   readonly malformedTraceContexts: number;
+  /** Beyond §16.2 (see §8.8): deliveries this node's callers sent straight to the owner under a grant (caller node). */
+  readonly directRoutes: number;
+  /** Direct deliveries this node refused as owner (DirectDeliveryRefusedError); also in `rejectedEnvelopes`. */
+  readonly directRefusals: number;
+  /** Direct-route probes this node dropped as coordinator (the shard was not routable at once: handoff, held, no owner). */
+  readonly directProbesDropped: number;
+  /** Grants this node's callers gave up on a refusal from the owner (their shard went back to the coordinator route). */
+  readonly directFallbacks: number;
 }
 
 /** Why an inbound sharding envelope could not be decoded (see {@link ShardingStats.malformedEnvelopes}). */
@@ -102,5 +110,9 @@ export function zeroStats(): MutableShardingStats {
     heldRefused: 0,
     heldExpired: 0,
     malformedTraceContexts: 0,
+    directRoutes: 0,
+    directRefusals: 0,
+    directProbesDropped: 0,
+    directFallbacks: 0,
   };
 }

@@ -17,7 +17,7 @@ import {
 } from "../../src/remote/nested-message.ts";
 import { RegistryCodec, registerShardingWireTypes } from "../../src/sharding/internal/codec.ts";
 import { ShardingEnvelope } from "../../src/sharding/internal/index.ts";
-import { wireNames } from "../../src/sharding/internal/messages.ts";
+import { DirectEnvelope, wireNames } from "../../src/sharding/internal/messages.ts";
 import { addr } from "./fixtures/members.ts";
 
 class Deposit {
@@ -290,6 +290,52 @@ test("a nested wire name the envelope could not send on is refused on receipt", 
       () => codec.read(hostile, 0, hostile.length, Object.prototype),
       (e: unknown) => e instanceof EnvelopeDecodeError && e.reason === "undecodable" && /wire name/.test(e.message),
       `name of ${name.length} characters`,
+    );
+  }
+});
+
+test("a direct envelope round-trips through its own wire name with the generation it names, and is validated on receipt", () => {
+  const { registry, wire } = setup();
+  const codec = registry.lookupName(wireNames.directEnvelope)!.codec as ShardingEnvelopeCodec;
+  assert.notEqual(
+    codec.fingerprint,
+    (registry.lookupName(wireNames.envelope)!.codec as ShardingEnvelopeCodec).fingerprint,
+  );
+  const hop0 = new ShardingEnvelope(
+    "User",
+    "Account",
+    "acct-7",
+    12,
+    "key",
+    0,
+    null,
+    2500,
+    false,
+    wire.encode(new Deposit(3, "d")),
+  );
+  const sent = DirectEnvelope.of(hop0, addr("c"), 2 ** 40);
+  assert.equal(registry.registrationOf(sent).name, wireNames.directEnvelope);
+  const back = codec.read(encode(codec, sent), 0, encode(codec, sent).length, Object.prototype);
+  assert.ok(back instanceof DirectEnvelope);
+  assert.equal(back.hopCount, 2);
+  assert.equal(back.coordinator, coordinator);
+  assert.equal(back.generation, 2 ** 40);
+  assert.deepEqual(decodeNested(registry, back.message!), new Deposit(3, "d"));
+  const cases: [Partial<DirectEnvelope>, RegExp][] = [
+    [{ hopCount: 1 }, /hopCount/],
+    [{ hopCount: 0 }, /hopCount/],
+    [{ coordinator: null }, /coordinator/],
+    [{ generation: 0 }, /generation/],
+    [{ generation: 1.5 }, /generation/],
+    [{ generation: 2 ** 40 + 1 }, /generation/],
+    [{ generation: -3 }, /generation/],
+  ];
+  for (const [override, field] of cases) {
+    const bytes = encode(codec, Object.assign(DirectEnvelope.of(hop0, addr("c"), 5), override));
+    assert.throws(
+      () => codec.read(bytes, 0, bytes.length, Object.prototype),
+      (e: unknown) => e instanceof EnvelopeDecodeError && e.reason === "undecodable" && field.test(e.message),
+      JSON.stringify(override),
     );
   }
 });

@@ -14,7 +14,14 @@ import {
   ShardingControlAck,
   ShardingEnvelope,
 } from "../../src/sharding/internal/index.ts";
-import { toAssignments } from "../../src/sharding/internal/messages.ts";
+import {
+  DirectGrant,
+  DirectMarker,
+  DirectProbe,
+  DirectRefused,
+  HandoffAnnounce,
+  toAssignments,
+} from "../../src/sharding/internal/messages.ts";
 import { addr } from "./fixtures/members.ts";
 
 const a = addr("a").toString();
@@ -272,4 +279,100 @@ test("the cancel of stale preparations and a plan request's prepared shards: rou
     ClusterShardingConfigurationError,
   );
   assert.equal(({} as { polluted?: boolean }).polluted, undefined, "nothing polluted");
+});
+
+test("the direct route's messages survive a round trip and refuse a hostile value at every field", () => {
+  const b = addr("b").toString();
+  const probe = new DirectProbe("Order", "k", 3, a, 7);
+  const forwardedProbe = probe.forwardedBy(addr("b"));
+  const grant = new DirectGrant("Order", "k", 3, b, a, 12, 7);
+  const refused = new DirectRefused("Order", "k", 3, b);
+  const announce = new HandoffAnnounce("Order", "k", 3, a, b, 9);
+  const marker = new DirectMarker("Order", "k", 3, a, b, 9);
+  const passivate = new PassivateShard("Order", "k", 3, a, b, 9, [a, b]);
+  for (const [value, parse] of [
+    [probe, DirectProbe.fromJSON],
+    [forwardedProbe, DirectProbe.fromJSON],
+    [grant, DirectGrant.fromJSON],
+    [refused, DirectRefused.fromJSON],
+    [announce, HandoffAnnounce.fromJSON],
+    [marker, DirectMarker.fromJSON],
+    [passivate, PassivateShard.fromJSON],
+  ] as [object, (json: unknown) => unknown][]) {
+    assert.deepEqual(roundTrip(value, parse), value);
+  }
+  // An older sender's PassivateShard has neither field: coordinator routing's drain.
+  const older = PassivateShard.fromJSON({
+    entityType: "Order",
+    settingsKey: "k",
+    shardId: 3,
+    coordinator: a,
+    nextOwner: null,
+  });
+  assert.equal(older.handoffToken, null);
+  assert.deepEqual(older.waitFor, []);
+
+  let deep: unknown = "x";
+  for (let i = 0; i < 10_000; i++) deep = { deep };
+  const hostile: [string, unknown][] = [
+    ["missing", undefined],
+    ["null", null],
+    ["a number", 1],
+    ["a boolean", true],
+    ["an array", ["Order"]],
+    ["an object whose toString is not a function", { toString: 5, valueOf: 5 }],
+    ["an own __proto__ key", JSON.parse('{"__proto__": {"polluted": true}}')],
+    ["10,000-deep nesting", deep],
+    ["a 1 MB string", "x".repeat(1 << 20)],
+    ["a negative number", -1],
+    ["a fraction", 1.5],
+    ["a number past 2^53", 2 ** 60],
+  ];
+  const integers = new Set(["shardId", "token", "generation", "handoffToken"]);
+  const cases: [(json: unknown) => unknown, Record<string, unknown>, string[]][] = [
+    [DirectProbe.fromJSON, { ...probe }, ["entityType", "settingsKey", "shardId", "caller", "token", "coordinator"]],
+    [
+      DirectGrant.fromJSON,
+      { ...grant },
+      ["entityType", "settingsKey", "shardId", "owner", "coordinator", "generation", "token"],
+    ],
+    [DirectRefused.fromJSON, { ...refused }, ["entityType", "settingsKey", "shardId", "owner"]],
+    [
+      HandoffAnnounce.fromJSON,
+      { ...announce },
+      ["entityType", "settingsKey", "shardId", "coordinator", "previousOwner", "token"],
+    ],
+    [DirectMarker.fromJSON, { ...marker }, ["entityType", "settingsKey", "shardId", "caller", "coordinator", "token"]],
+    [PassivateShard.fromJSON, { ...passivate }, ["handoffToken", "waitFor"]],
+  ];
+  for (const [parse, good, fields] of cases) {
+    for (const field of fields) {
+      for (const [name, value] of hostile) {
+        if ((field === "entityType" || field === "settingsKey") && typeof value === "string") continue;
+        if (integers.has(field) && value === 1) continue; // a valid number
+        // Optional fields: absent or null means none.
+        const optional =
+          field === "handoffToken" ||
+          field === "waitFor" ||
+          (field === "coordinator" && parse === DirectProbe.fromJSON);
+        if (optional && (value === undefined || value === null)) continue;
+        const json = { ...good, [field]: value };
+        assert.throws(
+          () => parse(json),
+          (e: unknown) => {
+            assert.ok(e instanceof ClusterShardingConfigurationError, `${field} = ${name}: ${String(e)}`);
+            assert.equal(e.field, field, `${field} = ${name}`);
+            return true;
+          },
+          `${field} = ${name}`,
+        );
+      }
+    }
+    for (const whole of [null, [], "probe", 3]) assert.throws(() => parse(whole), ClusterShardingConfigurationError);
+  }
+  // A generation past the plan bound, and a waitFor past its bound or holding a non-address, are refused too.
+  assert.throws(() => DirectGrant.fromJSON({ ...grant, generation: 2 ** 40 + 1 }), /generation/);
+  assert.throws(() => PassivateShard.fromJSON({ ...passivate, waitFor: ["nope"] }), /waitFor/);
+  assert.throws(() => PassivateShard.fromJSON({ ...passivate, waitFor: new Array(10_001).fill(a) }), /waitFor/);
+  assert.equal(({} as Record<string, unknown>).polluted, undefined);
 });

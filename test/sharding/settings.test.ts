@@ -109,6 +109,7 @@ test("the compatibility check names the first mismatching field", () => {
     [{ leaseRenewInterval: 2_000, idleTimeout: 1000 }, "leaseRenewInterval"],
     [{ idleTimeout: 2000 }, "idleTimeout"],
     [{}, "idleTimeout"],
+    [{ idleTimeout: 1000, routing: "direct" }, "routing"],
   ];
   for (const [options, field] of differing) {
     const other = ShardingSettings.create(options);
@@ -131,4 +132,21 @@ test("timing constants match docs/protocol.md §15", () => {
   assert.equal(shardingConstants.bootstrapSnapshotWindowMs, 500);
   assert.equal(shardingConstants.askTimeoutDefaultMs, 30_000);
   assert.equal(shardingConstants.activateTimeoutDefaultMs, 2_000);
+});
+
+test("routing: coordinator by default with the key nodes of earlier versions compute; direct is in the key", () => {
+  const d = ShardingSettings.create();
+  assert.equal(d.routing, "coordinator");
+  assert.equal(ShardingSettings.create({ routing: "coordinator" }).key, d.key);
+  const direct = ShardingSettings.create({ routing: "direct" });
+  assert.equal(direct.routing, "direct");
+  assert.equal(direct.key, `${d.key}|direct`);
+  assert.equal(d.incompatibleField(direct), "routing");
+  for (const bad of ["Direct", "", 1, {}]) {
+    assert.throws(
+      () => ShardingSettings.create({ routing: bad as "direct" }),
+      (e: unknown) => e instanceof ClusterShardingConfigurationError && e.field === "routing",
+      String(bad),
+    );
+  }
 });

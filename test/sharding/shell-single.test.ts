@@ -245,6 +245,10 @@ test("stats: the 15 counters of docs/protocol.md §16.2 in its order, then the m
     "heldRefused",
     "heldExpired",
     "malformedTraceContexts",
+    "directRoutes",
+    "directRefusals",
+    "directProbesDropped",
+    "directFallbacks",
   ]);
   assert.deepEqual(Object.keys(snapshot.malformedEnvelopes), ["undecodable", "schemaInvalid", "payload"]);
   assert.ok(Object.isFrozen(snapshot) && Object.isFrozen(snapshot.malformedEnvelopes));

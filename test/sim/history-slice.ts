@@ -4,7 +4,7 @@
 // `MOVIE_SIM_SEED` replays one seed in test/sim/node-sim.test.ts instead, and the slices then skip.
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { type HistoryResult, runHistory } from "./node-sim.ts";
+import { directBySeed, type HistoryResult, runHistory } from "./node-sim.ts";
 
 /** How many histories `npm test` runs in all, and over how many files. */
 export const historiesInSuite = Number(process.env.MOVIE_SIM_HISTORIES ?? 10_000);
@@ -20,7 +20,16 @@ export function historySlice(slice: number): void {
     skip: replaying ? "MOVIE_SIM_SEED replays one seed in node-sim.test.ts" : false,
   }, () => {
     if (to < from) return;
-    const totals = { delivered: 0, handoffs: 0, generations: 0, writes: 0, staleWrites: 0, localDeliveries: 0 };
+    const totals = {
+      delivered: 0,
+      handoffs: 0,
+      generations: 0,
+      writes: 0,
+      staleWrites: 0,
+      localDeliveries: 0,
+      direct: 0,
+      directSeeds: 0,
+    };
     const notLive: number[] = [];
     for (let seed = from; seed <= to; seed++) {
       const result: HistoryResult = runHistory({ seed });
@@ -30,6 +39,8 @@ export function historySlice(slice: number): void {
       totals.writes += result.writes;
       totals.staleWrites += result.staleWrites;
       totals.localDeliveries += result.localDeliveries;
+      totals.direct += result.directDelivered;
+      if (directBySeed(seed)) totals.directSeeds++;
       // Every history is live after healing (docs/protocol.md §14.8): none is allowed not to be.
       if (result.liveness !== null && result.liveness !== undefined) notLive.push(seed);
     }
@@ -43,6 +54,11 @@ export function historySlice(slice: number): void {
     assert.ok(count < 500 || totals.staleWrites > 0, `stale writes ${totals.staleWrites}`);
     // The node shell's shortcut for a local caller was checked against the full step many times (347 in seeds 1..40).
     assert.ok(totals.localDeliveries > count * 2, `local deliveries checked ${totals.localDeliveries}`);
+    // Half of the seeds route directly (docs/protocol.md §8.8), and there about a quarter of the messages go direct.
+    assert.ok(
+      totals.direct > totals.directSeeds * 10,
+      `${totals.direct} delivered directly in ${totals.directSeeds} histories`,
+    );
     assert.deepEqual(
       notLive,
       [],

@@ -35,7 +35,7 @@ test("one seeded node history, replayed (MOVIE_SIM_SEED), keeps every safety inv
 // the history is live either way; what the fix changes is how soon: 225 virtual ms from healing to the last probe
 // delivered with it, 925 without (the ask's 2 s timeout, measured 2026-12-05).
 test("a handoff whose next owner is removed mid-prepare gives way at once (seed 689 settles soon after healing)", () => {
-  const result = runHistory({ seed: 689, liveness: true });
+  const result = runHistory({ seed: 689, liveness: true, direct: false });
   assert.equal(result.liveness ?? null, null);
   assert.ok(result.afterHealMs < 600, `${result.afterHealMs} virtual ms from healing to the probes delivered`);
 });
@@ -47,7 +47,7 @@ test("a handoff whose next owner is removed mid-prepare gives way at once (seed 
 // test/cluster/cut-off-rules.test.ts); both are now live without the operator stopping a node.
 for (const seed of [176, 1471]) {
   test(`a node that left while cut off is moved on and removed (seed ${seed} is live, no operator restart)`, () => {
-    const result = runHistory({ seed, liveness: true });
+    const result = runHistory({ seed, liveness: true, direct: false });
     assert.equal(result.liveness ?? null, null);
     assert.equal(result.operatorRestarts, 0);
   });
@@ -67,7 +67,7 @@ for (const seed of [176, 1471]) {
 //    the other fixes and is live without this one).
 for (const seed of [6963, 7003, 8426, 8780, 2690]) {
   test(`seed ${seed} is live after healing with no operator restart (a membership or bootstrap fix)`, () => {
-    const result = runHistory({ seed, liveness: true });
+    const result = runHistory({ seed, liveness: true, direct: false });
     assert.equal(result.liveness ?? null, null);
     assert.equal(result.operatorRestarts, 0);
   });
@@ -133,15 +133,22 @@ test("coordinator churn during faults keeps every safety invariant, and nearly a
 // so the plan's owner was fenced out of its own shard after healing. The coordinator now cancels preparations it no
 // longer stands by (docs/protocol.md §9.3; prepare-cancel-rules.test.ts).
 test("a preparation left by a handoff aborted after its prepare is cancelled (operator-move seed 754 is live)", () => {
-  const result = runHistory({ seed: 754, operatorMoves: true, liveness: true });
+  const result = runHistory({ seed: 754, operatorMoves: true, liveness: true, direct: false });
   assert.equal(result.liveness ?? null, null);
 });
 
 /** The first seed in 1..`maxSeeds` whose history fails with `bugs` planted, and how. */
-function firstCaught(bugs: PlantedBugs, maxSeeds: number, coordinatorChurn = false): SimFailure | null {
+function firstCaught(
+  bugs: PlantedBugs,
+  maxSeeds: number,
+  options: { readonly direct?: boolean; readonly coordinatorChurn?: boolean } = {},
+): SimFailure | null {
   for (let seed = 1; seed <= maxSeeds; seed++) {
     try {
-      runHistory({ seed, bugs, coordinatorChurn });
+      // Liveness on when the mode is named: a safety check that fails after healing is reported as itself, not as a
+      // history not live.
+      const { direct, coordinatorChurn = false } = options;
+      runHistory({ seed, bugs, coordinatorChurn, ...(direct === undefined ? {} : { direct, liveness: true }) });
     } catch (error) {
       if (!(error instanceof SimFailure)) throw error;
       return error;
@@ -172,13 +179,33 @@ test("a planted bug, a plan update accepted without its generation check, is cau
 });
 
 // The flush of a coordinator change (docs/protocol.md §8.7), planted off: callers route through the new coordinator
-// at once. Among the churn histories (whose seeds 1..200 pass without it, test above), measured 2026-12-06: first
+// at once. Among the churn histories with coordinator routing (seeds 1..200 pass without it), measured 2026-12-06: first
 // caught at seed 4 (an envelope the old coordinator held is never relayed: it vanishes), FIFO broken first at seed
 // 55. A planted early end of the snapshot bootstrap (§6.3: start the term at the first peer's answer) was tried the
 // same way and not caught in 300 histories with or without churn, nor did liveness change (0 and 1 of 300 not live):
 // a coordinator that misses a peer's newer plan is repaired by the publish-above rule of §6.4, so no switch for it.
 test("a planted bug, routing through a new coordinator without the flush, is caught within 10 churn seeds", () => {
-  const caught = firstCaught({ skipCoordinatorFlush: true }, 10, true);
+  const caught = firstCaught({ skipCoordinatorFlush: true }, 10, { coordinatorChurn: true, direct: false });
   assert.ok(caught !== null, "no seed caught the skipped flush");
   assert.match(caught.reason, /vanished|FIFO broken/);
+});
+
+// Direct routing (docs/protocol.md §8.8): half of the suite's histories route directly (directBySeed), with every
+// invariant above plus "a direct delivery is accepted only by the owner of its shard in the plan it names" and FIFO
+// across every switch between routes. The planted bug goes direct from the plan alone, without the owner's grant: a
+// delivery sent through the coordinator just before can then be overtaken by a direct one. Measured 2026-12-06: first
+// caught at seed 3 (FIFO broken at the entity).
+test("a planted bug, the direct route taken from the plan without the owner's grant, is caught within 20 seeds", () => {
+  const caught = firstCaught({ directWithoutGrant: true }, 20, { direct: true });
+  assert.ok(caught !== null, "no seed caught the ungranted direct route");
+  assert.match(caught.reason, /FIFO broken/);
+});
+
+test("direct routing: the same seeds without the planted bug keep every invariant, and messages went direct", () => {
+  let directDelivered = 0;
+  for (let seed = 1; seed <= 20; seed++) {
+    const result = runHistory({ seed, direct: true, liveness: true });
+    directDelivered += result.directDelivered;
+  }
+  assert.ok(directDelivered > 200, `${directDelivered} messages delivered by the direct route`);
 });

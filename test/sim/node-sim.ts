@@ -23,7 +23,10 @@
 //   - persistent: a delivery is granted only a lease the database holds for that node and epoch at that instant, and
 //     no write commits under a stale epoch (under an epoch older than one a write of that shard committed under, or
 //     under another owner's);
-//   - per-entity FIFO for each sender: an entity processes one sender's messages in the order they were sent;
+//   - per-entity FIFO for each sender: an entity processes one sender's messages in the order they were sent (with
+//     direct routing, across every switch between the coordinator route and the direct one, and every handoff);
+//   - direct routing: a direct delivery is accepted only by a node that owns its shard in the plan of the generation
+//     (and coordinator) the sender names;
 //   - every message a caller handed over is, by the end, delivered, rejected to its caller, refused at the call, or
 //     counted as lost (a link drop, a crash of the node holding it, or its node stopped): none vanishes silently.
 // Liveness (after healing): every node agrees on one plan in which every shard has a live owner, and a message to
@@ -42,6 +45,7 @@ import type { ClusterSnapshot } from "../../src/cluster/snapshot.ts";
 import { LeastLoadedAllocation, RateLimitedRebalance, ShardingSettings } from "../../src/sharding/index.ts";
 import { attachTyped, typedOf } from "../../src/sharding/internal/codec.ts";
 import { CoordinatorFlushed, ShardingEnvelope } from "../../src/sharding/internal/index.ts";
+import { DirectEnvelope } from "../../src/sharding/internal/messages.ts";
 import type { AttemptOutcome } from "../../src/sharding/internal/retry-barrier.ts";
 import {
   type ControlMessage,
@@ -106,6 +110,9 @@ interface SimNode {
   readonly draining: Set<number>;
   /** Highest plan generation seen on this node. */
   maxGeneration: number;
+  /** The plan (and its generation) last recorded for the direct-route check. */
+  lastPlan: unknown;
+  lastPlanGeneration: number;
   nextSeq: number;
   /** Paused (SIGSTOP): its timers, provider callbacks and inbox wait in `backlog` until it resumes. */
   paused: boolean;
@@ -192,6 +199,16 @@ export interface HistoryOptions {
    * random stream of its own.
    */
   readonly coordinatorChurn?: boolean;
+  /**
+   * Direct routing (docs/protocol.md §8.8) on every node. Default: {@link directBySeed}, half of the seeds (both
+   * persistent and plain ones), so the suite's histories split between the two modes.
+   */
+  readonly direct?: boolean;
+}
+
+/** Whether a seed's default history routes directly: seeds 2, 3, 6, 7, 10, 11, … (half of the even and of the odd). */
+export function directBySeed(seed: number): boolean {
+  return (seed >> 1) % 2 === 1;
 }
 
 export interface HistoryResult {
@@ -222,6 +239,10 @@ export interface HistoryResult {
   readonly afterHealMs: number;
   /** Operator shard moves the cores started (refusals are not counted). */
   readonly operatorMoves: number;
+  /** Direct routing: messages delivered by the direct route, direct deliveries refused, probes declined. */
+  readonly directDelivered: number;
+  readonly directRefusals: number;
+  readonly directProbesDropped: number;
   /** Null when every shard had a live owner and every probe was delivered after healing, else what was missing. */
   readonly liveness?: string | null;
 }
@@ -300,6 +321,24 @@ const operatorMoveSettings = ShardingSettings.create({
   leaseRenewInterval: 100,
 });
 
+/** The same two settings with direct routing (docs/protocol.md §8.8). */
+const directSettings = ShardingSettings.create({
+  shardCount: defaultSettings.shardCount,
+  allocation: new LeastLoadedAllocation(),
+  rebalance: new RateLimitedRebalance({ threshold: 1, maxConcurrent: 2 }),
+  leaseDuration: 300,
+  leaseRenewInterval: 100,
+  routing: "direct",
+});
+const directOperatorMoveSettings = ShardingSettings.create({
+  shardCount: defaultSettings.shardCount,
+  allocation: new LeastLoadedAllocation(),
+  rebalance: new RateLimitedRebalance({ threshold: 2, maxConcurrent: 2 }),
+  leaseDuration: 300,
+  leaseRenewInterval: 100,
+  routing: "direct",
+});
+
 export class NodeSim {
   now = 0;
   steps = 0;
@@ -338,6 +377,17 @@ export class NodeSim {
   /** A ring of the last control messages sent between nodes. */
   private readonly sentControls: SentControl[] = [];
   private sentControlsNext = 0;
+  /**
+   * Every plan any node stored, by `author generation`: the owners each shard had in it (a set: the checker does not
+   * assume that two nodes' plans of one author and generation agree, it only asks whether one gave the shard there).
+   */
+  private readonly plansSeen = new Map<string, Map<number, Set<string>>>();
+  private directDelivered = 0;
+  /**
+   * call → envelopes of it on the wire now. The accounting at the end counts them as held: a delivery released at the
+   * last instant (a direct-route probe that expired then, §8.8) is on its way, not vanished.
+   */
+  private readonly onWire = new Map<number, number>();
 
   /** Database statements stalled by an outage, waiting for its end (or for healing). */
   private readonly stalledCalls = new Set<StalledCall>();
@@ -435,6 +485,8 @@ export class NodeSim {
       entities,
       draining: new Set(),
       maxGeneration: 0,
+      lastPlan: null,
+      lastPlanGeneration: 0,
       nextSeq: 0,
       paused: false,
       pausedAt: -1,
@@ -591,7 +643,14 @@ export class NodeSim {
     }
     const arrival = Math.max(this.now + 1 + this.rand.int(8), this.linkFree.get(link) ?? 0);
     this.linkFree.set(link, arrival);
+    const call = wire.kind === "envelope" ? wire.call : -1;
+    if (call >= 0) this.onWire.set(call, (this.onWire.get(call) ?? 0) + 1);
     this.events.push(arrival, () => {
+      if (call >= 0) {
+        const left = (this.onWire.get(call) ?? 1) - 1;
+        if (left > 0) this.onWire.set(call, left);
+        else this.onWire.delete(call);
+      }
       // A connection lost while the message was on its way loses it too (never duplicated).
       if (this.linkBlocked(from.port, toPort) || !from.alive) {
         this.dropped(wire);
@@ -687,6 +746,11 @@ export class NodeSim {
       if (t !== undefined) {
         if (t.plan.generation < node.maxGeneration) {
           this.fail(`${node.name}: plan generation went down from ${node.maxGeneration} to ${t.plan.generation}`);
+        }
+        if (t.plan.author !== null && (t.plan !== node.lastPlan || t.plan.generation !== node.lastPlanGeneration)) {
+          node.lastPlan = t.plan;
+          node.lastPlanGeneration = t.plan.generation;
+          this.recordPlan(t.plan.author.toString(), t.plan.generation, t.plan.allocations);
         }
         node.maxGeneration = t.plan.generation;
         if (node.maxGeneration > this.maxGeneration) this.maxGeneration = node.maxGeneration;
@@ -863,12 +927,38 @@ export class NodeSim {
     }
   }
 
+  private recordPlan(author: string, generation: number, allocations: ReadonlyMap<number, UniqueAddress>): void {
+    const key = `${author} ${generation}`;
+    let owners = this.plansSeen.get(key);
+    if (owners === undefined) {
+      owners = new Map();
+      this.plansSeen.set(key, owners);
+    }
+    for (const [shard, owner] of allocations) {
+      let set = owners.get(shard);
+      if (set === undefined) {
+        set = new Set();
+        owners.set(shard, set);
+      }
+      set.add(owner.toString());
+    }
+  }
+
   /** The simulated provider: authorizes, creates the entity, processes the message (checked here). */
   private deliverOne(node: SimNode, shard: number, d: Delivery): AttemptOutcome {
     const t = node.core.types.get(typeName)!;
     const self = node.self.toString();
     const ownsHere = t.plan.allocations.get(shard)?.toString() === self || t.prepared.has(shard);
     if (!ownsHere) this.fail(`${node.name}: a delivery for shard ${shard}, which it neither owns nor was prepared for`);
+    if (d.envelope instanceof DirectEnvelope) {
+      // The owner's check of §8.8, seen from outside: the plan the sender names gave the shard to this very node.
+      const named = this.plansSeen.get(`${d.envelope.coordinator} ${d.envelope.generation}`);
+      if (named?.get(shard)?.has(self) !== true) {
+        this.fail(
+          `${node.name}: a direct delivery for shard ${shard} accepted, which the plan it names (generation ${d.envelope.generation} of ${d.envelope.coordinator}) does not give it`,
+        );
+      }
+    }
     const message = typedOf(d.envelope)?.value as UserMessage;
     if (node.provider !== null) {
       const had = node.entities.has(message.entity);
@@ -891,6 +981,7 @@ export class NodeSim {
       );
     }
     this.processed.set(key, message.seq);
+    if (d.envelope instanceof DirectEnvelope) this.directDelivered++;
     if (verbose) this.note(`${node.name} processes ${message.call} ${key} seq ${message.seq}`);
     this.settleCall(message.call, "delivered");
     return "delivered";
@@ -1184,6 +1275,7 @@ export class NodeSim {
       // Deliveries waiting for a coordinator (docs/protocol.md §8.6): routed or expired later, by their deadline.
       for (const h of [...t.heldLocal.list(), ...t.heldForwarded.list()]) held.add(callOf(h.delivery.envelope));
     }
+    for (const call of this.onWire.keys()) held.add(call);
     for (const call of this.calls.keys()) {
       if (!this.outcomes.has(call) && !held.has(call)) {
         this.fail(`message ${call} (${JSON.stringify(this.calls.get(call))}) vanished`);
@@ -1350,6 +1442,9 @@ export class NodeSim {
       virtualMs: this.now,
       afterHealMs: this.now - this.healedAt,
       operatorMoves: this.operatorMovesStarted,
+      directDelivered: this.directDelivered,
+      directRefusals: [...this.nodes.values()].reduce((n, x) => n + x.core.counters.directRefusals, 0),
+      directProbesDropped: [...this.nodes.values()].reduce((n, x) => n + x.core.counters.directProbesDropped, 0),
     };
   }
 
@@ -1399,11 +1494,13 @@ function entityOfShard(shard: number): string {
  * @throws SimFailure
  */
 export function runHistory(options: HistoryOptions): HistoryResult {
+  const direct = options.direct ?? directBySeed(options.seed);
+  const moves = options.operatorMoves === true;
   const sim = new NodeSim(
     options.seed,
     options.bugs,
     options.persistent ?? options.seed % 2 === 0,
-    options.operatorMoves === true ? operatorMoveSettings : defaultSettings,
+    direct ? (moves ? directOperatorMoveSettings : directSettings) : moves ? operatorMoveSettings : defaultSettings,
   );
   const rand = sim.rand;
   const faultMs = options.faultMs ?? 1_500;

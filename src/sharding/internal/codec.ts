@@ -1,10 +1,16 @@
 import { decodeNested, encodeNested, type MessageRegistry, registerNesting } from "../../remote/index.ts";
 import { ClusterShardingConfigurationError } from "../errors.ts";
-import { envelopeLayout } from "./envelope-codec.ts";
+import { directEnvelopeLayout, envelopeLayout } from "./envelope-codec.ts";
 import {
   CancelPreparations,
   CoordinatorFlush,
   CoordinatorFlushed,
+  DirectEnvelope,
+  DirectGrant,
+  DirectMarker,
+  DirectProbe,
+  DirectRefused,
+  HandoffAnnounce,
   PassivateShard,
   PlanRequest,
   PlanSnapshot,
@@ -92,4 +98,10 @@ export function registerShardingWireTypes(registry: MessageRegistry): void {
   registry.register(CoordinatorFlush, { name: wireNames.coordinatorFlush });
   registry.register(CoordinatorFlushed, { name: wireNames.coordinatorFlushed });
   registry.register(CancelPreparations, { name: wireNames.cancelPreparations });
+  registerNesting(registry, DirectEnvelope, wireNames.directEnvelope, directEnvelopeLayout);
+  registry.register(DirectProbe, { name: wireNames.directProbe });
+  registry.register(DirectGrant, { name: wireNames.directGrant });
+  registry.register(DirectRefused, { name: wireNames.directRefused });
+  registry.register(HandoffAnnounce, { name: wireNames.handoffAnnounce });
+  registry.register(DirectMarker, { name: wireNames.directMarker });
 }

@@ -28,3 +28,12 @@ export const envelopeLayout: NestingLayout = {
   },
   nestedField: "message",
 };
+
+/**
+ * The wire layout of {@link DirectEnvelope} (docs/protocol.md §8.8): the v2 fields, then the plan generation the sender
+ * names. A wire name of its own, so coordinator routing's envelope v2 (and its fingerprint) stays as it was.
+ */
+export const directEnvelopeLayout: NestingLayout = {
+  fields: { ...envelopeLayout.fields, generation: "number" },
+  nestedField: "message",
+};

@@ -47,7 +47,19 @@ export const wireNames = {
   coordinatorFlush: "movie.cluster.sharding.coordinator-flush.v1",
   coordinatorFlushed: "movie.cluster.sharding.coordinator-flushed.v1",
   cancelPreparations: "movie.cluster.sharding.cancel-preparations.v1",
+  /** The direct route (docs/protocol.md §8.8): the envelope v2 layout plus the generation the sender names. */
+  directEnvelope: "movie.cluster.sharding.direct-envelope.v1",
+  directProbe: "movie.cluster.sharding.direct-probe.v1",
+  directGrant: "movie.cluster.sharding.direct-grant.v1",
+  directRefused: "movie.cluster.sharding.direct-refused.v1",
+  handoffAnnounce: "movie.cluster.sharding.handoff-announce.v1",
+  directMarker: "movie.cluster.sharding.direct-marker.v1",
 } as const;
+
+/** `hopCount` of a direct envelope: caller → owner, past the coordinator (docs/protocol.md §8.8). */
+export const directHop = 2;
+/** Largest generation a direct envelope or grant may name (the plan snapshot bound, docs/protocol.md §6.3). */
+const directGenerationMax = 2 ** 40;
 
 /** One shard's owner in a plan message. */
 export interface Assignment {
@@ -306,6 +318,13 @@ export class PassivateShard {
     readonly shardId: number,
     readonly coordinator: string,
     readonly nextOwner: string | null,
+    /**
+     * Direct routing (docs/protocol.md §8.8): the handoff's token, named by the HandoffAnnounce every member got, and
+     * the members whose DirectMarker of that token the owner waits for before it drains. Null / empty in coordinator
+     * routing (and absent on the wire from an older sender).
+     */
+    readonly handoffToken: number | null = null,
+    readonly waitFor: readonly string[] = [],
   ) {}
 
   /** @throws ClusterShardingConfigurationError naming the malformed field */
@@ -315,12 +334,25 @@ export class PassivateShard {
     address(coordinator, "coordinator");
     const nextOwner = optStr(o, "nextOwner");
     if (nextOwner !== null) address(nextOwner, "nextOwner");
+    const handoffToken = o.handoffToken === null || o.handoffToken === undefined ? null : int(o, "handoffToken", 0);
+    let waitFor: string[] = [];
+    if (o.waitFor !== undefined && o.waitFor !== null) {
+      if (!Array.isArray(o.waitFor)) bad("waitFor", "expected an array");
+      if (o.waitFor.length > waitForMax) bad("waitFor", `more than ${waitForMax} members`);
+      waitFor = (o.waitFor as unknown[]).map((m) => {
+        if (typeof m !== "string") bad("waitFor", "expected unique address strings");
+        address(m, "waitFor");
+        return m;
+      });
+    }
     return new PassivateShard(
       nonEmpty(o, "entityType"),
       str(o, "settingsKey"),
       int(o, "shardId", 0),
       coordinator,
       nextOwner,
+      handoffToken,
+      waitFor,
     );
   }
 }
@@ -416,6 +448,266 @@ export class CancelPreparations {
       str(o, "settingsKey"),
       coordinator,
       shardIds(o, "shardIds"),
+    );
+  }
+}
+
+/** Most members a PassivateShard's `waitFor` may list (far above any cluster this runtime forms). */
+const waitForMax = 10_000;
+
+/**
+ * A delivery sent by the caller straight to the shard's owner under the owner's grant (docs/protocol.md §8.8):
+ * `hopCount` 2, `coordinator` the grant's coordinator, and `generation` the grant's plan generation. Its own wire name
+ * (the v2 layout plus `generation`), so the envelope v2 of coordinator routing is unchanged.
+ */
+export class DirectEnvelope extends ShardingEnvelope {
+  constructor(
+    kind: EnvelopeKind,
+    entityType: string,
+    entityId: string,
+    shardId: number,
+    settingsKey: string,
+    hopCount: number,
+    coordinator: string | null,
+    askTimeoutMs: number | null,
+    senderless: boolean,
+    message: WireMessage | null,
+    deliveryAttempt: number,
+    traceparent: string | null,
+    /** The plan generation the owner granted under. */
+    readonly generation: number,
+    traceContextMalformed = false,
+  ) {
+    super(
+      kind,
+      entityType,
+      entityId,
+      shardId,
+      settingsKey,
+      hopCount,
+      coordinator,
+      askTimeoutMs,
+      senderless,
+      message,
+      deliveryAttempt,
+      traceparent,
+      traceContextMalformed,
+    );
+  }
+
+  /** The caller's hop-0 envelope, sent directly to the owner under a grant of `coordinator` at `generation`. */
+  static of(envelope: ShardingEnvelope, coordinator: UniqueAddress, generation: number): DirectEnvelope {
+    return new DirectEnvelope(
+      envelope.kind,
+      envelope.entityType,
+      envelope.entityId,
+      envelope.shardId,
+      envelope.settingsKey,
+      directHop,
+      coordinator.toString(),
+      envelope.askTimeoutMs,
+      envelope.senderless,
+      envelope.message,
+      envelope.deliveryAttempt,
+      envelope.traceparent,
+      generation,
+    );
+  }
+
+  /**
+   * Rebuilds a direct envelope from its JSON: every envelope field as for v2, then `hopCount` exactly 2, a
+   * `coordinator`, and a `generation` in 1..2^40.
+   * @throws ClusterShardingConfigurationError naming the malformed field
+   */
+  static override fromJSON(json: unknown): DirectEnvelope {
+    const base = ShardingEnvelope.fromJSON(json);
+    const o = json as Json;
+    if (base.hopCount !== directHop) bad("hopCount", `a direct envelope has hop count ${directHop}`);
+    if (base.coordinator === null) bad("coordinator", "a direct envelope names the coordinator of its grant");
+    const generation = int(o, "generation", 1);
+    if (generation > directGenerationMax) bad("generation", `above ${directGenerationMax}`);
+    return new DirectEnvelope(
+      base.kind,
+      base.entityType,
+      base.entityId,
+      base.shardId,
+      base.settingsKey,
+      base.hopCount,
+      base.coordinator,
+      base.askTimeoutMs,
+      base.senderless,
+      base.message,
+      base.deliveryAttempt,
+      base.traceparent,
+      generation,
+      base.traceContextMalformed,
+    );
+  }
+}
+
+/**
+ * A caller asks for the direct route to a shard's owner (docs/protocol.md §8.8): sent to the coordinator behind the
+ * caller's hop-0 envelopes (`coordinator` null), forwarded by it to the owner behind what it forwarded there
+ * (`coordinator` the forwarding coordinator).
+ */
+export class DirectProbe {
+  constructor(
+    readonly entityType: string,
+    readonly settingsKey: string,
+    readonly shardId: number,
+    /** The asking node's UniqueAddress string: the transport identity of the first leg, where the grant goes. */
+    readonly caller: string,
+    /** The caller's number for this probe: a grant with another is stale. */
+    readonly token: number,
+    /** Null on the first leg; the forwarding coordinator's UniqueAddress string on the second. */
+    readonly coordinator: string | null = null,
+  ) {}
+
+  /** The copy the coordinator forwards to the owner. */
+  forwardedBy(coordinator: UniqueAddress): DirectProbe {
+    return new DirectProbe(
+      this.entityType,
+      this.settingsKey,
+      this.shardId,
+      this.caller,
+      this.token,
+      coordinator.toString(),
+    );
+  }
+
+  /** @throws ClusterShardingConfigurationError naming the malformed field */
+  static fromJSON(json: unknown): DirectProbe {
+    const o = object(json, "DirectProbe");
+    const caller = str(o, "caller");
+    address(caller, "caller");
+    const coordinator = optStr(o, "coordinator");
+    if (coordinator !== null) address(coordinator, "coordinator");
+    return new DirectProbe(
+      nonEmpty(o, "entityType"),
+      str(o, "settingsKey"),
+      int(o, "shardId", 0),
+      caller,
+      int(o, "token", 0),
+      coordinator,
+    );
+  }
+}
+
+/** The owner's answer to a forwarded DirectProbe: the caller may send the shard's deliveries straight to it. */
+export class DirectGrant {
+  constructor(
+    readonly entityType: string,
+    readonly settingsKey: string,
+    readonly shardId: number,
+    /** The granting owner's UniqueAddress string; must equal the transport identity. */
+    readonly owner: string,
+    /** The coordinator that forwarded the probe and authored the owner's plan. */
+    readonly coordinator: string,
+    /** The owner's plan generation: direct envelopes name it. */
+    readonly generation: number,
+    readonly token: number,
+  ) {}
+
+  /** @throws ClusterShardingConfigurationError naming the malformed field */
+  static fromJSON(json: unknown): DirectGrant {
+    const o = object(json, "DirectGrant");
+    const owner = str(o, "owner");
+    address(owner, "owner");
+    const coordinator = str(o, "coordinator");
+    address(coordinator, "coordinator");
+    const generation = int(o, "generation", 1);
+    if (generation > directGenerationMax) bad("generation", `above ${directGenerationMax}`);
+    return new DirectGrant(
+      nonEmpty(o, "entityType"),
+      str(o, "settingsKey"),
+      int(o, "shardId", 0),
+      owner,
+      coordinator,
+      generation,
+      int(o, "token", 0),
+    );
+  }
+}
+
+/** The owner refused a direct delivery (docs/protocol.md §8.8): the sender drops its grant and routes through the coordinator. */
+export class DirectRefused {
+  constructor(
+    readonly entityType: string,
+    readonly settingsKey: string,
+    readonly shardId: number,
+    /** The refusing owner's UniqueAddress string; must equal the transport identity. */
+    readonly owner: string,
+  ) {}
+
+  /** @throws ClusterShardingConfigurationError naming the malformed field */
+  static fromJSON(json: unknown): DirectRefused {
+    const o = object(json, "DirectRefused");
+    const owner = str(o, "owner");
+    address(owner, "owner");
+    return new DirectRefused(nonEmpty(o, "entityType"), str(o, "settingsKey"), int(o, "shardId", 0), owner);
+  }
+}
+
+/**
+ * The coordinator announces a handoff of a shard (docs/protocol.md §8.8): every member drops its grant for it and sends
+ * a DirectMarker of `token` to `previousOwner`, behind whatever it sent there directly.
+ */
+export class HandoffAnnounce {
+  constructor(
+    readonly entityType: string,
+    readonly settingsKey: string,
+    readonly shardId: number,
+    readonly coordinator: string,
+    readonly previousOwner: string,
+    readonly token: number,
+  ) {}
+
+  /** @throws ClusterShardingConfigurationError naming the malformed field */
+  static fromJSON(json: unknown): HandoffAnnounce {
+    const o = object(json, "HandoffAnnounce");
+    const coordinator = str(o, "coordinator");
+    address(coordinator, "coordinator");
+    const previousOwner = str(o, "previousOwner");
+    address(previousOwner, "previousOwner");
+    return new HandoffAnnounce(
+      nonEmpty(o, "entityType"),
+      str(o, "settingsKey"),
+      int(o, "shardId", 0),
+      coordinator,
+      previousOwner,
+      int(o, "token", 0),
+    );
+  }
+}
+
+/** A member's marker of an announced handoff: nothing it sent the owner directly for the shard comes after it. */
+export class DirectMarker {
+  constructor(
+    readonly entityType: string,
+    readonly settingsKey: string,
+    readonly shardId: number,
+    /** The marking member's UniqueAddress string; must equal the transport identity. */
+    readonly caller: string,
+    /** The coordinator that announced the handoff. */
+    readonly coordinator: string,
+    /** The announced handoff's token. */
+    readonly token: number,
+  ) {}
+
+  /** @throws ClusterShardingConfigurationError naming the malformed field */
+  static fromJSON(json: unknown): DirectMarker {
+    const o = object(json, "DirectMarker");
+    const caller = str(o, "caller");
+    address(caller, "caller");
+    const coordinator = str(o, "coordinator");
+    address(coordinator, "coordinator");
+    return new DirectMarker(
+      nonEmpty(o, "entityType"),
+      str(o, "settingsKey"),
+      int(o, "shardId", 0),
+      caller,
+      coordinator,
+      int(o, "token", 0),
     );
   }
 }

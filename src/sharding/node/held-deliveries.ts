@@ -38,6 +38,11 @@ export class HeldDeliveries<D> {
   }
 
   /** Deliveries held, over all shards. */
+  /** Deliveries held for `shard`. */
+  countOf(shard: number): number {
+    return this.shards.get(shard)?.length ?? 0;
+  }
+
   get size(): number {
     return this.count;
   }

@@ -4,6 +4,8 @@ import type { ShardingMember } from "../allocation/strategy.ts";
 import {
   coordinatorFlushGraceMs,
   coordinatorFlushRetryMs,
+  directProbeRetryMs,
+  handoffTimeoutMs,
   idleSweepHalvingFloorMs,
   leaseRetryIntervalMs,
   planSnapshotGenerationMax,
@@ -25,6 +27,7 @@ import { decideShardMove, type ShardMoveDecision } from "../coordinator/shard-mo
 import {
   asError,
   ClusterShardingConfigurationError,
+  DirectDeliveryRefusedError,
   NoShardOwnerError,
   ShardLeaseUnavailableError,
 } from "../errors.ts";
@@ -41,6 +44,12 @@ import {
   CancelPreparations,
   CoordinatorFlush,
   CoordinatorFlushed,
+  DirectEnvelope,
+  DirectGrant,
+  DirectMarker,
+  DirectProbe,
+  DirectRefused,
+  HandoffAnnounce,
   PassivateShard,
   PlanRequest,
   PlanSnapshot,
@@ -54,6 +63,7 @@ import { type AttemptOutcome, type BarrierResult, RetryBarrier } from "../intern
 import type { ShardingClusterSnapshot } from "../membership.ts";
 import type { ShardingSettings } from "../settings.ts";
 import { type MutableShardingStats, zeroStats } from "../stats.ts";
+import { type DirectRoute, type DrainGate, MarkerBook } from "./direct-route.ts";
 import { HeldDeliveries, type HeldDelivery } from "./held-deliveries.ts";
 import { emptyView, type MembershipView, viewOf } from "./view.ts";
 
@@ -156,6 +166,16 @@ export interface TypeState {
    * it still drove handoffs as coordinator (its term current or settling): relayed once its term is lost (§8.7).
    */
   readonly pendingMarkers: Map<string, CoordinatorFlush>;
+  /** Direct routing, caller side (docs/protocol.md §8.8): shard → its route when not the plain coordinator route. */
+  readonly routes: Map<number, DirectRoute>;
+  /** Direct routing, owner side: shard → the plan generation in which this node's current ownership of it began. */
+  readonly ownedSince: Map<number, number>;
+  /** Direct routing, owner side: shards whose drain started in their current ownership (direct deliveries refused). */
+  readonly directClosed: Set<number>;
+  /** Direct routing, owner side: shard → the markers its asked drain waits for. */
+  readonly drainGates: Map<number, DrainGate>;
+  /** Direct routing, owner side: the markers of announced handoffs that arrived. */
+  readonly markers: MarkerBook;
 }
 
 /**
@@ -169,6 +189,8 @@ export interface PlantedBugs {
   readonly acceptForwardFromAnyone?: boolean;
   /** Route through a new coordinator at once, without the flush of what went to the old one (§8.7). */
   readonly skipCoordinatorFlush?: boolean;
+  /** Direct routing: a caller goes direct from its plan alone, without the owner's grant (no order at the switch). */
+  readonly directWithoutGrant?: boolean;
 }
 
 /** The whole node. */
@@ -197,7 +219,13 @@ export type NodeTimer =
   | { readonly kind: "idleSweep"; readonly type: string }
   | { readonly kind: "heldSweep"; readonly type: string; readonly id: number }
   /** A flush marker (or its answer) may have been lost: send it again if flush `token` is still waited for. */
-  | { readonly kind: "flushRetry"; readonly type: string; readonly token: number };
+  | { readonly kind: "flushRetry"; readonly type: string; readonly token: number }
+  /** A direct-route probe got no answer: the shard's held deliveries go through the coordinator (§8.8). */
+  | { readonly kind: "probeExpired"; readonly type: string; readonly shard: number; readonly token: number }
+  /** An announced handoff still drains its old owner: announce again, a member's copy or its marker may be lost. */
+  | { readonly kind: "announceRetry"; readonly type: string; readonly shard: number; readonly token: number }
+  /** A drain still waiting for markers of handoff `token` gives up: its waiters fail, the coordinator tries again. */
+  | { readonly kind: "drainGateExpired"; readonly type: string; readonly shard: number; readonly token: number };
 
 /** A control message other nodes send to this node's daemon. */
 export type ControlMessage =
@@ -209,7 +237,12 @@ export type ControlMessage =
   | PrepareShard
   | CoordinatorFlush
   | CoordinatorFlushed
-  | CancelPreparations;
+  | CancelPreparations
+  | DirectProbe
+  | DirectGrant
+  | DirectRefused
+  | HandoffAnnounce
+  | DirectMarker;
 
 /** What the core reacts to. */
 export type NodeInput =
@@ -632,6 +665,11 @@ class Step {
       via: null,
       flush: null,
       pendingMarkers: new Map(),
+      routes: new Map(),
+      ownedSince: new Map(),
+      directClosed: new Set(),
+      drainGates: new Map(),
+      markers: new MarkerBook(),
     };
     this.s.types.set(name, t);
     this.syncPlan(t);
@@ -681,6 +719,9 @@ class Step {
       if (changed) this.afterPlanStored(t);
       this.syncPlan(t);
     }
+    // A drain waiting for markers needs none from a member that is now Down or gone, nor any for a coordinator that
+    // is no longer the accepting one (§8.8).
+    for (const t of this.s.types.values()) for (const shard of t.drainGates.keys()) this.startDrainIfWaiting(t, shard);
   }
 
   /**
@@ -906,6 +947,23 @@ class Step {
     for (const [shard, by] of t.prepared) if (by === author) keep.add(shard);
     for (const shard of t.preparing.keys()) keep.add(shard);
     this.effects.push({ kind: "retainShards", type: t.name, shards: keep });
+    if (t.settings.routing === "direct") this.trackOwnership(t);
+  }
+
+  /**
+   * The generation in which this node's current ownership of each shard began: a direct delivery naming an older one
+   * was granted in an earlier ownership and is refused (§8.8). A shard no longer owned forgets both marks.
+   */
+  private trackOwnership(t: TypeState): void {
+    for (const [shard, owner] of t.plan.allocations) {
+      if (owner.equals(this.self) && !t.ownedSince.has(shard)) t.ownedSince.set(shard, t.plan.generation);
+    }
+    for (const shard of [...t.ownedSince.keys()]) {
+      if (t.plan.allocations.get(shard)?.equals(this.self) !== true) {
+        t.ownedSince.delete(shard);
+        t.directClosed.delete(shard);
+      }
+    }
   }
 
   // ---------------------------------------------------------------------------------------------------------------
@@ -921,9 +979,23 @@ class Step {
       else if (message instanceof CoordinatorFlush) this.onFlushMarker(t, message, origin);
       else if (message instanceof CoordinatorFlushed) this.onFlushed(t, message, origin);
       else if (message instanceof CancelPreparations) this.onCancelPreparations(t, message, origin);
+      else if (message instanceof DirectProbe) this.onDirectProbe(t, message, origin);
+      else if (message instanceof DirectGrant) this.onDirectGrant(t, message, origin);
+      else if (message instanceof DirectRefused) this.onDirectRefused(t, message, origin);
+      else if (message instanceof HandoffAnnounce) this.onHandoffAnnounce(t, message, origin);
+      else if (message instanceof DirectMarker) this.onDirectMarker(t, message, origin);
       else if (message instanceof PassivateShard) {
         this.checkControl(t, message.settingsKey, message.coordinator, origin);
-        this.drainLocally(t, message.shardId, { kind: "ask", replyTo });
+        const gate: DrainGate | null =
+          message.handoffToken === null
+            ? null
+            : {
+                coordinator: message.coordinator,
+                token: message.handoffToken,
+                waitFor: message.waitFor,
+                sinceMs: this.nowMs,
+              };
+        this.drainLocally(t, message.shardId, { kind: "ask", replyTo }, gate);
       } else {
         const coordinator = this.checkControl(t, message.settingsKey, message.coordinator, origin);
         this.askPrepare(t, message.shardId);
@@ -1091,10 +1163,26 @@ class Step {
       this.hold(t, t.heldLocal, d, null, countsRemoteRoute, held);
       return;
     }
+    const shard = d.envelope.shardId;
+    if (this.awaitingGrant(t, shard, coordinator)) {
+      if (held !== null || t.heldLocal.countOf(shard) < t.settings.heldDeliveriesPerShard) {
+        this.hold(t, t.heldLocal, d, null, countsRemoteRoute, held);
+        return;
+      }
+      // A burst larger than the held bound while the probe is out: the caller is not refused for want of a grant.
+      // The probe is given up and the shard's waiting deliveries go through the coordinator, in order, then this one
+      // (the bench found it: a synchronous flood of tells refused with NoShardOwnerError).
+      this.coolRoute(t, shard);
+      for (const h of t.heldLocal.take((x) => x.delivery.envelope.shardId === shard)) {
+        this.routeLocal(t, h.delivery, h.countsRemoteRoute, h);
+      }
+    }
     t.via = coordinator;
     if (!coordinator.equals(this.self)) {
+      if (t.settings.routing === "direct" && this.routeDirect(t, d, coordinator)) return;
       if (countsRemoteRoute) this.counters.remoteRoutes++;
       this.effects.push({ kind: "forward", to: coordinator, envelope: d.envelope, delivery: d });
+      if (t.settings.routing === "direct") this.probeFor(t, d.envelope.shardId, coordinator);
       return;
     }
     try {
@@ -1301,7 +1389,12 @@ class Step {
       }
       if (t.heldLocal.size > 0) {
         const coordinator = this.s.view.routing;
-        if (
+        if (coordinator === null && this.departing()) {
+          // This node left (or was put out) while they waited: it never routes again, so they fail now rather than
+          // at their deadline, as a new call would (§8.6). Seen over TCP with a leaving node's own callers: their
+          // asks timed out instead of failing with NoShardOwnerError.
+          for (const h of t.heldLocal.takeAll()) this.routeLocal(t, h.delivery, h.countsRemoteRoute, h);
+        } else if (
           coordinator !== null &&
           !this.flushing(t, coordinator) &&
           (!coordinator.equals(this.self) || this.authorReady(t))
@@ -1542,7 +1635,10 @@ class Step {
     }
     try {
       requireSameSettings(t, envelope.settingsKey);
-      if (envelope.hopCount === 0) {
+      if (envelope instanceof DirectEnvelope) {
+        requireOwnShard(t, envelope);
+        this.receiveDirect(t, d, envelope, origin);
+      } else if (envelope.hopCount === 0) {
         requireOwnShard(t, envelope);
         if (envelope.coordinator !== null && (origin === null || envelope.coordinator !== origin.toString())) {
           throw new ClusterShardingConfigurationError("A relayed sharding envelope must come from the node it names");
@@ -1701,19 +1797,359 @@ class Step {
   }
 
   // ---------------------------------------------------------------------------------------------------------------
+  // The direct route (docs/protocol.md §8.8): probe and grant, the owner's check, announcements and markers
+
+  /**
+   * Whether the shard's deliveries wait for the grant of a probe this node sent through `coordinator`: a delivery
+   * sent through the coordinator after the probe could be overtaken by a direct one, so none is. A probe of an
+   * earlier coordinator no longer counts (its grant would be refused anyway).
+   */
+  private awaitingGrant(t: TypeState, shard: number, coordinator: UniqueAddress): boolean {
+    if (t.settings.routing !== "direct") return false;
+    const route = t.routes.get(shard);
+    if (route?.phase !== "probing") return false;
+    if (route.coordinator.equals(coordinator)) return true;
+    t.routes.delete(shard);
+    return false;
+  }
+
+  /**
+   * Sends `d` straight to its shard's owner when this node holds a valid grant: given under the routing coordinator,
+   * which is the author of this node's plan, and that plan still gives the shard to the granting owner. Returns false
+   * (the caller takes the coordinator route) otherwise; a grant that is no longer valid is dropped.
+   */
+  private routeDirect(t: TypeState, d: Delivery, coordinator: UniqueAddress): boolean {
+    const shard = d.envelope.shardId;
+    const route = t.routes.get(shard);
+    if (route?.phase !== "direct") return false;
+    const owner = t.plan.allocations.get(shard);
+    const valid =
+      route.coordinator.equals(coordinator) &&
+      t.plan.author?.equals(coordinator) === true &&
+      owner?.equals(route.owner) === true;
+    if (!valid) {
+      t.routes.delete(shard);
+      return false;
+    }
+    this.counters.directRoutes++;
+    const envelope = DirectEnvelope.of(d.envelope, route.coordinator, route.generation);
+    const typed = typedOf(d.envelope);
+    if (typed !== undefined) attachTyped(envelope, typed.value);
+    const direct: Delivery = { envelope, sender: d.sender };
+    if (route.owner.equals(this.self)) this.receiveDirect(t, direct, envelope, null);
+    else this.effects.push({ kind: "forward", to: route.owner, envelope, delivery: direct });
+    return true;
+  }
+
+  /**
+   * Asks for the direct route to a shard, behind the delivery just sent through `coordinator`: when this node's plan
+   * (authored by it) gives the shard to another node, no grant or probe is under way, and no cooling period runs.
+   */
+  private probeFor(t: TypeState, shard: number, coordinator: UniqueAddress): void {
+    const owner = t.plan.allocations.get(shard);
+    if (t.plan.author?.equals(coordinator) !== true || owner === undefined || owner.equals(coordinator)) return;
+    const route = t.routes.get(shard);
+    if (route !== undefined && (route.phase !== "cooling" || this.nowMs < route.untilMs)) return;
+    if (this.s.bugs.directWithoutGrant === true) {
+      // Planted bug: the plan alone opens the direct route; nothing orders it after what went through the coordinator.
+      t.routes.set(shard, { phase: "direct", owner, coordinator, generation: t.plan.generation });
+      return;
+    }
+    const token = this.s.nextToken++;
+    t.routes.set(shard, { phase: "probing", token, coordinator });
+    this.send(t, coordinator, new DirectProbe(t.name, t.settings.key, shard, this.self.toString(), token));
+    this.schedule(directProbeRetryMs, { kind: "probeExpired", type: t.name, shard, token });
+  }
+
+  /** The shard goes back to the coordinator route, with no probe for `directProbeRetryMs`; held deliveries go on. */
+  private coolRoute(t: TypeState, shard: number): void {
+    t.routes.set(shard, { phase: "cooling", untilMs: this.nowMs + directProbeRetryMs });
+  }
+
+  /**
+   * A probe: at the coordinator (first leg), forwarded to the owner only when a delivery for the shard would be
+   * dispatched there at once, so it follows every delivery of the caller's that went before it; else declined. At the
+   * owner (second leg, from the accepting coordinator), granted when the shard is this node's in that coordinator's
+   * plan and no drain of it was asked in this ownership; else declined.
+   */
+  private onDirectProbe(t: TypeState, probe: DirectProbe, origin: UniqueAddress | null): void {
+    requireSameSettings(t, probe.settingsKey);
+    const shard = probe.shardId;
+    requireShardInRange(t, shard);
+    const caller = UniqueAddress.parse(probe.caller);
+    if (probe.coordinator === null) {
+      if (origin === null || !origin.equals(caller)) {
+        throw new ClusterShardingConfigurationError("A direct-route probe must come from the caller it names");
+      }
+      // A grant can only follow this probe: its caller is registered here before it can hold one, so every handoff
+      // from now on announces to it and waits for its marker (a plan broadcast alone registers nobody).
+      t.registrations.set(origin.toString(), probe.settingsKey);
+      const owner = t.plan.allocations.get(shard);
+      const routable =
+        this.s.view.elected?.equals(this.self) === true &&
+        this.isAuthor(t) &&
+        !t.barrier.has(shard) &&
+        !t.handoffs.has(shard) &&
+        owner !== undefined &&
+        !owner.equals(this.self) &&
+        this.isUp(owner);
+      if (!routable) {
+        this.declineProbe(t, shard, caller);
+        return;
+      }
+      this.send(t, owner, probe.forwardedBy(this.self));
+      return;
+    }
+    const coordinator = this.checkControl(t, probe.settingsKey, probe.coordinator, origin);
+    const grantable =
+      t.plan.author?.equals(coordinator) === true &&
+      t.plan.allocations.get(shard)?.equals(this.self) === true &&
+      t.ownedSince.has(shard) &&
+      !t.drains.has(shard) &&
+      !t.directClosed.has(shard);
+    if (!grantable) {
+      this.declineProbe(t, shard, caller);
+      return;
+    }
+    const grant = new DirectGrant(
+      t.name,
+      t.settings.key,
+      shard,
+      this.self.toString(),
+      coordinator.toString(),
+      t.plan.generation,
+      probe.token,
+    );
+    if (caller.equals(this.self)) this.onDirectGrant(t, grant, null);
+    else this.send(t, caller, grant);
+  }
+
+  /** A probe that cannot be granted now: counted, and the caller told, so its held deliveries go on at once. */
+  private declineProbe(t: TypeState, shard: number, caller: UniqueAddress): void {
+    this.counters.directProbesDropped++;
+    const declined = new DirectRefused(t.name, t.settings.key, shard, this.self.toString());
+    if (caller.equals(this.self)) this.onDirectRefused(t, declined, null);
+    else this.send(t, caller, declined);
+  }
+
+  /**
+   * A grant: taken only from the owner it names, for the outstanding probe, while that probe's coordinator is still
+   * the routing coordinator and the author of this node's plan, whose generation is at least the grant's and which
+   * gives the shard to that owner. Otherwise the shard cools down and is probed again later.
+   */
+  private onDirectGrant(t: TypeState, grant: DirectGrant, origin: UniqueAddress | null): void {
+    requireSameSettings(t, grant.settingsKey);
+    const owner = UniqueAddress.parse(grant.owner);
+    if (!(origin ?? this.self).equals(owner)) {
+      throw new ClusterShardingConfigurationError("A direct-route grant must come from the owner it names");
+    }
+    const shard = grant.shardId;
+    const route = t.routes.get(shard);
+    if (route?.phase !== "probing" || route.token !== grant.token) return;
+    const coordinator = UniqueAddress.parse(grant.coordinator);
+    const valid =
+      route.coordinator.equals(coordinator) &&
+      this.s.view.routing?.equals(coordinator) === true &&
+      t.plan.author?.equals(coordinator) === true &&
+      t.plan.generation >= grant.generation &&
+      t.plan.allocations.get(shard)?.equals(owner) === true;
+    if (valid) t.routes.set(shard, { phase: "direct", owner, coordinator, generation: grant.generation });
+    else this.coolRoute(t, shard);
+  }
+
+  /**
+   * A refusal or a declined probe from `owner` (the transport identity): a grant of that owner, or the probe under
+   * way, ends; the shard takes the coordinator route (its held deliveries go on in order).
+   */
+  private onDirectRefused(t: TypeState, refused: DirectRefused, origin: UniqueAddress | null): void {
+    requireSameSettings(t, refused.settingsKey);
+    const from = UniqueAddress.parse(refused.owner);
+    if (!(origin ?? this.self).equals(from)) {
+      throw new ClusterShardingConfigurationError("A direct-route refusal must come from the node it names");
+    }
+    const route = t.routes.get(refused.shardId);
+    if (route?.phase === "direct" && route.owner.equals(from)) {
+      this.counters.directFallbacks++;
+      this.coolRoute(t, refused.shardId);
+    } else if (route?.phase === "probing") this.coolRoute(t, refused.shardId);
+  }
+
+  /**
+   * The coordinator announces a handoff: this node's grant for the shard ends, and its marker goes to the previous
+   * owner behind every direct delivery it sent there, so the owner drains only after them.
+   */
+  private onHandoffAnnounce(t: TypeState, announce: HandoffAnnounce, origin: UniqueAddress | null): void {
+    this.checkControl(t, announce.settingsKey, announce.coordinator, origin);
+    requireShardInRange(t, announce.shardId);
+    this.coolRoute(t, announce.shardId);
+    const previous = UniqueAddress.parse(announce.previousOwner);
+    // The previous owner's own callers delivered locally, in order, before its drain: it waits for no marker of its own.
+    if (previous.equals(this.self)) return;
+    this.send(
+      t,
+      previous,
+      new DirectMarker(
+        t.name,
+        t.settings.key,
+        announce.shardId,
+        this.self.toString(),
+        announce.coordinator,
+        announce.token,
+      ),
+    );
+  }
+
+  /** A member's marker of an announced handoff: recorded, and the shard's drain starts if it waited for this one. */
+  private onDirectMarker(t: TypeState, marker: DirectMarker, origin: UniqueAddress | null): void {
+    requireSameSettings(t, marker.settingsKey);
+    requireShardInRange(t, marker.shardId);
+    if (origin === null || marker.caller !== origin.toString()) {
+      throw new ClusterShardingConfigurationError("A direct-route marker must come from the member it names");
+    }
+    t.markers.add(marker.shardId, marker.coordinator, marker.token, marker.caller);
+    this.startDrainIfWaiting(t, marker.shardId);
+  }
+
+  /**
+   * Whether the shard's asked drain may start: no gate; or its coordinator is no longer the accepting one (a direct
+   * delivery naming it is refused from now on); or every member it waits for sent its marker or is Down or gone.
+   */
+  private drainGateOpen(t: TypeState, shard: number): boolean {
+    const gate = t.drainGates.get(shard);
+    if (gate === undefined) return true;
+    // A shard not owned here takes no direct delivery (§8.8 "owner"): nothing to wait for (a late copy of an old
+    // passivate, say; waiting would leave a drain pending that fires once the shard is this node's again, as the
+    // node simulator found: seed 4202 in direct mode).
+    if (t.plan.allocations.get(shard)?.equals(this.self) !== true) return true;
+    const accepting = this.s.view.accepting;
+    if (accepting !== null && accepting.toString() !== gate.coordinator) return true;
+    for (const member of gate.waitFor) {
+      if (t.markers.has(shard, gate, member)) continue;
+      const status = this.s.view.snapshot.members.find((m) => m.uniqueAddress.toString() === member)?.status;
+      if (status === undefined || status === "Down" || status === "Removed") continue;
+      return false;
+    }
+    return true;
+  }
+
+  /**
+   * A drain whose markers did not all arrive within the passivate's own timeout (2 s) is not left pending, where it
+   * could fire after its handoff ended: it is abandoned and its waiters fail, so the coordinator's handoff retries its
+   * attempt (a new announcement, a new gate) or aborts. Nothing was drained; no direct delivery was refused.
+   */
+  private onDrainGateExpired(t: TypeState, shard: number, token: number): void {
+    const gate = t.drainGates.get(shard);
+    if (gate?.token !== token || t.drainsStarted.has(shard)) return;
+    const leftMs = gate.sinceMs + handoffTimeoutMs - this.nowMs;
+    if (leftMs > 0) {
+      // A newer copy of the gate (a retried attempt of the same handoff) waits its own full time.
+      this.schedule(leftMs, { kind: "drainGateExpired", type: t.name, shard, token });
+      return;
+    }
+    t.drainGates.delete(shard);
+    const waiters = t.drains.get(shard) ?? [];
+    t.drains.delete(shard);
+    this.log("warn", { type: t.name, shard }, "sharding drain gave up waiting for the handoff's markers");
+    const error = new ClusterShardingConfigurationError(
+      `Shard ${t.name}/${shard} did not receive every handoff marker within ${handoffTimeoutMs} ms; the handoff retries`,
+    );
+    for (const w of waiters) this.answer(t, shard, w, "passivated", error);
+  }
+
+  /**
+   * Announces the handoff of `shard` from `previous` to every member plans go to, and returns the gate of the
+   * previous owner's drain: the markers of every member that registered the type with these settings (but this
+   * coordinator, which sends nothing directly while it coordinates, and the previous owner itself).
+   */
+  private announceHandoff(t: TypeState, shard: number, previous: UniqueAddress, token: number): DrainGate {
+    const announce = new HandoffAnnounce(
+      t.name,
+      t.settings.key,
+      shard,
+      this.self.toString(),
+      previous.toString(),
+      token,
+    );
+    const waitFor: string[] = [];
+    for (const m of this.s.view.snapshot.members) {
+      if (m.uniqueAddress.equals(this.self) || !planMemberStatuses.has(m.status)) continue;
+      // Only members that registered the type here can hold a grant (a probe registers its caller): the others
+      // would refuse the announcement as for a type they do not know.
+      const registered = t.registrations.get(m.uniqueAddress.toString()) === t.settings.key;
+      const isPrevious = m.uniqueAddress.equals(previous);
+      if (registered || isPrevious) this.send(t, m.uniqueAddress, announce);
+      if (registered && !isPrevious) waitFor.push(m.uniqueAddress.toString());
+    }
+    // A lost announcement (or marker) would hold the drain: a remote one until the passivate's ask times out, a
+    // local one forever (the node simulator found it: a link to a joiner dropped the copy). Sent again while it drains.
+    this.schedule(coordinatorFlushRetryMs, { kind: "announceRetry", type: t.name, shard, token });
+    return { coordinator: this.self.toString(), token, waitFor, sinceMs: this.nowMs };
+  }
+
+  /**
+   * A direct envelope at its owner (`origin`: the remoting-authenticated sender, null from this node's own caller):
+   * delivered when the owner's check passes, else refused with a typed, counted rejection and the sender told.
+   */
+  private receiveDirect(t: TypeState, d: Delivery, envelope: DirectEnvelope, origin: UniqueAddress | null): void {
+    const reason = this.directRefusal(t, envelope);
+    if (reason !== null) {
+      this.counters.directRefusals++;
+      this.reject(d, new DirectDeliveryRefusedError(t.name, envelope.shardId, reason));
+      const refused = new DirectRefused(t.name, t.settings.key, envelope.shardId, this.self.toString());
+      if (origin === null) this.onDirectRefused(t, refused, null);
+      else this.send(t, origin, refused);
+      return;
+    }
+    if (this.joinBarrier(t, envelope.shardId, d)) return;
+    this.deliverLocally(t, d);
+  }
+
+  /**
+   * Why this node refuses a direct envelope, or null to accept it: its coordinator must be the accepting coordinator
+   * and the author of the stored plan, which gives the shard to this node; the generation it names lies between the
+   * start of this node's current ownership and the plan's generation; no drain of the shard started since.
+   */
+  private directRefusal(t: TypeState, envelope: DirectEnvelope): string | null {
+    if (t.settings.routing !== "direct") return "routing";
+    const accepting = this.s.view.accepting;
+    if (accepting === null || envelope.coordinator !== accepting.toString() || !t.plan.author?.equals(accepting)) {
+      return "coordinator";
+    }
+    const shard = envelope.shardId;
+    if (t.plan.allocations.get(shard)?.equals(this.self) !== true) return "owner";
+    const since = t.ownedSince.get(shard);
+    if (since === undefined || envelope.generation < since || envelope.generation > t.plan.generation) {
+      return "generation";
+    }
+    if (t.directClosed.has(shard)) return "draining";
+    return null;
+  }
+
+  // ---------------------------------------------------------------------------------------------------------------
   // The owner's part of a handoff (docs/protocol.md §9.4)
 
   /** Waits for the shard's retry queue to empty, then drains its entities (concurrent drains share one). */
-  private drainLocally(t: TypeState, shard: number, waiter: ShardWaiter): void {
+  private drainLocally(t: TypeState, shard: number, waiter: ShardWaiter, gate: DrainGate | null = null): void {
+    if (gate !== null && !t.drainsStarted.has(shard)) {
+      // The newest announced handoff's markers are the ones waited for; this node's own callers take the
+      // coordinator route for the shard from now on (their direct deliveries so far were handed over in order).
+      t.drainGates.set(shard, gate);
+      t.markers.keepOnly(shard, gate);
+      this.schedule(handoffTimeoutMs, { kind: "drainGateExpired", type: t.name, shard, token: gate.token });
+    }
+    if (gate !== null) this.coolRoute(t, shard);
     const waiting = t.drains.get(shard);
     if (waiting !== undefined) {
+      // Concurrent drains of one shard share one (a newer gate may have opened it).
       waiting.push(waiter);
+      this.startDrainIfWaiting(t, shard);
       return;
     }
     t.drains.set(shard, [waiter]);
     if (this.s.bugs.flushBeforeDrained === true) {
       // Planted bug: report the drain done at once, while the old owner's entities still run.
       this.onDrained(t.name, shard, null);
+      t.directClosed.add(shard);
       this.effects.push({ kind: "drainShard", type: t.name, shard });
       return;
     }
@@ -1722,7 +2158,11 @@ class Step {
 
   private startDrainIfWaiting(t: TypeState, shard: number): void {
     if (!t.drains.has(shard) || t.drainsStarted.has(shard) || t.barrier.has(shard)) return;
+    if (!this.drainGateOpen(t, shard)) return;
     t.drainsStarted.add(shard);
+    // From here on a direct delivery for the shard is refused: every member that may still send one was waited for.
+    t.directClosed.add(shard);
+    t.drainGates.delete(shard);
     this.effects.push({ kind: "drainShard", type: t.name, shard });
   }
 
@@ -1732,6 +2172,7 @@ class Step {
     const waiters = t.drains.get(shard) ?? [];
     t.drains.delete(shard);
     t.drainsStarted.delete(shard);
+    t.markers.forget(shard);
     for (const w of waiters) this.answer(t, shard, w, "passivated", error);
   }
 
@@ -1905,8 +2346,9 @@ class Step {
     const token = running.token;
     switch (effect.kind) {
       case "passivate": {
+        const gate = t.settings.routing === "direct" ? this.announceHandoff(t, shard, effect.owner, token) : null;
         if (effect.owner.equals(this.self)) {
-          this.drainLocally(t, shard, { kind: "handoff", token });
+          this.drainLocally(t, shard, { kind: "handoff", token }, gate);
           return;
         }
         if (this.s.bugs.flushBeforeDrained === true) {
@@ -1936,6 +2378,8 @@ class Step {
           shard,
           this.self.toString(),
           effect.next?.toString() ?? null,
+          gate?.token ?? null,
+          gate?.waitFor ?? [],
         );
         this.effects.push({ kind: "ask", to: effect.owner, message, type: t.name, shard, token, step: "passivated" });
         return;
@@ -2047,6 +2491,21 @@ class Step {
       case "flushRetry":
         this.onFlushRetry(t, timer.token);
         return;
+      case "announceRetry": {
+        const running = t.handoffs.get(timer.shard);
+        const previous = running?.state.previous ?? null;
+        if (running?.token !== timer.token || running.state.phase !== "passivating" || previous === null) return;
+        this.announceHandoff(t, timer.shard, previous, timer.token);
+        return;
+      }
+      case "drainGateExpired":
+        this.onDrainGateExpired(t, timer.shard, timer.token);
+        return;
+      case "probeExpired": {
+        const route = t.routes.get(timer.shard);
+        if (route?.phase === "probing" && route.token === timer.token) this.coolRoute(t, timer.shard);
+        return;
+      }
       case "idleSweep":
         if (t.settings.idleTimeout !== null) {
           this.effects.push({ kind: "passivateIdle", type: t.name, idleTimeoutMs: t.settings.idleTimeout });
@@ -2106,6 +2565,19 @@ function requireOwnShard(t: TypeState, envelope: ShardingEnvelope): void {
   if (expected !== envelope.shardId) {
     throw new ClusterShardingConfigurationError(
       `Envelope shard ${envelope.shardId} does not match entity shard ${expected}`,
+      "shardId",
+    );
+  }
+}
+
+/**
+ * Refuses a shard number outside the type's range (a hostile or confused control message).
+ * @throws ClusterShardingConfigurationError
+ */
+function requireShardInRange(t: TypeState, shard: number): void {
+  if (shard >= t.settings.shardCount) {
+    throw new ClusterShardingConfigurationError(
+      `Shard ${shard} is out of range for ${t.name} (${t.settings.shardCount} shards)`,
       "shardId",
     );
   }

@@ -404,9 +404,9 @@ export class NodeShell {
   /** The user message to its entity (a relayed ask gets the owner's own timeout, see below). */
   private deliverUser(provider: ShardingProvider, d: Delivery, value: unknown, sender: ActorRef<unknown> | null): void {
     const { envelope } = d;
-    // A relayed ask that fails or times out at the entity is a rejection (docs/protocol.md §16.2 "failed relayed asks");
+    // A relayed or direct ask (hop 1 or 2) that fails or times out at the entity is a rejection (docs/protocol.md §16.2 "failed relayed asks");
     // the asker hears straight from the owner, so the owner is where it is counted.
-    if (sender !== null && envelope.hopCount === 1 && envelope.askTimeoutMs !== null) {
+    if (sender !== null && envelope.hopCount >= 1 && envelope.askTimeoutMs !== null) {
       const relayed = new RelayedAskSender(sender, this.state.counters);
       provider.deliver(envelope.shardId, envelope.entityId, value, relayed, this.stepNowMs);
       // Armed only once delivered: a delivery refused into the retry barrier is retried with a new wrapper.

@@ -1,0 +1,457 @@
+// The direct route (docs/protocol.md §8.8) as rules of the node core, fed by hand with time passed in: a caller asks
+// for the route through the coordinator (probe behind its deliveries), the owner grants it, the caller then sends
+// straight to the owner naming the coordinator and the granted generation; the owner checks every direct delivery and
+// refuses the rest with a typed, counted rejection that sends the caller back to the coordinator; a handoff is
+// announced to every registered member, whose marker follows its direct deliveries to the old owner, which drains only
+// once every marker it waits for arrived (or its sender is Down).
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import { DirectDeliveryRefusedError, NoRebalance } from "../../../src/sharding/index.ts";
+import {
+  DirectEnvelope,
+  DirectGrant,
+  DirectMarker,
+  DirectProbe,
+  DirectRefused,
+  HandoffAnnounce,
+  PassivateShard,
+  PlanUpdate,
+} from "../../../src/sharding/internal/messages.ts";
+import type { ControlMessage, Delivery, NodeEffect } from "../../../src/sharding/node/node-core.ts";
+import {
+  a,
+  asks,
+  b,
+  c,
+  coordinatorWithPlan,
+  type Driven,
+  delivers,
+  follower,
+  forwards,
+  member,
+  ofKind,
+  rejects,
+  sends,
+  type,
+  view,
+} from "./node-harness.ts";
+
+const direct = { routing: "direct" as const, rebalance: new NoRebalance() };
+
+function control(n: Driven, message: ControlMessage, origin: typeof a | null, nowMs: number): NodeEffect[] {
+  return n.feed({ kind: "control", message, replyTo: null, origin }, nowMs);
+}
+
+/** a coordinates a, b, c in direct mode; b and c follow its plan. */
+function cluster() {
+  const coordinator = coordinatorWithPlan(direct);
+  const update = coordinator.update();
+  return { coordinator, update, b: follower(b, update, direct), c: follower(c, update, direct) };
+}
+
+/** The control messages of `effects` that are instances of `cls`, with their destination. */
+function sent<T>(effects: NodeEffect[], cls: abstract new (...args: never[]) => T): { to: typeof a; message: T }[] {
+  return sends(effects).flatMap((e) => (e.message instanceof cls ? [{ to: e.to, message: e.message as T }] : []));
+}
+
+/** `caller` (b) holds c's grant for `shard` (probe through a, forwarded, granted); returns the grant. */
+function grantedDirect(k: ReturnType<typeof cluster>, shard: number, nowMs: number): DirectGrant {
+  const id = k.b.entityIn((s) => s === shard);
+  const [probe] = sent(k.b.route(k.b.delivery(id), nowMs), DirectProbe);
+  const [forwarded] = sent(control(k.coordinator, probe!.message, b, nowMs + 1), DirectProbe);
+  const [grant] = sent(control(k.c, forwarded!.message, a, nowMs + 2), DirectGrant);
+  control(k.b, grant!.message, c, nowMs + 3);
+  assert.equal(k.b.t.routes.get(shard)?.phase, "direct");
+  return grant!.message;
+}
+
+/** A direct envelope as b would send it to c for `entityId` under `grant`. */
+function directFrom(n: Driven, entityId: string, coordinator: typeof a, generation: number): Delivery {
+  const d = n.delivery(entityId);
+  return { envelope: DirectEnvelope.of(d.envelope, coordinator, generation), sender: d.sender };
+}
+
+test("direct: the first delivery goes through the coordinator with a probe behind it; later ones wait for the grant, then go straight to the owner naming the coordinator and the granted generation", () => {
+  const k = cluster();
+  const shard = k.b.shardOn(c);
+  const id = k.b.entityIn((s) => s === shard);
+  const first = k.b.route(k.b.delivery(id), 2_000);
+  assert.equal(forwards(first).length, 1);
+  assert.ok(forwards(first)[0]!.to.equals(a), "first contact: the coordinator");
+  assert.equal(forwards(first)[0]!.envelope.hopCount, 0);
+  const [probe] = sent(first, DirectProbe);
+  assert.ok(probe!.to.equals(a));
+  assert.ok(first.indexOf(forwards(first)[0]!) < first.findIndex((e) => e.kind === "send"), "the probe goes behind it");
+
+  const second = k.b.delivery(id);
+  assert.deepEqual(forwards(k.b.route(second, 2_001)), [], "held while the probe is out");
+
+  const [forwarded] = sent(control(k.coordinator, probe!.message, b, 2_002), DirectProbe);
+  assert.ok(forwarded!.to.equals(c));
+  assert.equal(forwarded!.message.coordinator, a.toString());
+  const [grant] = sent(control(k.c, forwarded!.message, a, 2_003), DirectGrant);
+  assert.ok(grant!.to.equals(b));
+  assert.equal(grant!.message.generation, k.c.t.plan.generation);
+
+  const released = control(k.b, grant!.message, c, 2_004);
+  const [out] = forwards(released);
+  assert.ok(out!.to.equals(c), "the held delivery goes straight to the owner");
+  assert.ok(out!.envelope instanceof DirectEnvelope);
+  assert.equal(out!.envelope.hopCount, 2);
+  assert.equal(out!.envelope.coordinator, a.toString());
+  assert.equal((out!.envelope as DirectEnvelope).generation, grant!.message.generation);
+  assert.equal(out!.delivery.sender, second.sender);
+  const third = forwards(k.b.route(k.b.delivery(id), 2_005));
+  assert.ok(third[0]!.to.equals(c));
+  assert.equal(k.b.stats.directRoutes, 2);
+});
+
+test("direct: coordinator routing sends no probe and announces no handoff", () => {
+  const n = coordinatorWithPlan({ rebalance: new NoRebalance() });
+  const bb = follower(b, n.update(), { rebalance: new NoRebalance() });
+  const shard = bb.shardOn(c);
+  const effects = bb.route(bb.delivery(bb.entityIn((s) => s === shard)), 2_000);
+  assert.deepEqual(sent(effects, DirectProbe), []);
+  const moved = n.feed({ kind: "moveShard", type, shard: n.shardOn(b), to: c }, 2_000);
+  assert.deepEqual(sent(moved, HandoffAnnounce), []);
+  const passivate = asks(moved)[0]!.message as PassivateShard;
+  assert.equal(passivate.handoffToken, null);
+});
+
+test("direct: the coordinator forwards a probe only when it would dispatch the shard at once, from the caller it names; otherwise it declines, counted", () => {
+  const k = cluster();
+  const shard = k.coordinator.shardOn(c);
+  const probe = new DirectProbe(type, k.coordinator.settings.key, shard, b.toString(), 7);
+  const [forwarded] = sent(control(k.coordinator, probe, b, 2_000), DirectProbe);
+  assert.ok(forwarded!.to.equals(c));
+  assert.equal(k.coordinator.t.registrations.get(b.toString()), k.coordinator.settings.key, "a probe registers");
+
+  const impostor = control(k.coordinator, probe, c, 2_001);
+  assert.equal(ofKind(impostor, "refused").length, 1, "a probe naming another caller is refused");
+
+  const moving = k.coordinator.shardOn(b);
+  k.coordinator.feed({ kind: "moveShard", type, shard: moving, to: c }, 2_002);
+  const inHandoff = new DirectProbe(type, k.coordinator.settings.key, moving, c.toString(), 8);
+  const declined = control(k.coordinator, inHandoff, c, 2_003);
+  assert.deepEqual(sent(declined, DirectProbe), [], "not forwarded while the shard is in handoff");
+  const [no] = sent(declined, DirectRefused);
+  assert.ok(no!.to.equals(c));
+  assert.equal(no!.message.owner, a.toString());
+  assert.equal(k.coordinator.stats.directProbesDropped, 1);
+
+  const ownShard = k.coordinator.shardOn(a);
+  const own = control(
+    k.coordinator,
+    new DirectProbe(type, k.coordinator.settings.key, ownShard, b.toString(), 9),
+    b,
+    2_004,
+  );
+  assert.equal(sent(own, DirectRefused).length, 1, "a shard the coordinator owns needs no direct route");
+});
+
+test("direct: the owner grants only from the accepting coordinator, for a shard it owns in that coordinator's plan, and not once a drain was asked", () => {
+  const k = cluster();
+  const key = k.c.settings.key;
+  const mine = k.c.shardOn(c);
+  const forwarded = new DirectProbe(type, key, mine, b.toString(), 3).forwardedBy(a);
+  const [grant] = sent(control(k.c, forwarded, a, 2_000), DirectGrant);
+  assert.deepEqual(
+    [grant!.message.owner, grant!.message.coordinator, grant!.message.generation, grant!.message.token],
+    [c.toString(), a.toString(), k.c.t.plan.generation, 3],
+  );
+  assert.equal(ofKind(control(k.c, forwarded, b, 2_001), "refused").length, 1, "not from the coordinator");
+  const notMine = new DirectProbe(type, key, k.c.shardOn(b), b.toString(), 4).forwardedBy(a);
+  assert.equal(sent(control(k.c, notMine, a, 2_002), DirectRefused).length, 1, "another owner's shard: declined");
+
+  control(k.c, new PassivateShard(type, key, mine, a.toString(), b.toString(), 11, [b.toString()]), a, 2_003);
+  const afterDrainAsked = control(k.c, new DirectProbe(type, key, mine, b.toString(), 5).forwardedBy(a), a, 2_004);
+  assert.deepEqual(sent(afterDrainAsked, DirectGrant), [], "a shard whose drain was asked is not granted");
+});
+
+test("direct: the owner accepts a direct delivery only under the accepting coordinator, for its own shard, in its ownership's generations; anything else is a typed, counted refusal and the sender is told", () => {
+  const k = cluster();
+  const mine = k.c.shardOn(c);
+  const id = k.c.entityIn((s) => s === mine);
+  const g = k.c.t.plan.generation;
+  const ok = k.c.envelope(directFrom(k.c, id, a, g), b, 2_000);
+  assert.equal(delivers(ok).length, 1);
+  assert.deepEqual(rejects(ok), []);
+
+  const cases: [Delivery, string][] = [
+    [directFrom(k.c, id, b, g), "coordinator"],
+    [
+      directFrom(
+        k.c,
+        k.c.entityIn((s) => s === k.c.shardOn(b)),
+        a,
+        g,
+      ),
+      "owner",
+    ],
+    [directFrom(k.c, id, a, g + 1), "generation"],
+  ];
+  for (const [[d, reason], i] of cases.map((x, j) => [x, j] as const)) {
+    const effects = k.c.envelope(d, b, 2_001 + i);
+    assert.deepEqual(delivers(effects), [], reason);
+    const [rejected] = rejects(effects);
+    assert.ok(rejected!.error instanceof DirectDeliveryRefusedError, reason);
+    assert.equal((rejected!.error as DirectDeliveryRefusedError).reason, reason);
+    const [told] = sent(effects, DirectRefused);
+    assert.ok(told!.to.equals(b), `${reason}: the sender is told`);
+    assert.equal(told!.message.owner, c.toString());
+  }
+  assert.equal(k.c.stats.directRefusals, 3);
+  assert.equal(k.c.stats.rejectedEnvelopes, 3);
+});
+
+test("direct: a grant of an earlier ownership never counts — the shard moved away and back, and the old generation is refused", () => {
+  const k = cluster();
+  const shard = k.c.shardOn(c);
+  const id = k.c.entityIn((s) => s === shard);
+  const g = k.c.t.plan.generation;
+  const planWith = (generation: number, owner: typeof a) => {
+    const u = k.coordinator.update();
+    const assignments = u.assignments.map((x) =>
+      x.shardId === shard ? { shardId: shard, owner: owner.toString() } : x,
+    );
+    return new PlanUpdate(type, u.settingsKey, a.toString(), generation, assignments);
+  };
+  control(k.c, planWith(g + 1, b), a, 2_000);
+  control(k.c, planWith(g + 2, c), a, 2_001);
+  const stale = rejects(k.c.envelope(directFrom(k.c, id, a, g), b, 2_002));
+  assert.equal((stale[0]!.error as DirectDeliveryRefusedError).reason, "generation");
+  assert.equal(delivers(k.c.envelope(directFrom(k.c, id, a, g + 2), b, 2_003)).length, 1);
+});
+
+test("direct: a refusal sends the caller back to the coordinator (counted), and it asks again only after the cooling period", () => {
+  const k = cluster();
+  const shard = k.b.shardOn(c);
+  grantedDirect(k, shard, 2_000);
+  const id = k.b.entityIn((s) => s === shard);
+  control(k.b, new DirectRefused(type, k.b.settings.key, shard, c.toString()), c, 2_010);
+  assert.equal(k.b.stats.directFallbacks, 1);
+  const back = k.b.route(k.b.delivery(id), 2_011);
+  assert.ok(forwards(back)[0]!.to.equals(a));
+  assert.deepEqual(sent(back, DirectProbe), [], "no probe while cooling");
+  const later = k.b.route(k.b.delivery(id), 2_600);
+  assert.ok(forwards(later)[0]!.to.equals(a));
+  assert.equal(sent(later, DirectProbe).length, 1, "probed again after directProbeRetryMs");
+  assert.equal(
+    ofKind(control(k.b, new DirectRefused(type, k.b.settings.key, shard, c.toString()), b, 2_601), "refused").length,
+    1,
+    "a refusal must come from the node it names",
+  );
+});
+
+test("direct: a probe that gets no answer releases the shard's held deliveries through the coordinator, in order", () => {
+  const k = cluster();
+  const shard = k.b.shardOn(c);
+  const id = k.b.entityIn((s) => s === shard);
+  const probeEffects = k.b.route(k.b.delivery(id), 2_000);
+  const [timer] = probeEffects.flatMap((e) =>
+    e.kind === "schedule" && e.timer.kind === "probeExpired" ? [e.timer] : [],
+  );
+  const held = [k.b.delivery(id), k.b.delivery(id)];
+  for (const d of held) assert.deepEqual(forwards(k.b.route(d, 2_001)), []);
+  const released = k.b.feed({ kind: "timer", timer: timer! }, 2_500);
+  assert.deepEqual(
+    forwards(released).map((f) => [f.to.toString(), f.delivery.sender]),
+    held.map((d) => [a.toString(), d.sender]),
+  );
+});
+
+test("direct: a caller that owns the shard delivers locally through the owner's check once it holds its own grant", () => {
+  const k = cluster();
+  const shard = k.b.shardOn(b);
+  const id = k.b.entityIn((s) => s === shard);
+  const [probe] = sent(k.b.route(k.b.delivery(id), 2_000), DirectProbe);
+  const [forwarded] = sent(control(k.coordinator, probe!.message, b, 2_001), DirectProbe);
+  assert.ok(forwarded!.to.equals(b));
+  control(k.b, forwarded!.message, a, 2_002);
+  assert.equal(k.b.t.routes.get(shard)?.phase, "direct");
+  const local = k.b.route(k.b.delivery(id), 2_003);
+  assert.deepEqual(forwards(local), []);
+  assert.ok(delivers(local)[0]!.deliveries[0]!.envelope instanceof DirectEnvelope);
+});
+
+test("direct: a handoff is announced to every registered member, and the passivate names its token and the members the old owner waits for", () => {
+  const k = cluster();
+  const shard = k.coordinator.shardOn(b);
+  const effects = k.coordinator.feed({ kind: "moveShard", type, shard, to: c }, 2_000);
+  const token = k.coordinator.t.handoffs.get(shard)!.token;
+  const announced = sent(effects, HandoffAnnounce);
+  assert.deepEqual(announced.map((x) => x.to.toString()).sort(), [b.toString(), c.toString()]);
+  for (const x of announced) {
+    assert.deepEqual([x.message.shardId, x.message.previousOwner, x.message.token], [shard, b.toString(), token]);
+  }
+  const passivate = asks(effects)[0]!;
+  assert.ok(passivate.to.equals(b));
+  const message = passivate.message as PassivateShard;
+  assert.equal(message.handoffToken, token);
+  assert.deepEqual(message.waitFor, [c.toString()], "neither the coordinator nor the old owner itself");
+  assert.ok(
+    effects.findIndex((e) => e.kind === "send" && e.to.equals(b)) < effects.indexOf(passivate),
+    "the old owner hears the announcement before the passivate, on the same link",
+  );
+});
+
+test("direct: the announcement ends a member's grant and sends its marker to the old owner, behind its direct deliveries", () => {
+  const k = cluster();
+  const shard = k.b.shardOn(c);
+  const grant = grantedDirect(k, shard, 2_000);
+  const id = k.b.entityIn((s) => s === shard);
+  assert.ok(forwards(k.b.route(k.b.delivery(id), 2_010))[0]!.to.equals(c));
+  const announce = new HandoffAnnounce(type, k.b.settings.key, shard, a.toString(), c.toString(), 42);
+  const [marker] = sent(control(k.b, announce, a, 2_011), DirectMarker);
+  assert.ok(marker!.to.equals(c));
+  assert.deepEqual(
+    [marker!.message.caller, marker!.message.coordinator, marker!.message.token],
+    [b.toString(), a.toString(), 42],
+  );
+  const after = k.b.route(k.b.delivery(id), 2_012);
+  assert.ok(forwards(after)[0]!.to.equals(a), "the coordinator route from now on");
+  assert.equal(forwards(after)[0]!.envelope.hopCount, 0);
+  const late = control(k.b, grant, c, 2_013);
+  assert.equal(k.b.t.routes.get(shard)?.phase, "cooling", "a late copy of the old grant opens nothing");
+  assert.deepEqual(late, []);
+  assert.equal(ofKind(control(k.b, announce, c, 2_014), "refused").length, 1, "only the coordinator announces");
+});
+
+test("direct: the old owner drains only after the marker of every member it waits for; direct deliveries before the marker are delivered, after the drain refused", () => {
+  const k = cluster();
+  const shard = k.c.shardOn(c);
+  const id = k.c.entityIn((s) => s === shard);
+  const key = k.c.settings.key;
+  const g = k.c.t.plan.generation;
+  const asked = control(
+    k.c,
+    new PassivateShard(type, key, shard, a.toString(), b.toString(), 42, [b.toString()]),
+    a,
+    2_000,
+  );
+  assert.deepEqual(ofKind(asked, "drainShard"), [], "no drain before b's marker");
+  assert.equal(delivers(k.c.envelope(directFrom(k.c, id, a, g), b, 2_001)).length, 1, "sent before the marker");
+  const wrongToken = control(k.c, new DirectMarker(type, key, shard, b.toString(), a.toString(), 41), b, 2_002);
+  assert.deepEqual(ofKind(wrongToken, "drainShard"), [], "a marker of another handoff does not count");
+  assert.equal(
+    ofKind(control(k.c, new DirectMarker(type, key, shard, b.toString(), a.toString(), 42), a, 2_003), "refused")
+      .length,
+    1,
+    "a marker must come from the member it names",
+  );
+  const marked = control(k.c, new DirectMarker(type, key, shard, b.toString(), a.toString(), 42), b, 2_004);
+  assert.equal(ofKind(marked, "drainShard").length, 1);
+  const late = k.c.envelope(directFrom(k.c, id, a, g), b, 2_005);
+  assert.equal((rejects(late)[0]!.error as DirectDeliveryRefusedError).reason, "draining");
+});
+
+test("direct: a marker that arrives before the passivate counts, and a member Down (or gone) is no longer waited for", () => {
+  const k = cluster();
+  const shard = k.c.shardOn(c);
+  const key = k.c.settings.key;
+  control(k.c, new DirectMarker(type, key, shard, b.toString(), a.toString(), 42), b, 2_000);
+  const early = control(
+    k.c,
+    new PassivateShard(type, key, shard, a.toString(), b.toString(), 42, [b.toString()]),
+    a,
+    2_001,
+  );
+  assert.equal(ofKind(early, "drainShard").length, 1, "b's marker came first");
+
+  const other =
+    k.c.shardOn(c) === shard
+      ? [...k.c.t.plan.allocations].find(([s, o]) => s !== shard && o.equals(c))?.[0]
+      : undefined;
+  assert.notEqual(other, undefined, "c owns a second shard");
+  const waiting = control(
+    k.c,
+    new PassivateShard(type, key, other!, a.toString(), b.toString(), 43, [b.toString()]),
+    a,
+    2_002,
+  );
+  assert.deepEqual(ofKind(waiting, "drainShard"), []);
+  const downed = k.c.feed(
+    { kind: "membershipChanged", snapshot: view(c, [member(a), member(b, "Down"), member(c)]) },
+    2_003,
+  );
+  assert.equal(ofKind(downed, "drainShard").length, 1, "b is Down: its marker is not waited for");
+});
+
+test("direct: while the old owner still drains, the coordinator announces again every 300 ms with the same token, so a lost copy or marker never holds the drain", () => {
+  const k = cluster();
+  const shard = k.coordinator.shardOn(a);
+  const moved = k.coordinator.feed({ kind: "moveShard", type, shard, to: c }, 2_000);
+  const token = k.coordinator.t.handoffs.get(shard)!.token;
+  assert.deepEqual(ofKind(moved, "drainShard"), [], "a local drain waits for b's and c's markers too");
+  const [retry] = moved.flatMap((e) => (e.kind === "schedule" && e.timer.kind === "announceRetry" ? [e] : []));
+  assert.equal(retry!.afterMs, 300);
+  const again = k.coordinator.feed({ kind: "timer", timer: retry!.timer }, 2_300);
+  const copies = sent(again, HandoffAnnounce);
+  assert.deepEqual(copies.map((x) => x.to.toString()).sort(), [b.toString(), c.toString()]);
+  assert.ok(copies.every((x) => x.message.token === token));
+  const key = k.coordinator.settings.key;
+  control(k.coordinator, new DirectMarker(type, key, shard, b.toString(), a.toString(), token), b, 2_301);
+  const drained = control(
+    k.coordinator,
+    new DirectMarker(type, key, shard, c.toString(), a.toString(), token),
+    c,
+    2_302,
+  );
+  assert.equal(ofKind(drained, "drainShard").length, 1, "every marker in: the coordinator drains its own shard");
+  k.coordinator.feed({ kind: "drained", type, shard, error: null }, 2_400);
+  const later = k.coordinator.feed({ kind: "timer", timer: retry!.timer }, 2_600);
+  assert.deepEqual(sent(later, HandoffAnnounce), [], "no announcement once the handoff left its drain");
+});
+
+test("direct: a drain waits for its markers at most 2 s — then it is abandoned, nothing drained, and the coordinator's ask fails so the handoff retries", () => {
+  const k = cluster();
+  const shard = k.c.shardOn(c);
+  const key = k.c.settings.key;
+  const asked = control(
+    k.c,
+    new PassivateShard(type, key, shard, a.toString(), b.toString(), 42, [b.toString()]),
+    a,
+    2_000,
+  );
+  const [expiry] = asked.flatMap((e) => (e.kind === "schedule" && e.timer.kind === "drainGateExpired" ? [e] : []));
+  assert.equal(expiry!.afterMs, 2_000);
+  const expired = k.c.feed({ kind: "timer", timer: expiry!.timer }, 4_000);
+  assert.deepEqual(ofKind(expired, "drainShard"), [], "nothing drained");
+  const [ack] = ofKind(expired, "ack");
+  assert.ok(ack!.error !== null, "the passivate's ask fails");
+  assert.equal(k.c.t.drains.has(shard), false, "no drain left pending to fire later");
+  const late = control(k.c, new DirectMarker(type, key, shard, b.toString(), a.toString(), 42), b, 4_001);
+  assert.deepEqual(ofKind(late, "drainShard"), [], "a late marker starts nothing");
+});
+
+test("direct: a passivate for a shard this node does not own (a late copy) drains at once, as in coordinator routing", () => {
+  const k = cluster();
+  const shard = k.c.shardOn(b);
+  const key = k.c.settings.key;
+  const asked = control(
+    k.c,
+    new PassivateShard(type, key, shard, a.toString(), c.toString(), 42, [b.toString()]),
+    a,
+    2_000,
+  );
+  assert.equal(ofKind(asked, "drainShard").length, 1);
+});
+
+test("direct: a burst past the held bound while the probe is out is not refused — the probe is given up and everything goes through the coordinator, in order", () => {
+  const coordinator = coordinatorWithPlan({ ...direct, heldDeliveriesPerShard: 3 });
+  const bb = follower(b, coordinator.update(), { ...direct, heldDeliveriesPerShard: 3 });
+  const shard = bb.shardOn(c);
+  const id = bb.entityIn((s) => s === shard);
+  const first = bb.delivery(id);
+  assert.equal(sent(bb.route(first, 2_000), DirectProbe).length, 1);
+  const waiting = [bb.delivery(id), bb.delivery(id), bb.delivery(id)];
+  for (const d of waiting) assert.deepEqual(forwards(bb.route(d, 2_001)), []);
+  const burst = bb.delivery(id);
+  const effects = bb.route(burst, 2_002);
+  assert.deepEqual(ofKind(effects, "refuse"), [], "the caller is not refused");
+  assert.deepEqual(
+    forwards(effects).map((f) => [f.to.toString(), f.delivery.sender]),
+    [...waiting, burst].map((d) => [a.toString(), d.sender]),
+  );
+  assert.equal(bb.t.routes.get(shard)?.phase, "cooling");
+});
