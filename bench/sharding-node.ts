@@ -338,11 +338,6 @@ async function handle(command: Command): Promise<object> {
         command.routing === "direct" ? "direct" : "coordinator",
       );
       return {};
-    case "cpu": {
-      // This process's CPU time so far, µs (user + system): the coordinator's cost per routed message.
-      const cpu = process.cpuUsage();
-      return { micros: cpu.user + cpu.system };
-    }
     case "status":
       return status(String(command.name ?? "Bench"));
     case "pick":
