@@ -364,3 +364,22 @@ test("plan update: the coordinator's own older plan (origin null) is counted as 
   assert.deepEqual(ofKind(effects, "refused"), []);
   assert.equal(n.stats.rejectedEnvelopes, 1);
 });
+
+test("plan update: a member with no plan yet refuses a generation-0 update from the coordinator and answers with a snapshot naming itself at generation 0", () => {
+  const n = coordinatorWithPlan();
+  const f = new Driven(b);
+  const zero = new PlanUpdate(type, n.settings.key, a.toString(), 0, [{ shardId: 0, owner: b.toString() }]);
+  const effects = control(f, zero, a, 10);
+  const [refused] = ofKind(effects, "refused");
+  assert.ok(
+    refused?.error instanceof ClusterShardingConfigurationError && refused.error.field === "generation",
+    `refused for its generation, got ${String(refused?.error)}`,
+  );
+  const [reply] = sends(effects);
+  assert.ok(reply!.to.equals(a));
+  const snapshot = reply!.message as PlanSnapshot;
+  assert.ok(snapshot instanceof PlanSnapshot);
+  assert.equal(snapshot.generation, 0);
+  assert.equal(snapshot.coordinator, b.toString(), "a plan without an author is sent under this node's name");
+  assert.equal(f.t.plan.generation, 0);
+});
