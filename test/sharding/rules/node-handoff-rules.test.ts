@@ -3,7 +3,12 @@
 // owner drains a shard only after its retry barrier has emptied, answering every waiter once.
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { NoRebalance, NoShardOwnerError, ShardLeaseUnavailableError } from "../../../src/sharding/index.ts";
+import {
+  ClusterShardingConfigurationError,
+  NoRebalance,
+  NoShardOwnerError,
+  ShardLeaseUnavailableError,
+} from "../../../src/sharding/index.ts";
 import { PassivateShard, PlanUpdate, PrepareShard } from "../../../src/sharding/internal/index.ts";
 import {
   a,
@@ -439,4 +444,25 @@ test("stop: buffered handoff traffic is rejected, drain asks are answered with a
   assert.equal(moved!.decision.kind === "refused" && moved!.decision.reason, "ShardingStopped");
   assert.equal(moved!.decision.shard, shard);
   assert.deepEqual(delivers(n.route(late, 2_070)), []);
+});
+
+test("passivation: without an accepting coordinator (a member unreachable) a drain ask is refused as unauthorized, never thrown on", () => {
+  const coordinator = coordinatorWithPlan();
+  const n = follower(b, coordinator.update());
+  const shard = n.shardOn(b);
+  n.feed(
+    { kind: "membershipChanged", snapshot: view(b, [member(a), member(b), member(c)], { unreachable: [c] }) },
+    2_000,
+  );
+  assert.equal(n.state.view.accepting, null, "the scenario needs a view without an accepting coordinator");
+  const replyTo = caller();
+  const message = new PassivateShard(type, n.settings.key, shard, a.toString(), null);
+  const effects = n.feed({ kind: "control", message, replyTo, origin: a }, 2_010);
+  const [refused] = ofKind(effects, "refused");
+  assert.ok(
+    refused?.error instanceof ClusterShardingConfigurationError,
+    `refused as unauthorized, got ${String(refused?.error)}`,
+  );
+  assert.equal(refused.replyTo, replyTo);
+  assert.deepEqual(ofKind(effects, "drainShard"), []);
 });

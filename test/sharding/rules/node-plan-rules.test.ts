@@ -383,3 +383,16 @@ test("plan update: a member with no plan yet refuses a generation-0 update from 
   assert.equal(snapshot.coordinator, b.toString(), "a plan without an author is sent under this node's name");
   assert.equal(f.t.plan.generation, 0);
 });
+
+test("plan request: a former coordinator that still holds the plan it authored answers no plan request once another is elected", () => {
+  const n = coordinatorWithPlan();
+  n.feed({ kind: "membershipChanged", snapshot: view(a, [member(a, "Leaving"), member(b), member(c)]) }, 2_000);
+  assert.ok(n.state.view.elected?.equals(b), "b is elected");
+  assert.ok(n.t.plan.author?.equals(a), "a still holds its own plan");
+  for (const [i, requester] of [c, d].entries()) {
+    const effects = control(n, new PlanRequest(type, n.settings.key, requester.toString()), requester, 2_010 + i);
+    assert.deepEqual(sends(effects), [], `${requester}: only the elected coordinator answers`);
+    assert.deepEqual(schedules(effects, "reconcile"), [], `${requester}: nor reconciles`);
+  }
+  assert.equal(n.t.registrations.get(d.toString()), n.settings.key, "the request is still recorded");
+});
