@@ -395,4 +395,13 @@ test("plan request: a former coordinator that still holds the plan it authored a
     assert.deepEqual(schedules(effects, "reconcile"), [], `${requester}: nor reconciles`);
   }
   assert.equal(n.t.registrations.get(d.toString()), n.settings.key, "the request is still recorded");
+  // With no coordinator elected at all (gossip re-converging) the request is recorded and answered by nobody.
+  n.feed(
+    { kind: "membershipChanged", snapshot: view(a, [member(a), member(b), member(c)], { converged: false }) },
+    3_000,
+  );
+  assert.equal(n.state.view.elected, null);
+  const effects = control(n, new PlanRequest(type, n.settings.key, c.toString()), c, 3_010);
+  assert.deepEqual(ofKind(effects, "refused"), [], "judged, never thrown on");
+  assert.deepEqual(sends(effects), []);
 });
