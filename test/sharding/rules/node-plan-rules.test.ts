@@ -405,3 +405,12 @@ test("plan request: a former coordinator that still holds the plan it authored a
   assert.deepEqual(ofKind(effects, "refused"), [], "judged, never thrown on");
   assert.deepEqual(sends(effects), []);
 });
+
+test("plan request: a member already registered asking again makes the coordinator reconcile nothing (no timer armed)", () => {
+  const n = coordinatorWithPlan();
+  assert.equal(n.t.reconcileArmed, false, "the scenario needs no reconcile armed");
+  const again = control(n, new PlanRequest(type, n.settings.key, b.toString()), b);
+  assert.deepEqual(schedules(again, "reconcile"), [], "b was known");
+  assert.equal(n.t.reconcileArmed, false);
+  assert.equal(sends(again).length, 1, "b still gets the plan it does not hold");
+});

@@ -4,14 +4,16 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { ClusterShardingConfigurationError, NoShardOwnerError } from "../../../src/sharding/index.ts";
-import { ShardingEnvelope } from "../../../src/sharding/internal/index.ts";
+import { PlanRequest, ShardingEnvelope } from "../../../src/sharding/internal/index.ts";
 import {
   a,
   allUp,
+  asks,
   b,
   c,
   coordinatorWithPlan,
   Driven,
+  d,
   delivers,
   follower,
   forwards,
@@ -300,4 +302,23 @@ test("routing: a member that is not Up at all routes nothing; a caller of a node
   assert.deepEqual(refuses(effects), []);
   assert.equal(n.stats.heldDeliveries, 1);
   assert.ok(allUp(b));
+});
+
+test("routing: a delivery to an Up owner is sent on without reconciling; a rebalance a new member makes possible waits for the reconcile timer", () => {
+  const n = coordinatorWithPlan();
+  n.feed({ kind: "membershipChanged", snapshot: view(a, [member(a), member(b), member(c), member(d)]) }, 2_000);
+  n.feed(
+    { kind: "control", message: new PlanRequest(type, n.settings.key, d.toString()), replyTo: null, origin: d },
+    2_000,
+  );
+  assert.equal(n.t.reconcileArmed, true, "d's registration armed a reconcile");
+  const shard = n.shardOn(b);
+  const effects = n.route(n.delivery(n.entityIn((s) => s === shard)), 2_010);
+  assert.ok(forwards(effects)[0]!.to.equals(b), "to the owner the plan names");
+  assert.deepEqual(asks(effects), [], "no handoff started by a delivery");
+  assert.equal(n.t.handoffs.size, 0);
+  // The timer does start the rebalance: the delivery above would have started it too, had it reconciled.
+  const reconciled = n.feed({ kind: "timer", timer: { kind: "reconcile", type } }, 2_020);
+  assert.ok(n.t.handoffs.size > 0, "the reconcile moves shards to d");
+  assert.ok(asks(reconciled).length > 0);
 });
