@@ -409,8 +409,9 @@ test("planted bugs change behaviour: the simulator's proof that it catches them 
   step(buggy.state, { kind: "register", name: type, settings: buggy.settings }, 0);
   const newer = new PlanUpdate(type, old.settingsKey, old.coordinator, old.generation + 2, old.assignments);
   step(buggy.state, { kind: "control", message: newer, replyTo: null, origin: a }, 10);
-  step(buggy.state, { kind: "control", message: old, replyTo: null, origin: a }, 20);
+  const [, storedOld] = step(buggy.state, { kind: "control", message: old, replyTo: null, origin: a }, 20);
   assert.equal(buggy.state.types.get(type)!.plan.generation, old.generation, "the older plan was stored");
+  assert.equal(ofKind(storedOld, "retainShards").length, 1, "and applied as any stored plan is");
 
   // acceptForwardFromAnyone: a hop-1 envelope from a non-coordinator is delivered.
   const open = newNodeState(b, undefined, { acceptForwardFromAnyone: true });

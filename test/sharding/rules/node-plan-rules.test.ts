@@ -414,3 +414,19 @@ test("plan request: a member already registered asking again makes the coordinat
   assert.equal(n.t.reconcileArmed, false);
   assert.equal(sends(again).length, 1, "b still gets the plan it does not hold");
 });
+
+test("plan update: the coordinator's own conflicting plan (origin null) is refused and answered to nobody", () => {
+  const n = coordinatorWithPlan();
+  const mine = n.update();
+  const conflicting = new PlanUpdate(
+    type,
+    mine.settingsKey,
+    mine.coordinator,
+    mine.generation,
+    mine.assignments.map((x) => ({ ...x, owner: a.toString() })),
+  );
+  const effects = control(n, conflicting, null);
+  const [refused] = ofKind(effects, "refused");
+  assert.ok(refused?.error instanceof ClusterShardingConfigurationError && refused.error.field === "generation");
+  assert.deepEqual(sends(effects), [], "no snapshot to send back: it came from this node");
+});
