@@ -452,3 +452,24 @@ test("planted bugs change behaviour: the simulator's proof that it catches them 
   assert.deepEqual(askSteps, ["passivated", "prepared"], "prepares c without waiting for b");
   assert.equal(asks(moved)[0]!.token, -1);
 });
+
+test("held: a node its own view does not list yet (and never listed) has not departed: its callers are held, not refused", () => {
+  const n = new Driven(c, {}, view(c, [member(a), member(b)]));
+  const d = n.delivery("e1");
+  const effects = n.route(d, 0);
+  assert.deepEqual(refuses(effects), []);
+  assert.equal(n.stats.heldDeliveries, 1);
+});
+
+test("held: a node that reads itself Leaving in the newest view refuses its callers, before that membership change is handled", () => {
+  const n = new Driven(c, {}, reconverging(c));
+  // A `view` input updates the view only (its reaction, membershipChanged, comes later): the status read is the view's.
+  n.feed({ kind: "view", snapshot: reconverging(c, [member(a), member(b), member(c, "Leaving")]) }, 10);
+  assert.equal(n.state.lastSelfStatus, "Up", "the last handled change still says Up");
+  const d = n.delivery("e1");
+  assert.deepEqual(
+    refuses(n.route(d, 20)).map((r) => r.delivery),
+    [d],
+  );
+  assert.equal(n.stats.heldDeliveries, 0);
+});
