@@ -473,3 +473,19 @@ test("held: a node that reads itself Leaving in the newest view refuses its call
   );
   assert.equal(n.stats.heldDeliveries, 0);
 });
+
+test("held: a caller that cannot wait gets the no-coordinator error while none is elected, or while this node is not Up to route", () => {
+  const isNoCoordinator = (e: Error | undefined) =>
+    e instanceof NoShardOwnerError && e.entityType === "cluster" && e.shardId === -1;
+  // Gossip re-converging, nobody unreachable: no coordinator elected.
+  const unconverged = new Driven(c, { awaitCoordinator: false }, reconverging(c));
+  assert.equal(unconverged.state.view.elected, null);
+  const [first] = refuses(unconverged.route(unconverged.delivery("e1"), 10));
+  assert.ok(isNoCoordinator(first?.error), `no coordinator, got ${String(first?.error)}`);
+  // a is elected, but this node is still Joining: it routes through nobody.
+  const joining = new Driven(c, { awaitCoordinator: false }, view(c, [member(a), member(b), member(c, "Joining")]));
+  assert.ok(joining.state.view.elected?.equals(a));
+  assert.equal(joining.state.view.routing, null);
+  const [second] = refuses(joining.route(joining.delivery("e1"), 10));
+  assert.ok(isNoCoordinator(second?.error), `no coordinator to route through, got ${String(second?.error)}`);
+});
