@@ -39,6 +39,7 @@ import {
   refuses,
   rejects,
   schedules,
+  sends,
   type,
   view,
 } from "./node-harness.ts";
@@ -488,4 +489,20 @@ test("held: a caller that cannot wait gets the no-coordinator error while none i
   assert.equal(joining.state.view.routing, null);
   const [second] = refuses(joining.route(joining.delivery("e1"), 10));
   assert.ok(isNoCoordinator(second?.error), `no coordinator to route through, got ${String(second?.error)}`);
+});
+
+test("stop: a node whose callers wait for a coordinator change's flush sends no marker once stopped", () => {
+  const coordinator = coordinatorWithPlan();
+  const n = follower(c, coordinator.update());
+  n.route(n.delivery("e1"), 2_000);
+  assert.ok(n.t.via?.equals(a), "c's callers last sent to a");
+  const changed = n.feed(
+    { kind: "membershipChanged", snapshot: view(c, [member(a, "Leaving"), member(b), member(c)]) },
+    2_010,
+  );
+  assert.equal(sends(changed).length > 0, true, "the flush marker went to a");
+  const stopped = n.feed({ kind: "stop" }, 2_020);
+  assert.deepEqual(sends(stopped), [], "nothing sent after stop");
+  assert.deepEqual(schedules(stopped, "flushRetry"), []);
+  assert.equal(n.t.flush, null);
 });

@@ -430,3 +430,26 @@ test("plan update: the coordinator's own conflicting plan (origin null) is refus
   assert.ok(refused?.error instanceof ClusterShardingConfigurationError && refused.error.field === "generation");
   assert.deepEqual(sends(effects), [], "no snapshot to send back: it came from this node");
 });
+
+test("membership: without a coordinator, a node its view lists as Removed releases its ownership, as an Exiting one does", () => {
+  const n = new Driven(b);
+  const removed = n.feed(
+    {
+      kind: "membershipChanged",
+      snapshot: view(b, [member(a), member(b, "Removed"), member(c)], { converged: false }),
+    },
+    10,
+  );
+  assert.deepEqual(ofKind(removed, "stopSharding"), [], "listed, not gone: not put out");
+  assert.deepEqual(ofKind(removed, "suspendOwnership"), [{ kind: "suspendOwnership", type, release: true }]);
+});
+
+test("bootstrap: a new coordinator asks an Exiting member for its plan snapshot too, and takes it", () => {
+  const n = new Driven(a, {}, view(a, [member(a), member(b), member(c, "Exiting")]));
+  const asked = sends(n.registered).filter((s) => s.message instanceof PlanSnapshotRequest);
+  assert.deepEqual(asked.map((s) => s.to.toString()).sort(), [b.toString(), c.toString()]);
+  const assignments = Array.from({ length: 8 }, (_, shardId) => ({ shardId, owner: c.toString() }));
+  control(n, new PlanSnapshot(type, n.settings.key, c.toString(), 4, assignments), c, 20);
+  assert.equal(n.stats.rejectedEnvelopes, 0, "an Exiting member's snapshot counts");
+  assert.equal(n.t.plan.bootstrap?.candidate?.generation, 4);
+});

@@ -322,3 +322,57 @@ test("routing: a delivery to an Up owner is sent on without reconciling; a rebal
   assert.ok(n.t.handoffs.size > 0, "the reconcile moves shards to d");
   assert.ok(asks(reconciled).length > 0);
 });
+
+test("owner authorization: a preparation by the current coordinator survives a membership change that keeps that coordinator", () => {
+  const coordinator = coordinatorWithPlan();
+  const n = follower(c, coordinator.update());
+  const shard = n.shardOn(b);
+  n.feed(
+    { kind: "prepared", type, shard, coordinator: a.toString(), waiter: { kind: "ask", replyTo: null }, error: null },
+    2_000,
+  );
+  // d joins: a is still the coordinator.
+  n.feed({ kind: "membershipChanged", snapshot: view(c, [member(a), member(b), member(c), member(d)]) }, 2_001);
+  assert.equal(n.t.prepared.get(shard), a.toString());
+  const fwd = n.forwardedBy(
+    a,
+    n.entityIn((s) => s === shard),
+  );
+  assert.deepEqual(
+    delivers(n.envelope(fwd, a, 2_002)).map((e) => e.deliveries),
+    [[fwd]],
+  );
+});
+
+test("relays: an envelope another node relayed, held here while no coordinator was elected, fails as soon as the view elects another coordinator", () => {
+  const n = new Driven(b, {}, view(b, [member(a), member(b), member(c)], { converged: false }));
+  const call = n.delivery("e1");
+  const relayed = { envelope: call.envelope.relayedBy(c), sender: call.sender };
+  assert.deepEqual(rejects(n.envelope(relayed, c, 10)), [], "held while nobody is elected");
+  assert.equal(n.t.heldForwarded.size, 1);
+  const elected = n.feed({ kind: "membershipChanged", snapshot: allUp(b) }, 20);
+  assert.deepEqual(
+    rejects(elected).map((r) => r.delivery),
+    [relayed],
+    "a relayed envelope is never relayed again: it fails now, not at its deadline",
+  );
+  assert.equal(n.t.heldForwarded.size, 0);
+});
+
+test("relays: a relayed envelope held at the elected coordinator while it bootstraps survives a membership change and is routed once it authors a plan", () => {
+  const n = new Driven(a);
+  const call = n.delivery("e1");
+  const relayed = { envelope: call.envelope.relayedBy(c), sender: call.sender };
+  assert.deepEqual(rejects(n.envelope(relayed, c, 10)), []);
+  assert.equal(n.t.heldForwarded.size, 1, "held: a has no plan yet");
+  const changed = n.feed(
+    { kind: "membershipChanged", snapshot: view(a, [member(a), member(b), member(c), member(d)]) },
+    20,
+  );
+  assert.deepEqual(rejects(changed), [], "a is still the coordinator: nothing to reject");
+  assert.equal(n.t.heldForwarded.size, 1);
+  const authored = n.feed({ kind: "timer", timer: { kind: "reconcile", type } }, 1_000);
+  assert.ok(n.t.plan.author?.equals(a));
+  const routed = [...forwards(authored).map((f) => f.delivery), ...delivers(authored).flatMap((x) => x.deliveries)];
+  assert.deepEqual(routed, [relayed]);
+});
