@@ -452,3 +452,64 @@ test("a coordinator elected while members leave publishes above a Leaving member
     "the Leaving member gets it",
   );
 });
+
+test("a lost term's handoff buffer is held with each delivery's own deadline: counted once each, the sweep armed for the earliest, what exceeds the shard's bound rejected", () => {
+  const z = node(2550);
+  const n = new Driven(a, view(a, [member(a), member(b), member(c), member(z, "Joining")]), {
+    heldDeliveryTimeout: 5_000,
+    heldDeliveriesPerShard: 2,
+  });
+  n.feed({ kind: "timer", timer: { kind: "reconcile", type } }, 600);
+  assert.ok(n.t.plan.author?.equals(a), "a authored the plan");
+  const shard = n.delivery("e1").envelope.shardId;
+  n.t.handoffs.set(shard, { state: newHandoff(type, shard, a, b), token: 999, startedAtMs: 600 });
+  const tell = n.delivery("e1");
+  const base = n.delivery("e1");
+  const e = base.envelope;
+  const ask: Delivery = {
+    envelope: new ShardingEnvelope(
+      e.kind,
+      e.entityType,
+      e.entityId,
+      e.shardId,
+      e.settingsKey,
+      0,
+      null,
+      300,
+      false,
+      null,
+    ),
+    sender: base.sender,
+  };
+  const over = n.delivery("e1");
+  for (const d of [tell, ask, over]) assert.deepEqual(rejects(n.receive(d, c, 610)), []);
+  assert.equal(n.t.handoffs.get(shard)!.state.buffer.length, 3, "all three buffered");
+  // z, a lower address, comes Up and coordinates; a's handoff finds its term lost at its next attempt.
+  n.feed({ kind: "membershipChanged", snapshot: view(a, [member(a), member(b), member(c), member(z)]) }, 620);
+  const before = { held: n.state.counters.heldDeliveries, refused: n.state.counters.heldRefused };
+  const effects = n.feed({ kind: "timer", timer: { kind: "handoffAttempt", type, shard, token: 999 } }, 700);
+  assert.equal(n.t.handoffs.has(shard), false, "the handoff of the lost term ended");
+  assert.deepEqual(
+    n.t.heldForwarded.list().map((h) => [h.delivery.envelope, h.deadlineMs]),
+    [
+      [tell.envelope, 5_700],
+      [ask.envelope, 1_000],
+    ],
+    "held in order, each with its own deadline, up to the bound",
+  );
+  assert.deepEqual(
+    rejects(effects).map((r) => r.d.envelope),
+    [over.envelope],
+    "what does not fit is rejected",
+  );
+  assert.ok(rejects(effects)[0]!.error instanceof NoShardOwnerError);
+  assert.equal(n.state.counters.heldDeliveries - before.held, 2, "two held");
+  assert.equal(n.state.counters.heldRefused - before.refused, 1, "one refused");
+  const sweeps = effects.flatMap((x) => (x.kind === "schedule" && x.timer.kind === "heldSweep" ? [x] : []));
+  assert.deepEqual(
+    sweeps.map((s) => s.afterMs),
+    [300],
+    "the sweep fires at the ask's deadline, the earliest",
+  );
+  assert.equal(n.t.heldSweep?.atMs, 1_000);
+});
