@@ -513,3 +513,36 @@ test("a lost term's handoff buffer is held with each delivery's own deadline: co
   );
   assert.equal(n.t.heldSweep?.atMs, 1_000);
 });
+
+test("a relayed marker must name this node as its target: one relayed here for another node is refused", () => {
+  const n = new Driven(b, aLeaving(b));
+  // From a (not the caller c), naming c as the target: not a marker b can answer or relay.
+  const marker = new CoordinatorFlush(type, n.settings.key, c.toString(), c.toString(), 7);
+  const effects = n.feed({ kind: "control", message: marker, replyTo: null, origin: a }, 10);
+  assert.equal(effects.filter((e) => e.kind === "refused").length, 1);
+  assert.deepEqual(sends(effects), []);
+});
+
+test("a caller's marker relays its held envelopes, but one another node relayed here already fails instead of being relayed again", () => {
+  // b's view is re-converging (no coordinator): c's envelopes wait here, one of them already relayed by c once.
+  const n = new Driven(b, { ...allUp(b), converged: false });
+  const fresh = n.delivery("e1");
+  const once = n.delivery("e2");
+  const relayedOnce = { envelope: once.envelope.relayedBy(c), sender: once.sender };
+  assert.deepEqual(rejects(n.receive(fresh, c, 10)), []);
+  assert.deepEqual(rejects(n.receive(relayedOnce, c, 11)), []);
+  assert.equal(n.t.heldForwarded.size, 2);
+  // The newest view (not yet handled as a membership change) elects a; c's marker for a arrives.
+  n.feed({ kind: "view", snapshot: allUp(b) }, 20);
+  const effects = n.control(new CoordinatorFlush(type, n.settings.key, c.toString(), a.toString(), 4), c, 21);
+  assert.deepEqual(
+    forwards(effects).map((f) => [f.to, f.envelope.entityId]),
+    [[a.toString(), "e1"]],
+    "only the fresh one is relayed",
+  );
+  assert.deepEqual(
+    rejects(effects).map((r) => r.d.envelope),
+    [relayedOnce.envelope],
+  );
+  assert.ok(rejects(effects)[0]!.error instanceof NoShardOwnerError);
+});

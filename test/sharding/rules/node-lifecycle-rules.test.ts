@@ -506,3 +506,12 @@ test("stop: a node whose callers wait for a coordinator change's flush sends no 
   assert.deepEqual(schedules(stopped, "flushRetry"), []);
   assert.equal(n.t.flush, null);
 });
+
+test("held: a sweep that fires again after the last one emptied the queues (none armed) does nothing", () => {
+  const n = new Driven(c, { heldDeliveryTimeout: 1_000 }, reconverging(c));
+  const [sweep] = schedules(n.route(n.delivery("e1"), 0), "heldSweep");
+  const expired = n.feed({ kind: "timer", timer: sweep!.timer }, 1_000);
+  assert.equal(rejects(expired).length, 1);
+  assert.equal(n.t.heldSweep, null, "nothing held: no sweep armed");
+  assert.deepEqual(n.feed({ kind: "timer", timer: sweep!.timer }, 1_001), [], "a duplicate timer is stale");
+});
