@@ -515,3 +515,18 @@ test("held: a sweep that fires again after the last one emptied the queues (none
   assert.equal(n.t.heldSweep, null, "nothing held: no sweep armed");
   assert.deepEqual(n.feed({ kind: "timer", timer: sweep!.timer }, 1_001), [], "a duplicate timer is stale");
 });
+
+test("held: a sweep re-arms for the earliest deadline left across both queues (a caller's own and other members' envelopes)", () => {
+  const n = new Driven(c, { heldDeliveryTimeout: 1_000 }, reconverging(c));
+  n.route(n.delivery("e1"), 0); // deadline 1,000
+  const [sweep] = schedules(n.route(n.delivery("e2", 200), 0), "heldSweep"); // deadline 200
+  n.envelope(n.delivery("e3", 500), b, 0); // another member's ask, held here: deadline 500
+  assert.equal(n.t.heldForwarded.size, 1);
+  const expired = n.feed({ kind: "timer", timer: sweep!.timer }, 200);
+  assert.equal(rejects(expired).length, 1);
+  assert.deepEqual(
+    schedules(expired, "heldSweep").map((s) => s.afterMs),
+    [300],
+    "next at 500, the forwarded envelope's deadline",
+  );
+});
