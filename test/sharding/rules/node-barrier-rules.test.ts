@@ -176,3 +176,20 @@ test("barrier: a tick while no coordinator is accepted (a member unreachable) re
     [d],
   );
 });
+
+test("barrier: a barrier that empties with no drain waiting starts no drain", () => {
+  const { n, shard, id } = owner();
+  const d = n.forwardedBy(a, id);
+  const opened = n.feed({ kind: "delivered", type, shard, retry: false, deliveries: [d], outcomes: ["lease"] }, 2_000);
+  const retried = n.feed({ kind: "timer", timer: schedules(opened, "barrierTick")[0]!.timer }, 2_025);
+  assert.equal(delivers(retried).length, 1);
+  const settled = n.feed(
+    { kind: "delivered", type, shard, retry: true, deliveries: [d], outcomes: ["delivered"] },
+    2_026,
+  );
+  assert.deepEqual(
+    settled.filter((e) => e.kind === "drainShard"),
+    [],
+  );
+  assert.equal(n.t.drainsStarted.size, 0);
+});
