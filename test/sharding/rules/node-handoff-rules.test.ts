@@ -466,3 +466,13 @@ test("passivation: without an accepting coordinator (a member unreachable) a dra
   assert.equal(refused.replyTo, replyTo);
   assert.deepEqual(ofKind(effects, "drainShard"), []);
 });
+
+test("handoff: an attempt timer for a shard whose handoff has ended (none running) does nothing", () => {
+  const n = coordinatorWithPlan();
+  const { shard, token } = moveFromBToC(n);
+  n.feed({ kind: "membershipChanged", snapshot: view(a, [member(a), member(b), member(c, "Down")]) }, 2_010);
+  assert.equal(n.t.handoffs.has(shard), false, "aborted: its next owner was downed");
+  const plan = n.t.plan;
+  assert.deepEqual(n.feed({ kind: "timer", timer: { kind: "handoffAttempt", type, shard, token } }, 2_100), []);
+  assert.equal(n.t.plan, plan);
+});
