@@ -476,3 +476,48 @@ test("handoff: an attempt timer for a shard whose handoff has ended (none runnin
   assert.deepEqual(n.feed({ kind: "timer", timer: { kind: "handoffAttempt", type, shard, token } }, 2_100), []);
   assert.equal(n.t.plan, plan);
 });
+
+test("handoff: an attempt that finds the next owner no longer Up (Leaving) aborts instead of passivating again", () => {
+  const n = coordinatorWithPlan();
+  const { shard, token } = moveFromBToC(n);
+  const d1 = n.delivery(n.entityIn((s) => s === shard));
+  n.route(d1, 2_001);
+  n.feed({ kind: "membershipChanged", snapshot: view(a, [member(a), member(b), member(c, "Leaving")]) }, 2_010);
+  assert.ok(n.t.handoffs.has(shard), "a Leaving next owner does not abort the handoff by itself");
+  const failed = n.feed(
+    { kind: "handoffReply", type, shard, token, step: "passivated", error: new Error("busy") },
+    2_020,
+  );
+  const [retry] = schedules(failed, "handoffAttempt");
+  const effects = n.feed({ kind: "timer", timer: retry!.timer }, 2_120);
+  assert.deepEqual(asks(effects), [], "no second passivation");
+  assert.equal(n.t.handoffs.has(shard), false, "aborted");
+  assert.deepEqual(
+    rejects(effects).map((r) => r.delivery),
+    [d1],
+  );
+});
+
+test("handoff: while gossip re-converges (the term only settling) an operator's move is refused", () => {
+  const n = coordinatorWithPlan();
+  n.feed(
+    { kind: "membershipChanged", snapshot: view(a, [member(a), member(b), member(c)], { converged: false }) },
+    2_000,
+  );
+  assert.equal(n.state.view.elected, null);
+  assert.ok(n.state.view.accepting?.equals(a), "still the accepting coordinator: the term is settling");
+  const shard = n.shardOn(b);
+  const effects = n.feed({ kind: "moveShard", type, shard, to: c }, 2_010);
+  const [decided] = ofKind(effects, "shardMoveDecided");
+  assert.equal(decided!.decision.kind, "refused");
+  assert.equal(n.t.handoffs.size, 0);
+});
+
+test("stop: a local drain a handoff waits for is not answered with an ack (only remote asks are)", () => {
+  const n = coordinatorWithPlan({ rebalance: new NoRebalance() });
+  const shard = n.shardOn(a);
+  const moving = n.feed({ kind: "moveShard", type, shard, to: b }, 2_000);
+  assert.equal(ofKind(moving, "drainShard").length, 1, "a drains its own shard for the handoff");
+  const stopped = n.feed({ kind: "stop" }, 2_010);
+  assert.deepEqual(ofKind(stopped, "ack"), []);
+});
