@@ -546,3 +546,38 @@ test("a caller's marker relays its held envelopes, but one another node relayed 
   );
   assert.ok(rejects(effects)[0]!.error instanceof NoShardOwnerError);
 });
+
+test("the bounded wait for an old coordinator that left the view is counted from the flush's start: released at exactly 1 s, not before", () => {
+  // The change comes late (at 5 s): the grace must be measured from then, not from time zero.
+  const n = new Driven(c, allUp(c));
+  n.call("e1", 5_000);
+  const changed = n.feed({ kind: "membershipChanged", snapshot: aLeaving(c) }, 5_000);
+  assert.equal(markers(changed).length, 1, "the flush starts at 5,000 ms");
+  n.feed({ kind: "membershipChanged", snapshot: view(c, [member(b), member(c)]) }, 5_010);
+  const [early, earlyEffects] = n.call("e2", 5_999);
+  assert.deepEqual(forwards(earlyEffects), [], "still waiting 1 ms before the grace ends");
+  const [, onTime] = n.call("e3", 6_000);
+  assert.deepEqual(
+    forwards(onTime).map((f) => [f.to, f.d.envelope.entityId]),
+    [
+      [b.toString(), early.envelope.entityId],
+      [b.toString(), "e3"],
+    ],
+    "released at the grace's end, in order",
+  );
+});
+
+test("an old coordinator that is still a member is waited for past the grace: only one that left the view counts as gone", () => {
+  // z, a lower address, takes over from a, which stays Up: its answer is waited for however long it takes.
+  const z = node(2550);
+  const n = new Driven(c, view(c, [member(a), member(b), member(c), member(z, "Joining")]));
+  n.call("e1", 0);
+  const changed = n.feed(
+    { kind: "membershipChanged", snapshot: view(c, [member(a), member(b), member(c), member(z)]) },
+    10,
+  );
+  assert.equal(markers(changed).length, 1);
+  const [, later] = n.call("e2", 5_000);
+  assert.deepEqual(forwards(later), [], "still waiting for a's answer");
+  assert.notEqual(n.t.flush, null);
+});
