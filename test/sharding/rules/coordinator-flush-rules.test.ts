@@ -581,3 +581,23 @@ test("an old coordinator that is still a member is waited for past the grace: on
   assert.deepEqual(forwards(later), [], "still waiting for a's answer");
   assert.notEqual(n.t.flush, null);
 });
+
+test("a flush that ends without an answer is a warning; an old coordinator already Down when the change is seen needs no flush and no warning", () => {
+  const logs = (effects: NodeEffect[], level: string) => effects.filter((e) => e.kind === "log" && e.level === level);
+  const n = new Driven(c, allUp(c));
+  n.call("e1", 0);
+  n.feed({ kind: "membershipChanged", snapshot: aLeaving(c) }, 10);
+  n.feed({ kind: "membershipChanged", snapshot: view(c, [member(a, "Down"), member(b), member(c)]) }, 20);
+  const [, next] = n.call("e2", 30);
+  assert.equal(n.t.flush, null, "released: a is Down");
+  assert.equal(forwards(next).length, 1, "the next call goes to b");
+  assert.equal(logs(next, "warn").length, 1, "what a held is lost: worth a warning");
+  const quiet = new Driven(c, allUp(c));
+  quiet.call("e1", 0);
+  const gone = quiet.feed(
+    { kind: "membershipChanged", snapshot: view(c, [member(a, "Down"), member(b), member(c)]) },
+    10,
+  );
+  assert.deepEqual(markers(gone), [], "no flush through a Down node");
+  assert.deepEqual(logs(gone, "warn"), []);
+});
