@@ -521,3 +521,21 @@ test("stop: a local drain a handoff waits for is not answered with an ack (only 
   const stopped = n.feed({ kind: "stop" }, 2_010);
   assert.deepEqual(ofKind(stopped, "ack"), []);
 });
+
+test("handoff: a finished handoff is logged at info (one line per start and end)", () => {
+  const n = coordinatorWithPlan({ rebalance: new NoRebalance() });
+  const shard = n.shardOn(c);
+  n.feed({ kind: "moveShard", type, shard, to: a }, 2_000);
+  const token = n.t.handoffs.get(shard)!.token;
+  const passivated = n.feed({ kind: "handoffReply", type, shard, token, step: "passivated", error: null }, 2_100);
+  const [prepare] = ofKind(passivated, "prepareShard");
+  const done = n.feed(
+    { kind: "prepared", type, shard, coordinator: a.toString(), waiter: prepare!.waiter, error: null },
+    2_200,
+  );
+  const finished = logs(done).filter((l) => l.message === "sharding handoff finished");
+  assert.deepEqual(
+    finished.map((l) => [l.level, l.fields.outcome]),
+    [["info", "done"]],
+  );
+});
