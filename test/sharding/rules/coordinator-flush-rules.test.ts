@@ -601,3 +601,16 @@ test("a flush that ends without an answer is a warning; an old coordinator alrea
   assert.deepEqual(markers(gone), [], "no flush through a Down node");
   assert.deepEqual(logs(gone, "warn"), []);
 });
+
+test("an elected coordinator that has not authored a plan yet drives no handoffs: a caller's marker for another target is relayed at once", () => {
+  // a's own view still elects a, but a holds no plan of its own (still bootstrapping); c's view moved on to b.
+  const n = new Driven(a, allUp(a));
+  assert.equal(n.t.plan.author, null);
+  const effects = n.control(new CoordinatorFlush(type, n.settings.key, c.toString(), b.toString(), 3), c, 10);
+  assert.deepEqual(
+    markers(effects).map((m) => [m.to, m.marker.token]),
+    [[b.toString(), 3]],
+    "relayed to b, not kept waiting for a term a does not hold",
+  );
+  assert.equal(n.t.pendingMarkers.size, 0);
+});

@@ -530,3 +530,20 @@ test("held: a sweep re-arms for the earliest deadline left across both queues (a
     "next at 500, the forwarded envelope's deadline",
   );
 });
+
+test("handoff: an attempt whose previous owner is listed as Removed skips the drain too", () => {
+  const n = coordinatorWithPlan();
+  const shard = n.shardOn(b);
+  n.feed({ kind: "moveShard", type, shard, to: c }, 2_000);
+  const token = n.t.handoffs.get(shard)!.token;
+  const failed = n.feed(
+    { kind: "handoffReply", type, shard, token, step: "passivated", error: new Error("gone") },
+    2_100,
+  );
+  n.feed({ kind: "view", snapshot: view(a, [member(a), member(b, "Removed"), member(c)]) }, 2_150);
+  const next = n.feed({ kind: "timer", timer: schedules(failed, "handoffAttempt")[0]!.timer }, 2_200);
+  assert.deepEqual(
+    asks(next).map((x) => [x.to.toString(), x.step]),
+    [[c.toString(), "prepared"]],
+  );
+});
