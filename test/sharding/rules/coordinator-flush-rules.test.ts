@@ -614,3 +614,44 @@ test("an elected coordinator that has not authored a plan yet drives no handoffs
   );
   assert.equal(n.t.pendingMarkers.size, 0);
 });
+
+test("while an earlier flush is unanswered the callers wait, even when the coordinator changes back to the one they last sent to", () => {
+  // c sent through a; z (a lower address) took over, so c's flush went to a for z; z left before answering and a
+  // coordinates again. The flush is still unanswered: c's next call waits for a new one (through a, for a).
+  const z = node(2550);
+  const n = new Driven(c, view(c, [member(a), member(b), member(c), member(z, "Joining")]));
+  n.call("e1", 0);
+  n.feed({ kind: "membershipChanged", snapshot: view(c, [member(a), member(b), member(c), member(z)]) }, 10);
+  assert.ok(n.t.flush?.target.equals(z));
+  n.feed({ kind: "membershipChanged", snapshot: view(c, [member(a), member(b), member(c), member(z, "Leaving")]) }, 20);
+  const [, effects] = n.call("e2", 30);
+  assert.deepEqual(forwards(effects), [], "held until a answers the new flush");
+  assert.ok(n.t.flush?.target.equals(a), "a new flush, for a");
+});
+
+test("envelopes held while this node's view elects another coordinator wait for their callers' markers, relayed ones too: an unrelated step fails none", () => {
+  const n = new Driven(b, { ...allUp(b), converged: false });
+  const fresh = n.delivery("e1");
+  const once = n.delivery("e2");
+  const relayedOnce = { envelope: once.envelope.relayedBy(c), sender: once.sender };
+  n.receive(fresh, c, 10);
+  n.receive(relayedOnce, c, 11);
+  n.feed({ kind: "view", snapshot: allUp(b) }, 20);
+  // b's own caller routes meanwhile (to a): nothing held for c is touched.
+  const [, own] = n.call("e3", 21);
+  assert.deepEqual(rejects(own), []);
+  assert.equal(n.t.heldForwarded.size, 2, "both still wait for c's marker");
+  // The same at a former coordinator that still holds the plan it authored.
+  const former = new Driven(a, allUp(a));
+  former.feed({ kind: "timer", timer: { kind: "reconcile", type } }, 600);
+  assert.ok(former.t.plan.author?.equals(a));
+  former.feed({ kind: "membershipChanged", snapshot: { ...allUp(a), converged: false } }, 610);
+  former.receive(former.delivery("e1"), c, 611);
+  const again = former.delivery("e2");
+  former.receive({ envelope: again.envelope.relayedBy(c), sender: again.sender }, c, 612);
+  assert.equal(former.t.heldForwarded.size, 2);
+  former.feed({ kind: "view", snapshot: aLeaving(a) }, 620);
+  const [, refused] = former.call("e3", 621);
+  assert.equal(rejects(refused).length, 1, "a is leaving: its own caller is refused");
+  assert.equal(former.t.heldForwarded.size, 2, "c's envelopes still wait for c's marker");
+});
