@@ -655,3 +655,19 @@ test("envelopes held while this node's view elects another coordinator wait for 
   assert.equal(rejects(refused).length, 1, "a is leaving: its own caller is refused");
   assert.equal(former.t.heldForwarded.size, 2, "c's envelopes still wait for c's marker");
 });
+
+test("a handoff's buffer remembers which node each envelope came from, even when the delivery itself does not say", () => {
+  const z = node(2550);
+  const n = new Driven(a, view(a, [member(a), member(b), member(c), member(z, "Joining")]));
+  n.feed({ kind: "timer", timer: { kind: "reconcile", type } }, 600);
+  const shard = n.delivery("e1").envelope.shardId;
+  n.t.handoffs.set(shard, { state: newHandoff(type, shard, a, b), token: 999, startedAtMs: 600 });
+  // The delivery carries no origin of its own; the envelope input names c.
+  const fromC = n.delivery("e1");
+  n.feed({ kind: "envelope", delivery: fromC, origin: c }, 610);
+  n.feed({ kind: "membershipChanged", snapshot: view(a, [member(a), member(b), member(c), member(z)]) }, 620);
+  n.feed({ kind: "timer", timer: { kind: "handoffAttempt", type, shard, token: 999 } }, 700);
+  const held = n.t.heldForwarded.list();
+  assert.equal(held.length, 1);
+  assert.ok(held[0]!.origin?.equals(c), "held for c's marker, not as this node's own caller's");
+});

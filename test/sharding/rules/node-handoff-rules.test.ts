@@ -539,3 +539,10 @@ test("handoff: a finished handoff is logged at info (one line per start and end)
     [["info", "done"]],
   );
 });
+
+test("handoff: a reply for a shard with no handoff running does nothing", () => {
+  const n = coordinatorWithPlan();
+  const shard = n.shardOn(b);
+  assert.equal(n.t.handoffs.has(shard), false);
+  assert.deepEqual(n.feed({ kind: "handoffReply", type, shard, token: 7, step: "passivated", error: null }, 2_000), []);
+});
