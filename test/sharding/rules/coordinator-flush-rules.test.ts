@@ -671,3 +671,14 @@ test("a handoff's buffer remembers which node each envelope came from, even when
   assert.equal(held.length, 1);
   assert.ok(held[0]!.origin?.equals(c), "held for c's marker, not as this node's own caller's");
 });
+
+test("a flush retry finds the old coordinator Down: the flush ends, no marker is sent to the Down node", () => {
+  const n = new Driven(c, allUp(c));
+  n.call("e1", 0);
+  const changed = n.feed({ kind: "membershipChanged", snapshot: aLeaving(c) }, 10);
+  const [retry] = changed.flatMap((e) => (e.kind === "schedule" && e.timer.kind === "flushRetry" ? [e.timer] : []));
+  n.feed({ kind: "membershipChanged", snapshot: view(c, [member(a, "Down"), member(b), member(c)]) }, 20);
+  const effects = n.feed({ kind: "timer", timer: retry! }, 310);
+  assert.deepEqual(markers(effects), [], "nothing to a Down node");
+  assert.equal(n.t.flush, null, "the flush ended");
+});
