@@ -31,6 +31,19 @@ const testsIn = (dir) =>
     .map((name) => `${dir}/${name}`);
 
 /**
+ * The rule files that kill most node-core mutants, run before the other rule files (the rest stay in name order). In
+ * the scoped runs of 2026-12-06 (711 killed node-core mutants, name order) these two killed 98 % and 100 % of the
+ * mutants they ran on, although they ran only on the mutants every earlier file had let through, while the files
+ * before them killed 17 % to 52 %: a killed node-core mutant ran 2.19 rule files on average, the one that killed it
+ * included. Order decides only which covering file runs first, never whether a mutant is killed.
+ */
+const killFirst = ["test/sharding/rules/node-plan-rules.test.ts", "test/sharding/rules/node-routing-rules.test.ts"];
+const rulesFirst = (files) => [
+  ...killFirst.filter((f) => files.includes(f)),
+  ...files.filter((f) => !killFirst.includes(f)),
+];
+
+/**
  * The core-level tests (no sockets, no database, no processes): rule, unit, property and simulation tests. Each file
  * runs in its own process; with per-test coverage a mutant runs only the files that execute it, in this order, and
  * stops at the first that fails. So the order is the cost: the rule tests (one scenario per rule, under a second of
@@ -38,7 +51,7 @@ const testsIn = (dir) =>
  * than all the others together).
  */
 export const coreTests = [
-  ...testsIn("test/sharding/rules"),
+  ...rulesFirst(testsIn("test/sharding/rules")),
   "test/cluster/gossip-rules.test.ts",
   "test/cluster/gossip-authorize.test.ts",
   "test/cluster/rules.test.ts",

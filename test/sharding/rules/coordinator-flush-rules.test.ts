@@ -468,3 +468,233 @@ test("the planted skipped flush takes effect: the caller routes through the new 
   );
   assert.equal(n.state.counters.heldDeliveries, 0);
 });
+
+test("a lost term's handoff buffer is held with each delivery's own deadline: counted once each, the sweep armed for the earliest, what exceeds the shard's bound rejected", () => {
+  const z = node(2550);
+  const n = new Driven(a, view(a, [member(a), member(b), member(c), member(z, "Joining")]), {
+    heldDeliveryTimeout: 5_000,
+    heldDeliveriesPerShard: 2,
+  });
+  n.feed({ kind: "timer", timer: { kind: "reconcile", type } }, 600);
+  assert.ok(n.t.plan.author?.equals(a), "a authored the plan");
+  const shard = n.delivery("e1").envelope.shardId;
+  n.t.handoffs.set(shard, { state: newHandoff(type, shard, a, b), token: 999, startedAtMs: 600 });
+  const tell = n.delivery("e1");
+  const base = n.delivery("e1");
+  const e = base.envelope;
+  const ask: Delivery = {
+    envelope: new ShardingEnvelope(
+      e.kind,
+      e.entityType,
+      e.entityId,
+      e.shardId,
+      e.settingsKey,
+      0,
+      null,
+      300,
+      false,
+      null,
+    ),
+    sender: base.sender,
+  };
+  const over = n.delivery("e1");
+  for (const d of [tell, ask, over]) assert.deepEqual(rejects(n.receive(d, c, 610)), []);
+  assert.equal(n.t.handoffs.get(shard)!.state.buffer.length, 3, "all three buffered");
+  // z, a lower address, comes Up and coordinates; a's handoff finds its term lost at its next attempt.
+  n.feed({ kind: "membershipChanged", snapshot: view(a, [member(a), member(b), member(c), member(z)]) }, 620);
+  const before = { held: n.state.counters.heldDeliveries, refused: n.state.counters.heldRefused };
+  const effects = n.feed({ kind: "timer", timer: { kind: "handoffAttempt", type, shard, token: 999 } }, 700);
+  assert.equal(n.t.handoffs.has(shard), false, "the handoff of the lost term ended");
+  assert.deepEqual(
+    n.t.heldForwarded.list().map((h) => [h.delivery.envelope, h.deadlineMs]),
+    [
+      [tell.envelope, 5_700],
+      [ask.envelope, 1_000],
+    ],
+    "held in order, each with its own deadline, up to the bound",
+  );
+  assert.deepEqual(
+    rejects(effects).map((r) => r.d.envelope),
+    [over.envelope],
+    "what does not fit is rejected",
+  );
+  assert.ok(rejects(effects)[0]!.error instanceof NoShardOwnerError);
+  assert.equal(n.state.counters.heldDeliveries - before.held, 2, "two held");
+  assert.equal(n.state.counters.heldRefused - before.refused, 1, "one refused");
+  const sweeps = effects.flatMap((x) => (x.kind === "schedule" && x.timer.kind === "heldSweep" ? [x] : []));
+  assert.deepEqual(
+    sweeps.map((s) => s.afterMs),
+    [300],
+    "the sweep fires at the ask's deadline, the earliest",
+  );
+  assert.equal(n.t.heldSweep?.atMs, 1_000);
+});
+
+test("a relayed marker must name this node as its target: one relayed here for another node is refused", () => {
+  const n = new Driven(b, aLeaving(b));
+  // From a (not the caller c), naming c as the target: not a marker b can answer or relay.
+  const marker = new CoordinatorFlush(type, n.settings.key, c.toString(), c.toString(), 7);
+  const effects = n.feed({ kind: "control", message: marker, replyTo: null, origin: a }, 10);
+  assert.equal(effects.filter((e) => e.kind === "refused").length, 1);
+  assert.deepEqual(sends(effects), []);
+});
+
+test("a caller's marker relays its held envelopes, but one another node relayed here already fails instead of being relayed again", () => {
+  // b's view is re-converging (no coordinator): c's envelopes wait here, one of them already relayed by c once.
+  const n = new Driven(b, { ...allUp(b), converged: false });
+  const fresh = n.delivery("e1");
+  const once = n.delivery("e2");
+  const relayedOnce = { envelope: once.envelope.relayedBy(c), sender: once.sender };
+  assert.deepEqual(rejects(n.receive(fresh, c, 10)), []);
+  assert.deepEqual(rejects(n.receive(relayedOnce, c, 11)), []);
+  assert.equal(n.t.heldForwarded.size, 2);
+  // The newest view (not yet handled as a membership change) elects a; c's marker for a arrives.
+  n.feed({ kind: "view", snapshot: allUp(b) }, 20);
+  const effects = n.control(new CoordinatorFlush(type, n.settings.key, c.toString(), a.toString(), 4), c, 21);
+  assert.deepEqual(
+    forwards(effects).map((f) => [f.to, f.envelope.entityId]),
+    [[a.toString(), "e1"]],
+    "only the fresh one is relayed",
+  );
+  assert.deepEqual(
+    rejects(effects).map((r) => r.d.envelope),
+    [relayedOnce.envelope],
+  );
+  assert.ok(rejects(effects)[0]!.error instanceof NoShardOwnerError);
+});
+
+test("the bounded wait for an old coordinator that left the view is counted from the flush's start: released at exactly 1 s, not before", () => {
+  // The change comes late (at 5 s): the grace must be measured from then, not from time zero.
+  const n = new Driven(c, allUp(c));
+  n.call("e1", 5_000);
+  const changed = n.feed({ kind: "membershipChanged", snapshot: aLeaving(c) }, 5_000);
+  assert.equal(markers(changed).length, 1, "the flush starts at 5,000 ms");
+  n.feed({ kind: "membershipChanged", snapshot: view(c, [member(b), member(c)]) }, 5_010);
+  const [early, earlyEffects] = n.call("e2", 5_999);
+  assert.deepEqual(forwards(earlyEffects), [], "still waiting 1 ms before the grace ends");
+  const [, onTime] = n.call("e3", 6_000);
+  assert.deepEqual(
+    forwards(onTime).map((f) => [f.to, f.d.envelope.entityId]),
+    [
+      [b.toString(), early.envelope.entityId],
+      [b.toString(), "e3"],
+    ],
+    "released at the grace's end, in order",
+  );
+});
+
+test("an old coordinator that is still a member is waited for past the grace: only one that left the view counts as gone", () => {
+  // z, a lower address, takes over from a, which stays Up: its answer is waited for however long it takes.
+  const z = node(2550);
+  const n = new Driven(c, view(c, [member(a), member(b), member(c), member(z, "Joining")]));
+  n.call("e1", 0);
+  const changed = n.feed(
+    { kind: "membershipChanged", snapshot: view(c, [member(a), member(b), member(c), member(z)]) },
+    10,
+  );
+  assert.equal(markers(changed).length, 1);
+  const [, later] = n.call("e2", 5_000);
+  assert.deepEqual(forwards(later), [], "still waiting for a's answer");
+  assert.notEqual(n.t.flush, null);
+});
+
+test("a flush that ends without an answer is a warning; an old coordinator already Down when the change is seen needs no flush and no warning", () => {
+  const logs = (effects: NodeEffect[], level: string) => effects.filter((e) => e.kind === "log" && e.level === level);
+  const n = new Driven(c, allUp(c));
+  n.call("e1", 0);
+  n.feed({ kind: "membershipChanged", snapshot: aLeaving(c) }, 10);
+  n.feed({ kind: "membershipChanged", snapshot: view(c, [member(a, "Down"), member(b), member(c)]) }, 20);
+  const [, next] = n.call("e2", 30);
+  assert.equal(n.t.flush, null, "released: a is Down");
+  assert.equal(forwards(next).length, 1, "the next call goes to b");
+  assert.equal(logs(next, "warn").length, 1, "what a held is lost: worth a warning");
+  const quiet = new Driven(c, allUp(c));
+  quiet.call("e1", 0);
+  const gone = quiet.feed(
+    { kind: "membershipChanged", snapshot: view(c, [member(a, "Down"), member(b), member(c)]) },
+    10,
+  );
+  assert.deepEqual(markers(gone), [], "no flush through a Down node");
+  assert.deepEqual(logs(gone, "warn"), []);
+});
+
+test("an elected coordinator that has not authored a plan yet drives no handoffs: a caller's marker for another target is relayed at once", () => {
+  // a's own view still elects a, but a holds no plan of its own (still bootstrapping); c's view moved on to b.
+  const n = new Driven(a, allUp(a));
+  assert.equal(n.t.plan.author, null);
+  const effects = n.control(new CoordinatorFlush(type, n.settings.key, c.toString(), b.toString(), 3), c, 10);
+  assert.deepEqual(
+    markers(effects).map((m) => [m.to, m.marker.token]),
+    [[b.toString(), 3]],
+    "relayed to b, not kept waiting for a term a does not hold",
+  );
+  assert.equal(n.t.pendingMarkers.size, 0);
+});
+
+test("while an earlier flush is unanswered the callers wait, even when the coordinator changes back to the one they last sent to", () => {
+  // c sent through a; z (a lower address) took over, so c's flush went to a for z; z left before answering and a
+  // coordinates again. The flush is still unanswered: c's next call waits for a new one (through a, for a).
+  const z = node(2550);
+  const n = new Driven(c, view(c, [member(a), member(b), member(c), member(z, "Joining")]));
+  n.call("e1", 0);
+  n.feed({ kind: "membershipChanged", snapshot: view(c, [member(a), member(b), member(c), member(z)]) }, 10);
+  assert.ok(n.t.flush?.target.equals(z));
+  n.feed({ kind: "membershipChanged", snapshot: view(c, [member(a), member(b), member(c), member(z, "Leaving")]) }, 20);
+  const [, effects] = n.call("e2", 30);
+  assert.deepEqual(forwards(effects), [], "held until a answers the new flush");
+  assert.ok(n.t.flush?.target.equals(a), "a new flush, for a");
+});
+
+test("envelopes held while this node's view elects another coordinator wait for their callers' markers, relayed ones too: an unrelated step fails none", () => {
+  const n = new Driven(b, { ...allUp(b), converged: false });
+  const fresh = n.delivery("e1");
+  const once = n.delivery("e2");
+  const relayedOnce = { envelope: once.envelope.relayedBy(c), sender: once.sender };
+  n.receive(fresh, c, 10);
+  n.receive(relayedOnce, c, 11);
+  n.feed({ kind: "view", snapshot: allUp(b) }, 20);
+  // b's own caller routes meanwhile (to a): nothing held for c is touched.
+  const [, own] = n.call("e3", 21);
+  assert.deepEqual(rejects(own), []);
+  assert.equal(n.t.heldForwarded.size, 2, "both still wait for c's marker");
+  // The same at a former coordinator that still holds the plan it authored.
+  const former = new Driven(a, allUp(a));
+  former.feed({ kind: "timer", timer: { kind: "reconcile", type } }, 600);
+  assert.ok(former.t.plan.author?.equals(a));
+  former.feed({ kind: "membershipChanged", snapshot: { ...allUp(a), converged: false } }, 610);
+  former.receive(former.delivery("e1"), c, 611);
+  const again = former.delivery("e2");
+  former.receive({ envelope: again.envelope.relayedBy(c), sender: again.sender }, c, 612);
+  assert.equal(former.t.heldForwarded.size, 2);
+  former.feed({ kind: "view", snapshot: aLeaving(a) }, 620);
+  const [, refused] = former.call("e3", 621);
+  assert.equal(rejects(refused).length, 1, "a is leaving: its own caller is refused");
+  assert.equal(former.t.heldForwarded.size, 2, "c's envelopes still wait for c's marker");
+});
+
+test("a handoff's buffer remembers which node each envelope came from, even when the delivery itself does not say", () => {
+  const z = node(2550);
+  const n = new Driven(a, view(a, [member(a), member(b), member(c), member(z, "Joining")]));
+  n.feed({ kind: "timer", timer: { kind: "reconcile", type } }, 600);
+  const shard = n.delivery("e1").envelope.shardId;
+  n.t.handoffs.set(shard, { state: newHandoff(type, shard, a, b), token: 999, startedAtMs: 600 });
+  // The delivery carries no origin of its own; the envelope input names c.
+  const fromC = n.delivery("e1");
+  n.feed({ kind: "envelope", delivery: fromC, origin: c }, 610);
+  n.feed({ kind: "membershipChanged", snapshot: view(a, [member(a), member(b), member(c), member(z)]) }, 620);
+  n.feed({ kind: "timer", timer: { kind: "handoffAttempt", type, shard, token: 999 } }, 700);
+  const held = n.t.heldForwarded.list();
+  assert.equal(held.length, 1);
+  assert.ok(held[0]!.origin?.equals(c), "held for c's marker, not as this node's own caller's");
+});
+
+test("a flush retry finds the old coordinator Down: the flush ends, no marker is sent to the Down node", () => {
+  const n = new Driven(c, allUp(c));
+  n.call("e1", 0);
+  const changed = n.feed({ kind: "membershipChanged", snapshot: aLeaving(c) }, 10);
+  const [retry] = changed.flatMap((e) => (e.kind === "schedule" && e.timer.kind === "flushRetry" ? [e.timer] : []));
+  n.feed({ kind: "membershipChanged", snapshot: view(c, [member(a, "Down"), member(b), member(c)]) }, 20);
+  const effects = n.feed({ kind: "timer", timer: retry! }, 310);
+  assert.deepEqual(markers(effects), [], "nothing to a Down node");
+  assert.equal(n.t.flush, null, "the flush ended");
+});

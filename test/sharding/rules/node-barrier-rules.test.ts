@@ -4,7 +4,19 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { NoShardOwnerError, ShardLeaseUnavailableError } from "../../../src/sharding/index.ts";
-import { a, b, coordinatorWithPlan, delivers, follower, rejects, schedules, type } from "./node-harness.ts";
+import {
+  a,
+  b,
+  c,
+  coordinatorWithPlan,
+  delivers,
+  follower,
+  member,
+  rejects,
+  schedules,
+  type,
+  view,
+} from "./node-harness.ts";
 
 function owner() {
   const coordinator = coordinatorWithPlan({ leaseDuration: 1_000, leaseRenewInterval: 500 });
@@ -146,4 +158,38 @@ test("barrier: stop rejects every delivery waiting in a barrier", () => {
     [d1, d2],
   );
   for (const r of rejects(stopped)) assert.ok(r.error instanceof NoShardOwnerError);
+});
+
+test("barrier: a tick while no coordinator is accepted (a member unreachable) rejects what waits, unauthorized, instead of delivering it", () => {
+  const { n, shard, id } = owner();
+  const d = n.forwardedBy(a, id);
+  const opened = n.feed({ kind: "delivered", type, shard, retry: false, deliveries: [d], outcomes: ["lease"] }, 2_000);
+  n.feed(
+    { kind: "membershipChanged", snapshot: view(b, [member(a), member(b), member(c)], { unreachable: [c] }) },
+    2_010,
+  );
+  assert.equal(n.state.view.accepting, null);
+  const effects = n.feed({ kind: "timer", timer: schedules(opened, "barrierTick")[0]!.timer }, 2_025);
+  assert.deepEqual(delivers(effects), []);
+  assert.deepEqual(
+    rejects(effects).map((r) => r.delivery),
+    [d],
+  );
+});
+
+test("barrier: a barrier that empties with no drain waiting starts no drain", () => {
+  const { n, shard, id } = owner();
+  const d = n.forwardedBy(a, id);
+  const opened = n.feed({ kind: "delivered", type, shard, retry: false, deliveries: [d], outcomes: ["lease"] }, 2_000);
+  const retried = n.feed({ kind: "timer", timer: schedules(opened, "barrierTick")[0]!.timer }, 2_025);
+  assert.equal(delivers(retried).length, 1);
+  const settled = n.feed(
+    { kind: "delivered", type, shard, retry: true, deliveries: [d], outcomes: ["delivered"] },
+    2_026,
+  );
+  assert.deepEqual(
+    settled.filter((e) => e.kind === "drainShard"),
+    [],
+  );
+  assert.equal(n.t.drainsStarted.size, 0);
 });

@@ -22,6 +22,7 @@ import {
   follower,
   forwards,
   member,
+  ofKind,
   rejects,
   schedules,
   type,
@@ -195,3 +196,44 @@ function invoiceDelivery(n: Driven, name: string, shard: number): Delivery {
   }
   throw new Error("no entity id found");
 }
+
+test("barrier: a handoff's buffer flushed to this node queues behind the shard's open barrier, never overtaking it", () => {
+  // a delivers d0 to its own shard; the outcome comes back only after the shard moved to b and, in a second handoff,
+  // back to a while d1 waited in that handoff's buffer. d0 failed transiently, so its barrier opened behind the
+  // buffer's back: the flushed d1 must queue behind d0, not go to the provider first.
+  const n = coordinatorWithPlan({ rebalance: new NoRebalance() });
+  const shard = n.shardOn(a);
+  const id = n.entityIn((s) => s === shard);
+  const d0 = n.delivery(id);
+  assert.deepEqual(
+    delivers(n.route(d0, 2_000)).map((e) => e.deliveries),
+    [[d0]],
+  );
+  n.feed({ kind: "moveShard", type, shard, to: b }, 2_001);
+  n.feed({ kind: "drained", type, shard, error: null }, 2_002);
+  const toB = n.t.handoffs.get(shard)!.token;
+  n.feed({ kind: "handoffReply", type, shard, token: toB, step: "prepared", error: null }, 2_003);
+  assert.ok(n.t.plan.allocations.get(shard)!.equals(b), "moved to b");
+  n.feed({ kind: "moveShard", type, shard, to: a }, 2_004);
+  const back = n.t.handoffs.get(shard)!.token;
+  const d1 = n.delivery(id);
+  n.route(d1, 2_005);
+  assert.deepEqual(n.t.handoffs.get(shard)!.state.buffer, [d1], "d1 waits in the handoff's buffer");
+  const opened = n.feed({ kind: "delivered", type, shard, retry: false, deliveries: [d0], outcomes: ["lease"] }, 2_006);
+  const [tick] = schedules(opened, "barrierTick");
+  assert.ok(tick, "d0's barrier opened");
+  const passivated = n.feed({ kind: "handoffReply", type, shard, token: back, step: "passivated", error: null }, 2_007);
+  const [prepare] = ofKind(passivated, "prepareShard");
+  const done = n.feed(
+    { kind: "prepared", type, shard, coordinator: a.toString(), waiter: prepare!.waiter, error: null },
+    2_008,
+  );
+  assert.ok(n.t.plan.allocations.get(shard)!.equals(a), "back at a");
+  assert.deepEqual(delivers(done), [], "d1 is not handed to the provider ahead of d0");
+  const retried = n.feed({ kind: "timer", timer: tick!.timer }, 2_031);
+  assert.deepEqual(
+    delivers(retried).map((e) => e.deliveries),
+    [[d0, d1]],
+    "one retry, d0 first",
+  );
+});

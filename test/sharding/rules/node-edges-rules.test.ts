@@ -126,6 +126,12 @@ test("bootstrap: a new coordinator takes its peers' snapshots while collecting, 
     10,
   );
   assert.deepEqual(ofKind(accepted, "refused"), []);
+  assert.deepEqual(
+    sends(accepted),
+    [],
+    "c has not answered with a snapshot: collecting goes on, nobody is asked again",
+  );
+  assert.equal(n.t.plan.generation, 0, "no term started yet");
   assert.equal(n.stats.rejectedEnvelopes, 0);
   // From a node that is not an Up member: not taken, counted.
   const stranger = new UniqueAddress(a.address, "u-stranger");

@@ -3,7 +3,12 @@
 // owner drains a shard only after its retry barrier has emptied, answering every waiter once.
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { NoRebalance, NoShardOwnerError, ShardLeaseUnavailableError } from "../../../src/sharding/index.ts";
+import {
+  ClusterShardingConfigurationError,
+  NoRebalance,
+  NoShardOwnerError,
+  ShardLeaseUnavailableError,
+} from "../../../src/sharding/index.ts";
 import { PassivateShard, PlanUpdate, PrepareShard } from "../../../src/sharding/internal/index.ts";
 import {
   a,
@@ -439,4 +444,105 @@ test("stop: buffered handoff traffic is rejected, drain asks are answered with a
   assert.equal(moved!.decision.kind === "refused" && moved!.decision.reason, "ShardingStopped");
   assert.equal(moved!.decision.shard, shard);
   assert.deepEqual(delivers(n.route(late, 2_070)), []);
+});
+
+test("passivation: without an accepting coordinator (a member unreachable) a drain ask is refused as unauthorized, never thrown on", () => {
+  const coordinator = coordinatorWithPlan();
+  const n = follower(b, coordinator.update());
+  const shard = n.shardOn(b);
+  n.feed(
+    { kind: "membershipChanged", snapshot: view(b, [member(a), member(b), member(c)], { unreachable: [c] }) },
+    2_000,
+  );
+  assert.equal(n.state.view.accepting, null, "the scenario needs a view without an accepting coordinator");
+  const replyTo = caller();
+  const message = new PassivateShard(type, n.settings.key, shard, a.toString(), null);
+  const effects = n.feed({ kind: "control", message, replyTo, origin: a }, 2_010);
+  const [refused] = ofKind(effects, "refused");
+  assert.ok(
+    refused?.error instanceof ClusterShardingConfigurationError,
+    `refused as unauthorized, got ${String(refused?.error)}`,
+  );
+  assert.equal(refused.replyTo, replyTo);
+  assert.deepEqual(ofKind(effects, "drainShard"), []);
+});
+
+test("handoff: an attempt timer for a shard whose handoff has ended (none running) does nothing", () => {
+  const n = coordinatorWithPlan();
+  const { shard, token } = moveFromBToC(n);
+  n.feed({ kind: "membershipChanged", snapshot: view(a, [member(a), member(b), member(c, "Down")]) }, 2_010);
+  assert.equal(n.t.handoffs.has(shard), false, "aborted: its next owner was downed");
+  const plan = n.t.plan;
+  assert.deepEqual(n.feed({ kind: "timer", timer: { kind: "handoffAttempt", type, shard, token } }, 2_100), []);
+  assert.equal(n.t.plan, plan);
+});
+
+test("handoff: an attempt that finds the next owner no longer Up (Leaving) aborts instead of passivating again", () => {
+  const n = coordinatorWithPlan();
+  const { shard, token } = moveFromBToC(n);
+  const d1 = n.delivery(n.entityIn((s) => s === shard));
+  n.route(d1, 2_001);
+  n.feed({ kind: "membershipChanged", snapshot: view(a, [member(a), member(b), member(c, "Leaving")]) }, 2_010);
+  assert.ok(n.t.handoffs.has(shard), "a Leaving next owner does not abort the handoff by itself");
+  const failed = n.feed(
+    { kind: "handoffReply", type, shard, token, step: "passivated", error: new Error("busy") },
+    2_020,
+  );
+  const [retry] = schedules(failed, "handoffAttempt");
+  const effects = n.feed({ kind: "timer", timer: retry!.timer }, 2_120);
+  assert.deepEqual(asks(effects), [], "no second passivation");
+  assert.equal(n.t.handoffs.has(shard), false, "aborted");
+  assert.deepEqual(
+    rejects(effects).map((r) => r.delivery),
+    [d1],
+  );
+});
+
+test("handoff: while gossip re-converges (the term only settling) an operator's move is refused", () => {
+  const n = coordinatorWithPlan();
+  n.feed(
+    { kind: "membershipChanged", snapshot: view(a, [member(a), member(b), member(c)], { converged: false }) },
+    2_000,
+  );
+  assert.equal(n.state.view.elected, null);
+  assert.ok(n.state.view.accepting?.equals(a), "still the accepting coordinator: the term is settling");
+  const shard = n.shardOn(b);
+  const effects = n.feed({ kind: "moveShard", type, shard, to: c }, 2_010);
+  const [decided] = ofKind(effects, "shardMoveDecided");
+  assert.equal(decided!.decision.kind, "refused");
+  assert.equal(n.t.handoffs.size, 0);
+});
+
+test("stop: a local drain a handoff waits for is not answered with an ack (only remote asks are)", () => {
+  const n = coordinatorWithPlan({ rebalance: new NoRebalance() });
+  const shard = n.shardOn(a);
+  const moving = n.feed({ kind: "moveShard", type, shard, to: b }, 2_000);
+  assert.equal(ofKind(moving, "drainShard").length, 1, "a drains its own shard for the handoff");
+  const stopped = n.feed({ kind: "stop" }, 2_010);
+  assert.deepEqual(ofKind(stopped, "ack"), []);
+});
+
+test("handoff: a finished handoff is logged at info (one line per start and end)", () => {
+  const n = coordinatorWithPlan({ rebalance: new NoRebalance() });
+  const shard = n.shardOn(c);
+  n.feed({ kind: "moveShard", type, shard, to: a }, 2_000);
+  const token = n.t.handoffs.get(shard)!.token;
+  const passivated = n.feed({ kind: "handoffReply", type, shard, token, step: "passivated", error: null }, 2_100);
+  const [prepare] = ofKind(passivated, "prepareShard");
+  const done = n.feed(
+    { kind: "prepared", type, shard, coordinator: a.toString(), waiter: prepare!.waiter, error: null },
+    2_200,
+  );
+  const finished = logs(done).filter((l) => l.message === "sharding handoff finished");
+  assert.deepEqual(
+    finished.map((l) => [l.level, l.fields.outcome]),
+    [["info", "done"]],
+  );
+});
+
+test("handoff: a reply for a shard with no handoff running does nothing", () => {
+  const n = coordinatorWithPlan();
+  const shard = n.shardOn(b);
+  assert.equal(n.t.handoffs.has(shard), false);
+  assert.deepEqual(n.feed({ kind: "handoffReply", type, shard, token: 7, step: "passivated", error: null }, 2_000), []);
 });

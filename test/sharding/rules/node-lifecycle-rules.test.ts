@@ -39,6 +39,7 @@ import {
   refuses,
   rejects,
   schedules,
+  sends,
   type,
   view,
 } from "./node-harness.ts";
@@ -411,8 +412,9 @@ test("planted bugs change behaviour: the simulator's proof that it catches them 
   step(buggy.state, { kind: "register", name: type, settings: buggy.settings }, 0);
   const newer = new PlanUpdate(type, old.settingsKey, old.coordinator, old.generation + 2, old.assignments);
   step(buggy.state, { kind: "control", message: newer, replyTo: null, origin: a }, 10);
-  step(buggy.state, { kind: "control", message: old, replyTo: null, origin: a }, 20);
+  const [, storedOld] = step(buggy.state, { kind: "control", message: old, replyTo: null, origin: a }, 20);
   assert.equal(buggy.state.types.get(type)!.plan.generation, old.generation, "the older plan was stored");
+  assert.equal(ofKind(storedOld, "retainShards").length, 1, "and applied as any stored plan is");
 
   // acceptForwardFromAnyone: a hop-1 envelope from a non-coordinator is delivered.
   const open = newNodeState(b, undefined, { acceptForwardFromAnyone: true });
@@ -452,4 +454,98 @@ test("planted bugs change behaviour: the simulator's proof that it catches them 
   const askSteps = asks(moved).map((x) => x.step);
   assert.deepEqual(askSteps, ["passivated", "prepared"], "prepares c without waiting for b");
   assert.equal(asks(moved)[0]!.token, -1);
+});
+
+test("held: a node its own view does not list yet (and never listed) has not departed: its callers are held, not refused", () => {
+  const n = new Driven(c, {}, view(c, [member(a), member(b)]));
+  const d = n.delivery("e1");
+  const effects = n.route(d, 0);
+  assert.deepEqual(refuses(effects), []);
+  assert.equal(n.stats.heldDeliveries, 1);
+});
+
+test("held: a node that reads itself Leaving in the newest view refuses its callers, before that membership change is handled", () => {
+  const n = new Driven(c, {}, reconverging(c));
+  // A `view` input updates the view only (its reaction, membershipChanged, comes later): the status read is the view's.
+  n.feed({ kind: "view", snapshot: reconverging(c, [member(a), member(b), member(c, "Leaving")]) }, 10);
+  assert.equal(n.state.lastSelfStatus, "Up", "the last handled change still says Up");
+  const d = n.delivery("e1");
+  assert.deepEqual(
+    refuses(n.route(d, 20)).map((r) => r.delivery),
+    [d],
+  );
+  assert.equal(n.stats.heldDeliveries, 0);
+});
+
+test("held: a caller that cannot wait gets the no-coordinator error while none is elected, or while this node is not Up to route", () => {
+  const isNoCoordinator = (e: Error | undefined) =>
+    e instanceof NoShardOwnerError && e.entityType === "cluster" && e.shardId === -1;
+  // Gossip re-converging, nobody unreachable: no coordinator elected.
+  const unconverged = new Driven(c, { awaitCoordinator: false }, reconverging(c));
+  assert.equal(unconverged.state.view.elected, null);
+  const [first] = refuses(unconverged.route(unconverged.delivery("e1"), 10));
+  assert.ok(isNoCoordinator(first?.error), `no coordinator, got ${String(first?.error)}`);
+  // a is elected, but this node is still Joining: it routes through nobody.
+  const joining = new Driven(c, { awaitCoordinator: false }, view(c, [member(a), member(b), member(c, "Joining")]));
+  assert.ok(joining.state.view.elected?.equals(a));
+  assert.equal(joining.state.view.routing, null);
+  const [second] = refuses(joining.route(joining.delivery("e1"), 10));
+  assert.ok(isNoCoordinator(second?.error), `no coordinator to route through, got ${String(second?.error)}`);
+});
+
+test("stop: a node whose callers wait for a coordinator change's flush sends no marker once stopped", () => {
+  const coordinator = coordinatorWithPlan();
+  const n = follower(c, coordinator.update());
+  n.route(n.delivery("e1"), 2_000);
+  assert.ok(n.t.via?.equals(a), "c's callers last sent to a");
+  const changed = n.feed(
+    { kind: "membershipChanged", snapshot: view(c, [member(a, "Leaving"), member(b), member(c)]) },
+    2_010,
+  );
+  assert.equal(sends(changed).length > 0, true, "the flush marker went to a");
+  const stopped = n.feed({ kind: "stop" }, 2_020);
+  assert.deepEqual(sends(stopped), [], "nothing sent after stop");
+  assert.deepEqual(schedules(stopped, "flushRetry"), []);
+  assert.equal(n.t.flush, null);
+});
+
+test("held: a sweep that fires again after the last one emptied the queues (none armed) does nothing", () => {
+  const n = new Driven(c, { heldDeliveryTimeout: 1_000 }, reconverging(c));
+  const [sweep] = schedules(n.route(n.delivery("e1"), 0), "heldSweep");
+  const expired = n.feed({ kind: "timer", timer: sweep!.timer }, 1_000);
+  assert.equal(rejects(expired).length, 1);
+  assert.equal(n.t.heldSweep, null, "nothing held: no sweep armed");
+  assert.deepEqual(n.feed({ kind: "timer", timer: sweep!.timer }, 1_001), [], "a duplicate timer is stale");
+});
+
+test("held: a sweep re-arms for the earliest deadline left across both queues (a caller's own and other members' envelopes)", () => {
+  const n = new Driven(c, { heldDeliveryTimeout: 1_000 }, reconverging(c));
+  n.route(n.delivery("e1"), 0); // deadline 1,000
+  const [sweep] = schedules(n.route(n.delivery("e2", 200), 0), "heldSweep"); // deadline 200
+  n.envelope(n.delivery("e3", 500), b, 0); // another member's ask, held here: deadline 500
+  assert.equal(n.t.heldForwarded.size, 1);
+  const expired = n.feed({ kind: "timer", timer: sweep!.timer }, 200);
+  assert.equal(rejects(expired).length, 1);
+  assert.deepEqual(
+    schedules(expired, "heldSweep").map((s) => s.afterMs),
+    [300],
+    "next at 500, the forwarded envelope's deadline",
+  );
+});
+
+test("handoff: an attempt whose previous owner is listed as Removed skips the drain too", () => {
+  const n = coordinatorWithPlan();
+  const shard = n.shardOn(b);
+  n.feed({ kind: "moveShard", type, shard, to: c }, 2_000);
+  const token = n.t.handoffs.get(shard)!.token;
+  const failed = n.feed(
+    { kind: "handoffReply", type, shard, token, step: "passivated", error: new Error("gone") },
+    2_100,
+  );
+  n.feed({ kind: "view", snapshot: view(a, [member(a), member(b, "Removed"), member(c)]) }, 2_150);
+  const next = n.feed({ kind: "timer", timer: schedules(failed, "handoffAttempt")[0]!.timer }, 2_200);
+  assert.deepEqual(
+    asks(next).map((x) => [x.to.toString(), x.step]),
+    [[c.toString(), "prepared"]],
+  );
 });

@@ -364,3 +364,92 @@ test("plan update: the coordinator's own older plan (origin null) is counted as 
   assert.deepEqual(ofKind(effects, "refused"), []);
   assert.equal(n.stats.rejectedEnvelopes, 1);
 });
+
+test("plan update: a member with no plan yet refuses a generation-0 update from the coordinator and answers with a snapshot naming itself at generation 0", () => {
+  const n = coordinatorWithPlan();
+  const f = new Driven(b);
+  const zero = new PlanUpdate(type, n.settings.key, a.toString(), 0, [{ shardId: 0, owner: b.toString() }]);
+  const effects = control(f, zero, a, 10);
+  const [refused] = ofKind(effects, "refused");
+  assert.ok(
+    refused?.error instanceof ClusterShardingConfigurationError && refused.error.field === "generation",
+    `refused for its generation, got ${String(refused?.error)}`,
+  );
+  const [reply] = sends(effects);
+  assert.ok(reply!.to.equals(a));
+  const snapshot = reply!.message as PlanSnapshot;
+  assert.ok(snapshot instanceof PlanSnapshot);
+  assert.equal(snapshot.generation, 0);
+  assert.equal(snapshot.coordinator, b.toString(), "a plan without an author is sent under this node's name");
+  assert.equal(f.t.plan.generation, 0);
+});
+
+test("plan request: a former coordinator that still holds the plan it authored answers no plan request once another is elected", () => {
+  const n = coordinatorWithPlan();
+  n.feed({ kind: "membershipChanged", snapshot: view(a, [member(a, "Leaving"), member(b), member(c)]) }, 2_000);
+  assert.ok(n.state.view.elected?.equals(b), "b is elected");
+  assert.ok(n.t.plan.author?.equals(a), "a still holds its own plan");
+  for (const [i, requester] of [c, d].entries()) {
+    const effects = control(n, new PlanRequest(type, n.settings.key, requester.toString()), requester, 2_010 + i);
+    assert.deepEqual(sends(effects), [], `${requester}: only the elected coordinator answers`);
+    assert.deepEqual(schedules(effects, "reconcile"), [], `${requester}: nor reconciles`);
+  }
+  assert.equal(n.t.registrations.get(d.toString()), n.settings.key, "the request is still recorded");
+  // With no coordinator elected at all (gossip re-converging) the request is recorded and answered by nobody.
+  n.feed(
+    { kind: "membershipChanged", snapshot: view(a, [member(a), member(b), member(c)], { converged: false }) },
+    3_000,
+  );
+  assert.equal(n.state.view.elected, null);
+  const effects = control(n, new PlanRequest(type, n.settings.key, c.toString()), c, 3_010);
+  assert.deepEqual(ofKind(effects, "refused"), [], "judged, never thrown on");
+  assert.deepEqual(sends(effects), []);
+});
+
+test("plan request: a member already registered asking again makes the coordinator reconcile nothing (no timer armed)", () => {
+  const n = coordinatorWithPlan();
+  assert.equal(n.t.reconcileArmed, false, "the scenario needs no reconcile armed");
+  const again = control(n, new PlanRequest(type, n.settings.key, b.toString()), b);
+  assert.deepEqual(schedules(again, "reconcile"), [], "b was known");
+  assert.equal(n.t.reconcileArmed, false);
+  assert.equal(sends(again).length, 1, "b still gets the plan it does not hold");
+});
+
+test("plan update: the coordinator's own conflicting plan (origin null) is refused and answered to nobody", () => {
+  const n = coordinatorWithPlan();
+  const mine = n.update();
+  const conflicting = new PlanUpdate(
+    type,
+    mine.settingsKey,
+    mine.coordinator,
+    mine.generation,
+    mine.assignments.map((x) => ({ ...x, owner: a.toString() })),
+  );
+  const effects = control(n, conflicting, null);
+  const [refused] = ofKind(effects, "refused");
+  assert.ok(refused?.error instanceof ClusterShardingConfigurationError && refused.error.field === "generation");
+  assert.deepEqual(sends(effects), [], "no snapshot to send back: it came from this node");
+});
+
+test("membership: without a coordinator, a node its view lists as Removed releases its ownership, as an Exiting one does", () => {
+  const n = new Driven(b);
+  const removed = n.feed(
+    {
+      kind: "membershipChanged",
+      snapshot: view(b, [member(a), member(b, "Removed"), member(c)], { converged: false }),
+    },
+    10,
+  );
+  assert.deepEqual(ofKind(removed, "stopSharding"), [], "listed, not gone: not put out");
+  assert.deepEqual(ofKind(removed, "suspendOwnership"), [{ kind: "suspendOwnership", type, release: true }]);
+});
+
+test("bootstrap: a new coordinator asks an Exiting member for its plan snapshot too, and takes it", () => {
+  const n = new Driven(a, {}, view(a, [member(a), member(b), member(c, "Exiting")]));
+  const asked = sends(n.registered).filter((s) => s.message instanceof PlanSnapshotRequest);
+  assert.deepEqual(asked.map((s) => s.to.toString()).sort(), [b.toString(), c.toString()]);
+  const assignments = Array.from({ length: 8 }, (_, shardId) => ({ shardId, owner: c.toString() }));
+  control(n, new PlanSnapshot(type, n.settings.key, c.toString(), 4, assignments), c, 20);
+  assert.equal(n.stats.rejectedEnvelopes, 0, "an Exiting member's snapshot counts");
+  assert.equal(n.t.plan.bootstrap?.candidate?.generation, 4);
+});

@@ -161,3 +161,12 @@ test("reconcile: a coordinator whose first allocation failed tries again at the 
   assert.equal(n.t.plan.author?.equals(a), true, "authored in this step");
   assert.ok(sends(answered).some((s) => s.to.equals(b) && s.message instanceof PlanUpdate));
 });
+
+test("reconcile: a new coordinator asks its peers for snapshots in address order, whatever the order of the membership list", () => {
+  const n = new Driven(a, {}, view(a, [member(c), member(a), member(b)]));
+  const asked = sends(n.registered).filter((s) => s.message instanceof PlanSnapshotRequest);
+  assert.deepEqual(
+    asked.map((s) => s.to.toString()),
+    [b.toString(), c.toString()],
+  );
+});

@@ -4,14 +4,16 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { ClusterShardingConfigurationError, NoShardOwnerError } from "../../../src/sharding/index.ts";
-import { ShardingEnvelope } from "../../../src/sharding/internal/index.ts";
+import { PlanRequest, ShardingEnvelope } from "../../../src/sharding/internal/index.ts";
 import {
   a,
   allUp,
+  asks,
   b,
   c,
   coordinatorWithPlan,
   Driven,
+  d,
   delivers,
   follower,
   forwards,
@@ -300,4 +302,77 @@ test("routing: a member that is not Up at all routes nothing; a caller of a node
   assert.deepEqual(refuses(effects), []);
   assert.equal(n.stats.heldDeliveries, 1);
   assert.ok(allUp(b));
+});
+
+test("routing: a delivery to an Up owner is sent on without reconciling; a rebalance a new member makes possible waits for the reconcile timer", () => {
+  const n = coordinatorWithPlan();
+  n.feed({ kind: "membershipChanged", snapshot: view(a, [member(a), member(b), member(c), member(d)]) }, 2_000);
+  n.feed(
+    { kind: "control", message: new PlanRequest(type, n.settings.key, d.toString()), replyTo: null, origin: d },
+    2_000,
+  );
+  assert.equal(n.t.reconcileArmed, true, "d's registration armed a reconcile");
+  const shard = n.shardOn(b);
+  const effects = n.route(n.delivery(n.entityIn((s) => s === shard)), 2_010);
+  assert.ok(forwards(effects)[0]!.to.equals(b), "to the owner the plan names");
+  assert.deepEqual(asks(effects), [], "no handoff started by a delivery");
+  assert.equal(n.t.handoffs.size, 0);
+  // The timer does start the rebalance: the delivery above would have started it too, had it reconciled.
+  const reconciled = n.feed({ kind: "timer", timer: { kind: "reconcile", type } }, 2_020);
+  assert.ok(n.t.handoffs.size > 0, "the reconcile moves shards to d");
+  assert.ok(asks(reconciled).length > 0);
+});
+
+test("owner authorization: a preparation by the current coordinator survives a membership change that keeps that coordinator", () => {
+  const coordinator = coordinatorWithPlan();
+  const n = follower(c, coordinator.update());
+  const shard = n.shardOn(b);
+  n.feed(
+    { kind: "prepared", type, shard, coordinator: a.toString(), waiter: { kind: "ask", replyTo: null }, error: null },
+    2_000,
+  );
+  // d joins: a is still the coordinator.
+  n.feed({ kind: "membershipChanged", snapshot: view(c, [member(a), member(b), member(c), member(d)]) }, 2_001);
+  assert.equal(n.t.prepared.get(shard), a.toString());
+  const fwd = n.forwardedBy(
+    a,
+    n.entityIn((s) => s === shard),
+  );
+  assert.deepEqual(
+    delivers(n.envelope(fwd, a, 2_002)).map((e) => e.deliveries),
+    [[fwd]],
+  );
+});
+
+test("relays: an envelope another node relayed, held here while no coordinator was elected, fails as soon as the view elects another coordinator", () => {
+  const n = new Driven(b, {}, view(b, [member(a), member(b), member(c)], { converged: false }));
+  const call = n.delivery("e1");
+  const relayed = { envelope: call.envelope.relayedBy(c), sender: call.sender };
+  assert.deepEqual(rejects(n.envelope(relayed, c, 10)), [], "held while nobody is elected");
+  assert.equal(n.t.heldForwarded.size, 1);
+  const elected = n.feed({ kind: "membershipChanged", snapshot: allUp(b) }, 20);
+  assert.deepEqual(
+    rejects(elected).map((r) => r.delivery),
+    [relayed],
+    "a relayed envelope is never relayed again: it fails now, not at its deadline",
+  );
+  assert.equal(n.t.heldForwarded.size, 0);
+});
+
+test("relays: a relayed envelope held at the elected coordinator while it bootstraps survives a membership change and is routed once it authors a plan", () => {
+  const n = new Driven(a);
+  const call = n.delivery("e1");
+  const relayed = { envelope: call.envelope.relayedBy(c), sender: call.sender };
+  assert.deepEqual(rejects(n.envelope(relayed, c, 10)), []);
+  assert.equal(n.t.heldForwarded.size, 1, "held: a has no plan yet");
+  const changed = n.feed(
+    { kind: "membershipChanged", snapshot: view(a, [member(a), member(b), member(c), member(d)]) },
+    20,
+  );
+  assert.deepEqual(rejects(changed), [], "a is still the coordinator: nothing to reject");
+  assert.equal(n.t.heldForwarded.size, 1);
+  const authored = n.feed({ kind: "timer", timer: { kind: "reconcile", type } }, 1_000);
+  assert.ok(n.t.plan.author?.equals(a));
+  const routed = [...forwards(authored).map((f) => f.delivery), ...delivers(authored).flatMap((x) => x.deliveries)];
+  assert.deepEqual(routed, [relayed]);
 });
