@@ -143,6 +143,12 @@ export interface TypeState {
    * (the next plan would acquire it again, one ownership transfer costing two epochs).
    */
   readonly preparing: Map<number, number>;
+  /**
+   * On the coordinator: member (UniqueAddress text, this node for its own) → shard → when a preparation it holds was
+   * first seen not stood by (docs/protocol.md §9.3). Only what its last plan request listed is kept (bounded by the
+   * shard count per member); cancelled once stale for half the type's lease duration.
+   */
+  readonly staleSince: Map<string, Map<number, number>>;
   /** On the coordinator: member → settings key it registered the type with (via PlanRequest or PlanSnapshot). */
   readonly registrations: Map<string, string>;
   /** shard → who waits for its local drain (the drain is running while the entry exists). */
@@ -653,6 +659,7 @@ class Step {
       handoffs: new Map(),
       handoffDuration: new Histogram(latencyBucketsSeconds),
       prepared: new Map(),
+      staleSince: new Map(),
       preparing: new Map(),
       registrations: new Map(),
       drains: new Map(),
@@ -701,6 +708,12 @@ class Step {
       // Forget registrations of members that left for good.
       for (const key of [...t.registrations.keys()]) {
         if (!snap.members.some((m) => m.uniqueAddress.toString() === key)) t.registrations.delete(key);
+      }
+      // Stale preparations are remembered for members still listed. Not cleared with a change of coordinator: an abort
+      // is often that change (the completion found the plan authored elsewhere), and a node elected again has not stood
+      // by the preparation since (members forget preparations of any other coordinator).
+      for (const key of [...t.staleSince.keys()]) {
+        if (!snap.members.some((m) => m.uniqueAddress.toString() === key)) t.staleSince.delete(key);
       }
       if (coordinator === null) {
         // Reachability alone never relocates, but ownership is no longer safe: stop local entities (docs/protocol.md §11.4).
@@ -890,18 +903,47 @@ class Step {
     return t.plan.allocations.get(shard)?.equals(node) === true;
   }
 
+  /**
+   * Of the preparations `node` holds (`listed`), those this coordinator has not stood by for half a lease duration,
+   * timed from the handoff's abort, or else from the first request that listed it. A
+   * grace, not at once: an aborted handoff is usually started again (the next reconcile, 100 ms later) to the same
+   * node, whose preparation, and lease, then serve again; cancelling in between released that lease and took it
+   * again, one ownership transfer costing two epochs (graceful-shutdown.test.ts, seen once on a loaded host). Half a
+   * lease: what a stale preparation costs the plan's owner stays within what a lease expiry would (5 s by default).
+   */
+  private stalePreparations(t: TypeState, node: UniqueAddress, listed: readonly number[]): number[] {
+    const key = node.toString();
+    const before = t.staleSince.get(key);
+    const since = new Map<number, number>();
+    const stale: number[] = [];
+    for (const shard of listed) {
+      if (this.standsBy(t, shard, node)) continue;
+      const first = before?.get(shard) ?? this.nowMs;
+      since.set(shard, first);
+      if (this.nowMs - first >= t.settings.leaseDuration / 2) stale.push(shard);
+    }
+    if (since.size === 0) t.staleSince.delete(key);
+    else t.staleSince.set(key, since);
+    return stale;
+  }
+
+  /** Starts the grace of `node`'s preparation of `shard` now (an aborted handoff), unless it already runs. */
+  private notStoodBySince(t: TypeState, node: UniqueAddress, shard: number): void {
+    const key = node.toString();
+    const since = t.staleSince.get(key) ?? new Map<number, number>();
+    if (!since.has(shard)) since.set(shard, this.nowMs);
+    t.staleSince.set(key, since);
+  }
+
   /** The coordinator's own preparations (a local prepare) of handoffs no longer running: forgotten at plan sync. */
   private dropOwnStalePreparations(t: TypeState): void {
     if (!this.isAuthor(t)) return;
     const self = this.self.toString();
-    const stale = [...t.prepared].filter(([shard, by]) => by === self && !this.standsBy(t, shard, this.self));
+    const mine = [...t.prepared].filter(([, by]) => by === self).map(([shard]) => shard);
+    const stale = this.stalePreparations(t, this.self, mine);
     if (stale.length === 0) return;
-    for (const [shard] of stale) t.prepared.delete(shard);
-    this.log(
-      "info",
-      { type: t.name, shards: stale.map(([shard]) => shard) },
-      "sharding forgot preparations of handoffs that no longer run",
-    );
+    for (const shard of stale) t.prepared.delete(shard);
+    this.log("info", { type: t.name, shards: stale }, "sharding forgot preparations of handoffs that no longer run");
     this.afterPlanStored(t);
   }
 
@@ -1049,7 +1091,7 @@ class Step {
     const upToDate = request.knownGeneration === t.plan.generation && request.knownAuthor === this.self.toString();
     if (!upToDate) this.send(t, origin, this.planUpdateOf(t));
     // Behind the plan on the same link: a cancel never overtakes the plan that places a shard on the requester.
-    const stale = request.prepared.filter((shard) => !this.standsBy(t, shard, origin));
+    const stale = this.stalePreparations(t, origin, request.prepared);
     if (stale.length > 0)
       this.send(t, origin, new CancelPreparations(t.name, t.settings.key, this.self.toString(), stale));
   }
@@ -2443,6 +2485,9 @@ class Step {
       case "finished":
         if (t.handoffs.get(shard) === running) t.handoffs.delete(shard);
         this.log("info", { type: t.name, shard, outcome: effect.outcome }, "sharding handoff finished");
+        // The next owner may have prepared: from now on this coordinator no longer stands by that preparation.
+        if (effect.outcome !== "done" && running.state.next !== null)
+          this.notStoodBySince(t, running.state.next, shard);
         if (effect.outcome === "done") {
           this.counters.handoffShards++;
           this.counters.rebalanceMoves++;

@@ -4,12 +4,14 @@
 // lists what the coordinator prepared there; the coordinator cancels each listed preparation it no longer stands by
 // (no handoff of the shard to that member runs, and its plan does not place the shard there); the member forgets a
 // cancelled preparation and stops retaining the shard; a coordinator forgets its own stale preparations at plan sync.
+// A preparation is cancelled only once it has not been stood by for a grace (half the type's lease duration: 5 s at the default 10 s lease): an aborted
+// handoff is usually started again to the same node, whose lease then serves again (one transfer, one epoch).
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { NoRebalance } from "../../../src/sharding/index.ts";
 import { CancelPreparations, PlanRequest } from "../../../src/sharding/internal/index.ts";
 import type { NodeEffect } from "../../../src/sharding/node/node-core.ts";
-import { a, b, c, coordinatorWithPlan, follower, ofKind, sends, type } from "./node-harness.ts";
+import { a, b, c, coordinatorWithPlan, follower, member, ofKind, sends, type, view } from "./node-harness.ts";
 
 const ask = { kind: "ask" as const, replyTo: null };
 
@@ -47,12 +49,18 @@ test("the coordinator cancels a listed preparation it no longer stands by, and k
   const onC = n.shardOn(c);
   const request = (requester: typeof b, prepared: number[]) =>
     new PlanRequest(type, n.settings.key, requester.toString(), a.toString(), n.t.plan.generation, prepared);
-  // c: the running handoff's shard and a shard placed on c are stood by; a shard on a (no handoff) is not.
-  const fromC = n.feed({ kind: "control", message: request(c, [moving, onA, onC]), replyTo: null, origin: c }, 2_010);
-  assert.deepEqual(cancels(fromC), [{ to: c.toString(), shards: [onA] }]);
+  // c: the running handoff's shard and a shard placed on c are stood by; a shard on a (no handoff) is not, and is
+  // cancelled once it has not been for 5 s (first seen at 2,010 ms; not at 7,009, at 7,010).
+  const fromC = (at: number) =>
+    cancels(n.feed({ kind: "control", message: request(c, [moving, onA, onC]), replyTo: null, origin: c }, at));
+  assert.deepEqual(fromC(2_010), [], "within the grace");
+  assert.deepEqual(fromC(7_009), [], "within the grace");
+  assert.deepEqual(fromC(7_010), [{ to: c.toString(), shards: [onA] }]);
   // b: shards placed on a and on c, with no handoff to b (b is the moving shard's current owner: its plan keeps it).
-  const fromB = n.feed({ kind: "control", message: request(b, [onA, onC]), replyTo: null, origin: b }, 2_020);
-  assert.deepEqual(cancels(fromB), [{ to: b.toString(), shards: [onA, onC].sort((x, y) => x - y) }]);
+  const fromB = (at: number) =>
+    cancels(n.feed({ kind: "control", message: request(b, [onA, onC]), replyTo: null, origin: b }, at));
+  assert.deepEqual(fromB(2_020), []);
+  assert.deepEqual(fromB(7_020), [{ to: b.toString(), shards: [onA, onC].sort((x, y) => x - y) }]);
   // Nothing listed, nothing cancelled; a request that lists only stood-by preparations gets no cancel.
   assert.deepEqual(cancels(n.feed({ kind: "control", message: request(b, []), replyTo: null, origin: b }, 2_030)), []);
   assert.deepEqual(
@@ -76,8 +84,48 @@ test("a coordinator that aborted a handoff after its prepare cancels that prepar
   n.t.plan = plan;
   assert.equal(n.t.plan.allocations.get(moving)?.toString(), b.toString(), "the plan still places it on b");
   const request = new PlanRequest(type, n.settings.key, c.toString(), a.toString(), n.t.plan.generation, [moving]);
-  const effects = n.feed({ kind: "control", message: request, replyTo: null, origin: c }, 2_300);
+  assert.deepEqual(cancels(n.feed({ kind: "control", message: request, replyTo: null, origin: c }, 2_300)), []);
+  // The grace runs from the abort (2,020 ms), not from the first request that listed it (2,300).
+  assert.deepEqual(cancels(n.feed({ kind: "control", message: request, replyTo: null, origin: c }, 7_019)), []);
+  const effects = n.feed({ kind: "control", message: request, replyTo: null, origin: c }, 7_020);
   assert.deepEqual(cancels(effects), [{ to: c.toString(), shards: [moving] }]);
+});
+
+test("an aborted handoff started again to the same node within the grace keeps that node's preparation (one epoch)", () => {
+  const n = coordinatorWithPlan({ rebalance: new NoRebalance() });
+  const moving = n.shardOn(b);
+  n.feed({ kind: "moveShard", type, shard: moving, to: c }, 2_000);
+  const token = n.t.handoffs.get(moving)!.token;
+  n.feed({ kind: "handoffReply", type, shard: moving, token, step: "passivated", error: null }, 2_010);
+  const plan = n.t.plan;
+  n.t.plan = { ...plan, author: b };
+  n.feed({ kind: "handoffReply", type, shard: moving, token, step: "prepared", error: null }, 2_020);
+  n.t.plan = plan;
+  const request = new PlanRequest(type, n.settings.key, c.toString(), a.toString(), n.t.plan.generation, [moving]);
+  // c's poll finds no handoff to it: stale since 2,300.
+  assert.deepEqual(cancels(n.feed({ kind: "control", message: request, replyTo: null, origin: c }, 2_300)), []);
+  // The move starts again to c before the grace ends; its later polls find it stood by, and the clock starts over.
+  n.feed({ kind: "moveShard", type, shard: moving, to: c }, 2_400);
+  assert.equal(n.t.handoffs.get(moving)?.state.next?.toString(), c.toString());
+  assert.deepEqual(cancels(n.feed({ kind: "control", message: request, replyTo: null, origin: c }, 7_400)), []);
+  assert.equal(n.t.staleSince.get(c.toString()), undefined, "nothing stale is remembered for c");
+});
+
+test("stale preparations are remembered only for what a member's last request listed, and for members still listed", () => {
+  const n = coordinatorWithPlan();
+  const onA = n.shardOn(a);
+  const request = (prepared: number[]) =>
+    new PlanRequest(type, n.settings.key, c.toString(), a.toString(), n.t.plan.generation, prepared);
+  n.feed({ kind: "control", message: request([onA]), replyTo: null, origin: c }, 2_000);
+  assert.deepEqual([...n.t.staleSince.get(c.toString())!], [[onA, 2_000]]);
+  // A request that no longer lists it forgets it: listed again later, its clock starts then.
+  n.feed({ kind: "control", message: request([]), replyTo: null, origin: c }, 2_250);
+  assert.equal(n.t.staleSince.has(c.toString()), false);
+  n.feed({ kind: "control", message: request([onA]), replyTo: null, origin: c }, 3_000);
+  assert.deepEqual(cancels(n.feed({ kind: "control", message: request([onA]), replyTo: null, origin: c }, 4_500)), []);
+  // A member that left the view is forgotten.
+  n.feed({ kind: "membershipChanged", snapshot: view(a, [member(a), member(b)]) }, 4_600);
+  assert.equal(n.t.staleSince.has(c.toString()), false);
 });
 
 test("a member forgets a cancelled preparation of its coordinator and stops retaining the shard", () => {
@@ -132,7 +180,9 @@ test("a coordinator forgets its own preparation of a handoff that no longer runs
   n.feed({ kind: "moveShard", type, shard: running, to: a }, 2_000);
   n.t.prepared.set(stale, a.toString());
   n.t.prepared.set(running, a.toString());
-  const effects = n.feed({ kind: "timer", timer: { kind: "planSync", type } }, 2_250);
+  assert.deepEqual(ofKind(n.feed({ kind: "timer", timer: { kind: "planSync", type } }, 2_250), "retainShards"), []);
+  assert.equal(n.t.prepared.has(stale), true, "within the grace");
+  const effects = n.feed({ kind: "timer", timer: { kind: "planSync", type } }, 7_250);
   assert.equal(n.t.prepared.has(stale), false, "no handoff of it to a runs");
   assert.equal(n.t.prepared.get(running), a.toString(), "the running handoff's preparation stays");
   const mine = [...n.t.plan.allocations].filter(([, o]) => o.equals(a)).map(([s]) => s);
