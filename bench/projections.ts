@@ -13,7 +13,9 @@
 //    receiver's event with the outbox message id as its OperationId, one receiver entity per sender, its writes in
 //    order as an entity's mailbox would; messages/s and the latency from the sender's commit to the receiver's
 //    commit (p50, p99), beside a ceiling in the same run, alternating: the same senders writing the same two commits
-//    directly (the sender's append, then the receiver's), no outbox row, no claim, no dispatcher.
+//    directly (the sender's append, then the receiver's), no outbox row, no claim, no dispatcher. The outbox runs twice:
+//    open loop (each sender appends as fast as it can: the rate, with the latency of a backlog) and closed loop (each
+//    sender waits for its message's receipt before the next append, as the ceiling does: the latency without one).
 // Usage: npm run bench:projections  (MOVIE_POSTGRES_TEST_URL overrides the local server; MOVIE_BENCH_SECONDS the
 // duration of each append case, default 0.4; MOVIE_BENCH_ROUNDS the alternating rounds, default 5;
 // MOVIE_BENCH_FEED_EVENTS the events read, default 20000; MOVIE_BENCH_PROJECTED_EVENTS the newest of them projected,
@@ -323,9 +325,17 @@ interface OutboxRun {
 /**
  * One end-to-end run of `outboxMessages` messages over `outboxSenders` fenced senders. `direct` is the ceiling: each
  * sender writes the receiver's event itself right after its own commit (no outbox row, no dispatcher); otherwise the
- * sender's append carries the message and a running dispatcher delivers it.
+ * sender's append carries the message and a running dispatcher delivers it ("closed": each sender waits for its
+ * message's receipt before its next append; "open": it does not).
  */
-async function outboxRun(store: PersistenceStore, label: string, fences: ShardLeaseToken[], direct: boolean) {
+async function outboxRun(
+  store: PersistenceStore,
+  label: string,
+  fences: ShardLeaseToken[],
+  mode: "direct" | "open" | "closed",
+) {
+  const direct = mode === "direct";
+  const receipts = new Map<string, () => void>();
   const perSender = Math.ceil(outboxMessages / fences.length);
   const committedAt = new Map<string, number>();
   const latencies: number[] = [];
@@ -348,6 +358,7 @@ async function outboxRun(store: PersistenceStore, label: string, fences: ShardLe
       });
       receiverRevision.set(receiver, r.revision);
       latencies.push(clock.now() - committedAt.get(messageId)!);
+      receipts.get(messageId)?.();
       if (++received === total) allReceived();
     });
     receiverQueue.set(
@@ -388,8 +399,11 @@ async function outboxRun(store: PersistenceStore, label: string, fences: ShardLe
             ? {}
             : { outbox: [{ messageId, destination, manifest: "bench.BenchMessage", payload: outboxPayload }] }),
         });
+        const receipt =
+          mode === "closed" ? new Promise<void>((resolve) => receipts.set(messageId, resolve)) : Promise.resolve();
         committedAt.set(messageId, clock.now());
         if (direct) await receive(`Receiver:${label}-${w}`, messageId);
+        await receipt;
       }
     }),
   );
@@ -421,19 +435,21 @@ async function outboxEndToEnd(store: PersistenceStore) {
     const key = { clusterName: "bench", entityType: "OutboxSender", shardId: w };
     fences.push((await store.acquireShardLease(key, "bench", 600_000))!);
   }
-  const runs = { outbox: [] as OutboxRun[], direct: [] as OutboxRun[] };
+  const runs = { open: [] as OutboxRun[], closed: [] as OutboxRun[], direct: [] as OutboxRun[] };
+  const modes = ["direct", "open", "closed"] as const;
   for (let round = 0; round < 3; round++) {
-    const first = round % 2 === 0;
-    if (first) runs.direct.push(await outboxRun(store, `d${round}`, fences, true));
-    runs.outbox.push(await outboxRun(store, `o${round}`, fences, false));
-    if (!first) runs.direct.push(await outboxRun(store, `d${round}`, fences, true));
+    // Rotate the order so that drifting load favours no case.
+    for (let i = 0; i < modes.length; i++) {
+      const mode = modes[(i + round) % modes.length]!;
+      runs[mode].push(await outboxRun(store, `${mode}${round}`, fences, mode));
+    }
   }
   const summary = (xs: OutboxRun[]): OutboxRun => ({
     rate: median(xs.map((x) => x.rate)),
     p50: median(xs.map((x) => x.p50)),
     p99: median(xs.map((x) => x.p99)),
   });
-  return { outbox: summary(runs.outbox), direct: summary(runs.direct), runs };
+  return { open: summary(runs.open), closed: summary(runs.closed), direct: summary(runs.direct), runs };
 }
 
 async function main(): Promise<void> {
@@ -609,7 +625,9 @@ async function main(): Promise<void> {
         console.log(
           `${name.padEnd(42)}${r.rate.toFixed(0).padEnd(12)}${ratio.padEnd(7)}${r.p50.toFixed(1).padEnd(8)}${r.p99.toFixed(1)}`,
         );
-      row("outbox + dispatcher", outbox.outbox, `${((outbox.outbox.rate / outbox.direct.rate) * 100).toFixed(0)}%`);
+      const ratio = (r: OutboxRun) => `${((r.rate / outbox!.direct.rate) * 100).toFixed(0)}%`;
+      row("outbox + dispatcher, open loop", outbox.open, ratio(outbox.open));
+      row("outbox + dispatcher, closed loop", outbox.closed, ratio(outbox.closed));
       row("ceiling: sender then receiver, directly", outbox.direct, "");
     }
     console.log(`1-minute load ${loadavg()[0]!.toFixed(2)} at the end`);
