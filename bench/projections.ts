@@ -7,18 +7,35 @@
 // 3. exactly-once projection throughput with a handler that runs exactly one statement per event (an upsert of the
 //    event's row in the read model, in the same database), beside a ceiling measured in the same run, alternating: a
 //    raw keyset SELECT of the same rows and the same upserts sent directly in transactions of the same size (also
-//    reported: the upserts alone, without the read).
+//    reported: the upserts alone, without the read);
+// 4. the fenced outbox end to end (PostgreSQL): senders append one event with one outbox message each (fenced, in
+//    the group commit); a running OutboxDispatcher claims and delivers them to a deliverer that persists the
+//    receiver's event with the outbox message id as its OperationId, one receiver entity per sender, its writes in
+//    order as an entity's mailbox would; messages/s and the latency from the sender's commit to the receiver's
+//    commit (p50, p99), beside a ceiling in the same run, alternating: the same senders writing the same two commits
+//    directly (the sender's append, then the receiver's), no outbox row, no claim, no dispatcher. The outbox runs twice:
+//    open loop (each sender appends as fast as it can: the rate, with the latency of a backlog) and closed loop (each
+//    sender waits for its message's receipt before the next append, as the ceiling does: the latency without one).
 // Usage: npm run bench:projections  (MOVIE_POSTGRES_TEST_URL overrides the local server; MOVIE_BENCH_SECONDS the
 // duration of each append case, default 0.4; MOVIE_BENCH_ROUNDS the alternating rounds, default 5;
 // MOVIE_BENCH_FEED_EVENTS the events read, default 20000; MOVIE_BENCH_PROJECTED_EVENTS the newest of them projected,
-// default 5000; MOVIE_BENCH_PARTS a comma list of appends, reads, projections, default all three;
+// default 5000; MOVIE_BENCH_PARTS a comma list of appends, reads, projections, outbox, default all four;
+// MOVIE_BENCH_OUTBOX_MESSAGES the messages of each outbox run, default 2000, over MOVIE_BENCH_OUTBOX_SENDERS, default 16;
 // MOVIE_BENCH_BACKENDS a comma list of postgres, sqlite for parts 2 and 3, default both).
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
 import pg from "pg";
 import { RealScheduler } from "../src/actor/index.ts";
-import { EventFeed, type PersistenceStore, ProjectionRunner, type ShardLeaseToken } from "../src/persistence/index.ts";
+import {
+  EventFeed,
+  OutboxDispatcher,
+  outboxMessageId,
+  PersistenceCodec,
+  type PersistenceStore,
+  ProjectionRunner,
+  type ShardLeaseToken,
+} from "../src/persistence/index.ts";
 import { PostgresStore } from "../src/persistence/postgres/index.ts";
 import { SqliteStore } from "../src/persistence/sqlite/index.ts";
 
@@ -28,7 +45,9 @@ const caseMs = Number(process.env.MOVIE_BENCH_SECONDS ?? "0.4") * 1000;
 const rounds = Number(process.env.MOVIE_BENCH_ROUNDS ?? "5");
 const feedEvents = Number(process.env.MOVIE_BENCH_FEED_EVENTS ?? "20000");
 const projectedEvents = Number(process.env.MOVIE_BENCH_PROJECTED_EVENTS ?? "5000");
-const parts = new Set((process.env.MOVIE_BENCH_PARTS ?? "appends,reads,projections").split(","));
+const parts = new Set((process.env.MOVIE_BENCH_PARTS ?? "appends,reads,projections,outbox").split(","));
+const outboxMessages = Number(process.env.MOVIE_BENCH_OUTBOX_MESSAGES ?? "2000");
+const outboxSenders = Number(process.env.MOVIE_BENCH_OUTBOX_SENDERS ?? "16");
 const backends = new Set((process.env.MOVIE_BENCH_BACKENDS ?? "postgres,sqlite").split(","));
 const batchSize = 500;
 const warmupMs = 150;
@@ -278,6 +297,161 @@ async function projectionRate(
   };
 }
 
+/** The outbox message the bench sends: registered with the dispatcher's codec so that it decodes. */
+class BenchMessage {
+  constructor(
+    readonly kind: string,
+    readonly sku: string,
+  ) {}
+}
+const outboxCodec = new PersistenceCodec();
+outboxCodec.register(BenchMessage, { manifest: "bench.BenchMessage" });
+const outboxPayload = JSON.stringify({ kind: "Reserve", sku: "sku-000042" });
+
+/** The `q` quantile (0..1) of `xs`, nearest rank. */
+const quantile = (xs: number[], q: number) => {
+  const sorted = [...xs].sort((a, b) => a - b);
+  return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil(q * sorted.length) - 1))]!;
+};
+
+interface OutboxRun {
+  /** Messages per second from the first sender append to the last receiver commit. */
+  readonly rate: number;
+  /** Milliseconds from the sender's commit to the receiver's commit. */
+  readonly p50: number;
+  readonly p99: number;
+}
+
+/**
+ * One end-to-end run of `outboxMessages` messages over `outboxSenders` fenced senders. `direct` is the ceiling: each
+ * sender writes the receiver's event itself right after its own commit (no outbox row, no dispatcher); otherwise the
+ * sender's append carries the message and a running dispatcher delivers it ("closed": each sender waits for its
+ * message's receipt before its next append; "open": it does not).
+ */
+async function outboxRun(
+  store: PersistenceStore,
+  label: string,
+  fences: ShardLeaseToken[],
+  mode: "direct" | "open" | "closed",
+) {
+  const direct = mode === "direct";
+  const receipts = new Map<string, () => void>();
+  const perSender = Math.ceil(outboxMessages / fences.length);
+  const committedAt = new Map<string, number>();
+  const latencies: number[] = [];
+  const receiverRevision = new Map<string, number>();
+  /** One receiver's writes in order, as its entity's mailbox would run them. */
+  const receiverQueue = new Map<string, Promise<void>>();
+  let received = 0;
+  let allReceived: () => void = () => {};
+  const done = new Promise<void>((resolve) => {
+    allReceived = resolve;
+  });
+  const total = perSender * fences.length;
+  const receive = (receiver: string, messageId: string): Promise<void> => {
+    const write = (receiverQueue.get(receiver) ?? Promise.resolve()).then(async () => {
+      const r = await store.appendEvents({
+        persistenceId: receiver,
+        expectedRevision: receiverRevision.get(receiver) ?? 0,
+        operationId: messageId,
+        events: [{ manifest, payload }],
+      });
+      receiverRevision.set(receiver, r.revision);
+      latencies.push(clock.now() - committedAt.get(messageId)!);
+      receipts.get(messageId)?.();
+      if (++received === total) allReceived();
+    });
+    receiverQueue.set(
+      receiver,
+      write.catch(() => {}),
+    );
+    return write;
+  };
+  const dispatcher = direct
+    ? null
+    : new OutboxDispatcher({
+        store,
+        codec: outboxCodec,
+        batchSize: 64,
+        owner: `bench-${label}`,
+        purge: false,
+        deliverToEntity: async (delivery) => {
+          if (delivery.destination.kind !== "entity") throw new Error("not an entity destination");
+          await receive(`Receiver:${label}-${delivery.destination.entityId}`, delivery.messageId);
+        },
+      });
+  dispatcher?.start();
+  const started = clock.now();
+  await Promise.all(
+    fences.map(async (fence, w) => {
+      const sender = `Sender:${label}-${w}`;
+      for (let i = 0; i < perSender; i++) {
+        const operationId = `${label}-${w}-${i}`;
+        const messageId = outboxMessageId(sender, operationId, 0);
+        const destination = { kind: "entity" as const, entityType: "Receiver", entityId: String(w) };
+        await store.appendEvents({
+          persistenceId: sender,
+          expectedRevision: i,
+          operationId,
+          events: [{ manifest, payload }],
+          fence,
+          ...(direct
+            ? {}
+            : { outbox: [{ messageId, destination, manifest: "bench.BenchMessage", payload: outboxPayload }] }),
+        });
+        const receipt =
+          mode === "closed" ? new Promise<void>((resolve) => receipts.set(messageId, resolve)) : Promise.resolve();
+        committedAt.set(messageId, clock.now());
+        if (direct) await receive(`Receiver:${label}-${w}`, messageId);
+        await receipt;
+      }
+    }),
+  );
+  // A dispatcher that cannot deliver (a message it cannot decode is parked) would leave `done` waiting forever.
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  await Promise.race([
+    done,
+    new Promise((_, reject) => {
+      timer = setTimeout(
+        () =>
+          reject(new Error(`${received} of ${total} received after 120 s; ${JSON.stringify(dispatcher?.stats ?? {})}`)),
+        120_000,
+      );
+    }),
+  ]);
+  clearTimeout(timer);
+  const elapsed = clock.now() - started;
+  await dispatcher?.stop();
+  if (dispatcher !== null && dispatcher.stats.delivered !== total) {
+    throw new Error(`the dispatcher delivered ${dispatcher.stats.delivered} of ${total}`);
+  }
+  return { rate: (total * 1000) / elapsed, p50: quantile(latencies, 0.5), p99: quantile(latencies, 0.99) };
+}
+
+/** The outbox end to end and its ceiling, alternating rounds; medians of each figure. */
+async function outboxEndToEnd(store: PersistenceStore) {
+  const fences: ShardLeaseToken[] = [];
+  for (let w = 0; w < outboxSenders; w++) {
+    const key = { clusterName: "bench", entityType: "OutboxSender", shardId: w };
+    fences.push((await store.acquireShardLease(key, "bench", 600_000))!);
+  }
+  const runs = { open: [] as OutboxRun[], closed: [] as OutboxRun[], direct: [] as OutboxRun[] };
+  const modes = ["direct", "open", "closed"] as const;
+  for (let round = 0; round < 3; round++) {
+    // Rotate the order so that drifting load favours no case.
+    for (let i = 0; i < modes.length; i++) {
+      const mode = modes[(i + round) % modes.length]!;
+      runs[mode].push(await outboxRun(store, `${mode}${round}`, fences, mode));
+    }
+  }
+  const summary = (xs: OutboxRun[]): OutboxRun => ({
+    rate: median(xs.map((x) => x.rate)),
+    p50: median(xs.map((x) => x.p50)),
+    p99: median(xs.map((x) => x.p99)),
+  });
+  return { open: summary(runs.open), closed: summary(runs.closed), direct: summary(runs.direct), runs };
+}
+
 async function main(): Promise<void> {
   const load = loadavg();
   const schema = `movie_benchp_${process.pid}`;
@@ -362,6 +536,13 @@ async function main(): Promise<void> {
       }
     }
 
+    let outbox: Awaited<ReturnType<typeof outboxEndToEnd>> | null = null;
+    if (parts.has("outbox")) {
+      const outboxStore = await PostgresStore.connect({ connectionUri: url, schema: `${schema}_outbox`, poolSize: 8 });
+      stores.push(outboxStore);
+      outbox = await outboxEndToEnd(outboxStore);
+    }
+
     if (backends.has("sqlite")) {
       const sqlite = SqliteStore.open({ dbPath: join(dir, "feed.sqlite3") });
       await fill(sqlite, feedEvents, "Feed");
@@ -433,17 +614,33 @@ async function main(): Promise<void> {
         `${backend.padEnd(10)}${r.runner.toFixed(0).padEnd(9)}${r.ceiling.toFixed(0).padEnd(25)}${`${(r.ratio * 100).toFixed(0)}%`.padEnd(7)}${r.writeOnly.toFixed(0).padEnd(15)}${`${((r.runner / r.writeOnly) * 100).toFixed(0)}%`.padEnd(7)}${cpu.padEnd(27)}${`${((r.ceilingCpuMicros / r.runnerCpuMicros) * 100).toFixed(0)}%`.padEnd(7)}${r.statementsPerEvent.toFixed(2)}`,
       );
     }
+    if (outbox !== null) {
+      console.log(
+        `outbox end to end, PostgreSQL, ${outboxMessages} messages from ${outboxSenders} fenced senders (median of 3):`,
+      );
+      console.log(
+        "path                                      messages/s  ratio  p50 ms  p99 ms  (commit → receiver's commit)",
+      );
+      const row = (name: string, r: OutboxRun, ratio: string) =>
+        console.log(
+          `${name.padEnd(42)}${r.rate.toFixed(0).padEnd(12)}${ratio.padEnd(7)}${r.p50.toFixed(1).padEnd(8)}${r.p99.toFixed(1)}`,
+        );
+      const ratio = (r: OutboxRun) => `${((r.rate / outbox!.direct.rate) * 100).toFixed(0)}%`;
+      row("outbox + dispatcher, open loop", outbox.open, ratio(outbox.open));
+      row("outbox + dispatcher, closed loop", outbox.closed, ratio(outbox.closed));
+      row("ceiling: sender then receiver, directly", outbox.direct, "");
+    }
     console.log(`1-minute load ${loadavg()[0]!.toFixed(2)} at the end`);
     mkdirSync("bench/results", { recursive: true });
     // A partial run (MOVIE_BENCH_PARTS, MOVIE_BENCH_BACKENDS) writes beside the full run's file, not over it.
-    const partial = parts.size < 3 || backends.size < 2;
+    const partial = parts.size < 4 || backends.size < 2;
     writeFileSync(
       partial ? "bench/results/projections-partial.json" : "bench/results/projections.json",
-      `${JSON.stringify({ caseMs, rounds, feedEvents, projectedEvents, loadAverage: { start: load, end: loadavg() }, appends, reads, projections }, null, 2)}\n`,
+      `${JSON.stringify({ caseMs, rounds, feedEvents, projectedEvents, loadAverage: { start: load, end: loadavg() }, appends, reads, projections, outbox }, null, 2)}\n`,
     );
   } finally {
     for (const store of stores) await store.close();
-    for (const suffix of ["_on", "_off", "_feed"])
+    for (const suffix of ["_on", "_off", "_feed", "_outbox"])
       await admin.query(`DROP SCHEMA IF EXISTS ${schema}${suffix} CASCADE`);
     await admin.end();
     rmSync(dir, { recursive: true, force: true });

@@ -2,6 +2,8 @@
 // A frontend node (no entities) streams parcels to event-sourced orders on two backend nodes through cluster
 // sharding, every write fenced by a PostgreSQL shard lease; then one backend leaves gracefully and the summary shows
 // its shards moving to the other with their epochs advancing by one, and every order's persisted state intact.
+// Each parcel also reserves one item in a second entity type, Stock, through the fenced outbox (a dispatcher per
+// node delivers through sharding): after the leave every parcel must be reserved exactly once.
 import { randomBytes } from "node:crypto";
 import { fileURLToPath } from "node:url";
 import pg from "pg";
@@ -276,7 +278,10 @@ async function runDemo(): Promise<boolean> {
     failed: string[];
     errors: string[];
     retried: number;
-  }>({ type: "verify" }, 60_000);
+    reservations: Record<string, string[]>;
+    outbox: { pending: number; parked: number; delivered: number };
+    dispatcher: { delivered: number; retried: number; parked: number; lastError: string | null };
+  }>({ type: "verify" }, 90_000);
   const unresolved = new Set(stopped.unresolved);
   let lost = 0;
   let wrong = 0;
@@ -301,12 +306,35 @@ async function runDemo(): Promise<boolean> {
       `${verified.failed.length} failed to answer, ${wrong} not exactly parcels 1..n in order, ${lost} acknowledged parcels missing` +
       (verified.retried > 0 ? ` (${verified.retried} asks repeated after a refusal or timeout)` : ""),
   );
+  // Every persisted parcel reserved its item once through the outbox: no reservation missing, none twice, none for a
+  // parcel that is not in its order's state.
+  const expected = new Set<string>();
+  for (const [orderId, parcels] of Object.entries(verified.parcels)) {
+    for (let seq = 1; seq <= parcels.length; seq++) expected.add(`${orderId}:${seq}`);
+  }
+  const reserved = new Map<string, number>();
+  for (const list of Object.values(verified.reservations)) {
+    for (const r of list) reserved.set(r, (reserved.get(r) ?? 0) + 1);
+  }
+  const twice = [...reserved.values()].filter((n) => n > 1).length;
+  const missing = [...expected].filter((r) => !reserved.has(r)).length;
+  const unexpected = [...reserved.keys()].filter((r) => !expected.has(r)).length;
+  say(
+    `stock reserved through the outbox: ${reserved.size} reservations over ${Object.keys(verified.reservations).length} ` +
+      `SKUs for ${expected.size} persisted parcels; ${missing} missing, ${twice} reserved twice, ${unexpected} ` +
+      `without a parcel (outbox: ${verified.outbox.pending} pending, ${verified.outbox.parked} parked; this node's ` +
+      `dispatcher retried ${verified.dispatcher.retried} deliveries)`,
+  );
   for (const problem of problems) say(`  mismatch: ${problem}`);
   for (const error of verified.errors.slice(0, 3)) say(`  no answer: ${error}`);
-  const ok = verified.failed.length === 0 && wrong === 0 && lost === 0 && movedBad.length === 0 && left.removed;
+  const stockOk =
+    missing === 0 && twice === 0 && unexpected === 0 && verified.outbox.pending === 0 && verified.outbox.parked === 0;
+  const ok =
+    verified.failed.length === 0 && wrong === 0 && lost === 0 && movedBad.length === 0 && left.removed && stockOk;
   say(
     ok
-      ? "OK: every order's event-sourced state survived the move intact, and every moved shard's epoch advanced"
+      ? "OK: every order's event-sourced state survived the move intact, every moved shard's epoch advanced, and " +
+          "every parcel reserved its stock exactly once"
       : "MISMATCH: see the counts above",
   );
   await Promise.all([frontend, staying].map((n) => n.shutdown()));

@@ -5,7 +5,7 @@
 import { ActorSystem, ConsoleLogger, type Logger } from "../../src/index.ts";
 import "../../src/cluster/index.ts";
 import { startManagement } from "../../src/management/index.ts";
-import { Database, EventSourcing } from "../../src/persistence/index.ts";
+import { Database, deliverThroughSharding, EventSourcing, OutboxDispatcher } from "../../src/persistence/index.ts";
 import {
   ClusterSharding,
   RateLimitedRebalance,
@@ -13,7 +13,22 @@ import {
   RoleAwareAllocation,
 } from "../../src/sharding/index.ts";
 import "../../src/sharding/persistent/index.ts"; // adds sharding.initEventSourced
-import { DeliverOrder, DeliveryAck, GetOrder, OrderBehavior, OrderCommand, OrderReply, ParcelAdded } from "./orders.ts";
+import {
+  DeliverOrder,
+  DeliveryAck,
+  demoSkus,
+  GetOrder,
+  GetStock,
+  OrderBehavior,
+  OrderCommand,
+  OrderReply,
+  ParcelAdded,
+  ReserveStock,
+  StockBehavior,
+  StockCommand,
+  StockReply,
+  StockReserved,
+} from "./orders.ts";
 
 /**
  * What the demo sends (examples/support/node-process.ts): a request carries an `id` that its one reply echoes. A
@@ -63,6 +78,9 @@ await database.configure({
   poolSize: 4,
 });
 database.codec.register(ParcelAdded, { manifest: "demo.ParcelAdded" });
+// The outbox stores ReserveStock with this codec; the dispatcher decodes it with the same one.
+database.codec.register(StockReserved, { manifest: "demo.StockReserved" });
+database.codec.register(ReserveStock, { manifest: "demo.ReserveStock" });
 const remoting = await system.enableRemoting({ host: "127.0.0.1", port: 0 });
 const self = remoting.selfAddress;
 const cluster = await system.enableCluster({
@@ -84,6 +102,35 @@ const orders = sharding.initEventSourced(orderType, {
   leaseDuration: 3_000,
   leaseRenewInterval: 1_000,
 });
+
+const stockType = EventSourcing.get(system).registerEntity(StockBehavior, StockCommand, () => new StockBehavior(), {
+  name: "Stock",
+});
+const stock = sharding.initEventSourced(stockType, {
+  shardCount: 16,
+  allocation: new RoleAwareAllocation(new RendezvousAllocation(), ["backend"]),
+  rebalance: new RateLimitedRebalance({ threshold: 1, maxConcurrent: 4 }),
+  idleTimeout: 120_000,
+  leaseDuration: 3_000,
+  leaseRenewInterval: 1_000,
+});
+
+/**
+ * This node's outbox dispatcher: claims undelivered ReserveStock messages (a claim hides its rows from the other
+ * nodes' dispatchers for `leaseMs`), asks the Stock entity through sharding, and marks a message delivered once Stock
+ * answered; a failure (routing refused while the Stock shard hands off, an ask timed out) is retried with backoff.
+ */
+const dispatcher = new OutboxDispatcher({
+  store: database.store,
+  codec: database.codec,
+  deliverToEntity: deliverThroughSharding(sharding, StockReply, 3_000),
+  owner: label,
+  leaseMs: 6_000,
+  deliveryTimeoutMs: 4_000,
+  pollIntervalMs: 100,
+  retry: { firstBackoffMs: 100, maxBackoffMs: 1_000, maxAttempts: 30 },
+});
+dispatcher.start();
 
 /**
  * The frontend's order stream: one sender loop per order, each waiting for the acknowledgement of parcel n before it
@@ -200,7 +247,46 @@ process.on("message", async (command: Command) => {
           }
         }
       }
-      reply(command, { type: "verified", parcels, failed, errors, retried, hosts });
+      // Every parcel's ReserveStock committed with it; wait until the dispatchers delivered them all, then ask every
+      // Stock for its reservations (each must hold each of its parcels once).
+      const store = database.store;
+      const drainDeadline = Date.now() + 30_000;
+      let outbox = await store.outboxCounts();
+      while (outbox.pending > 0 && Date.now() < drainDeadline) {
+        await new Promise((resolve) => setTimeout(resolve, 200));
+        outbox = await store.outboxCounts();
+      }
+      const reservations: Record<string, string[]> = {};
+      for (let i = 0; i < demoSkus; i++) {
+        const sku = `sku-${i}`;
+        for (let attempt = 1; ; attempt++) {
+          try {
+            reservations[sku] = (
+              await sharding.entityRefFor(stock, sku).ask(new GetStock(), StockReply, 5_000)
+            ).reservations;
+            break;
+          } catch (error) {
+            if (attempt === verifyAttempts) {
+              failed.push(sku);
+              errors.push(`${sku}: ${error instanceof Error ? `${error.name}: ${error.message}` : String(error)}`);
+              break;
+            }
+            retried++;
+            await new Promise((resolve) => setTimeout(resolve, 200));
+          }
+        }
+      }
+      reply(command, {
+        type: "verified",
+        parcels,
+        failed,
+        errors,
+        retried,
+        hosts,
+        reservations,
+        outbox,
+        dispatcher: dispatcher.stats,
+      });
       break;
     }
     case "leave": {
@@ -213,6 +299,7 @@ process.on("message", async (command: Command) => {
       break;
     }
     case "shutdown":
+      await dispatcher.stop();
       await management.close();
       await system.terminate();
       process.exit(0);

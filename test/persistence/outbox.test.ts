@@ -310,3 +310,57 @@ test("the running dispatcher delivers new messages and purges delivered ones pas
   }
   assert.equal(new Set(delivered).size, 4);
 });
+
+test("a commit announced while a batch runs starts the next batch at once, not after pollIntervalMs", async () => {
+  const { store, codec } = await orderWithMessages(0);
+  const delivered: string[] = [];
+  let releaseFirst: () => void = () => {};
+  const firstHeld = new Promise<void>((resolve) => {
+    releaseFirst = resolve;
+  });
+  const dispatcher = new OutboxDispatcher({
+    store,
+    codec,
+    // Far longer than the test's deadline: only the commit's wake-up can deliver the second message in time.
+    pollIntervalMs: 3_600_000,
+    deliverToEntity: async (d) => void delivered.push(d.messageId),
+    handlers: {
+      mail: async (d) => {
+        delivered.push(d.messageId);
+        await firstHeld;
+      },
+    },
+  });
+  dispatcher.start();
+  const { eventually } = await import("../fixtures/eventually.ts");
+  try {
+    await eventually(() => delivered.length === 1, {
+      what: "the first batch in its deliverer",
+      describe: () => delivered,
+    });
+    // Committed while the first batch is still delivering: no pause is waiting for the announcement.
+    const messageId = outboxMessageId("Order:o2", "place", 0);
+    await store.appendEvents({
+      persistenceId: "Order:o2",
+      expectedRevision: 0,
+      operationId: "place",
+      events: [{ manifest: "json", payload: "{}" }],
+      outbox: [
+        {
+          messageId,
+          destination: { kind: "entity", entityType: "Stock", entityId: "sku-9" },
+          ...codec.encode(new Reserve("sku-9", messageId)),
+        },
+      ],
+    });
+    releaseFirst();
+    await eventually(() => delivered.includes(messageId), {
+      what: "the message committed during the batch delivered without waiting for the poll",
+      timeoutMs: 10_000,
+      describe: () => ({ delivered, stats: dispatcher.stats }),
+    });
+  } finally {
+    releaseFirst();
+    await dispatcher.stop();
+  }
+});

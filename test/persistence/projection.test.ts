@@ -6,7 +6,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, test } from "node:test";
-import { RealScheduler } from "../../src/actor/index.ts";
+import { ManualScheduler, RealScheduler } from "../../src/actor/index.ts";
 import {
   type FeedEvent,
   MemoryStore,
@@ -295,4 +295,37 @@ test("stop() right after start() wins over the checkpoint load: the projection s
   await stopping;
   assert.equal(stopped.status, "stopped");
   await store.close();
+});
+
+test("stats: eventsPerSecond is the events handled since the window's first batch over the time since it (virtual clock)", async () => {
+  const store = new MemoryStore();
+  const clock = new ManualScheduler();
+  const runner = ProjectionRunner.start(
+    { name: "rate", mode: "at-least-once", pollIntervalMs: 60_000, handler: () => {} },
+    store,
+    clock,
+  );
+  try {
+    // Each write is one append of several events, so each is one batch.
+    const write = (from: number, count: number) =>
+      store.appendEvents({
+        persistenceId: "Rate:a",
+        expectedRevision: from,
+        operationId: OperationId.random(),
+        events: Array.from({ length: count }, () => ({ manifest: "Added", payload: "{}" })),
+      });
+    await write(0, 4);
+    await eventually(() => runner.stats.processed === 4, { what: "the first 4 events", describe: () => runner.stats });
+    assert.equal(runner.stats.eventsPerSecond, 0, "one batch alone has no span to measure");
+    clock.advance(2_000);
+    await write(4, 6);
+    await eventually(() => runner.stats.processed === 10, { what: "6 more events", describe: () => runner.stats });
+    // 6 events after the first batch, 2 s after it.
+    assert.equal(runner.stats.eventsPerSecond, 3);
+    clock.advance(1_000);
+    assert.equal(runner.stats.eventsPerSecond, 2, "no new events: the rate falls as time passes");
+    assert.equal(runner.stats.lag, 0);
+  } finally {
+    await runner.stop();
+  }
 });

@@ -1,5 +1,6 @@
 // The issue's main job as a test: `npm start` (examples/sharding-demo.ts) runs three node processes, moves a leaving
-// backend's shards and checks every order itself; it exits 0 only when that check passed.
+// backend's shards and checks every order itself, and that every parcel reserved its stock in a second entity type
+// exactly once through the outbox; it exits 0 only when those checks passed.
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { test } from "node:test";
@@ -42,6 +43,14 @@ test("the sharding demo (npm start) runs end to end and verifies every order aft
   );
   assert.match(output, /OK: every order's event-sourced state survived the move intact/);
   assert.match(output, /0 failed to answer, 0 not exactly parcels 1\.\.n in order, 0 acknowledged parcels missing/);
+  // Each parcel reserved one item in the Stock entity type through the outbox, exactly once, across the leave.
+  const stock =
+    /stock reserved through the outbox: (\d+) reservations over 8 SKUs for (\d+) persisted parcels; 0 missing, 0 reserved twice, 0 without a parcel \(outbox: 0 pending, 0 parked/.exec(
+      output,
+    );
+  assert.ok(stock !== null, "the stock line reports every parcel reserved once");
+  assert.equal(stock[1], stock[2]);
+  assert.ok(Number(stock[1]) > 0, "parcels were reserved");
   // The backend that is not the coordinator leaves; the other one ends up with every shard.
   const leaver = /(backend-\d) leaves the cluster gracefully/.exec(output)?.[1];
   assert.ok(leaver !== undefined, "a backend left");

@@ -2,7 +2,8 @@
 // slices on every node; each slice runs on exactly one node, under its shard lease, from its own checkpoint. When an
 // owner leaves, its slices resume on the other owner at the next epoch from their checkpoints, every event applied to
 // the read model once (exactly-once mode); an instance holding the old lease commits nothing (StaleShardOwnerError),
-// and neither does a running instance once its lease is taken from it.
+// and neither does a running instance once its lease is taken from it; retention may not delete events a slice has
+// not passed (ProjectionBehindRetentionError naming the slice), and deletes what every slice has.
 import assert from "node:assert/strict";
 import { after, test } from "node:test";
 import { ActorSystem, RealScheduler, silentLogger } from "../../../src/actor/index.ts";
@@ -11,6 +12,7 @@ import {
   Database,
   type ExactlyOnceProjection,
   OperationId,
+  ProjectionBehindRetentionError,
   ProjectionRunner,
   Projections,
   StaleShardOwnerError,
@@ -290,5 +292,41 @@ test("each slice runs on one node; an owner leaves and its slices resume elsewhe
     what: "slice 1 stopped",
     describe: () => Object.fromEntries(runningOn(nodes)),
   });
+
+  // Retention waits for the slowest slice: slice 1, stopped behind the 24 new events, names itself; events every
+  // slice has passed are deleted.
+  const behind = (
+    await sql(
+      `SELECT persistence_id, max(sequence_nr) AS seq FROM event_feed WHERE event_offset > $1 AND entity_type = 'Item'
+        GROUP BY persistence_id ORDER BY persistence_id`,
+      [sliceOneCheckpoint],
+    )
+  ).find((r) => projectionSliceOf(String(r.persistence_id), slices) === 1);
+  assert.ok(behind !== undefined, "slice 1 has events after its checkpoint");
+  const behindId = String(behind.persistence_id);
+  const behindSeq = Number(behind.seq);
+  await pg.store.saveSnapshot(behindId, { sequenceNr: behindSeq, manifest: "s", payload: "{}" });
+  await assert.rejects(
+    () => pg.store.deleteEventsTo(behindId, behindSeq),
+    (e: unknown) =>
+      e instanceof ProjectionBehindRetentionError &&
+      e.projectionName === sliceName(1) &&
+      e.checkpointOffset === sliceOneCheckpoint,
+  );
+  const passed = (
+    await sql(
+      `SELECT persistence_id, max(sequence_nr) AS seq FROM event_feed WHERE event_offset <= $1
+        GROUP BY persistence_id ORDER BY persistence_id LIMIT 1`,
+      [sliceOneCheckpoint],
+    )
+  )[0]!;
+  const passedId = String(passed.persistence_id);
+  const passedSeq = Number(passed.seq);
+  await pg.store.saveSnapshot(passedId, { sequenceNr: passedSeq, manifest: "s", payload: "{}" });
+  assert.equal(
+    (await pg.store.deleteEventsTo(passedId, passedSeq)).deletedEvents,
+    passedSeq,
+    "every slice passed them",
+  );
   for (const node of nodes) node.projection?.stopKeepAlive();
 });
