@@ -59,7 +59,7 @@ const up = (address: string, changedBy: string, upNumber = 1): MemberJSON => ({
   changedBy,
 });
 
-test("gossip from a non-member adds no member, gets no answer and dials nothing; sharding still routes", async () => {
+test("gossip from a non-member adds no member, gets no answer and dials nothing; sharding still routes", async (t) => {
   const logger = recordingLogger();
   const nodes = await startShardingNodes(3, [], logger);
   const attacker = await startAttacker();
@@ -105,11 +105,21 @@ test("gossip from a non-member adds no member, gets no answer and dials nothing;
         describe: () => nodes.map((n) => ({ members: n.cluster.snapshot().members.length, stats: n.cluster.stats })),
       },
     );
-    const refusals = logger.warnings.filter(
+    const nonMember = logger.warnings.filter(
       (w) => "category" in w.context && w.context.category === "gossip.nonMember" && "from" in w.context,
     );
+    // While the cluster formed, a member's gossip can reach a node that does not know it yet (seen once in npm test):
+    // logged for that member, not for the attacker. Only the attacker's refusals are counted here.
+    const refusals = nonMember.filter((w) => (w.context as { from: string }).from === attacker.self.toString());
+    const formation = nonMember.filter((w) => !refusals.includes(w));
+    if (formation.length > 0)
+      t.diagnostic(`refusals while forming: ${JSON.stringify(formation.map((w) => w.context))}`);
     assert.equal(refusals.length, 3, "one warning per node for the same sender and reason");
-    assert.ok(refusals.every((w) => (w.context as { from: string }).from === attacker.self.toString()));
+    const memberSet = new Set(nodes.map((n) => n.cluster.selfAddress.toString()));
+    assert.ok(
+      formation.every((w) => memberSet.has((w.context as { from: string }).from)),
+      "no other sender",
+    );
     for (const n of nodes) {
       const members = n.cluster.snapshot().members.map((m) => m.uniqueAddress.toString());
       assert.equal(members.length, 3, `no phantom member on ${n.port}: ${members.join(", ")}`);
