@@ -168,10 +168,7 @@ export interface TypeState {
   readonly pendingMarkers: Map<string, CoordinatorFlush>;
   /** Direct routing, caller side (docs/protocol.md §8.8): shard → its route when not the plain coordinator route. */
   readonly routes: Map<number, DirectRoute>;
-  /**
-   * Direct routing, owner side: shard → the lowest plan generation a direct delivery for it may name: the one in which
-   * this node's current ownership began (in the current plan author's term), raised past a refused grant's.
-   */
+  /** Direct routing, owner side: shard → the plan generation in which this node's current ownership of it began. */
   readonly ownedSince: Map<number, number>;
   /**
    * Direct routing, owner side: the plan author (UniqueAddress text) under whom `ownedSince` was counted. A grant
@@ -1921,7 +1918,7 @@ class Step {
     const grantable =
       t.plan.author?.equals(coordinator) === true &&
       t.plan.allocations.get(shard)?.equals(this.self) === true &&
-      t.plan.generation >= (t.ownedSince.get(shard) ?? Number.POSITIVE_INFINITY) &&
+      t.ownedSince.has(shard) &&
       !t.drains.has(shard) &&
       !t.directClosed.has(shard);
     if (!grantable) {
@@ -2111,7 +2108,6 @@ class Step {
     const reason = this.directRefusal(t, envelope);
     if (reason !== null) {
       this.counters.directRefusals++;
-      this.refuseGrant(t, envelope);
       this.reject(d, new DirectDeliveryRefusedError(t.name, envelope.shardId, reason));
       const refused = new DirectRefused(t.name, t.settings.key, envelope.shardId, this.self.toString());
       if (origin === null) this.onDirectRefused(t, refused, null);
@@ -2120,22 +2116,6 @@ class Step {
     }
     if (this.joinBarrier(t, envelope.shardId, d)) return;
     this.deliverLocally(t, d);
-  }
-
-  /**
-   * Refusals are monotone within one ownership (§8.8): the sender falls back to the coordinator route on the refusal,
-   * so a later direct delivery of the same grant, still in flight, must be refused too, or it would be accepted behind
-   * what the coordinator forwards meanwhile (a reorder: a refusal for want of an accepting coordinator is transient,
-   * test/sharding/rules/node-direct-attacks.test.ts). The ownership's floor rises past the refused grant's generation;
-   * grants start again with the next plan. Only a grant this ownership could have given counts (a hostile generation
-   * raises nothing).
-   */
-  private refuseGrant(t: TypeState, envelope: DirectEnvelope): void {
-    const shard = envelope.shardId;
-    const since = t.ownedSince.get(shard);
-    if (since === undefined || t.plan.author?.toString() !== envelope.coordinator) return;
-    if (envelope.generation < since || envelope.generation > t.plan.generation) return;
-    t.ownedSince.set(shard, envelope.generation + 1);
   }
 
   /**
