@@ -968,6 +968,12 @@ class Step {
       // the other coordinator forwarded meanwhile (a reorder; test/sharding/rules/node-direct-attacks.test.ts).
       t.ownedSince.clear();
       t.ownedUnder = author;
+      // The caller side alike: a grant of the earlier term would be refused by its owner now, so it is dropped (the
+      // next delivery probes again) rather than spent on a refusal (the node simulator's churn seed 76 in direct mode).
+      for (const [shard, route] of [...t.routes]) {
+        if (route.phase === "direct") t.routes.delete(shard);
+        else if (route.phase === "probing") this.coolRoute(t, shard);
+      }
     }
     for (const [shard, owner] of t.plan.allocations) {
       if (owner.equals(this.self) && !t.ownedSince.has(shard)) t.ownedSince.set(shard, t.plan.generation);

@@ -88,6 +88,23 @@ test("direct attack: a direct delivery granted under coordinator a, still in fli
   assert.equal(sent(late, DirectRefused).length, 1, "and the sender told");
 });
 
+test("direct attack (caller side): a grant of an earlier coordinator term is dropped when the plan's author changes, so it is not spent on a refusal once the old coordinator is elected again", () => {
+  const k = cluster();
+  const shard = k.b.shardOn(c);
+  const id = k.b.entityIn((s) => s === shard);
+  const [probe] = sent(k.b.route(k.b.delivery(id), 2_000), DirectProbe);
+  const [forwarded] = sent(control(k.coordinator, probe!.message, b, 2_001), DirectProbe);
+  const [grant] = sent(control(k.c, forwarded!.message, a, 2_002), DirectGrant);
+  control(k.b, grant!.message, c, 2_003);
+  assert.equal(k.b.t.routes.get(shard)?.phase, "direct");
+  const g = k.b.t.plan.generation;
+  // e joins and coordinates; b stores e's plan.
+  k.b.feed({ kind: "membershipChanged", snapshot: view(b, [member(e), member(a), member(b), member(c)]) }, 2_004);
+  control(k.b, reauthored(k.update, e, g + 1), e, 2_005);
+  assert.ok(k.b.t.plan.author?.equals(e));
+  assert.notEqual(k.b.t.routes.get(shard)?.phase, "direct", "the earlier term's grant is dropped");
+});
+
 /** b's probe for `shard` (its first delivery goes through a), forwarded by a to c: returns the probe c receives. */
 function probeAtOwner(k: ReturnType<typeof cluster>, shard: number, nowMs: number): DirectProbe {
   const id = k.b.entityIn((s) => s === shard);
