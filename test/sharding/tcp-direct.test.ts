@@ -250,6 +250,8 @@ test("direct routing over TCP: a caller with a stale plan (it hears nothing from
   todo: "the move does not complete after the caller hears the coordinator again (see the comment)",
 }, async () => {
   const nodes = await startShardingNodes(3);
+  // A failed assertion must not leave the traffic loop running (the test process would never end).
+  let stopTraffic: () => Promise<void> = async () => {};
   try {
     for (const n of nodes)
       n.sharding.init("StaleCaller", OrderCommand, stillSettings, (id) => new SequenceBehavior(id));
@@ -271,6 +273,7 @@ test("direct routing over TCP: a caller with a stale plan (it hears nothing from
     }
     assert.equal(ids.length, 6);
     const traffic = continuousTraffic(caller, "StaleCaller", ids);
+    stopTraffic = () => traffic.stop();
     await eventually(
       () => [...traffic.replied.values()].every((r) => r.length > 20) && caller.sharding.stats.directRoutes > 50,
       {
@@ -343,6 +346,7 @@ test("direct routing over TCP: a caller with a stale plan (it hears nothing from
       .ask(new Seq(1_000_000), OrderReply, 5_000);
     assert.equal(reply.host, coordinator.system.address.toString(), "the next message reaches the new owner");
   } finally {
+    await stopTraffic();
     await terminateAll(nodes);
   }
 });
