@@ -1,7 +1,8 @@
 // Direct routing (docs/protocol.md §8.8) over real loopback TCP: callers on every node send straight to the owners
 // once granted; a join and a graceful leave move shards under that traffic (announcements, markers, drain after the
 // markers), and every accepted message is processed once, in order per entity; an owner refuses a direct delivery
-// named under a plan it no longer holds, typed and counted, and the sender's next messages still arrive.
+// named under a plan it no longer holds, typed and counted, and the sender's next messages still arrive; a caller
+// with a stale plan (it hears nothing from the coordinator during a move) is a todo.
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { askVia, UniqueAddress } from "../../src/actor/index.ts";
@@ -237,6 +238,115 @@ test("direct routing over TCP: an owner refuses a direct delivery named under a 
     assert.equal(reply.host, caller.system.address.toString(), "the next message reaches the new owner");
     assert.deepEqual(sequenceSink.get(id), [0, 1, 2]);
   } finally {
+    await terminateAll(nodes);
+  }
+});
+
+test("direct routing over TCP: a caller with a stale plan (it hears nothing from the coordinator while a shard it sends to directly moves) keeps sending to the old owner, which drains only after its marker; every message is processed once, in order, or refused typed, and the next ones reach the new owner", {
+  // Seen once (rev21, load ~15): after the unblackhole the move never completed in 20 s — the coordinator still had the
+  // handoff, generation 1, the old owner still had the entities, and the caller kept going direct (22,055 direct
+  // routes, no refusal): it never took an announcement. The same test in coordinator routing completes the move. Not
+  // diagnosed: the remoting blackhole's recovery of ordinary messages, or the announcement's resend (§8.8).
+  todo: "the move does not complete after the caller hears the coordinator again (see the comment)",
+}, async () => {
+  const nodes = await startShardingNodes(3);
+  // A failed assertion must not leave the traffic loop running (the test process would never end).
+  let stopTraffic: () => Promise<void> = async () => {};
+  try {
+    for (const n of nodes)
+      n.sharding.init("StaleCaller", OrderCommand, stillSettings, (id) => new SequenceBehavior(id));
+    await eventually(() => nodes.every((n) => settled(n, 3)) && planSettled(nodes, "StaleCaller", stillSettings), {
+      what: "a balanced plan",
+      describe: describeNodes(nodes, "StaleCaller"),
+    });
+    const sorted = [...nodes].sort((a, b) => UniqueAddress.compare(a.cluster.selfAddress, b.cluster.selfAddress));
+    const [coordinator, caller, owner] = sorted as [ShardingNode, ShardingNode, ShardingNode];
+    // Six entities of one shard the third node owns.
+    let shard = -1;
+    const ids: string[] = [];
+    for (let i = 0; ids.length < 6 && i < 10_000; i++) {
+      const id = `stale-caller-${i}`;
+      if (shard === -1 && coordinator.sharding.ownerFor("StaleCaller", id)?.equals(owner.cluster.selfAddress)) {
+        shard = caller.sharding.shardOf("StaleCaller", id);
+      }
+      if (shard !== -1 && caller.sharding.shardOf("StaleCaller", id) === shard) ids.push(id);
+    }
+    assert.equal(ids.length, 6);
+    const traffic = continuousTraffic(caller, "StaleCaller", ids);
+    stopTraffic = () => traffic.stop();
+    await eventually(
+      () => [...traffic.replied.values()].every((r) => r.length > 20) && caller.sharding.stats.directRoutes > 50,
+      {
+        what: "the caller sending straight to the owner",
+        describe: () => caller.sharding.stats,
+      },
+    );
+
+    // The caller hears nothing from the coordinator from now on: no announcement, no plan. The operator moves the shard
+    // to the coordinator; the caller keeps sending directly to the old owner on its stale plan.
+    caller.remoting.blackhole(coordinator.remoting.selfAddress);
+    let unblocked = false;
+    try {
+      const decision = coordinator.sharding.moveShard("StaleCaller", shard, { to: coordinator.cluster.selfAddress });
+      assert.equal(decision.kind, "moving");
+      const directAtMove = caller.sharding.stats.directRoutes;
+      await eventually(() => caller.sharding.stats.directRoutes >= directAtMove + 20, {
+        what: "direct deliveries to the old owner after the handoff was announced",
+        describe: () => caller.sharding.stats,
+      });
+      assert.ok(
+        caller.sharding.ownerFor("StaleCaller", ids[0]!)?.equals(owner.cluster.selfAddress) !== false,
+        "the caller's plan still names the old owner (or it fails closed)",
+      );
+    } finally {
+      caller.remoting.unblackhole(coordinator.remoting.selfAddress);
+      unblocked = true;
+    }
+    assert.ok(unblocked);
+    await eventually(
+      () =>
+        nodes.every(
+          (n) => n.sharding.ownerFor("StaleCaller", ids[0]!)?.equals(coordinator.cluster.selfAddress) === true,
+        ),
+      { what: "the shard moved to the coordinator", describe: describeNodes(nodes, "StaleCaller"), timeoutMs: 20_000 },
+    );
+    const atMove = new Map([...traffic.replied].map(([id, r]) => [id, r.length]));
+    await eventually(() => [...traffic.replied].every(([id, r]) => r.length > atMove.get(id)! + 20), {
+      what: "traffic reaching the new owner",
+      timeoutMs: 20_000,
+    });
+    await traffic.stop();
+
+    const remoteClass = (e: Error) => (e instanceof RemoteAskError ? e.remoteClass : e.name);
+    const typed = new Set(["NoShardOwnerError", "DirectDeliveryRefusedError"]);
+    assert.ok(
+      traffic.failures.every((e) => typed.has(remoteClass(e))),
+      `only typed refusals, got ${[...new Set(traffic.failures.map((e) => `${remoteClass(e)}: ${e.message}`))]}`,
+    );
+    for (const [id, acked] of traffic.replied) {
+      const processed = sequenceSink.get(id) ?? [];
+      for (let k = 1; k < processed.length; k++) {
+        assert.ok(processed[k]! > processed[k - 1]!, `FIFO for ${id}: ${processed.slice(Math.max(0, k - 3), k + 2)}`);
+      }
+      assert.deepEqual(
+        processed,
+        [...acked].sort((x, y) => x - y),
+        `every processed message of ${id} acknowledged`,
+      );
+    }
+    const sent = [...traffic.next.values()].reduce((x, y) => x + y, 0);
+    const processed = ids.reduce((sum, id) => sum + (sequenceSink.get(id)?.length ?? 0), 0);
+    assert.equal(
+      processed + traffic.failures.length,
+      sent,
+      "every message was processed or refused, none lost silently",
+    );
+    const reply = await caller.sharding
+      .entityRefFor<OrderCommand>("StaleCaller", ids[0]!)
+      .ask(new Seq(1_000_000), OrderReply, 5_000);
+    assert.equal(reply.host, coordinator.system.address.toString(), "the next message reaches the new owner");
+  } finally {
+    await stopTraffic();
     await terminateAll(nodes);
   }
 });

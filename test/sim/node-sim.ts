@@ -83,6 +83,25 @@ interface UserMessage {
   readonly seq: number;
 }
 
+/** The name a message on the network is counted under ({@link NodeSim.wireCounts}). */
+function wireKindOf(wire: Wire): string {
+  switch (wire.kind) {
+    case "envelope":
+      return wire.envelope instanceof DirectEnvelope ? "envelope direct" : `envelope hop ${wire.envelope.hopCount}`;
+    case "control":
+      return `control ${wire.message.constructor.name}`;
+    default:
+      return wire.kind;
+  }
+}
+
+/** Whether a message carries a client's message or serves the direct route (a probe, grant, refusal, marker). */
+export function isRoutingWire(wire: { readonly kind: string; readonly message?: unknown }): boolean {
+  if (wire.kind === "envelope") return true;
+  const name = wire.kind === "control" ? (wire.message as object).constructor.name : "";
+  return name.startsWith("Direct") || name === "HandoffAnnounce";
+}
+
 type Wire =
   | { readonly kind: "membership"; readonly message: ClusterMessage }
   | { readonly kind: "envelope"; readonly envelope: ShardingEnvelope; readonly call: number }
@@ -388,6 +407,15 @@ export class NodeSim {
    * last instant (a direct-route probe that expired then, §8.8) is on its way, not vanished.
    */
   private readonly onWire = new Map<number, number>();
+  /**
+   * Messages put on the network between two nodes (a node's messages to itself are not counted), by kind: `envelope
+   * hop N`, `envelope direct`, `control <class>`, `ack`, `membership`; and the routing messages (envelopes and the
+   * direct route's control messages, {@link isRoutingWire}) that arrived at and left each port, between nodes. Read by
+   * test/sim/routing-cost.ts.
+   */
+  readonly wireCounts = new Map<string, number>();
+  readonly routingArrivals = new Map<number, number>();
+  readonly routingDepartures = new Map<number, number>();
 
   /** Database statements stalled by an outage, waiting for its end (or for healing). */
   private readonly stalledCalls = new Set<StalledCall>();
@@ -641,6 +669,9 @@ export class NodeSim {
       this.dropped(wire);
       return;
     }
+    const counted = wireKindOf(wire);
+    this.wireCounts.set(counted, (this.wireCounts.get(counted) ?? 0) + 1);
+    if (isRoutingWire(wire)) this.routingDepartures.set(from.port, (this.routingDepartures.get(from.port) ?? 0) + 1);
     const arrival = Math.max(this.now + 1 + this.rand.int(8), this.linkFree.get(link) ?? 0);
     this.linkFree.set(link, arrival);
     const call = wire.kind === "envelope" ? wire.call : -1;
@@ -674,6 +705,9 @@ export class NodeSim {
   }
 
   private receive(from: SimNode, target: SimNode, wire: Wire): void {
+    if (from !== target && isRoutingWire(wire)) {
+      this.routingArrivals.set(target.port, (this.routingArrivals.get(target.port) ?? 0) + 1);
+    }
     switch (wire.kind) {
       case "membership":
         this.membershipInput(target, {
@@ -1011,7 +1045,9 @@ export class NodeSim {
 
   private tellNow(node: SimNode, entity: string): void {
     const t = node.core.types.get(typeName)!;
-    const shard = settings.partitioner.shardFor(typeName, entity, settings.shardCount);
+    // The history's own settings (every history's have the same partitioner and shard count; the routing-cost
+    // measure's have more shards).
+    const shard = this.settings.partitioner.shardFor(typeName, entity, this.settings.shardCount);
     const message: UserMessage = { call: this.nextCall++, sender: node.name, entity, seq: node.nextSeq++ };
     this.calls.set(message.call, message);
     const envelope = new ShardingEnvelope("User", typeName, entity, shard, t.settings.key, 0, null, null, true, {

@@ -176,6 +176,11 @@ export interface TypeState {
   readonly routes: Map<number, DirectRoute>;
   /** Direct routing, owner side: shard → the plan generation in which this node's current ownership of it began. */
   readonly ownedSince: Map<number, number>;
+  /**
+   * Direct routing, owner side: the plan author (UniqueAddress text) under whom `ownedSince` was counted. A grant
+   * belongs to one coordinator's term: when the author changes, every ownership counts as begun anew (§8.8).
+   */
+  ownedUnder: string | null;
   /** Direct routing, owner side: shards whose drain started in their current ownership (direct deliveries refused). */
   readonly directClosed: Set<number>;
   /** Direct routing, owner side: shard → the markers its asked drain waits for. */
@@ -674,6 +679,7 @@ class Step {
       pendingMarkers: new Map(),
       routes: new Map(),
       ownedSince: new Map(),
+      ownedUnder: null,
       directClosed: new Set(),
       drainGates: new Map(),
       markers: new MarkerBook(),
@@ -997,6 +1003,20 @@ class Step {
    * was granted in an earlier ownership and is refused (§8.8). A shard no longer owned forgets both marks.
    */
   private trackOwnership(t: TypeState): void {
+    const author = t.plan.author?.toString() ?? null;
+    if (author !== t.ownedUnder) {
+      // A new coordinator term: a grant of an earlier term (even of the same coordinator, elected again after another
+      // one coordinated) must not count, or a direct delivery still in flight from it would be accepted behind what
+      // the other coordinator forwarded meanwhile (a reorder; test/sharding/rules/node-direct-attacks.test.ts).
+      t.ownedSince.clear();
+      t.ownedUnder = author;
+      // The caller side alike: a grant of the earlier term would be refused by its owner now, so it is dropped (the
+      // next delivery probes again) rather than spent on a refusal (the node simulator's churn seed 76 in direct mode).
+      for (const [shard, route] of [...t.routes]) {
+        if (route.phase === "direct") t.routes.delete(shard);
+        else if (route.phase === "probing") this.coolRoute(t, shard);
+      }
+    }
     for (const [shard, owner] of t.plan.allocations) {
       if (owner.equals(this.self) && !t.ownedSince.has(shard)) t.ownedSince.set(shard, t.plan.generation);
     }
