@@ -243,11 +243,16 @@ test("direct routing over TCP: an owner refuses a direct delivery named under a 
 });
 
 test("direct routing over TCP: a caller with a stale plan (it hears nothing from the coordinator while a shard it sends to directly moves) keeps sending to the old owner, which drains only after its marker; every message is processed once, in order, or refused typed, and the next ones reach the new owner", {
-  // Seen once (rev21, load ~15): after the unblackhole the move never completed in 20 s — the coordinator still had the
+  // Seen twice (2026-12-06, load ~15): after the unblackhole the move never completed in 20 s — the coordinator still had the
   // handoff, generation 1, the old owner still had the entities, and the caller kept going direct (22,055 direct
   // routes, no refusal): it never took an announcement. The same test in coordinator routing completes the move. Not
   // diagnosed: the remoting blackhole's recovery of ordinary messages, or the announcement's resend (§8.8).
-  todo: "the move does not complete after the caller hears the coordinator again (see the comment)",
+  // Skipped rather than todo: it runs 35 s and fails every time today, so it would only slow every suite run. Open in
+  // docs/protocol.md §8.8 (Limits); run it with MOVIE_OPEN_TESTS=1 while fixing.
+  skip:
+    process.env.MOVIE_OPEN_TESTS === "1"
+      ? false
+      : "open: the move does not complete after the caller hears the coordinator again (set MOVIE_OPEN_TESTS=1)",
 }, async () => {
   const nodes = await startShardingNodes(3);
   // A failed assertion must not leave the traffic loop running (the test process would never end).

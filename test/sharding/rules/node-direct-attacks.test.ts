@@ -193,7 +193,7 @@ test("direct attack: refusals are monotone within one ownership (§8.8) — a di
 });
 
 test("direct attack: a direct delivery refused while the owner saw a member unreachable sends the caller to the coordinator; a later direct one of the same grant, still in flight, must not be accepted behind what the coordinator then forwarded", {
-  todo: "breaks: m2 is delivered after m3. Raising a per-shard floor past the refused grant fixes this test but makes the first direct delivery after a lost DirectRefused fail typed, which the node simulator's liveness check rejects (seeds 89, 164 in direct mode): not applied, see rev21's report",
+  todo: "breaks: m2 is delivered after m3. Raising a per-shard floor past the refused grant fixes this test but makes the first direct delivery after a lost DirectRefused fail typed, which the node simulator's liveness check rejects (seeds 89, 164 in direct mode): not applied, see docs/protocol.md §8.8 (Limits)",
 }, () => {
   const k = cluster();
   const shard = k.c.shardOn(c);
