@@ -116,6 +116,9 @@ export class ReceivePath {
     if (kind === FrameKind.heartbeatReply) return;
     if (this.blackholed.size > 0 && this.blackholed.has(peer.address.hostPort)) {
       this.stats.droppedBlackholed++;
+      // The hook loses frames on an open connection, which a real link never does: a header the frame defines is
+      // still recorded, or the sender's later frames with that id (it counts it defined) would be undecodable forever.
+      if (kind === FrameKind.user) this.onUser(connection, peer, frame, false);
       return;
     }
     if (kind === FrameKind.userCompressed) this.onCompressed(connection, peer, frame);
@@ -159,8 +162,11 @@ export class ReceivePath {
     this.deliverUser(entry, peer, frame, compressedHeaderBytes);
   }
 
-  /** A user envelope with its header written out; a non-zero header id defines that id for later frames. */
-  private onUser(connection: Connection, peer: UniqueAddress, frame: Buffer): void {
+  /**
+   * A user envelope with its header written out; a non-zero header id defines that id for later frames. `deliver`
+   * false: only the definition is kept (a frame the blackhole hook drops).
+   */
+  private onUser(connection: Connection, peer: UniqueAddress, frame: Buffer, deliver = true): void {
     // A definition replaces what its id meant before even when it is refused below: the sender's following frames with
     // that id belong to the refused header (rejected as never defined), not to the old one (another recipient).
     if (frame.length >= 3) {
@@ -180,7 +186,7 @@ export class ReceivePath {
       direct: null,
     };
     if (header.headerId !== 0) connection.inboundHeaders[header.headerId] = entry;
-    this.deliverUser(entry, peer, frame, at);
+    if (deliver) this.deliverUser(entry, peer, frame, at);
   }
 
   /**

@@ -155,6 +155,38 @@ test("blackhole drops traffic both ways silently; unblackhole restores it", asyn
   }
 });
 
+test("a header definition lost to the receiver's blackhole does not break the sender's later messages with that header", async () => {
+  // The blackhole hook drops frames on an open connection, which a real link never does: the sender's header table
+  // (per connection) must still match the receiver's, or every later message with that header is undecodable.
+  const a = await startNode("bhdef-a");
+  const b = await startNode("bhdef-b");
+  try {
+    const warm = b.system.spawn(new EchoBehavior(), "warm");
+    assert.equal((await a.system.actorSelection(warm.path.toString()).ask(new Ping(0), Pong, 3000)).n, 0);
+    const got: Ping[] = [];
+    b.system.spawn(new Collector(got), "late");
+    const toLate = a.system.actorSelection(`${b.system.address}/user/late`);
+    const dropped = b.remoting.stats.droppedBlackholed;
+    b.remoting.blackhole(a.remoting.selfAddress);
+    toLate.tell(new Ping(1)); // its header's first use: the definition is written, and dropped at B
+    await eventually(() => b.remoting.stats.droppedBlackholed > dropped, { what: "the first message dropped at B" });
+    b.remoting.unblackhole(a.remoting.selfAddress);
+    toLate.tell(new Ping(2));
+    toLate.tell(new Ping(3));
+    await eventually(() => got.length === 2, {
+      what: "the messages after the unblackhole",
+      describe: () => ({ got, rejected: b.remoting.stats.rejected }),
+    });
+    assert.deepEqual(
+      got.map((p) => p.n),
+      [2, 3],
+    );
+    assert.equal(b.remoting.stats.rejected.undecodable, 0);
+  } finally {
+    await Promise.all([a.system.terminate(), b.system.terminate()]);
+  }
+});
+
 test("remote watch: Terminated arrives when the remote actor stops; STOP survives a disconnect", async () => {
   const a = await startNode("w-a");
   const b = await startNode("w-b");

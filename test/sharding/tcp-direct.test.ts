@@ -2,7 +2,7 @@
 // once granted; a join and a graceful leave move shards under that traffic (announcements, markers, drain after the
 // markers), and every accepted message is processed once, in order per entity; an owner refuses a direct delivery
 // named under a plan it no longer holds, typed and counted, and the sender's next messages still arrive; a caller
-// with a stale plan (it hears nothing from the coordinator during a move) is a todo.
+// with a stale plan (it hears nothing from the coordinator during a move) keeps order and the move completes.
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { askVia, UniqueAddress } from "../../src/actor/index.ts";
@@ -242,18 +242,7 @@ test("direct routing over TCP: an owner refuses a direct delivery named under a 
   }
 });
 
-test("direct routing over TCP: a caller with a stale plan (it hears nothing from the coordinator while a shard it sends to directly moves) keeps sending to the old owner, which drains only after its marker; every message is processed once, in order, or refused typed, and the next ones reach the new owner", {
-  // Seen twice (2026-12-06, load ~15): after the unblackhole the move never completed in 20 s — the coordinator still had the
-  // handoff, generation 1, the old owner still had the entities, and the caller kept going direct (22,055 direct
-  // routes, no refusal): it never took an announcement. The same test in coordinator routing completes the move. Not
-  // diagnosed: the remoting blackhole's recovery of ordinary messages, or the announcement's resend (§8.8).
-  // Skipped rather than todo: it runs 35 s and fails every time today, so it would only slow every suite run. Open in
-  // docs/protocol.md §8.8 (Limits); run it with MOVIE_OPEN_TESTS=1 while fixing.
-  skip:
-    process.env.MOVIE_OPEN_TESTS === "1"
-      ? false
-      : "open: the move does not complete after the caller hears the coordinator again (set MOVIE_OPEN_TESTS=1)",
-}, async () => {
+test("direct routing over TCP: a caller with a stale plan (it hears nothing from the coordinator while a shard it sends to directly moves) keeps sending to the old owner, which drains only after its marker; every message is processed once, in order, or refused typed, and the next ones reach the new owner", async () => {
   const nodes = await startShardingNodes(3);
   // A failed assertion must not leave the traffic loop running (the test process would never end).
   let stopTraffic: () => Promise<void> = async () => {};
