@@ -27,6 +27,55 @@ import { addr } from "./fixtures/members.ts";
 const a = addr("a").toString();
 const roundTrip = <T>(value: T, parse: (json: unknown) => T): T => parse(JSON.parse(JSON.stringify(value)));
 
+let deep: unknown = "x";
+for (let i = 0; i < 10_000; i++) deep = { deep };
+/** Wrong values for any field of a wire message: wrong types, a hostile toString, __proto__, deep nesting, a huge string. */
+const hostile: readonly [string, unknown][] = [
+  ["missing", undefined],
+  ["null", null],
+  ["a number", 1],
+  ["a boolean", true],
+  ["an array", ["Order"]],
+  ["an object whose toString is not a function", { toString: 5, valueOf: 5 }],
+  ["an own __proto__ key", JSON.parse('{"__proto__": {"polluted": true}}')],
+  ["10,000-deep nesting", deep],
+  ["a 1 MB string", "x".repeat(1 << 20)],
+  ["a negative number", -1],
+  ["a fraction", 1.5],
+  ["a number past 2^53", 2 ** 60],
+];
+
+/** An entity type or settings key may be any non-empty string (an unknown one is refused where it is looked up). */
+const anyString = (field: string, value: unknown): boolean =>
+  (field === "entityType" || field === "settingsKey") && typeof value === "string";
+
+/**
+ * Each of `fields` of `good`, set in turn to every hostile value that is not `valid` there, makes `parse` throw a
+ * ClusterShardingConfigurationError naming that field; a whole message that is not an object is refused too.
+ */
+function refusesHostileFields(
+  parse: (json: unknown) => unknown,
+  good: Record<string, unknown>,
+  fields: readonly string[],
+  valid: (field: string, value: unknown) => boolean,
+): void {
+  for (const field of fields) {
+    for (const [name, value] of hostile) {
+      if (valid(field, value)) continue;
+      assert.throws(
+        () => parse({ ...good, [field]: value }),
+        (e: unknown) => {
+          assert.ok(e instanceof ClusterShardingConfigurationError, `${field} = ${name}: ${String(e)}`);
+          assert.equal(e.field, field, `${field} = ${name}`);
+          return true;
+        },
+        `${field} = ${name}`,
+      );
+    }
+  }
+  for (const whole of [null, [], "message", 3]) assert.throws(() => parse(whole), ClusterShardingConfigurationError);
+}
+
 test("every wire message survives a JSON round trip", () => {
   const env = new ShardingEnvelope("User", "Order", "order-42", 68, "k", 0, null, 3000, false, {
     type: "DeliverOrder",
@@ -165,46 +214,18 @@ test("the flush messages of a coordinator change survive a round trip and refuse
   const flushed = new CoordinatorFlushed("Order", "k", b, 7);
   assert.deepEqual(roundTrip(flushed, CoordinatorFlushed.fromJSON), flushed);
 
-  let deep: unknown = "x";
-  for (let i = 0; i < 10_000; i++) deep = { deep };
-  const hostile: [string, unknown][] = [
-    ["missing", undefined],
-    ["null", null],
-    ["a number", 1],
-    ["a boolean", true],
-    ["an array", ["Order"]],
-    ["an object whose toString is not a function", { toString: 5, valueOf: 5 }],
-    ["an own __proto__ key", JSON.parse('{"__proto__": {"polluted": true}}')],
-    ["10,000-deep nesting", deep],
-    ["a 1 MB string", "x".repeat(1 << 20)],
-    ["a negative number", -1],
-    ["a fraction", 1.5],
-    ["a number past 2^53", 2 ** 60],
-  ];
   const cases: [(json: unknown) => unknown, Record<string, unknown>, string[]][] = [
     [CoordinatorFlush.fromJSON, { ...flush }, ["entityType", "settingsKey", "caller", "target", "token"]],
     [CoordinatorFlushed.fromJSON, { ...flushed }, ["entityType", "settingsKey", "coordinator", "token"]],
   ];
   for (const [parse, good, fields] of cases) {
-    for (const field of fields) {
-      for (const [name, value] of hostile) {
-        // An entity type or settings key may be any non-empty string (an unknown one is refused where it is looked
-        // up); the address fields refuse a string that is not an address.
-        if ((field === "entityType" || field === "settingsKey") && typeof value === "string") continue;
-        if (field === "token" && value === 1) continue; // a valid token
-        const json = { ...good, [field]: value };
-        assert.throws(
-          () => parse(json),
-          (e: unknown) => {
-            assert.ok(e instanceof ClusterShardingConfigurationError, `${field} = ${name}: ${String(e)}`);
-            assert.equal(e.field, field, `${field} = ${name}`);
-            return true;
-          },
-          `${field} = ${name}`,
-        );
-      }
-    }
-    for (const whole of [null, [], "flush", 3]) assert.throws(() => parse(whole), ClusterShardingConfigurationError);
+    // The address fields refuse a string that is not an address; 1 is a valid token.
+    refusesHostileFields(
+      parse,
+      good,
+      fields,
+      (field, value) => anyString(field, value) || (field === "token" && value === 1),
+    );
   }
   assert.equal(({} as { polluted?: boolean }).polluted, undefined, "nothing polluted");
 });
@@ -265,15 +286,12 @@ test("the cancel of stale preparations and a plan request's prepared shards: rou
     () => CancelPreparations.fromJSON({ ...cancel, shardIds: undefined }),
     ClusterShardingConfigurationError,
   );
-  for (const field of ["entityType", "settingsKey", "coordinator"]) {
-    for (const value of [undefined, null, 5, ["x"], { toString: 5 }]) {
-      assert.throws(
-        () => CancelPreparations.fromJSON({ ...cancel, [field]: value }),
-        (e: unknown) => e instanceof ClusterShardingConfigurationError && e.field === field,
-        `${field} = ${JSON.stringify(value)}`,
-      );
-    }
-  }
+  refusesHostileFields(
+    CancelPreparations.fromJSON,
+    { ...cancel },
+    ["entityType", "settingsKey", "coordinator"],
+    anyString,
+  );
   assert.throws(
     () => CancelPreparations.fromJSON({ ...cancel, coordinator: "not an address" }),
     ClusterShardingConfigurationError,
@@ -312,22 +330,6 @@ test("the direct route's messages survive a round trip and refuse a hostile valu
   assert.equal(older.handoffToken, null);
   assert.deepEqual(older.waitFor, []);
 
-  let deep: unknown = "x";
-  for (let i = 0; i < 10_000; i++) deep = { deep };
-  const hostile: [string, unknown][] = [
-    ["missing", undefined],
-    ["null", null],
-    ["a number", 1],
-    ["a boolean", true],
-    ["an array", ["Order"]],
-    ["an object whose toString is not a function", { toString: 5, valueOf: 5 }],
-    ["an own __proto__ key", JSON.parse('{"__proto__": {"polluted": true}}')],
-    ["10,000-deep nesting", deep],
-    ["a 1 MB string", "x".repeat(1 << 20)],
-    ["a negative number", -1],
-    ["a fraction", 1.5],
-    ["a number past 2^53", 2 ** 60],
-  ];
   const integers = new Set(["shardId", "token", "generation", "handoffToken"]);
   const cases: [(json: unknown) => unknown, Record<string, unknown>, string[]][] = [
     [DirectProbe.fromJSON, { ...probe }, ["entityType", "settingsKey", "shardId", "caller", "token", "coordinator"]],
@@ -346,29 +348,13 @@ test("the direct route's messages survive a round trip and refuse a hostile valu
     [PassivateShard.fromJSON, { ...passivate }, ["handoffToken", "waitFor"]],
   ];
   for (const [parse, good, fields] of cases) {
-    for (const field of fields) {
-      for (const [name, value] of hostile) {
-        if ((field === "entityType" || field === "settingsKey") && typeof value === "string") continue;
-        if (integers.has(field) && value === 1) continue; // a valid number
-        // Optional fields: absent or null means none.
-        const optional =
-          field === "handoffToken" ||
-          field === "waitFor" ||
-          (field === "coordinator" && parse === DirectProbe.fromJSON);
-        if (optional && (value === undefined || value === null)) continue;
-        const json = { ...good, [field]: value };
-        assert.throws(
-          () => parse(json),
-          (e: unknown) => {
-            assert.ok(e instanceof ClusterShardingConfigurationError, `${field} = ${name}: ${String(e)}`);
-            assert.equal(e.field, field, `${field} = ${name}`);
-            return true;
-          },
-          `${field} = ${name}`,
-        );
-      }
-    }
-    for (const whole of [null, [], "probe", 3]) assert.throws(() => parse(whole), ClusterShardingConfigurationError);
+    refusesHostileFields(parse, good, fields, (field, value) => {
+      if (anyString(field, value) || (integers.has(field) && value === 1)) return true; // 1: a valid number
+      // Optional fields: absent or null means none.
+      const optional =
+        field === "handoffToken" || field === "waitFor" || (field === "coordinator" && parse === DirectProbe.fromJSON);
+      return optional && (value === undefined || value === null);
+    });
   }
   // A generation past the plan bound, and a waitFor past its bound or holding a non-address, are refused too.
   assert.throws(() => DirectGrant.fromJSON({ ...grant, generation: 2 ** 40 + 1 }), /generation/);

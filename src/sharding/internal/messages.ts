@@ -210,8 +210,7 @@ export class PlanRequest {
   /** @throws ClusterShardingConfigurationError naming the malformed field */
   static fromJSON(json: unknown): PlanRequest {
     const o = object(json, "PlanRequest");
-    const requester = str(o, "requester");
-    address(requester, "requester");
+    const requester = addressField(o, "requester");
     const knownAuthor = optStr(o, "knownAuthor");
     if (knownAuthor !== null) address(knownAuthor, "knownAuthor");
     const knownGeneration = o.knownGeneration === undefined ? 0 : int(o, "knownGeneration", 0);
@@ -239,8 +238,7 @@ export class PlanSnapshotRequest {
   /** @throws ClusterShardingConfigurationError naming the malformed field */
   static fromJSON(json: unknown): PlanSnapshotRequest {
     const o = object(json, "PlanSnapshotRequest");
-    const coordinator = str(o, "coordinator");
-    address(coordinator, "coordinator");
+    const coordinator = addressField(o, "coordinator");
     return new PlanSnapshotRequest(nonEmpty(o, "entityType"), str(o, "settingsKey"), coordinator);
   }
 }
@@ -270,8 +268,7 @@ abstract class PlanBody {
   /** The checked fields of a plan body's decoded wire JSON, in constructor order. */
   protected static parts(json: unknown, what: string): [string, string, string, number, Assignment[]] {
     const o = object(json, what);
-    const coordinator = str(o, "coordinator");
-    address(coordinator, "coordinator");
+    const coordinator = addressField(o, "coordinator");
     const generation = int(o, "generation", 0);
     if (!Array.isArray(o.assignments)) bad("assignments", "expected an array");
     const seen = new Set<number>();
@@ -330,8 +327,7 @@ export class PassivateShard {
   /** @throws ClusterShardingConfigurationError naming the malformed field */
   static fromJSON(json: unknown): PassivateShard {
     const o = object(json, "PassivateShard");
-    const coordinator = str(o, "coordinator");
-    address(coordinator, "coordinator");
+    const coordinator = addressField(o, "coordinator");
     const nextOwner = optStr(o, "nextOwner");
     if (nextOwner !== null) address(nextOwner, "nextOwner");
     const handoffToken = o.handoffToken === null || o.handoffToken === undefined ? null : int(o, "handoffToken", 0);
@@ -369,8 +365,7 @@ export class PrepareShard {
   /** @throws ClusterShardingConfigurationError naming the malformed field */
   static fromJSON(json: unknown): PrepareShard {
     const o = object(json, "PrepareShard");
-    const coordinator = str(o, "coordinator");
-    address(coordinator, "coordinator");
+    const coordinator = addressField(o, "coordinator");
     return new PrepareShard(nonEmpty(o, "entityType"), str(o, "settingsKey"), int(o, "shardId", 0), coordinator);
   }
 }
@@ -395,10 +390,8 @@ export class CoordinatorFlush {
   /** @throws ClusterShardingConfigurationError naming the malformed field */
   static fromJSON(json: unknown): CoordinatorFlush {
     const o = object(json, "CoordinatorFlush");
-    const caller = str(o, "caller");
-    address(caller, "caller");
-    const target = str(o, "target");
-    address(target, "target");
+    const caller = addressField(o, "caller");
+    const target = addressField(o, "target");
     return new CoordinatorFlush(nonEmpty(o, "entityType"), str(o, "settingsKey"), caller, target, int(o, "token", 0));
   }
 }
@@ -416,8 +409,7 @@ export class CoordinatorFlushed {
   /** @throws ClusterShardingConfigurationError naming the malformed field */
   static fromJSON(json: unknown): CoordinatorFlushed {
     const o = object(json, "CoordinatorFlushed");
-    const coordinator = str(o, "coordinator");
-    address(coordinator, "coordinator");
+    const coordinator = addressField(o, "coordinator");
     return new CoordinatorFlushed(nonEmpty(o, "entityType"), str(o, "settingsKey"), coordinator, int(o, "token", 0));
   }
 }
@@ -441,8 +433,7 @@ export class CancelPreparations {
   /** @throws ClusterShardingConfigurationError naming the malformed field */
   static fromJSON(json: unknown): CancelPreparations {
     const o = object(json, "CancelPreparations");
-    const coordinator = str(o, "coordinator");
-    address(coordinator, "coordinator");
+    const coordinator = addressField(o, "coordinator");
     return new CancelPreparations(
       nonEmpty(o, "entityType"),
       str(o, "settingsKey"),
@@ -578,8 +569,7 @@ export class DirectProbe {
   /** @throws ClusterShardingConfigurationError naming the malformed field */
   static fromJSON(json: unknown): DirectProbe {
     const o = object(json, "DirectProbe");
-    const caller = str(o, "caller");
-    address(caller, "caller");
+    const caller = addressField(o, "caller");
     const coordinator = optStr(o, "coordinator");
     if (coordinator !== null) address(coordinator, "coordinator");
     return new DirectProbe(
@@ -611,10 +601,8 @@ export class DirectGrant {
   /** @throws ClusterShardingConfigurationError naming the malformed field */
   static fromJSON(json: unknown): DirectGrant {
     const o = object(json, "DirectGrant");
-    const owner = str(o, "owner");
-    address(owner, "owner");
-    const coordinator = str(o, "coordinator");
-    address(coordinator, "coordinator");
+    const owner = addressField(o, "owner");
+    const coordinator = addressField(o, "coordinator");
     const generation = int(o, "generation", 1);
     if (generation > directGenerationMax) bad("generation", `above ${directGenerationMax}`);
     return new DirectGrant(
@@ -642,8 +630,7 @@ export class DirectRefused {
   /** @throws ClusterShardingConfigurationError naming the malformed field */
   static fromJSON(json: unknown): DirectRefused {
     const o = object(json, "DirectRefused");
-    const owner = str(o, "owner");
-    address(owner, "owner");
+    const owner = addressField(o, "owner");
     return new DirectRefused(nonEmpty(o, "entityType"), str(o, "settingsKey"), int(o, "shardId", 0), owner);
   }
 }
@@ -665,10 +652,8 @@ export class HandoffAnnounce {
   /** @throws ClusterShardingConfigurationError naming the malformed field */
   static fromJSON(json: unknown): HandoffAnnounce {
     const o = object(json, "HandoffAnnounce");
-    const coordinator = str(o, "coordinator");
-    address(coordinator, "coordinator");
-    const previousOwner = str(o, "previousOwner");
-    address(previousOwner, "previousOwner");
+    const coordinator = addressField(o, "coordinator");
+    const previousOwner = addressField(o, "previousOwner");
     return new HandoffAnnounce(
       nonEmpty(o, "entityType"),
       str(o, "settingsKey"),
@@ -697,10 +682,8 @@ export class DirectMarker {
   /** @throws ClusterShardingConfigurationError naming the malformed field */
   static fromJSON(json: unknown): DirectMarker {
     const o = object(json, "DirectMarker");
-    const caller = str(o, "caller");
-    address(caller, "caller");
-    const coordinator = str(o, "coordinator");
-    address(coordinator, "coordinator");
+    const caller = addressField(o, "caller");
+    const coordinator = addressField(o, "coordinator");
     return new DirectMarker(
       nonEmpty(o, "entityType"),
       str(o, "settingsKey"),
@@ -769,6 +752,12 @@ function bool(o: Json, field: string): boolean {
 // Every envelope a coordinator forwards names it, so the last address that parsed is remembered (null until one has:
 // an initial "" would let an empty address through unchecked).
 let lastValidAddress: string | null = null;
+/** A string field that must be a unique address (`UniqueAddress.parse`), returned as the text. */
+function addressField(o: Json, field: string): string {
+  const text = str(o, field);
+  address(text, field);
+  return text;
+}
 function address(text: string, field: string): void {
   if (text === lastValidAddress) return;
   try {
