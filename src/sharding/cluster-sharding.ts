@@ -472,7 +472,7 @@ export class ClusterSharding implements Extension {
     const sender = ctx.sender;
     if (message instanceof ShardingEnvelope) {
       if (message.traceContextMalformed) this.counters.malformedTraceContexts++;
-      this.shell.run({ kind: "envelope", delivery: { envelope: message, sender, origin }, origin });
+      this.shell.receive({ envelope: message, sender, origin }, origin);
     } else if (
       message instanceof PlanRequest ||
       message instanceof PlanSnapshotRequest ||

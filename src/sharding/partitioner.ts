@@ -24,10 +24,31 @@ export interface EntityPartitioner {
 export class StableHashPartitioner implements EntityPartitioner {
   readonly configurationKey = "StableHashPartitioner";
   private readonly hasher = new Fnv1a64();
+  // The hash of the last entity type and its separator byte: a stream of messages repeats the type, so only the id
+  // is mixed per call.
+  private lastType = "";
+  private typeHi: number;
+  private typeLo: number;
+
+  constructor() {
+    this.hasher.byte(0);
+    this.typeHi = this.hasher.hi;
+    this.typeLo = this.hasher.lo;
+  }
 
   shardFor(entityType: string, entityId: string, shardCount: number): number {
     requireShardCount(shardCount);
-    return this.hasher.reset().utf8(entityType).byte(0).utf8(entityId).mod(shardCount);
+    const h = this.hasher;
+    if (entityType !== this.lastType) {
+      h.reset().utf8(entityType).byte(0);
+      this.lastType = entityType;
+      this.typeHi = h.hi;
+      this.typeLo = h.lo;
+    } else {
+      h.hi = this.typeHi;
+      h.lo = this.typeLo;
+    }
+    return h.utf8(entityId).mod(shardCount);
   }
 }
 

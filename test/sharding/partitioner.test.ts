@@ -49,6 +49,44 @@ test("StableHashPartitioner agrees with a BigInt FNV-1a 64 on arbitrary strings 
   );
 });
 
+test("Fnv1a64's byte, bytes, u32le and utf8 each agree with a BigInt FNV-1a 64, in any mix (the 64-bit hash)", () => {
+  const bigint = (bytes: Iterable<number>) => {
+    let h = 14695981039346656037n;
+    for (const b of bytes) h = ((h ^ BigInt(b)) * 1099511628211n) & 0xffff_ffff_ffff_ffffn;
+    return h;
+  };
+  const part = fc.oneof(
+    fc.integer({ min: 0, max: 255 }).map((b) => ({ kind: "byte" as const, b })),
+    fc.uint8Array({ maxLength: 40 }).map((bytes) => ({ kind: "bytes" as const, bytes })),
+    fc.integer({ min: 0, max: 0xffffffff }).map((u) => ({ kind: "u32le" as const, u })),
+    fc.string({ unit: "binary", maxLength: 20 }).map((text) => ({ kind: "utf8" as const, text })),
+  );
+  fc.assert(
+    fc.property(fc.array(part, { maxLength: 6 }), (parts) => {
+      const h = new Fnv1a64();
+      const all: number[] = [];
+      for (const p of parts) {
+        if (p.kind === "byte") {
+          h.byte(p.b);
+          all.push(p.b);
+        } else if (p.kind === "bytes") {
+          h.bytes(p.bytes);
+          all.push(...p.bytes);
+        } else if (p.kind === "u32le") {
+          h.u32le(p.u);
+          all.push(p.u & 0xff, (p.u >>> 8) & 0xff, (p.u >>> 16) & 0xff, p.u >>> 24);
+        } else {
+          h.utf8(p.text);
+          all.push(...new TextEncoder().encode(p.text));
+        }
+      }
+      assert.equal(h.toBigInt(), bigint(all));
+      assert.ok(h.hi >= 0 && h.hi <= 0xffffffff && h.lo >= 0 && h.lo <= 0xffffffff, "unsigned halves");
+    }),
+    { numRuns: 1_000 },
+  );
+});
+
 test("the separator byte keeps type and id apart", () => {
   const h1 = new Fnv1a64().utf8("ab").byte(0).utf8("c").toBigInt();
   const h2 = new Fnv1a64().utf8("a").byte(0).utf8("bc").toBigInt();

@@ -27,6 +27,7 @@ export function historySlice(slice: number): void {
       writes: 0,
       staleWrites: 0,
       localDeliveries: 0,
+      remoteShortcuts: 0,
       direct: 0,
       directSeeds: 0,
     };
@@ -39,6 +40,7 @@ export function historySlice(slice: number): void {
       totals.writes += result.writes;
       totals.staleWrites += result.staleWrites;
       totals.localDeliveries += result.localDeliveries;
+      totals.remoteShortcuts += result.remoteShortcuts;
       totals.direct += result.directDelivered;
       if (directBySeed(seed)) totals.directSeeds++;
       // Every history is live after healing (docs/protocol.md §14.8): none is allowed not to be.
@@ -54,6 +56,9 @@ export function historySlice(slice: number): void {
     assert.ok(count < 500 || totals.staleWrites > 0, `stale writes ${totals.staleWrites}`);
     // The node shell's shortcut for a local caller was checked against the full step many times (347 in seeds 1..40).
     assert.ok(totals.localDeliveries > count * 2, `local deliveries checked ${totals.localDeliveries}`);
+    // The shell's shortcuts for a remote envelope (coordinator routing, owner delivery) were checked against the full
+    // step too (62,030 times in seeds 1..600, about 100 a history).
+    assert.ok(totals.remoteShortcuts > count * 20, `remote shortcuts checked ${totals.remoteShortcuts}`);
     // Half of the seeds route directly (docs/protocol.md §8.8), and there about a quarter of the messages go direct.
     assert.ok(
       totals.direct > totals.directSeeds * 10,

@@ -49,6 +49,7 @@ import { DirectEnvelope } from "../../src/sharding/internal/messages.ts";
 import type { AttemptOutcome } from "../../src/sharding/internal/retry-barrier.ts";
 import {
   type ControlMessage,
+  coordinatorRouteOwner,
   type Delivery,
   departureReady,
   localDeliveryType,
@@ -57,6 +58,7 @@ import {
   type NodeState,
   newNodeState,
   step as nodeStep,
+  ownerDeliveryType,
   type PlantedBugs,
 } from "../../src/sharding/node/node-core.ts";
 import { Prng } from "../fixtures/prng.ts";
@@ -246,6 +248,11 @@ export interface HistoryResult {
   readonly steps: number;
   /** Caller routes localDeliveryType answered (the shell's shortcut), each checked against the full step. */
   readonly localDeliveries: number;
+  /**
+   * Envelopes from other nodes that coordinatorRouteOwner (forwarded, or delivered at the coordinator) or
+   * ownerDeliveryType (delivered at the owner) answered (the shell's shortcuts), each checked against the full step.
+   */
+  readonly remoteShortcuts: number;
   /** Nodes the operator stopped after healing because their member table disagreed with the leader's for good. */
   readonly operatorRestarts: number;
   /** Persistent histories: events committed, writes fenced as stale, lease acquisitions and losses. */
@@ -363,6 +370,7 @@ export class NodeSim {
   steps = 0;
   /** Caller routes the node shell would have taken without a step (each checked against the step). */
   localDeliveries = 0;
+  remoteShortcuts = 0;
   private readonly events = new EventQueue();
   readonly rand: Prng;
   private readonly nodes = new Map<number, SimNode>();
@@ -769,12 +777,19 @@ export class NodeSim {
     // The node shell's shortcut for a local caller (node-core.ts localDeliveryType): wherever it says yes, the full
     // step must yield exactly that one delivery to this node's provider, and route through this node from now on.
     const local = first.kind === "route" && node.alive ? localDeliveryType(node.core, first.delivery) : null;
+    // The same for an envelope from another node (coordinatorRouteOwner, ownerDeliveryType): the step must do exactly
+    // what the shortcut would.
+    const remote = first.kind === "envelope" && node.alive ? this.remoteShortcut(node, first) : null;
+    const forwardsBefore = node.core.counters.forwards;
     const queue: NodeInput[] = [first];
     for (let input = queue.shift(); input !== undefined; input = queue.shift()) {
       if (!node.alive) return;
       this.steps++;
       const [, effects] = nodeStep(node.core, input, this.now);
       if (input === first && local !== null) this.checkLocalDelivery(node, first, local.name, effects);
+      if (input === first && remote !== null && first.kind === "envelope") {
+        this.checkRemoteShortcut(node, first, remote, effects, forwardsBefore);
+      }
       for (const effect of effects) this.perform(node, effect, queue);
       const t = node.core.types.get(typeName);
       if (t !== undefined) {
@@ -789,6 +804,57 @@ export class NodeSim {
         node.maxGeneration = t.plan.generation;
         if (node.maxGeneration > this.maxGeneration) this.maxGeneration = node.maxGeneration;
       }
+    }
+  }
+
+  /** What the node shell's shortcuts answer for an envelope from another node: a delivery here, or one hop on. */
+  private remoteShortcut(
+    node: SimNode,
+    input: NodeInput & { readonly kind: "envelope" },
+  ): { readonly type: string; readonly to: UniqueAddress | null } | null {
+    const owned = ownerDeliveryType(node.core, input.delivery, input.origin);
+    const routed = coordinatorRouteOwner(node.core, input.delivery, input.origin);
+    if (owned !== null && routed !== null) this.fail(`${node.name}: both remote shortcuts answered one envelope`);
+    if (owned !== null) return { type: owned.name, to: null };
+    if (routed === null) return null;
+    return { type: routed.t.name, to: routed.owner.equals(node.core.self) ? null : routed.owner };
+  }
+
+  /**
+   * Fails unless `effects` of the envelope step `input` are what the shell's shortcut promised: the one delivery to
+   * this node's provider, or the one counted forward of it to the owner, naming this node, one hop further.
+   */
+  private checkRemoteShortcut(
+    node: SimNode,
+    input: NodeInput & { readonly kind: "envelope" },
+    promised: { readonly type: string; readonly to: UniqueAddress | null },
+    effects: readonly NodeEffect[],
+    forwardsBefore: number,
+  ): void {
+    this.remoteShortcuts++;
+    const [only] = effects;
+    const d = input.delivery;
+    const forwards = node.core.counters.forwards - forwardsBefore;
+    const exact =
+      effects.length === 1 &&
+      (promised.to === null
+        ? only?.kind === "deliver" &&
+          !only.retry &&
+          only.type === promised.type &&
+          only.shard === d.envelope.shardId &&
+          only.deliveries.length === 1 &&
+          only.deliveries[0] === d &&
+          forwards === 0
+        : only?.kind === "forward" &&
+          only.to.equals(promised.to) &&
+          only.delivery === d &&
+          only.envelope.hopCount === d.envelope.hopCount + 1 &&
+          only.envelope.coordinator === node.core.self.toString() &&
+          forwards === 1);
+    if (!exact) {
+      this.fail(
+        `${node.name}: a remote shortcut promised ${promised.to === null ? "a delivery here" : `a forward to ${promised.to.address.port}`}, the envelope step did ${effects.map((e) => e.kind).join(", ")} (forwards +${forwards})`,
+      );
     }
   }
 
@@ -1470,6 +1536,7 @@ export class NodeSim {
       maxGeneration: this.maxGeneration,
       steps: this.steps,
       localDeliveries: this.localDeliveries,
+      remoteShortcuts: this.remoteShortcuts,
       operatorRestarts: this.operatorRestarts,
       writes: leases.writes,
       staleWrites: leases.staleWrites,

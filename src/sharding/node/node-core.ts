@@ -426,12 +426,8 @@ export function localDeliveryType(state: NodeState, d: Delivery): TypeState | nu
   if (state.stopped) return null;
   const view = state.view;
   const routing = view.routing;
-  if (routing === null) return null;
+  if (routing === null || !heldPassIdle(state, routing)) return null;
   const self = state.self;
-  for (const other of state.types.values()) {
-    if (other.heldLocal.size > 0 || other.heldForwarded.size > 0 || other.pendingMarkers.size > 0) return null;
-    if (other.flush === null && other.via !== null && !other.via.equals(routing)) return null;
-  }
   const envelope = d.envelope;
   const t = state.types.get(envelope.entityType);
   if (t === undefined || t.flush !== null) return null;
@@ -441,6 +437,92 @@ export function localDeliveryType(state: NodeState, d: Delivery): TypeState | nu
   const owner = t.plan.allocations.get(shard);
   if (owner === undefined || !owner.equals(self) || !view.up.has(self.toString())) return null;
   return t;
+}
+
+/**
+ * Whether the step's held-delivery pass (`flushHeld`, run before and after every input) has nothing to do: no type
+ * holds a delivery or a flush marker, and none has a coordinator change to flush. Every shortcut below requires it.
+ */
+function heldPassIdle(state: NodeState, routing: UniqueAddress | null): boolean {
+  for (const t of state.types.values()) {
+    if (t.heldLocal.size > 0 || t.heldForwarded.size > 0 || t.pendingMarkers.size > 0) return false;
+    if (routing !== null && t.flush === null && t.via !== null && !t.via.equals(routing)) return false;
+  }
+  return true;
+}
+
+/**
+ * The type whose provider an envelope from another node goes to when its `envelope` step would hand it to this node's
+ * own provider and do nothing else, or null. Pure. It holds exactly when the owner's plain branch is taken
+ * (docs/protocol.md §8.2): not stopped; the held-delivery pass idle; a forwarded envelope (hop 1, not a direct one)
+ * from the accepting coordinator, naming it; the type registered with the same settings; the shard authorized here
+ * by that coordinator (prepared by it, or its plan placing the shard on this node); no retry barrier for the shard.
+ * The node shell takes it for the owner's side of a routed message; the node simulator checks every answer against
+ * the full step.
+ */
+export function ownerDeliveryType(state: NodeState, d: Delivery, origin: UniqueAddress | null): TypeState | null {
+  if (state.stopped || state.bugs.acceptForwardFromAnyone === true) return null;
+  const envelope = d.envelope;
+  if (envelope.hopCount !== 1 || envelope instanceof DirectEnvelope) return null;
+  const coordinator = state.view.accepting;
+  if (coordinator === null || origin === null || !origin.equals(coordinator)) return null;
+  if (envelope.coordinator !== coordinator.toString()) return null;
+  const t = state.types.get(envelope.entityType);
+  if (t === undefined || envelope.settingsKey !== t.settings.key) return null;
+  const shard = envelope.shardId;
+  if (t.barrier.has(shard)) return null;
+  const authorized =
+    t.prepared.get(shard) === coordinator.toString() ||
+    (t.plan.author?.equals(coordinator) === true && t.plan.allocations.get(shard)?.equals(state.self) === true);
+  if (!authorized || !heldPassIdle(state, state.view.routing)) return null;
+  return t;
+}
+
+/**
+ * Where the coordinator's `envelope` step would send a caller's envelope from another node when it does only that,
+ * or null. Pure. It holds exactly when the coordinator's plain branch is taken (docs/protocol.md §8.1): not stopped;
+ * the held-delivery pass idle; a caller's envelope (hop 0, relayed by no one, not a direct one) from another node;
+ * the type registered with the same settings; the shard the one its entity id hashes to; this node the elected
+ * coordinator and author of its plan; no retry barrier and no handoff for the shard; the plan placing the shard on an
+ * Up member. That member is this node (the step delivers here) or another (the step forwards one hop:
+ * {@link forwardEffect}). The node shell takes it for the coordinator's side of a routed message; the node simulator
+ * checks every answer against the full step.
+ */
+export function coordinatorRouteOwner(
+  state: NodeState,
+  d: Delivery,
+  origin: UniqueAddress | null,
+): { readonly t: TypeState; readonly owner: UniqueAddress } | null {
+  if (state.stopped || origin === null) return null;
+  const envelope = d.envelope;
+  if (envelope.hopCount !== 0 || envelope.coordinator !== null || envelope instanceof DirectEnvelope) return null;
+  const t = state.types.get(envelope.entityType);
+  if (t === undefined || envelope.settingsKey !== t.settings.key) return null;
+  const self = state.self;
+  const view = state.view;
+  if (view.elected?.equals(self) !== true || t.plan.author?.equals(self) !== true) return null;
+  const shard = envelope.shardId;
+  if (t.barrier.has(shard) || t.handoffs.has(shard)) return null;
+  const owner = t.plan.allocations.get(shard);
+  if (owner === undefined || !view.up.has(owner.toString()) || !heldPassIdle(state, view.routing)) return null;
+  const settings = t.settings;
+  if (settings.partitioner.shardFor(envelope.entityType, envelope.entityId, settings.shardCount) !== shard) return null;
+  return { t, owner };
+}
+
+/** The coordinator's one hop of `d` to `owner` (another node), counted: the `forward` effect its step emits. */
+export function forwardEffect(
+  state: NodeState,
+  d: Delivery,
+  owner: UniqueAddress,
+): Extract<NodeEffect, { kind: "forward" }> {
+  state.counters.forwards++;
+  const forwarded = d.envelope.forwarded(state.self, d.sender === null);
+  const typed = typedOf(d.envelope);
+  if (typed !== undefined) attachTyped(forwarded, typed.value);
+  // The original asker's ref travels as sender, so reply, failure, timeout and cancel all stay between the asker and
+  // the owner (two network legs at most), and a three-node hop keeps the caller's actor path.
+  return { kind: "forward", to: owner, envelope: forwarded, delivery: d };
 }
 
 /**
@@ -1743,13 +1825,7 @@ class Step {
       if (!this.joinBarrier(t, d.envelope.shardId, d)) this.deliverLocally(t, d);
       return;
     }
-    this.counters.forwards++;
-    const forwarded = d.envelope.forwarded(this.self, d.sender === null);
-    const typed = typedOf(d.envelope);
-    if (typed !== undefined) attachTyped(forwarded, typed.value);
-    // The original asker's ref travels as sender, so reply, failure, timeout and cancel all stay between the asker and
-    // the owner (two network legs at most), and a three-node hop keeps the caller's actor path.
-    this.effects.push({ kind: "forward", to: owner, envelope: forwarded, delivery: d });
+    this.effects.push(forwardEffect(this.s, d, owner));
   }
 
   /**

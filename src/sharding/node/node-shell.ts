@@ -17,12 +17,15 @@ import type { ShardingMembership } from "../membership.ts";
 import type { MutableShardingStats } from "../stats.ts";
 import type { ShardingSpan, ShardingTracer } from "../tracing/sharding-tracer.ts";
 import {
+  coordinatorRouteOwner,
   type Delivery,
+  forwardEffect,
   localDeliveryType,
   type NodeEffect,
   type NodeInput,
   type NodeState,
   newNodeState,
+  ownerDeliveryType,
   routeLocally,
   step,
 } from "./node-core.ts";
@@ -144,6 +147,29 @@ export class NodeShell {
     const refusal = this.refusal;
     this.refusal = outerRefusal;
     if (refusal !== null) throw refusal;
+  }
+
+  /**
+   * Runs an envelope that arrived from another node (`origin`). The core's own answers first, as for a local caller
+   * (`route`): when the coordinator's step would only send it on to its owner, or deliver it here, or the owner's step
+   * would only deliver it here, that is done without building the step (node-core.ts coordinatorRouteOwner,
+   * ownerDeliveryType).
+   */
+  receive(delivery: Delivery, origin: UniqueAddress | null): void {
+    if (!this.running && this.queue.length === 0 && this.membership.snapshot() === this.state.view.snapshot) {
+      const owned = ownerDeliveryType(this.state, delivery, origin);
+      if (owned !== null) {
+        this.deliverRouted(owned.name, delivery);
+        return;
+      }
+      const routed = coordinatorRouteOwner(this.state, delivery, origin);
+      if (routed !== null) {
+        if (routed.owner.equals(this.state.self)) this.deliverRouted(routed.t.name, delivery);
+        else this.forwardRouted(forwardEffect(this.state, delivery, routed.owner));
+        return;
+      }
+    }
+    this.run({ kind: "envelope", delivery, origin });
   }
 
   /**
@@ -366,6 +392,18 @@ export class NodeShell {
         const shard = delivery.envelope.shardId;
         this.queue.push({ kind: "delivered", type, shard, retry: false, deliveries: [delivery], outcomes: [outcome] });
       }
+    } finally {
+      this.running = false;
+    }
+    const next = this.queue.shift();
+    if (next !== undefined) this.drain(next);
+  }
+
+  /** Performs a `forward` effect decided outside a step (receive), then runs what it queued (a refused send). */
+  private forwardRouted(effect: Extract<NodeEffect, { kind: "forward" }>): void {
+    this.running = true;
+    try {
+      this.perform(effect);
     } finally {
       this.running = false;
     }
