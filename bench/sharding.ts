@@ -522,7 +522,7 @@ if (runs("memory")) {
   memoryResult = await memory();
 }
 let routingResult: Record<string, unknown> | null = null;
-if (runs("local") || runs("1-hop") || runs("2-hop-owner") || runs("2-hop")) {
+if (runs("local") || runs("1-hop") || runs("2-hop-owner") || runs("2-hop") || runs("direct")) {
   say("three nodes: routing");
   routingResult = await routing();
 }
