@@ -155,6 +155,12 @@ export interface TypeState {
   readonly drains: Map<number, ShardWaiter[]>;
   /** Shards whose provider drain was started (the rest wait for the retry barrier to empty first). */
   readonly drainsStarted: Set<number>;
+  /**
+   * Shards this node drained for a handoff with no plan stored since. Its provider refuses them as handing off until
+   * it is told to keep them: by the next plan, or, when the handoff was aborted and the plan still places them here,
+   * by the first delivery routed here again (docs/protocol.md §9.4, "an aborted handoff").
+   */
+  readonly drainedHere: Set<number>;
   reconcileArmed: boolean;
   planSyncArmed: boolean;
   /** This node's callers' deliveries waiting for a coordinator to route through (docs/protocol.md §8.6). */
@@ -236,7 +242,9 @@ export type NodeTimer =
   /** An announced handoff still drains its old owner: announce again, a member's copy or its marker may be lost. */
   | { readonly kind: "announceRetry"; readonly type: string; readonly shard: number; readonly token: number }
   /** A drain still waiting for markers of handoff `token` gives up: its waiters fail, the coordinator tries again. */
-  | { readonly kind: "drainGateExpired"; readonly type: string; readonly shard: number; readonly token: number };
+  | { readonly kind: "drainGateExpired"; readonly type: string; readonly shard: number; readonly token: number }
+  /** The grace of a preparation an aborted handoff left on `node` (UniqueAddress text) is over: cancel it if stale. */
+  | { readonly kind: "preparationGrace"; readonly type: string; readonly node: string; readonly shard: number };
 
 /** A control message other nodes send to this node's daemon. */
 export type ControlMessage =
@@ -433,7 +441,7 @@ export function localDeliveryType(state: NodeState, d: Delivery): TypeState | nu
   if (t === undefined || t.flush !== null) return null;
   if (!routing.equals(self) || view.elected?.equals(self) !== true || t.plan.author?.equals(self) !== true) return null;
   const shard = envelope.shardId;
-  if (t.barrier.has(shard) || t.handoffs.has(shard)) return null;
+  if (t.barrier.has(shard) || t.handoffs.has(shard) || t.drainedHere.has(shard)) return null;
   const owner = t.plan.allocations.get(shard);
   if (owner === undefined || !owner.equals(self) || !view.up.has(self.toString())) return null;
   return t;
@@ -470,7 +478,7 @@ export function ownerDeliveryType(state: NodeState, d: Delivery, origin: UniqueA
   const t = state.types.get(envelope.entityType);
   if (t === undefined || envelope.settingsKey !== t.settings.key) return null;
   const shard = envelope.shardId;
-  if (t.barrier.has(shard)) return null;
+  if (t.barrier.has(shard) || t.drainedHere.has(shard)) return null;
   const authorized =
     t.prepared.get(shard) === coordinator.toString() ||
     (t.plan.author?.equals(coordinator) === true && t.plan.allocations.get(shard)?.equals(state.self) === true);
@@ -505,6 +513,7 @@ export function coordinatorRouteOwner(
   if (t.barrier.has(shard) || t.handoffs.has(shard)) return null;
   const owner = t.plan.allocations.get(shard);
   if (owner === undefined || !view.up.has(owner.toString()) || !heldPassIdle(state, view.routing)) return null;
+  if (t.drainedHere.has(shard) && owner.equals(self)) return null;
   const settings = t.settings;
   if (settings.partitioner.shardFor(envelope.entityType, envelope.entityId, settings.shardCount) !== shard) return null;
   return { t, owner };
@@ -751,6 +760,7 @@ class Step {
       registrations: new Map(),
       drains: new Map(),
       drainsStarted: new Set(),
+      drainedHere: new Set(),
       reconcileArmed: false,
       planSyncArmed: false,
       heldLocal: new HeldDeliveries<Delivery>(settings.heldDeliveriesPerShard),
@@ -1035,6 +1045,26 @@ class Step {
     this.afterPlanStored(t);
   }
 
+  /**
+   * The grace of a preparation an aborted handoff left on `node` ended: when this coordinator, still the plan's
+   * author, has not stood by it since, the node is told to forget it now rather than at its next plan request (up to
+   * a plan-sync interval later). Until then its lease, renewed, fenced the plan's owner out of the shard, and that
+   * owner's retry window could end first (the node simulator's operator-move seed 2490).
+   */
+  private onPreparationGrace(t: TypeState, node: string, shard: number): void {
+    if (!this.isAuthor(t)) return;
+    const first = t.staleSince.get(node)?.get(shard);
+    if (first === undefined || this.nowMs - first < t.settings.leaseDuration / 2) return;
+    if (node === this.self.toString()) {
+      this.dropOwnStalePreparations(t);
+      return;
+    }
+    const member = this.s.view.snapshot.members.find((m) => m.uniqueAddress.toString() === node);
+    if (member === undefined || this.standsBy(t, shard, member.uniqueAddress)) return;
+    // The entry stays: the node's next plan request either lists the preparation (a lost cancel is sent again) or not.
+    this.send(t, member.uniqueAddress, new CancelPreparations(t.name, t.settings.key, this.self.toString(), [shard]));
+  }
+
   private onCancelPreparations(t: TypeState, message: CancelPreparations, origin: UniqueAddress | null): void {
     const coordinator = this.checkControl(t, message.settingsKey, message.coordinator, origin).toString();
     const forgotten: number[] = [];
@@ -1066,18 +1096,23 @@ class Step {
 
   /** After any stored plan: keep only locally planned or prepared shards, clear prepared shards now planned here. */
   private afterPlanStored(t: TypeState): void {
+    for (const [shard, owner] of t.plan.allocations) if (owner.equals(this.self)) t.prepared.delete(shard);
+    this.retainOwned(t);
+    if (t.settings.routing === "direct") this.trackOwnership(t);
+  }
+
+  /**
+   * Tells the provider which shards it keeps: those the stored plan places here, those prepared here by the plan's
+   * author, and those whose prepare has not answered yet. A kept shard it drained is served again.
+   */
+  private retainOwned(t: TypeState): void {
     const author = t.plan.author?.toString() ?? null;
     const keep = new Set<number>();
-    for (const [shard, owner] of t.plan.allocations) {
-      if (owner.equals(this.self)) {
-        keep.add(shard);
-        t.prepared.delete(shard);
-      }
-    }
+    for (const [shard, owner] of t.plan.allocations) if (owner.equals(this.self)) keep.add(shard);
     for (const [shard, by] of t.prepared) if (by === author) keep.add(shard);
     for (const shard of t.preparing.keys()) keep.add(shard);
+    t.drainedHere.clear();
     this.effects.push({ kind: "retainShards", type: t.name, shards: keep });
-    if (t.settings.routing === "direct") this.trackOwnership(t);
   }
 
   /**
@@ -1861,6 +1896,10 @@ class Step {
    */
   private deliverLocally(t: TypeState, d: Delivery): void {
     const shard = d.envelope.shardId;
+    // Routed here after this node drained the shard, with no plan since: the handoff was aborted and the plan still
+    // places the shard here (a completed one would have moved it first). The provider serves it again; without this
+    // it refused the shard as handing off until the next plan (the node simulator's operator-move seed 2490).
+    if (t.drainedHere.has(shard)) this.retainOwned(t);
     for (let i = this.effects.length - 1; i >= 0; i--) {
       const e = this.effects[i]!;
       if (e.kind === "deliver" && !e.retry && e.type === t.name && e.shard === shard) {
@@ -2309,7 +2348,7 @@ class Step {
     if (t === undefined) return;
     const waiters = t.drains.get(shard) ?? [];
     t.drains.delete(shard);
-    t.drainsStarted.delete(shard);
+    if (t.drainsStarted.delete(shard) && error === null) t.drainedHere.add(shard);
     t.markers.forget(shard);
     for (const w of waiters) this.answer(t, shard, w, "passivated", error);
   }
@@ -2582,8 +2621,11 @@ class Step {
         if (t.handoffs.get(shard) === running) t.handoffs.delete(shard);
         this.log("info", { type: t.name, shard, outcome: effect.outcome }, "sharding handoff finished");
         // The next owner may have prepared: from now on this coordinator no longer stands by that preparation.
-        if (effect.outcome !== "done" && running.state.next !== null)
+        if (effect.outcome !== "done" && running.state.next !== null) {
           this.notStoodBySince(t, running.state.next, shard);
+          const node = running.state.next.toString();
+          this.schedule(t.settings.leaseDuration / 2, { kind: "preparationGrace", type: t.name, node, shard });
+        }
         if (effect.outcome === "done") {
           this.counters.handoffShards++;
           this.counters.rebalanceMoves++;
@@ -2641,6 +2683,9 @@ class Step {
       }
       case "drainGateExpired":
         this.onDrainGateExpired(t, timer.shard, timer.token);
+        return;
+      case "preparationGrace":
+        this.onPreparationGrace(t, timer.node, timer.shard);
         return;
       case "probeExpired": {
         const route = t.routes.get(timer.shard);
