@@ -149,7 +149,14 @@ class MovieNode extends NodeProcess<Ready> {
 // ---------------------------------------------------------------- the run
 
 say(`dropping Effect's tables ${prefix}_* (runner storage) in ${pgUrl.replace(/\/\/[^@/]*@/, "//…@")}`);
-say(`dropped ${await dropEffectTables()} tables`);
+const dropped = await dropEffectTables().catch((error: unknown) => {
+  process.stderr.write(
+    `bench: PostgreSQL is unreachable (${(error as Error).message}); Effect Cluster's runner storage needs it. ` +
+      "Set MOVIE_POSTGRES_TEST_URL to a server this benchmark may create tables in.\n",
+  );
+  process.exit(1);
+});
+say(`dropped ${dropped} tables`);
 
 say("Movie: three node processes");
 const first = new MovieNode("n1", "self");
