@@ -137,6 +137,15 @@ test("a preparation left by a handoff aborted after its prepare is cancelled (op
   assert.equal(result.liveness ?? null, null);
 });
 
+// Seed 2490 with operator moves: a move aborted after the old owner drained and the next owner prepared. The old owner,
+// still the plan's owner, refused the shard as handing off until a next plan that never came, and the next owner's
+// lease, renewed until its next plan request brought the cancel, outlasted the old owner's retry window. Both fixed
+// (docs/protocol.md §9.4 "an aborted handoff"; aborted-handoff-rules.test.ts).
+test("an owner that drained for an aborted handoff serves its shard again (operator-move seed 2490 is live)", () => {
+  const result = runHistory({ seed: 2490, operatorMoves: true, liveness: true, direct: false });
+  assert.equal(result.liveness ?? null, null);
+});
+
 /** The first seed in 1..`maxSeeds` whose history fails with `bugs` planted, and how. */
 function firstCaught(
   bugs: PlantedBugs,
