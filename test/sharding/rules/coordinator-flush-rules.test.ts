@@ -698,3 +698,26 @@ test("a flush retry finds the old coordinator Down: the flush ends, no marker is
   assert.deepEqual(markers(effects), [], "nothing to a Down node");
   assert.equal(n.t.flush, null, "the flush ended");
 });
+
+test("a marker waiting for the old coordinator's term is relayed in the step that loses the term, even with nothing held there", () => {
+  // a coordinates and drives handoffs (none runs, nothing buffered or held); c's view already elects z. c's marker
+  // waits at a; once a sees z coordinate, it goes on to z at once, not at c's next resend.
+  const z = node(2550);
+  const n = new Driven(a, view(a, [member(a), member(b), member(c), member(z, "Joining")]));
+  n.feed({ kind: "timer", timer: { kind: "reconcile", type } }, 600);
+  assert.ok(n.t.plan.author?.equals(a), "a authored the plan");
+  const early = n.control(new CoordinatorFlush(type, n.settings.key, c.toString(), z.toString(), 5), c, 620);
+  assert.deepEqual(markers(early), [], "waits while a drives handoffs");
+  assert.equal(n.t.pendingMarkers.size, 1);
+  assert.equal(n.t.heldLocal.size + n.t.heldForwarded.size, 0, "nothing held");
+  const lost = n.feed(
+    { kind: "membershipChanged", snapshot: view(a, [member(a), member(b), member(c), member(z)]) },
+    630,
+  );
+  assert.deepEqual(
+    markers(lost).map((m) => [m.to, m.marker.caller, m.marker.token]),
+    [[z.toString(), c.toString(), 5]],
+    "c's marker relayed to z",
+  );
+  assert.equal(n.t.pendingMarkers.size, 0);
+});
