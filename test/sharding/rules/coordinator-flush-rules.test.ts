@@ -721,3 +721,39 @@ test("a marker waiting for the old coordinator's term is relayed in the step tha
   );
   assert.equal(n.t.pendingMarkers.size, 0);
 });
+
+test("a flush retry while no coordinator is routed and the old coordinator has left the view sends nothing and re-arms nothing; the change that elects one resumes the check", () => {
+  const { n, held, effects } = callerAfterChange();
+  // a left the view and the view does not converge: no coordinator to route through, so nothing to check against.
+  const unsettled = { ...view(c, [member(b), member(c)]), converged: false };
+  n.feed({ kind: "membershipChanged", snapshot: unsettled }, 30);
+  assert.equal(n.state.view.routing, null);
+  const retry = effects.flatMap((e) => (e.kind === "schedule" && e.timer.kind === "flushRetry" ? [e.timer] : []));
+  const fired = n.feed({ kind: "timer", timer: retry[0]! }, 320);
+  assert.deepEqual(
+    fired.filter((e) => e.kind !== "log"),
+    [],
+    "no marker, no timer, nothing released",
+  );
+  assert.notEqual(n.t.flush, null, "the flush stands");
+  // Converged again past the grace: the membership change itself ends the wait and releases in order.
+  const settled = n.feed({ kind: "membershipChanged", snapshot: view(c, [member(b), member(c)]) }, 20 + 1_000);
+  assert.equal(n.t.flush, null);
+  assert.deepEqual(
+    forwards(settled).map((f) => [f.to, f.d]),
+    held.map((d) => [b.toString(), d]),
+  );
+});
+
+test("a flush start is logged at info", () => {
+  const { effects } = callerAfterChange();
+  const started = effects.filter(
+    (e) =>
+      e.kind === "log" &&
+      e.message === "sharding coordinator changed: callers wait for the flush of what went to the old one",
+  );
+  assert.deepEqual(
+    started.map((e) => e.kind === "log" && e.level),
+    ["info"],
+  );
+});
