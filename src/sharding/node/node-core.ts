@@ -1529,16 +1529,8 @@ class Step {
   private flushHeld(): void {
     const routing = this.s.view.routing;
     for (const t of this.s.types.values()) {
-      // Nothing held, no marker pending and no coordinator change to flush: the case of every routed message while
-      // the cluster is stable, answered here without a call (this runs twice per step).
-      if (
-        t.heldLocal.size === 0 &&
-        t.heldForwarded.size === 0 &&
-        t.pendingMarkers.size === 0 &&
-        (routing === null || t.flush !== null || t.via === null || t.via.equals(routing))
-      ) {
-        continue;
-      }
+      // Nothing held, no marker pending and no coordinator change to flush (every routed message while the cluster is
+      // stable; this runs twice per step): each guard below is false, and the pass makes no call.
       if (t.pendingMarkers.size > 0 && this.handoffTerm(t) === "lost") {
         const markers = [...t.pendingMarkers.values()];
         t.pendingMarkers.clear();
@@ -1546,10 +1538,11 @@ class Step {
           this.relayFlush(t, marker, UniqueAddress.parse(marker.caller), UniqueAddress.parse(marker.target));
         }
       }
-      this.flushOwnHeldRelays(t);
       // A coordinator change starts the flush at once, not at this node's next call: its callers may all be waiting
       // for replies to asks that the old coordinator holds for this very flush (seen in zero-downtime.test.ts on a
-      // loaded host: twelve asks held there until their deadline, no new call to start the flush).
+      // loaded host: twelve asks held there until their deadline, no new call to start the flush). This includes the
+      // flush through itself that this node's own callers' deliveries held in the forwarded queue (a lost term's
+      // handoff buffer, origin null) wait for.
       if (routing !== null && t.flush === null && t.via !== null && !t.via.equals(routing)) this.flushing(t, routing);
       // Other nodes' envelopes first: among them are this node's own callers' earlier envelopes, relayed back here
       // by the coordinator they went to (§8.7), which must go before the same callers' later held ones.
@@ -1619,19 +1612,6 @@ class Step {
     }
     if (t.flush === null || !t.flush.target.equals(coordinator)) this.startFlush(t, via, coordinator, this.nowMs);
     return true;
-  }
-
-  /**
-   * This node's own callers' deliveries that its handoff buffers of a lost term held (origin null in the forwarded
-   * queue) wait for this node's own flush through itself, as other callers' wait for theirs: started here, so they do
-   * not wait for the next local call to start it (a node whose callers went quiet would lose them at their deadline).
-   */
-  private flushOwnHeldRelays(t: TypeState): void {
-    if (t.heldForwarded.size === 0 || t.flush !== null || t.via === null || !t.via.equals(this.self)) return;
-    const routing = this.s.view.routing;
-    if (routing === null || routing.equals(this.self) || this.handoffTerm(t) !== "lost") return;
-    if (!t.heldForwarded.list().some((h) => h.origin === null)) return;
-    this.flushing(t, routing);
   }
 
   /** `node`'s status in this node's view: "Removed" when it is no longer listed. */
@@ -1832,15 +1812,13 @@ class Step {
   /**
    * `origin`: the node a hop-0 envelope came from (null: built here), kept with it in a handoff buffer (§8.7). An
    * envelope from another node had its shard checked against its entity id once, on arrival (onEnvelope): whether
-   * routed at once or held and routed later, it is not hashed a second time here.
+   * routed at once or held and routed later, it is not hashed a second time here. Both callers (`routeLocal` and
+   * `routeForwarded`) call it only when this node is the elected coordinator and, by `authorReady`, the author of its
+   * plan (`routing` is the elected coordinator whenever it is set), so neither is checked again here.
    */
   private routeAsCoordinator(t: TypeState, d: Delivery, origin: UniqueAddress | null): void {
     const { envelope } = d;
     const shard = envelope.shardId;
-    const coordinator = this.s.view.elected;
-    if (coordinator === null || !coordinator.equals(this.self)) throw new NoShardOwnerError(envelope.entityType, shard);
-    if (!this.isAuthor(t)) this.reconcileUnlessBootstrapping(t);
-    if (!this.isAuthor(t)) throw new NoShardOwnerError(envelope.entityType, shard);
     if (this.joinBarrier(t, shard, d)) return;
     if (this.bufferInHandoff(t, shard, d, origin)) return;
     let owner = t.plan.allocations.get(shard);

@@ -698,3 +698,62 @@ test("a flush retry finds the old coordinator Down: the flush ends, no marker is
   assert.deepEqual(markers(effects), [], "nothing to a Down node");
   assert.equal(n.t.flush, null, "the flush ended");
 });
+
+test("a marker waiting for the old coordinator's term is relayed in the step that loses the term, even with nothing held there", () => {
+  // a coordinates and drives handoffs (none runs, nothing buffered or held); c's view already elects z. c's marker
+  // waits at a; once a sees z coordinate, it goes on to z at once, not at c's next resend.
+  const z = node(2550);
+  const n = new Driven(a, view(a, [member(a), member(b), member(c), member(z, "Joining")]));
+  n.feed({ kind: "timer", timer: { kind: "reconcile", type } }, 600);
+  assert.ok(n.t.plan.author?.equals(a), "a authored the plan");
+  const early = n.control(new CoordinatorFlush(type, n.settings.key, c.toString(), z.toString(), 5), c, 620);
+  assert.deepEqual(markers(early), [], "waits while a drives handoffs");
+  assert.equal(n.t.pendingMarkers.size, 1);
+  assert.equal(n.t.heldLocal.size + n.t.heldForwarded.size, 0, "nothing held");
+  const lost = n.feed(
+    { kind: "membershipChanged", snapshot: view(a, [member(a), member(b), member(c), member(z)]) },
+    630,
+  );
+  assert.deepEqual(
+    markers(lost).map((m) => [m.to, m.marker.caller, m.marker.token]),
+    [[z.toString(), c.toString(), 5]],
+    "c's marker relayed to z",
+  );
+  assert.equal(n.t.pendingMarkers.size, 0);
+});
+
+test("a flush retry while no coordinator is routed and the old coordinator has left the view sends nothing and re-arms nothing; the change that elects one resumes the check", () => {
+  const { n, held, effects } = callerAfterChange();
+  // a left the view and the view does not converge: no coordinator to route through, so nothing to check against.
+  const unsettled = { ...view(c, [member(b), member(c)]), converged: false };
+  n.feed({ kind: "membershipChanged", snapshot: unsettled }, 30);
+  assert.equal(n.state.view.routing, null);
+  const retry = effects.flatMap((e) => (e.kind === "schedule" && e.timer.kind === "flushRetry" ? [e.timer] : []));
+  const fired = n.feed({ kind: "timer", timer: retry[0]! }, 320);
+  assert.deepEqual(
+    fired.filter((e) => e.kind !== "log"),
+    [],
+    "no marker, no timer, nothing released",
+  );
+  assert.notEqual(n.t.flush, null, "the flush stands");
+  // Converged again past the grace: the membership change itself ends the wait and releases in order.
+  const settled = n.feed({ kind: "membershipChanged", snapshot: view(c, [member(b), member(c)]) }, 20 + 1_000);
+  assert.equal(n.t.flush, null);
+  assert.deepEqual(
+    forwards(settled).map((f) => [f.to, f.d]),
+    held.map((d) => [b.toString(), d]),
+  );
+});
+
+test("a flush start is logged at info", () => {
+  const { effects } = callerAfterChange();
+  const started = effects.filter(
+    (e) =>
+      e.kind === "log" &&
+      e.message === "sharding coordinator changed: callers wait for the flush of what went to the old one",
+  );
+  assert.deepEqual(
+    started.map((e) => e.kind === "log" && e.level),
+    ["info"],
+  );
+});

@@ -455,3 +455,29 @@ test("direct: a burst past the held bound while the probe is out is not refused 
   );
   assert.equal(bb.t.routes.get(shard)?.phase, "cooling");
 });
+
+test("direct: a delivery held while the probe is out is counted once and keeps its deadline, though every later step takes it out and puts it back", () => {
+  const k = cluster();
+  const shard = k.b.shardOn(c);
+  const id = k.b.entityIn((s) => s === shard);
+  k.b.route(k.b.delivery(id), 2_000);
+  const waiting = k.b.delivery(id);
+  assert.deepEqual(forwards(k.b.route(waiting, 2_001)), [], "held while the probe is out");
+  const deadline = 2_001 + k.b.settings.heldDeliveryTimeout;
+  assert.equal(k.b.stats.heldDeliveries, 1);
+  assert.deepEqual(
+    k.b.t.heldLocal.list().map((h) => h.deadlineMs),
+    [deadline],
+  );
+  // Later steps (another shard's call) run the held pass, which takes the delivery and, the probe still out, holds it
+  // again in its place: not a new delivery, so not counted again and not given a later deadline.
+  const other = k.b.entityIn((s) => s === k.b.shardOn(a));
+  k.b.route(k.b.delivery(other), 2_500);
+  k.b.route(k.b.delivery(other), 2_600);
+  assert.equal(k.b.stats.heldDeliveries, 1, "counted once");
+  assert.deepEqual(
+    k.b.t.heldLocal.list().map((h) => ({ d: h.delivery, deadlineMs: h.deadlineMs })),
+    [{ d: waiting, deadlineMs: deadline }],
+    "the same delivery with its first deadline",
+  );
+});

@@ -170,3 +170,18 @@ test("reconcile: a new coordinator asks its peers for snapshots in address order
     [b.toString(), c.toString()],
   );
 });
+
+test("reconcile: a coordinator whose first allocation failed does not reconcile at an input that routes nothing (a stale timer): only a delivery, a plan request or its timer tries again", () => {
+  const strategy = new Breakable();
+  const n = new Driven(a, { allocation: strategy });
+  planRequest(n, b, 10);
+  planRequest(n, c, 10);
+  n.feed({ kind: "timer", timer: { kind: "reconcile", type } }, 1_000);
+  assert.equal(n.t.plan.author, null, "no plan yet");
+  strategy.broken = false;
+  // The held-delivery pass runs at every step; with nothing held it asks nothing of the plan.
+  const stale = n.feed({ kind: "timer", timer: { kind: "heldSweep", type, id: 987_654 } }, 1_010);
+  assert.deepEqual(logs(stale), []);
+  assert.equal(n.t.plan.author, null, "not authored by a step that routes nothing");
+  assert.equal(n.t.heldLocal.size + n.t.heldForwarded.size, 0);
+});
