@@ -650,7 +650,9 @@ export class NodeSim {
     if (t !== undefined) {
       for (const d of t.barrier.clear()) this.settle(d, "lost");
       for (const h of t.handoffs.values()) for (const d of h.state.buffer) this.settle(d, "lost");
-      for (const h of [...t.heldLocal.takeAll(), ...t.heldForwarded.takeAll()]) this.settle(h.delivery, "lost");
+      for (const h of [...t.heldLocal.takeAll(), ...t.heldForwarded.takeAll(), ...t.heldDirect.takeAll()]) {
+        this.settle(h.delivery, "lost");
+      }
     }
     this.note(`${node.name} stopped (${why})`);
   }
@@ -1375,7 +1377,9 @@ export class NodeSim {
       for (const d of t.barrier.clear()) held.add(callOf(d.envelope));
       for (const h of t.handoffs.values()) for (const d of h.state.buffer) held.add(callOf(d.envelope));
       // Deliveries waiting for a coordinator (docs/protocol.md §8.6): routed or expired later, by their deadline.
-      for (const h of [...t.heldLocal.list(), ...t.heldForwarded.list()]) held.add(callOf(h.delivery.envelope));
+      for (const h of [...t.heldLocal.list(), ...t.heldForwarded.list(), ...t.heldDirect.list()]) {
+        held.add(callOf(h.delivery.envelope));
+      }
     }
     for (const call of this.onWire.keys()) held.add(call);
     for (const call of this.calls.keys()) {
