@@ -218,3 +218,25 @@ test("direct routing: the same seeds without the planted bug keep every invarian
   }
   assert.ok(directDelivered > 200, `${directDelivered} messages delivered by the direct route`);
 });
+
+// Direct routing's refusals are monotone for a grant (docs/protocol.md §8.8): the simulator fails a history in which a
+// direct call is delivered that its caller sent under a grant after an earlier call of that grant was refused. The
+// planted bug refuses a direct delivery while the owner has no accepting coordinator, instead of holding it: the
+// caller falls back, and a later direct call of the same grant is accepted once the owner's view converged. Measured
+// 2026-12-06: first caught at seed 79 (direct, with liveness); the entity-level FIFO check alone did not catch it in
+// 2,000 direct seeds (the reorder needs the later call and the fallback to address one entity).
+test("a planted bug, a direct delivery refused for want of an accepting coordinator, is caught within 100 direct seeds", () => {
+  const caught = firstCaught({ refuseDirectWithoutCoordinator: true }, 100, { direct: true });
+  assert.ok(caught !== null, "no seed caught the non-monotone refusal");
+  assert.match(caught.reason, /not monotone/);
+});
+
+// Direct seeds 89 and 164: raising the ownership's floor past a refused grant (a rejected fix of the refusal above)
+// refused the first direct delivery after a lost DirectRefused on the healed cluster, and these histories were not
+// live. With the owner's hold they are live.
+for (const seed of [89, 164]) {
+  test(`direct seed ${seed} is live after healing (the owner holds, rather than refuses, without a coordinator)`, () => {
+    const result = runHistory({ seed, direct: true, liveness: true });
+    assert.equal(result.liveness ?? null, null);
+  });
+}

@@ -42,7 +42,12 @@ import {
 } from "../../src/cluster/membership.ts";
 import type { ClusterMessage } from "../../src/cluster/messages.ts";
 import type { ClusterSnapshot } from "../../src/cluster/snapshot.ts";
-import { LeastLoadedAllocation, RateLimitedRebalance, ShardingSettings } from "../../src/sharding/index.ts";
+import {
+  DirectDeliveryRefusedError,
+  LeastLoadedAllocation,
+  RateLimitedRebalance,
+  ShardingSettings,
+} from "../../src/sharding/index.ts";
 import { attachTyped, typedOf } from "../../src/sharding/internal/codec.ts";
 import { CoordinatorFlushed, ShardingEnvelope } from "../../src/sharding/internal/index.ts";
 import { DirectEnvelope } from "../../src/sharding/internal/messages.ts";
@@ -411,6 +416,16 @@ export class NodeSim {
   private readonly plansSeen = new Map<string, Map<number, Set<string>>>();
   private directDelivered = 0;
   /**
+   * Direct routing's monotone refusal (§8.8): each grant a caller sent under (its route object, numbered on first
+   * use), each direct call's grant and send index, and per grant the send index of its first refused call. A direct
+   * call of a grant sent after a refused one (same link, FIFO: it arrived after the refusal) must not be delivered:
+   * the caller fell back to the coordinator at the refusal, and what it sent there could be overtaken.
+   */
+  private readonly grantIds = new WeakMap<object, number>();
+  private readonly directCalls = new Map<number, { readonly grant: number; readonly sent: number }>();
+  private readonly refusedFrom = new Map<number, number>();
+  private directSends = 0;
+  /**
    * call → envelopes of it on the wire now. The accounting at the end counts them as held: a delivery released at the
    * last instant (a direct-route probe that expired then, §8.8) is on its way, not vanished.
    */
@@ -650,7 +665,9 @@ export class NodeSim {
     if (t !== undefined) {
       for (const d of t.barrier.clear()) this.settle(d, "lost");
       for (const h of t.handoffs.values()) for (const d of h.state.buffer) this.settle(d, "lost");
-      for (const h of [...t.heldLocal.takeAll(), ...t.heldForwarded.takeAll()]) this.settle(h.delivery, "lost");
+      for (const h of [...t.heldLocal.takeAll(), ...t.heldForwarded.takeAll(), ...t.heldDirect.takeAll()]) {
+        this.settle(h.delivery, "lost");
+      }
     }
     this.note(`${node.name} stopped (${why})`);
   }
@@ -886,6 +903,7 @@ export class NodeSim {
       case "forward": {
         const call = callOf(effect.envelope);
         if (effect.envelope.hopCount === 0 && effect.envelope.coordinator !== null) this.relayedCalls.add(call);
+        if (effect.envelope instanceof DirectEnvelope) this.noteDirectSend(node, call, effect.envelope.shardId);
         if (verbose)
           this.note(
             () =>
@@ -943,6 +961,10 @@ export class NodeSim {
         return;
       }
       case "reject":
+        if (effect.delivery.envelope instanceof DirectEnvelope && effect.error instanceof DirectDeliveryRefusedError) {
+          const sent = this.directCalls.get(callOf(effect.delivery.envelope));
+          if (sent !== undefined && !this.refusedFrom.has(sent.grant)) this.refusedFrom.set(sent.grant, sent.sent);
+        }
         if (this.healed)
           this.note(() => `${node.name} rejects ${callOf(effect.delivery.envelope)}: ${effect.error.message}`);
         this.settle(effect.delivery, "rejected");
@@ -1044,6 +1066,18 @@ export class NodeSim {
     }
   }
 
+  /** Records the grant `node` sent direct call `call` under (its route for `shard` after the route step). */
+  private noteDirectSend(node: SimNode, call: number, shard: number): void {
+    const route = node.core.types.get(typeName)?.routes.get(shard);
+    if (route?.phase !== "direct") return;
+    let grant = this.grantIds.get(route);
+    if (grant === undefined) {
+      grant = this.directSends;
+      this.grantIds.set(route, grant);
+    }
+    this.directCalls.set(call, { grant, sent: this.directSends++ });
+  }
+
   /** The simulated provider: authorizes, creates the entity, processes the message (checked here). */
   private deliverOne(node: SimNode, shard: number, d: Delivery): AttemptOutcome {
     const t = node.core.types.get(typeName)!;
@@ -1056,6 +1090,13 @@ export class NodeSim {
       if (named?.get(shard)?.has(self) !== true) {
         this.fail(
           `${node.name}: a direct delivery for shard ${shard} accepted, which the plan it names (generation ${d.envelope.generation} of ${d.envelope.coordinator}) does not give it`,
+        );
+      }
+      const sent = this.directCalls.get(callOf(d.envelope));
+      const refused = sent === undefined ? undefined : this.refusedFrom.get(sent.grant);
+      if (sent !== undefined && refused !== undefined && sent.sent > refused) {
+        this.fail(
+          `${node.name}: direct call ${callOf(d.envelope)} for shard ${shard} delivered, sent under a grant whose earlier direct delivery was refused (a refusal that is not monotone, §8.8)`,
         );
       }
     }
@@ -1375,7 +1416,9 @@ export class NodeSim {
       for (const d of t.barrier.clear()) held.add(callOf(d.envelope));
       for (const h of t.handoffs.values()) for (const d of h.state.buffer) held.add(callOf(d.envelope));
       // Deliveries waiting for a coordinator (docs/protocol.md §8.6): routed or expired later, by their deadline.
-      for (const h of [...t.heldLocal.list(), ...t.heldForwarded.list()]) held.add(callOf(h.delivery.envelope));
+      for (const h of [...t.heldLocal.list(), ...t.heldForwarded.list(), ...t.heldDirect.list()]) {
+        held.add(callOf(h.delivery.envelope));
+      }
     }
     for (const call of this.onWire.keys()) held.add(call);
     for (const call of this.calls.keys()) {

@@ -167,6 +167,14 @@ export interface TypeState {
   readonly heldLocal: HeldDeliveries<Delivery>;
   /** Hop-0 envelopes from other nodes' callers that reached this node while it could not route them as coordinator. */
   readonly heldForwarded: HeldDeliveries<Delivery>;
+  /**
+   * Direct routing, owner side: direct envelopes that reached this node while it had no accepting coordinator to
+   * check them against (a member unreachable, the view not converged), per shard in arrival order; checked and
+   * delivered or refused in that order once it has one (docs/protocol.md §8.8). Never refused for that want alone: a
+   * refusal sends the caller to the coordinator, and a later direct envelope of the same grant accepted after the view
+   * re-converged would overtake what the caller sent through the coordinator meanwhile.
+   */
+  readonly heldDirect: HeldDeliveries<Delivery>;
   /** The armed held-deliveries sweep: its id (a sweep with another id is stale) and when it fires; null when none. */
   heldSweep: { readonly id: number; readonly atMs: number } | null;
   /** The coordinator this node's callers last sent envelopes to (this node included); null before the first. */
@@ -208,6 +216,11 @@ export interface PlantedBugs {
   readonly skipCoordinatorFlush?: boolean;
   /** Direct routing: a caller goes direct from its plan alone, without the owner's grant (no order at the switch). */
   readonly directWithoutGrant?: boolean;
+  /**
+   * Direct routing: an owner with no accepting coordinator refuses a direct envelope (and sends its caller to the
+   * coordinator) instead of holding it: the refusal is not monotone (§8.8), a later one of the same grant is accepted.
+   */
+  readonly refuseDirectWithoutCoordinator?: boolean;
 }
 
 /** The whole node. */
@@ -453,7 +466,9 @@ export function localDeliveryType(state: NodeState, d: Delivery): TypeState | nu
  */
 function heldPassIdle(state: NodeState, routing: UniqueAddress | null): boolean {
   for (const t of state.types.values()) {
-    if (t.heldLocal.size > 0 || t.heldForwarded.size > 0 || t.pendingMarkers.size > 0) return false;
+    if (t.heldLocal.size > 0 || t.heldForwarded.size > 0 || t.heldDirect.size > 0 || t.pendingMarkers.size > 0) {
+      return false;
+    }
     if (routing !== null && t.flush === null && t.via !== null && !t.via.equals(routing)) return false;
   }
   return true;
@@ -765,6 +780,7 @@ class Step {
       planSyncArmed: false,
       heldLocal: new HeldDeliveries<Delivery>(settings.heldDeliveriesPerShard),
       heldForwarded: new HeldDeliveries<Delivery>(settings.heldDeliveriesPerShard),
+      heldDirect: new HeldDeliveries<Delivery>(settings.heldDeliveriesPerShard),
       heldSweep: null,
       via: null,
       flush: null,
@@ -1503,7 +1519,8 @@ class Step {
   private onHeldSweep(t: TypeState, id: number): void {
     if (t.heldSweep?.id !== id) return;
     t.heldSweep = null;
-    const expired = [...t.heldLocal.expire(this.nowMs), ...t.heldForwarded.expire(this.nowMs)];
+    const expiredDirect = t.heldDirect.expire(this.nowMs);
+    const expired = [...t.heldLocal.expire(this.nowMs), ...t.heldForwarded.expire(this.nowMs), ...expiredDirect];
     let error: NoShardOwnerError | null = null;
     for (const h of expired) {
       this.counters.heldExpired++;
@@ -1521,8 +1538,14 @@ class Step {
         "sharding deliveries waited for a coordinator past their deadline and were rejected",
       );
     }
-    const next = [t.heldLocal.nextDeadlineMs(), t.heldForwarded.nextDeadlineMs()].filter((x) => x !== null);
+    const next = [t.heldLocal.nextDeadlineMs(), t.heldForwarded.nextDeadlineMs(), t.heldDirect.nextDeadlineMs()].filter(
+      (x) => x !== null,
+    );
     if (next.length > 0) this.armHeldSweep(t, Math.min(...next));
+    // A drain that waited for them (they came before their senders' markers) may start now.
+    for (const shard of new Set(expiredDirect.map((h) => h.delivery.envelope.shardId))) {
+      this.startDrainIfWaiting(t, shard);
+    }
   }
 
   /** Routes every held delivery, in order, as soon as there is an authority to route it (docs/protocol.md §8.6). */
@@ -1538,6 +1561,7 @@ class Step {
           this.relayFlush(t, marker, UniqueAddress.parse(marker.caller), UniqueAddress.parse(marker.target));
         }
       }
+      if (t.heldDirect.size > 0 && this.s.view.accepting !== null) this.releaseHeldDirect(t);
       // A coordinator change starts the flush at once, not at this node's next call: its callers may all be waiting
       // for replies to asks that the old coordinator holds for this very flush (seen in zero-downtime.test.ts on a
       // loaded host: twelve asks held there until their deadline, no new call to start the flush). This includes the
@@ -2176,6 +2200,8 @@ class Step {
     // passivate, say; waiting would leave a drain pending that fires once the shard is this node's again, as the
     // node simulator found: seed 4202 in direct mode).
     if (t.plan.allocations.get(shard)?.equals(this.self) !== true) return true;
+    // Direct envelopes held for want of an accepting coordinator came before their senders' markers: they go first.
+    if (t.heldDirect.countOf(shard) > 0) return false;
     const accepting = this.s.view.accepting;
     if (accepting !== null && accepting.toString() !== gate.coordinator) return true;
     for (const member of gate.waitFor) {
@@ -2246,6 +2272,16 @@ class Step {
    * delivered when the owner's check passes, else refused with a typed, counted rejection and the sender told.
    */
   private receiveDirect(t: TypeState, d: Delivery, envelope: DirectEnvelope, origin: UniqueAddress | null): void {
+    if (
+      t.settings.routing === "direct" &&
+      (this.s.view.accepting === null || t.heldDirect.countOf(envelope.shardId) > 0) &&
+      this.s.bugs.refuseDirectWithoutCoordinator !== true
+    ) {
+      // No accepting coordinator to check it against: held in order, not refused (see heldDirect). Behind one held
+      // envelope of the shard every later one waits too.
+      this.hold(t, t.heldDirect, d, origin, false, null);
+      return;
+    }
     const reason = this.directRefusal(t, envelope);
     if (reason !== null) {
       this.counters.directRefusals++;
@@ -2257,6 +2293,25 @@ class Step {
     }
     if (this.joinBarrier(t, envelope.shardId, d)) return;
     this.deliverLocally(t, d);
+  }
+
+  /**
+   * The direct envelopes held while this node had no accepting coordinator, now that it has one: checked, and
+   * delivered or refused, in their order of arrival, before anything newer (this runs before and after every input).
+   * A gated drain of their shard (they came before their senders' markers) may start once they are through.
+   */
+  private releaseHeldDirect(t: TypeState): void {
+    const released = t.heldDirect.takeAll();
+    for (const h of released) {
+      const envelope = h.delivery.envelope;
+      if (!(envelope instanceof DirectEnvelope)) continue;
+      try {
+        this.receiveDirect(t, h.delivery, envelope, h.origin);
+      } catch (error) {
+        this.reject(h.delivery, asError(error));
+      }
+    }
+    for (const shard of new Set(released.map((h) => h.delivery.envelope.shardId))) this.startDrainIfWaiting(t, shard);
   }
 
   /**
@@ -2700,6 +2755,7 @@ class Step {
     for (const t of this.s.types.values()) {
       for (const h of t.heldLocal.takeAll()) this.reject(h.delivery, NoShardOwnerError.noCoordinator());
       for (const h of t.heldForwarded.takeAll()) this.reject(h.delivery, NoShardOwnerError.noCoordinator());
+      for (const h of t.heldDirect.takeAll()) this.reject(h.delivery, NoShardOwnerError.noCoordinator());
       t.heldSweep = null;
       t.flush = null;
       t.pendingMarkers.clear();
