@@ -54,6 +54,7 @@ import { DirectEnvelope } from "../../src/sharding/internal/messages.ts";
 import type { AttemptOutcome } from "../../src/sharding/internal/retry-barrier.ts";
 import {
   type ControlMessage,
+  callerRouteTarget,
   coordinatorRouteOwner,
   type Delivery,
   departureReady,
@@ -258,6 +259,8 @@ export interface HistoryResult {
    * ownerDeliveryType (delivered at the owner) answered (the shell's shortcuts), each checked against the full step.
    */
   readonly remoteShortcuts: number;
+  /** Member callers' routes callerRouteTarget answered (the shell's shortcut), each checked against the full step. */
+  readonly callerShortcuts: number;
   /** Nodes the operator stopped after healing because their member table disagreed with the leader's for good. */
   readonly operatorRestarts: number;
   /** Persistent histories: events committed, writes fenced as stale, lease acquisitions and losses. */
@@ -376,6 +379,8 @@ export class NodeSim {
   /** Caller routes the node shell would have taken without a step (each checked against the step). */
   localDeliveries = 0;
   remoteShortcuts = 0;
+  /** Member callers' routes callerRouteTarget answered (the shell's shortcut), each checked against the full step. */
+  callerShortcuts = 0;
   private readonly events = new EventQueue();
   readonly rand: Prng;
   private readonly nodes = new Map<number, SimNode>();
@@ -797,6 +802,10 @@ export class NodeSim {
     // The same for an envelope from another node (coordinatorRouteOwner, ownerDeliveryType): the step must do exactly
     // what the shortcut would.
     const remote = first.kind === "envelope" && node.alive ? this.remoteShortcut(node, first) : null;
+    // And for a member's caller (callerRouteTarget): the step must send the delivery on exactly as promised.
+    const onward = first.kind === "route" && node.alive ? callerRouteTarget(node.core, first.delivery) : null;
+    const routesBefore = node.core.counters.remoteRoutes;
+    const directBefore = node.core.counters.directRoutes;
     const forwardsBefore = node.core.counters.forwards;
     const queue: NodeInput[] = [first];
     for (let input = queue.shift(); input !== undefined; input = queue.shift()) {
@@ -804,6 +813,13 @@ export class NodeSim {
       this.steps++;
       const [, effects] = nodeStep(node.core, input, this.now);
       if (input === first && local !== null) this.checkLocalDelivery(node, first, local.name, effects);
+      if (input === first && onward !== null && first.kind === "route") {
+        const counted = {
+          remote: node.core.counters.remoteRoutes - routesBefore,
+          direct: node.core.counters.directRoutes - directBefore,
+        };
+        this.checkCallerRoute(node, first, onward, effects, counted);
+      }
       if (input === first && remote !== null && first.kind === "envelope") {
         this.checkRemoteShortcut(node, first, remote, effects, forwardsBefore);
       }
@@ -871,6 +887,50 @@ export class NodeSim {
     if (!exact) {
       this.fail(
         `${node.name}: a remote shortcut promised ${promised.to === null ? "a delivery here" : `a forward to ${promised.to.address.port}`}, the envelope step did ${effects.map((e) => e.kind).join(", ")} (forwards +${forwards})`,
+      );
+    }
+  }
+
+  /**
+   * Fails unless `effects` of the route step `input` are the one send callerRouteTarget promised: the delivery itself
+   * to the routing coordinator (counted when the caller asked), or its direct copy to the granting owner (counted), and
+   * this node's callers routing through that coordinator from now on.
+   */
+  private checkCallerRoute(
+    node: SimNode,
+    input: NodeInput & { readonly kind: "route" },
+    promised: NonNullable<ReturnType<typeof callerRouteTarget>>,
+    effects: readonly NodeEffect[],
+    counted: { readonly remote: number; readonly direct: number },
+  ): void {
+    this.callerShortcuts++;
+    const [only] = effects;
+    const d = input.delivery;
+    const direct = promised.direct;
+    const sent =
+      effects.length === 1 &&
+      only?.kind === "forward" &&
+      promised.t.via?.equals(promised.coordinator) === true &&
+      node.core.view.routing?.equals(promised.coordinator) === true;
+    const exact =
+      sent &&
+      (direct === null
+        ? only.to.equals(promised.coordinator) &&
+          only.envelope === d.envelope &&
+          only.delivery === d &&
+          counted.remote === (input.countsRemoteRoute ? 1 : 0) &&
+          counted.direct === 0
+        : only.to.equals(direct.owner) &&
+          only.envelope instanceof DirectEnvelope &&
+          only.envelope.generation === direct.generation &&
+          only.envelope.coordinator === direct.coordinator.toString() &&
+          only.envelope.entityId === d.envelope.entityId &&
+          only.delivery.sender === d.sender &&
+          counted.direct === 1 &&
+          counted.remote === 0);
+    if (!exact) {
+      this.fail(
+        `${node.name}: callerRouteTarget promised a send to ${(direct?.owner ?? promised.coordinator).address.port}, the route step did ${effects.map((e) => e.kind).join(", ")}`,
       );
     }
   }
@@ -1580,6 +1640,7 @@ export class NodeSim {
       steps: this.steps,
       localDeliveries: this.localDeliveries,
       remoteShortcuts: this.remoteShortcuts,
+      callerShortcuts: this.callerShortcuts,
       operatorRestarts: this.operatorRestarts,
       writes: leases.writes,
       staleWrites: leases.staleWrites,

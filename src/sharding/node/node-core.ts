@@ -550,6 +550,63 @@ export function forwardEffect(
 }
 
 /**
+ * Where a local caller's delivery goes when its `route` step would only send it on, or null. Pure. It holds exactly
+ * when the step's plain branch for a member's caller is taken (docs/protocol.md §8.1, §8.8): not stopped; the
+ * held-delivery pass idle; the type registered, its callers not flushing; another node the routing coordinator.
+ * With coordinator routing the delivery goes to that coordinator as it is. With direct routing only a valid grant
+ * answers (given under that coordinator, the author of this node's plan, which still places the shard on the granting
+ * owner, another node): the delivery goes straight to the owner; anything else (no grant, a probe out, a grant to
+ * drop) takes the step. The node shell applies it with {@link routeToTarget}; the node simulator checks every answer
+ * against the full step.
+ */
+export function callerRouteTarget(
+  state: NodeState,
+  d: Delivery,
+): {
+  readonly t: TypeState;
+  readonly coordinator: UniqueAddress;
+  readonly direct: Extract<DirectRoute, { readonly phase: "direct" }> | null;
+} | null {
+  if (state.stopped) return null;
+  const coordinator = state.view.routing;
+  if (coordinator === null || coordinator.equals(state.self) || !heldPassIdle(state, coordinator)) return null;
+  const t = state.types.get(d.envelope.entityType);
+  if (t === undefined || t.flush !== null) return null;
+  if (t.settings.routing !== "direct") return { t, coordinator, direct: null };
+  const shard = d.envelope.shardId;
+  const route = t.routes.get(shard);
+  if (route?.phase !== "direct" || route.owner.equals(state.self)) return null;
+  const valid =
+    route.coordinator.equals(coordinator) &&
+    t.plan.author?.equals(coordinator) === true &&
+    t.plan.allocations.get(shard)?.equals(route.owner) === true;
+  return valid ? { t, coordinator, direct: route } : null;
+}
+
+/**
+ * The `route` step of a delivery {@link callerRouteTarget} answered, without the step: its state change (this node's
+ * callers route through that coordinator), its count and its one `forward` effect, which the caller performs.
+ */
+export function routeToTarget(
+  state: NodeState,
+  target: NonNullable<ReturnType<typeof callerRouteTarget>>,
+  d: Delivery,
+  countsRemoteRoute: boolean,
+): Extract<NodeEffect, { kind: "forward" }> {
+  const { t, coordinator, direct } = target;
+  t.via = coordinator;
+  if (direct === null) {
+    if (countsRemoteRoute) state.counters.remoteRoutes++;
+    return { kind: "forward", to: coordinator, envelope: d.envelope, delivery: d };
+  }
+  state.counters.directRoutes++;
+  const envelope = DirectEnvelope.of(d.envelope, direct.coordinator, direct.generation);
+  const typed = typedOf(d.envelope);
+  if (typed !== undefined) attachTyped(envelope, typed.value);
+  return { kind: "forward", to: direct.owner, envelope, delivery: { envelope, sender: d.sender } };
+}
+
+/**
  * The `route` step of a delivery {@link localDeliveryType} found for `t`, without the step: its one state change (the
  * coordinator this node's callers last routed through is this node). The caller then delivers to `t`'s provider as a
  * `deliver` effect of that step would, and reports a delivery that was not delivered as that effect's `delivered`

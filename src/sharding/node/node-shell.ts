@@ -17,6 +17,7 @@ import type { ShardingMembership } from "../membership.ts";
 import type { MutableShardingStats } from "../stats.ts";
 import type { ShardingSpan, ShardingTracer } from "../tracing/sharding-tracer.ts";
 import {
+  callerRouteTarget,
   coordinatorRouteOwner,
   type Delivery,
   forwardEffect,
@@ -27,6 +28,7 @@ import {
   newNodeState,
   ownerDeliveryType,
   routeLocally,
+  routeToTarget,
   step,
 } from "./node-core.ts";
 import { RelayedAskSender } from "./relayed-ask-sender.ts";
@@ -140,7 +142,15 @@ export class NodeShell {
     this.callerInput = input;
     this.refusal = null;
     try {
-      this.run(input);
+      // A member's caller: when the route step would only send the delivery on (to the coordinator, or with direct
+      // routing to the owner under its grant), that is done without the step (node-core.ts callerRouteTarget). As
+      // the step's own effect, so a send refused at once still fails this call.
+      const target =
+        !this.running && this.queue.length === 0 && this.membership.snapshot() === this.state.view.snapshot
+          ? callerRouteTarget(this.state, delivery)
+          : null;
+      if (target !== null) this.forwardRouted(routeToTarget(this.state, target, delivery, countsRemoteRoute), input);
+      else this.run(input);
     } finally {
       this.callerInput = outer;
     }
@@ -399,12 +409,17 @@ export class NodeShell {
     if (next !== undefined) this.drain(next);
   }
 
-  /** Performs a `forward` effect decided outside a step (receive), then runs what it queued (a refused send). */
-  private forwardRouted(effect: Extract<NodeEffect, { kind: "forward" }>): void {
+  /**
+   * Performs a `forward` effect decided outside a step (receive, or a caller's route: `input`, so that a send refused
+   * at once fails that call as it would in the step), then runs what it queued (a refused send).
+   */
+  private forwardRouted(effect: Extract<NodeEffect, { kind: "forward" }>, input: NodeInput | null = null): void {
     this.running = true;
+    this.current = input;
     try {
       this.perform(effect);
     } finally {
+      this.current = null;
       this.running = false;
     }
     const next = this.queue.shift();
