@@ -16,8 +16,10 @@ import { expositionContentType } from "./exposition.ts";
 import { type HealthReport, readiness } from "./health.ts";
 import { renderMetrics } from "./metrics.ts";
 import { type OperatorAction, OperatorLog } from "./operator-log.ts";
+import { outboxCountsOrNull, outboxView, parkedLimitOf } from "./outbox-routes.ts";
 import {
   actionOffset,
+  noParameters,
   type ProjectionAction,
   projectionAction,
   projectionNameOf,
@@ -324,7 +326,8 @@ export function createManagementHandler(
     }
     if (first === "metrics" && path.length === 1) {
       if (!get) wrongMethod("GET");
-      return new Response(renderMetrics(system, operatorLog), {
+      const outbox = await outboxCountsOrNull(system);
+      return new Response(renderMetrics(system, operatorLog, { outbox }), {
         headers: { "content-type": expositionContentType, "cache-control": "no-store" },
       });
     }
@@ -397,11 +400,14 @@ export function createManagementHandler(
     if (first === "projections") {
       if (path.length === 1) {
         if (!get) wrongMethod("GET");
+        noParameters(parsed.searchParams, "/projections");
         return json(200, await projectionsView(system));
       }
       if (path.length === 2) {
         if (!get) wrongMethod("GET");
-        return json(200, await projectionView(system, projectionNameOf(second!)));
+        const name = projectionNameOf(second!);
+        noParameters(parsed.searchParams, "/projections/:name");
+        return json(200, await projectionView(system, name));
       }
       if (path.length === 3 && (third === "pause" || third === "resume" || third === "rebuild")) {
         if (!post) wrongMethod("POST");
@@ -413,6 +419,10 @@ export function createManagementHandler(
           return projectionAction(system, name, action, offset);
         });
       }
+    }
+    if (first === "outbox" && path.length === 1) {
+      if (!get) wrongMethod("GET");
+      return json(200, { ...(await outboxView(system, parkedLimitOf(parsed.searchParams))) });
     }
     if (first === "persistence" && second === "leases" && path.length === 2) {
       if (!get) wrongMethod("GET");
