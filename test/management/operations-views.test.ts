@@ -6,7 +6,7 @@
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import { ActorSystem, silentLogger } from "../../src/actor/index.ts";
-import { createManagementHandler, type ManagementHandler } from "../../src/management/index.ts";
+import { createManagementHandler, type ManagementHandler, startManagement } from "../../src/management/index.ts";
 import {
   Database,
   OperationId,
@@ -16,6 +16,7 @@ import {
   Projections,
 } from "../../src/persistence/index.ts";
 import { eventually } from "../fixtures/eventually.ts";
+import { runCliInProcess } from "./fixtures/run-cli.ts";
 
 let system: ActorSystem;
 let store: PersistenceStore;
@@ -203,6 +204,58 @@ test("a write method on the outbox view is refused, and a node without persisten
     const metrics = await createManagementHandler(bare).handle(new Request("http://node.example/metrics"));
     assert.doesNotMatch(await metrics.text(), /movie_outbox_/);
   } finally {
+    await bare.terminate();
+  }
+});
+
+test("movie outbox and movie projections print the same figures; --json for scripts; bad input exits 2, a refusal 1", async () => {
+  const server = await startManagement(system, { port: 0 });
+  const bare = ActorSystem.create("bare-cli", { logger: silentLogger });
+  const bareServer = await startManagement(bare, { port: 0 });
+  try {
+    const url = server.url;
+    const outbox = await runCliInProcess(["outbox", "--url", url]);
+    assert.equal(outbox.code, 0, outbox.stderr);
+    const lines = outbox.stdout.split("\n");
+    assert.match(
+      lines[0]!,
+      /^outbox \(memory\): 3 pending \(1 claimed, 1 retrying\), 2 parked, 1 delivered; oldest pending \d+\.\d s$/,
+    );
+    assert.match(outbox.stdout, /^PARKED +MESSAGE +SENDER +ATTEMPTS +LAST ERROR$/m);
+    assert.match(outbox.stdout, /Order:o0 +1 +cannot decode the message: Unknown manifest$/m);
+    assert.match(outbox.stdout, /Order:o0 +1 +no handler Stock$/m);
+    const limited = await runCliInProcess(["outbox", "--url", url, "--limit", "1"]);
+    assert.match(limited.stdout, /^\(1 more parked; --limit shows more\)$/m);
+    const json = await runCliInProcess(["outbox", "--url", url, "--json", "--limit", "0"]);
+    assert.equal(json.code, 0);
+    const parsed = JSON.parse(json.stdout) as { counts: { parked: number }; parked: unknown[] };
+    assert.deepEqual([parsed.counts.parked, parsed.parked], [2, []]);
+
+    const projections = await runCliInProcess(["projections", "--url", url]);
+    assert.equal(projections.code, 0, projections.stderr);
+    assert.match(
+      projections.stdout,
+      /^PROJECTION +SLICE +OWNER +STATUS +CHECKPOINT +LAG +EVENTS\/S +REBUILD FROM +LAST ERROR$/m,
+    );
+    assert.match(projections.stdout, /^orders-model +- +none +running +3 +0 +\d+\.\d +- +-$/m);
+    assert.match(
+      projections.stdout,
+      /^failing-model +- +none +(running +3 +0|failed +0 +3) +\d+\.\d +- +Error: read model offline \(20\d\d-/m,
+    );
+
+    for (const bad of ["-1", "1001", "1e3", "x", ""]) {
+      const run = await runCliInProcess(["outbox", "--url", url, `--limit=${bad}`]);
+      assert.equal(run.code, 2, `--limit ${bad}: ${run.stderr}`);
+      assert.match(run.stderr, /--limit must be a whole number from 0 to 1000/);
+    }
+    const refused = await runCliInProcess(["outbox", "--url", bareServer.url]);
+    assert.equal(refused.code, 1);
+    assert.match(refused.stderr, /GET \/outbox → 409 PersistenceNotEnabled/);
+    const none = await runCliInProcess(["projections", "--url", bareServer.url]);
+    assert.deepEqual([none.code, none.stdout], [0, "no projection runs or was initialised on this node\n"]);
+  } finally {
+    await server.close();
+    await bareServer.close();
     await bare.terminate();
   }
 });
