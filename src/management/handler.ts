@@ -109,6 +109,16 @@ function segmentsOf(pathname: string): string[] {
   });
 }
 
+/** Runs a read of the database: a refusal passes, any other failure is 503 StoreUnavailable naming it. */
+async function storeRead<T>(read: () => Promise<T>): Promise<T> {
+  try {
+    return await read();
+  } catch (error) {
+    if (error instanceof ManagementRequestError) throw error;
+    return refuse(503, "StoreUnavailable", `the database could not be read: ${errorText(error).slice(0, 300)}`);
+  }
+}
+
 /** A shard number from a path segment. @throws ManagementRequestError 400 unless it is in 0..shardCount-1 */
 function parseShard(text: string, shardCount: number): number {
   const shard = /^(0|[1-9][0-9]{0,8})$/.test(text) ? Number(text) : -1;
@@ -333,7 +343,9 @@ export function createManagementHandler(
     }
     if (first === "stats" && path.length === 1) {
       if (!get) wrongMethod("GET");
-      return json(200, { ...statsView(system) });
+      // The outbox's counts (parked messages included) come from the database: null without persistence or when it
+      // does not answer now.
+      return json(200, { ...statsView(system), outbox: await outboxCountsOrNull(system) });
     }
     if (first === "operator-actions" && path.length === 1) {
       if (!get) wrongMethod("GET");
@@ -401,13 +413,13 @@ export function createManagementHandler(
       if (path.length === 1) {
         if (!get) wrongMethod("GET");
         noParameters(parsed.searchParams, "/projections");
-        return json(200, await projectionsView(system));
+        return json(200, await storeRead(() => projectionsView(system)));
       }
       if (path.length === 2) {
         if (!get) wrongMethod("GET");
         const name = projectionNameOf(second!);
         noParameters(parsed.searchParams, "/projections/:name");
-        return json(200, await projectionView(system, name));
+        return json(200, await storeRead(() => projectionView(system, name)));
       }
       if (path.length === 3 && (third === "pause" || third === "resume" || third === "rebuild")) {
         if (!post) wrongMethod("POST");

@@ -139,6 +139,36 @@ test("GET /projections: each projection's status, checkpoint, lag, events/s and 
   healthy.resume();
 });
 
+test("GET /stats carries the outbox counts (parked included) beside every layer's counters", async () => {
+  const { status, body } = await get("/stats");
+  assert.equal(status, 200);
+  const outbox = body.outbox as Record<string, unknown>;
+  assert.deepEqual([outbox.parked, outbox.claimed, outbox.retrying], [2, 1, 1]);
+  const persistence = body.persistence as { projections: { name: string }[] };
+  assert.deepEqual(persistence.projections.map((p) => p.name).sort(), ["failing-model", "orders-model"]);
+});
+
+test("a database that cannot answer makes the views 503 StoreUnavailable and leaves the outbox out of /stats", async () => {
+  const closed = ActorSystem.create("closed-store", { logger: silentLogger });
+  try {
+    Projections.get(closed).start({ name: "p", mode: "at-least-once", pollIntervalMs: 20, handler: () => {} });
+    await Database.get(closed).store.close();
+    const broken = createManagementHandler(closed);
+    const ask = async (path: string) => {
+      const res = await broken.handle(new Request(`http://node.example${path}`));
+      return { status: res.status, body: (await res.json()) as Record<string, unknown> };
+    };
+    for (const path of ["/outbox", "/projections", "/projections/p"]) {
+      const answer = await ask(path);
+      assert.deepEqual([answer.status, answer.body.error], [503, "StoreUnavailable"], path);
+    }
+    const stats = await ask("/stats");
+    assert.deepEqual([stats.status, stats.body.outbox], [200, null]);
+  } finally {
+    await closed.terminate();
+  }
+});
+
 test("GET /metrics carries the projection and outbox figures", async () => {
   const { status, body } = await get("/metrics");
   assert.equal(status, 200);
