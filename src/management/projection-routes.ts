@@ -9,7 +9,7 @@ import type { ActorSystem } from "../actor/index.ts";
 import { errorText } from "../actor/untrusted.ts";
 import { Database, type ProjectionStats, Projections } from "../persistence/index.ts";
 import type { ClusterSharding } from "../sharding/index.ts";
-import type { ShardedProjectionControl } from "../sharding/persistent/index.ts";
+import type { ProjectionSliceFigures, ShardedProjectionControl } from "../sharding/persistent/index.ts";
 import { ManagementRequestError } from "./errors.ts";
 import { clusterOf, shardingOf } from "./views.ts";
 
@@ -23,6 +23,7 @@ interface ProjectionMethods {
   pauseProjection(name: string): Promise<ShardedProjectionControl>;
   resumeProjection(name: string): Promise<ShardedProjectionControl>;
   rebuildProjection(name: string, fromOffset: number): Promise<ShardedProjectionControl>;
+  projectionSliceReports(name: string, timeoutMs?: number): Promise<(ProjectionSliceFigures | null)[]>;
 }
 
 function refuse(status: number, code: string, message: string): never {
@@ -50,9 +51,10 @@ export function projectionNameOf(text: string): string {
 
 /**
  * Where one projection, or one slice of a sharded one, is and how it does, as this node sees it: the owner from the
- * sharding plan, the checkpoint and the operator's control from the database, the feed's latest offset, and for a
- * slice that runs here the runner's own figures (status, events/s, last error). A slice that runs on another node has
- * status "remote" (or "paused", "unowned") and no rate or error here: that node's endpoint has them.
+ * sharding plan, the checkpoint and the operator's control from the database, the feed's latest offset, and the
+ * runner's own figures (status, events/s, last error): read here for a slice this node runs, else asked of the owner
+ * through sharding (`reportedBy: "owner"`). A slice whose owner did not answer has status "remote" (or "paused",
+ * "unowned") and no rate or error.
  */
 export interface ProjectionSliceView {
   readonly projection: string;
@@ -63,11 +65,13 @@ export interface ProjectionSliceView {
   readonly sharded: boolean;
   /** The owning node's address, or null when the slice has no owner in this node's plan. */
   readonly owner: string | null;
-  /** Whether it runs on this node (its rate and last error are then known here). */
+  /** Whether it runs on this node. */
   readonly local: boolean;
+  /** Where the runner figures come from: this node, the owner (asked through sharding), or none (no answer). */
+  readonly reportedBy: "this-node" | "owner" | null;
   /**
    * running; paused; failed (its last batch failed and it is retrying); starting, stopped or stale (fenced out) as
-   * the runner says; remote (runs on the owner); unowned (no owner in this node's plan).
+   * the runner says; remote (the owner did not answer); unowned (no owner in this node's plan).
    */
   readonly status: "running" | "paused" | "failed" | "starting" | "stopped" | "stale" | "remote" | "unowned";
   /** The committed checkpoint, or null before the first batch. */
@@ -87,7 +91,7 @@ export interface ProjectionSliceView {
 }
 
 /** The runner status as the management view reports it. */
-function localStatus(stats: ProjectionStats): ProjectionSliceView["status"] {
+function localStatus(stats: Pick<ProjectionStats, "status" | "consecutiveFailures">): ProjectionSliceView["status"] {
   if (stats.status === "running" && stats.consecutiveFailures > 0) return "failed";
   return stats.status;
 }
@@ -105,26 +109,36 @@ export async function projectionSlices(system: ActorSystem): Promise<ProjectionS
   const shardedNames = new Set<string>();
   for (const name of names) {
     const control = await methods!.projectionControl(name);
-    for (const slice of control.slices) {
-      shardedNames.add(slice.name);
+    const localStats = control.slices.map((slice) => {
       const stats = runners?.get(slice.name)?.stats;
+      return stats !== undefined && stats.status !== "stopped" && stats.status !== "stale" ? stats : null;
+    });
+    // Only the slices that run elsewhere are asked of their owners.
+    const reports = localStats.every((s) => s !== null)
+      ? control.slices.map(() => null)
+      : await methods!.projectionSliceReports(name).catch(() => control.slices.map(() => null));
+    for (const [i, slice] of control.slices.entries()) {
+      shardedNames.add(slice.name);
       const owner = sharding?.ownerFor(control.routingName, String(slice.slice))?.toString() ?? null;
-      const runsHere = stats !== undefined && stats.status !== "stopped" && stats.status !== "stale";
-      const checkpoint = runsHere ? stats.checkpoint : slice.checkpoint;
+      const stats = localStats[i] ?? null;
+      const figures = stats ?? reports[i] ?? null;
+      const checkpoint = stats !== null ? stats.checkpoint : slice.checkpoint;
       out.push({
         projection: control.name,
         slice: slice.slice,
         name: slice.name,
         sharded: true,
-        owner: runsHere ? (self ?? owner) : owner,
-        local: runsHere,
-        status: runsHere ? localStatus(stats) : slice.paused ? "paused" : owner === null ? "unowned" : "remote",
+        owner: stats !== null ? (self ?? owner) : owner,
+        local: stats !== null,
+        reportedBy: stats !== null ? "this-node" : figures !== null ? "owner" : null,
+        status:
+          figures !== null ? localStatus(figures) : slice.paused ? "paused" : owner === null ? "unowned" : "remote",
         checkpoint,
         latestOffset: Math.max(latest, checkpoint ?? 0),
         lag: Math.max(0, latest - (checkpoint ?? 0)),
-        eventsPerSecond: runsHere ? stats.eventsPerSecond : null,
-        lastError: runsHere ? stats.lastError : null,
-        lastErrorAtEpochMs: runsHere ? stats.lastErrorAtEpochMs : null,
+        eventsPerSecond: figures?.eventsPerSecond ?? null,
+        lastError: figures?.lastError ?? null,
+        lastErrorAtEpochMs: figures?.lastErrorAtEpochMs ?? null,
         paused: slice.paused,
         rebuildFrom: slice.rebuildFrom,
       });
@@ -139,6 +153,7 @@ export async function projectionSlices(system: ActorSystem): Promise<ProjectionS
       sharded: false,
       owner: self,
       local: true,
+      reportedBy: "this-node",
       status: localStatus(stats),
       checkpoint: stats.checkpoint,
       latestOffset: Math.max(latest, stats.checkpoint),

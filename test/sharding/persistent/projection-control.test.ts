@@ -319,14 +319,21 @@ test("pause, handoff while paused, resume and rebuild-from-offset of a sharded p
     [["tallies", (await checkpoints()).map((cp) => [false, cp])]],
   );
   assert.deepEqual(listing.body.running, []);
-  // Per slice: the owner from the plan, the stored checkpoint and the lag; the rate and last error are the owner's.
+  // Per slice: the owner from the plan, the stored checkpoint and the lag, and the runner's figures asked of the owner
+  // through sharding (the seed runs no slice).
   const latest = await pg.store.latestOffset();
   const stayerAddress = stayer.cluster.selfAddress.toString();
   type Slice = Record<string, unknown>;
   const pick = (s: Slice) => [s.projection, s.slice, s.owner, s.local, s.status, s.checkpoint, s.latestOffset, s.lag];
   assert.deepEqual(
-    (listing.body.slices as Slice[]).map((s) => [...pick(s), s.eventsPerSecond]),
-    [0, 1].map((i) => ["tallies", i, stayerAddress, false, "remote", latest, latest, 0, null]),
+    (listing.body.slices as Slice[]).map((s) => [...pick(s), s.reportedBy, typeof s.eventsPerSecond, s.lastError]),
+    [0, 1].map((i) => ["tallies", i, stayerAddress, false, "running", latest, latest, 0, "owner", "number", null]),
+  );
+  // The same figures in process, through ClusterSharding on the seed.
+  const reports = await ClusterSharding.get(seed.system).projectionSliceReports("tallies");
+  assert.deepEqual(
+    reports.map((r) => r?.status),
+    ["running", "running"],
   );
   const onOwner = createManagementHandler(stayer.system);
   const owned = (await (await onOwner.handle(new Request("http://owner.example/projections"))).json()) as {
