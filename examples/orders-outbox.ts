@@ -102,7 +102,7 @@ try {
       .getEntityRef<PlaceOrder>(orders.id(order))
       .ask(new PlaceOrder(sku, quantity, `place-${order}`), Placed, 3_000);
   }
-  console.log("outbox", await database.store.outboxCounts()); // { pending: 3, parked: 0, delivered: 0 }
+  console.log("outbox", await database.store.outboxCounts()); // pending 3, parked 0, delivered 0, …
 
   // One process here, so entity refs deliver; a cluster passes deliverThroughSharding(sharding, Reserved).
   const deliverLocally: OutboxDeliverer = async ({ destination, message }) => {
@@ -121,7 +121,7 @@ try {
   const id = outboxMessageId("Order:o-1", "place-o-1", 0);
   const again = await entities.getEntityRef<Reserve>(stock.id("apple")).ask(new Reserve("o-1", 3, id), Reserved, 3_000);
   console.log("apple reserved", again.total); // 5, not 8
-  console.log("outbox", await database.store.outboxCounts()); // { pending: 0, parked: 0, delivered: 3 }
+  console.log("outbox", await database.store.outboxCounts()); // pending 0, parked 0, delivered 3, …
   console.log("purged", await database.store.purgeOutbox(0)); // 3 (a running dispatcher purges after a retention)
 } finally {
   await system.terminate();

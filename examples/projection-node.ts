@@ -1,13 +1,22 @@
-// One cluster node that runs a sharded exactly-once projection (2 slices) with the management endpoint: what
-// docs/operations.md "Projections" operates with curl and the movie command.
+// One cluster node that runs a sharded exactly-once projection (2 slices) and an outbox dispatcher with the management
+// endpoint: what docs/operations.md "Projections" and "Outbox" operate with curl and the movie command.
 // Usage: MOVIE_MANAGEMENT_TOKEN=… node --import tsx examples/projection-node.ts <remotingPort> <managementPort>
 // It uses the PostgreSQL of `npm start` (MOVIE_POSTGRES_URL, else the local server, else a throwaway one), in a schema
-// of its own, appends 40 Order events, and runs until SIGTERM or SIGINT.
+// of its own, appends 40 Order events, each with a message to the handler "invoice" (delivered) and every tenth also
+// one to "warehouse", whose API is down (parked after three attempts), and runs until SIGTERM or SIGINT.
 import { randomBytes } from "node:crypto";
 import "../src/cluster/index.ts";
 import { ActorSystem, ConsoleLogger } from "../src/index.ts";
 import { startManagement } from "../src/management/index.ts";
-import { Database, type ExactlyOnceProjection, OperationId } from "../src/persistence/index.ts";
+import {
+  Database,
+  type ExactlyOnceProjection,
+  JSON_MANIFEST,
+  OperationId,
+  OutboxDispatcher,
+  type OutboxRecord,
+  outboxMessageId,
+} from "../src/persistence/index.ts";
 import { PostgresStore } from "../src/persistence/postgres/index.ts";
 import { ClusterSharding } from "../src/sharding/index.ts";
 import "../src/sharding/persistent/index.ts";
@@ -46,13 +55,33 @@ await Database.get(system).use(store);
 await store.pool.query("CREATE TABLE order_lines (event_offset BIGINT PRIMARY KEY, persistence_id TEXT NOT NULL)");
 for (let i = 0; i < 40; i++) {
   const id = `Order:${i % 8}`;
+  const operationId = OperationId.random().toString();
+  const message = (handler: string, k: number): OutboxRecord => ({
+    messageId: outboxMessageId(id, operationId, k),
+    destination: { kind: "handler", handler },
+    manifest: JSON_MANIFEST,
+    payload: JSON.stringify({ line: i }),
+  });
   await store.appendEvents({
     persistenceId: id,
     expectedRevision: await store.loadRevision(id),
-    operationId: OperationId.random(),
+    operationId,
     events: [{ manifest: "shop.LineAdded", payload: JSON.stringify({ line: i }) }],
+    outbox: i % 10 === 9 ? [message("invoice", 0), message("warehouse", 1)] : [message("invoice", 0)],
   });
 }
+const dispatcher = new OutboxDispatcher({
+  store,
+  codec: Database.get(system).codec,
+  handlers: {
+    invoice: async () => {},
+    warehouse: async () => {
+      throw new Error("warehouse API answered 503");
+    },
+  },
+  retry: { maxAttempts: 3, firstBackoffMs: 100 },
+});
+dispatcher.start();
 ClusterSharding.get(system).initProjection(orderLines, { slices: 2 });
 const token = process.env.MOVIE_MANAGEMENT_TOKEN;
 const management = await startManagement(system, {
@@ -61,6 +90,7 @@ const management = await startManagement(system, {
 });
 // One node, nothing to hand off: stop, then drop the schema this run made.
 const stop = async () => {
+  await dispatcher.stop();
   await system.terminate();
   await store.pool.query(`DROP SCHEMA ${schema} CASCADE`).catch(() => {});
   await store.close();

@@ -169,12 +169,38 @@ function memberRows(ctx: Context, members: Members): string[][] {
   ];
 }
 
-/** One slice's stored control, as GET /projections lists it. */
-interface SliceControl {
-  readonly slice: number;
-  readonly paused: boolean;
-  readonly rebuildFrom: number | null;
+/** One projection or slice, as GET /projections lists it in `slices`. */
+interface SliceView {
+  readonly projection: string;
+  readonly slice: number | null;
+  readonly owner: string | null;
+  readonly status: string;
   readonly checkpoint: number | null;
+  readonly lag: number;
+  readonly eventsPerSecond: number | null;
+  readonly rebuildFrom: number | null;
+  readonly lastError: string | null;
+  readonly lastErrorAtEpochMs: number | null;
+}
+
+/** GET /outbox. */
+interface OutboxView {
+  readonly backend: string;
+  readonly counts: {
+    pending: number;
+    claimed: number;
+    retrying: number;
+    parked: number;
+    delivered: number;
+    oldestPendingAgeMs: number | null;
+  };
+  readonly parked: { offset: number; messageId: string; persistenceId: string; attempts: number; lastError: string }[];
+}
+
+/** `text` cut to `max` characters on one line (a table cell). */
+function clip(text: string, max: number): string {
+  const line = text.replace(/\s+/g, " ");
+  return line.length <= max ? line : `${line.slice(0, max - 1)}…`;
 }
 
 /** "cluster-wide" for a sharded projection, "this node only" for one started with Projections.start. */
@@ -344,32 +370,69 @@ const commands: Record<string, Command> = {
   },
   projections: {
     summary:
-      "projections: each sharded one's slices (paused, pending rebuild, checkpoint) and the runners on this node",
+      "projections and their slices: owner, status, checkpoint, lag, events/s, pending rebuild and last error (rate and error of slices run here)",
     usage: "movie projections [--url URL] [--json]",
     args: [],
     async run(ctx) {
-      const view = (await ok(ctx, "GET", "/projections")) as {
-        sharded: { name: string; slices: SliceControl[] }[];
-        running: { name: string; status: string; checkpoint: number; lag: number; eventsPerSecond: number }[];
-      };
+      const view = (await ok(ctx, "GET", "/projections")) as { slices: SliceView[] };
       return out(ctx, view, () => {
-        const stored = [
-          ["PROJECTION", "SLICE", "PAUSED", "REBUILD FROM", "CHECKPOINT"],
-          ...view.sharded.flatMap((p) =>
-            p.slices.map((s) => [
-              p.name,
-              `${s.slice}`,
-              s.paused ? paint(ctx, "yellow", "yes") : "no",
-              s.rebuildFrom === null ? "-" : `${s.rebuildFrom}`,
-              s.checkpoint === null ? "-" : `${s.checkpoint}`,
-            ]),
-          ),
-        ];
-        const here = [
-          ["RUNNING HERE", "STATUS", "CHECKPOINT", "LAG", "EVENTS/S"],
-          ...view.running.map((r) => [r.name, r.status, `${r.checkpoint}`, `${r.lag}`, r.eventsPerSecond.toFixed(1)]),
-        ];
-        return `${table(stored)}\n${table(here)}`;
+        if (view.slices.length === 0) return "no projection runs or was initialised on this node\n";
+        return table([
+          ["PROJECTION", "SLICE", "OWNER", "STATUS", "CHECKPOINT", "LAG", "EVENTS/S", "REBUILD FROM", "LAST ERROR"],
+          ...view.slices.map((s) => [
+            s.projection,
+            s.slice === null ? "-" : `${s.slice}`,
+            s.owner ?? "none",
+            s.status === "running"
+              ? paint(ctx, "green", s.status)
+              : s.status === "remote"
+                ? s.status
+                : paint(ctx, s.status === "paused" ? "yellow" : "red", s.status),
+            s.checkpoint === null ? "-" : `${s.checkpoint}`,
+            `${s.lag}`,
+            s.eventsPerSecond === null ? "-" : s.eventsPerSecond.toFixed(1),
+            s.rebuildFrom === null ? "-" : `${s.rebuildFrom}`,
+            s.lastError === null
+              ? "-"
+              : `${clip(s.lastError, 80)}${s.lastErrorAtEpochMs === null ? "" : ` (${new Date(s.lastErrorAtEpochMs).toISOString()})`}`,
+          ]),
+        ]);
+      });
+    },
+  },
+  outbox: {
+    summary:
+      "the outbox: messages by state, the oldest pending age, and the oldest parked messages with their last error",
+    usage: "movie outbox [--limit N] [--url URL] [--json]",
+    args: [],
+    options: { limit: { type: "string" } },
+    async run(ctx, _args, values) {
+      const limit = values.limit;
+      if (
+        limit !== undefined &&
+        (typeof limit !== "string" || !/^(0|[1-9][0-9]{0,3})$/.test(limit) || Number(limit) > 1000)
+      ) {
+        throw new CliError(exitCodes.usage, `--limit must be a whole number from 0 to 1000, not ${describe(limit)}`);
+      }
+      const view = (await ok(ctx, "GET", `/outbox${limit === undefined ? "" : `?limit=${limit}`}`)) as OutboxView;
+      return out(ctx, view, () => {
+        const c = view.counts;
+        const age = c.oldestPendingAgeMs === null ? "none" : `${(c.oldestPendingAgeMs / 1000).toFixed(1)} s`;
+        const parked = c.parked > 0 ? paint(ctx, "red", `${c.parked} parked`) : "0 parked";
+        const head = `outbox (${view.backend}): ${c.pending} pending (${c.claimed} claimed, ${c.retrying} retrying), ${parked}, ${c.delivered} delivered; oldest pending ${age}\n`;
+        if (view.parked.length === 0) return head;
+        const more =
+          c.parked > view.parked.length ? `(${c.parked - view.parked.length} more parked; --limit shows more)\n` : "";
+        return `${head}\n${table([
+          ["PARKED", "MESSAGE", "SENDER", "ATTEMPTS", "LAST ERROR"],
+          ...view.parked.map((m) => [
+            `${m.offset}`,
+            m.messageId,
+            m.persistenceId,
+            `${m.attempts}`,
+            clip(m.lastError, 100),
+          ]),
+        ])}${more}`;
       });
     },
   },

@@ -1,8 +1,9 @@
 /**
  * The dashboard (GET /): one static page, no build step. It subscribes to `/events` (server-sent events) and redraws
  * members, a shard grid per entity type coloured by owner (shards in handoff outlined, shards that just moved
- * flashing), message and activation rates over the last five minutes on a canvas, lease epochs, and the last operator
- * actions. Every value from the node is written with textContent, never as HTML, so a hostile type name or address
+ * flashing), message and activation rates over the last five minutes on a canvas, lease epochs, the last operator
+ * actions, and the projections (owner, status, checkpoint, lag, events/s, last error) and the outbox (rows by state,
+ * the oldest pending age, the oldest parked messages with their last error). Every value from the node is written with textContent, never as HTML, so a hostile type name or address
  * cannot inject markup.
  */
 export const dashboardPage = `<!doctype html>
@@ -60,6 +61,11 @@ export const dashboardPage = `<!doctype html>
   </section>
   <section><h2>Operator actions</h2>
     <table><thead><tr><th>when</th><th>action</th><th>target</th><th>from</th><th>outcome</th></tr></thead><tbody id="actions" data-testid="actions"></tbody></table>
+  </section>
+  <section class="wide" data-testid="operations"><h2>Projections and outbox</h2>
+    <table><thead><tr><th>projection</th><th>slice</th><th>owner</th><th>status</th><th>checkpoint</th><th>lag</th><th>events/s</th><th>last error</th></tr></thead><tbody id="projections" data-testid="projections"></tbody></table>
+    <p id="outbox" data-testid="outbox" class="dim">outbox: not in use on this node</p>
+    <table><thead><tr><th>parked</th><th>sender</th><th>attempts</th><th>last error</th></tr></thead><tbody id="parked" data-testid="parked"></tbody></table>
   </section>
 </main>
 <script>
@@ -168,6 +174,8 @@ function render(s) {
   const actions = document.getElementById("actions");
   actions.replaceChildren(...s.actions.slice().reverse().map((a) => row([new Date(a.atEpochMs).toLocaleTimeString(), a.action, short(a.target), a.remote || "-", el("span", a.outcome, a.outcome === "accepted" ? "ok" : "bad")])));
 
+  renderOperations(s);
+
   if (s.counters) {
     if (previous && s.atEpochMs > previous.atEpochMs) {
       const dt = (s.atEpochMs - previous.atEpochMs) / 1000;
@@ -181,6 +189,33 @@ function render(s) {
   status.textContent = "updated " + new Date(s.atEpochMs).toLocaleTimeString();
   status.className = "dim";
   document.body.dataset.updates = String(Number(document.body.dataset.updates || 0) + 1);
+}
+
+function renderOperations(s) {
+  const projections = document.getElementById("projections");
+  projections.replaceChildren(...(s.projections || []).map((p) => {
+    const cls = p.status === "running" ? "ok" : p.status === "failed" || p.status === "stale" || p.status === "unowned" ? "bad" : "warn";
+    const error = p.lastError === null ? "-" : p.lastError + (p.lastErrorAtEpochMs === null ? "" : " (" + new Date(p.lastErrorAtEpochMs).toLocaleTimeString() + ")");
+    const tr = row([p.projection, p.slice === null ? "-" : p.slice, p.owner === null ? "none" : short(p.owner), el("span", p.status, cls), p.checkpoint === null ? "-" : p.checkpoint, el("span", p.lag, p.lag > 0 ? "warn" : "ok"), p.eventsPerSecond === null ? "-" : p.eventsPerSecond.toFixed(1), el("span", error, p.lastError === null ? "" : "bad")]);
+    tr.dataset.projection = p.name; tr.dataset.status = p.status; tr.dataset.checkpoint = String(p.checkpoint); tr.dataset.lag = String(p.lag);
+    return tr;
+  }));
+  const outbox = document.getElementById("outbox");
+  const parked = document.getElementById("parked");
+  const o = s.outbox;
+  if (!o) { outbox.textContent = "outbox: not in use on this node"; outbox.className = "dim"; parked.replaceChildren(); return; }
+  const c = o.counts;
+  outbox.replaceChildren(document.createTextNode("outbox (" + o.backend + "): "), ...["pending", "claimed", "retrying", "parked", "delivered"].map((k) => {
+    const span = el("span", k + " " + c[k] + "  ", k === "parked" && c[k] > 0 ? "bad" : k === "pending" && c[k] > 0 ? "warn" : "");
+    span.dataset.state = k; span.dataset.count = String(c[k]);
+    return span;
+  }), el("span", "oldest pending " + (c.oldestPendingAgeMs === null ? "-" : (c.oldestPendingAgeMs / 1000).toFixed(1) + " s")));
+  outbox.className = "";
+  parked.replaceChildren(...o.parked.map((m) => {
+    const tr = row([m.offset, m.persistenceId, m.attempts, el("span", m.lastError, "bad")]);
+    tr.dataset.offset = String(m.offset);
+    return tr;
+  }));
 }
 
 const source = new EventSource("events");

@@ -1,11 +1,13 @@
 /**
  * What the dashboard's event stream sends every interval: members, every type's shard map (compact: an owner table
- * and one owner index per shard), handoffs, leases, the counters rates are computed from, and the last operator
- * actions.
+ * and one owner index per shard), handoffs, leases, the counters rates are computed from, the last operator actions,
+ * and the projections and outbox (the same views as GET /projections and GET /outbox, read before each snapshot).
  */
 import type { ActorSystem } from "../actor/index.ts";
 import type { ShardLeaseView } from "../sharding/index.ts";
 import type { OperatorAction, OperatorLog } from "./operator-log.ts";
+import { type OutboxView, outboxView } from "./outbox-routes.ts";
+import { type ProjectionSliceView, projectionSlices } from "./projection-routes.ts";
 import { clusterOf, type MembersView, membersView, shardingOf } from "./views.ts";
 
 /** One type's shard map for the dashboard. */
@@ -34,10 +36,36 @@ export interface DashboardSnapshot {
     readonly handoffShards: number;
   } | null;
   readonly actions: readonly OperatorAction[];
+  /** Every projection and slice known here (GET /projections' `slices`); empty when none. */
+  readonly projections: readonly ProjectionSliceView[];
+  /** The outbox (GET /outbox with the five oldest parked messages), or null without persistence or when unreadable. */
+  readonly outbox: OutboxView | null;
+}
+
+/** The asynchronously read parts of a snapshot. */
+export interface DashboardOperations {
+  readonly projections: readonly ProjectionSliceView[];
+  readonly outbox: OutboxView | null;
+}
+
+/** Parked messages the dashboard lists. */
+const dashboardParkedMax = 5;
+
+/** Reads the projections and the outbox for a snapshot; a part that cannot be read now is left empty, never thrown. */
+export async function dashboardOperations(system: ActorSystem): Promise<DashboardOperations> {
+  const [projections, outbox] = await Promise.all([
+    projectionSlices(system).catch(() => []),
+    outboxView(system, dashboardParkedMax).catch(() => null),
+  ]);
+  return { projections, outbox };
 }
 
 /** The dashboard's view of `system` now. */
-export function dashboardSnapshot(system: ActorSystem, operatorLog: OperatorLog): DashboardSnapshot {
+export function dashboardSnapshot(
+  system: ActorSystem,
+  operatorLog: OperatorLog,
+  operations: DashboardOperations = { projections: [], outbox: null },
+): DashboardSnapshot {
   const sharding = shardingOf(system);
   const types: DashboardType[] = [];
   for (const name of sharding?.entityTypeNames ?? []) {
@@ -89,5 +117,7 @@ export function dashboardSnapshot(system: ActorSystem, operatorLog: OperatorLog)
             handoffShards: stats.handoffShards,
           },
     actions: operatorLog.actions.slice(-10),
+    projections: operations.projections,
+    outbox: operations.outbox,
   };
 }

@@ -4,7 +4,7 @@
  * beyond its socket; the stream ends when the client goes away or the handler closes.
  */
 import type { ActorSystem, Cancellable } from "../actor/index.ts";
-import { dashboardSnapshot } from "./dashboard-snapshot.ts";
+import { dashboardOperations, dashboardSnapshot } from "./dashboard-snapshot.ts";
 import type { OperatorLog } from "./operator-log.ts";
 
 /** Events queued for a client before later ones are skipped. */
@@ -35,13 +35,20 @@ export function eventStream(
       }
     },
   };
-  const send = (): void => {
+  /** One send; a failure to build a snapshot ends this stream (the client reconnects), never the process. */
+  const sendNow = (): void => {
+    send().catch(() => entry.close());
+  };
+  const send = async (): Promise<void> => {
     if (closed) return;
     if ((controller.desiredSize ?? 0) > 0) {
-      const data = JSON.stringify(dashboardSnapshot(system, operatorLog));
+      // The projections and the outbox come from the database: read them first (the next send waits for this one).
+      const operations = await dashboardOperations(system);
+      if (closed) return;
+      const data = JSON.stringify(dashboardSnapshot(system, operatorLog, operations));
       controller.enqueue(encoder.encode(`event: snapshot\ndata: ${data}\n\n`));
     }
-    timer = system.scheduler.scheduleOnce(intervalMs, send);
+    timer = system.scheduler.scheduleOnce(intervalMs, sendNow);
   };
   const stream = new ReadableStream<Uint8Array>(
     {
@@ -49,7 +56,7 @@ export function eventStream(
         controller = c;
         open.add(entry);
         c.enqueue(encoder.encode(`retry: ${intervalMs * 2}\n\n`));
-        send();
+        sendNow();
       },
       cancel() {
         entry.close();

@@ -16,8 +16,10 @@ import { expositionContentType } from "./exposition.ts";
 import { type HealthReport, readiness } from "./health.ts";
 import { renderMetrics } from "./metrics.ts";
 import { type OperatorAction, OperatorLog } from "./operator-log.ts";
+import { outboxCountsOrNull, outboxView, parkedLimitOf } from "./outbox-routes.ts";
 import {
   actionOffset,
+  noParameters,
   type ProjectionAction,
   projectionAction,
   projectionNameOf,
@@ -105,6 +107,16 @@ function segmentsOf(pathname: string): string[] {
       return refuse(400, "BadPercentEncoding", "a path segment is not valid percent-encoded UTF-8");
     }
   });
+}
+
+/** Runs a read of the database: a refusal passes, any other failure is 503 StoreUnavailable naming it. */
+async function storeRead<T>(read: () => Promise<T>): Promise<T> {
+  try {
+    return await read();
+  } catch (error) {
+    if (error instanceof ManagementRequestError) throw error;
+    return refuse(503, "StoreUnavailable", `the database could not be read: ${errorText(error).slice(0, 300)}`);
+  }
 }
 
 /** A shard number from a path segment. @throws ManagementRequestError 400 unless it is in 0..shardCount-1 */
@@ -324,13 +336,16 @@ export function createManagementHandler(
     }
     if (first === "metrics" && path.length === 1) {
       if (!get) wrongMethod("GET");
-      return new Response(renderMetrics(system, operatorLog), {
+      const outbox = await outboxCountsOrNull(system);
+      return new Response(renderMetrics(system, operatorLog, { outbox }), {
         headers: { "content-type": expositionContentType, "cache-control": "no-store" },
       });
     }
     if (first === "stats" && path.length === 1) {
       if (!get) wrongMethod("GET");
-      return json(200, { ...statsView(system) });
+      // The outbox's counts (parked messages included) come from the database: null without persistence or when it
+      // does not answer now.
+      return json(200, { ...statsView(system), outbox: await outboxCountsOrNull(system) });
     }
     if (first === "operator-actions" && path.length === 1) {
       if (!get) wrongMethod("GET");
@@ -397,11 +412,14 @@ export function createManagementHandler(
     if (first === "projections") {
       if (path.length === 1) {
         if (!get) wrongMethod("GET");
-        return json(200, await projectionsView(system));
+        noParameters(parsed.searchParams, "/projections");
+        return json(200, await storeRead(() => projectionsView(system)));
       }
       if (path.length === 2) {
         if (!get) wrongMethod("GET");
-        return json(200, await projectionView(system, projectionNameOf(second!)));
+        const name = projectionNameOf(second!);
+        noParameters(parsed.searchParams, "/projections/:name");
+        return json(200, await storeRead(() => projectionView(system, name)));
       }
       if (path.length === 3 && (third === "pause" || third === "resume" || third === "rebuild")) {
         if (!post) wrongMethod("POST");
@@ -413,6 +431,10 @@ export function createManagementHandler(
           return projectionAction(system, name, action, offset);
         });
       }
+    }
+    if (first === "outbox" && path.length === 1) {
+      if (!get) wrongMethod("GET");
+      return json(200, { ...(await outboxView(system, parkedLimitOf(parsed.searchParams))) });
     }
     if (first === "persistence" && second === "leases" && path.length === 2) {
       if (!get) wrongMethod("GET");

@@ -5,6 +5,7 @@
  */
 import type { ActorSystem } from "../actor/index.ts";
 import type { ClusterStats } from "../cluster/index.ts";
+import type { OutboxCounts } from "../persistence/index.ts";
 import type { RemotingStats } from "../remote/index.ts";
 import { remotingId } from "../remote/index.ts";
 import type { ShardingStats } from "../sharding/index.ts";
@@ -47,13 +48,27 @@ function breakdown(out: Exposition, name: string, help: string, label: string, v
   }
 }
 
+/** What the metrics read asynchronously beforehand (a database query), passed in so collecting stays synchronous. */
+export interface MetricsInputs {
+  /** The outbox's rows by state (the whole database's), or null when not in use or not readable now. */
+  readonly outbox?: OutboxCounts | null;
+}
+
 /** The exposition text of `system`'s metrics now. */
-export function renderMetrics(system: ActorSystem, operatorLog: OperatorLog | null): string {
-  return collectMetrics(system, operatorLog).render();
+export function renderMetrics(
+  system: ActorSystem,
+  operatorLog: OperatorLog | null,
+  inputs: MetricsInputs = {},
+): string {
+  return collectMetrics(system, operatorLog, inputs).render();
 }
 
 /** Every metric of `system` now, as an {@link Exposition} (rendered as text, or read as data by OpenTelemetry). */
-export function collectMetrics(system: ActorSystem, operatorLog: OperatorLog | null): Exposition {
+export function collectMetrics(
+  system: ActorSystem,
+  operatorLog: OperatorLog | null,
+  inputs: MetricsInputs = {},
+): Exposition {
   const out = new Exposition();
   out.gauge("movie_actor_pending_asks", "Asks waiting for a reply on this node", system.pendingAskCount);
   out.counter("movie_actor_dead_letters_total", "Messages published as dead letters", system.deadLetterCount);
@@ -183,6 +198,70 @@ export function collectMetrics(system: ActorSystem, operatorLog: OperatorLog | n
         out.gauge("movie_persistence_group_commit_waiting", "Appends waiting for a statement", g.waiting);
       }
     }
+  }
+
+  if (persistence !== null) {
+    for (const p of persistence.projections) {
+      const name: [string, string] = ["projection", p.name];
+      out.gauge(
+        "movie_projection_checkpoint_offset",
+        "Committed checkpoint of a projection running here",
+        p.checkpoint,
+        [name],
+      );
+      out.gauge(
+        "movie_projection_latest_offset",
+        "The feed's latest offset as the projection last saw it",
+        p.latestOffset,
+        [name],
+      );
+      out.gauge("movie_projection_lag_events", "Feed offsets between the latest and the checkpoint", p.lag, [name]);
+      out.gauge(
+        "movie_projection_events_per_second",
+        "Events handled per second over the last 10 s (0 in the projection's first second)",
+        p.eventsPerSecond,
+        [name],
+      );
+      out.counter(
+        "movie_projection_processed_events_total",
+        "Events handled since this instance started",
+        p.processed,
+        [name],
+      );
+      out.counter("movie_projection_failures_total", "Batches that failed and were retried", p.failures, [name]);
+      out.gauge(
+        "movie_projection_consecutive_failures",
+        "Failures since the last committed batch (above 0: failing and retrying)",
+        p.consecutiveFailures,
+        [name],
+      );
+      out.gauge("movie_projection_paused", "1 while the projection is paused", p.status === "paused" ? 1 : 0, [name]);
+      if (p.lastErrorAtEpochMs !== null) {
+        out.gauge(
+          "movie_projection_last_error_timestamp_seconds",
+          "When the projection last failed (Unix time)",
+          p.lastErrorAtEpochMs / 1000,
+          [name],
+        );
+      }
+    }
+  }
+
+  const outbox = inputs.outbox ?? null;
+  if (outbox !== null) {
+    for (const state of ["pending", "claimed", "retrying", "parked", "delivered"] as const) {
+      out.gauge(
+        "movie_outbox_messages",
+        "Outbox rows in the database by state (pending includes claimed and retrying; the same from every node)",
+        outbox[state],
+        [["state", state]],
+      );
+    }
+    out.gauge(
+      "movie_outbox_oldest_pending_age_seconds",
+      "Age of the oldest pending outbox row (0 with no backlog)",
+      (outbox.oldestPendingAgeMs ?? 0) / 1000,
+    );
   }
 
   const histograms = persistenceHistograms(system);

@@ -42,11 +42,21 @@ export interface OutboxFailure {
   readonly park: boolean;
 }
 
-/** Counts of the outbox's rows by state. */
+/** Counts of the outbox's rows by state, and the backlog's age. */
 export interface OutboxCounts {
+  /** Undelivered and not parked: the backlog (it includes `claimed` and `retrying`). */
   readonly pending: number;
+  /** Pending rows a dispatcher's claim holds now (being delivered). */
+  readonly claimed: number;
+  /** Pending rows not claimed now that had a failed (or abandoned) attempt: waiting for their retry. */
+  readonly retrying: number;
   readonly parked: number;
   readonly delivered: number;
+  /**
+   * Milliseconds since the oldest pending row was written, on the database clock (SQLite keeps whole seconds), or
+   * null with no backlog.
+   */
+  readonly oldestPendingAgeMs: number | null;
 }
 
 /** A parked row, for operators: what it was and why it stopped. */
@@ -130,6 +140,23 @@ export function checkFailure(failure: OutboxFailure): OutboxFailure {
     error: failure.error.slice(0, MAX_OUTBOX_ERROR_LENGTH),
     retryAfterMs: whole("failure.retryAfterMs", failure.retryAfterMs, 0, 86_400_000),
     park: failure.park,
+  };
+}
+
+/** OutboxCounts from the counts query's row (numbers may arrive as text or null: PostgreSQL BIGINT, SQLite sum). */
+export function outboxCountsOf(row: Record<string, unknown> | undefined): OutboxCounts {
+  const n = (value: unknown): number => {
+    const v = Number(value ?? 0);
+    return Number.isSafeInteger(v) && v >= 0 ? v : 0;
+  };
+  const age = row?.oldest_pending_age_ms;
+  return {
+    pending: n(row?.pending),
+    claimed: n(row?.claimed),
+    retrying: n(row?.retrying),
+    parked: n(row?.parked),
+    delivered: n(row?.delivered),
+    oldestPendingAgeMs: age === null || age === undefined ? null : n(Math.max(0, Math.floor(Number(age)))),
   };
 }
 

@@ -26,6 +26,7 @@ import {
   type ProjectionTransaction,
 } from "./feed.ts";
 import type { ShardLeaseToken } from "./lease.ts";
+import { RateWindow } from "./rate-window.ts";
 import type { PersistenceStore } from "./store.ts";
 
 interface ProjectionBase {
@@ -91,7 +92,10 @@ export interface ProjectionStats {
   readonly latestOffset: number;
   /** latestOffset − checkpoint (0 when caught up). */
   readonly lag: number;
-  /** Events handled per second over the last 10 s. */
+  /**
+   * Events handled per second over the last 10 s (RateWindow): 0 until this instance has run for a second, so a
+   * first batch right after the start is not reported as a burst.
+   */
   readonly eventsPerSecond: number;
   /** Events handled (committed) since this instance started. */
   readonly processed: number;
@@ -99,6 +103,10 @@ export interface ProjectionStats {
   readonly failures: number;
   /** The last failure as "Name: message", or null. */
   readonly lastError: string | null;
+  /** When the last failure happened (wall clock, ms since the epoch), or null. */
+  readonly lastErrorAtEpochMs: number | null;
+  /** Failures since the last batch that committed: above 0 while the projection is failing and retrying. */
+  readonly consecutiveFailures: number;
   /**
    * Whether the projection follows the operator's control stored in the database (a slice of a sharded projection)
    * rather than only this instance's pause()/resume().
@@ -130,8 +138,6 @@ export interface ProjectionRunOptions {
   readonly owns?: ((persistenceId: string) => boolean) | null;
 }
 
-const rateWindowMs = 10_000;
-
 interface RebuildRequest {
   readonly offset: number;
   readonly reset?: (tx: ProjectionTransaction) => Promise<void>;
@@ -150,7 +156,9 @@ export class ProjectionRunner {
   private processed = 0;
   private failures = 0;
   private lastError: string | null = null;
-  private readonly samples: { atMs: number; processed: number }[] = [];
+  private lastErrorAtEpochMs: number | null = null;
+  private consecutiveFailures = 0;
+  private readonly rateWindow: RateWindow;
   private wake: (() => void) | null = null;
   private woken = false;
   private unsubscribe: () => void = () => {};
@@ -179,6 +187,7 @@ export class ProjectionRunner {
     this.batchSize = definition.batchSize ?? 100;
     this.pollMs = definition.pollIntervalMs ?? 500;
     this.filter = definition.source ?? {};
+    this.rateWindow = new RateWindow(scheduler.now());
   }
 
   /**
@@ -235,10 +244,12 @@ export class ProjectionRunner {
       checkpoint: this.checkpoint,
       latestOffset: Math.max(this.latest, this.checkpoint),
       lag: Math.max(0, this.latest - this.checkpoint),
-      eventsPerSecond: this.rate(),
+      eventsPerSecond: this.rateWindow.rate(this.scheduler.now()),
       processed: this.processed,
       failures: this.failures,
       lastError: this.lastError,
+      lastErrorAtEpochMs: this.lastErrorAtEpochMs,
+      consecutiveFailures: this.consecutiveFailures,
       durableControl: this.durableControl,
       pendingRebuildFrom: this.durableControl ? this.control.rebuildFrom : null,
     };
@@ -354,7 +365,9 @@ export class ProjectionRunner {
       } catch (error) {
         if (this.finished()) return;
         this.failures++;
+        this.consecutiveFailures++;
         this.lastError = errorText(error);
+        this.lastErrorAtEpochMs = this.scheduler.wallNow();
         if (error instanceof StaleShardOwnerError) {
           // A newer owner runs this projection: this instance must never write again.
           this.statusNow = "stale";
@@ -493,17 +506,8 @@ export class ProjectionRunner {
     this.checkpoint = offset;
     this.latest = Math.max(this.latest, offset);
     this.processed += events;
-    const now = this.scheduler.now();
-    this.samples.push({ atMs: now, processed: this.processed });
-    while (this.samples.length > 1 && now - this.samples[0]!.atMs > rateWindowMs) this.samples.shift();
-  }
-
-  private rate(): number {
-    const first = this.samples[0];
-    const last = this.samples[this.samples.length - 1];
-    if (first === undefined || last === undefined || last === first) return 0;
-    const spanMs = Math.max(this.scheduler.now() - first.atMs, 1);
-    return ((last.processed - first.processed) * 1000) / spanMs;
+    this.consecutiveFailures = 0;
+    this.rateWindow.record(this.scheduler.now(), this.processed);
   }
 
   /** Waits `ms` or until poked (a commit, resume, rebuild or stop); the caller decides whether an earlier poke counts. */

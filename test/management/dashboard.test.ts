@@ -1,12 +1,14 @@
 // The dashboard in a real browser: Debian's headless Chromium (installed by .ci/run) driven by playwright-core, on
 // the management endpoint of one of three node processes. The page loads without console errors, shows the three
-// nodes and a shard grid, and redraws the grid after a member leaves. MOVIE_DASHBOARD_SCREENSHOT=path saves a
-// screenshot (docs/operations-dashboard.png was made that way).
+// nodes and a shard grid, shows the projections-and-outbox panel with the leader's running projection and the
+// outbox's delivered and parked messages (the nodes use the real PostgreSQL), and redraws the grid after a member
+// leaves. MOVIE_DASHBOARD_SCREENSHOT=path saves a screenshot (docs/operations-dashboard.png was made that way).
 import assert from "node:assert/strict";
 import { existsSync } from "node:fs";
 import { after, before, test } from "node:test";
 import { type Browser, chromium, type Page } from "playwright-core";
 import { eventually } from "../fixtures/eventually.ts";
+import { dropSchema, postgresTestUrl, uniqueSchema } from "../persistence/pg-fixture.ts";
 import { type OpsNode, startOpsCluster, stopOpsCluster } from "./fixtures/ops-cluster.ts";
 
 const token = "dashboard-test-token-0123456789";
@@ -17,10 +19,13 @@ let page: Page;
 /** The node whose dashboard the browser shows: the leader, so that the leave it carries out is listed there too. */
 let leader: OpsNode;
 const problems: string[] = [];
+const schema = uniqueSchema("dashboard");
+let pgUrl = "";
 
 before(async () => {
   assert.ok(executablePath !== undefined, "Chromium is missing: apt-get install -y chromium (.ci/run does)");
-  nodes = await startOpsCluster(3, { MOVIE_OPS_TOKEN: token });
+  pgUrl = await postgresTestUrl();
+  nodes = await startOpsCluster(3, { MOVIE_OPS_TOKEN: token, MOVIE_OPS_PG_URL: pgUrl, MOVIE_OPS_PG_SCHEMA: schema });
   await eventually(
     async () => {
       const r = await Promise.all(nodes.map((n) => fetch(`${n.ready.url}health/ready`)));
@@ -46,6 +51,7 @@ before(async () => {
 after(async () => {
   await browser?.close();
   await stopOpsCluster(nodes);
+  if (pgUrl !== "") await dropSchema(pgUrl, schema);
 });
 
 const memberRows = (): Promise<string[]> =>
@@ -70,6 +76,66 @@ test("the dashboard loads with no console errors and shows the three nodes and t
   assert.equal(await page.textContent("#self"), leader.ready.address);
   // The rates chart needs two snapshots: wait for the third update.
   await eventually(async () => Number(await page.getAttribute("body", "data-updates")) >= 3, { what: "three updates" });
+  assert.deepEqual(problems, []);
+});
+
+const projectionRows = (): Promise<string[]> =>
+  page.$$eval("#projections tr", (rows) =>
+    rows.map(
+      (r) =>
+        `${r.getAttribute("data-projection")} ${r.getAttribute("data-status")} ${r.getAttribute("data-checkpoint")} ${r.getAttribute("data-lag")}`,
+    ),
+  );
+const outboxCounts = (): Promise<Record<string, number>> =>
+  page.$$eval("#outbox [data-state]", (spans) =>
+    Object.fromEntries(spans.map((s) => [s.getAttribute("data-state"), Number(s.getAttribute("data-count"))])),
+  );
+const parkedRows = (): Promise<string[]> => page.$$eval("#parked tr", (rows) => rows.map((r) => r.textContent ?? ""));
+
+test("the projections-and-outbox panel shows the leader's projection and the outbox's delivered and parked messages", async () => {
+  const count = 7;
+  const { latestOffset } = await leader.process.request<{ latestOffset: number }>({ type: "operations", count });
+  // The node's own views are the reference: the dispatcher delivers the "audit" messages and parks the "archive" ones.
+  const outboxView = async () =>
+    (await (await fetch(`${leader.ready.url}outbox`)).json()) as { counts: Record<string, number | null> };
+  let seen: unknown = null;
+  await eventually(
+    async () => {
+      const view = await outboxView();
+      seen = view;
+      return view.counts.parked === count && view.counts.delivered === count && view.counts.pending === 0;
+    },
+    { what: "every audit message delivered and every archive message parked", timeoutMs: 20_000, describe: () => seen },
+  );
+  const expectedRow = `audit-log running ${latestOffset} 0`;
+  let rows: string[] = [];
+  await eventually(async () => (rows = await projectionRows()).includes(expectedRow), {
+    what: `the panel's row ${expectedRow}`,
+    describe: () => rows,
+    timeoutMs: 20_000,
+  });
+  let counts: Record<string, number> = {};
+  await eventually(
+    async () => {
+      const c = (counts = await outboxCounts());
+      return c.parked === count && c.delivered === count && c.pending === 0 && c.claimed === 0 && c.retrying === 0;
+    },
+    { what: "the panel's outbox counts", describe: () => counts, timeoutMs: 20_000 },
+  );
+  // The five oldest parked messages, each with the sender and the dispatcher's error.
+  const parked = await parkedRows();
+  assert.equal(parked.length, 5, parked.join("\n"));
+  for (const [i, text] of parked.entries()) {
+    assert.ok(text.includes(`Audit:a-${i}`), text);
+    assert.ok(text.includes('this dispatcher has no handlers["archive"]'), text);
+  }
+  const slices = (
+    (await (await fetch(`${leader.ready.url}projections`)).json()) as {
+      slices: { name: string; eventsPerSecond: number }[];
+    }
+  ).slices;
+  const rate = slices.find((s) => s.name === "audit-log")?.eventsPerSecond;
+  assert.equal(typeof rate, "number", JSON.stringify(slices));
   assert.deepEqual(problems, []);
 });
 

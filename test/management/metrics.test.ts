@@ -7,7 +7,15 @@ import { spawnSync } from "node:child_process";
 import { after, before, test } from "node:test";
 import parsePrometheusTextFormat from "parse-prometheus-text-format";
 import { type ManagementServer, startManagement } from "../../src/management/index.ts";
-import { Database, Effect, EventSourcedBehavior, EventSourcing } from "../../src/persistence/index.ts";
+import {
+  Database,
+  Effect,
+  EventSourcedBehavior,
+  EventSourcing,
+  OperationId,
+  outboxMessageId,
+  Projections,
+} from "../../src/persistence/index.ts";
 import { MessageRegistry } from "../../src/remote/index.ts";
 import { initEventSourced } from "../../src/sharding/persistent/index.ts";
 import { eventually } from "../fixtures/eventually.ts";
@@ -69,6 +77,32 @@ before(async () => {
   await eventually(() => pg.store.groupCommitStats.statements > 0, {
     what: "an append",
     describe: () => ({ stats: nodes.map((n) => n.sharding.stats), gc: pg.store.groupCommitStats }),
+  });
+  // A projection on node 0, and an outbox with one pending and one parked message.
+  await pg.store.appendEvents({
+    persistenceId: "Mailer:m1",
+    expectedRevision: 0,
+    operationId: OperationId.random(),
+    events: [{ manifest: "Sent", payload: "{}" }],
+    outbox: [0, 1].map((k) => ({
+      messageId: outboxMessageId("Mailer:m1", "op", k),
+      destination: { kind: "handler" as const, handler: "smtp" },
+      manifest: "json",
+      payload: "{}",
+    })),
+  });
+  const [poison] = await pg.store.claimOutbox({ owner: "metrics-test", limit: 1, leaseMs: 60_000 });
+  await pg.store.failOutbox("metrics-test", [{ offset: poison!.offset, error: "bad", retryAfterMs: 0, park: true }]);
+  const model = Projections.get(nodes[0]!.system).start({
+    name: "metrics-model",
+    mode: "at-least-once",
+    pollIntervalMs: 50,
+    handler: () => {},
+  });
+  const latest = await pg.store.latestOffset();
+  await eventually(() => model.stats.checkpoint >= latest, {
+    what: "the projection caught up",
+    describe: () => model.stats,
   });
   server = await startManagement(nodes[0]!.system, { port: 0 });
 });
@@ -157,4 +191,16 @@ test("parsed back, every family has help and a type, and the values are the node
   assert.equal(value("movie_cluster_unreachable_members"), 0);
   assert.ok(value("movie_persistence_group_commit_statements_total") > 0);
   assert.ok(value("movie_persistence_attempts_total") > 0);
+  // Projections running on the node, and the database's outbox.
+  const model = { projection: "metrics-model" };
+  assert.ok(value("movie_projection_checkpoint_offset", model) > 0);
+  assert.ok(value("movie_projection_latest_offset", model) >= value("movie_projection_checkpoint_offset", model));
+  assert.ok(value("movie_projection_lag_events", model) >= 0);
+  assert.ok(value("movie_projection_processed_events_total", model) > 0);
+  assert.equal(value("movie_projection_failures_total", model), 0);
+  assert.equal(value("movie_projection_paused", model), 0);
+  assert.equal(value("movie_outbox_messages", { state: "parked" }), 1);
+  assert.equal(value("movie_outbox_messages", { state: "pending" }), 1);
+  assert.equal(value("movie_outbox_messages", { state: "claimed" }), 0);
+  assert.ok(value("movie_outbox_oldest_pending_age_seconds") >= 0);
 });

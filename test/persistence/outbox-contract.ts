@@ -375,5 +375,47 @@ export function outboxContract(backend: string, factory: StoreFactory): void {
       await assert.rejects(store.claimOutbox({ owner: "", limit: 1, leaseMs: 1 }), InvalidPersistenceRequestError);
       await assert.rejects(store.claimOutbox({ owner: "d", limit: 0, leaseMs: 1 }), InvalidPersistenceRequestError);
     });
+
+    test("counts split the backlog into claimed and retrying rows and give the oldest pending row's age", async () => {
+      await drain(store);
+      const base = await store.outboxCounts();
+      assert.equal(base.pending, 0, "drained");
+      assert.equal(base.oldestPendingAgeMs, null, "no backlog, no age");
+      const pid = `Order:counts${++counter}`;
+      await store.appendEvents({
+        persistenceId: pid,
+        expectedRevision: 0,
+        operationId: "c",
+        events: [ev(1)],
+        outbox: [message(pid, "c", 0), message(pid, "c", 1), message(pid, "c", 2)],
+      });
+      const delta = async () => {
+        const c = await store.outboxCounts();
+        return {
+          pending: c.pending,
+          claimed: c.claimed,
+          retrying: c.retrying,
+          parked: c.parked - base.parked,
+          delivered: c.delivered - base.delivered,
+        };
+      };
+      assert.deepEqual(await delta(), { pending: 3, claimed: 0, retrying: 0, parked: 0, delivered: 0 });
+      const [failed, done] = await store.claimOutbox({ owner: "d", limit: 2, leaseMs: 60_000 });
+      assert.ok(failed !== undefined && done !== undefined);
+      assert.deepEqual(await delta(), { pending: 3, claimed: 2, retrying: 0, parked: 0, delivered: 0 });
+      await store.failOutbox("d", [{ offset: failed.offset, error: "down", retryAfterMs: 0, park: false }]);
+      await store.completeOutbox([done.offset]);
+      assert.deepEqual(await delta(), { pending: 2, claimed: 0, retrying: 1, parked: 0, delivered: 1 });
+      // SQLite stores the write time in whole seconds: wait until the age says at least one.
+      let age: number | null = null;
+      await eventually(async () => ((age = (await store.outboxCounts()).oldestPendingAgeMs) ?? 0) >= 1_000, {
+        what: "the oldest pending row to be a second old",
+        describe: () => age,
+      });
+      assert.ok(age !== null && age < 60_000, `age ${age}`);
+      await drain(store);
+      const after = await store.outboxCounts();
+      assert.deepEqual([after.pending, after.claimed, after.retrying, after.oldestPendingAgeMs], [0, 0, 0, null]);
+    });
   });
 }

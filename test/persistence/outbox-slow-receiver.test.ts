@@ -214,7 +214,14 @@ test("a receiver held past several delivery timeouts: effect once, the recorded 
     );
     assert.equal(a.stats.delivered + b.stats.delivered, 1, "one delivered outcome");
     assert.equal(completions.length, 1, `one completion written: ${JSON.stringify(completions)}`);
-    assert.deepEqual(await store.outboxCounts(), { pending: 0, parked: 0, delivered: 1 });
+    assert.deepEqual(await store.outboxCounts(), {
+      pending: 0,
+      claimed: 0,
+      retrying: 0,
+      parked: 0,
+      delivered: 1,
+      oldestPendingAgeMs: null,
+    });
     assert.equal(sent.length, 2, "no copy sent after the release either");
   } finally {
     if (held) await holder.query("ROLLBACK").catch(() => {});

@@ -102,6 +102,7 @@ interface OutboxRow {
   leaseUntilMs: number;
   lastError: string | null;
   deliveredAtMs: number | null;
+  readonly createdAtMs: number;
 }
 
 interface LeaseRow {
@@ -557,15 +558,25 @@ export class MemoryStore implements PersistenceStore {
 
   async outboxCounts(): Promise<OutboxCounts> {
     this.open();
+    const now = this.nowMs();
     let pending = 0;
+    let claimed = 0;
+    let retrying = 0;
     let parked = 0;
     let delivered = 0;
+    let oldest: number | null = null;
     for (const row of this.outbox) {
       if (row.delivered) delivered++;
       else if (row.parked) parked++;
-      else pending++;
+      else {
+        pending++;
+        const held = row.leaseOwner !== null && row.leaseUntilMs > now;
+        if (held) claimed++;
+        else if (row.attempts > 0) retrying++;
+        if (oldest === null || row.createdAtMs < oldest) oldest = row.createdAtMs;
+      }
     }
-    return { pending, parked, delivered };
+    return { pending, claimed, retrying, parked, delivered, oldestPendingAgeMs: oldest === null ? null : now - oldest };
   }
 
   async parkedOutbox(limit: number): Promise<ParkedOutboxRow[]> {
@@ -615,6 +626,7 @@ export class MemoryStore implements PersistenceStore {
         leaseUntilMs: 0,
         lastError: null,
         deliveredAtMs: null,
+        createdAtMs: this.nowMs(),
       });
     }
   }

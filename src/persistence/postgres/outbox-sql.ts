@@ -66,12 +66,22 @@ export const FAIL_OUTBOX_SQL = `UPDATE persistence_outbox o SET last_error = t.e
 export const PURGE_OUTBOX_SQL = `DELETE FROM persistence_outbox
   WHERE delivered AND delivered_at <= clock_timestamp() - $1::bigint * interval '1 millisecond'`;
 
-/** Row counts by state. */
+/**
+ * Row counts by state (see OutboxCounts): a pending row is claimed while its claim lasts (an owner and a "not before"
+ * time ahead), retrying when it had an attempt and is not claimed; and the oldest pending row's age in ms.
+ */
 export const OUTBOX_COUNTS_SQL = `SELECT
     count(*) FILTER (WHERE NOT delivered AND lease_until_epoch_ms <> ${PARKED_UNTIL_MS}) AS pending,
+    count(*) FILTER (WHERE NOT delivered AND lease_until_epoch_ms <> ${PARKED_UNTIL_MS}
+      AND lease_owner IS NOT NULL AND lease_until_epoch_ms > n.now_ms) AS claimed,
+    count(*) FILTER (WHERE NOT delivered AND lease_until_epoch_ms <> ${PARKED_UNTIL_MS} AND attempts > 0
+      AND NOT (lease_owner IS NOT NULL AND lease_until_epoch_ms > n.now_ms)) AS retrying,
     count(*) FILTER (WHERE NOT delivered AND lease_until_epoch_ms = ${PARKED_UNTIL_MS}) AS parked,
-    count(*) FILTER (WHERE delivered) AS delivered
-  FROM persistence_outbox`;
+    count(*) FILTER (WHERE delivered) AS delivered,
+    floor(extract(epoch FROM clock_timestamp()
+      - min(created_at) FILTER (WHERE NOT delivered AND lease_until_epoch_ms <> ${PARKED_UNTIL_MS})) * 1000)
+      AS oldest_pending_age_ms
+  FROM persistence_outbox CROSS JOIN (SELECT movie_now_ms() AS now_ms) n`;
 
 /** The oldest $1 parked rows. */
 export const PARKED_OUTBOX_SQL = `SELECT outbox_offset, message_id, persistence_id, attempts, last_error

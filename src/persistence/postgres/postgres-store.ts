@@ -51,6 +51,7 @@ import {
   type OutboxClaimRequest,
   type OutboxCounts,
   type OutboxFailure,
+  outboxCountsOf,
   type ParkedOutboxRow,
 } from "../outbox-claim.ts";
 import { checkOutbox, encodeDestination, type OutboxRecord } from "../outbox-message.ts";
@@ -1360,7 +1361,7 @@ export class PostgresStore implements PersistenceStore {
   async outboxCounts(): Promise<OutboxCounts> {
     this.open();
     const row = (await this.query("outboxCounts", "movie_outbox_counts", OUTBOX_COUNTS_SQL, [])).rows[0];
-    return { pending: Number(row.pending), parked: Number(row.parked), delivered: Number(row.delivered) };
+    return outboxCountsOf(row);
   }
 
   async retryParkedOutbox(offsets: readonly number[]): Promise<number> {

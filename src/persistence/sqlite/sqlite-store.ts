@@ -50,6 +50,7 @@ import {
   type OutboxClaimRequest,
   type OutboxCounts,
   type OutboxFailure,
+  outboxCountsOf,
   PARKED_UNTIL_MS,
   type ParkedOutboxRow,
 } from "../outbox-claim.ts";
@@ -874,11 +875,7 @@ export class SqliteStore implements PersistenceStore {
   async outboxCounts(): Promise<OutboxCounts> {
     this.open();
     const row = (await this.run("outboxCounts", () => this.s.outboxCounts.get())) as Record<string, unknown>;
-    return {
-      pending: Number(row.pending ?? 0),
-      parked: Number(row.parked ?? 0),
-      delivered: Number(row.delivered ?? 0),
-    };
+    return outboxCountsOf(row);
   }
 
   async retryParkedOutbox(offsets: readonly number[]): Promise<number> {
@@ -1095,8 +1092,15 @@ function prepare(db: SqliteDatabase) {
     ),
     outboxCounts: p(
       `SELECT sum(delivered = 0 AND lease_until_epoch_ms <> ${PARKED_UNTIL_MS}) AS pending,
+          sum(delivered = 0 AND lease_until_epoch_ms <> ${PARKED_UNTIL_MS} AND lease_owner IS NOT NULL
+            AND lease_until_epoch_ms > n.now_ms) AS claimed,
+          sum(delivered = 0 AND lease_until_epoch_ms <> ${PARKED_UNTIL_MS} AND attempts > 0
+            AND NOT (lease_owner IS NOT NULL AND lease_until_epoch_ms > n.now_ms)) AS retrying,
           sum(delivered = 0 AND lease_until_epoch_ms = ${PARKED_UNTIL_MS}) AS parked,
-          sum(delivered = 1) AS delivered FROM persistence_outbox`,
+          sum(delivered = 1) AS delivered,
+          CAST((julianday('now') - julianday(min(CASE WHEN delivered = 0 AND lease_until_epoch_ms <> ${PARKED_UNTIL_MS}
+            THEN created_at END))) * 86400000 AS INTEGER) AS oldest_pending_age_ms
+        FROM persistence_outbox CROSS JOIN (SELECT ${SQLITE_NOW_MS} AS now_ms) n`,
     ),
     retryParkedOutbox: p(
       `UPDATE persistence_outbox SET lease_until_epoch_ms = 0, attempts = 0

@@ -14,7 +14,9 @@ export {
 export {
   changeProjectionControl,
   type ProjectionSliceControl,
+  type ProjectionSliceFigures,
   readProjectionControl,
+  readProjectionSliceReports,
   type ShardedProjectionControl,
   shardedProjectionNames,
 } from "./projection-control.ts";
@@ -23,6 +25,8 @@ export {
   initProjection,
   KeepProjectionRunning,
   ProjectionControlChanged,
+  ProjectionSliceReport,
+  ReportProjectionSlice,
   type ShardedProjection,
   type ShardedProjectionOptions,
 } from "./sharded-projection.ts";

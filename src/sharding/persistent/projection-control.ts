@@ -19,7 +19,13 @@ import {
 import type { ClusterSharding } from "../cluster-sharding.ts";
 import { UnknownShardedProjectionError } from "../errors.ts";
 import { shardingHostOf } from "../internal/host.ts";
-import { ProjectionControlChanged, type ProjectionSliceMessage, ShardedProjections } from "./sharded-projection.ts";
+import {
+  ProjectionControlChanged,
+  type ProjectionSliceMessage,
+  ProjectionSliceReport,
+  ReportProjectionSlice,
+  ShardedProjections,
+} from "./sharded-projection.ts";
 
 /** One slice's control and checkpoint as stored. */
 export interface ProjectionSliceControl extends ProjectionControl {
@@ -95,4 +101,64 @@ export async function changeProjectionControl(
     }
   }
   return readProjectionControl(sharding, name);
+}
+
+/** A slice owner's figures as {@link readProjectionSliceReports} returns them, checked. */
+export interface ProjectionSliceFigures {
+  /** The owner's runner status (starting, running, paused, stopped, stale). */
+  readonly status: "starting" | "running" | "paused" | "stopped" | "stale";
+  readonly checkpoint: number;
+  readonly latestOffset: number;
+  readonly eventsPerSecond: number;
+  readonly consecutiveFailures: number;
+  readonly lastError: string | null;
+  readonly lastErrorAtEpochMs: number | null;
+}
+
+const statuses = new Set(["starting", "running", "paused", "stopped", "stale"]);
+const whole = (v: number): boolean => Number.isSafeInteger(v) && v >= 0;
+
+/** A peer's report, checked (its fields are typed on the wire; the values are checked here), or null. */
+export function figuresOf(report: ProjectionSliceReport): ProjectionSliceFigures | null {
+  const { status, checkpoint, latestOffset, eventsPerSecond, consecutiveFailures, lastError, lastErrorAtEpochMs } =
+    report;
+  if (!statuses.has(status) || !whole(checkpoint) || !whole(latestOffset) || !whole(consecutiveFailures)) return null;
+  if (!Number.isFinite(eventsPerSecond) || eventsPerSecond < 0) return null;
+  if (lastErrorAtEpochMs !== null && !whole(lastErrorAtEpochMs)) return null;
+  return {
+    status: status as ProjectionSliceFigures["status"],
+    checkpoint,
+    latestOffset,
+    eventsPerSecond,
+    consecutiveFailures,
+    lastError: lastError === null ? null : lastError.slice(0, 1_000),
+    lastErrorAtEpochMs,
+  };
+}
+
+/**
+ * Asks each slice's owner for its runner's figures (status, rate, last error), through sharding, all at once: by
+ * slice index, null for a slice with no owner in this node's plan, whose owner did not answer within `timeoutMs`, or
+ * whose answer did not check out.
+ * @throws UnknownShardedProjectionError when this node did not initialise it
+ */
+export async function readProjectionSliceReports(
+  sharding: ClusterSharding,
+  name: string,
+  timeoutMs = 2_000,
+): Promise<(ProjectionSliceFigures | null)[]> {
+  const handle = handleOf(shardingHostOf(sharding).system, name);
+  return Promise.all(
+    Array.from({ length: handle.slices }, async (_, i) => {
+      if (sharding.ownerFor(handle.routingName, String(i)) === null) return null;
+      try {
+        const report = await sharding
+          .entityRefFor<ProjectionSliceMessage>(handle.routingName, String(i))
+          .ask(new ReportProjectionSlice(), ProjectionSliceReport, timeoutMs);
+        return figuresOf(report);
+      } catch {
+        return null;
+      }
+    }),
+  );
 }

@@ -51,8 +51,40 @@ MessageRegistry.register(KeepProjectionRunning);
 export class ProjectionControlChanged {}
 MessageRegistry.register(ProjectionControlChanged);
 
+/**
+ * Asks a slice's entity for its runner's figures (`sharding.projectionSliceReports`, the management endpoint's
+ * GET /projections on a node that does not own the slice): the owner answers a {@link ProjectionSliceReport}.
+ */
+export class ReportProjectionSlice {}
+MessageRegistry.register(ReportProjectionSlice);
+
+/** A slice owner's runner figures (ProjectionStats' operational part), its answer to ReportProjectionSlice. */
+export class ProjectionSliceReport {
+  constructor(
+    readonly status: string,
+    readonly checkpoint: number,
+    readonly latestOffset: number,
+    readonly eventsPerSecond: number,
+    readonly consecutiveFailures: number,
+    readonly lastError: string | null,
+    readonly lastErrorAtEpochMs: number | null,
+  ) {}
+}
+// Typed fields: a peer's report decodes to these types or is dropped (counted), never to another shape.
+MessageRegistry.register(ProjectionSliceReport, {
+  fields: {
+    status: "string",
+    checkpoint: "number",
+    latestOffset: "number",
+    eventsPerSecond: "number",
+    consecutiveFailures: "number",
+    lastError: "string?",
+    lastErrorAtEpochMs: "number?",
+  },
+});
+
 /** What a slice's entity receives. */
-export type ProjectionSliceMessage = KeepProjectionRunning | ProjectionControlChanged;
+export type ProjectionSliceMessage = KeepProjectionRunning | ProjectionControlChanged | ReportProjectionSlice;
 
 /**
  * Options of {@link initProjection}: the sharding settings of the projection's routing name (except `shardCount`
@@ -149,6 +181,20 @@ class ProjectionSliceOwner extends AbstractBehavior<ProjectionSliceMessage> {
 
   receive(message: ProjectionSliceMessage, context: ActorContext<ProjectionSliceMessage>): void {
     if (message instanceof ProjectionControlChanged) this.runner?.controlChanged();
+    if (message instanceof ReportProjectionSlice && this.runner !== null) {
+      const s = this.runner.stats;
+      context.sender?.tell(
+        new ProjectionSliceReport(
+          s.status,
+          s.checkpoint,
+          s.latestOffset,
+          s.eventsPerSecond,
+          s.consecutiveFailures,
+          s.lastError,
+          s.lastErrorAtEpochMs,
+        ),
+      );
+    }
     const status = this.runner?.status;
     if (status === "stale" || status === "stopped") context.stop(context.self);
   }

@@ -10,7 +10,9 @@ import type { ShardedEntityType } from "../entity-ref.ts";
 import { initPersistent, type PersistentShardingOptions } from "./init-persistent.ts";
 import {
   changeProjectionControl,
+  type ProjectionSliceFigures,
   readProjectionControl,
+  readProjectionSliceReports,
   type ShardedProjectionControl,
   shardedProjectionNames,
 } from "./projection-control.ts";
@@ -51,6 +53,12 @@ declare module "../cluster-sharding.ts" {
      * @throws UnknownShardedProjectionError when this node did not initialise it
      */
     projectionControl(name: string): Promise<ShardedProjectionControl>;
+    /**
+     * Each slice owner's runner figures of projection `name` (status, events/s, last error), asked through sharding:
+     * by slice index, null where there is no owner or it did not answer within `timeoutMs` (default 2,000).
+     * @throws UnknownShardedProjectionError when this node did not initialise it
+     */
+    projectionSliceReports(name: string, timeoutMs?: number): Promise<(ProjectionSliceFigures | null)[]>;
     /**
      * Pauses projection `name` cluster-wide: every slice's control row says paused, so its owner stops after the
      * batch in flight, and so does every later owner (handoff, restart) until resumed. Resolves once stored.
@@ -106,6 +114,14 @@ ClusterSharding.prototype.projectionControl = function projectionControl(
   name: string,
 ): Promise<ShardedProjectionControl> {
   return readProjectionControl(this, name);
+};
+
+ClusterSharding.prototype.projectionSliceReports = function projectionSliceReports(
+  this: ClusterSharding,
+  name: string,
+  timeoutMs?: number,
+): Promise<(ProjectionSliceFigures | null)[]> {
+  return readProjectionSliceReports(this, name, timeoutMs);
 };
 
 ClusterSharding.prototype.pauseProjection = function pauseProjection(

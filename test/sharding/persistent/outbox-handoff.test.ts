@@ -178,8 +178,11 @@ test("orders reserve stock exactly once while every Order and Stock shard is han
   assert.deepEqual(await pg.store.parkedOutbox(10), [], "nothing parked");
   assert.deepEqual(await pg.store.outboxCounts(), {
     pending: 0,
+    claimed: 0,
+    retrying: 0,
     parked: 0,
     delivered: 2 * placed.size, // a reservation per order, and an audit record per reservation
+    oldestPendingAgeMs: null,
   });
   await assertOneReservationPerOrder(pg, placed);
 });

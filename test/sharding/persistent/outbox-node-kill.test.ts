@@ -158,6 +158,13 @@ test("kill -9 of the node owning senders, receivers and a dispatcher: every plac
     await orders.stop();
   }
   assert.deepEqual(await pg.store.parkedOutbox(10), [], "nothing parked");
-  assert.deepEqual(await pg.store.outboxCounts(), { pending: 0, parked: 0, delivered: 2 * placed.size });
+  assert.deepEqual(await pg.store.outboxCounts(), {
+    pending: 0,
+    claimed: 0,
+    retrying: 0,
+    parked: 0,
+    delivered: 2 * placed.size,
+    oldestPendingAgeMs: null,
+  });
   await assertOneReservationPerOrder(pg, placed);
 });

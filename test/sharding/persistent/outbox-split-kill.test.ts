@@ -293,6 +293,13 @@ test("sender and receiver on separate processes, each killed with SIGKILL: every
     await orders.stop();
   }
   assert.deepEqual(await pg.store.parkedOutbox(10), [], "nothing parked");
-  assert.deepEqual(await pg.store.outboxCounts(), { pending: 0, parked: 0, delivered: 2 * placed.size });
+  assert.deepEqual(await pg.store.outboxCounts(), {
+    pending: 0,
+    claimed: 0,
+    retrying: 0,
+    parked: 0,
+    delivered: 2 * placed.size,
+    oldestPendingAgeMs: null,
+  });
   await assertOneReservationPerOrder(pg, placed);
 });

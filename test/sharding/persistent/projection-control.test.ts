@@ -8,7 +8,7 @@ import assert from "node:assert/strict";
 import { after, test } from "node:test";
 import { ActorSystem, silentLogger } from "../../../src/actor/index.ts";
 import type { Cluster } from "../../../src/cluster/index.ts";
-import { type ManagementServer, startManagement } from "../../../src/management/index.ts";
+import { createManagementHandler, type ManagementServer, startManagement } from "../../../src/management/index.ts";
 import { Database, type ExactlyOnceProjection, OperationId, Projections } from "../../../src/persistence/index.ts";
 import { UnknownShardedProjectionError } from "../../../src/sharding/errors.ts";
 import { ClusterSharding, LeastLoadedAllocation, RoleAwareAllocation } from "../../../src/sharding/index.ts";
@@ -293,6 +293,8 @@ test("pause, handoff while paused, resume and rebuild-from-offset of a sharded p
     ["GET", "/projections/tallies/pause", true, 405, "MethodNotAllowed"],
     ["POST", "/projections", true, 405, "MethodNotAllowed"],
     ["GET", "/projections/nope", true, 404, "UnknownProjection"],
+    ["GET", "/projections?x=1", true, 400, "UnknownParameter"],
+    ["GET", "/projections/tallies?limit=5", true, 400, "UnknownParameter"],
   ];
   for (const [method, path, auth, status, code] of cases) {
     const answer = await http(method, path, auth);
@@ -317,6 +319,31 @@ test("pause, handoff while paused, resume and rebuild-from-offset of a sharded p
     [["tallies", (await checkpoints()).map((cp) => [false, cp])]],
   );
   assert.deepEqual(listing.body.running, []);
+  // Per slice: the owner from the plan, the stored checkpoint and the lag, and the runner's figures asked of the owner
+  // through sharding (the seed runs no slice).
+  const latest = await pg.store.latestOffset();
+  const stayerAddress = stayer.cluster.selfAddress.toString();
+  type Slice = Record<string, unknown>;
+  const pick = (s: Slice) => [s.projection, s.slice, s.owner, s.local, s.status, s.checkpoint, s.latestOffset, s.lag];
+  assert.deepEqual(
+    (listing.body.slices as Slice[]).map((s) => [...pick(s), s.reportedBy, typeof s.eventsPerSecond, s.lastError]),
+    [0, 1].map((i) => ["tallies", i, stayerAddress, false, "running", latest, latest, 0, "owner", "number", null]),
+  );
+  // The same figures in process, through ClusterSharding on the seed.
+  const reports = await ClusterSharding.get(seed.system).projectionSliceReports("tallies");
+  assert.deepEqual(
+    reports.map((r) => r?.status),
+    ["running", "running"],
+  );
+  const onOwner = createManagementHandler(stayer.system);
+  const owned = (await (await onOwner.handle(new Request("http://owner.example/projections"))).json()) as {
+    slices: Slice[];
+  };
+  assert.deepEqual(
+    owned.slices.map(pick),
+    [0, 1].map((i) => ["tallies", i, stayerAddress, true, "running", latest, latest, 0]),
+  );
+  for (const s of owned.slices) assert.equal(typeof s.eventsPerSecond, "number");
   const actions = server.handler.operatorLog.actions.map((a) => [a.action, a.target, a.outcome]);
   assert.deepEqual(actions.slice(0, 2), [
     ["projection-pause", "tallies", "accepted"],
