@@ -137,6 +137,18 @@ test("a preparation left by a handoff aborted after its prepare is cancelled (op
   assert.equal(result.liveness ?? null, null);
 });
 
+// Operator-move seed 2490 (coordinator routing): a move's handoff drained its old owner, then aborted (the paused
+// coordinator found the plan authored elsewhere at completion). Two faults kept the plan's owner out of its shard after
+// healing: its provider, told to drain the shard, refused it until a new plan that never came (the owner now re-owns a
+// drained shard at its next delivery, §9.4); and the next owner's preparation, cancelled only at its next plan request,
+// kept the lease renewed past the owner's retry-barrier window (the coordinator now cancels when the grace ends, §9.3).
+// Measured 2026-12-06 over operator-move seeds 1..3,000 in coordinator routing: 2490 the only one not live before, none
+// after; each fix alone leaves it not live. Rule tests: node-handoff-rules.test.ts, prepare-cancel-rules.test.ts.
+test("a handoff aborted after draining its old owner leaves the shard usable there (operator-move seed 2490 is live)", () => {
+  const result = runHistory({ seed: 2490, operatorMoves: true, liveness: true, direct: false });
+  assert.equal(result.liveness ?? null, null);
+});
+
 /** The first seed in 1..`maxSeeds` whose history fails with `bugs` planted, and how. */
 function firstCaught(
   bugs: PlantedBugs,
