@@ -1,5 +1,6 @@
-// Long runs of the seeded node simulator: `npm run sim -- --seeds 10000 --from 1 [--liveness] [--churn]
-// [--direct | --coordinator]`. Without --direct or --coordinator the routing mode is the suite's (directBySeed: half of
+// Long runs of the seeded node simulator: `npm run sim -- --seeds 10000 --from 1 [--liveness] [--churn] [--moves]
+// [--direct | --coordinator]` (`--moves`: operators move shards during the faults, as node-sim.test.ts's operator-move
+// histories). Without --direct or --coordinator the routing mode is the suite's (directBySeed: half of
 // the seeds route directly). Prints a progress line every 3 s and a final table; a failing seed prints its trace and
 // how to replay it, and the run exits 1.
 import { runHistory, SimFailure } from "../test/sim/node-sim.ts";
@@ -19,6 +20,7 @@ const seeds = option("seeds", 1_000);
 const from = option("from", 1);
 const liveness = process.argv.includes("--liveness");
 const coordinatorChurn = process.argv.includes("--churn");
+const operatorMoves = process.argv.includes("--moves");
 const direct = process.argv.includes("--direct") ? true : process.argv.includes("--coordinator") ? false : undefined;
 const started = performance.now();
 const cpuStarted = process.cpuUsage();
@@ -37,7 +39,13 @@ let directRefusals = 0;
 const notLive: number[] = [];
 for (let seed = from; seed < from + seeds; seed++) {
   try {
-    const result = runHistory({ seed, liveness, coordinatorChurn, ...(direct === undefined ? {} : { direct }) });
+    const result = runHistory({
+      seed,
+      liveness,
+      coordinatorChurn,
+      operatorMoves,
+      ...(direct === undefined ? {} : { direct }),
+    });
     directDelivered += result.directDelivered;
     directRefusals += result.directRefusals;
     delivered += result.delivered;

@@ -156,9 +156,9 @@ export interface TypeState {
   /** Shards whose provider drain was started (the rest wait for the retry barrier to empty first). */
   readonly drainsStarted: Set<number>;
   /**
-   * Shards this node drained for a handoff with no plan stored since. Its provider refuses them as handing off until
-   * it is told to keep them: by the next plan, or, when the handoff was aborted and the plan still places them here,
-   * by the first delivery routed here again (docs/protocol.md §9.4, "an aborted handoff").
+   * Shards whose drain ran here since the provider was last told which shards it keeps (`retainShards`): the provider
+   * refuses them (a handoff in progress) until then. A handoff that aborts after draining this node leaves the shard
+   * here in the plan, and no new plan comes to say so: the first delivery for it re-owns it (docs/protocol.md §9.4).
    */
   readonly drainedHere: Set<number>;
   reconcileArmed: boolean;
@@ -254,10 +254,10 @@ export type NodeTimer =
   | { readonly kind: "probeExpired"; readonly type: string; readonly shard: number; readonly token: number }
   /** An announced handoff still drains its old owner: announce again, a member's copy or its marker may be lost. */
   | { readonly kind: "announceRetry"; readonly type: string; readonly shard: number; readonly token: number }
+  /** The grace of a preparation an aborted handoff left on `node` (UniqueAddress text) ended: cancel it if unused. */
+  | { readonly kind: "preparationGrace"; readonly type: string; readonly shard: number; readonly node: string }
   /** A drain still waiting for markers of handoff `token` gives up: its waiters fail, the coordinator tries again. */
-  | { readonly kind: "drainGateExpired"; readonly type: string; readonly shard: number; readonly token: number }
-  /** The grace of a preparation an aborted handoff left on `node` (UniqueAddress text) is over: cancel it if stale. */
-  | { readonly kind: "preparationGrace"; readonly type: string; readonly node: string; readonly shard: number };
+  | { readonly kind: "drainGateExpired"; readonly type: string; readonly shard: number; readonly token: number };
 
 /** A control message other nodes send to this node's daemon. */
 export type ControlMessage =
@@ -439,7 +439,8 @@ export function step(state: NodeState, input: NodeInput, nowMs: number): [NodeSt
  * branch the step takes is the plain one (docs/protocol.md §8.1): not stopped; nothing held, no flush marker pending
  * and no coordinator change to flush for any type (the step's `flushHeld` before and after the input has nothing to
  * do); the type registered; this node the routing and elected coordinator, author of the plan, its callers not
- * flushing (they last routed through this node, or through none); no retry barrier and no handoff for the shard; and
+ * flushing (they last routed through this node, or through none); no retry barrier and no handoff for the shard, nor a
+ * drain of it here since the provider was last told what it keeps; and
  * the plan placing the shard on this node, Up. Everything else (a remote owner, a hold, a reconcile) takes the step.
  * The node simulator checks at every caller's route that the step, when this says yes, yields exactly that delivery.
  */
@@ -479,7 +480,8 @@ function heldPassIdle(state: NodeState, routing: UniqueAddress | null): boolean 
  * own provider and do nothing else, or null. Pure. It holds exactly when the owner's plain branch is taken
  * (docs/protocol.md §8.2): not stopped; the held-delivery pass idle; a forwarded envelope (hop 1, not a direct one)
  * from the accepting coordinator, naming it; the type registered with the same settings; the shard authorized here
- * by that coordinator (prepared by it, or its plan placing the shard on this node); no retry barrier for the shard.
+ * by that coordinator (prepared by it, or its plan placing the shard on this node); no retry barrier for the shard, nor
+ * a drain of it here since the provider was last told what it keeps.
  * The node shell takes it for the owner's side of a routed message; the node simulator checks every answer against
  * the full step.
  */
@@ -1119,23 +1121,28 @@ class Step {
   }
 
   /**
-   * The grace of a preparation an aborted handoff left on `node` ended: when this coordinator, still the plan's
-   * author, has not stood by it since, the node is told to forget it now rather than at its next plan request (up to
-   * a plan-sync interval later). Until then its lease, renewed, fenced the plan's owner out of the shard, and that
-   * owner's retry window could end first (the node simulator's operator-move seed 2490).
+   * The grace of a preparation an aborted handoff left on `node` ended: unless this coordinator stands by it again,
+   * the preparation is cancelled now, not at the node's next plan request. The prepared node keeps the shard's lease
+   * renewed until then, and the plan's owner, fenced out meanwhile, has only its retry barrier's window (a lease and
+   * a renewal) to take the lease once it is released: waiting for the next request (every 250 ms) overran that window
+   * and its deliveries were rejected (node simulator, operator-move seed 2490, coordinator routing).
    */
-  private onPreparationGrace(t: TypeState, node: string, shard: number): void {
-    if (!this.isAuthor(t)) return;
-    const first = t.staleSince.get(node)?.get(shard);
-    if (first === undefined || this.nowMs - first < t.settings.leaseDuration / 2) return;
-    if (node === this.self.toString()) {
+  private onPreparationGrace(t: TypeState, shard: number, node: string): void {
+    if (this.s.view.elected?.equals(this.self) !== true || !this.isAuthor(t)) return;
+    const target = UniqueAddress.parse(node);
+    if (this.standsBy(t, shard, target)) return;
+    if (target.equals(this.self)) {
       this.dropOwnStalePreparations(t);
       return;
     }
-    const member = this.s.view.snapshot.members.find((m) => m.uniqueAddress.toString() === node);
-    if (member === undefined || this.standsBy(t, shard, member.uniqueAddress)) return;
-    // The entry stays: the node's next plan request either lists the preparation (a lost cancel is sent again) or not.
-    this.send(t, member.uniqueAddress, new CancelPreparations(t.name, t.settings.key, this.self.toString(), [shard]));
+    // The clock restarted (stood by again since, then another abort): that abort's own timer decides.
+    const stale = t.staleSince.get(node);
+    const since = stale?.get(shard);
+    if (since !== undefined && this.nowMs - since < t.settings.leaseDuration / 2) return;
+    // Harmless when the node holds no such preparation (it never prepared, or forgot it): it ignores the cancel.
+    stale?.delete(shard);
+    if (stale?.size === 0) t.staleSince.delete(node);
+    this.send(t, target, new CancelPreparations(t.name, t.settings.key, this.self.toString(), [shard]));
   }
 
   private onCancelPreparations(t: TypeState, message: CancelPreparations, origin: UniqueAddress | null): void {
@@ -1170,15 +1177,12 @@ class Step {
   /** After any stored plan: keep only locally planned or prepared shards, clear prepared shards now planned here. */
   private afterPlanStored(t: TypeState): void {
     for (const [shard, owner] of t.plan.allocations) if (owner.equals(this.self)) t.prepared.delete(shard);
-    this.retainOwned(t);
+    this.retain(t);
     if (t.settings.routing === "direct") this.trackOwnership(t);
   }
 
-  /**
-   * Tells the provider which shards it keeps: those the stored plan places here, those prepared here by the plan's
-   * author, and those whose prepare has not answered yet. A kept shard it drained is served again.
-   */
-  private retainOwned(t: TypeState): void {
+  /** Tells the provider which shards it keeps: the plan's here, this plan author's preparations, pending prepares. */
+  private retain(t: TypeState): void {
     const author = t.plan.author?.toString() ?? null;
     const keep = new Set<number>();
     for (const [shard, owner] of t.plan.allocations) if (owner.equals(this.self)) keep.add(shard);
@@ -1186,6 +1190,19 @@ class Step {
     for (const shard of t.preparing.keys()) keep.add(shard);
     t.drainedHere.clear();
     this.effects.push({ kind: "retainShards", type: t.name, shards: keep });
+  }
+
+  /**
+   * A delivery for `shard` goes to the provider, authorized (the plan places the shard here, or it is prepared here),
+   * after this node drained it and with no drain started since: the handoff that drained it ended without moving it
+   * (aborted after the drain), so the provider is told it keeps the shard again, before the delivery. Without it the
+   * provider refused the shard until the next plan, which may never come: the retry barrier rejected every delivery
+   * (node simulator, operator-move seed 2490, coordinator routing). A drain asked again but not started (it waits for
+   * the retry queue or for markers) does not stand in the way: what is delivered before it starts is delivered.
+   */
+  private reownDrained(t: TypeState, shard: number): void {
+    if (!t.drainedHere.has(shard) || t.drainsStarted.has(shard)) return;
+    this.retain(t);
   }
 
   /**
@@ -1955,10 +1972,7 @@ class Step {
    */
   private deliverLocally(t: TypeState, d: Delivery): void {
     const shard = d.envelope.shardId;
-    // Routed here after this node drained the shard, with no plan since: the handoff was aborted and the plan still
-    // places the shard here (a completed one would have moved it first). The provider serves it again; without this
-    // it refused the shard as handing off until the next plan (the node simulator's operator-move seed 2490).
-    if (t.drainedHere.has(shard)) this.retainOwned(t);
+    this.reownDrained(t, shard);
     for (let i = this.effects.length - 1; i >= 0; i--) {
       const e = this.effects[i]!;
       if (e.kind === "deliver" && !e.retry && e.type === t.name && e.shard === shard) {
@@ -2438,8 +2452,10 @@ class Step {
     if (t === undefined) return;
     const waiters = t.drains.get(shard) ?? [];
     t.drains.delete(shard);
-    if (t.drainsStarted.delete(shard) && error === null) t.drainedHere.add(shard);
+    t.drainsStarted.delete(shard);
     t.markers.forget(shard);
+    // A failed drain too: the provider marked the shard draining before it failed.
+    t.drainedHere.add(shard);
     for (const w of waiters) this.answer(t, shard, w, "passivated", error);
   }
 
@@ -2713,8 +2729,12 @@ class Step {
         // The next owner may have prepared: from now on this coordinator no longer stands by that preparation.
         if (effect.outcome !== "done" && running.state.next !== null) {
           this.notStoodBySince(t, running.state.next, shard);
-          const node = running.state.next.toString();
-          this.schedule(t.settings.leaseDuration / 2, { kind: "preparationGrace", type: t.name, node, shard });
+          this.schedule(t.settings.leaseDuration / 2, {
+            kind: "preparationGrace",
+            type: t.name,
+            shard,
+            node: running.state.next.toString(),
+          });
         }
         if (effect.outcome === "done") {
           this.counters.handoffShards++;
@@ -2775,7 +2795,7 @@ class Step {
         this.onDrainGateExpired(t, timer.shard, timer.token);
         return;
       case "preparationGrace":
-        this.onPreparationGrace(t, timer.node, timer.shard);
+        this.onPreparationGrace(t, timer.shard, timer.node);
         return;
       case "probeExpired": {
         const route = t.routes.get(timer.shard);

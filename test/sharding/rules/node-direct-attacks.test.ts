@@ -305,3 +305,21 @@ test("direct attack: a gated drain does not start while direct deliveries sent b
   assert.deepEqual(kinds, ["deliver", "drainShard"], "m1 delivered, then the shard drains");
   assert.deepEqual(delivers(converged)[0]!.deliveries, [m1]);
 });
+
+test("direct attack: with awaitCoordinator off, a direct delivery that finds its owner without an accepting coordinator fails at once (NoShardOwnerError), still without a refusal", () => {
+  const options = { ...direct, awaitCoordinator: false };
+  const coordinator = coordinatorWithPlan(options);
+  const owner = follower(c, coordinator.update(), options);
+  const shard = owner.shardOn(c);
+  const id = owner.entityIn((s) => s === shard);
+  const g = owner.t.plan.generation;
+  owner.feed(
+    { kind: "membershipChanged", snapshot: view(c, [member(a), member(b), member(c)], { unreachable: [b] }) },
+    2_000,
+  );
+  const effects = owner.envelope(directFrom(owner, id, a, g), b, 2_001);
+  assert.ok(rejects(effects)[0]?.error instanceof NoShardOwnerError);
+  assert.deepEqual(sent(effects, DirectRefused), [], "the caller keeps its route");
+  assert.equal(owner.t.heldDirect.size, 0);
+  assert.equal(owner.stats.directRefusals, 0);
+});

@@ -546,3 +546,50 @@ test("handoff: a reply for a shard with no handoff running does nothing", () => 
   assert.equal(n.t.handoffs.has(shard), false);
   assert.deepEqual(n.feed({ kind: "handoffReply", type, shard, token: 7, step: "passivated", error: null }, 2_000), []);
 });
+
+// Operator-move seed 2490 (coordinator routing): a move's handoff drained its old owner b, then aborted (the paused
+// coordinator found its plan authored elsewhere at completion). The plan still places the shard on b and no new plan
+// comes, so b's provider, told to drain it, refused it for good: every delivery went into the retry barrier and was
+// rejected, and the history was not live after healing.
+test("passivation: an owner whose drain ran for a handoff that then aborted re-owns the shard at its next delivery — the provider is told to retain it before the delivery", () => {
+  const coordinator = coordinatorWithPlan();
+  const n = follower(b, coordinator.update());
+  const shard = n.shardOn(b);
+  const id = n.entityIn((s) => s === shard);
+  const passivate = new PassivateShard(type, n.settings.key, shard, a.toString(), c.toString());
+  n.feed({ kind: "control", message: passivate, replyTo: caller(), origin: a }, 2_000);
+  n.feed({ kind: "drained", type, shard, error: null }, 2_100);
+  // The handoff aborted at the coordinator: its plan still places the shard on b, and it forwards to b again.
+  const first = n.envelope(n.forwardedBy(a, id), a, 2_200);
+  const kinds = first.flatMap((e) => (e.kind === "retainShards" || e.kind === "deliver" ? [e.kind] : []));
+  assert.deepEqual(kinds, ["retainShards", "deliver"], "retain first, then the delivery");
+  assert.ok(ofKind(first, "retainShards")[0]!.shards.has(shard), "the shard is retained again");
+  const second = n.envelope(n.forwardedBy(a, id), a, 2_201);
+  assert.deepEqual(ofKind(second, "retainShards"), [], "once");
+  assert.equal(delivers(second).length, 1);
+});
+
+test("passivation: no re-own while a drain of the shard runs again (a retried attempt), nor for a shard whose plan moved it on", () => {
+  const coordinator = coordinatorWithPlan();
+  const n = follower(b, coordinator.update());
+  const shard = n.shardOn(b);
+  const id = n.entityIn((s) => s === shard);
+  const passivate = new PassivateShard(type, n.settings.key, shard, a.toString(), c.toString());
+  n.feed({ kind: "control", message: passivate, replyTo: caller(), origin: a }, 2_000);
+  n.feed({ kind: "drained", type, shard, error: null }, 2_100);
+  n.feed({ kind: "control", message: passivate, replyTo: caller(), origin: a }, 2_150);
+  assert.deepEqual(ofKind(n.envelope(n.forwardedBy(a, id), a, 2_160), "retainShards"), [], "a drain runs");
+  n.feed({ kind: "drained", type, shard, error: null }, 2_200);
+  // The handoff completed: the new plan moves the shard to c, and its retain leaves the shard out.
+  const moved = coordinator.update();
+  const update = new PlanUpdate(
+    type,
+    moved.settingsKey,
+    moved.coordinator,
+    moved.generation + 1,
+    moved.assignments.map((x) => (x.shardId === shard ? { shardId: shard, owner: c.toString() } : x)),
+  );
+  const stored = n.feed({ kind: "control", message: update, replyTo: null, origin: a }, 2_300);
+  assert.equal(ofKind(stored, "retainShards")[0]!.shards.has(shard), false);
+  assert.equal(n.t.drainedHere.size, 0, "the plan's retain told the provider what it keeps");
+});

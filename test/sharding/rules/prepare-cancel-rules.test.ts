@@ -11,7 +11,19 @@ import { test } from "node:test";
 import { NoRebalance } from "../../../src/sharding/index.ts";
 import { CancelPreparations, PlanRequest } from "../../../src/sharding/internal/index.ts";
 import type { NodeEffect } from "../../../src/sharding/node/node-core.ts";
-import { a, b, c, coordinatorWithPlan, follower, member, ofKind, sends, type, view } from "./node-harness.ts";
+import {
+  a,
+  b,
+  c,
+  coordinatorWithPlan,
+  follower,
+  member,
+  ofKind,
+  schedules,
+  sends,
+  type,
+  view,
+} from "./node-harness.ts";
 
 const ask = { kind: "ask" as const, replyTo: null };
 
@@ -190,4 +202,49 @@ test("a coordinator forgets its own preparation of a handoff that no longer runs
     retained(effects),
     [...mine, running].sort((x, y) => x - y),
   );
+});
+
+// Operator-move seed 2490 (coordinator routing): the prepared node kept the lease renewed until its next plan request
+// after the grace (every 250 ms), and the plan's owner, fenced out meanwhile, had only its retry barrier's window (a
+// lease and a renewal) to take the lease once released: the window ended first and its deliveries were rejected.
+test("a coordinator that aborted a handoff after its prepare cancels that preparation when the grace ends, without waiting for a plan request", () => {
+  const n = coordinatorWithPlan({ leaseDuration: 300, leaseRenewInterval: 100 });
+  const moving = n.shardOn(b);
+  n.feed({ kind: "moveShard", type, shard: moving, to: c }, 2_000);
+  const token = n.t.handoffs.get(moving)!.token;
+  n.feed({ kind: "handoffReply", type, shard: moving, token, step: "passivated", error: null }, 2_010);
+  const plan = n.t.plan;
+  n.t.plan = { ...plan, author: b };
+  const aborted = n.feed({ kind: "handoffReply", type, shard: moving, token, step: "prepared", error: null }, 2_020);
+  n.t.plan = plan;
+  assert.equal(n.t.handoffs.has(moving), false, "aborted");
+  const [grace] = schedules(aborted, "preparationGrace");
+  assert.ok(grace !== undefined, "the grace is timed");
+  assert.equal(grace.afterMs, 150, "half the lease duration");
+  const fired = n.feed({ kind: "timer", timer: grace.timer }, 2_170);
+  assert.deepEqual(cancels(fired), [{ to: c.toString(), shards: [moving] }]);
+  assert.equal(n.t.staleSince.get(c.toString()), undefined, "nothing stale is remembered for c");
+});
+
+test("the grace's timer cancels nothing when the move started again to the same node meanwhile, or this node no longer coordinates", () => {
+  const n = coordinatorWithPlan({ rebalance: new NoRebalance(), leaseDuration: 300, leaseRenewInterval: 100 });
+  const moving = n.shardOn(b);
+  n.feed({ kind: "moveShard", type, shard: moving, to: c }, 2_000);
+  const token = n.t.handoffs.get(moving)!.token;
+  n.feed({ kind: "handoffReply", type, shard: moving, token, step: "passivated", error: null }, 2_010);
+  const plan = n.t.plan;
+  n.t.plan = { ...plan, author: b };
+  const aborted = n.feed({ kind: "handoffReply", type, shard: moving, token, step: "prepared", error: null }, 2_020);
+  n.t.plan = plan;
+  const [grace] = schedules(aborted, "preparationGrace");
+  n.feed({ kind: "moveShard", type, shard: moving, to: c }, 2_100);
+  assert.equal(n.t.handoffs.get(moving)?.state.next?.toString(), c.toString(), "the move runs again, to c");
+  assert.deepEqual(cancels(n.feed({ kind: "timer", timer: grace!.timer }, 2_170)), [], "stood by again");
+  // Another coordinator took over: this node cancels nothing of its own accord.
+  n.t.handoffs.delete(moving);
+  n.feed(
+    { kind: "membershipChanged", snapshot: view(a, [member(a), member(b), member(c)], { unreachable: [b] }) },
+    2_200,
+  );
+  assert.deepEqual(cancels(n.feed({ kind: "timer", timer: grace!.timer }, 2_210)), []);
 });
