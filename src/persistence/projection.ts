@@ -397,10 +397,18 @@ export class ProjectionRunner {
    * and the checkpoint may move up to it even when the source's filter skipped the newest events (otherwise a filtered
    * projection would show lag and hold retention back forever).
    */
+  /** Whether pause() (or the durable control) paused this runner; read afresh after every await. */
+  private pausedNow(): boolean {
+    return this.statusNow === "paused";
+  }
+
   private async batch(): Promise<number> {
     const latest = await this.store.latestOffset();
     this.latest = Math.max(this.latest, latest);
     const page = await this.store.queryEvents({ ...this.filter, afterOffset: this.checkpoint, limit: this.batchSize });
+    // Paused (or stopped) while the page was read: nothing of it is handled, so no event committed after pause() was
+    // seen reaches the handler (under load a page read across the pause held the two events appended after it).
+    if (this.pausedNow() || this.finished()) return 0;
     const through = page.hasMore ? page.nextOffset : Math.max(page.nextOffset, latest);
     if (through <= this.checkpoint) return 0;
     const only = this.only;
@@ -419,9 +427,19 @@ export class ProjectionRunner {
     }
     const every = definition.checkpointEvery ?? 100;
     let sinceCheckpoint = 0;
+    let handledThrough: number | null = null;
     for (const event of events) {
       if (this.finished()) return page.events.length;
+      if (this.pausedNow()) {
+        // Paused between two events: what was handled is checkpointed, the rest waits for resume().
+        if (handledThrough !== null && sinceCheckpoint > 0) {
+          await this.store.saveProjectionOffset(definition.name, handledThrough, this.fence);
+          this.advance(handledThrough, sinceCheckpoint);
+        }
+        return 0;
+      }
       await definition.handler(event);
+      handledThrough = event.offset;
       if (++sinceCheckpoint >= every && event !== events[events.length - 1]) {
         await this.store.saveProjectionOffset(definition.name, event.offset, this.fence);
         this.advance(event.offset, sinceCheckpoint);

@@ -181,7 +181,12 @@ test("after the coordinator changes, an owner refuses the new coordinator's forw
   }
 });
 
-test("a previous owner that has drained a shard creates no entity for it, even for the coordinator's own forward", async () => {
+// Until 2026-12-06 a drained shard stayed refused until the next plan, whoever forwarded. A coordinator sends the old
+// owner nothing for a shard while its handoff runs (it buffers), so a forward that reaches the drained owner from
+// the coordinator whose plan still places the shard there means that handoff was given up; refusing it stranded the
+// shard until a plan that never came (operator-move seed 2490; docs/protocol.md §9.4 "Re-own after an aborted
+// handoff"). The owner now serves it again, under the usual owner check.
+test("a previous owner that drained a shard serves it again at the coordinator's next forward (the handoff was given up)", async () => {
   const cluster = new FakeCluster(orderClasses);
   try {
     const [a, b] = cluster.addNodesInAddressOrder("a-node", "b-node") as [Node, Node];
@@ -202,7 +207,7 @@ test("a previous owner that has drained a shard creates no entity for it, even f
       ShardingControlAck,
       1_000,
     );
-    // A forward for the drained shard that reaches b afterwards must not start an entity there.
+    // A forward for the drained shard from the coordinator whose plan still places it on b: the handoff was given up.
     daemonOfB.tell(
       new ShardingEnvelope("User", "Drained", moving, shard, key, 1, a.address.toString(), null, false, {
         type: "Seq",
@@ -211,8 +216,8 @@ test("a previous owner that has drained a shard creates no entity for it, even f
     );
     // A later message on the same link, for another shard of b, is delivered: the forward has been handled.
     await a.sharding.entityRefFor<OrderCommand>("Drained", staying).ask(new Seq(1), OrderReply, 1_000);
-    assert.equal(b.sharding.localEntityCount, 1, "only the other shard's entity lives on b");
-    assert.equal(sequenceSink.get(moving), undefined, "the drained shard's entity was not activated");
+    assert.equal(b.sharding.localEntityCount, 2, "the drained shard's entity lives on b again, beside the other's");
+    assert.deepEqual(sequenceSink.get(moving), [1], "the forward was delivered");
   } finally {
     await cluster.shutdown();
   }
