@@ -28,6 +28,7 @@ export const MIGRATION_NAMES: readonly string[] = [
   "sqlite-event-offset-on-journal-row",
   "feed-lock-per-schema",
   "projection-control",
+  "outbox-shard-claims",
 ];
 
 /** One migration: version, name, checksum ({@link migrationChecksum}) and the SQL statements it runs in one transaction. */
