@@ -10,7 +10,7 @@ import {
 } from "./errors.ts";
 
 /** The schema version this build writes and understands. */
-export const CURRENT_SCHEMA_VERSION = 14;
+export const CURRENT_SCHEMA_VERSION = 15;
 
 /** The names of the migrations, shared by both SQL backends. */
 export const MIGRATION_NAMES: readonly string[] = [
