@@ -86,9 +86,12 @@ test("orders reserve stock exactly once while every Order and Stock shard is han
       describe: () => warmup.stats,
     },
   );
+  // The leases a held before the handoff, as a node that still believed it owned the shards would present them.
+  const leasesOfA = a.sharding.heldShardLeases();
   const before = await leases(a);
   const types = (m: Map<string, unknown>, t: string) => [...m.keys()].filter((k) => k.startsWith(`${t}/`)).length;
   assert.ok(types(before, "Order") > 0 && types(before, "Stock") > 0, `both types leased: ${[...before.keys()]}`);
+  assert.equal(leasesOfA.length, before.size, "a presents every lease it holds");
   assert.ok(
     [...before.values()].every((l) => l.owner === "a" && l.epoch === 1),
     `every lease on a: ${JSON.stringify([...before])}`,
@@ -189,6 +192,16 @@ test("orders reserve stock exactly once while every Order and Stock shard is han
   for (const row of ["reservation", "audit record"]) {
     await eventually(async () => (await pg.store.outboxCounts()).pending === 1, { what: `the ${row} pending` });
     assert.equal((await dispatcherA.runOnce()).claimed, 0, `a's dispatcher leaves the ${row} alone`);
+    // Presenting its old leases (epochs the shards have moved past) claims nothing either: each is refused as stale.
+    const staleA = new OutboxDispatcher({
+      store: pg.store,
+      codec: Database.get(a.system).codec,
+      deliverToEntity: async () => assert.fail(`the ${row} must not be delivered under a stale lease`),
+      handlers: { audit: async () => assert.fail(`the ${row} must not be delivered under a stale lease`) },
+      leases: () => leasesOfA,
+    });
+    assert.equal((await staleA.runOnce()).claimed, 0, `a's old leases claim nothing of the ${row}`);
+    assert.equal(staleA.stats.staleLeases, leasesOfA.length);
     assert.deepEqual(await dispatcher.runOnce(), { claimed: 1, delivered: 1, retried: 0, parked: 0, stale: 0 }, row);
   }
 
