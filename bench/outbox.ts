@@ -6,7 +6,9 @@
 //    the outbox insert, outside the group commit), and a ceiling of the alone path: a raw transaction inserting the
 //    journal row and the outbox row through the same pool, at concurrency 1, 16 and 64, rotating round by round;
 // 2. dispatch throughput: OutboxDispatcher.runOnce with a deliverer that acknowledges at once, beside the ceiling of
-//    its SQL (claim a batch, mark it delivered) on the same rows, reset between runs.
+//    its SQL (claim a batch, mark it delivered) on the same rows, reset between runs. The rows are written under the
+//    fences of MOVIE_BENCH_OUTBOX_SHARDS shards (default 8), and the claims present those shards' leases (claims
+//    follow shard ownership, migration 15); 0 writes them unfenced (rows without a shard, as every row was before).
 // Usage: npm run bench:outbox  (MOVIE_POSTGRES_TEST_URL overrides the local server; MOVIE_BENCH_SECONDS the duration
 // of each append case, default 0.4; MOVIE_BENCH_ROUNDS the alternating rounds, default 3; MOVIE_BENCH_OUTBOX_ROWS the
 // rows dispatched per run, default 10000).
@@ -23,6 +25,7 @@ const url = process.env.MOVIE_POSTGRES_TEST_URL ?? "postgres://postgres@127.0.0.
 const caseMs = Number(process.env.MOVIE_BENCH_SECONDS ?? "0.4") * 1000;
 const rounds = Number(process.env.MOVIE_BENCH_ROUNDS ?? "3");
 const outboxRows = Number(process.env.MOVIE_BENCH_OUTBOX_ROWS ?? "10000");
+const outboxShards = Number(process.env.MOVIE_BENCH_OUTBOX_SHARDS ?? "8");
 const warmupMs = 150;
 const payload = JSON.stringify({ kind: "ItemAdded", sku: "sku-000042", quantity: 3, note: "x".repeat(64) });
 const manifest = "bench.ItemAdded";
@@ -135,8 +138,8 @@ async function appendCosts(store: PostgresStore) {
   return rows;
 }
 
-/** Writes `count` outbox rows: appends of 500 messages each. */
-async function fillOutbox(store: PostgresStore, count: number): Promise<void> {
+/** Writes `count` outbox rows: appends of 500 messages each, in turn under each of `fences` (unfenced without any). */
+async function fillOutbox(store: PostgresStore, count: number, fences: readonly ShardLeaseToken[]): Promise<void> {
   const codec = new PersistenceCodec();
   const message = codec.encode({ sku: "sku-000042", quantity: 3 });
   for (let i = 0; i < count / 500; i++) {
@@ -146,6 +149,7 @@ async function fillOutbox(store: PostgresStore, count: number): Promise<void> {
       expectedRevision: 0,
       operationId: "place",
       events: [{ manifest, payload }],
+      fence: fences.length === 0 ? null : fences[i % fences.length]!,
       outbox: Array.from({ length: 500 }, (_, k) => ({
         messageId: outboxMessageId(persistenceId, "place", k),
         destination,
@@ -155,18 +159,29 @@ async function fillOutbox(store: PostgresStore, count: number): Promise<void> {
   }
 }
 
-async function dispatchRates(store: PostgresStore) {
+async function dispatchRates(store: PostgresStore, fences: readonly ShardLeaseToken[]) {
   const reset = () =>
     store.pool.query(
-      "UPDATE persistence_outbox SET delivered = false, delivered_at = NULL, attempts = 0, lease_until_epoch_ms = 0, lease_owner = NULL",
+      "UPDATE persistence_outbox SET delivered = false, delivered_at = NULL, attempts = 0, lease_until_epoch_ms = 0, lease_owner = NULL, claim_epoch = NULL",
     );
+  const leaseColumns = [
+    fences.map((f) => f.key.clusterName),
+    fences.map((f) => f.key.entityType),
+    fences.map((f) => f.key.shardId),
+    fences.map((f) => f.owner),
+    fences.map((f) => f.epoch),
+  ];
   const raw = async () => {
     const started = clock.now();
     let n = 0;
     for (;;) {
-      const claimed = (await store.pool.query(CLAIM_OUTBOX_SQL, ["raw", 60_000, 500])).rows;
+      const result = await store.pool.query(CLAIM_OUTBOX_SQL, ["raw", 60_000, 500, ...leaseColumns, true]);
+      const claimed = result.rows.filter((r) => r.held_lease === null);
       if (claimed.length === 0) break;
-      await store.pool.query(COMPLETE_OUTBOX_SQL, [claimed.map((r) => r.outbox_offset)]);
+      await store.pool.query(COMPLETE_OUTBOX_SQL, [
+        claimed.map((r) => r.outbox_offset),
+        claimed.map((r) => r.claim_epoch),
+      ]);
       n += claimed.length;
     }
     return (n * 1000) / (clock.now() - started);
@@ -176,6 +191,7 @@ async function dispatchRates(store: PostgresStore) {
       store,
       codec: new PersistenceCodec(),
       batchSize: 500,
+      leases: () => fences,
       deliverToEntity: async () => {},
     });
     const started = clock.now();
@@ -219,9 +235,16 @@ async function main(): Promise<void> {
     const dispatchSchema = `${schema}_d`;
     const dispatchStore = await PostgresStore.connect({ connectionUri: url, schema: dispatchSchema, poolSize: 4 });
     stores.push(dispatchStore);
-    await fillOutbox(dispatchStore, outboxRows);
-    const dispatch = await dispatchRates(dispatchStore);
-    console.log(`dispatching ${outboxRows} rows in batches of 500, acknowledged at once (messages/s, median):`);
+    const dispatchFences: ShardLeaseToken[] = [];
+    for (let shardId = 0; shardId < outboxShards; shardId++) {
+      const key = { clusterName: "bench", entityType: "Order", shardId };
+      dispatchFences.push((await dispatchStore.acquireShardLease(key, "bench", 600_000))!);
+    }
+    await fillOutbox(dispatchStore, outboxRows, dispatchFences);
+    const dispatch = await dispatchRates(dispatchStore, dispatchFences);
+    console.log(
+      `dispatching ${outboxRows} rows ${outboxShards === 0 ? "without a shard" : `of ${outboxShards} shards`} in batches of 500, acknowledged at once (messages/s, median):`,
+    );
     console.log(
       `raw claim+complete ${dispatch.raw.toFixed(0)}  dispatcher ${dispatch.dispatcher.toFixed(0)}  ${((dispatch.dispatcher / dispatch.raw) * 100).toFixed(0)}% of the ceiling`,
     );
@@ -229,7 +252,7 @@ async function main(): Promise<void> {
     mkdirSync("bench/results", { recursive: true });
     writeFileSync(
       "bench/results/outbox.json",
-      `${JSON.stringify({ caseMs, rounds, outboxRows, loadAverage: { start: load, end: loadavg() }, appends, dispatch }, null, 2)}\n`,
+      `${JSON.stringify({ caseMs, rounds, outboxRows, outboxShards, loadAverage: { start: load, end: loadavg() }, appends, dispatch }, null, 2)}\n`,
     );
   } finally {
     for (const store of stores) await store.close();

@@ -374,6 +374,8 @@ async function outboxRun(
         codec: outboxCodec,
         batchSize: 64,
         owner: `bench-${label}`,
+        // The senders write under these leases: claims follow them (docs/outbox.md).
+        leases: () => fences,
         purge: false,
         deliverToEntity: async (delivery) => {
           if (delivery.destination.kind !== "entity") throw new Error("not an entity destination");

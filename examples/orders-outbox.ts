@@ -114,7 +114,7 @@ try {
     codec: database.codec,
     deliverToEntity: deliverLocally,
   });
-  console.log("batch", await dispatcher.runOnce()); // { claimed: 3, delivered: 3, retried: 0, parked: 0 }
+  console.log("batch", await dispatcher.runOnce()); // { claimed: 3, delivered: 3, retried: 0, parked: 0, stale: 0 }
 
   // Redeliver one message by hand, as a dispatcher that died before marking it delivered would. Its id is derived
   // from the sender's persistence id, OperationId and position: the same on every delivery. No second effect.

@@ -116,14 +116,16 @@ const stock = sharding.initEventSourced(stockType, {
 });
 
 /**
- * This node's outbox dispatcher: claims undelivered ReserveStock messages (a claim hides its rows from the other
- * nodes' dispatchers for `leaseMs`), asks the Stock entity through sharding, and marks a message delivered once Stock
- * answered; a failure (routing refused while the Stock shard hands off, an ask timed out) is retried with backoff.
+ * This node's outbox dispatcher: claims the undelivered ReserveStock messages written by the Order shards this node
+ * holds (under their shard leases: after a handoff the new owner's dispatcher takes them over), asks the Stock entity
+ * through sharding, and marks a message delivered once Stock answered; a failure (routing refused while the Stock
+ * shard hands off, an ask timed out) is retried with backoff.
  */
 const dispatcher = new OutboxDispatcher({
   store: database.store,
   codec: database.codec,
   deliverToEntity: deliverThroughSharding(sharding, StockReply, 3_000),
+  leases: () => sharding.heldShardLeases(),
   owner: label,
   leaseMs: 6_000,
   deliveryTimeoutMs: 4_000,

@@ -138,11 +138,13 @@ initProjection(sharding, soakListProjection, {
   leaseRenewInterval: soakLeaseRenewIntervalMs,
   keepAliveInterval: 500,
 });
-// Every node dispatches the outbox: claims never share a row, and a claim of a killed node comes back after leaseMs.
+// Every node dispatches the outbox rows of the shards it holds (claims follow shard ownership): claims never share a
+// row, and the rows of a killed node's shards are claimed by their next owner under its newer lease epoch.
 const dispatcher = new OutboxDispatcher({
   store: database.store,
   codec: database.codec,
   deliverToEntity: deliverThroughSharding(sharding, TallyAck, 3_000),
+  leases: () => sharding.heldShardLeases(),
   owner: name,
   batchSize: 32,
   leaseMs: 6_000,

@@ -65,9 +65,12 @@ export { OperationId } from "./operation-id.ts";
 export {
   type ClaimedOutboxRow,
   MAX_OUTBOX_ERROR_LENGTH,
+  type OutboxClaim,
+  type OutboxClaimRef,
   type OutboxClaimRequest,
   type OutboxCounts,
   type OutboxFailure,
+  type OutboxSettleResult,
   type ParkedOutboxRow,
 } from "./outbox-claim.ts";
 export {

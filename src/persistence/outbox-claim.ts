@@ -4,12 +4,20 @@
  * its own name, in one statement (PostgreSQL: FOR UPDATE SKIP LOCKED, so two dispatchers never take the same row;
  * SQLite: one writer at a time). A row stays invisible to other claims until its lease ends: when the dispatcher dies
  * mid-batch, the rows come back after `leaseMs` and are delivered again (at-least-once). Each claim counts an attempt.
+ *
+ * Claims follow shard ownership (migration 15): each row records the shard lease key its sender wrote it under (the
+ * write's fence), and only a claimer that presents that shard's current lease (owner, epoch, unexpired on the
+ * database clock) takes it, recording the epoch on the row. A claim under a newer epoch also takes rows still claimed
+ * under an older one (their claimer lost the shard), and a settle (complete, fail) of a sharded row changes it only
+ * while the epoch it was claimed under is still the lease's current one: a stale owner can neither claim nor settle.
+ * Rows without a shard (written unfenced, or before migration 15) are claimed by any claimer that asks for them.
  */
 import { describe } from "../actor/untrusted.ts";
 import { InvalidPersistenceRequestError } from "./errors.ts";
+import { type ShardLeaseKey, type ShardLeaseToken, validateLeaseToken } from "./lease.ts";
 import { decodeDestination, type OutboxDestination } from "./outbox-message.ts";
 
-/** A claim: who claims, how many rows at most, and for how long. */
+/** A claim: who claims, how many rows at most, for how long, and for which shards. */
 export interface OutboxClaimRequest {
   /** The claiming dispatcher's name (recorded as `lease_owner`; outcomes of another owner's claim are refused). */
   readonly owner: string;
@@ -17,6 +25,49 @@ export interface OutboxClaimRequest {
   readonly limit: number;
   /** The visibility timeout: the rows are the claimer's for this long (1 ms .. 1 hour). */
   readonly leaseMs: number;
+  /**
+   * The shard leases the claimer holds (at most 10,000; `ClusterSharding.heldShardLeases()` on a node): rows written
+   * under those shards are claimed, each under its lease, when the lease table still has that owner and epoch,
+   * unexpired. A lease that is not current claims nothing and comes back in {@link OutboxClaim.staleLeases}.
+   * Default none: only rows without a shard.
+   */
+  readonly leases?: readonly ShardLeaseToken[];
+  /** Whether rows without a shard (written unfenced, or before migration 15) are claimed too; default true. */
+  readonly unsharded?: boolean;
+}
+
+/** A claim request, checked. */
+export interface CheckedClaim {
+  readonly owner: string;
+  readonly limit: number;
+  readonly leaseMs: number;
+  readonly leases: readonly ShardLeaseToken[];
+  readonly unsharded: boolean;
+}
+
+/** What a claim took. */
+export interface OutboxClaim {
+  /** The rows claimed, oldest first. */
+  readonly rows: ClaimedOutboxRow[];
+  /** The leases of the request that were not current (another owner or epoch, expired): nothing was claimed under them. */
+  readonly staleLeases: ShardLeaseToken[];
+}
+
+/** A claimed row as a settle names it: its offset and the epoch it was claimed under (null: a row without a shard). */
+export interface OutboxClaimRef {
+  readonly offset: number;
+  readonly claimEpoch: number | null;
+}
+
+/** What a settle (completeOutbox, failOutbox) did. */
+export interface OutboxSettleResult {
+  /** Rows changed. */
+  readonly settled: number;
+  /**
+   * Rows left unchanged because the shard lease they were claimed under is no longer current (another epoch, expired
+   * or released) or a claim under a newer epoch took them: a stale owner's settle changes nothing.
+   */
+  readonly stale: number;
 }
 
 /** A claimed row, read back and checked. */
@@ -32,11 +83,17 @@ export interface ClaimedOutboxRow {
   readonly payload: string;
   /** Attempts so far, this claim included. */
   readonly attempts: number;
+  /** The shard its sender wrote it under, or null (written unfenced, or before migration 15). */
+  readonly senderShard: ShardLeaseKey | null;
+  /** The lease epoch it was claimed under (a settle must name it), or null for a row without a shard. */
+  readonly claimEpoch: number | null;
 }
 
 /** What a failed delivery does to its row: come back after `retryAfterMs`, or be parked with the error. */
 export interface OutboxFailure {
   readonly offset: number;
+  /** The epoch the row was claimed under ({@link ClaimedOutboxRow.claimEpoch}); absent or null for a row without a shard. */
+  readonly claimEpoch?: number | null;
   readonly error: string;
   readonly retryAfterMs: number;
   readonly park: boolean;
@@ -88,15 +145,52 @@ const whole = (field: string, value: unknown, min: number, max: number): number 
  * Validates a claim request.
  * @throws InvalidPersistenceRequestError
  */
-export function checkClaim(request: OutboxClaimRequest): OutboxClaimRequest {
+export function checkClaim(request: OutboxClaimRequest): CheckedClaim {
   if (request === null || typeof request !== "object") {
     throw new InvalidPersistenceRequestError("claim", "expected { owner, limit, leaseMs }");
   }
+  const leases = request.leases ?? [];
+  if (!Array.isArray(leases) || leases.length > MAX_CLAIM_LEASES) {
+    throw new InvalidPersistenceRequestError("leases", `expected an array of at most ${MAX_CLAIM_LEASES} lease tokens`);
+  }
+  for (const lease of leases) validateLeaseToken(lease);
+  const unsharded = request.unsharded ?? true;
+  if (typeof unsharded !== "boolean") throw new InvalidPersistenceRequestError("unsharded", "must be a boolean");
   return {
     owner: checkOwner(request.owner),
     limit: whole("limit", request.limit, 1, 1000),
     leaseMs: whole("leaseMs", request.leaseMs, 1, 3_600_000),
+    leases,
+    unsharded,
   };
+}
+
+/** The most leases one claim may present. */
+export const MAX_CLAIM_LEASES = 10_000;
+
+/**
+ * Validates the claimed rows a settle names (at most 1000): offsets whole numbers of 1 or more, epochs whole numbers
+ * of 1 or more or null.
+ * @throws InvalidPersistenceRequestError
+ */
+export function checkClaimRefs(refs: readonly OutboxClaimRef[]): OutboxClaimRef[] {
+  if (!Array.isArray(refs) || refs.length > 1000) {
+    throw new InvalidPersistenceRequestError("rows", "expected an array of at most 1000 claimed rows");
+  }
+  return refs.map((ref) => {
+    if (ref === null || typeof ref !== "object") {
+      throw new InvalidPersistenceRequestError("row", "expected { offset, claimEpoch }");
+    }
+    return {
+      offset: whole("offset", ref.offset, 1, Number.MAX_SAFE_INTEGER),
+      claimEpoch: checkEpoch(ref.claimEpoch),
+    };
+  });
+}
+
+/** A claim epoch: absent or null (no shard), else a whole number of 1 or more. */
+function checkEpoch(epoch: unknown): number | null {
+  return epoch === undefined || epoch === null ? null : whole("claimEpoch", epoch, 1, Number.MAX_SAFE_INTEGER);
 }
 
 /**
@@ -137,6 +231,7 @@ export function checkFailure(failure: OutboxFailure): OutboxFailure {
   if (typeof failure.park !== "boolean") throw new InvalidPersistenceRequestError("failure.park", "must be a boolean");
   return {
     offset: whole("failure.offset", failure.offset, 1, Number.MAX_SAFE_INTEGER),
+    claimEpoch: checkEpoch(failure.claimEpoch),
     error: failure.error.slice(0, MAX_OUTBOX_ERROR_LENGTH),
     retryAfterMs: whole("failure.retryAfterMs", failure.retryAfterMs, 0, 86_400_000),
     park: failure.park,
@@ -172,6 +267,11 @@ export function checkClaimedRow(row: Record<string, unknown>): ClaimedOutboxRow 
   if (!Number.isSafeInteger(offset) || offset < 1 || !Number.isSafeInteger(attempts) || attempts < 0) return null;
   if (typeof messageId !== "string" || typeof persistenceId !== "string") return null;
   if (typeof manifest !== "string" || typeof payload !== "string") return null;
+  const senderShard = checkSenderShard(row.sender_cluster, row.sender_type, row.sender_shard);
+  if (senderShard === undefined) return null;
+  const claimEpoch = row.claim_epoch === null || row.claim_epoch === undefined ? null : Number(row.claim_epoch);
+  if (claimEpoch !== null && (!Number.isSafeInteger(claimEpoch) || claimEpoch < 1)) return null;
+  if ((senderShard === null) !== (claimEpoch === null)) return null;
   return {
     offset,
     messageId,
@@ -180,5 +280,20 @@ export function checkClaimedRow(row: Record<string, unknown>): ClaimedOutboxRow 
     manifest,
     payload,
     attempts,
+    senderShard,
+    claimEpoch,
   };
+}
+
+/** A row's sender shard columns: null when all three are null, undefined when they are not a lease key. */
+function checkSenderShard(cluster: unknown, type: unknown, shard: unknown): ShardLeaseKey | null | undefined {
+  if ((cluster === null || cluster === undefined) && (type === null || type === undefined)) {
+    return shard === null || shard === undefined ? null : undefined;
+  }
+  const shardId = Number(shard);
+  if (typeof cluster !== "string" || cluster.length === 0 || typeof type !== "string" || type.length === 0) {
+    return undefined;
+  }
+  if (shard === null || !Number.isSafeInteger(shardId) || shardId < 0) return undefined;
+  return { clusterName: cluster, entityType: type, shardId };
 }

@@ -3,13 +3,16 @@
  * the persistence codec, hands it to the entity deliverer or the named handler, and records each outcome
  * (outbox-delivery.ts): delivered, retried after a backoff, or parked. Delivery is at least once: a dispatcher that
  * dies mid-batch leaves its rows claimed until the claim ends, and then they are delivered again. A receiver that
- * persists with the message id as its OperationId turns that into an effect that happens once.
+ * persists with the message id as its OperationId turns that into an effect that happens once. Claims follow shard
+ * ownership: a dispatcher claims the rows of the shards whose leases `leases()` gives it (a node's own, from
+ * `ClusterSharding.heldShardLeases()`), and rows without a shard.
  */
 import { randomUUID } from "node:crypto";
 import type { Class } from "../actor/index.ts";
 import { describe, errorText } from "../actor/untrusted.ts";
 import type { PersistenceCodec } from "./codec.ts";
 import { PersistenceConfigurationError } from "./errors.ts";
+import type { ShardLeaseToken } from "./lease.ts";
 import { type ClaimedOutboxRow, MAX_OUTBOX_ERROR_LENGTH, type OutboxFailure } from "./outbox-claim.ts";
 import { type AttemptResult, deliveryOutcome, type OutboxRetryPolicy, outboxRetryPolicy } from "./outbox-delivery.ts";
 import type { OutboxDestination } from "./outbox-message.ts";
@@ -70,6 +73,17 @@ export interface OutboxDispatcherOptions {
   readonly handlers?: Readonly<Record<string, OutboxDeliverer>>;
   /** This dispatcher's claim owner name; default a random one. */
   readonly owner?: string;
+  /**
+   * The shard leases this node holds now, asked before every claim: the rows their entities wrote are claimed under
+   * them (on a node, `() => sharding.heldShardLeases()`). Rows of any other shard are left to the node that holds it.
+   * Default none: only rows without a shard are claimed.
+   */
+  readonly leases?: () => readonly ShardLeaseToken[];
+  /**
+   * Whether to claim rows without a shard (written unfenced, or before migration 15; any dispatcher may take them);
+   * default true.
+   */
+  readonly unsharded?: boolean;
   /** Rows per claim (1..1000); default 64. */
   readonly batchSize?: number;
   /** How long a claim hides its rows from other dispatchers; default 30,000 ms. */
@@ -92,9 +106,17 @@ export interface OutboxDispatcherOptions {
 /** What one {@link OutboxDispatcher.runOnce} did. */
 export interface OutboxBatchResult {
   readonly claimed: number;
+  /** Acknowledged by their destination. */
   readonly delivered: number;
+  /** Failed, to be retried after a backoff. */
   readonly retried: number;
+  /** Failed for the last time (or unreadable): parked. */
   readonly parked: number;
+  /**
+   * Of the outcomes above, those not recorded because the shard lease their row was claimed under is no longer
+   * current (the shard moved, or its lease lapsed): the shard's owner claims them again.
+   */
+  readonly stale: number;
 }
 
 /** Counters of a dispatcher since it was made. */
@@ -109,6 +131,16 @@ export interface OutboxDispatcherStats {
    * (its delivery timed out, its deliverer had not settled): the attempt waited for that copy instead.
    */
   joined: number;
+  /**
+   * Leases that a claim presented and the lease table did not confirm (another owner or epoch holds the shard, or the
+   * lease expired): nothing was claimed under them.
+   */
+  staleLeases: number;
+  /**
+   * Outcomes (delivered, retried, parked) not recorded because the lease the row was claimed under is no longer
+   * current: the shard's new owner claims the row again.
+   */
+  staleSettles: number;
   /** The last delivery error (text) or null. */
   lastError: string | null;
 }
@@ -137,6 +169,8 @@ export class OutboxDispatcher {
     parked: 0,
     purged: 0,
     joined: 0,
+    staleLeases: 0,
+    staleSettles: 0,
     lastError: null,
   };
   private readonly batchSize: number;
@@ -188,16 +222,20 @@ export class OutboxDispatcher {
     }
   }
 
-  /** Claims one batch, delivers its messages concurrently, and records every outcome. */
+  /** Claims one batch, delivers its messages concurrently, and records every outcome (where its claim still stands). */
   async runOnce(): Promise<OutboxBatchResult> {
-    const rows = await this.options.store.claimOutbox({
+    const claim = await this.options.store.claimOutbox({
       owner: this.owner,
       limit: this.batchSize,
       leaseMs: this.leaseMs,
+      leases: this.options.leases?.() ?? [],
+      unsharded: this.options.unsharded ?? true,
     });
+    const rows = claim.rows;
+    this.stats.staleLeases += claim.staleLeases.length;
     this.stats.claimed += rows.length;
     const results = await Promise.all(rows.map((row) => this.attempt(row)));
-    const delivered: number[] = [];
+    const delivered: ClaimedOutboxRow[] = [];
     const failures: OutboxFailure[] = [];
     let retried = 0;
     let parked = 0;
@@ -206,21 +244,29 @@ export class OutboxDispatcher {
       // Recorded now (delivered or parked): nothing of this message is waited for any more. A retried one keeps its
       // unsettled copy for the next attempt.
       if (outcome.kind !== "retry") this.unsettled.delete(row.messageId);
-      if (outcome.kind === "delivered") delivered.push(row.offset);
+      if (outcome.kind === "delivered") delivered.push(row);
       else {
         this.stats.lastError = outcome.error;
         const park = outcome.kind === "park";
         if (park) parked++;
         else retried++;
-        failures.push({ offset: row.offset, error: outcome.error, retryAfterMs: park ? 0 : outcome.afterMs, park });
+        failures.push({
+          offset: row.offset,
+          claimEpoch: row.claimEpoch,
+          error: outcome.error,
+          retryAfterMs: park ? 0 : outcome.afterMs,
+          park,
+        });
       }
     });
-    if (delivered.length > 0) await this.options.store.completeOutbox(delivered);
-    if (failures.length > 0) await this.options.store.failOutbox(this.owner, failures);
+    let stale = 0;
+    if (delivered.length > 0) stale += (await this.options.store.completeOutbox(delivered)).stale;
+    if (failures.length > 0) stale += (await this.options.store.failOutbox(this.owner, failures)).stale;
     this.stats.delivered += delivered.length;
     this.stats.retried += retried;
     this.stats.parked += parked;
-    return { claimed: rows.length, delivered: delivered.length, retried, parked };
+    this.stats.staleSettles += stale;
+    return { claimed: rows.length, delivered: delivered.length, retried, parked, stale };
   }
 
   /** Runs batches until {@link stop}: at once again after a full batch, else after pollIntervalMs or a commit. */

@@ -19,10 +19,12 @@ import {
 import { type ShardLeaseKey, type ShardLeaseToken, validateLeaseToken } from "./lease.ts";
 import { OperationId } from "./operation-id.ts";
 import type {
-  ClaimedOutboxRow,
+  OutboxClaim,
+  OutboxClaimRef,
   OutboxClaimRequest,
   OutboxCounts,
   OutboxFailure,
+  OutboxSettleResult,
   ParkedOutboxRow,
 } from "./outbox-claim.ts";
 import { checkOutbox, type OutboxRecord } from "./outbox-message.ts";
@@ -236,17 +238,24 @@ export interface PersistenceStore {
   runProjectionBatch<R>(request: ProjectionBatchRequest, work: (tx: ProjectionTransaction) => Promise<R>): Promise<R>;
   /**
    * Claims up to `limit` deliverable outbox rows (undelivered, not parked, not claimed or backing off) for `leaseMs`
-   * on the database clock, oldest first; each claim counts an attempt. Concurrent claims never share a row.
+   * on the database clock, oldest first; each claim counts an attempt. Concurrent claims never share a row. A row
+   * written under a shard is claimed only under that shard's current lease among `request.leases` (and then also
+   * when a claim under an older epoch still holds it); a row without a shard only with `request.unsharded`.
    * @throws InvalidPersistenceRequestError
    */
-  claimOutbox(request: OutboxClaimRequest): Promise<ClaimedOutboxRow[]>;
-  /** Marks rows delivered (whoever holds their claim now: they were delivered); returns how many changed. */
-  completeOutbox(offsets: readonly number[]): Promise<number>;
+  claimOutbox(request: OutboxClaimRequest): Promise<OutboxClaim>;
+  /**
+   * Marks claimed rows delivered (whoever holds their claim now: they were delivered). A row written under a shard
+   * changes only while the epoch it was claimed under (`claimEpoch`) is still its claim's and the lease's current
+   * one; otherwise it counts as stale and stays as it is.
+   */
+  completeOutbox(rows: readonly OutboxClaimRef[]): Promise<OutboxSettleResult>;
   /**
    * Records failed attempts of rows `owner` still claims: each comes back after its `retryAfterMs`, or is parked.
-   * Returns how many rows changed (a row whose claim passed to another owner is left to that owner).
+   * A row whose claim passed to another owner is left to that owner; a row written under a shard whose `claimEpoch`
+   * is no longer current is left unchanged and counted stale (as for completeOutbox).
    */
-  failOutbox(owner: string, failures: readonly OutboxFailure[]): Promise<number>;
+  failOutbox(owner: string, failures: readonly OutboxFailure[]): Promise<OutboxSettleResult>;
   /** Deletes rows delivered at least `olderThanMs` ago on the database clock; returns how many. */
   purgeOutbox(olderThanMs: number): Promise<number>;
   /** Counts of pending (undelivered, not parked), parked and delivered rows. */

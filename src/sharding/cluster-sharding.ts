@@ -45,6 +45,7 @@ import {
   wireNames,
 } from "./internal/messages.ts";
 import { EntityProvider, type ShardingProvider } from "./internal/provider.ts";
+import type { ShardLeaseToken } from "./lease/lease-token.ts";
 import type { ShardingMembership } from "./membership.ts";
 import { CallerRouter, requireEntityId } from "./node/caller-router.ts";
 import { departureReady, requireType, type TypeState } from "./node/node-core.ts";
@@ -434,6 +435,21 @@ export class ClusterSharding implements Extension {
       localEntities: provider.entitiesByShard(),
       leases: provider.leases(),
     };
+  }
+
+  /**
+   * The shard leases this node holds and may write under now, over every persistent entity type (and sharded
+   * projection): the leases an outbox dispatcher on this node claims under (`OutboxDispatcher`'s `leases` option,
+   * docs/outbox.md). A shard that is draining for a handoff, or whose lease is being acquired or has lapsed, is left
+   * out. Empty on a node without persistent types.
+   */
+  heldShardLeases(): ShardLeaseToken[] {
+    const tokens: ShardLeaseToken[] = [];
+    for (const provider of this.providers.values()) {
+      const held = provider.heldLeaseTokens?.();
+      if (held !== undefined) tokens.push(...held);
+    }
+    return tokens;
   }
 
   /** A snapshot of the 15 counters (docs/protocol.md §16.2), summed over types. */

@@ -91,7 +91,7 @@ before(async () => {
       payload: "{}",
     })),
   });
-  const [poison] = await pg.store.claimOutbox({ owner: "metrics-test", limit: 1, leaseMs: 60_000 });
+  const [poison] = (await pg.store.claimOutbox({ owner: "metrics-test", limit: 1, leaseMs: 60_000 })).rows;
   await pg.store.failOutbox("metrics-test", [{ offset: poison!.offset, error: "bad", retryAfterMs: 0, park: true }]);
   const model = Projections.get(nodes[0]!.system).start({
     name: "metrics-model",

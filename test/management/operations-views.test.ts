@@ -51,13 +51,13 @@ before(async () => {
     });
   }
   // Of the six: two parked (poison), one delivered, one retrying, one claimed now, one pending untouched.
-  const rows = await store.claimOutbox({ owner: "d", limit: 4, leaseMs: 60_000 });
+  const { rows } = await store.claimOutbox({ owner: "d", limit: 4, leaseMs: 60_000 });
   await store.failOutbox("d", [
     { offset: rows[0]!.offset, error: "cannot decode the message: Unknown manifest", retryAfterMs: 0, park: true },
     { offset: rows[1]!.offset, error: "no handler Stock", retryAfterMs: 0, park: true },
     { offset: rows[2]!.offset, error: "receiver down", retryAfterMs: 60_000, park: false },
   ]);
-  await store.completeOutbox([rows[3]!.offset]);
+  await store.completeOutbox([rows[3]!]);
   await store.claimOutbox({ owner: "d2", limit: 1, leaseMs: 60_000 });
 
   const projections = Projections.get(system);

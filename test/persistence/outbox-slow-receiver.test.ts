@@ -13,6 +13,7 @@ import {
   EventSourcedBehavior,
   EventSourcedEffect,
   EventSourcing,
+  type OutboxClaimRef,
   OutboxDispatcher,
   type OutboxFailure,
   outboxMessageId,
@@ -69,9 +70,9 @@ function recording(store: PersistenceStore) {
         };
       }
       if (property === "completeOutbox") {
-        return (offsets: readonly number[]) => {
-          completions.push([...offsets]);
-          return target.completeOutbox(offsets);
+        return (rows: readonly OutboxClaimRef[]) => {
+          completions.push(rows.map((r) => r.offset));
+          return target.completeOutbox(rows);
         };
       }
       const value = Reflect.get(target, property, receiver);
@@ -165,14 +166,14 @@ test("a receiver held past several delivery timeouts: effect once, the recorded 
     held = true;
 
     // A's copy reaches the receiver, whose write is held: no acknowledgement within the timeout.
-    assert.deepEqual(await attemptBy(a), { claimed: 1, delivered: 0, retried: 1, parked: 0 });
+    assert.deepEqual(await attemptBy(a), { claimed: 1, delivered: 0, retried: 1, parked: 0, stale: 0 });
     // Another deposit queues behind it, so a reply made afresh for a later copy would differ from the recorded one.
     const other = account.ask(new Deposit(5, "other"), Receipt, 60_000);
     // B takes the row after A's backoff and sends its own copy, queued behind both.
-    assert.deepEqual(await attemptBy(b), { claimed: 1, delivered: 0, retried: 1, parked: 0 });
+    assert.deepEqual(await attemptBy(b), { claimed: 1, delivered: 0, retried: 1, parked: 0, stale: 0 });
     // More timeouts while the receiver is held: each attempt waits for its dispatcher's copy, sending none.
     for (const d of [a, b, a, b]) {
-      assert.deepEqual(await attemptBy(d), { claimed: 1, delivered: 0, retried: 1, parked: 0 });
+      assert.deepEqual(await attemptBy(d), { claimed: 1, delivered: 0, retried: 1, parked: 0, stale: 0 });
     }
     assert.deepEqual(
       sent.map((s) => s.owner),

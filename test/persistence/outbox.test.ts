@@ -157,10 +157,10 @@ test("the dispatcher retries a failing destination with backoff until it acknowl
   const rounds = [];
   for (let i = 0; i < 4; i++) rounds.push(await dispatcher.runOnce());
   assert.deepEqual(rounds, [
-    { claimed: 3, delivered: 2, retried: 1, parked: 0 },
-    { claimed: 1, delivered: 0, retried: 1, parked: 0 },
-    { claimed: 1, delivered: 1, retried: 0, parked: 0 },
-    { claimed: 0, delivered: 0, retried: 0, parked: 0 },
+    { claimed: 3, delivered: 2, retried: 1, parked: 0, stale: 0 },
+    { claimed: 1, delivered: 0, retried: 1, parked: 0, stale: 0 },
+    { claimed: 1, delivered: 1, retried: 0, parked: 0, stale: 0 },
+    { claimed: 0, delivered: 0, retried: 0, parked: 0, stale: 0 },
   ]);
   const toSku1 = seen.filter((d) => d.destination.kind === "entity" && d.destination.entityId === "sku-1");
   assert.deepEqual(
@@ -199,9 +199,9 @@ test("poison messages are parked: after the last attempt, and at once when the m
       },
     },
   });
-  assert.deepEqual(await dispatcher.runOnce(), { claimed: 2, delivered: 0, retried: 1, parked: 1 });
-  assert.deepEqual(await dispatcher.runOnce(), { claimed: 1, delivered: 0, retried: 0, parked: 1 });
-  assert.deepEqual(await dispatcher.runOnce(), { claimed: 0, delivered: 0, retried: 0, parked: 0 });
+  assert.deepEqual(await dispatcher.runOnce(), { claimed: 2, delivered: 0, retried: 1, parked: 1, stale: 0 });
+  assert.deepEqual(await dispatcher.runOnce(), { claimed: 1, delivered: 0, retried: 0, parked: 1, stale: 0 });
+  assert.deepEqual(await dispatcher.runOnce(), { claimed: 0, delivered: 0, retried: 0, parked: 0, stale: 0 });
   const parked = await store.parkedOutbox(10);
   assert.equal(parked.length, 2);
   assert.match(
@@ -233,7 +233,7 @@ test("a handler name from a stored row only matches the dispatcher's own handler
     retry: { maxAttempts: 1 },
     handlers: { slow: () => new Promise(() => {}) },
   });
-  assert.deepEqual(await dispatcher.runOnce(), { claimed: 2, delivered: 0, retried: 0, parked: 2 });
+  assert.deepEqual(await dispatcher.runOnce(), { claimed: 2, delivered: 0, retried: 0, parked: 2, stale: 0 });
   assert.deepEqual(
     (await store.parkedOutbox(10)).map((p) => p.lastError),
     [
@@ -265,8 +265,8 @@ test("a copy answered after its timeout is recorded delivered at the next attemp
       return entityId === "sku-0" ? new Promise<void>((resolve) => late.push(resolve)) : new Promise<void>(() => {});
     },
   });
-  assert.deepEqual(await dispatcher.runOnce(), { claimed: 3, delivered: 1, retried: 2, parked: 0 });
-  assert.deepEqual(await dispatcher.runOnce(), { claimed: 2, delivered: 0, retried: 2, parked: 0 });
+  assert.deepEqual(await dispatcher.runOnce(), { claimed: 3, delivered: 1, retried: 2, parked: 0, stale: 0 });
+  assert.deepEqual(await dispatcher.runOnce(), { claimed: 2, delivered: 0, retried: 2, parked: 0, stale: 0 });
   assert.deepEqual(
     [...copies],
     [
@@ -277,7 +277,7 @@ test("a copy answered after its timeout is recorded delivered at the next attemp
   );
   assert.equal(dispatcher.stats.joined, 2);
   late[0]!(); // sku-0's first copy is acknowledged late
-  assert.deepEqual(await dispatcher.runOnce(), { claimed: 2, delivered: 1, retried: 1, parked: 0 });
+  assert.deepEqual(await dispatcher.runOnce(), { claimed: 2, delivered: 1, retried: 1, parked: 0, stale: 0 });
   assert.equal(copies.get("sku-0"), 1, "delivered on its late acknowledgement, not sent again");
   const { eventually } = await import("../fixtures/eventually.ts");
   // sku-1's copy never settles: once older than leaseMs it is not waited for, and a new one goes out.

@@ -134,7 +134,7 @@ for (const [name, open] of backends) {
         assert.equal((await write(0)).duplicate, false);
         const retry = await write(1);
         assert.deepEqual({ duplicate: retry.duplicate, reply: retry.reply }, { duplicate: true, reply });
-        const claimed = await store.claimOutbox({ owner: "test", limit: 10, leaseMs: 60_000 });
+        const { rows: claimed } = await store.claimOutbox({ owner: "test", limit: 10, leaseMs: 60_000 });
         assert.deepEqual(
           claimed.map((r) => [r.messageId, r.persistenceId, r.payload]),
           [["RO:1/op/0", "RO:1", '{"q":1}']],

@@ -40,12 +40,16 @@ import { OperationId } from "../operation-id.ts";
 import {
   type ClaimedOutboxRow,
   checkClaim,
+  checkClaimRefs,
   checkFailure,
   checkOffsets,
   checkOwner,
+  type OutboxClaim,
+  type OutboxClaimRef,
   type OutboxClaimRequest,
   type OutboxCounts,
   type OutboxFailure,
+  type OutboxSettleResult,
   type ParkedOutboxRow,
 } from "../outbox-claim.ts";
 import { checkOutbox, type OutboxDestination, type OutboxRecord } from "../outbox-message.ts";
@@ -94,6 +98,10 @@ interface OutboxRow {
   readonly destination: OutboxDestination;
   readonly manifest: string;
   readonly payload: string;
+  /** The shard its sender wrote it under (the write's fence key), or null for an unfenced write. */
+  readonly senderShard: ShardLeaseKey | null;
+  /** The lease epoch of its current (or last) claim; null for a row without a shard. */
+  claimEpoch: number | null;
   delivered: boolean;
   parked: boolean;
   attempts: number;
@@ -182,7 +190,7 @@ export class MemoryStore implements PersistenceStore {
     });
     stream.revision = revision;
     stream.operations.set(append.operationId, { fingerprint, revision, reply: append.reply });
-    this.insertOutbox(append.persistenceId, append.outbox);
+    this.insertOutbox(append.persistenceId, append.outbox, append.fence);
     if (append.events.length > 0) this.notifyFeed();
     return { revision, duplicate: false };
   }
@@ -489,22 +497,40 @@ export class MemoryStore implements PersistenceStore {
     const revision = actual + 1;
     row.record = { revision, manifest, payload, deleted };
     row.operations.set(operationId, { fingerprint, revision });
-    this.insertOutbox(request.persistenceId, outbox);
+    this.insertOutbox(request.persistenceId, outbox, checkFence(request.fence));
     return { revision, duplicate: false };
   }
 
-  async claimOutbox(request: OutboxClaimRequest): Promise<ClaimedOutboxRow[]> {
+  async claimOutbox(request: OutboxClaimRequest): Promise<OutboxClaim> {
     this.open();
-    const { owner, limit, leaseMs } = checkClaim(request);
+    const { owner, limit, leaseMs, leases, unsharded } = checkClaim(request);
     const now = this.nowMs();
-    const claimed: ClaimedOutboxRow[] = [];
+    // The current epoch of each presented lease the table confirms, by lease key.
+    const held = new Map<string, number>();
+    const staleLeases: ShardLeaseToken[] = [];
+    for (const lease of leases) {
+      if (this.leaseHeld(lease, now)) held.set(leaseId(lease.key), lease.epoch);
+      else staleLeases.push(lease);
+    }
+    const rows: ClaimedOutboxRow[] = [];
     for (const row of this.outbox) {
-      if (claimed.length >= limit) break;
-      if (row.delivered || row.parked || row.leaseUntilMs > now) continue;
+      if (rows.length >= limit) break;
+      if (row.delivered || row.parked) continue;
+      let epoch: number | null = null;
+      if (row.senderShard === null) {
+        if (!unsharded || row.leaseUntilMs > now) continue;
+      } else {
+        const current = held.get(leaseId(row.senderShard));
+        if (current === undefined) continue;
+        const overtaken = row.leaseOwner !== null && row.claimEpoch !== null && row.claimEpoch < current;
+        if (row.leaseUntilMs > now && !overtaken) continue;
+        epoch = current;
+      }
       row.leaseOwner = owner;
       row.leaseUntilMs = now + leaseMs;
+      row.claimEpoch = epoch;
       row.attempts++;
-      claimed.push({
+      rows.push({
         offset: row.offset,
         messageId: row.messageId,
         persistenceId: row.persistenceId,
@@ -512,39 +538,70 @@ export class MemoryStore implements PersistenceStore {
         manifest: row.manifest,
         payload: row.payload,
         attempts: row.attempts,
+        senderShard: row.senderShard,
+        claimEpoch: epoch,
       });
     }
-    return claimed;
+    return { rows, staleLeases };
   }
 
-  async completeOutbox(offsets: readonly number[]): Promise<number> {
+  async completeOutbox(refs: readonly OutboxClaimRef[]): Promise<OutboxSettleResult> {
     this.open();
-    const wanted = new Set(checkOffsets(offsets));
-    let changed = 0;
-    for (const row of this.outbox) {
-      if (!wanted.has(row.offset) || row.delivered) continue;
+    let settled = 0;
+    let stale = 0;
+    for (const ref of checkClaimRefs(refs)) {
+      const row = this.outbox.find((r) => r.offset === ref.offset);
+      if (row === undefined || row.delivered) continue;
+      if (!this.claimCurrent(row, ref.claimEpoch)) {
+        stale++;
+        continue;
+      }
       row.delivered = true;
       row.deliveredAtMs = this.nowMs();
-      changed++;
+      row.leaseOwner = null;
+      settled++;
     }
-    return changed;
+    return { settled, stale };
   }
 
-  async failOutbox(owner: string, failures: readonly OutboxFailure[]): Promise<number> {
+  async failOutbox(owner: string, failures: readonly OutboxFailure[]): Promise<OutboxSettleResult> {
     this.open();
     checkOwner(owner);
     const checked = failures.map(checkFailure);
-    let changed = 0;
+    let settled = 0;
+    let stale = 0;
     for (const f of checked) {
       const row = this.outbox.find((r) => r.offset === f.offset);
-      if (row === undefined || row.delivered || row.leaseOwner !== owner) continue;
+      if (row === undefined || row.delivered) continue;
+      if (!this.claimCurrent(row, f.claimEpoch ?? null)) {
+        stale++;
+        continue;
+      }
+      if (row.leaseOwner !== owner) continue;
       row.lastError = f.error;
       row.parked = f.park;
       row.leaseOwner = null;
       row.leaseUntilMs = this.nowMs() + f.retryAfterMs;
-      changed++;
+      settled++;
     }
-    return changed;
+    return { settled, stale };
+  }
+
+  /**
+   * Whether a claim of `row` under `epoch` still stands: a row without a shard always; a sharded one while it is
+   * claimed under that epoch and its lease is at that epoch, unexpired.
+   */
+  private claimCurrent(row: OutboxRow, epoch: number | null): boolean {
+    if (row.senderShard === null) return true;
+    if (epoch === null || row.claimEpoch !== epoch) return false;
+    const lease = this.leases.get(leaseId(row.senderShard));
+    return lease !== undefined && lease.epoch === epoch && lease.untilMs > this.nowMs();
+  }
+
+  /** Whether the lease table has `lease`'s owner and epoch, unexpired at `now`. */
+  private leaseHeld(lease: ShardLeaseToken, now: number): boolean {
+    const row = this.leases.get(leaseId(lease.key));
+    return row !== undefined && row.owner === lease.owner && row.epoch === lease.epoch && row.untilMs > now;
   }
 
   async purgeOutbox(olderThanMs: number): Promise<number> {
@@ -609,7 +666,7 @@ export class MemoryStore implements PersistenceStore {
   }
 
   /** The outbox rows of a write that committed (message ids are unique: a repeated id is not written twice). */
-  private insertOutbox(persistenceId: string, records: readonly OutboxRecord[]): void {
+  private insertOutbox(persistenceId: string, records: readonly OutboxRecord[], fence: ShardLeaseToken | null): void {
     for (const record of records) {
       if (this.outbox.some((r) => r.messageId === record.messageId)) continue;
       this.outbox.push({
@@ -619,6 +676,8 @@ export class MemoryStore implements PersistenceStore {
         destination: record.destination,
         manifest: record.manifest,
         payload: record.payload,
+        senderShard: fence === null ? null : { ...fence.key },
+        claimEpoch: null,
         delivered: false,
         parked: false,
         attempts: 0,

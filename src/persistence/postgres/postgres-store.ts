@@ -45,12 +45,16 @@ import {
   type ClaimedOutboxRow,
   checkClaim,
   checkClaimedRow,
+  checkClaimRefs,
   checkFailure,
   checkOffsets,
   checkOwner,
+  type OutboxClaim,
+  type OutboxClaimRef,
   type OutboxClaimRequest,
   type OutboxCounts,
   type OutboxFailure,
+  type OutboxSettleResult,
   outboxCountsOf,
   type ParkedOutboxRow,
 } from "../outbox-claim.ts";
@@ -454,7 +458,8 @@ export class PostgresStore implements PersistenceStore {
     // escaping on both sides, and most appends carry one event.
     const first = a.events[0];
     const more = a.events.length > 1 ? a.events.slice(1) : null;
-    const write = a.outbox.length === 0 ? this.writeCall.bind(this) : this.writeWithOutbox.bind(this, a.outbox);
+    const write =
+      a.outbox.length === 0 ? this.writeCall.bind(this) : this.writeWithOutbox.bind(this, a.outbox, a.fence);
     const row = await write(
       "appendEvents",
       statement,
@@ -595,14 +600,19 @@ export class PostgresStore implements PersistenceStore {
     });
     const withOutbox = sorted.some((p) => p.outbox.length > 0);
     if (withOutbox) {
-      const messages: unknown[][] = [[], [], [], [], []];
+      const messages: unknown[][] = [[], [], [], [], [], [], [], []];
       for (const p of sorted) {
+        // The append's fence columns (APPEND_ONE_SQL's $7..$9): the shard each message is claimed under.
+        const [cluster, type, shard] = [p.values[6], p.values[7], p.values[8]];
         for (const m of p.outbox) {
           messages[0]!.push(p.persistenceId);
           messages[1]!.push(m.messageId);
           messages[2]!.push(encodeDestination(m.destination));
           messages[3]!.push(m.manifest);
           messages[4]!.push(m.payload);
+          messages[5]!.push(cluster);
+          messages[6]!.push(type);
+          messages[7]!.push(shard);
         }
       }
       columns.push(...messages);
@@ -1221,7 +1231,7 @@ export class PostgresStore implements PersistenceStore {
         fence,
       );
     }
-    const write = outbox.length === 0 ? this.writeCall.bind(this) : this.writeWithOutbox.bind(this, outbox);
+    const write = outbox.length === 0 ? this.writeCall.bind(this) : this.writeWithOutbox.bind(this, outbox, fence);
     const row = await write(
       deleted ? "deleteState" : "saveState",
       "movie_write_state",
@@ -1285,6 +1295,7 @@ export class PostgresStore implements PersistenceStore {
    */
   private async writeWithOutbox(
     outbox: readonly OutboxRecord[],
+    fence: ShardLeaseToken | null,
     operation: string,
     name: string,
     text: string,
@@ -1305,6 +1316,9 @@ export class PostgresStore implements PersistenceStore {
           outbox.map((m) => encodeDestination(m.destination)),
           outbox.map((m) => m.manifest),
           outbox.map((m) => m.payload),
+          fence?.key.clusterName ?? null,
+          fence?.key.entityType ?? null,
+          fence?.key.shardId ?? null,
         ],
         pid,
         expected,
@@ -1316,39 +1330,61 @@ export class PostgresStore implements PersistenceStore {
     }
   }
 
-  async claimOutbox(request: OutboxClaimRequest): Promise<ClaimedOutboxRow[]> {
+  async claimOutbox(request: OutboxClaimRequest): Promise<OutboxClaim> {
     this.open();
-    const { owner, limit, leaseMs } = checkClaim(request);
-    const result = await this.query("claimOutbox", "movie_claim_outbox", CLAIM_OUTBOX_SQL, [owner, leaseMs, limit]);
-    const claimed: ClaimedOutboxRow[] = [];
+    const { owner, limit, leaseMs, leases, unsharded } = checkClaim(request);
+    const result = await this.query("claimOutbox", "movie_claim_outbox", CLAIM_OUTBOX_SQL, [
+      owner,
+      leaseMs,
+      limit,
+      leases.map((l) => l.key.clusterName),
+      leases.map((l) => l.key.entityType),
+      leases.map((l) => l.key.shardId),
+      leases.map((l) => l.owner),
+      leases.map((l) => l.epoch),
+      unsharded,
+    ]);
+    const rows: ClaimedOutboxRow[] = [];
+    const held = new Set<number>();
     for (const row of result.rows as Record<string, unknown>[]) {
+      if (row.held_lease !== null && row.held_lease !== undefined) {
+        held.add(Number(row.held_lease));
+        continue;
+      }
       const checked = checkClaimedRow(row);
-      if (checked !== null) claimed.push(checked);
+      if (checked !== null) rows.push(checked);
     }
-    return claimed.sort((a, b) => a.offset - b.offset);
+    return {
+      rows: rows.sort((a, b) => a.offset - b.offset),
+      staleLeases: leases.filter((_, i) => !held.has(i + 1)),
+    };
   }
 
-  async completeOutbox(offsets: readonly number[]): Promise<number> {
+  async completeOutbox(rows: readonly OutboxClaimRef[]): Promise<OutboxSettleResult> {
     this.open();
-    const list = checkOffsets(offsets);
-    if (list.length === 0) return 0;
-    const result = await this.query("completeOutbox", "movie_complete_outbox", COMPLETE_OUTBOX_SQL, [list]);
-    return result.rowCount ?? 0;
+    const list = checkClaimRefs(rows);
+    if (list.length === 0) return { settled: 0, stale: 0 };
+    const result = await this.query("completeOutbox", "movie_complete_outbox", COMPLETE_OUTBOX_SQL, [
+      list.map((r) => r.offset),
+      list.map((r) => r.claimEpoch),
+    ]);
+    return settleResult(result.rows[0]);
   }
 
-  async failOutbox(owner: string, failures: readonly OutboxFailure[]): Promise<number> {
+  async failOutbox(owner: string, failures: readonly OutboxFailure[]): Promise<OutboxSettleResult> {
     this.open();
     checkOwner(owner);
     const checked = failures.map(checkFailure);
-    if (checked.length === 0) return 0;
+    if (checked.length === 0) return { settled: 0, stale: 0 };
     const result = await this.query("failOutbox", "movie_fail_outbox", FAIL_OUTBOX_SQL, [
       checked.map((f) => f.offset),
       checked.map((f) => f.error),
       checked.map((f) => f.park),
       checked.map((f) => f.retryAfterMs),
       owner,
+      checked.map((f) => f.claimEpoch ?? null),
     ]);
-    return result.rowCount ?? 0;
+    return settleResult(result.rows[0]);
   }
 
   async purgeOutbox(olderThanMs: number): Promise<number> {
@@ -1409,6 +1445,11 @@ export class PostgresStore implements PersistenceStore {
   private open(): void {
     if (this.closed) throw new StoreClosedError("postgres");
   }
+}
+
+/** A settle statement's counts (PostgreSQL's count(*) arrives as text). */
+function settleResult(row: { settled?: unknown; stale?: unknown } | undefined): OutboxSettleResult {
+  return { settled: Number(row?.settled ?? 0), stale: Number(row?.stale ?? 0) };
 }
 
 function fenceArgs(fence: ShardLeaseToken | null): unknown[] {

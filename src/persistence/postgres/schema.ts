@@ -1,6 +1,6 @@
 import { buildMigrations, type Migration } from "../migrations.ts";
 import { feedLockPerSchemaMigration, feedMigration } from "./feed-schema.ts";
-import { OUTBOX_GUARD_FUNCTION } from "./outbox-sql.ts";
+import { OUTBOX_GUARD_FUNCTION, outboxShardClaimsMigration } from "./outbox-sql.ts";
 
 /** The advisory lock that serialises migrations across nodes (docs/protocol.md §13.2). */
 export const MIGRATION_LOCK_KEY = 0x4d4f564945505253n;
@@ -400,6 +400,7 @@ export const postgresMigrations: readonly Migration[] = buildMigrations([
     `CREATE TABLE IF NOT EXISTS projection_control (projection_name TEXT PRIMARY KEY,
       paused BOOLEAN NOT NULL DEFAULT false, rebuild_from BIGINT NULL, updated_at TIMESTAMPTZ NOT NULL DEFAULT now())`,
   ],
+  outboxShardClaimsMigration,
 ]);
 
 /**
@@ -484,7 +485,8 @@ export const APPEND_BATCH_SQL = `INSERT INTO event_journal (persistence_id, sequ
  * Group commit of one-event appends of which some carry outbox messages: APPEND_BATCH_SQL as a data-modifying WITH,
  * and the messages of the appends it wrote in the same statement. $1..$11 are APPEND_BATCH_SQL's arrays; $12..$16 hold
  * one element per message (the sending append's persistence id, the message id, destination, manifest, payload), in
- * each append's message order. A message goes in only when its append's row went in (the join on `written`), so
+ * each append's message order, and $17..$19 the sending append's shard (its fence's cluster, entity type and shard id,
+ * null when unfenced: migration 15). A message goes in only when its append's row went in (the join on `written`), so
  * messages commit with their events or not at all, under the same fence check, and an append that was a duplicate, a
  * conflict or stale writes none (it then goes alone on the unbatched path for its answer). The feed trigger fires at
  * the end of the whole statement, so the batch still takes the feed lock once. A message id already present is
@@ -494,10 +496,11 @@ export const APPEND_OUTBOX_BATCH_SQL = `WITH written AS (${APPEND_BATCH_SQL.repl
   /RETURNING persistence_id$/,
   "RETURNING persistence_id, operation_id",
 )}),
-  outbox AS (INSERT INTO persistence_outbox (message_id, persistence_id, operation_id, destination, manifest, payload)
-    SELECT m.id, w.persistence_id, w.operation_id, m.destination, m.manifest, m.payload
-    FROM unnest($12::text[], $13::text[], $14::text[], $15::text[], $16::text[])
-        WITH ORDINALITY AS m(pid, id, destination, manifest, payload, position)
+  outbox AS (INSERT INTO persistence_outbox (message_id, persistence_id, operation_id, destination, manifest, payload,
+      sender_cluster, sender_type, sender_shard)
+    SELECT m.id, w.persistence_id, w.operation_id, m.destination, m.manifest, m.payload, m.cluster, m.type, m.shard
+    FROM unnest($12::text[], $13::text[], $14::text[], $15::text[], $16::text[], $17::text[], $18::text[],
+        $19::bigint[]) WITH ORDINALITY AS m(pid, id, destination, manifest, payload, cluster, type, shard, position)
       JOIN written w ON w.persistence_id = m.pid
     ORDER BY m.position
     ON CONFLICT (message_id) DO NOTHING)

@@ -127,4 +127,18 @@ export const sqliteMigrations: readonly Migration[] = buildMigrations([
     `CREATE TABLE IF NOT EXISTS projection_control (projection_name TEXT PRIMARY KEY,
       paused INTEGER NOT NULL DEFAULT 0, rebuild_from INTEGER NULL, updated_at TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP)`,
   ],
+  // Claims follow shard ownership (see postgres/outbox-sql.ts, outboxShardClaimsMigration): the sender's shard and
+  // the epoch of the current claim, NULL for every existing row (claimable by any claimer that wants rows without a
+  // shard). The migration runs in one transaction with its history row, so a plain ADD COLUMN runs once.
+  [
+    "ALTER TABLE persistence_outbox ADD COLUMN sender_cluster TEXT NULL",
+    "ALTER TABLE persistence_outbox ADD COLUMN sender_type TEXT NULL",
+    "ALTER TABLE persistence_outbox ADD COLUMN sender_shard INTEGER NULL",
+    "ALTER TABLE persistence_outbox ADD COLUMN claim_epoch INTEGER NULL",
+    `CREATE INDEX IF NOT EXISTS persistence_outbox_shard_claim_idx
+      ON persistence_outbox (sender_type, sender_shard, outbox_offset) WHERE delivered = 0`,
+    `CREATE INDEX IF NOT EXISTS persistence_outbox_unsharded_claim_idx ON persistence_outbox (outbox_offset)
+      WHERE delivered = 0 AND sender_shard IS NULL`,
+    "DROP INDEX IF EXISTS persistence_outbox_claim_idx",
+  ],
 ]);

@@ -44,12 +44,16 @@ import {
   type ClaimedOutboxRow,
   checkClaim,
   checkClaimedRow,
+  checkClaimRefs,
   checkFailure,
   checkOffsets,
   checkOwner,
+  type OutboxClaim,
+  type OutboxClaimRef,
   type OutboxClaimRequest,
   type OutboxCounts,
   type OutboxFailure,
+  type OutboxSettleResult,
   outboxCountsOf,
   PARKED_UNTIL_MS,
   type ParkedOutboxRow,
@@ -219,7 +223,7 @@ export class SqliteStore implements PersistenceStore {
         const actual = (this.s.selectRevision.get(a.persistenceId) as { revision: number }).revision;
         if (actual !== a.expectedRevision) throw new ConcurrentWriteError(a.persistenceId, a.expectedRevision, actual);
         if (a.events.length !== 0) throw new ConcurrentWriteError(a.persistenceId, a.expectedRevision, actual);
-        this.insertOutbox(a.persistenceId, a.operationId, a.outbox);
+        this.insertOutbox(a.persistenceId, a.operationId, a.outbox, a.fence);
         return { revision, duplicate: false };
       }
       a.events.forEach((event, i) => {
@@ -229,7 +233,7 @@ export class SqliteStore implements PersistenceStore {
           for (const tag of checkTags("event.tags", event.tags)) this.s.insertTag.run(tag, row.lastInsertRowid);
         }
       });
-      this.insertOutbox(a.persistenceId, a.operationId, a.outbox);
+      this.insertOutbox(a.persistenceId, a.operationId, a.outbox, a.fence);
       if (a.reply !== null) {
         this.s.insertReply.run(a.persistenceId, a.operationId, a.reply.manifest, a.reply.payload);
       }
@@ -262,7 +266,7 @@ export class SqliteStore implements PersistenceStore {
           const row = this.s.selectState.get(pid) as { revision: number } | undefined;
           throw new ConcurrentWriteError(pid, expected, row?.revision ?? 0);
         }
-        this.insertOutbox(pid, op, outbox);
+        this.insertOutbox(pid, op, outbox, fence);
         return { revision, duplicate: false };
       },
     );
@@ -818,52 +822,122 @@ export class SqliteStore implements PersistenceStore {
     );
   }
 
-  /** Inside a write's transaction: its outbox rows (a message id already present is not written again). */
-  private insertOutbox(pid: string, op: string, outbox: readonly OutboxRecord[]): void {
+  /**
+   * Inside a write's transaction: its outbox rows (a message id already present is not written again), each recording
+   * the write's shard (its fence's key; null unfenced).
+   */
+  private insertOutbox(pid: string, op: string, outbox: readonly OutboxRecord[], fence: ShardLeaseToken | null): void {
+    const k = fence?.key;
     for (const m of outbox) {
-      this.s.insertOutbox.run(m.messageId, pid, op, encodeDestination(m.destination), m.manifest, m.payload);
+      this.s.insertOutbox.run(
+        m.messageId,
+        pid,
+        op,
+        encodeDestination(m.destination),
+        m.manifest,
+        m.payload,
+        k?.clusterName ?? null,
+        k?.entityType ?? null,
+        k?.shardId ?? null,
+      );
     }
   }
 
-  async claimOutbox(request: OutboxClaimRequest): Promise<ClaimedOutboxRow[]> {
+  async claimOutbox(request: OutboxClaimRequest): Promise<OutboxClaim> {
     this.open();
-    const { owner, limit, leaseMs } = checkClaim(request);
-    // One statement, and SQLite has one writer at a time: no two claims can take the same row.
-    const rows = (await this.run("claimOutbox", () => this.s.claimOutbox.all({ owner, leaseMs, limit }))) as Record<
-      string,
-      unknown
-    >[];
-    const claimed: ClaimedOutboxRow[] = [];
-    for (const row of rows) {
-      const checked = checkClaimedRow(row);
-      if (checked !== null) claimed.push(checked);
-    }
-    return claimed.sort((a, b) => a.offset - b.offset);
-  }
-
-  async completeOutbox(offsets: readonly number[]): Promise<number> {
-    this.open();
-    const list = checkOffsets(offsets);
-    if (list.length === 0) return 0;
-    return this.tx("completeOutbox", () => {
-      let changed = 0;
-      for (const offset of list) changed += this.s.completeOutbox.run(offset).changes;
-      return changed;
+    const claim = checkClaim(request);
+    // One transaction, and SQLite has one writer at a time: no two claims can take the same row.
+    return this.tx("claimOutbox", () => {
+      const staleLeases: ShardLeaseToken[] = [];
+      const candidates: { offset: number; epoch: number | null }[] = [];
+      for (const lease of claim.leases) {
+        const k = lease.key;
+        if (this.s.checkFence.get(k.clusterName, k.entityType, k.shardId, lease.owner, lease.epoch) === undefined) {
+          staleLeases.push(lease);
+          continue;
+        }
+        const offsets = this.s.shardClaimCandidates.all({
+          type: k.entityType,
+          shard: k.shardId,
+          cluster: k.clusterName,
+          epoch: lease.epoch,
+          limit: claim.limit,
+        }) as { outbox_offset: number }[];
+        for (const r of offsets) candidates.push({ offset: r.outbox_offset, epoch: lease.epoch });
+      }
+      if (claim.unsharded) {
+        const offsets = this.s.unshardedClaimCandidates.all(claim.limit) as { outbox_offset: number }[];
+        for (const r of offsets) candidates.push({ offset: r.outbox_offset, epoch: null });
+      }
+      candidates.sort((a, b) => a.offset - b.offset);
+      const rows: ClaimedOutboxRow[] = [];
+      for (const c of candidates.slice(0, claim.limit)) {
+        const row = this.s.claimOutboxRow.get({
+          owner: claim.owner,
+          leaseMs: claim.leaseMs,
+          epoch: c.epoch,
+          offset: c.offset,
+        }) as Record<string, unknown> | undefined;
+        const checked = row === undefined ? null : checkClaimedRow(row);
+        if (checked !== null) rows.push(checked);
+      }
+      return { rows, staleLeases };
     });
   }
 
-  async failOutbox(owner: string, failures: readonly OutboxFailure[]): Promise<number> {
+  async completeOutbox(rows: readonly OutboxClaimRef[]): Promise<OutboxSettleResult> {
+    this.open();
+    const list = checkClaimRefs(rows);
+    if (list.length === 0) return { settled: 0, stale: 0 };
+    return this.tx("completeOutbox", () => {
+      let settled = 0;
+      let stale = 0;
+      for (const ref of list) {
+        const current = this.claimCurrent(ref.offset, ref.claimEpoch);
+        if (current === null) continue;
+        if (!current) stale++;
+        else settled += this.s.completeOutbox.run(ref.offset).changes;
+      }
+      return { settled, stale };
+    });
+  }
+
+  async failOutbox(owner: string, failures: readonly OutboxFailure[]): Promise<OutboxSettleResult> {
     this.open();
     checkOwner(owner);
     const checked = failures.map(checkFailure);
-    if (checked.length === 0) return 0;
+    if (checked.length === 0) return { settled: 0, stale: 0 };
     return this.tx("failOutbox", () => {
-      let changed = 0;
+      let settled = 0;
+      let stale = 0;
       for (const f of checked) {
-        changed += this.s.failOutbox.run(f.error, f.park ? 1 : 0, f.retryAfterMs, f.offset, owner).changes;
+        const current = this.claimCurrent(f.offset, f.claimEpoch ?? null);
+        if (current === null) continue;
+        if (!current) stale++;
+        else settled += this.s.failOutbox.run(f.error, f.park ? 1 : 0, f.retryAfterMs, f.offset, owner).changes;
       }
-      return changed;
+      return { settled, stale };
     });
+  }
+
+  /**
+   * Inside a settle's transaction: whether the claim of undelivered row `offset` under `epoch` still stands (a row
+   * without a shard always; a sharded one while it is claimed under that epoch and its lease is at that epoch,
+   * unexpired); null when the row is delivered or gone.
+   */
+  private claimCurrent(offset: number, epoch: number | null): boolean | null {
+    const row = this.s.outboxClaimOf.get(offset) as
+      | {
+          sender_cluster: string | null;
+          sender_type: string | null;
+          sender_shard: number | null;
+          claim_epoch: number | null;
+        }
+      | undefined;
+    if (row === undefined) return null;
+    if (row.sender_shard === null) return true;
+    if (epoch === null || row.claim_epoch !== epoch) return false;
+    return this.s.leaseAtEpoch.get(row.sender_cluster, row.sender_type, row.sender_shard, epoch) !== undefined;
   }
 
   async purgeOutbox(olderThanMs: number): Promise<number> {
@@ -1065,17 +1139,36 @@ function prepare(db: SqliteDatabase) {
         RETURNING owner, epoch, lease_until_epoch_ms`,
     ),
     insertOutbox: p(
-      `INSERT INTO persistence_outbox (message_id, persistence_id, operation_id, destination, manifest, payload)
-        VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (message_id) DO NOTHING`,
+      `INSERT INTO persistence_outbox (message_id, persistence_id, operation_id, destination, manifest, payload,
+          sender_cluster, sender_type, sender_shard)
+        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (message_id) DO NOTHING`,
     ),
-    // The oldest deliverable rows (see outbox-claim.ts), claimed in the same statement.
-    claimOutbox: p(
+    // A held shard's oldest claimable rows (see outbox-claim.ts): deliverable now, or claimed under an older epoch.
+    shardClaimCandidates: p(
+      `SELECT outbox_offset FROM persistence_outbox
+        WHERE sender_type = @type AND sender_shard = @shard AND delivered = 0 AND sender_cluster = @cluster
+          AND (lease_until_epoch_ms <= ${SQLITE_NOW_MS} OR (lease_owner IS NOT NULL AND claim_epoch < @epoch))
+        ORDER BY outbox_offset LIMIT @limit`,
+    ),
+    unshardedClaimCandidates: p(
+      `SELECT outbox_offset FROM persistence_outbox
+        WHERE sender_shard IS NULL AND delivered = 0 AND lease_until_epoch_ms <= ${SQLITE_NOW_MS}
+        ORDER BY outbox_offset LIMIT ?`,
+    ),
+    claimOutboxRow: p(
       `UPDATE persistence_outbox SET lease_owner = @owner, lease_until_epoch_ms = ${SQLITE_NOW_MS} + @leaseMs,
-          attempts = attempts + 1
-        WHERE outbox_offset IN (SELECT outbox_offset FROM persistence_outbox
-          WHERE delivered = 0 AND lease_until_epoch_ms <= ${SQLITE_NOW_MS}
-          ORDER BY outbox_offset LIMIT @limit)
-        RETURNING outbox_offset, message_id, persistence_id, destination, manifest, payload, attempts`,
+          attempts = attempts + 1, claim_epoch = @epoch
+        WHERE outbox_offset = @offset
+        RETURNING outbox_offset, message_id, persistence_id, destination, manifest, payload, attempts, sender_cluster,
+          sender_type, sender_shard, claim_epoch`,
+    ),
+    outboxClaimOf: p(
+      `SELECT sender_cluster, sender_type, sender_shard, claim_epoch FROM persistence_outbox
+        WHERE outbox_offset = ? AND delivered = 0`,
+    ),
+    leaseAtEpoch: p(
+      `SELECT 1 FROM shard_lease WHERE cluster_name = ? AND entity_type = ? AND shard_id = ? AND epoch = ?
+        AND lease_until_epoch_ms > ${SQLITE_NOW_MS}`,
     ),
     completeOutbox: p(
       `UPDATE persistence_outbox SET delivered = 1, delivered_at = ${SQLITE_NOW_TEXT}, lease_owner = NULL

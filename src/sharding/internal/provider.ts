@@ -3,6 +3,7 @@ import { DRAIN_AND_STOP, STOP } from "../../actor/index.ts";
 import { EntityTable, type TableEntity } from "../entity-table.ts";
 import { ShardHandoffInProgressError } from "../errors.ts";
 import type { ShardLeaseView } from "../inspection.ts";
+import type { ShardLeaseToken } from "../lease/lease-token.ts";
 import type { ShardingSettings } from "../settings.ts";
 import { ShardBudgets } from "../shard-budgets.ts";
 import type { MutableShardingStats } from "../stats.ts";
@@ -25,6 +26,11 @@ export interface ShardingProvider {
   entitiesByShard(): Map<number, number>;
   /** The shard leases this node keeps (persistent providers), or null for ordinary entities; read-only inspection. */
   leases(): readonly ShardLeaseView[] | null;
+  /**
+   * The tokens of the shard leases held here and valid now, the ones a delivery may write under (persistent
+   * providers; absent or empty for ordinary entities).
+   */
+  heldLeaseTokens?(): ShardLeaseToken[];
   /** Marks `shardId` as owned here before a delivery (persistent providers take the lease). */
   authorizeShard(shardId: number): void;
   /** Prepares `shardId` as the next owner of a handoff; may reject (lease unavailable). */

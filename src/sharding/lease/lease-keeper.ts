@@ -142,6 +142,21 @@ export class LeaseKeeper {
   }
 
   /**
+   * The tokens of every lease held and valid now (as {@link requireToken} would give them; a shard without one is
+   * left out, and nothing is acquired).
+   */
+  heldTokens(): ShardLeaseToken[] {
+    this.syncSafety();
+    const now = this.scheduler.now();
+    const tokens: ShardLeaseToken[] = [];
+    for (const shardId of this.book.shards.keys()) {
+      const token = liveToken(this.book, shardId, now);
+      if (token !== null) tokens.push(token);
+    }
+    return tokens;
+  }
+
+  /**
    * Acquires (or reuses) the lease of `shardId`, for a handoff's prepare step.
    * @throws ShardLeaseUnavailableError when the lease is held elsewhere, the call fails or ownership is unsafe
    * @throws ShardHandoffInProgressError while the shard drains here

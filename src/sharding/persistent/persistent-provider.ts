@@ -133,6 +133,10 @@ export class PersistentEntityProvider<T> implements ShardingProvider {
     return views.sort((a, b) => a.shardId - b.shardId);
   }
 
+  heldLeaseTokens(): ShardLeaseToken[] {
+    return this.keeper.heldTokens().filter((t) => !this.draining.has(t.key.shardId));
+  }
+
   /** The epoch a live entity actor writes under, or null when none is active here. */
   entityEpoch(entityId: string): number | null {
     return this.entities.get(entityId)?.epoch ?? null;

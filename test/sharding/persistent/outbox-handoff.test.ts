@@ -1,9 +1,10 @@
 // The outbox end to end while both the senders' and the receivers' shards move (fake cluster, real PostgreSQL):
 // orders (durable state) placed without pause from node b send Reserve messages to stock entities (event-sourced);
-// a dispatcher on b delivers them through sharding while node a, which owns every Order and Stock shard, leaves, so
-// every shard of both types is handed off to b under traffic and deliveries in flight. Afterwards every placed order
-// has exactly one reservation in the stock journal: a delivery lost or refused during a handoff is retried and the
-// new owner recognises a redelivery by its message id; no message is parked.
+// each node runs a dispatcher that claims the rows of the Order shards it holds (claims follow shard ownership), and
+// node a, which owns every Order and Stock shard, leaves, so every shard of both types is handed off to b under
+// traffic and deliveries in flight: a's dispatcher's claims are overtaken by b's, under the newer epoch. Afterwards
+// every placed order has exactly one reservation in the stock journal: a delivery lost or refused during a handoff
+// is retried by the new owner's dispatcher, which the receiver recognises by its message id; no message is parked.
 import assert from "node:assert/strict";
 import { after, test } from "node:test";
 import {
@@ -76,6 +77,7 @@ test("orders reserve stock exactly once while every Order and Stock shard is han
     deliverToEntity: deliverThroughSharding(a.sharding, Reserved, 3_000),
     handlers: { audit: async () => {} },
     owner: "warmup",
+    leases: () => a.sharding.heldShardLeases(),
   });
   await eventually(
     async () => (await warmup.runOnce()).claimed === 0 && (await pg.store.outboxCounts()).pending === 0,
@@ -84,9 +86,12 @@ test("orders reserve stock exactly once while every Order and Stock shard is han
       describe: () => warmup.stats,
     },
   );
+  // The leases a held before the handoff, as a node that still believed it owned the shards would present them.
+  const leasesOfA = a.sharding.heldShardLeases();
   const before = await leases(a);
   const types = (m: Map<string, unknown>, t: string) => [...m.keys()].filter((k) => k.startsWith(`${t}/`)).length;
   assert.ok(types(before, "Order") > 0 && types(before, "Stock") > 0, `both types leased: ${[...before.keys()]}`);
+  assert.equal(leasesOfA.length, before.size, "a presents every lease it holds");
   assert.ok(
     [...before.values()].every((l) => l.owner === "a" && l.epoch === 1),
     `every lease on a: ${JSON.stringify([...before])}`,
@@ -98,29 +103,36 @@ test("orders reserve stock exactly once while every Order and Stock shard is han
     describe: () => [b.sharding.allocations("Order").size, b.sharding.allocations("Stock").size],
   });
   // Until every shard has moved, the acknowledgement of every delivery is lost after the receiver handled it, so
-  // each message delivered before or during the handoff is delivered again after it, to the new owner, which must
-  // recognise it by its message id.
+  // each message delivered before or during the handoff is delivered again after it, by the new owner's dispatcher,
+  // and the receiver must recognise it by its message id.
   let phase: "before" | "leaving" | "moved" = "before";
-  const throughSharding = deliverThroughSharding(b.sharding, Reserved, 2_000);
   const firstPhase = new Map<string, string>();
   const crossed = new Set<string>();
-  const losingAcksUntilMoved: OutboxDeliverer = async (delivery) => {
-    const at = phase;
-    await throughSharding(delivery);
-    if (!firstPhase.has(delivery.messageId)) firstPhase.set(delivery.messageId, at);
-    if (at !== "moved") throw new Error("acknowledgement lost");
-    if (firstPhase.get(delivery.messageId) === "before") crossed.add(delivery.messageId);
+  const losingAcksUntilMoved = (node: Node): OutboxDeliverer => {
+    const throughSharding = deliverThroughSharding(node.sharding, Reserved, 2_000);
+    return async (delivery) => {
+      const at = phase;
+      await throughSharding(delivery);
+      if (!firstPhase.has(delivery.messageId)) firstPhase.set(delivery.messageId, at);
+      if (at !== "moved") throw new Error("acknowledgement lost");
+      if (firstPhase.get(delivery.messageId) === "before") crossed.add(delivery.messageId);
+    };
   };
-  const dispatcher = new OutboxDispatcher({
-    store: pg.store,
-    codec: Database.get(b.system).codec,
-    deliverToEntity: losingAcksUntilMoved,
-    handlers: { audit: async () => {} },
-    owner: "dispatcher-b",
-    leaseMs: 5_000,
-    retry: { maxAttempts: 1_000, firstBackoffMs: 50, maxBackoffMs: 200 },
-    pollIntervalMs: 20,
-  });
+  const dispatcherOn = (node: Node, name: string) =>
+    new OutboxDispatcher({
+      store: pg.store,
+      codec: Database.get(node.system).codec,
+      deliverToEntity: losingAcksUntilMoved(node),
+      handlers: { audit: async () => {} },
+      owner: `dispatcher-${name}`,
+      leases: () => node.sharding.heldShardLeases(),
+      leaseMs: 5_000,
+      retry: { maxAttempts: 1_000, firstBackoffMs: 50, maxBackoffMs: 200 },
+      pollIntervalMs: 20,
+    });
+  const dispatcherA = dispatcherOn(a, "a");
+  const dispatcher = dispatcherOn(b, "b");
+  dispatcherA.start();
   dispatcher.start();
   let stop = false;
   let next = 0;
@@ -158,12 +170,39 @@ test("orders reserve stock exactly once while every Order and Stock shard is han
     await eventually(async () => (await pg.store.outboxCounts()).pending === 0, {
       what: "every reservation delivered",
       timeoutMs: 30_000,
-      describe: () => dispatcher.stats,
+      describe: () => ({ a: dispatcherA.stats, b: dispatcher.stats }),
     });
   } finally {
     stop = true;
     await traffic;
+    await dispatcherA.stop();
     await dispatcher.stop();
+  }
+
+  // a's dispatcher claimed while a owned the Order shards, and now holds none of them: it can claim nothing more.
+  assert.ok(
+    dispatcherA.stats.claimed > 0,
+    `a's dispatcher claimed before the handoff: ${JSON.stringify(dispatcherA.stats)}`,
+  );
+  assert.deepEqual(a.sharding.heldShardLeases(), [], "a holds no lease");
+  await place(b, "after-stop", "sku-0", 1);
+  placed.set("after-stop", { sku: "sku-0", quantity: 1 });
+  // The reservation (an Order shard's row), then the audit record it causes (a Stock shard's row): each is left
+  // alone by a's dispatcher and claimed by b's.
+  for (const row of ["reservation", "audit record"]) {
+    await eventually(async () => (await pg.store.outboxCounts()).pending === 1, { what: `the ${row} pending` });
+    assert.equal((await dispatcherA.runOnce()).claimed, 0, `a's dispatcher leaves the ${row} alone`);
+    // Presenting its old leases (epochs the shards have moved past) claims nothing either: each is refused as stale.
+    const staleA = new OutboxDispatcher({
+      store: pg.store,
+      codec: Database.get(a.system).codec,
+      deliverToEntity: async () => assert.fail(`the ${row} must not be delivered under a stale lease`),
+      handlers: { audit: async () => assert.fail(`the ${row} must not be delivered under a stale lease`) },
+      leases: () => leasesOfA,
+    });
+    assert.equal((await staleA.runOnce()).claimed, 0, `a's old leases claim nothing of the ${row}`);
+    assert.equal(staleA.stats.staleLeases, leasesOfA.length);
+    assert.deepEqual(await dispatcher.runOnce(), { claimed: 1, delivered: 1, retried: 0, parked: 0, stale: 0 }, row);
   }
 
   assert.ok(

@@ -91,6 +91,7 @@ test("kill -9 of the node owning senders, receivers and a dispatcher: every plac
       deliverToEntity: deliverThroughSharding(standby.sharding, Reserved, 2_000),
       handlers: { audit: async () => {} },
       owner: "dispatcher-standby",
+      leases: () => standby.sharding.heldShardLeases(),
       leaseMs: 1_500,
       pollIntervalMs: 20,
       retry: { maxAttempts: 1_000, firstBackoffMs: 50, maxBackoffMs: 200 },

@@ -58,6 +58,8 @@ test("orders reserve stock through the outbox: every message delivered twice, ev
     store: pg.store,
     codec: Database.get(a.system).codec,
     deliverToEntity: losingFirstAck,
+    // One dispatcher for both nodes here: it claims under the shard leases either node holds.
+    leases: () => [...a.sharding.heldShardLeases(), ...b.sharding.heldShardLeases()],
     handlers: { audit: async (d) => void audits.push(d.message) },
     retry: { firstBackoffMs: 10, maxBackoffMs: 10 },
     pollIntervalMs: 20,

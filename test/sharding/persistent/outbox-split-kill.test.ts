@@ -172,6 +172,7 @@ test("sender and receiver on separate processes, each killed with SIGKILL: every
       deliverToEntity: deliverThroughSharding(standby.sharding, Reserved, 2_500),
       handlers: { audit: async () => {} },
       owner: "dispatcher-standby",
+      leases: () => standby.sharding.heldShardLeases(),
       ...splitDispatcherSettings,
     });
     dispatchers.push(dispatcher);
