@@ -1673,12 +1673,10 @@ class Step {
   }
 
   private relayFlush(t: TypeState, marker: CoordinatorFlush, caller: UniqueAddress, target: UniqueAddress): void {
-    // Handoffs of a term this node no longer holds (called only then) would reject their buffers at their next
-    // attempt: ended now, the buffers join the held queues in front (feedHandoff) and the caller's part is relayed
-    // below, in order.
-    if (this.handoffTerm(t) === "lost") {
-      for (const shard of [...t.handoffs.keys()]) this.feedHandoff(t, shard, { kind: "abort" });
-    }
+    // Handoffs of a term this node no longer holds (both callers check that it is lost, in the same step) would
+    // reject their buffers at their next attempt: ended now, the buffers join the held queues in front (feedHandoff)
+    // and the caller's part is relayed below, in order.
+    for (const shard of [...t.handoffs.keys()]) this.feedHandoff(t, shard, { kind: "abort" });
     const own = caller.equals(this.self);
     const mine = t.heldForwarded.take((h) => (own ? h.origin === null : h.origin?.equals(caller) === true));
     this.log(

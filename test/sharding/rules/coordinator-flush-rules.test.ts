@@ -757,3 +757,37 @@ test("a flush start is logged at info", () => {
     ["info"],
   );
 });
+
+test("a relayed marker reaching a node whose view elects no coordinator (not converged) is answered: only another elected coordinator leaves the caller to retry", () => {
+  const n = new Driven(b, { ...aLeaving(b), converged: false });
+  assert.equal(n.state.view.elected, null);
+  const answered = sends(n.control(new CoordinatorFlush(type, n.settings.key, c.toString(), b.toString(), 7), a, 10));
+  assert.deepEqual(
+    answered.map((s) => [s.to, s.message instanceof CoordinatorFlushed && s.message.token]),
+    [[c.toString(), 7]],
+  );
+});
+
+test("a node that becomes coordinator answers its own flush itself when the old coordinator relays its marker back: released in that step, no message to itself", () => {
+  const z = node(2550);
+  const n = new Driven(a, view(a, [member(z), member(a), member(b), member(c)]));
+  const [, first] = n.call("e1", 0);
+  assert.deepEqual(
+    forwards(first).map((f) => f.to),
+    [z.toString()],
+    "routed through z",
+  );
+  const changed = n.feed(
+    { kind: "membershipChanged", snapshot: view(a, [member(z, "Leaving"), member(a), member(b), member(c)]) },
+    10,
+  );
+  const [sent] = markers(changed);
+  assert.deepEqual([sent?.to, sent?.marker.caller, sent?.marker.target], [z.toString(), a.toString(), a.toString()]);
+  const back = n.control(sent!.marker, z, 20);
+  assert.equal(n.t.flush, null, "the flush is answered in this step");
+  assert.ok(n.t.via?.equals(a), "its callers route through itself from now on");
+  assert.deepEqual(
+    sends(back).filter((s) => s.message instanceof CoordinatorFlushed),
+    [],
+  );
+});
