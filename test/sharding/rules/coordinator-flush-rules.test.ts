@@ -791,3 +791,34 @@ test("a node that becomes coordinator answers its own flush itself when the old 
     [],
   );
 });
+
+test("an answer from the target that names another coordinator is refused and releases nothing", () => {
+  const { n, effects } = callerAfterChange();
+  const token = markers(effects)[0]!.marker.token;
+  const forged = n.control(new CoordinatorFlushed(type, n.settings.key, a.toString(), token), b, 30);
+  assert.deepEqual(forwards(forged), []);
+  assert.equal(forged.filter((e) => e.kind === "refused").length, 1);
+  assert.notEqual(n.t.flush, null, "still waiting");
+});
+
+test("an answer arriving after the flush ended (a resent marker's second answer) is ignored: nothing released again, nothing refused or logged", () => {
+  const { n, effects } = callerAfterChange();
+  const token = markers(effects)[0]!.marker.token;
+  n.control(new CoordinatorFlushed(type, n.settings.key, b.toString(), token), b, 40);
+  assert.equal(n.t.flush, null);
+  const again = n.control(new CoordinatorFlushed(type, n.settings.key, b.toString(), token), b, 50);
+  assert.deepEqual(again, []);
+});
+
+test("the old coordinator logs the relay of a caller's marker at info, with how many envelopes it relayed", () => {
+  const n = new Driven(a, aLeaving(a));
+  for (const [i, id] of ["e1", "e2"].entries()) n.receive(n.delivery(id), c, i);
+  const relayed = n.control(new CoordinatorFlush(type, n.settings.key, c.toString(), b.toString(), 7), c, 10);
+  const lines = relayed.flatMap((e) =>
+    e.kind === "log" && e.message === "sharding flush marker relayed to the new coordinator" ? [e] : [],
+  );
+  assert.deepEqual(
+    lines.map((e) => [e.level, e.fields.relayed]),
+    [["info", 2]],
+  );
+});
