@@ -822,3 +822,23 @@ test("the old coordinator logs the relay of a caller's marker at info, with how 
     [["info", 2]],
   );
 });
+
+test("a caller's waiting marker is dropped by its own newer marker naming this node, not by another node's relayed marker", () => {
+  // a coordinates and drives handoffs; c's view elected z for a moment, so c's marker for z waits at a.
+  const z = node(2550);
+  const n = new Driven(a, view(a, [member(a), member(b), member(c), member(z, "Joining")]));
+  n.feed({ kind: "timer", timer: { kind: "reconcile", type } }, 600);
+  n.control(new CoordinatorFlush(type, n.settings.key, c.toString(), z.toString(), 5), c, 620);
+  assert.deepEqual([...n.t.pendingMarkers.keys()], [c.toString()]);
+  // b relays a marker of c's that names z, not a: refused, and c's own waiting marker stays.
+  const misrouted = n.control(new CoordinatorFlush(type, n.settings.key, c.toString(), z.toString(), 6), b, 630);
+  assert.equal(misrouted.filter((e) => e.kind === "refused").length, 1);
+  assert.deepEqual([...n.t.pendingMarkers.keys()], [c.toString()], "still waiting");
+  // c's view elects a again: its newer flush goes through a for a, answered at once; the one for z is over.
+  const back = n.control(new CoordinatorFlush(type, n.settings.key, c.toString(), a.toString(), 8), c, 640);
+  assert.deepEqual(
+    sends(back).map((s) => [s.to, s.message instanceof CoordinatorFlushed && s.message.token]),
+    [[c.toString(), 8]],
+  );
+  assert.equal(n.t.pendingMarkers.size, 0, "the marker for z is dropped");
+});
