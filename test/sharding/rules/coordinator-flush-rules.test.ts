@@ -9,6 +9,7 @@ import { type ActorRef, Address, UniqueAddress } from "../../../src/actor/index.
 import type { ShardingMember } from "../../../src/sharding/allocation/strategy.ts";
 import { newHandoff } from "../../../src/sharding/handoff/handoff.ts";
 import { NoShardOwnerError, ShardingSettings, type ShardingSettingsOptions } from "../../../src/sharding/index.ts";
+import { attachTyped, typedOf } from "../../../src/sharding/internal/codec.ts";
 import {
   CoordinatorFlush,
   CoordinatorFlushed,
@@ -841,4 +842,41 @@ test("a caller's waiting marker is dropped by its own newer marker naming this n
     [[c.toString(), 8]],
   );
   assert.equal(n.t.pendingMarkers.size, 0, "the marker for z is dropped");
+});
+
+test("a leaving coordinator whose view elects nobody keeps its own callers' buffered deliveries held (relayed to nobody), and relays them once another is elected", () => {
+  const { n, fromC, own } = coordinatorWithHandoff(allUp(a));
+  n.feed({ kind: "membershipChanged", snapshot: { ...aLeaving(a), converged: false } }, 620);
+  assert.equal(n.state.view.elected, null);
+  const shard = own.envelope.shardId;
+  const token = n.t.handoffs.get(shard)!.token;
+  const effects = n.feed({ kind: "timer", timer: { kind: "handoffAttempt", type, shard, token } }, 700);
+  assert.deepEqual(rejects(effects), []);
+  assert.deepEqual(
+    effects.filter((e) => e.kind === "forward"),
+    [],
+    "no coordinator to relay to",
+  );
+  assert.deepEqual(
+    n.t.heldForwarded.list().map((h) => h.delivery.envelope),
+    [fromC.envelope, own.envelope],
+  );
+  const settled = n.feed({ kind: "membershipChanged", snapshot: aLeaving(a) }, 710);
+  assert.deepEqual(
+    forwards(settled).map((f) => [f.to, f.d]),
+    [[b.toString(), own]],
+  );
+});
+
+test("a relayed envelope keeps the caller's typed message (in-process payload), and each relay counts as a forward", () => {
+  const n = new Driven(a, aLeaving(a));
+  const d = n.delivery("e1");
+  const payload = { order: 42 };
+  attachTyped(d.envelope, payload);
+  n.receive(d, c, 0);
+  const before = n.state.counters.forwards;
+  const relayed = forwards(n.control(new CoordinatorFlush(type, n.settings.key, c.toString(), b.toString(), 7), c, 10));
+  assert.equal(relayed.length, 1);
+  assert.equal(typedOf(relayed[0]!.envelope)?.value, payload);
+  assert.equal(n.state.counters.forwards, before + 1);
 });
