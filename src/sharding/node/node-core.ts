@@ -1707,7 +1707,7 @@ class Step {
    */
   private relayOwnIfDeparting(t: TypeState): void {
     const elected = this.s.view.elected;
-    if (t.heldForwarded.size === 0 || elected === null || elected.equals(this.self) || !this.departing()) return;
+    if (elected === null || elected.equals(this.self) || !this.departing()) return;
     this.relayHeld(
       t,
       t.heldForwarded.take((h) => h.origin === null),
@@ -1736,7 +1736,6 @@ class Step {
    * not relayed a second time (relayFlush), so they fail now rather than at their deadline.
    */
   private rejectHeldRelays(t: TypeState): void {
-    if (t.heldForwarded.size === 0) return;
     for (const h of t.heldForwarded.take((x) => x.delivery.envelope.coordinator !== null)) {
       this.reject(h.delivery, new NoShardOwnerError(t.name, h.delivery.envelope.shardId));
     }
