@@ -2444,8 +2444,11 @@ class Step {
       // Buffered deliveries were accepted: rejecting them is worth an operator's attention. An abort that rejected
       // nothing is retried by the next reconcile and would only be noise at warn.
       const rejected = performed.filter((e) => e.kind === "reject").length;
-      const fields = held > 0 ? { shard, type: t.name, rejected, held } : { shard, type: t.name, rejected };
-      this.log(rejected > 0 ? "warn" : "info", fields, "sharding handoff aborted");
+      this.log(
+        rejected > 0 ? "warn" : "info",
+        held > 0 ? { shard, type: t.name, rejected, held } : { shard, type: t.name, rejected },
+        "sharding handoff aborted",
+      );
     }
     for (const effect of performed) this.performHandoffEffect(t, shard, running, effect);
   }
