@@ -56,6 +56,8 @@ test("handoff: a move passivates the old owner first, buffering the shard's traf
     [message.entityType, message.settingsKey, message.shardId, message.coordinator, message.nextOwner],
     [type, n.settings.key, shard, a.toString(), c.toString()],
   );
+  // Coordinator routing: no drain gate, so no handoff token and nobody's marker to wait for (§8.8 is direct-only).
+  assert.deepEqual([message.handoffToken, message.waitFor], [null, []]);
   assert.equal(logs(effects, "info").length, 2, "the operator's move and the handoff start are logged");
 
   const id = n.entityIn((s) => s === shard);
