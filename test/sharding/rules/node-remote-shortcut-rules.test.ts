@@ -340,3 +340,23 @@ test("owner shortcut: a shard prepared here by the accepting coordinator counts 
   n.t.prepared.set(shard, c.toString());
   assert.equal(ownerDeliveryType(n.state, n.forwardedBy(a, id), a), null, "prepared by another coordinator");
 });
+
+test("coordinator shortcut: null (not a throw) while the view elects no coordinator", () => {
+  const { n, d } = atCoordinator(c);
+  n.feed({ kind: "membershipChanged", snapshot: { ...n.state.view.snapshot, converged: false } }, 2_000);
+  assert.equal(n.state.view.elected, null);
+  assert.equal(coordinatorRouteOwner(n.state, d, b), null);
+});
+
+test("owner shortcut: null for a type not registered here (the step refuses it), and under the planted bug that accepts forwards from anyone", () => {
+  const { n, id, d } = atOwner();
+  const e = d.envelope;
+  const other: Delivery = {
+    envelope: new ShardingEnvelope("User", "Other", id, e.shardId, e.settingsKey, 1, a.toString(), null, true, null),
+    sender: null,
+  };
+  assert.equal(ownerDeliveryType(n.state, other, a), null);
+  assert.equal(ownerDeliveryType(n.state, d, a), n.t, "the type's own copy does get it");
+  Object.assign(n.state.bugs, { acceptForwardFromAnyone: true });
+  assert.equal(ownerDeliveryType(n.state, d, a), null, "the planted bug takes the full step");
+});
