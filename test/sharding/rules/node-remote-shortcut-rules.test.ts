@@ -15,7 +15,7 @@ import {
   type NodeEffect,
   ownerDeliveryType,
 } from "../../../src/sharding/node/node-core.ts";
-import { a, b, c, coordinatorWithPlan, follower, member, type } from "./node-harness.ts";
+import { a, b, c, coordinatorWithPlan, Driven, follower, member, type } from "./node-harness.ts";
 
 /** True when `effects` are exactly one fresh `deliver` of `d` alone. */
 function onlyDelivers(effects: NodeEffect[], d: Delivery): boolean {
@@ -359,4 +359,18 @@ test("owner shortcut: null for a type not registered here (the step refuses it),
   assert.equal(ownerDeliveryType(n.state, d, a), n.t, "the type's own copy does get it");
   Object.assign(n.state.bugs, { acceptForwardFromAnyone: true });
   assert.equal(ownerDeliveryType(n.state, d, a), null, "the planted bug takes the full step");
+});
+
+test("coordinator shortcut: null (not a throw) at an elected coordinator that holds no plan yet (the step holds the envelope)", () => {
+  const n = new Driven(a);
+  assert.equal(n.t.plan.author, null);
+  const id = n.entityIn(() => true);
+  assert.equal(coordinatorRouteOwner(n.state, n.delivery(id), b), null);
+});
+
+test("owner shortcut: null (not a throw) at a member that holds no plan yet (the step refuses the envelope)", () => {
+  const n = new Driven(b);
+  assert.equal(n.t.plan.author, null);
+  const id = n.entityIn(() => true);
+  assert.equal(ownerDeliveryType(n.state, n.forwardedBy(a, id), a), null);
 });
