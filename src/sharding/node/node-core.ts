@@ -1806,12 +1806,10 @@ class Step {
   }
 
   private relayFlush(t: TypeState, marker: CoordinatorFlush, caller: UniqueAddress, target: UniqueAddress): void {
-    // Handoffs of a term this node no longer holds (called only then) would reject their buffers at their next
-    // attempt: ended now, the buffers join the held queues in front (feedHandoff) and the caller's part is relayed
-    // below, in order.
-    if (this.handoffTerm(t) === "lost") {
-      for (const shard of [...t.handoffs.keys()]) this.feedHandoff(t, shard, { kind: "abort" });
-    }
+    // Handoffs of a term this node no longer holds (both callers check that it is lost, in the same step) would
+    // reject their buffers at their next attempt: ended now, the buffers join the held queues in front (feedHandoff)
+    // and the caller's part is relayed below, in order.
+    for (const shard of [...t.handoffs.keys()]) this.feedHandoff(t, shard, { kind: "abort" });
     const own = caller.equals(this.self);
     const mine = t.heldForwarded.take((h) => (own ? h.origin === null : h.origin?.equals(caller) === true));
     this.log(
@@ -1842,7 +1840,7 @@ class Step {
    */
   private relayOwnIfDeparting(t: TypeState): void {
     const elected = this.s.view.elected;
-    if (t.heldForwarded.size === 0 || elected === null || elected.equals(this.self) || !this.departing()) return;
+    if (elected === null || elected.equals(this.self) || !this.departing()) return;
     this.relayHeld(
       t,
       t.heldForwarded.take((h) => h.origin === null),
@@ -1871,7 +1869,6 @@ class Step {
    * not relayed a second time (relayFlush), so they fail now rather than at their deadline.
    */
   private rejectHeldRelays(t: TypeState): void {
-    if (t.heldForwarded.size === 0) return;
     for (const h of t.heldForwarded.take((x) => x.delivery.envelope.coordinator !== null)) {
       this.reject(h.delivery, new NoShardOwnerError(t.name, h.delivery.envelope.shardId));
     }
@@ -2614,8 +2611,11 @@ class Step {
       // Buffered deliveries were accepted: rejecting them is worth an operator's attention. An abort that rejected
       // nothing is retried by the next reconcile and would only be noise at warn.
       const rejected = performed.filter((e) => e.kind === "reject").length;
-      const fields = held > 0 ? { shard, type: t.name, rejected, held } : { shard, type: t.name, rejected };
-      this.log(rejected > 0 ? "warn" : "info", fields, "sharding handoff aborted");
+      this.log(
+        rejected > 0 ? "warn" : "info",
+        held > 0 ? { shard, type: t.name, rejected, held } : { shard, type: t.name, rejected },
+        "sharding handoff aborted",
+      );
     }
     for (const effect of performed) this.performHandoffEffect(t, shard, running, effect);
   }

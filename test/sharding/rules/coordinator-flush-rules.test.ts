@@ -9,6 +9,7 @@ import { type ActorRef, Address, UniqueAddress } from "../../../src/actor/index.
 import type { ShardingMember } from "../../../src/sharding/allocation/strategy.ts";
 import { newHandoff } from "../../../src/sharding/handoff/handoff.ts";
 import { NoShardOwnerError, ShardingSettings, type ShardingSettingsOptions } from "../../../src/sharding/index.ts";
+import { attachTyped, typedOf } from "../../../src/sharding/internal/codec.ts";
 import {
   CoordinatorFlush,
   CoordinatorFlushed,
@@ -756,4 +757,126 @@ test("a flush start is logged at info", () => {
     started.map((e) => e.kind === "log" && e.level),
     ["info"],
   );
+});
+
+test("a relayed marker reaching a node whose view elects no coordinator (not converged) is answered: only another elected coordinator leaves the caller to retry", () => {
+  const n = new Driven(b, { ...aLeaving(b), converged: false });
+  assert.equal(n.state.view.elected, null);
+  const answered = sends(n.control(new CoordinatorFlush(type, n.settings.key, c.toString(), b.toString(), 7), a, 10));
+  assert.deepEqual(
+    answered.map((s) => [s.to, s.message instanceof CoordinatorFlushed && s.message.token]),
+    [[c.toString(), 7]],
+  );
+});
+
+test("a node that becomes coordinator answers its own flush itself when the old coordinator relays its marker back: released in that step, no message to itself", () => {
+  const z = node(2550);
+  const n = new Driven(a, view(a, [member(z), member(a), member(b), member(c)]));
+  const [, first] = n.call("e1", 0);
+  assert.deepEqual(
+    forwards(first).map((f) => f.to),
+    [z.toString()],
+    "routed through z",
+  );
+  const changed = n.feed(
+    { kind: "membershipChanged", snapshot: view(a, [member(z, "Leaving"), member(a), member(b), member(c)]) },
+    10,
+  );
+  const [sent] = markers(changed);
+  assert.deepEqual([sent?.to, sent?.marker.caller, sent?.marker.target], [z.toString(), a.toString(), a.toString()]);
+  const back = n.control(sent!.marker, z, 20);
+  assert.equal(n.t.flush, null, "the flush is answered in this step");
+  assert.ok(n.t.via?.equals(a), "its callers route through itself from now on");
+  assert.deepEqual(
+    sends(back).filter((s) => s.message instanceof CoordinatorFlushed),
+    [],
+  );
+});
+
+test("an answer from the target that names another coordinator is refused and releases nothing", () => {
+  const { n, effects } = callerAfterChange();
+  const token = markers(effects)[0]!.marker.token;
+  const forged = n.control(new CoordinatorFlushed(type, n.settings.key, a.toString(), token), b, 30);
+  assert.deepEqual(forwards(forged), []);
+  assert.equal(forged.filter((e) => e.kind === "refused").length, 1);
+  assert.notEqual(n.t.flush, null, "still waiting");
+});
+
+test("an answer arriving after the flush ended (a resent marker's second answer) is ignored: nothing released again, nothing refused or logged", () => {
+  const { n, effects } = callerAfterChange();
+  const token = markers(effects)[0]!.marker.token;
+  n.control(new CoordinatorFlushed(type, n.settings.key, b.toString(), token), b, 40);
+  assert.equal(n.t.flush, null);
+  const again = n.control(new CoordinatorFlushed(type, n.settings.key, b.toString(), token), b, 50);
+  assert.deepEqual(again, []);
+});
+
+test("the old coordinator logs the relay of a caller's marker at info, with how many envelopes it relayed", () => {
+  const n = new Driven(a, aLeaving(a));
+  for (const [i, id] of ["e1", "e2"].entries()) n.receive(n.delivery(id), c, i);
+  const relayed = n.control(new CoordinatorFlush(type, n.settings.key, c.toString(), b.toString(), 7), c, 10);
+  const lines = relayed.flatMap((e) =>
+    e.kind === "log" && e.message === "sharding flush marker relayed to the new coordinator" ? [e] : [],
+  );
+  assert.deepEqual(
+    lines.map((e) => [e.level, e.fields.relayed]),
+    [["info", 2]],
+  );
+});
+
+test("a caller's waiting marker is dropped by its own newer marker naming this node, not by another node's relayed marker", () => {
+  // a coordinates and drives handoffs; c's view elected z for a moment, so c's marker for z waits at a.
+  const z = node(2550);
+  const n = new Driven(a, view(a, [member(a), member(b), member(c), member(z, "Joining")]));
+  n.feed({ kind: "timer", timer: { kind: "reconcile", type } }, 600);
+  n.control(new CoordinatorFlush(type, n.settings.key, c.toString(), z.toString(), 5), c, 620);
+  assert.deepEqual([...n.t.pendingMarkers.keys()], [c.toString()]);
+  // b relays a marker of c's that names z, not a: refused, and c's own waiting marker stays.
+  const misrouted = n.control(new CoordinatorFlush(type, n.settings.key, c.toString(), z.toString(), 6), b, 630);
+  assert.equal(misrouted.filter((e) => e.kind === "refused").length, 1);
+  assert.deepEqual([...n.t.pendingMarkers.keys()], [c.toString()], "still waiting");
+  // c's view elects a again: its newer flush goes through a for a, answered at once; the one for z is over.
+  const back = n.control(new CoordinatorFlush(type, n.settings.key, c.toString(), a.toString(), 8), c, 640);
+  assert.deepEqual(
+    sends(back).map((s) => [s.to, s.message instanceof CoordinatorFlushed && s.message.token]),
+    [[c.toString(), 8]],
+  );
+  assert.equal(n.t.pendingMarkers.size, 0, "the marker for z is dropped");
+});
+
+test("a leaving coordinator whose view elects nobody keeps its own callers' buffered deliveries held (relayed to nobody), and relays them once another is elected", () => {
+  const { n, fromC, own } = coordinatorWithHandoff(allUp(a));
+  n.feed({ kind: "membershipChanged", snapshot: { ...aLeaving(a), converged: false } }, 620);
+  assert.equal(n.state.view.elected, null);
+  const shard = own.envelope.shardId;
+  const token = n.t.handoffs.get(shard)!.token;
+  const effects = n.feed({ kind: "timer", timer: { kind: "handoffAttempt", type, shard, token } }, 700);
+  assert.deepEqual(rejects(effects), []);
+  assert.deepEqual(
+    effects.filter((e) => e.kind === "forward"),
+    [],
+    "no coordinator to relay to",
+  );
+  assert.deepEqual(
+    n.t.heldForwarded.list().map((h) => h.delivery.envelope),
+    [fromC.envelope, own.envelope],
+  );
+  const settled = n.feed({ kind: "membershipChanged", snapshot: aLeaving(a) }, 710);
+  assert.deepEqual(
+    forwards(settled).map((f) => [f.to, f.d]),
+    [[b.toString(), own]],
+  );
+});
+
+test("a relayed envelope keeps the caller's typed message (in-process payload), and each relay counts as a forward", () => {
+  const n = new Driven(a, aLeaving(a));
+  const d = n.delivery("e1");
+  const payload = { order: 42 };
+  attachTyped(d.envelope, payload);
+  n.receive(d, c, 0);
+  const before = n.state.counters.forwards;
+  const relayed = forwards(n.control(new CoordinatorFlush(type, n.settings.key, c.toString(), b.toString(), 7), c, 10));
+  assert.equal(relayed.length, 1);
+  assert.equal(typedOf(relayed[0]!.envelope)?.value, payload);
+  assert.equal(n.state.counters.forwards, before + 1);
 });

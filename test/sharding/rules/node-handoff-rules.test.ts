@@ -12,6 +12,7 @@ import {
 import { PassivateShard, PlanUpdate, PrepareShard } from "../../../src/sharding/internal/index.ts";
 import {
   a,
+  address,
   asks,
   b,
   c,
@@ -55,6 +56,8 @@ test("handoff: a move passivates the old owner first, buffering the shard's traf
     [message.entityType, message.settingsKey, message.shardId, message.coordinator, message.nextOwner],
     [type, n.settings.key, shard, a.toString(), c.toString()],
   );
+  // Coordinator routing: no drain gate, so no handoff token and nobody's marker to wait for (§8.8 is direct-only).
+  assert.deepEqual([message.handoffToken, message.waitFor], [null, []]);
   assert.equal(logs(effects, "info").length, 2, "the operator's move and the handoff start are logged");
 
   const id = n.entityIn((s) => s === shard);
@@ -259,7 +262,12 @@ test("handoff: an abort that rejected nothing is logged at info, not warn", () =
     2_100,
   );
   assert.equal(logs(effects, "warn").length, 0);
-  assert.ok(logs(effects, "info").length >= 1);
+  assert.deepEqual(
+    logs(effects)
+      .filter((l) => l.message === "sharding handoff aborted")
+      .map((l) => l.level),
+    ["info"],
+  );
 });
 
 test("handoff: a second move of a shard already moving starts no second handoff", () => {
@@ -592,4 +600,39 @@ test("passivation: no re-own while a drain of the shard runs again (a retried at
   const stored = n.feed({ kind: "control", message: update, replyTo: null, origin: a }, 2_300);
   assert.equal(ofKind(stored, "retainShards")[0]!.shards.has(shard), false);
   assert.equal(n.t.drainedHere.size, 0, "the plan's retain told the provider what it keeps");
+});
+
+test("handoff: a handoff that ends because the term was lost holds its buffer for the callers' flush markers, but rejects it when the type does not await a coordinator", () => {
+  const z = address(2550);
+  for (const awaitCoordinator of [true, false]) {
+    const n = coordinatorWithPlan({ awaitCoordinator });
+    const { shard } = moveFromBToC(n);
+    const id = n.entityIn((s) => s === shard);
+    const buffered = [n.delivery(id), n.delivery(id)];
+    for (const [i, d] of buffered.entries()) n.route(d, 2_010 + i);
+    // z, a lower address, comes Up: a's term is lost, and the handoff ends in that step.
+    const effects = n.feed(
+      { kind: "membershipChanged", snapshot: view(a, [member(z), member(a), member(b), member(c)]) },
+      2_100,
+    );
+    assert.equal(n.t.handoffs.has(shard), false, "ended");
+    if (awaitCoordinator) {
+      // Held, and (this node's own callers' deliveries) relayed to z at once by this node's flush through itself.
+      assert.deepEqual(rejects(effects), []);
+      assert.deepEqual(
+        forwards(effects)
+          .filter((f) => f.to.equals(z))
+          .map((f) => f.delivery),
+        buffered,
+        "relayed to the new coordinator",
+      );
+    } else {
+      assert.deepEqual(
+        rejects(effects).map((r) => r.delivery),
+        buffered,
+        "rejected",
+      );
+      assert.equal(n.t.heldForwarded.size, 0);
+    }
+  }
 });

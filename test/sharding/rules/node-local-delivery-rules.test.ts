@@ -109,3 +109,10 @@ test("local delivery: null for a type not registered here (the step refuses the 
   assert.equal(localDeliveryType(n.state, other), null);
   assert.equal(onlyDelivers(n, other, 2_000), false);
 });
+
+test("local delivery: null (not a throw) while this node routes through no coordinator (its view does not converge)", () => {
+  const { n, id } = routed();
+  n.feed({ kind: "membershipChanged", snapshot: { ...n.state.view.snapshot, converged: false } }, 2_000);
+  assert.equal(n.state.view.routing, null);
+  assert.equal(localDeliveryType(n.state, n.delivery(id)), null);
+});

@@ -15,7 +15,7 @@ import {
   type NodeEffect,
   ownerDeliveryType,
 } from "../../../src/sharding/node/node-core.ts";
-import { a, b, c, coordinatorWithPlan, follower, member, type } from "./node-harness.ts";
+import { a, b, c, coordinatorWithPlan, Driven, follower, member, type } from "./node-harness.ts";
 
 /** True when `effects` are exactly one fresh `deliver` of `d` alone. */
 function onlyDelivers(effects: NodeEffect[], d: Delivery): boolean {
@@ -339,4 +339,38 @@ test("owner shortcut: a shard prepared here by the accepting coordinator counts 
   assert.ok(onlyDelivers(n.envelope(d, a, 2_000), d));
   n.t.prepared.set(shard, c.toString());
   assert.equal(ownerDeliveryType(n.state, n.forwardedBy(a, id), a), null, "prepared by another coordinator");
+});
+
+test("coordinator shortcut: null (not a throw) while the view elects no coordinator", () => {
+  const { n, d } = atCoordinator(c);
+  n.feed({ kind: "membershipChanged", snapshot: { ...n.state.view.snapshot, converged: false } }, 2_000);
+  assert.equal(n.state.view.elected, null);
+  assert.equal(coordinatorRouteOwner(n.state, d, b), null);
+});
+
+test("owner shortcut: null for a type not registered here (the step refuses it), and under the planted bug that accepts forwards from anyone", () => {
+  const { n, id, d } = atOwner();
+  const e = d.envelope;
+  const other: Delivery = {
+    envelope: new ShardingEnvelope("User", "Other", id, e.shardId, e.settingsKey, 1, a.toString(), null, true, null),
+    sender: null,
+  };
+  assert.equal(ownerDeliveryType(n.state, other, a), null);
+  assert.equal(ownerDeliveryType(n.state, d, a), n.t, "the type's own copy does get it");
+  Object.assign(n.state.bugs, { acceptForwardFromAnyone: true });
+  assert.equal(ownerDeliveryType(n.state, d, a), null, "the planted bug takes the full step");
+});
+
+test("coordinator shortcut: null (not a throw) at an elected coordinator that holds no plan yet (the step holds the envelope)", () => {
+  const n = new Driven(a);
+  assert.equal(n.t.plan.author, null);
+  const id = n.entityIn(() => true);
+  assert.equal(coordinatorRouteOwner(n.state, n.delivery(id), b), null);
+});
+
+test("owner shortcut: null (not a throw) at a member that holds no plan yet (the step refuses the envelope)", () => {
+  const n = new Driven(b);
+  assert.equal(n.t.plan.author, null);
+  const id = n.entityIn(() => true);
+  assert.equal(ownerDeliveryType(n.state, n.forwardedBy(a, id), a), null);
 });

@@ -248,3 +248,25 @@ test("the grace's timer cancels nothing when the move started again to the same 
   );
   assert.deepEqual(cancels(n.feed({ kind: "timer", timer: grace!.timer }, 2_210)), []);
 });
+
+test("a completed handoff starts no grace for its next owner's preparation (an aborted one does): a later abort to that node is timed from the abort", () => {
+  for (const outcome of ["done", "aborted"] as const) {
+    const n = coordinatorWithPlan();
+    const moving = n.shardOn(b);
+    n.feed({ kind: "moveShard", type, shard: moving, to: c }, 2_000);
+    const token = n.t.handoffs.get(moving)!.token;
+    n.feed({ kind: "handoffReply", type, shard: moving, token, step: "passivated", error: null }, 2_010);
+    if (outcome === "done") {
+      n.feed({ kind: "handoffReply", type, shard: moving, token, step: "prepared", error: null }, 2_020);
+      assert.ok(n.t.plan.allocations.get(moving)?.equals(c), "moved to c");
+    } else {
+      n.feed({ kind: "membershipChanged", snapshot: view(a, [member(a), member(b), member(c, "Down")]) }, 2_020);
+    }
+    assert.equal(n.t.handoffs.has(moving), false, outcome);
+    assert.deepEqual(
+      [...(n.t.staleSince.get(c.toString()) ?? new Map()).entries()],
+      outcome === "done" ? [] : [[moving, 2_020]],
+      outcome,
+    );
+  }
+});
