@@ -466,3 +466,50 @@ describe("postgres faults", () => {
     }
   });
 });
+
+// The CI soak lost a node at its pg-terminate fault: the server's FATAL reached a pool client while it was lent out
+// with no query running, and pg-pool keeps no listener on a lent client, so the 'error' was unhandled and ended the
+// process. Every client of the store's pool keeps a listener for its whole life; a real termination of every backend
+// of the pool, while clients are lent out, idle and querying, leaves the process running and the store usable.
+test("postgres: a connection terminated while lent out, or while querying, does not end the process", async () => {
+  const { store, dispose } = await freshPostgresStore("lent");
+  const admin = await rawClient(await postgresTestUrl(), "public");
+  try {
+    await store.latestOffset();
+    const lent = await store.pool.connect();
+    const lentPid = (await lent.query<{ pid: number }>("SELECT pg_backend_pid() AS pid")).rows[0]!.pid;
+    const tag = `lent_${process.pid}_${Date.now()}`;
+    const running = store.pool.query(`SELECT pg_sleep(5) AS ${tag}`).catch((e: unknown) => e);
+    const runningPids = async () =>
+      (
+        await admin.query<{ pid: number }>(
+          "SELECT pid FROM pg_stat_activity WHERE query LIKE $1 AND pid <> pg_backend_pid()",
+          [`%AS ${tag}%`],
+        )
+      ).rows.map((r) => r.pid);
+    await eventually(async () => (await runningPids()).length === 1, { what: "the query running" });
+    // Only this store's two backends: other test files share the database.
+    const ended = new Promise<void>((resolve) => lent.once("end", () => resolve()));
+    await admin.query("SELECT pg_terminate_backend(pid) FROM unnest($1::int[]) AS pid", [
+      [lentPid, ...(await runningPids())],
+    ]);
+    // The server's FATAL reaches the lent client with no query running: an 'error' that nothing but the store's own
+    // listener hears (without it the process ended here), then the connection ends.
+    await ended;
+    assert.ok((await running) instanceof Error, "the query that was running gets the error");
+    lent.release(new Error("terminated"));
+    await eventually(
+      async () =>
+        (await store.latestOffset().then(
+          () => true,
+          () => false,
+        )) === true,
+      {
+        what: "the store answers on new connections",
+      },
+    );
+  } finally {
+    await admin.end();
+    await dispose();
+  }
+});

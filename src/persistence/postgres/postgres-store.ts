@@ -324,6 +324,15 @@ export class PostgresStore implements PersistenceStore {
     const onPoolError = options.onPoolError ?? (() => {});
     // An idle connection killed by the server surfaces here; without a listener it would crash the process.
     pool.on("error", onPoolError);
+    // And a checked-out one: pg-pool takes its idle listener off a client while it is lent out, and an 'error' that
+    // reaches it then with no query running (the server's FATAL for pg_terminate_backend, or the socket's reset after
+    // it) had no listener and ended the process (the CI soak lost a node so, at its pg-terminate fault). Every client
+    // keeps a listener of its own for its whole life. It only has to exist: a query running gets the error itself, an
+    // idle client is reported by the pool's listener above, and the next query on a broken client fails and releases
+    // it as broken.
+    pool.on("connect", (client) => {
+      client.on("error", ignoreReportedElsewhere);
+    });
     let rebaselined: number[];
     try {
       rebaselined = await migrate(pool, schema);
@@ -1469,6 +1478,9 @@ function leaseToken(key: ShardLeaseKey, row: Record<string, unknown>): ShardLeas
     leaseUntilEpochMs: Number(row.lease_until_epoch_ms),
   };
 }
+
+/** The listener every pool client keeps (see PostgresStore.connect): the error reaches its user by another path. */
+function ignoreReportedElsewhere(): void {}
 
 /** Every table, index and function of the current schema as `kind:name` (see checkRebaseline). */
 const SCHEMA_OBJECTS_SQL = `SELECT CASE c.relkind WHEN 'i' THEN 'index:' ELSE 'table:' END || c.relname AS o
