@@ -343,8 +343,11 @@ describe("projections: pause against a batch in flight", () => {
       const store = new MemoryStore();
       await append(store, "Ledger:p", 3);
       let gate: (() => void) | null = null;
+      // Reads of the latest offset once the page's read is held: the paused loop's polls come after the batch ended.
+      let pausedPolls = 0;
       const reading = new Proxy(store, {
         get(target, key, receiver) {
+          if (key === "latestOffset" && gate !== null) pausedPolls++;
           if (key !== "queryEvents") return Reflect.get(target, key, receiver);
           return async (query: Parameters<MemoryStore["queryEvents"]>[0]) => {
             if (gate === null && (query?.afterOffset ?? 0) > 0) await new Promise<void>((r) => (gate = r));
@@ -374,9 +377,13 @@ describe("projections: pause against a batch in flight", () => {
         const release = gate as unknown as () => void;
         release();
         await eventually(() => runner.status === "paused", { what: "paused" });
-        // Polls while paused read nothing; give the dropped page time to have reached the handler if it could.
-        const latest = await store.latestOffset();
-        await eventually(async () => (await store.latestOffset()) === latest, { what: "settled" });
+        // The held page's batch has ended once the paused loop polls the latest offset (twice: one may be the
+        // batch's own read before the page).
+        const polls = pausedPolls;
+        await eventually(() => pausedPolls >= polls + 2, {
+          what: "the paused loop polling",
+          describe: () => pausedPolls,
+        });
         assert.deepEqual(seen, [1, 2, 3], "nothing appended after pause() was handled");
         runner.resume();
         await eventually(() => seen.length === 5, { what: "resumed", describe: () => ({ seen, stats: runner.stats }) });

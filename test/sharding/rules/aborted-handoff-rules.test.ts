@@ -8,9 +8,21 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { NoRebalance } from "../../../src/sharding/index.ts";
-import { CancelPreparations, PassivateShard, PlanUpdate } from "../../../src/sharding/internal/index.ts";
+import { PassivateShard, PlanUpdate } from "../../../src/sharding/internal/index.ts";
 import { coordinatorRouteOwner, localDeliveryType, ownerDeliveryType } from "../../../src/sharding/node/node-core.ts";
-import { a, b, c, coordinatorWithPlan, delivers, follower, ofKind, schedules, sends, type } from "./node-harness.ts";
+import {
+  a,
+  abortedAfterPrepare,
+  b,
+  c,
+  cancels,
+  coordinatorWithPlan,
+  delivers,
+  follower,
+  ofKind,
+  schedules,
+  type,
+} from "./node-harness.ts";
 
 /** b, following a's plan, after a's drain of one of its shards completed (the coordinator moves it to c). */
 function drainedOwner() {
@@ -62,28 +74,8 @@ test("a failed drain is kept again at the next delivery too (its provider marked
   assert.equal(ofKind(n.envelope(n.forwardedBy(a, id), a, 2_300), "retainShards").length, 1);
 });
 
-/** a, the coordinator, after a move of one of b's shards to c aborted once c had prepared (as in seed 754). */
-function abortedAfterPrepare() {
-  const n = coordinatorWithPlan({ rebalance: new NoRebalance() });
-  const moving = n.shardOn(b);
-  n.feed({ kind: "moveShard", type, shard: moving, to: c }, 2_000);
-  const token = n.t.handoffs.get(moving)!.token;
-  n.feed({ kind: "handoffReply", type, shard: moving, token, step: "passivated", error: null }, 2_010);
-  const plan = n.t.plan;
-  n.t.plan = { ...plan, author: b };
-  const aborted = n.feed({ kind: "handoffReply", type, shard: moving, token, step: "prepared", error: null }, 2_020);
-  n.t.plan = plan;
-  assert.equal(n.t.handoffs.has(moving), false, "aborted");
-  return { n, moving, aborted };
-}
-
-const cancelsTo = (effects: ReturnType<typeof sends>) =>
-  effects.flatMap((s) =>
-    s.message instanceof CancelPreparations ? [{ to: s.to.toString(), shards: s.message.shardIds }] : [],
-  );
-
 test("the coordinator cancels an aborted handoff's preparation when its grace ends, unasked", () => {
-  const { n, moving, aborted } = abortedAfterPrepare();
+  const { n, moving, aborted } = abortedAfterPrepare({ rebalance: new NoRebalance() });
   const grace = n.settings.leaseDuration / 2;
   const timers = schedules(aborted, "preparationGrace");
   assert.equal(timers.length, 1, "the grace is timed from the abort");
@@ -91,23 +83,21 @@ test("the coordinator cancels an aborted handoff's preparation when its grace en
   const timer = timers[0]!.timer;
   assert.deepEqual(timer, { kind: "preparationGrace", type, node: c.toString(), shard: moving });
   // Fired early (a clock that ran slow), it waits for the next request; at the end of the grace it cancels.
-  assert.deepEqual(cancelsTo(sends(n.feed({ kind: "timer", timer }, 2_020 + grace - 1))), []);
-  assert.deepEqual(cancelsTo(sends(n.feed({ kind: "timer", timer }, 2_020 + grace))), [
-    { to: c.toString(), shards: [moving] },
-  ]);
+  assert.deepEqual(cancels(n.feed({ kind: "timer", timer }, 2_020 + grace - 1)), []);
+  assert.deepEqual(cancels(n.feed({ kind: "timer", timer }, 2_020 + grace)), [{ to: c.toString(), shards: [moving] }]);
 });
 
 test("no unasked cancel when the move started again to the same node, or this node no longer authors the plan", () => {
-  const again = abortedAfterPrepare();
+  const again = abortedAfterPrepare({ rebalance: new NoRebalance() });
   const timer = schedules(again.aborted, "preparationGrace")[0]!.timer;
   again.n.feed({ kind: "moveShard", type, shard: again.moving, to: c }, 2_400);
   assert.equal(again.n.t.handoffs.get(again.moving)?.state.next?.toString(), c.toString());
-  assert.deepEqual(cancelsTo(sends(again.n.feed({ kind: "timer", timer }, 9_000))), [], "stood by again");
+  assert.deepEqual(cancels(again.n.feed({ kind: "timer", timer }, 9_000)), [], "stood by again");
 
-  const deposed = abortedAfterPrepare();
+  const deposed = abortedAfterPrepare({ rebalance: new NoRebalance() });
   const later = schedules(deposed.aborted, "preparationGrace")[0]!.timer;
   deposed.n.t.plan = { ...deposed.n.t.plan, author: b };
-  assert.deepEqual(cancelsTo(sends(deposed.n.feed({ kind: "timer", timer: later }, 9_000))), [], "not the author");
+  assert.deepEqual(cancels(deposed.n.feed({ kind: "timer", timer: later }, 9_000)), [], "not the author");
 });
 
 test("the shell's shortcuts leave a drained shard's next delivery to the step (which retains it first)", () => {

@@ -4,7 +4,7 @@
 import { type ActorRef, Address, UniqueAddress } from "../../../src/actor/index.ts";
 import type { ShardingMember } from "../../../src/sharding/allocation/strategy.ts";
 import { ShardingSettings, type ShardingSettingsOptions } from "../../../src/sharding/index.ts";
-import { PlanRequest, PlanUpdate, ShardingEnvelope } from "../../../src/sharding/internal/index.ts";
+import { CancelPreparations, PlanRequest, PlanUpdate, ShardingEnvelope } from "../../../src/sharding/internal/index.ts";
 import type { ShardingClusterSnapshot } from "../../../src/sharding/membership.ts";
 import {
   type Delivery,
@@ -187,3 +187,28 @@ export const ofKind = <K extends NodeEffect["kind"]>(effects: NodeEffect[], kind
   effects.filter((e): e is Extract<NodeEffect, { kind: K }> => e.kind === kind);
 export const logs = (effects: NodeEffect[], level?: string) =>
   effects.flatMap((e) => (e.kind === "log" && (level === undefined || e.level === level) ? [e] : []));
+
+/** The CancelPreparations among `effects`: to whom, which shards. */
+export const cancels = (effects: NodeEffect[]) =>
+  sends(effects).flatMap((s) =>
+    s.message instanceof CancelPreparations ? [{ to: s.to.toString(), shards: s.message.shardIds }] : [],
+  );
+
+/**
+ * a, the coordinator, after a move of one of b's shards to c aborted once c had prepared (seeds 754, 2490): the
+ * completion found the plan authored elsewhere (as after a pause), so the handoff aborted; then a's plan stands again.
+ * The abort's effects are returned with the node and the shard.
+ */
+export function abortedAfterPrepare(options: ShardingSettingsOptions = {}) {
+  const n = coordinatorWithPlan(options);
+  const moving = n.shardOn(b);
+  n.feed({ kind: "moveShard", type, shard: moving, to: c }, 2_000);
+  const token = n.t.handoffs.get(moving)!.token;
+  n.feed({ kind: "handoffReply", type, shard: moving, token, step: "passivated", error: null }, 2_010);
+  const plan = n.t.plan;
+  n.t.plan = { ...plan, author: b };
+  const aborted = n.feed({ kind: "handoffReply", type, shard: moving, token, step: "prepared", error: null }, 2_020);
+  n.t.plan = plan;
+  if (n.t.handoffs.has(moving)) throw new Error("the harness's handoff did not abort");
+  return { n, moving, aborted };
+}

@@ -13,8 +13,10 @@ import { CancelPreparations, PlanRequest } from "../../../src/sharding/internal/
 import type { NodeEffect } from "../../../src/sharding/node/node-core.ts";
 import {
   a,
+  abortedAfterPrepare,
   b,
   c,
+  cancels,
   coordinatorWithPlan,
   follower,
   member,
@@ -26,11 +28,6 @@ import {
 } from "./node-harness.ts";
 
 const ask = { kind: "ask" as const, replyTo: null };
-
-const cancels = (effects: NodeEffect[]) =>
-  sends(effects).flatMap((s) =>
-    s.message instanceof CancelPreparations ? [{ to: s.to.toString(), shards: s.message.shardIds }] : [],
-  );
 
 const retained = (effects: NodeEffect[]) => {
   const retains = ofKind(effects, "retainShards");
@@ -82,18 +79,10 @@ test("the coordinator cancels a listed preparation it no longer stands by, and k
 });
 
 test("a coordinator that aborted a handoff after its prepare cancels that preparation at the next plan request", () => {
-  const n = coordinatorWithPlan();
-  const moving = n.shardOn(b);
-  n.feed({ kind: "moveShard", type, shard: moving, to: c }, 2_000);
-  const token = n.t.handoffs.get(moving)!.token;
-  n.feed({ kind: "handoffReply", type, shard: moving, token, step: "passivated", error: null }, 2_010);
   // c prepared, but the completion finds another plan author (it throws and the handoff aborts), as in seed 754;
   // then this node's plan is authoritative again.
-  const plan = n.t.plan;
-  n.t.plan = { ...plan, author: b };
-  n.feed({ kind: "handoffReply", type, shard: moving, token, step: "prepared", error: null }, 2_020);
+  const { n, moving } = abortedAfterPrepare();
   assert.equal(n.t.handoffs.has(moving), false, "aborted");
-  n.t.plan = plan;
   assert.equal(n.t.plan.allocations.get(moving)?.toString(), b.toString(), "the plan still places it on b");
   const request = new PlanRequest(type, n.settings.key, c.toString(), a.toString(), n.t.plan.generation, [moving]);
   assert.deepEqual(cancels(n.feed({ kind: "control", message: request, replyTo: null, origin: c }, 2_300)), []);
@@ -208,15 +197,7 @@ test("a coordinator forgets its own preparation of a handoff that no longer runs
 // after the grace (every 250 ms), and the plan's owner, fenced out meanwhile, had only its retry barrier's window (a
 // lease and a renewal) to take the lease once released: the window ended first and its deliveries were rejected.
 test("a coordinator that aborted a handoff after its prepare cancels that preparation when the grace ends, without waiting for a plan request", () => {
-  const n = coordinatorWithPlan({ leaseDuration: 300, leaseRenewInterval: 100 });
-  const moving = n.shardOn(b);
-  n.feed({ kind: "moveShard", type, shard: moving, to: c }, 2_000);
-  const token = n.t.handoffs.get(moving)!.token;
-  n.feed({ kind: "handoffReply", type, shard: moving, token, step: "passivated", error: null }, 2_010);
-  const plan = n.t.plan;
-  n.t.plan = { ...plan, author: b };
-  const aborted = n.feed({ kind: "handoffReply", type, shard: moving, token, step: "prepared", error: null }, 2_020);
-  n.t.plan = plan;
+  const { n, moving, aborted } = abortedAfterPrepare({ leaseDuration: 300, leaseRenewInterval: 100 });
   assert.equal(n.t.handoffs.has(moving), false, "aborted");
   const [grace] = schedules(aborted, "preparationGrace");
   assert.ok(grace !== undefined, "the grace is timed");
@@ -227,15 +208,11 @@ test("a coordinator that aborted a handoff after its prepare cancels that prepar
 });
 
 test("the grace's timer cancels nothing when the move started again to the same node meanwhile, or this node no longer coordinates", () => {
-  const n = coordinatorWithPlan({ rebalance: new NoRebalance(), leaseDuration: 300, leaseRenewInterval: 100 });
-  const moving = n.shardOn(b);
-  n.feed({ kind: "moveShard", type, shard: moving, to: c }, 2_000);
-  const token = n.t.handoffs.get(moving)!.token;
-  n.feed({ kind: "handoffReply", type, shard: moving, token, step: "passivated", error: null }, 2_010);
-  const plan = n.t.plan;
-  n.t.plan = { ...plan, author: b };
-  const aborted = n.feed({ kind: "handoffReply", type, shard: moving, token, step: "prepared", error: null }, 2_020);
-  n.t.plan = plan;
+  const { n, moving, aborted } = abortedAfterPrepare({
+    rebalance: new NoRebalance(),
+    leaseDuration: 300,
+    leaseRenewInterval: 100,
+  });
   const [grace] = schedules(aborted, "preparationGrace");
   n.feed({ kind: "moveShard", type, shard: moving, to: c }, 2_100);
   assert.equal(n.t.handoffs.get(moving)?.state.next?.toString(), c.toString(), "the move runs again, to c");
