@@ -81,7 +81,7 @@ export class DirectDeliveryRefusedError extends Error {
   constructor(
     readonly entityType: string,
     readonly shardId: number,
-    /** Why, for logs and tests: "coordinator", "owner", "generation" or "draining". */
+    /** Why, for logs and tests: "routing", "coordinator", "owner", "generation" or "draining". */
     readonly reason: string,
   ) {
     super(

@@ -28,6 +28,7 @@ export function historySlice(slice: number): void {
       staleWrites: 0,
       localDeliveries: 0,
       remoteShortcuts: 0,
+      directShortcuts: 0,
       callerShortcuts: 0,
       direct: 0,
       directSeeds: 0,
@@ -42,6 +43,7 @@ export function historySlice(slice: number): void {
       totals.staleWrites += result.staleWrites;
       totals.localDeliveries += result.localDeliveries;
       totals.remoteShortcuts += result.remoteShortcuts;
+      totals.directShortcuts += result.directShortcuts;
       totals.callerShortcuts += result.callerShortcuts;
       totals.direct += result.directDelivered;
       if (directBySeed(seed)) totals.directSeeds++;
@@ -61,6 +63,11 @@ export function historySlice(slice: number): void {
     // The shell's shortcuts for a remote envelope (coordinator routing, owner delivery) were checked against the full
     // step too (62,030 times in seeds 1..600, about 100 a history).
     assert.ok(totals.remoteShortcuts > count * 20, `remote shortcuts checked ${totals.remoteShortcuts}`);
+    // Among them the owner's shortcut for a direct envelope (directDeliveryType), in the seeds that route directly.
+    assert.ok(
+      totals.directShortcuts > totals.directSeeds * 5,
+      `direct shortcuts checked ${totals.directShortcuts} in ${totals.directSeeds} histories`,
+    );
     // And the shortcut for a member's caller (callerRouteTarget), about 100 a history in seeds 1..300.
     assert.ok(totals.callerShortcuts > count * 20, `caller shortcuts checked ${totals.callerShortcuts}`);
     // Half of the seeds route directly (docs/protocol.md §8.8), and there about a quarter of the messages go direct.

@@ -58,6 +58,7 @@ import {
   coordinatorRouteOwner,
   type Delivery,
   departureReady,
+  directDeliveryType,
   localDeliveryType,
   type NodeEffect,
   type NodeInput,
@@ -259,6 +260,8 @@ export interface HistoryResult {
    * ownerDeliveryType (delivered at the owner) answered (the shell's shortcuts), each checked against the full step.
    */
   readonly remoteShortcuts: number;
+  /** Of those, direct envelopes directDeliveryType answered (delivered at the owner without a step). */
+  readonly directShortcuts: number;
   /** Member callers' routes callerRouteTarget answered (the shell's shortcut), each checked against the full step. */
   readonly callerShortcuts: number;
   /** Nodes the operator stopped after healing because their member table disagreed with the leader's for good. */
@@ -379,6 +382,7 @@ export class NodeSim {
   /** Caller routes the node shell would have taken without a step (each checked against the step). */
   localDeliveries = 0;
   remoteShortcuts = 0;
+  directShortcuts = 0;
   /** Member callers' routes callerRouteTarget answered (the shell's shortcut), each checked against the full step. */
   callerShortcuts = 0;
   private readonly events = new EventQueue();
@@ -845,9 +849,16 @@ export class NodeSim {
     node: SimNode,
     input: NodeInput & { readonly kind: "envelope" },
   ): { readonly type: string; readonly to: UniqueAddress | null } | null {
+    const direct = directDeliveryType(node.core, input.delivery);
     const owned = ownerDeliveryType(node.core, input.delivery, input.origin);
     const routed = coordinatorRouteOwner(node.core, input.delivery, input.origin);
-    if (owned !== null && routed !== null) this.fail(`${node.name}: both remote shortcuts answered one envelope`);
+    if ([direct, owned, routed].filter((x) => x !== null).length > 1) {
+      this.fail(`${node.name}: more than one remote shortcut answered one envelope`);
+    }
+    if (direct !== null) {
+      this.directShortcuts++;
+      return { type: direct.name, to: null };
+    }
     if (owned !== null) return { type: owned.name, to: null };
     if (routed === null) return null;
     return { type: routed.t.name, to: routed.owner.equals(node.core.self) ? null : routed.owner };
@@ -1640,6 +1651,7 @@ export class NodeSim {
       steps: this.steps,
       localDeliveries: this.localDeliveries,
       remoteShortcuts: this.remoteShortcuts,
+      directShortcuts: this.directShortcuts,
       callerShortcuts: this.callerShortcuts,
       operatorRestarts: this.operatorRestarts,
       writes: leases.writes,

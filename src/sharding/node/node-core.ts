@@ -504,6 +504,53 @@ export function ownerDeliveryType(state: NodeState, d: Delivery, origin: UniqueA
 }
 
 /**
+ * The type whose provider a direct envelope (docs/protocol.md §8.8) goes to when its `envelope` step would hand it to
+ * this node's own provider and do nothing else, or null. Pure. It holds exactly when the owner accepts it at once: not
+ * stopped; the held-delivery pass idle (so no direct delivery of the shard is held either); the type registered with
+ * the same settings and direct routing; the shard the one its entity id hashes to; an accepting coordinator that
+ * the envelope names and that authored this node's plan, which places the shard here; the generation the envelope
+ * names within this node's current ownership of the shard; no drain of the shard begun (nor finished since the
+ * provider was last told what it keeps); no retry barrier for it. The origin does not matter: whoever sent it, the
+ * owner checks the grant, not the sender (§8.8). The node shell takes it for the owner's side of a direct message;
+ * the node simulator checks every answer against the full step.
+ */
+export function directDeliveryType(state: NodeState, d: Delivery): TypeState | null {
+  if (state.stopped) return null;
+  const envelope = d.envelope;
+  if (!(envelope instanceof DirectEnvelope)) return null;
+  const t = state.types.get(envelope.entityType);
+  if (t === undefined || envelope.settingsKey !== t.settings.key) return null;
+  const shard = envelope.shardId;
+  if (directRefusal(state, t, envelope) !== null || t.barrier.has(shard) || t.drainedHere.has(shard)) return null;
+  if (!heldPassIdle(state, state.view.routing)) return null;
+  const settings = t.settings;
+  if (settings.partitioner.shardFor(envelope.entityType, envelope.entityId, settings.shardCount) !== shard) return null;
+  return t;
+}
+
+/**
+ * Why an owner refuses a direct envelope (docs/protocol.md §8.8), or null to accept it: its coordinator must be the
+ * accepting coordinator and the author of the stored plan, which gives the shard to this node; the generation it names
+ * lies between the start of this node's current ownership and the plan's generation; no drain of the shard started
+ * since. The step's check, and the shell's shortcut's (directDeliveryType).
+ */
+function directRefusal(state: NodeState, t: TypeState, envelope: DirectEnvelope): string | null {
+  if (t.settings.routing !== "direct") return "routing";
+  const accepting = state.view.accepting;
+  if (accepting === null || envelope.coordinator !== accepting.toString() || !t.plan.author?.equals(accepting)) {
+    return "coordinator";
+  }
+  const shard = envelope.shardId;
+  if (t.plan.allocations.get(shard)?.equals(state.self) !== true) return "owner";
+  const since = t.ownedSince.get(shard);
+  if (since === undefined || envelope.generation < since || envelope.generation > t.plan.generation) {
+    return "generation";
+  }
+  if (t.directClosed.has(shard)) return "draining";
+  return null;
+}
+
+/**
  * Where the coordinator's `envelope` step would send a caller's envelope from another node when it does only that,
  * or null. Pure. It holds exactly when the coordinator's plain branch is taken (docs/protocol.md §8.1): not stopped;
  * the held-delivery pass idle; a caller's envelope (hop 0, relayed by no one, not a direct one) from another node;
@@ -2350,7 +2397,7 @@ class Step {
       this.hold(t, t.heldDirect, d, origin, false, null);
       return;
     }
-    const reason = this.directRefusal(t, envelope);
+    const reason = directRefusal(this.s, t, envelope);
     if (reason !== null) {
       this.counters.directRefusals++;
       this.reject(d, new DirectDeliveryRefusedError(t.name, envelope.shardId, reason));
@@ -2380,27 +2427,6 @@ class Step {
       }
     }
     for (const shard of new Set(released.map((h) => h.delivery.envelope.shardId))) this.startDrainIfWaiting(t, shard);
-  }
-
-  /**
-   * Why this node refuses a direct envelope, or null to accept it: its coordinator must be the accepting coordinator
-   * and the author of the stored plan, which gives the shard to this node; the generation it names lies between the
-   * start of this node's current ownership and the plan's generation; no drain of the shard started since.
-   */
-  private directRefusal(t: TypeState, envelope: DirectEnvelope): string | null {
-    if (t.settings.routing !== "direct") return "routing";
-    const accepting = this.s.view.accepting;
-    if (accepting === null || envelope.coordinator !== accepting.toString() || !t.plan.author?.equals(accepting)) {
-      return "coordinator";
-    }
-    const shard = envelope.shardId;
-    if (t.plan.allocations.get(shard)?.equals(this.self) !== true) return "owner";
-    const since = t.ownedSince.get(shard);
-    if (since === undefined || envelope.generation < since || envelope.generation > t.plan.generation) {
-      return "generation";
-    }
-    if (t.directClosed.has(shard)) return "draining";
-    return null;
   }
 
   // ---------------------------------------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ import {
   callerRouteTarget,
   coordinatorRouteOwner,
   type Delivery,
+  directDeliveryType,
   forwardEffect,
   localDeliveryType,
   type NodeEffect,
@@ -162,11 +163,16 @@ export class NodeShell {
   /**
    * Runs an envelope that arrived from another node (`origin`). The core's own answers first, as for a local caller
    * (`route`): when the coordinator's step would only send it on to its owner, or deliver it here, or the owner's step
-   * would only deliver it here, that is done without building the step (node-core.ts coordinatorRouteOwner,
-   * ownerDeliveryType).
+   * would only deliver it here (a forwarded or a direct envelope), that is done without building the step
+   * (node-core.ts coordinatorRouteOwner, ownerDeliveryType, directDeliveryType).
    */
   receive(delivery: Delivery, origin: UniqueAddress | null): void {
     if (!this.running && this.queue.length === 0 && this.membership.snapshot() === this.state.view.snapshot) {
+      const direct = directDeliveryType(this.state, delivery);
+      if (direct !== null) {
+        this.deliverRouted(direct.name, delivery);
+        return;
+      }
       const owned = ownerDeliveryType(this.state, delivery, origin);
       if (owned !== null) {
         this.deliverRouted(owned.name, delivery);
