@@ -30,6 +30,7 @@ export {
   type RegisterOptions,
 } from "./message-registry.ts";
 export {
+  DecodedMessage,
   decodeNested,
   EncodedMessage,
   encodeNested,

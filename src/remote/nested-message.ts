@@ -35,12 +35,29 @@ export class EncodedMessage {
   ) {}
 }
 
+/**
+ * A nested message decoded as it was read, because the node that read its envelope is where it is delivered (see
+ * {@link NestingLayout.decodeHere}): {@link decodeNested} returns the instance, and sending the envelope on writes it
+ * out again from the instance.
+ */
+export class DecodedMessage {
+  /** @internal Made only by the nesting codec when it reads an envelope. */
+  constructor(readonly value: unknown) {}
+}
+
 /** How an envelope class that nests one registered message is laid out: its own fields, and the nested one's name. */
 export interface NestingLayout {
   /** The envelope's own fields, in wire order (the types of `RegisterOptions.fields`). */
   readonly fields: FieldList;
   /** The field that holds the {@link NestedMessage} (or null / undefined when the envelope carries none). */
   readonly nestedField: string;
+  /**
+   * Whether the node reading an envelope with these own fields (as read, not yet validated: untrusted) is where its
+   * nested message is delivered. The message is then decoded at once, straight from the frame, instead of kept
+   * encoded in a private copy of its bytes for a later {@link decodeNested}; one that does not decode is kept encoded,
+   * so that decodeNested refuses it where it is delivered, as it would otherwise. Absent: never.
+   */
+  readonly decodeHere?: (fields: Readonly<Record<string, unknown>>) => boolean;
 }
 
 /** An envelope class whose `fromJSON` validates its fields and builds it (the nested field holds a NestedMessage). */
@@ -80,6 +97,7 @@ export function encodeNested(registry: MessageRegistry, message: unknown): Neste
  */
 export function decodeNested(registry: MessageRegistry, nested: NestedMessage): unknown {
   const payload = nested.payload;
+  if (payload instanceof DecodedMessage) return payload.value;
   if (!(payload instanceof EncodedMessage)) return registry.decode(nested.type, payload);
   const type = nested.type;
   const entry = registry.lookupName(type);
@@ -136,7 +154,7 @@ export class NestingCodec implements PayloadCodec {
     if (wire === null || wire === undefined) return bound;
     const name = this.checkedName(wire);
     const head = bound + 2 + 3 * name.length + 1 + 4;
-    const payload = wire.payload;
+    const payload = instanceOf(wire.payload);
     if (payload instanceof EncodedMessage) return head + payload.bytes.length;
     const codec = this.binaryCodec(name, payload);
     if (codec !== null) return head + codec.measure(payload as object);
@@ -150,7 +168,8 @@ export class NestingCodec implements PayloadCodec {
     this.fixed.checkText(envelope);
     const wire = this.nestedOf(envelope);
     if (wire === null || wire === undefined || wire.payload instanceof EncodedMessage) return;
-    this.binaryCodec(wire.type, wire.payload)?.checkText(wire.payload as object);
+    const payload = instanceOf(wire.payload);
+    this.binaryCodec(wire.type, payload)?.checkText(payload as object);
   }
 
   write(buf: Buffer, at: number, envelope: object): number {
@@ -162,7 +181,7 @@ export class NestingCodec implements PayloadCodec {
       buf[o] = nameBytes >>> 8;
       buf[o + 1] = nameBytes & 0xff;
       o += 2 + nameBytes;
-      const payload = wire.payload;
+      const payload = instanceOf(wire.payload);
       if (payload instanceof EncodedMessage) {
         buf[o++] = payload.format;
         if (payload.format === PayloadFormat.binary) o = writeU32(buf, o, payload.fingerprint);
@@ -185,12 +204,16 @@ export class NestingCodec implements PayloadCodec {
     return this.fixed.write(buf, o, envelope);
   }
 
-  /** Builds the envelope itself (its class validates its own fields), so the prototype argument is not used. */
+  /**
+   * Builds the envelope itself (its class validates its own fields), so the prototype argument is not used. Its own
+   * fields are read first: they say whether the nested message is decoded here ({@link NestingLayout.decodeHere}).
+   */
   read(buf: Buffer, at: number, end: number, _proto?: object): Record<string, unknown> {
     if (end - at < 4) throw this.undecodable("truncated nested message length");
     const n = readU32(buf, at);
     const nestedEnd = at + 4 + n;
     if (nestedEnd > end) throw this.undecodable("nested message runs past the frame");
+    const record = this.fixed.read(buf, nestedEnd, end, Object.prototype);
     let message: NestedMessage | null = null;
     if (n > 0) {
       let o = at + 4;
@@ -212,11 +235,17 @@ export class NestingCodec implements PayloadCodec {
       } else if (format !== PayloadFormat.json) {
         throw this.undecodable(`unknown nested message format ${format}`);
       }
-      const bytes = Buffer.allocUnsafe(nestedEnd - o);
-      buf.copy(bytes, 0, o, nestedEnd);
-      message = { type, payload: new EncodedMessage(format, fingerprint, bytes) };
+      const decoded =
+        this.layout.decodeHere?.(record) === true
+          ? this.decodedOrNull(type, format, fingerprint, buf, o, nestedEnd)
+          : null;
+      if (decoded !== null) message = { type, payload: decoded };
+      else {
+        const bytes = Buffer.allocUnsafe(nestedEnd - o);
+        buf.copy(bytes, 0, o, nestedEnd);
+        message = { type, payload: new EncodedMessage(format, fingerprint, bytes) };
+      }
     }
-    const record = this.fixed.read(buf, nestedEnd, end, Object.prototype);
     record[this.layout.nestedField] = message;
     try {
       return this.type.fromJSON(record) as Record<string, unknown>;
@@ -227,15 +256,42 @@ export class NestingCodec implements PayloadCodec {
     }
   }
 
-  /** The binary codec of the registration named `name`, if it has one and `payload` is exactly its class. */
-  private binaryCodec(name: string, payload: unknown): PayloadCodec | null {
-    let entry = this.lastEntry;
-    if (name !== this.lastName || entry === undefined) {
-      entry = this.registry.lookupName(name);
-      if (entry === undefined) return null;
+  /**
+   * The nested message decoded from the frame, or null when it does not decode (an unknown name, a payload its class
+   * refuses): kept encoded then, it is refused by decodeNested where it is delivered, and counted there.
+   */
+  private decodedOrNull(
+    type: string,
+    format: number,
+    fingerprint: number,
+    buf: Buffer,
+    at: number,
+    end: number,
+  ): DecodedMessage | null {
+    const entry = this.entryNamed(type);
+    if (entry === undefined) return null;
+    try {
+      return new DecodedMessage(decodePayload(entry, format === PayloadFormat.binary, fingerprint, buf, at, end));
+    } catch {
+      return null;
+    }
+  }
+
+  /** The registration of wire name `name` (the last one looked up is kept: a stream of envelopes repeats it). */
+  private entryNamed(name: string): MessageRegistration | undefined {
+    if (name === this.lastName && this.lastEntry !== undefined) return this.lastEntry;
+    const entry = this.registry.lookupName(name);
+    if (entry !== undefined) {
       this.lastName = name;
       this.lastEntry = entry;
     }
+    return entry;
+  }
+
+  /** The binary codec of the registration named `name`, if it has one and `payload` is exactly its class. */
+  private binaryCodec(name: string, payload: unknown): PayloadCodec | null {
+    const entry = this.entryNamed(name);
+    if (entry === undefined) return null;
     if (payload === null || typeof payload !== "object" || payload.constructor !== entry.type) return null;
     return entry.codec;
   }
@@ -274,6 +330,11 @@ export class NestingCodec implements PayloadCodec {
   private undecodable(detail: string): EnvelopeDecodeError {
     return new EnvelopeDecodeError("undecodable", `${this.name}: ${detail}`, this.name);
   }
+}
+
+/** The message a payload stands for when written: a decoded one's instance, else the payload itself. */
+function instanceOf(payload: unknown): unknown {
+  return payload instanceof DecodedMessage ? payload.value : payload;
 }
 
 /** Writes `name` as UTF-8 at `at` (room for 3 bytes per unit was measured); returns the bytes written. */

@@ -11,6 +11,7 @@ import {
   MessageRegistry,
 } from "../../src/remote/index.ts";
 import {
+  DecodedMessage,
   decodeNested,
   EncodedMessage,
   type NestingCodec as ShardingEnvelopeCodec,
@@ -68,9 +69,9 @@ function decode(codec: ShardingEnvelopeCodec, bytes: Buffer): ShardingEnvelope {
   return value;
 }
 
-test("an envelope round-trips with its binary user message, which stays encoded until delivered", () => {
+test("a caller's envelope (hop 0) round-trips with its binary user message, which stays encoded until delivered", () => {
   const { codec, wire } = setup();
-  const sent = envelope(wire.encode(new Deposit(12.5, "rent")));
+  const sent = envelope(wire.encode(new Deposit(12.5, "rent")), { hopCount: 0, coordinator: null });
   const back = decode(codec, encode(codec, sent));
   const { message, ...fields } = back;
   const { message: _, ...sentFields } = sent;
@@ -85,7 +86,10 @@ test("an envelope round-trips with its binary user message, which stays encoded 
 
 test("a message registered without fields travels as its JSON; control kinds carry none", () => {
   const { codec, wire } = setup();
-  const back = decode(codec, encode(codec, envelope(wire.encode(new Rename("Zoë 🚀")))));
+  const back = decode(
+    codec,
+    encode(codec, envelope(wire.encode(new Rename("Zoë 🚀")), { hopCount: 0, coordinator: null })),
+  );
   assert.ok(back.message?.payload instanceof EncodedMessage);
   assert.equal(back.message.payload.format, PayloadFormat.json);
   assert.deepEqual(wire.decode(back.message), new Rename("Zoë 🚀"));
@@ -111,11 +115,15 @@ test("a forwarded envelope writes the message bytes it received, unchanged", () 
 
 test("a hand-built payload that is not an instance of its class travels as JSON and is validated on delivery", () => {
   const { registry, codec, wire } = setup();
-  const back = decode(codec, encode(codec, envelope({ type: "bank.deposit", payload: { amount: 3, note: "x" } })));
+  const caller = { hopCount: 0, coordinator: null };
+  const back = decode(
+    codec,
+    encode(codec, envelope({ type: "bank.deposit", payload: { amount: 3, note: "x" } }, caller)),
+  );
   assert.equal((back.message!.payload as EncodedMessage).format, PayloadFormat.json);
   const value = wire.decode(back.message!);
   assert.ok(value instanceof Deposit, "rebuilt as the registered class");
-  const unknown = decode(codec, encode(codec, envelope({ type: "no.such.type", payload: {} })));
+  const unknown = decode(codec, encode(codec, envelope({ type: "no.such.type", payload: {} }, caller)));
   assert.throws(
     () => wire.decode(unknown.message!),
     (e: unknown) => e instanceof EnvelopeDecodeError && e.reason === "unknownType",
@@ -123,7 +131,7 @@ test("a hand-built payload that is not an instance of its class travels as JSON 
   // The same name declared with other fields on the receiving node: refused, not misread.
   const stranger = new MessageRegistry(null);
   stranger.register(Deposit, { name: "bank.deposit", fields: { amount: "int32", note: "string" } });
-  const binary = decode(codec, encode(codec, envelope(wire.encode(new Deposit(2, "y"))))).message!;
+  const binary = decode(codec, encode(codec, envelope(wire.encode(new Deposit(2, "y")), caller))).message!;
   assert.throws(
     () => decodeNested(stranger, binary),
     (e: unknown) => e instanceof EnvelopeDecodeError && e.reason === "undecodable" && /other fields/.test(e.message),
@@ -264,7 +272,10 @@ test("a registry whose parent registered the sharding types encodes its own bina
   assert.notEqual(registry.registrationOf(envelope(null)), inherited, "the class now resolves to this registry's own");
   const codec = registry.lookupName(wireNames.envelope)!.codec as ShardingEnvelopeCodec;
   const wire = new RegistryCodec(registry);
-  const back = decode(codec, encode(codec, envelope(wire.encode(new Deposit(Number.NaN, "n")))));
+  const back = decode(
+    codec,
+    encode(codec, envelope(wire.encode(new Deposit(Number.NaN, "n")), { hopCount: 0, coordinator: null })),
+  );
   assert.equal((back.message!.payload as EncodedMessage).format, PayloadFormat.binary);
   assert.deepEqual(wire.decode(back.message!), new Deposit(Number.NaN, "n"), "NaN survives (JSON would make it null)");
   // The parent keeps its own codec, which resolves names in the parent; registering again here is idempotent.
@@ -336,6 +347,36 @@ test("a direct envelope round-trips through its own wire name with the generatio
       () => codec.read(bytes, 0, bytes.length, Object.prototype),
       (e: unknown) => e instanceof EnvelopeDecodeError && e.reason === "undecodable" && field.test(e.message),
       JSON.stringify(override),
+    );
+  }
+});
+
+test("a forwarded envelope (hop 1) is read by the owner that delivers it: its payload is decoded straight from the frame, and written out again the same", () => {
+  const { codec, wire } = setup();
+  for (const message of [new Deposit(4.25, "fee"), new Rename("Zoë")]) {
+    const bytes = encode(codec, envelope(wire.encode(message)));
+    const back = decode(codec, bytes);
+    assert.equal(back.hopCount, 1);
+    assert.ok(back.message?.payload instanceof DecodedMessage, "decoded as read");
+    assert.deepEqual(wire.decode(back.message), message);
+    assert.equal(wire.decode(back.message), wire.decode(back.message), "decoded once: the same instance");
+    // Sent on (a rare path: a hop-1 envelope is delivered where it arrives), it is written from the instance.
+    assert.deepEqual(encode(codec, back), bytes);
+  }
+});
+
+test("a forwarded envelope whose payload does not decode keeps it encoded, so the owner refuses it where it delivers it", () => {
+  const { codec, wire } = setup();
+  const cases: [ShardingEnvelope["message"], RegExp][] = [
+    [{ type: "no.such.type", payload: {} }, /not registered/],
+    [{ type: "bank.deposit", payload: { amount: "three", note: "x" } }, /amount/],
+  ];
+  for (const [message, why] of cases) {
+    const back = decode(codec, encode(codec, envelope(message)));
+    assert.ok(back.message?.payload instanceof EncodedMessage, `${message?.type}: kept encoded`);
+    assert.throws(
+      () => wire.decode(back.message!),
+      (e: unknown) => e instanceof EnvelopeDecodeError && why.test(e.message),
     );
   }
 });

@@ -8,9 +8,11 @@ import type { NestingLayout } from "../../remote/index.ts";
  * `[u32 n][nested message: n bytes][envelope fields]`, the nested message being absent (n = 0) for control kinds, else
  * `[u16 m][wire name: m bytes UTF-8][u8 format][u32 fingerprint, binary format only][payload]`.
  *
- * Decoding leaves the payload encoded (remoting's `EncodedMessage`): the coordinator forwards it as it came, and the
- * node that delivers it decodes it once (`decodeNested`), where an invalid payload is counted as such
- * (`malformedEnvelopes.payload`) rather than dropping the whole envelope.
+ * A caller's envelope (hop 0) arrives at the coordinator, which forwards it: its payload stays encoded (remoting's
+ * `EncodedMessage`) and goes on as it came. A forwarded one (hop 1) arrives at the owner, where it is delivered: its
+ * payload is decoded as it is read, straight from the frame (`decodeHere`), so the owner copies no payload bytes. A
+ * payload that does not decode stays encoded either way, and the node that delivers the envelope refuses it there
+ * (`decodeNested`) and counts it (`malformedEnvelopes.payload`) rather than dropping the whole envelope.
  */
 export const envelopeLayout: NestingLayout = {
   fields: {
@@ -27,6 +29,7 @@ export const envelopeLayout: NestingLayout = {
     traceparent: "string?",
   },
   nestedField: "message",
+  decodeHere: (fields) => fields.hopCount === 1,
 };
 
 /**
@@ -36,4 +39,6 @@ export const envelopeLayout: NestingLayout = {
 export const directEnvelopeLayout: NestingLayout = {
   fields: { ...envelopeLayout.fields, generation: "number" },
   nestedField: "message",
+  // A direct envelope is always read by the owner it is delivered to.
+  decodeHere: () => true,
 };
