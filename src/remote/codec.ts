@@ -100,19 +100,39 @@ export function compileCodec(typeName: string, fields: FieldList, proto: object 
   const writeLines: string[] = ["let o = at;", "let v;", "let k = 0;"];
   // Fields are read into locals f0, f1, …; the object is built at the end (see the Shape constructor below).
   const checkLines: string[] = ["let v;"];
-  const readLines: string[] = ["let o = at;", "let n = 0;", "let v;", ...list.map((_, i) => `let f${i};`)];
+  const readLines: string[] = [
+    "let o = at;",
+    "let n = 0;",
+    "let k = 0;",
+    "let v;",
+    ...list.map((_, i) => `let f${i};`),
+  ];
   let jsonFields = 0;
+  let textCaches = 0;
   // Bounds checks are inlined: `bad` is only reached on malformed input.
   const need = (bytes: number) => `if (o + ${bytes} > end) throw bad("truncated");`;
   // A string's length word has its top bit set when every byte is ASCII: Latin-1 decoding is then exact and cheaper.
-  const readText = (into: string) => [
+  // A short ASCII string that equals the one this field held last (an envelope's kind, its entity type, a
+  // message's enum-like text) is the same string again: compared in place instead of sliced out, which costs a native
+  // call and an allocation per field. Longer ones are sliced: past about 24 bytes the compare costs more than it saves.
+  const readText = (into: string, cached: number | null) => [
     need(4),
     "n = buf[o] | (buf[o + 1] << 8) | (buf[o + 2] << 16) | (buf[o + 3] << 24);",
     "o += 4;",
     "if (n < 0) {",
     "n &= 0x7fffffff;",
     'if (o + n > end) throw bad("truncated");',
-    `${into} = buf.latin1Slice(o, o + n);`,
+    ...(cached === null
+      ? [`${into} = buf.latin1Slice(o, o + n);`]
+      : [
+          `if (n <= ${cachedTextMax}) {`,
+          `v = sc[${cached}];`,
+          "k = v.length === n ? 0 : -1;",
+          "if (k === 0) while (k < n && buf[o + k] === v.charCodeAt(k)) k++;",
+          `if (k !== n) { v = buf.latin1Slice(o, o + n); sc[${cached}] = v; }`,
+          `${into} = v;`,
+          `} else ${into} = buf.latin1Slice(o, o + n);`,
+        ]),
     "} else {",
     'if (o + n > end) throw bad("truncated");',
     `${into} = n === 0 ? "" : buf.utf8Slice(o, o + n);`,
@@ -183,7 +203,7 @@ export function compileCodec(typeName: string, fields: FieldList, proto: object 
           `if (k < 0) ${fail("well-formed UTF-16 (no lone surrogates)")}`,
           "o += k;",
         );
-        readValue.push(...readText(into));
+        readValue.push(...readText(into, textCaches++));
         checkLines.push(
           get,
           `if (typeof v === "string" && !v.isWellFormed()) ${fail("well-formed UTF-16 (no lone surrogates)")}`,
@@ -201,7 +221,7 @@ export function compileCodec(typeName: string, fields: FieldList, proto: object 
         );
         writeValue.push(`k = writeText(buf, o, j[${jsonFields}]);`, "o += k;");
         readValue.push(
-          ...readText("v"),
+          ...readText("v", null),
           `try { ${into} = JSON.parse(v); } catch { throw bad(${JSON.stringify(`field "${field.name}" is not valid JSON`)}); }`,
           // Parsed JSON always encodes again, except past the stack's depth: refused here, so a delivered instance can
           // be sent on. Only a text long enough to nest that deep is scanned (a length compare for the rest).
@@ -253,6 +273,8 @@ export function compileCodec(typeName: string, fields: FieldList, proto: object 
     "return m;",
   );
   const jsonScratch: string[] = new Array(jsonFields);
+  // Per string field: the text it held last (see readText).
+  const textCache: string[] = new Array<string>(textCaches).fill("");
   const refuse = (index: number, expected: string, value: unknown): MessageEncodeError =>
     new MessageEncodeError(typeName, list[index]!.name, expected, describe(value));
   const bad = (detail: string): EnvelopeDecodeError =>
@@ -266,6 +288,7 @@ export function compileCodec(typeName: string, fields: FieldList, proto: object 
     "proto",
     "b8",
     "f64",
+    "sc",
     `"use strict";
 function Shape(${args}) { ${list.map((field, i) => `this[${JSON.stringify(field.name)}] = f${i};`).join(" ")} }
 Shape.prototype = proto;
@@ -276,7 +299,17 @@ return {
   read(buf, at, end, proto) { ${readLines.join("\n")} },
 };`,
   ) as (...args: unknown[]) => Pick<PayloadCodec, "measure" | "write" | "checkText" | "read">;
-  const compiled = factory(refuse, bad, nestsTooDeep, writeText, jsonScratch, proto, doubleBytes, doubleView);
+  const compiled = factory(
+    refuse,
+    bad,
+    nestsTooDeep,
+    writeText,
+    jsonScratch,
+    proto,
+    doubleBytes,
+    doubleView,
+    textCache,
+  );
   return {
     fields: list,
     fingerprint,
@@ -295,7 +328,7 @@ return {
  */
 function writeText(buf: Buffer, at: number, text: string): number {
   const length = text.length;
-  if (length <= 16) {
+  if (length <= inlineTextMax) {
     let o = at + 4;
     let i = 0;
     for (; i < length; i++) {
@@ -332,6 +365,10 @@ function writeLength(buf: Buffer, at: number, word: number): void {
  */
 const doubleView = new Float64Array(1);
 const doubleBytes = new Uint8Array(doubleView.buffer);
+/** Longest ASCII string a field's read compares with its last text instead of slicing (see compileCodec's readText). */
+const cachedTextMax = 24;
+/** Texts up to this length are written inline by writeText (below about 16 characters that beats the native call). */
+const inlineTextMax = 16;
 const littleEndian = new Uint8Array(new Uint16Array([1]).buffer)[0] === 1;
 
 /** Top bit of a string's length word: every byte is ASCII. */

@@ -335,3 +335,40 @@ test("a json field nested deeper than jsonNestingMax is undecodable, so every de
   assert.equal((inString.j as string[])[1]!.length, 5_000);
   codec.measure(inString);
 });
+
+test("a string field read again gives the text of these bytes, whatever it held before (same length, other length, non-ASCII, long)", () => {
+  const codec = compileCodec("Texts", { s: "string", t: "string?" });
+  const sequence = ["User", "User", "Usar", "Use", "", "Users", "Zoë", "Zoe", "x".repeat(24), "x".repeat(23) + "y"];
+  sequence.push("x".repeat(25), "x".repeat(24), "User");
+  for (const [i, s] of sequence.entries()) {
+    const t = sequence[sequence.length - 1 - i]!;
+    assert.deepEqual(roundTrip(codec, { s, t }), { s, t }, `message ${i}`);
+  }
+  // Two codecs of the same fields keep their own last texts.
+  const other = compileCodec("Texts", { s: "string", t: "string?" });
+  assert.deepEqual(roundTrip(other, { s: "abc", t: null }), { s: "abc", t: null });
+  assert.deepEqual(roundTrip(codec, { s: "abd", t: "abc" }), { s: "abd", t: "abc" });
+  fc.assert(
+    fc.property(
+      fc.array(fc.tuple(fc.string({ maxLength: 30 }), fc.string({ maxLength: 30 })), { maxLength: 20 }),
+      (pairs) => {
+        for (const [s, t] of pairs) assert.deepEqual(roundTrip(codec, { s, t }), { s, t });
+      },
+    ),
+  );
+});
+
+test("a long text written again is the same bytes even when the buffer it was first written into was reused", () => {
+  const codec = compileCodec("Keyed", { key: "string", n: "int32" });
+  const key = `256|StableHashPartitioner|LeastLoadedAllocation|${"k".repeat(40)}`;
+  const frame = Buffer.alloc(codec.measure({ key, n: 1 }) + 8);
+  for (let n = 0; n < 4; n++) {
+    frame.fill(n === 0 ? 0 : 0x5a + n);
+    const end = codec.write(frame, 3, { key, n });
+    assert.deepEqual(codec.read(Buffer.from(frame.subarray(3, end)), 0, end - 3, Object.prototype), { key, n });
+  }
+  // A new text of the same length replaces the kept bytes.
+  const other = key.replace("Stable", "Sturdy");
+  const end = codec.write(frame, 0, { key: other, n: 9 });
+  assert.deepEqual(codec.read(frame, 0, end, Object.prototype), { key: other, n: 9 });
+});
