@@ -154,9 +154,14 @@ export class NestingCodec implements PayloadCodec {
     if (wire === null || wire === undefined) return bound;
     const name = this.checkedName(wire);
     const head = bound + 2 + 3 * name.length + 1 + 4;
-    const payload = instanceOf(wire.payload);
+    let payload = wire.payload;
     if (payload instanceof EncodedMessage) return head + payload.bytes.length;
-    const codec = this.binaryCodec(name, payload);
+    let codec = this.binaryCodec(name, payload);
+    // A decoded message (rarely sent on) is written from its instance; checked only off the hot path of a binary one.
+    if (codec === null && payload instanceof DecodedMessage) {
+      payload = payload.value;
+      codec = this.binaryCodec(name, payload);
+    }
     if (codec !== null) return head + codec.measure(payload as object);
     const text = JSON.stringify(payload) ?? "null";
     this.measuredFor = envelope;
@@ -168,8 +173,13 @@ export class NestingCodec implements PayloadCodec {
     this.fixed.checkText(envelope);
     const wire = this.nestedOf(envelope);
     if (wire === null || wire === undefined || wire.payload instanceof EncodedMessage) return;
-    const payload = instanceOf(wire.payload);
-    this.binaryCodec(wire.type, payload)?.checkText(payload as object);
+    let payload = wire.payload;
+    let codec = this.binaryCodec(wire.type, payload);
+    if (codec === null && payload instanceof DecodedMessage) {
+      payload = payload.value;
+      codec = this.binaryCodec(wire.type, payload);
+    }
+    codec?.checkText(payload as object);
   }
 
   write(buf: Buffer, at: number, envelope: object): number {
@@ -181,13 +191,17 @@ export class NestingCodec implements PayloadCodec {
       buf[o] = nameBytes >>> 8;
       buf[o + 1] = nameBytes & 0xff;
       o += 2 + nameBytes;
-      const payload = instanceOf(wire.payload);
+      let payload = wire.payload;
       if (payload instanceof EncodedMessage) {
         buf[o++] = payload.format;
         if (payload.format === PayloadFormat.binary) o = writeU32(buf, o, payload.fingerprint);
         o += payload.bytes.copy(buf, o);
       } else {
-        const codec = this.binaryCodec(name, payload);
+        let codec = this.binaryCodec(name, payload);
+        if (codec === null && payload instanceof DecodedMessage) {
+          payload = payload.value;
+          codec = this.binaryCodec(name, payload);
+        }
         if (codec !== null) {
           buf[o++] = PayloadFormat.binary;
           o = codec.write(buf, writeU32(buf, o, codec.fingerprint), payload as object);
@@ -330,11 +344,6 @@ export class NestingCodec implements PayloadCodec {
   private undecodable(detail: string): EnvelopeDecodeError {
     return new EnvelopeDecodeError("undecodable", `${this.name}: ${detail}`, this.name);
   }
-}
-
-/** The message a payload stands for when written: a decoded one's instance, else the payload itself. */
-function instanceOf(payload: unknown): unknown {
-  return payload instanceof DecodedMessage ? payload.value : payload;
 }
 
 /** Writes `name` as UTF-8 at `at` (room for 3 bytes per unit was measured); returns the bytes written. */
