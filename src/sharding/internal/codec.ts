@@ -45,6 +45,12 @@ export function attachTyped(envelope: object, value: unknown): void {
   (envelope as WithTyped)[typedKey] = { value };
 }
 
+/** Gives `to` the typed message of `from`, if it has one (the same holder: a copy of an envelope within a process). */
+export function shareTyped(from: object, to: object): void {
+  const typed = (from as WithTyped)[typedKey];
+  if (typed !== undefined) (to as WithTyped)[typedKey] = typed;
+}
+
 /** The typed message attached to `envelope`, if it never left this process. */
 export function typedOf(envelope: object): { value: unknown } | undefined {
   return (envelope as WithTyped)[typedKey];

@@ -39,7 +39,7 @@ import {
   newHandoff,
 } from "../handoff/handoff.ts";
 import { AllocationPlanner } from "../internal/allocation-planner.ts";
-import { attachTyped, typedOf } from "../internal/codec.ts";
+import { shareTyped } from "../internal/codec.ts";
 import {
   CancelPreparations,
   CoordinatorFlush,
@@ -448,12 +448,13 @@ export function localDeliveryType(state: NodeState, d: Delivery): TypeState | nu
   if (state.stopped) return null;
   const view = state.view;
   const routing = view.routing;
-  if (routing === null || !heldPassIdle(state, routing)) return null;
   const self = state.self;
+  // This node routing first: a member's caller (most callers of a cluster) is answered no at once.
+  if (routing === null || !routing.equals(self) || !heldPassIdle(state, routing)) return null;
   const envelope = d.envelope;
   const t = state.types.get(envelope.entityType);
   if (t === undefined || t.flush !== null) return null;
-  if (!routing.equals(self) || view.elected?.equals(self) !== true || t.plan.author?.equals(self) !== true) return null;
+  if (view.elected?.equals(self) !== true || t.plan.author?.equals(self) !== true) return null;
   const shard = envelope.shardId;
   if (t.barrier.has(shard) || t.handoffs.has(shard) || t.drainedHere.has(shard)) return null;
   const owner = t.plan.allocations.get(shard);
@@ -591,8 +592,7 @@ export function forwardEffect(
 ): Extract<NodeEffect, { kind: "forward" }> {
   state.counters.forwards++;
   const forwarded = d.envelope.forwarded(state.self, d.sender === null);
-  const typed = typedOf(d.envelope);
-  if (typed !== undefined) attachTyped(forwarded, typed.value);
+  shareTyped(d.envelope, forwarded);
   // The original asker's ref travels as sender, so reply, failure, timeout and cancel all stay between the asker and
   // the owner (two network legs at most), and a three-node hop keeps the caller's actor path.
   return { kind: "forward", to: owner, envelope: forwarded, delivery: d };
@@ -650,8 +650,7 @@ export function routeToTarget(
   }
   state.counters.directRoutes++;
   const envelope = DirectEnvelope.of(d.envelope, direct.coordinator, direct.generation);
-  const typed = typedOf(d.envelope);
-  if (typed !== undefined) attachTyped(envelope, typed.value);
+  shareTyped(d.envelope, envelope);
   return { kind: "forward", to: direct.owner, envelope, delivery: { envelope, sender: d.sender } };
 }
 
@@ -1905,8 +1904,7 @@ class Step {
       }
       this.counters.forwards++;
       const relayed = h.delivery.envelope.relayedBy(this.self);
-      const typed = typedOf(h.delivery.envelope);
-      if (typed !== undefined) attachTyped(relayed, typed.value);
+      shareTyped(h.delivery.envelope, relayed);
       this.effects.push({ kind: "forward", to: target, envelope: relayed, delivery: h.delivery });
     }
   }
@@ -2127,8 +2125,7 @@ class Step {
     }
     this.counters.directRoutes++;
     const envelope = DirectEnvelope.of(d.envelope, route.coordinator, route.generation);
-    const typed = typedOf(d.envelope);
-    if (typed !== undefined) attachTyped(envelope, typed.value);
+    shareTyped(d.envelope, envelope);
     const direct: Delivery = { envelope, sender: d.sender };
     if (route.owner.equals(this.self)) this.receiveDirect(t, direct, envelope, null);
     else this.effects.push({ kind: "forward", to: route.owner, envelope, delivery: direct });
