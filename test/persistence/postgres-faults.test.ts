@@ -307,7 +307,10 @@ describe("postgres-only behaviour", () => {
               (r as { query: string }).query.startsWith("SELECT movie_append_events"),
           );
         },
-        { what: "the fenced append to pass its fence and wait for the feed lock before inserting", describe: () => seen },
+        {
+          what: "the fenced append to pass its fence and wait for the feed lock before inserting",
+          describe: () => seen,
+        },
       );
       await eventually(
         async () =>

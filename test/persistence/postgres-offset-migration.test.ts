@@ -34,12 +34,8 @@ const oldAppend = (raw: pg.Client, pid: string, seq: number) =>
 
 const offsetOf = async (raw: pg.Client, pid: string, seq: number) =>
   Number(
-    (
-      await raw.query("SELECT event_offset FROM event_feed WHERE persistence_id = $1 AND sequence_nr = $2", [
-        pid,
-        seq,
-      ])
-    ).rows[0].event_offset,
+    (await raw.query("SELECT event_offset FROM event_feed WHERE persistence_id = $1 AND sequence_nr = $2", [pid, seq]))
+      .rows[0].event_offset,
   );
 
 test("postgres migration 16: offsets and tags kept, a feed-less event numbered on, no handed-out offset reused", async () => {
