@@ -1,6 +1,10 @@
 // Where the PostgreSQL feed's append cost goes (issue 20): fenced one-event appends, each writer its own shard, at
-// concurrency 1, 4 and 64, into one schema per variant of the feed, every variant measured once per round in a rotating
-// order beside the schema without the feed; the figure is the median of the per-round ratios (variant / no feed).
+// concurrency 1, 4 and 64, into one schema per variant of the feed (migration 13's trigger and migration 16's column
+// default, each whole and with parts left out), every variant measured once per round in a rotating order beside a
+// schema without the feed. Rates swing with a shared machine's load, so beside them it reports the CPU time the
+// server processes of each store's pool spent per append (/proc/<pid>/schedstat: PostgreSQL must run on this host),
+// and its difference to the schema without the feed in the same round: the feed's server-side cost. Figures are
+// medians over the rounds.
 // Usage: npx tsx --conditions=movie-source bench/feed-cost-breakdown.ts
 //   MOVIE_BENCH_SECONDS per case (default 0.3), MOVIE_BENCH_ROUNDS (default 9), MOVIE_BENCH_VARIANTS (comma list).
 import { readFileSync } from "node:fs";
@@ -8,6 +12,14 @@ import { loadavg } from "node:os";
 import pg from "pg";
 import { RealScheduler } from "../src/actor/index.ts";
 import type { PersistenceStore, ShardLeaseToken } from "../src/persistence/index.ts";
+import {
+  FEED_CHANNEL,
+  FEED_LOCK_CLASS,
+  FEED_LOCK_KEY_SQL,
+  FEED_OFFSET_SEQUENCE,
+  feedLockPerSchemaMigration,
+  feedMigration,
+} from "../src/persistence/postgres/feed-schema.ts";
 import { PostgresStore } from "../src/persistence/postgres/index.ts";
 
 const clock = new RealScheduler();
@@ -17,80 +29,50 @@ const rounds = Number(process.env.MOVIE_BENCH_ROUNDS ?? "9");
 const payload = JSON.stringify({ kind: "ItemAdded", sku: "sku-000042", quantity: 3, note: "x".repeat(64) });
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 
-const fn = (body: string) => `CREATE OR REPLACE FUNCTION movie_feed_append() RETURNS trigger LANGUAGE plpgsql AS $$
-  BEGIN
-    IF NOT EXISTS (SELECT 1 FROM movie_new_events) THEN RETURN NULL; END IF;
-    ${body}
-    RETURN NULL;
-  END $$`;
-const lock = "PERFORM pg_advisory_xact_lock(1297045062, hashtext(TG_TABLE_SCHEMA));";
+// Every schema is migrated by this build (migration 16: the offset on the journal row); each variant rebuilds a part.
+/** The write path before the feed: the journal without its offset column (the event_feed view reads it). */
+const noFeed = ["DROP VIEW event_feed", "ALTER TABLE event_journal DROP COLUMN event_offset"];
+
+/** The feed as migrations 9 and 13 built it: a statement trigger filling the event_feed table under the feed lock. */
+const migration13 = [...noFeed, ...feedMigration(""), ...feedLockPerSchemaMigration];
+/** Migration 13's trigger function with this body after its "inserted nothing" check. */
+const m13With = (body: string) => [
+  ...migration13,
+  `CREATE OR REPLACE FUNCTION movie_feed_append() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+      IF NOT EXISTS (SELECT 1 FROM movie_new_events) THEN RETURN NULL; END IF;
+      ${body}
+      RETURN NULL;
+    END $$`,
+];
+const lock = `PERFORM pg_advisory_xact_lock(${FEED_LOCK_CLASS}, hashtext(TG_TABLE_SCHEMA));`;
 const insert = `INSERT INTO event_feed (persistence_id, sequence_nr, entity_type)
       SELECT n.persistence_id, n.sequence_nr, split_part(n.persistence_id, ':', 1) FROM movie_new_events n
       ORDER BY n.persistence_id, n.sequence_nr;`;
-const notify = "PERFORM pg_notify('movie_event_feed', current_schema());";
-// The offset on the journal row, from a column default evaluated per row before its insert.
-const onJournal = (notifyInDefault: boolean, typeIndex: boolean) => [
-  "DROP TRIGGER movie_event_feed ON event_journal",
-  "CREATE SEQUENCE movie_event_offset",
-  "ALTER TABLE event_journal ADD COLUMN event_offset BIGINT NULL",
-  `CREATE FUNCTION movie_next_offset() RETURNS bigint LANGUAGE plpgsql AS $$
-    BEGIN
-      PERFORM pg_advisory_xact_lock(1297045062, hashtext(current_schema()));
-      ${notifyInDefault ? notify : ""}
-      RETURN nextval('movie_event_offset');
-    END $$`,
-  "ALTER TABLE event_journal ALTER COLUMN event_offset SET DEFAULT movie_next_offset()",
-  "CREATE UNIQUE INDEX event_journal_offset_idx ON event_journal (event_offset)",
-  ...(typeIndex
-    ? ["CREATE INDEX event_journal_type_idx ON event_journal (split_part(persistence_id, ':', 1), event_offset)"]
-    : []),
-  ...(notifyInDefault
-    ? []
-    : [
-        `CREATE FUNCTION movie_feed_notify() RETURNS trigger LANGUAGE plpgsql AS $$
-          BEGIN ${notify} RETURN NULL; END $$`,
-        `CREATE TRIGGER movie_feed_notify AFTER INSERT ON event_journal FOR EACH STATEMENT
-          EXECUTE FUNCTION movie_feed_notify()`,
-      ]),
-];
+const notify = `PERFORM pg_notify('${FEED_CHANNEL}', current_schema());`;
 
-// The offset from a column default that is one CASE expression of built-in functions (no PL/pgSQL call per row): the
-// lock (a local re-grant after the first row), the notification (a duplicate after the first row), then nextval.
-const onJournalCase = (withNotify: boolean, typeIndex: boolean) => [
-  "DROP TRIGGER movie_event_feed ON event_journal",
-  "CREATE SEQUENCE movie_event_offset",
-  "ALTER TABLE event_journal ADD COLUMN event_offset BIGINT NULL",
-  `ALTER TABLE event_journal ALTER COLUMN event_offset SET DEFAULT CASE
-    WHEN pg_advisory_xact_lock((1297045062::bigint << 32) | 'movie_event_offset'::regclass::oid::bigint) IS NULL THEN NULL
-    ${withNotify ? "WHEN pg_notify('movie_event_feed', current_schema()) IS NULL THEN NULL" : ""}
-    ELSE nextval('movie_event_offset'::regclass) END`,
-  "CREATE UNIQUE INDEX event_journal_offset_idx ON event_journal (event_offset)",
-  ...(typeIndex
-    ? ["CREATE INDEX event_journal_type_idx ON event_journal (split_part(persistence_id, ':', 1), event_offset)"]
-    : []),
-];
+/** Migration 16's default with these parts (with neither, a plain nextval: write_order's default costs as much). */
+const m16Default = (parts: { lock: boolean; notify: boolean }) =>
+  !parts.lock && !parts.notify
+    ? `ALTER TABLE event_journal ALTER COLUMN event_offset SET DEFAULT nextval('${FEED_OFFSET_SEQUENCE}'::regclass)`
+    : `ALTER TABLE event_journal ALTER COLUMN event_offset SET DEFAULT CASE
+    ${parts.lock ? `WHEN pg_advisory_xact_lock(${FEED_LOCK_KEY_SQL}) IS NULL THEN NULL` : ""}
+    ${parts.notify ? `WHEN pg_notify('${FEED_CHANNEL}', current_schema()) IS NULL THEN NULL` : ""}
+    ELSE nextval('${FEED_OFFSET_SEQUENCE}'::regclass) END`;
 
 const variants: Record<string, string[]> = {
-  journal_case: onJournalCase(true, false),
-  journal_case_nonotify: onJournalCase(false, false),
-  journal_case_typeidx: onJournalCase(true, true),
-  full: [],
-  nonotify: [fn(`${lock} ${insert}`)],
-  nolock: [fn(`${insert} ${notify}`)],
-  noinsert: [fn(`${lock} ${notify}`)],
-  lockinsert_nonotify: [fn(`${lock} ${insert}`)],
-  emptytrigger: [fn("")],
-  journal_notifyfn: onJournal(true, false),
-  journal_notifytrig: onJournal(false, false),
-  journal_notifyfn_typeidx: onJournal(true, true),
-  journal_nonotify: [
-    ...onJournal(true, false).slice(0, 3),
-    `CREATE FUNCTION movie_next_offset() RETURNS bigint LANGUAGE plpgsql AS $$
-    BEGIN
-      PERFORM pg_advisory_xact_lock(1297045062, hashtext(current_schema()));
-      RETURN nextval('movie_event_offset');
-    END $$`,
-    ...onJournal(true, false).slice(4),
+  // Migration 13 (the build before migration 16) and its parts.
+  m13: migration13,
+  m13_without_notify: m13With(`${lock} ${insert}`),
+  m13_without_lock: m13With(`${insert} ${notify}`),
+  m13_without_feed_rows: m13With(`${lock} ${notify}`),
+  m13_trigger_only: m13With(""),
+  // Migration 16 and its parts.
+  m16: [],
+  m16_without_notify: [m16Default({ lock: true, notify: false })],
+  m16_nextval_only: [m16Default({ lock: false, notify: false })],
+  m16_with_type_index: [
+    "CREATE INDEX event_journal_type_idx ON event_journal (split_part(persistence_id, ':', 1), event_offset)",
   ],
 };
 const chosen = (process.env.MOVIE_BENCH_VARIANTS ?? Object.keys(variants).join(",")).split(",");
@@ -178,7 +160,7 @@ try {
   for (const name of names) {
     const store = await PostgresStore.connect({ connectionUri: url, schema: `${base}_${name}`, poolSize: 4 });
     stores.set(name, store);
-    const statements = name === "off" ? ["DROP TRIGGER movie_event_feed ON event_journal"] : variants[name]!;
+    const statements = name === "off" ? noFeed : variants[name]!;
     for (const sql of statements) await store.pool.query(sql);
   }
   const load0 = loadavg()[0]!;
