@@ -10,7 +10,7 @@ import {
 } from "./errors.ts";
 
 /** The schema version this build writes and understands. */
-export const CURRENT_SCHEMA_VERSION = 15;
+export const CURRENT_SCHEMA_VERSION = 16;
 
 /** The names of the migrations, shared by both SQL backends. */
 export const MIGRATION_NAMES: readonly string[] = [
@@ -29,6 +29,7 @@ export const MIGRATION_NAMES: readonly string[] = [
   "feed-lock-per-schema",
   "projection-control",
   "outbox-shard-claims",
+  "postgres-event-offset-on-journal-row",
 ];
 
 /** One migration: version, name, checksum ({@link migrationChecksum}) and the SQL statements it runs in one transaction. */

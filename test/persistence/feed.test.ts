@@ -7,7 +7,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
 import { MemoryStore, OperationId } from "../../src/persistence/index.ts";
-import { FEED_LOCK_CLASS } from "../../src/persistence/postgres/feed-schema.ts";
+import { FEED_LOCK_CLASS, FEED_OFFSET_SEQUENCE } from "../../src/persistence/postgres/feed-schema.ts";
 import { SqliteStore } from "../../src/persistence/sqlite/index.ts";
 import { eventually } from "../fixtures/eventually.ts";
 import { feedContract, readAll } from "./feed-contract.ts";
@@ -83,14 +83,17 @@ test("postgres: an open append transaction holds the feed lock; a later append w
   }
 });
 
-/** Appends waiting for `schema`'s feed lock (the two-key advisory lock of migration 13: class, hashtext(schema)). */
+/**
+ * Appends waiting for `schema`'s feed lock (migration 16: the one-key advisory lock FEED_LOCK_CLASS << 32 | the oid of
+ * the schema's offset sequence, which pg_locks shows as classid, objid and objsubid 1).
+ */
 async function feedLockWaiters(
   client: { query: (sql: string, values: unknown[]) => Promise<{ rows: unknown[] }> },
   schema: string,
 ) {
   const result = await client.query(
-    `SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND objsubid = 2
-       AND classid::bigint = $1 AND objid::bigint = (hashtext($2)::bigint + 4294967296) % 4294967296`,
+    `SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND objsubid = 1
+       AND classid::bigint = $1 AND objid = to_regclass(quote_ident($2) || '.${FEED_OFFSET_SEQUENCE}')::oid`,
     [FEED_LOCK_CLASS, schema],
   );
   return (result.rows[0] as { n: number }).n;

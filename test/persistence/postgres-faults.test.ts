@@ -269,19 +269,22 @@ describe("postgres-only behaviour", () => {
   test("a several-event append that loses a race is checked against its fence before it learns the outcome", async () => {
     // The fence passes when the append starts; another writer then commits the same operation id with other content;
     // the lease expires; only then does the append hit the unique index. Its follow-up lookup must answer "stale
-    // owner" (the fence first), never the operation's outcome (here a conflict).
-    const gate = await writeGate(ctx.url, ctx.schema, "hold_append", [
-      {
-        table: "event_journal",
-        event: "INSERT",
-        when: `NEW.persistence_id = 'resolving' AND NEW.payload = '{"n":101}'`,
-      },
-    ]);
-    const { raw } = gate;
+    // owner" (the fence first), never the operation's outcome (here a conflict). The other writer is a transaction
+    // of this test's: its journal rows take the feed lock (migration 16: the offset column's default), so the fenced
+    // append, past its fence, waits for that lock just before it inserts, and goes on when the other one commits.
+    const raw = await rawClient(ctx.url, ctx.schema);
+    const probe = await rawClient(ctx.url, ctx.schema);
     try {
       const key = { clusterName: "c", entityType: "Resolve", shardId: 1 };
       const token = (await ctx.store.acquireShardLease(key, "node-a", 3_000))!;
-      await gate.shut();
+      await raw.query("BEGIN");
+      await raw.query(
+        `INSERT INTO event_journal (persistence_id, sequence_nr, manifest, payload, operation_id, fingerprint,
+            operation_revision)
+          VALUES ('resolving', 1, 'test.Event', $1, 'r1', 'another-fingerprint', 2),
+            ('resolving', 2, 'test.Event', $2, NULL, NULL, NULL)`,
+        [JSON.stringify({ n: 201 }), JSON.stringify({ n: 202 })],
+      );
       const fenced = ctx.store.appendEvents({
         persistenceId: "resolving",
         expectedRevision: 0,
@@ -290,25 +293,35 @@ describe("postgres-only behaviour", () => {
         fence: token,
       });
       fenced.catch(() => {});
-      await eventually(() => gate.waiting("movie-pgonly", "SELECT movie_append_events%", ["advisory"]), {
-        what: "the fenced append to pass its fence and wait before inserting",
-      });
-      await ctx.store.appendEvents({
-        persistenceId: "resolving",
-        expectedRevision: 0,
-        operationId: "r1",
-        events: [ev(201), ev(202)],
-      });
+      let seen: unknown[] = [];
+      await eventually(
+        async () => {
+          seen = (
+            await probe.query(
+              "SELECT wait_event, query FROM pg_stat_activity WHERE application_name = 'movie-pgonly' AND state = 'active'",
+            )
+          ).rows;
+          return seen.some(
+            (r) =>
+              (r as { wait_event: string | null }).wait_event === "advisory" &&
+              (r as { query: string }).query.startsWith("SELECT movie_append_events"),
+          );
+        },
+        {
+          what: "the fenced append to pass its fence and wait for the feed lock before inserting",
+          describe: () => seen,
+        },
+      );
       await eventually(
         async () =>
           (
-            await raw.query(
+            await probe.query(
               "SELECT count(*)::int AS n FROM shard_lease WHERE entity_type = 'Resolve' AND lease_until_epoch_ms <= movie_now_ms()",
             )
           ).rows[0].n === 1,
         { what: "the fenced append's lease to expire" },
       );
-      await gate.open();
+      await raw.query("COMMIT");
       await assert.rejects(fenced, StaleShardOwnerError);
       assert.deepEqual(
         (await ctx.store.loadEvents("resolving")).map((e) => e.payload),
@@ -316,7 +329,8 @@ describe("postgres-only behaviour", () => {
         "only the other writer's events",
       );
     } finally {
-      await gate.dispose();
+      await raw.end();
+      await probe.end();
     }
   });
 

@@ -1015,7 +1015,7 @@ export class PostgresStore implements PersistenceStore {
     const result = await this.query(
       "latestOffset",
       "movie_latest_offset",
-      "SELECT coalesce(max(event_offset), 0) AS o FROM event_feed",
+      "SELECT coalesce(max(event_offset), 0) AS o FROM event_journal",
       [],
     );
     return Number(result.rows[0].o);

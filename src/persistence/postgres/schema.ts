@@ -1,5 +1,5 @@
 import { buildMigrations, type Migration } from "../migrations.ts";
-import { feedLockPerSchemaMigration, feedMigration } from "./feed-schema.ts";
+import { feedLockPerSchemaMigration, feedMigration, journalOffsetMigration } from "./feed-schema.ts";
 import { OUTBOX_GUARD_FUNCTION, outboxShardClaimsMigration } from "./outbox-sql.ts";
 
 /** The advisory lock that serialises migrations across nodes (docs/protocol.md §13.2). */
@@ -401,6 +401,8 @@ export const postgresMigrations: readonly Migration[] = buildMigrations([
       paused BOOLEAN NOT NULL DEFAULT false, rebuild_from BIGINT NULL, updated_at TIMESTAMPTZ NOT NULL DEFAULT now())`,
   ],
   outboxShardClaimsMigration,
+  // The feed offset on the journal row, assigned by the column's default under the feed lock (see feed-schema.ts).
+  journalOffsetMigration(fenceCheck),
 ]);
 
 /**

@@ -141,4 +141,6 @@ export const sqliteMigrations: readonly Migration[] = buildMigrations([
       WHERE delivered = 0 AND sender_shard IS NULL`,
     "DROP INDEX IF EXISTS persistence_outbox_claim_idx",
   ],
+  // Version 16 moves PostgreSQL's feed offset onto the journal row, where SQLite's has been since version 12.
+  [],
 ]);
