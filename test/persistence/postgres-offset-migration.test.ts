@@ -133,7 +133,12 @@ test("postgres migration 16: offsets and tags kept, a feed-less event numbered o
           [9, "Order"],
         ],
       );
-      const trigger = await raw.query("SELECT 1 FROM pg_trigger WHERE tgname = 'movie_event_feed'");
+      // This schema's journal only: other tests' schemas in the same database may be at any version.
+      const trigger = await raw.query(
+        `SELECT 1 FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+          WHERE t.tgname = 'movie_event_feed' AND n.nspname = $1`,
+        [schema],
+      );
       assert.equal(trigger.rows.length, 0, "the feed trigger is gone");
     } finally {
       await store.close();
