@@ -29,6 +29,7 @@ export function historySlice(slice: number): void {
       localDeliveries: 0,
       remoteShortcuts: 0,
       directShortcuts: 0,
+      ownDirectShortcuts: 0,
       callerShortcuts: 0,
       direct: 0,
       directSeeds: 0,
@@ -44,6 +45,7 @@ export function historySlice(slice: number): void {
       totals.localDeliveries += result.localDeliveries;
       totals.remoteShortcuts += result.remoteShortcuts;
       totals.directShortcuts += result.directShortcuts;
+      totals.ownDirectShortcuts += result.ownDirectShortcuts;
       totals.callerShortcuts += result.callerShortcuts;
       totals.direct += result.directDelivered;
       if (directBySeed(seed)) totals.directSeeds++;
@@ -67,6 +69,11 @@ export function historySlice(slice: number): void {
     assert.ok(
       totals.directShortcuts > totals.directSeeds * 5,
       `direct shortcuts checked ${totals.directShortcuts} in ${totals.directSeeds} histories`,
+    );
+    // And the caller's own direct delivery (callerOwnDirect: the shard is this node's, under its own grant).
+    assert.ok(
+      totals.ownDirectShortcuts > totals.directSeeds * 5,
+      `own direct shortcuts checked ${totals.ownDirectShortcuts} in ${totals.directSeeds} histories`,
     );
     // And the shortcut for a member's caller (callerRouteTarget), about 100 a history in seeds 1..300.
     assert.ok(totals.callerShortcuts > count * 20, `caller shortcuts checked ${totals.callerShortcuts}`);

@@ -54,6 +54,7 @@ import { DirectEnvelope } from "../../src/sharding/internal/messages.ts";
 import type { AttemptOutcome } from "../../src/sharding/internal/retry-barrier.ts";
 import {
   type ControlMessage,
+  callerOwnDirect,
   callerRouteTarget,
   coordinatorRouteOwner,
   type Delivery,
@@ -262,6 +263,8 @@ export interface HistoryResult {
   readonly remoteShortcuts: number;
   /** Of those, direct envelopes directDeliveryType answered (delivered at the owner without a step). */
   readonly directShortcuts: number;
+  /** Member callers' routes callerOwnDirect answered (a direct delivery here, under this node's own grant). */
+  readonly ownDirectShortcuts: number;
   /** Member callers' routes callerRouteTarget answered (the shell's shortcut), each checked against the full step. */
   readonly callerShortcuts: number;
   /** Nodes the operator stopped after healing because their member table disagreed with the leader's for good. */
@@ -383,6 +386,7 @@ export class NodeSim {
   localDeliveries = 0;
   remoteShortcuts = 0;
   directShortcuts = 0;
+  ownDirectShortcuts = 0;
   /** Member callers' routes callerRouteTarget answered (the shell's shortcut), each checked against the full step. */
   callerShortcuts = 0;
   private readonly events = new EventQueue();
@@ -808,6 +812,10 @@ export class NodeSim {
     const remote = first.kind === "envelope" && node.alive ? this.remoteShortcut(node, first) : null;
     // And for a member's caller (callerRouteTarget): the step must send the delivery on exactly as promised.
     const onward = first.kind === "route" && node.alive ? callerRouteTarget(node.core, first.delivery) : null;
+    // And for a member's caller that owns the shard under its own grant (callerOwnDirect): the step must deliver the
+    // direct envelope here, and nothing else.
+    const own =
+      first.kind === "route" && node.alive && onward === null ? callerOwnDirect(node.core, first.delivery) : null;
     const routesBefore = node.core.counters.remoteRoutes;
     const directBefore = node.core.counters.directRoutes;
     const forwardsBefore = node.core.counters.forwards;
@@ -823,6 +831,13 @@ export class NodeSim {
           direct: node.core.counters.directRoutes - directBefore,
         };
         this.checkCallerRoute(node, first, onward, effects, counted);
+      }
+      if (input === first && own !== null && first.kind === "route") {
+        const counted = {
+          remote: node.core.counters.remoteRoutes - routesBefore,
+          direct: node.core.counters.directRoutes - directBefore,
+        };
+        this.checkOwnDirect(node, first, own, effects, counted);
       }
       if (input === first && remote !== null && first.kind === "envelope") {
         this.checkRemoteShortcut(node, first, remote, effects, forwardsBefore);
@@ -942,6 +957,45 @@ export class NodeSim {
     if (!exact) {
       this.fail(
         `${node.name}: callerRouteTarget promised a send to ${(direct?.owner ?? promised.coordinator).address.port}, the route step did ${effects.map((e) => e.kind).join(", ")}`,
+      );
+    }
+  }
+
+  /**
+   * Fails unless `effects` of the route step `input` are the one delivery here callerOwnDirect promised: its direct
+   * envelope (same entity, coordinator and generation, the caller's sender), counted as a direct route, and this
+   * node's callers routing through that coordinator from now on.
+   */
+  private checkOwnDirect(
+    node: SimNode,
+    input: NodeInput & { readonly kind: "route" },
+    promised: NonNullable<ReturnType<typeof callerOwnDirect>>,
+    effects: readonly NodeEffect[],
+    counted: { readonly remote: number; readonly direct: number },
+  ): void {
+    this.ownDirectShortcuts++;
+    const [only] = effects;
+    const d = input.delivery;
+    const promisedEnvelope = promised.delivery.envelope as DirectEnvelope;
+    const delivered = only?.kind === "deliver" && only.deliveries.length === 1 ? only.deliveries[0] : undefined;
+    const exact =
+      effects.length === 1 &&
+      only?.kind === "deliver" &&
+      !only.retry &&
+      only.type === promised.t.name &&
+      only.shard === d.envelope.shardId &&
+      delivered !== undefined &&
+      delivered.envelope instanceof DirectEnvelope &&
+      delivered.envelope.entityId === d.envelope.entityId &&
+      delivered.envelope.coordinator === promisedEnvelope.coordinator &&
+      delivered.envelope.generation === promisedEnvelope.generation &&
+      delivered.sender === d.sender &&
+      promised.t.via?.equals(promised.coordinator) === true &&
+      counted.direct === 1 &&
+      counted.remote === 0;
+    if (!exact) {
+      this.fail(
+        `${node.name}: callerOwnDirect promised a delivery here, the route step did ${effects.map((e) => e.kind).join(", ")}`,
       );
     }
   }
@@ -1652,6 +1706,7 @@ export class NodeSim {
       localDeliveries: this.localDeliveries,
       remoteShortcuts: this.remoteShortcuts,
       directShortcuts: this.directShortcuts,
+      ownDirectShortcuts: this.ownDirectShortcuts,
       callerShortcuts: this.callerShortcuts,
       operatorRestarts: this.operatorRestarts,
       writes: leases.writes,

@@ -633,6 +633,44 @@ export function callerRouteTarget(
 }
 
 /**
+ * A member's caller whose own node owns the shard under its own grant (direct routing, docs/protocol.md §8.8): the
+ * direct delivery its `route` step would hand to this node's provider, when that step would do only that, or null.
+ * Pure (it builds the direct envelope, which it returns). It holds exactly when {@link callerRouteTarget}'s conditions
+ * hold but for the grant's owner, which is this node, and the direct envelope would be accepted here at once
+ * ({@link directDeliveryType}). The node shell applies it with {@link routeOwnDirect}; the node simulator checks
+ * every answer against the full step.
+ */
+export function callerOwnDirect(
+  state: NodeState,
+  d: Delivery,
+): { readonly t: TypeState; readonly coordinator: UniqueAddress; readonly delivery: Delivery } | null {
+  if (state.stopped) return null;
+  const coordinator = state.view.routing;
+  if (coordinator === null || coordinator.equals(state.self)) return null;
+  const t = state.types.get(d.envelope.entityType);
+  if (t === undefined || t.flush !== null) return null;
+  // The held-delivery pass's idleness is the owner's check too. A route exists only with direct routing. That it was granted under the routing coordinator, whose plan places
+  // the shard here, is the owner's own check below (the routing coordinator, when there is one, is the accepting one).
+  const route = t.routes.get(d.envelope.shardId);
+  if (route?.phase !== "direct" || !route.owner.equals(state.self)) return null;
+  const envelope = DirectEnvelope.of(d.envelope, route.coordinator, route.generation);
+  const delivery: Delivery = { envelope, sender: d.sender };
+  if (directDeliveryType(state, delivery) !== t) return null;
+  shareTyped(d.envelope, envelope);
+  return { t, coordinator, delivery };
+}
+
+/**
+ * The `route` step of a delivery {@link callerOwnDirect} answered, without the step: its state change (this node's
+ * callers route through that coordinator) and its count. The caller then delivers the direct delivery to `t`'s
+ * provider as the step's `deliver` effect would.
+ */
+export function routeOwnDirect(state: NodeState, target: NonNullable<ReturnType<typeof callerOwnDirect>>): void {
+  target.t.via = target.coordinator;
+  state.counters.directRoutes++;
+}
+
+/**
  * The `route` step of a delivery {@link callerRouteTarget} answered, without the step: its state change (this node's
  * callers route through that coordinator), its count and its one `forward` effect, which the caller performs.
  */

@@ -17,6 +17,7 @@ import type { ShardingMembership } from "../membership.ts";
 import type { MutableShardingStats } from "../stats.ts";
 import type { ShardingSpan, ShardingTracer } from "../tracing/sharding-tracer.ts";
 import {
+  callerOwnDirect,
   callerRouteTarget,
   coordinatorRouteOwner,
   type Delivery,
@@ -29,6 +30,7 @@ import {
   newNodeState,
   ownerDeliveryType,
   routeLocally,
+  routeOwnDirect,
   routeToTarget,
   step,
 } from "./node-core.ts";
@@ -146,12 +148,16 @@ export class NodeShell {
       // A member's caller: when the route step would only send the delivery on (to the coordinator, or with direct
       // routing to the owner under its grant), that is done without the step (node-core.ts callerRouteTarget). As
       // the step's own effect, so a send refused at once still fails this call.
-      const target =
-        !this.running && this.queue.length === 0 && this.membership.snapshot() === this.state.view.snapshot
-          ? callerRouteTarget(this.state, delivery)
-          : null;
+      // Or, with direct routing, when this node owns the shard under its own grant and the step would deliver the
+      // direct envelope here (node-core.ts callerOwnDirect).
+      const idle = !this.running && this.queue.length === 0 && this.membership.snapshot() === this.state.view.snapshot;
+      const target = idle ? callerRouteTarget(this.state, delivery) : null;
+      const own = idle && target === null ? callerOwnDirect(this.state, delivery) : null;
       if (target !== null) this.forwardRouted(routeToTarget(this.state, target, delivery, countsRemoteRoute), input);
-      else this.run(input);
+      else if (own !== null) {
+        routeOwnDirect(this.state, own);
+        this.deliverRouted(own.t.name, own.delivery);
+      } else this.run(input);
     } finally {
       this.callerInput = outer;
     }

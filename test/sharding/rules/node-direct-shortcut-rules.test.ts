@@ -6,12 +6,16 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { DirectDeliveryRefusedError, NoRebalance, type ShardingSettingsOptions } from "../../../src/sharding/index.ts";
-import { DirectEnvelope } from "../../../src/sharding/internal/messages.ts";
+import { DirectEnvelope, DirectGrant, DirectProbe } from "../../../src/sharding/internal/messages.ts";
 import {
+  type ControlMessage,
+  callerOwnDirect,
+  callerRouteTarget,
   type Delivery,
   directDeliveryType,
   type NodeEffect,
   ownerDeliveryType,
+  routeOwnDirect,
 } from "../../../src/sharding/node/node-core.ts";
 import { a, b, c, coordinatorWithPlan, type Driven, follower, member, rejects, type, view } from "./node-harness.ts";
 
@@ -198,4 +202,105 @@ test("direct shortcut: a plan authored by another coordinator than the accepting
   const before = n.stats.directRefusals;
   assert.deepEqual(refusedFor(declined(n, d)), ["coordinator"]);
   assert.equal(n.stats.directRefusals, before + 1);
+});
+
+/** The control messages of `effects` that are instances of `cls`. */
+function sentOf<T>(effects: NodeEffect[], cls: abstract new (...args: never[]) => T): T[] {
+  return effects.flatMap((e) => (e.kind === "send" && e.message instanceof cls ? [e.message as T] : []));
+}
+
+function control(n: Driven, message: ControlMessage, origin: typeof a, nowMs: number): NodeEffect[] {
+  return n.feed({ kind: "control", message, replyTo: null, origin }, nowMs);
+}
+
+/** a coordinates a, b, c in direct mode; c, a member, holds its own grant for a shard it owns. */
+function ownerWithOwnGrant() {
+  const coordinator = coordinatorWithPlan(direct);
+  const n = follower(c, coordinator.update(), direct);
+  const shard = n.shardOn(c);
+  const id = n.entityIn((s) => s === shard);
+  const [probe] = sentOf(n.route(n.delivery(id), 2_000), DirectProbe);
+  const [forwarded] = sentOf(control(coordinator, probe!, c, 2_001), DirectProbe);
+  const [grant] = sentOf(control(n, forwarded!, a, 2_002), DirectGrant);
+  control(n, grant!, c, 2_003);
+  assert.equal(n.t.routes.get(shard)?.phase, "direct");
+  return { n, shard, id };
+}
+
+test("own direct shortcut: a member's caller that owns the shard under its own grant delivers the direct envelope here, counted, as the step does", () => {
+  const { n, shard, id } = ownerWithOwnGrant();
+  const d = n.delivery(id);
+  assert.equal(callerRouteTarget(n.state, d), null, "no send: the owner is this node");
+  const own = callerOwnDirect(n.state, d);
+  assert.equal(own?.t, n.t);
+  assert.ok(own?.coordinator.equals(a));
+  const envelope = own?.delivery.envelope;
+  assert.ok(envelope instanceof DirectEnvelope);
+  assert.equal(envelope.generation, n.t.plan.generation);
+  assert.equal(envelope.coordinator, a.toString());
+  assert.equal(own?.delivery.sender, d.sender);
+  const before = n.stats.directRoutes;
+  const effects = n.route(d, 2_100);
+  const [only] = effects;
+  assert.equal(effects.length, 1);
+  assert.equal(only?.kind, "deliver");
+  if (only?.kind !== "deliver") return;
+  assert.equal(only.shard, shard);
+  assert.ok(only.deliveries[0]?.envelope instanceof DirectEnvelope);
+  assert.equal(n.stats.directRoutes, before + 1);
+});
+
+test("own direct shortcut: no grant yet, a grant from another coordinator, a drain begun or coordinator routing answer null", () => {
+  const probing = atOwner();
+  assert.equal(callerOwnDirect(probing.n.state, probing.n.delivery(probing.id)), null, "no grant");
+  const closed = ownerWithOwnGrant();
+  closed.n.t.directClosed.add(closed.shard);
+  const d = closed.n.delivery(closed.id);
+  assert.equal(callerOwnDirect(closed.n.state, d), null, "a drain begun: the step refuses it");
+  const effects = closed.n.route(d, 2_100);
+  assert.ok(!effects.some((e) => e.kind === "deliver"), "not delivered");
+  const stale = ownerWithOwnGrant();
+  stale.n.t.plan = { ...stale.n.t.plan, author: b };
+  assert.equal(callerOwnDirect(stale.n.state, stale.n.delivery(stale.id)), null, "the plan of another coordinator");
+  const byCoordinator = atOwner({ routing: "coordinator" as const, rebalance: new NoRebalance() });
+  assert.equal(callerOwnDirect(byCoordinator.n.state, byCoordinator.n.delivery(byCoordinator.id)), null);
+});
+
+test("own direct shortcut: a route granted by another owner, or under another coordinator, is not this node's own: the step does not deliver here", () => {
+  for (const stale of [
+    { owner: b, coordinator: a },
+    { owner: c, coordinator: b },
+  ]) {
+    const k = ownerWithOwnGrant();
+    const granted = k.n.t.routes.get(k.shard);
+    assert.equal(granted?.phase, "direct");
+    if (granted?.phase !== "direct") return;
+    k.n.t.routes.set(k.shard, { ...granted, ...stale });
+    const d = k.n.delivery(k.id);
+    assert.equal(callerOwnDirect(k.n.state, d), null);
+    const effects = k.n.route(d, 2_100);
+    assert.ok(
+      !effects.some((e) => e.kind === "deliver"),
+      `${stale.owner.address.port}/${stale.coordinator.address.port}`,
+    );
+  }
+});
+
+test("own direct shortcut: applying it counts a direct route and routes this node's callers through the coordinator", () => {
+  const { n, id } = ownerWithOwnGrant();
+  const own = callerOwnDirect(n.state, n.delivery(id));
+  assert.ok(own !== null);
+  n.t.via = null;
+  const before = n.stats.directRoutes;
+  routeOwnDirect(n.state, own);
+  assert.equal(n.stats.directRoutes, before + 1);
+  assert.ok(n.state.types.get(type)?.via?.equals(a));
+});
+
+test("own direct shortcut: while this node's callers flush a coordinator change, the step holds the delivery", () => {
+  const { n, id } = ownerWithOwnGrant();
+  n.t.flush = { token: 1, via: b, target: a, sinceMs: 2_050 };
+  const d = n.delivery(id);
+  assert.equal(callerOwnDirect(n.state, d), null);
+  assert.ok(!n.route(d, 2_100).some((e) => e.kind === "deliver"));
 });
