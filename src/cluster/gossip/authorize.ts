@@ -63,6 +63,7 @@ export function admitsGossipFrom(local: MemberMap, sender: UniqueAddress, seeds:
  *   author when that node is unknown here, or Down or Exiting: it only keeps that incarnation out;
  * - a member's own Up record at a higher revision, no older, same roles and version (its re-admission as an orphan)
  *   is accepted from that member;
+ * - from the leader, a record that says what the local one says at a higher revision, whoever authored it;
  * - any other change, unknown and terminal records included, only when the sender is the receiver's leader and the
  *   record was authored by it (that is how members the leader admitted, promoted or downed spread).
  */
@@ -92,6 +93,12 @@ export function authorizeGossip(
       // the leader's digest apart from everyone else's forever, so the cluster never converged again.
       accepted.push(record);
     } else if (fromLeader && authoredBySender) {
+      accepted.push(record);
+    } else if (fromLeader && current !== undefined && sameStatusLater(current, record)) {
+      // From the leader, a record that says what the local one says at a later revision by another author: a leader
+      // since departed re-applied a transition this node had from someone else (a leave the leaver applied itself
+      // while cut off, then the departed leader applied). The leader holds it, cannot make it its own (it changes
+      // nothing), and refused, the two digests differed for good (node simulator, churn seed 671).
       accepted.push(record);
     } else if (
       current === undefined &&
@@ -141,6 +148,13 @@ function isOwnReadmission(current: Member, record: Member, sender: UniqueAddress
     record.appVersion === current.appVersion &&
     record.roles.length === current.roles.length &&
     record.roles.every((role, i) => role === current.roles[i])
+  );
+}
+
+/** True when `later` says what `current` says (status, up-number, version, roles) at a higher revision. */
+function sameStatusLater(current: Member, later: Member): boolean {
+  return (
+    later.revision > current.revision && sameChangeByAnotherAuthor(current, { ...later, revision: current.revision })
   );
 }
 
