@@ -67,6 +67,11 @@ export interface MembershipState {
   readonly joinRound: number;
   /** Gracefully removed nodes that still get the final gossip until they acknowledge it. */
   readonly farewell: ReadonlySet<string>;
+  /**
+   * True while this node, Up, joins again as an orphan (`isOrphan`): the member that admits it afresh promotes it at a
+   * higher revision, and this node takes that record of itself from that member (`ownReadmission`), only meanwhile.
+   */
+  readonly rejoining: boolean;
   /** True once this node asked to leave; the request is repeated every gossip round while it is still Up. */
   readonly leaveRequested: boolean;
   /**
@@ -194,6 +199,7 @@ export function initialMembership(config: MembershipConfig, nowMs: number): Memb
       heartbeatSeq: 0,
       joinRound: 0,
       farewell: new Set(),
+      rejoining: false,
       leaveRequested: false,
       downNotice: new Map(),
     },
@@ -375,12 +381,14 @@ function joinTick(state: MembershipState, effects: MembershipEffect[]): Membersh
     effects.push({ kind: "send", to, message: new ClusterJoin(clusterName, self.toString(), memberToJSON(record)) });
     effects.push({ kind: "count", stat: "joinAttempts" });
   }
-  return targets.length > 0 ? { ...state, joinRound: state.joinRound + 1 } : state;
+  const rejoining = me.status === "Up" && record !== me;
+  const next = rejoining === state.rejoining ? state : { ...state, rejoining };
+  return targets.length > 0 ? { ...next, joinRound: next.joinRound + 1 } : next;
 }
 
 /**
  * True when this node is Up but, it seems, a member of nobody's cluster: every other Up or Leaving member it knows is
- * unreachable, and at most one of them (the leader that admitted it) ever exchanged gossip with it. That leader may
+ * unreachable, and none of them but the leader that promoted it (its record's author) ever exchanged gossip with it. That leader may
  * have admitted and promoted it, then crashed before its gossip reached anyone else (the promotion runs at once, and
  * gossip never carries Joining records); the others then drop this node's heartbeats and gossip as a stranger's, and
  * it waited for good (node simulator, seed 8780). A member merely cut off by a partition has gossiped with the others
@@ -390,14 +398,16 @@ function isOrphan(state: MembershipState, me: Member): boolean {
   if (me.status !== "Up") return false;
   const unreachable = unreachableOf(state);
   let others = 0;
-  let gossiped = 0;
   for (const [key, m] of state.members) {
     if ((m.status !== "Up" && m.status !== "Leaving") || m.uniqueAddress.equals(state.config.self)) continue;
     if (!unreachable.has(key)) return false;
     others++;
-    if (state.acks.has(key)) gossiped++;
+    // A member other than the one that promoted it exchanged gossip with it: it is known, merely cut off. (Counting
+    // any one member as the admitting leader made the last member of a cluster of two an orphan too, and, now that an
+    // orphan promotes nobody, a member whose only peer was cut off could not admit a joiner: orphan-rules.test.ts.)
+    if (state.acks.has(key) && m.uniqueAddress.uid !== me.changedBy) return false;
   }
-  return others > 0 && gossiped <= 1;
+  return others > 0;
 }
 
 function gossipRecords(state: MembershipState) {
@@ -755,8 +765,9 @@ function receiveGossip(
                 (r.member.status === "Removed" || r.member.status === "Exiting") && r.member.uniqueAddress.equals(self),
             )
           : undefined;
-      const rejected = ownRemoval === undefined ? decision.rejected : decision.rejected.filter((r) => r !== ownRemoval);
-      const merged = ownRemoval === undefined ? null : mergeMembers(decision.members, [ownRemoval.member], maxMembers);
+      const ownWord = ownRemoval ?? ownReadmission(state, from, decision.rejected);
+      const rejected = ownWord === undefined ? decision.rejected : decision.rejected.filter((r) => r !== ownWord);
+      const merged = ownWord === undefined ? null : mergeMembers(decision.members, [ownWord.member], maxMembers);
       const members = merged === null ? decision.members : merged.members;
       const changed = decision.changed.length + (merged?.changed.length ?? 0);
       const byReason = new Map<GossipRejection, number>();
@@ -789,6 +800,33 @@ function receiveGossip(
   const ack = new ClusterGossipAck(clusterName, self.toString(), from.toString(), message.round, next.digest);
   effects.push({ kind: "send", to: from.address, message: ack });
   return next;
+}
+
+/**
+ * While this node joins again as an orphan (`rejoining`), its promotion by the member that admitted it afresh: Up at a
+ * higher revision, authored by the sender, with its roles and version unchanged. This node may be the lowest address
+ * it sees, and so its own leader, which refused the record as no leader's work: its digest and everyone else's
+ * differed for good, and nobody converged again (node simulator, churn seeds 667 and 1204). Only meanwhile, so no
+ * member can re-author this node's record (and so its age) at any other time.
+ */
+function ownReadmission(
+  state: MembershipState,
+  from: UniqueAddress,
+  rejected: readonly { readonly member: Member; readonly reason: GossipRejection }[],
+): { readonly member: Member; readonly reason: GossipRejection } | undefined {
+  if (!state.rejoining) return undefined;
+  const me = selfMember(state);
+  return rejected.find(
+    ({ member: r }) =>
+      r.uniqueAddress.equals(state.config.self) &&
+      me.status === "Up" &&
+      r.status === "Up" &&
+      r.revision > me.revision &&
+      r.changedBy === from.uid &&
+      r.appVersion === me.appVersion &&
+      r.roles.length === me.roles.length &&
+      r.roles.every((role, i) => role === me.roles[i]),
+  );
 }
 
 function applyLeave(state: MembershipState, target: UniqueAddress, nowMs: number): MembershipState | null {
@@ -971,7 +1009,13 @@ function runLeaderActions(state: MembershipState, nowMs: number, context: StepCo
   const leading = leader?.equals(self) === true;
   if (!leading && leader !== null) return state;
   if (!isConverged(state.members, self, unreachable, state.acks, state.digest)) return state;
-  const result = leaderActions(state.members, self, leading, context.departureReady ?? (() => true));
+  // An orphan promotes nobody: it may be a member of nobody's cluster, and a joiner it promoted would make a cluster
+  // of the two that the members it knows never heard of (node simulator, churn seed 461: the joiners formed a cluster
+  // of their own with the old members unreachable for good). It still downs and removes, so the last member of a
+  // cluster whose others crashed, which looks the same, can clear them away; once it is re-admitted, or the
+  // unreachable members are gone, it promotes the joiner it recorded.
+  const promotes = leading && !isOrphan(state, selfMember(state));
+  const result = leaderActions(state.members, self, promotes, context.departureReady ?? (() => true));
   if (result.changed.length === 0) return state;
   let farewell = state.farewell;
   for (const m of result.changed) {

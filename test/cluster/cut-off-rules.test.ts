@@ -46,6 +46,30 @@ test("rule: the same transition by another leader (only the author differs) is m
   }
 });
 
+// Churn seed 671 of the node simulator: C, cut off, applied its own leave (Leaving, revision 2, its own work); a leader
+// since removed applied it again (revision 3). The leader now (A) holds the later record, which is not its own work,
+// and B refused it from A: the digests differed for good.
+test("rule: from the leader, a record that says what the local one says at a later revision passes, whoever wrote it", () => {
+  const local = map(member(A, "Up"), member(B, "Up"), member(C, "Leaving", { changedBy: C.uid, revision: 2 }));
+  const later = member(C, "Leaving", { changedBy: "u9", revision: 3 });
+  assert.deepEqual(authorizeGossip(local, [later], A, A).accepted, [later]);
+  // Not from a member that is not the leader, and not when it says anything else.
+  assert.deepEqual(
+    authorizeGossip(local, [later], B, A).rejected.map((r) => r.reason),
+    ["notLeader"],
+  );
+  for (const other of [
+    member(C, "Leaving", { changedBy: "u9", revision: 3, upNumber: 9 }),
+    member(C, "Exiting", { changedBy: "u9", revision: 3 }),
+  ]) {
+    assert.deepEqual(
+      authorizeGossip(local, [other], A, A).rejected.map((r) => r.reason),
+      ["notLeader"],
+      JSON.stringify(other),
+    );
+  }
+});
+
 test("rule: a node cut off from every peer that leaves (as its own leader) is removed once it can reach the cluster", () => {
   const sim = new Sim();
   const [a, b, c] = startCluster(sim, 3) as [SimNode, SimNode, SimNode];

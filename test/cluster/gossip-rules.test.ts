@@ -14,9 +14,9 @@ import { A, B, C, map, member, ua } from "./fixtures/member-maps.ts";
 
 const D = ua(2554);
 
-test("rule: only the leader introduces a terminal (Down, Removed) or other non-Up record of an unknown node", () => {
+test("rule: only the leader introduces a Down or other non-Up, non-Removed record of an unknown node", () => {
   const local = map(member(A, "Up"), member(B, "Up"));
-  for (const status of ["Down", "Removed", "Leaving", "Exiting", "WeaklyUp"] as MemberStatus[]) {
+  for (const status of ["Down", "Leaving", "Exiting", "WeaklyUp"] as MemberStatus[]) {
     // B is a member, not the leader: its self-authored tombstone of a node nobody knows would bar that node id.
     const fromMember = authorizeGossip(local, [member(D, status, { changedBy: B.uid })], B, A);
     assert.deepEqual(
@@ -28,6 +28,50 @@ test("rule: only the leader introduces a terminal (Down, Removed) or other non-U
     const fromLeader = authorizeGossip(local, [member(D, status, { changedBy: A.uid })], A, A);
     assert.equal(fromLeader.accepted.length, 1, `${status} of an unknown node from the leader`);
   }
+});
+
+// Churn seed 862 of the node simulator: a member that led its side of a partition removed a node that joined and
+// left meanwhile; the leader of the healed cluster never knew that node and refused the tombstone as no leader's work,
+// so its digest and the member's differed for good and it never converged again (nor removed the crashed member).
+// Churn seed 461 (orphan-rules.test.ts): a member held Up a node its leader held only as another member's tombstone.
+test("rule: a tombstone of a third node passes from the member that removed it (unknown, Down or Exiting here) or from the leader", () => {
+  const local = map(member(A, "Up"), member(B, "Up"));
+  // B (not the leader, A is) removed D while it led its side: its tombstone passes.
+  assert.equal(
+    authorizeGossip(local, [member(D, "Removed", { changedBy: B.uid, revision: 5 })], B, A).accepted.length,
+    1,
+  );
+  // Relayed by B, authored by someone else: refused.
+  assert.deepEqual(
+    authorizeGossip(local, [member(D, "Removed", { changedBy: "u9" })], B, A).rejected.map((r) => r.reason),
+    ["phantom"],
+  );
+  // A known node's tombstone from a non-leader is still a change only the leader makes.
+  const known = map(member(A, "Up"), member(B, "Up"), member(D, "Up", { changedBy: A.uid, revision: 2 }));
+  assert.deepEqual(
+    authorizeGossip(known, [member(D, "Removed", { changedBy: B.uid, revision: 5 })], B, A).rejected.map(
+      (r) => r.reason,
+    ),
+    ["notLeader"],
+  );
+  // Down or Exiting here (on its way out), B's tombstone passes too: the removal another leader already made.
+  for (const status of ["Down", "Exiting"] as MemberStatus[]) {
+    const leaving = map(member(A, "Up"), member(B, "Up"), member(D, status, { changedBy: A.uid, revision: 2 }));
+    assert.equal(
+      authorizeGossip(leaving, [member(D, "Removed", { changedBy: B.uid, revision: 3 })], B, A).accepted.length,
+      1,
+      `${status} here`,
+    );
+  }
+  // From the leader, a tombstone passes whoever authored it (the leader holds it, and cannot remove it again).
+  assert.equal(
+    authorizeGossip(known, [member(D, "Removed", { changedBy: B.uid, revision: 5 })], A, A).accepted.length,
+    1,
+  );
+  // Merged, the tombstone keeps that incarnation out: it can no longer join here.
+  const decision = decideGossip(local, [member(D, "Removed", { changedBy: B.uid, revision: 5 })], B, A, [], 100);
+  assert.equal(decision.kind, "accepted");
+  if (decision.kind === "accepted") assert.equal(decision.members.get(String(D))?.status, "Removed");
 });
 
 test("rule: a seed that formed alone may introduce only its own Up record, never its own tombstone", () => {

@@ -17,8 +17,6 @@ const operatorMoveHistories = Number(process.env.MOVIE_SIM_OPERATOR_HISTORIES ??
 const operatorMovesNotLiveShare = 0.02;
 /** Histories with coordinator churn in every run (`MOVIE_SIM_CHURN_HISTORIES` changes it). */
 const coordinatorChurnHistories = Number(process.env.MOVIE_SIM_CHURN_HISTORIES ?? 200);
-/** Measured: 3 of 1,000 not live after healing (see the test); a rise above 2 % is a regression. */
-const coordinatorChurnNotLiveShare = 0.02;
 
 // The suite's histories run in test/sim/node-sim-histories-<n>.test.ts (history-slice.ts); here, a replay of one.
 test("one seeded node history, replayed (MOVIE_SIM_SEED), keeps every safety invariant and is live after healing", {
@@ -103,12 +101,15 @@ test("operator shard moves during faults keep every safety invariant, and nearly
 
 // Coordinator churn (docs/protocol.md §8.7): with the same faults, the coordinator leaves or a member with a lower
 // address joins and takes over while clients send, so messages are in flight to an old coordinator at every change
-// and callers flush them to the new one. Measured 2026-12-06, seeds 1..1,000: no safety failure, 2,868 flushes
-// answered, 7,307 envelopes relayed by an old coordinator (6,340 of them delivered, the rest rejected and counted),
-// 3 histories not live after healing (461: the joiners formed a cluster of their own with the old members
-// unreachable; 516: a persistent shard fenced by the lease of a joiner that left; 749: the operator stopped the last
-// member that was not leaving).
-test("coordinator churn during faults keeps every safety invariant, and nearly all histories are live", () => {
+// and callers flush them to the new one. Measured 2026-12-06 (`npm run sim -- --seeds 5000 --churn`), seeds
+// 1..5,000: no safety failure, 14,725 flushes answered, 15,712 envelopes relayed by an old coordinator (14,723 of them
+// delivered, the rest rejected and counted), every history of 1..3,000 live after healing; 4 of 3,001..5,000 not
+// (3386, 4084, 4552, 4744: not traced yet). Before the orphan fixes of the tests below, 461, 667, 862 and 1204 were
+// not live, and seed 3009 broke safety (one shard live on two nodes: the departure guard, below). 516 and 749, not
+// live when first measured, were already live before those fixes (749: the churn no longer counts a member asked to
+// leave as staying; 516's history changed with later fixes, not re-traced). No history is known to be legitimately
+// not live, so none is allowed.
+test("coordinator churn during faults keeps every safety invariant, and every history is live", () => {
   const count = only === undefined ? coordinatorChurnHistories : 1;
   const seeds = only === undefined ? Array.from({ length: count }, (_, i) => i + 1) : [Number(only)];
   let flushes = 0;
@@ -123,11 +124,33 @@ test("coordinator churn during faults keeps every safety invariant, and nearly a
   // Not vacuous: coordinators changed with messages in flight, and old coordinators relayed them.
   assert.ok(flushes > seeds.length, `${flushes} flushes answered in ${seeds.length} histories`);
   assert.ok(relayed > seeds.length, `${relayed} envelopes relayed in ${seeds.length} histories`);
-  assert.ok(
-    notLive.length <= Math.max(1, seeds.length * coordinatorChurnNotLiveShare),
-    `${notLive.length} of ${seeds.length} histories not live after healing: ${notLive.join(", ")}`,
-  );
+  assert.deepEqual(notLive, [], `${notLive.length} of ${seeds.length} histories not live after healing`);
 });
+
+// Churn seeds whose membership never converged again (docs/protocol.md §4.4, §4.5; rule tests in
+// test/cluster/orphan-rules.test.ts, gossip-rules.test.ts, cut-off-rules.test.ts). In the first four the joiner with
+// the lowest address was promoted by a leader that crashed before its gossip reached the others (an orphan), and:
+//  - 461: the orphan led itself and promoted a joiner that asked it, and the two formed a cluster of their own with
+//    the old members unreachable for good (an orphan now promotes nobody);
+//  - 667, 1204: re-admitted by the other members' leader at a higher revision, the orphan, their leader by address,
+//    refused its own new record as no leader's work (1204: so did a member that had heard its first promotion), and
+//    the digests differed for good (the orphan takes its re-admission from its author, the others from the orphan);
+//  - 862: the orphan, re-admitted, left; the member that removed it led its side of a partition, and the healed
+//    cluster's leader never knew the orphan and refused its tombstone (a tombstone of an unknown node passes from
+//    the member that removed it);
+//  - 671 (once the departure guard below changed its history): a leave the leaver applied itself while cut off, then
+//    a leader since removed applied again; the leader now held that later record, not its own work, and a member
+//    refused it (a record the leader relays that says the same at a later revision passes).
+// Seed 3009 broke safety: a leader that had just joined held no plan and read "no shard on it" for a paused Leaving
+// owner, which it moved on to Removed; the next coordinator handed its shard on without a drain, and the owner,
+// resumed, still hosted entities of it (the departure guard now needs a plan: node-lifecycle-rules.test.ts).
+for (const seed of [461, 667, 671, 862, 1204, 3009]) {
+  test(`churn seed ${seed} is live after healing with no operator restart (a membership or departure-guard fix)`, () => {
+    const result = runHistory({ seed, coordinatorChurn: true, liveness: true });
+    assert.equal(result.liveness ?? null, null);
+    assert.equal(result.operatorRestarts, 0);
+  });
+}
 
 // Seed 754 with operator moves: a move's handoff aborted after its next owner prepared (the paused coordinator found
 // the plan authored elsewhere at completion), and the next owner kept the preparation and renewed the shard's lease,

@@ -629,6 +629,12 @@ export class NodeSim {
     if (key === node.viewKey) return;
     node.viewKey = key;
     node.view = snap;
+    if (verbose) {
+      const short = (u: UniqueAddress): string => `${u.address.port}#${u.uid}`;
+      this.note(
+        `${node.name} view: leader ${snap.leader === null ? "none" : short(snap.leader)} converged ${snap.converged}; ${snap.members.map((m) => `${short(m.uniqueAddress)}:${m.status}`).join(" ")}; unreachable [${snap.unreachable.map(short).join(" ")}]`,
+      );
+    }
     const self = snap.members.find((m) => m.uniqueAddress.equals(node.self));
     if (self === undefined && node.core.lastSelfStatus !== undefined) {
       // Removed after a graceful leave: the process exits.
@@ -1663,7 +1669,11 @@ export class NodeSim {
     return this.live()
       .map((n) => {
         const t = n.core.types.get(typeName)!;
-        const members = n.view.members.map((m) => `${m.uniqueAddress.address.port}#${m.uniqueAddress.uid}:${m.status}`);
+        // Every record, tombstones included, with its revision and author: two views that list the same statuses can
+        // still differ in a record's revision or author (and so in their digests).
+        const members = [...n.membership.members.values()].map(
+          (m) => `${m.uniqueAddress.address.port}#${m.uniqueAddress.uid}:${m.status}/r${m.revision}/${m.changedBy}`,
+        );
         const unreachable = n.view.unreachable.map((u) => `${u.address.port}#${u.uid}`);
         const plan = [...t.plan.allocations].map(([shard, owner]) => `${shard}@${owner.address.port}#${owner.uid}`);
         const busy = `handoffs [${[...t.handoffs.keys()].join(" ")}] barrier [${[0, 1, 2, 3, 4, 5].filter((x) => t.barrier.has(x)).join(" ")}] drains [${[...t.drains.keys()].join(" ")}] prepared [${[...t.prepared.keys()].join(" ")}] draining [${[...n.draining].join(" ")}] paused ${n.paused} backlog ${n.backlog.length}`;

@@ -59,6 +59,11 @@ export function admitsGossipFrom(local: MemberMap, sender: UniqueAddress, seeds:
  *   accepted from anyone: the merge's tie-break picks the same author everywhere;
  * - an unknown Up record is accepted when it is the sender's own record, authored by the sender (a seed that formed
  *   independently): its unique address must equal the sender's, so nobody can describe a third node;
+ * - a Removed record (a tombstone) of a third node is accepted from the leader whoever authored it, and from its
+ *   author when that node is unknown here, or Down or Exiting: it only keeps that incarnation out;
+ * - a member's own Up record at a higher revision, no older, same roles and version (its re-admission as an orphan)
+ *   is accepted from that member;
+ * - from the leader, a record that says what the local one says at a higher revision, whoever authored it;
  * - any other change, unknown and terminal records included, only when the sender is the receiver's leader and the
  *   record was authored by it (that is how members the leader admitted, promoted or downed spread).
  */
@@ -89,6 +94,12 @@ export function authorizeGossip(
       accepted.push(record);
     } else if (fromLeader && authoredBySender) {
       accepted.push(record);
+    } else if (fromLeader && current !== undefined && sameStatusLater(current, record)) {
+      // From the leader, a record that says what the local one says at a later revision by another author: a leader
+      // since departed re-applied a transition this node had from someone else (a leave the leaver applied itself
+      // while cut off, then the departed leader applied). The leader holds it, cannot make it its own (it changes
+      // nothing), and refused, the two digests differed for good (node simulator, churn seed 671).
+      accepted.push(record);
     } else if (
       current === undefined &&
       record.status === "Up" &&
@@ -96,11 +107,55 @@ export function authorizeGossip(
       record.uniqueAddress.equals(sender)
     ) {
       accepted.push(record);
+    } else if (current !== undefined && isOwnReadmission(current, record, sender)) {
+      accepted.push(record);
+    } else if (
+      record.status === "Removed" &&
+      !record.uniqueAddress.equals(sender) &&
+      (fromLeader ||
+        (authoredBySender && (current === undefined || current.status === "Down" || current.status === "Exiting")))
+    ) {
+      // The tombstone of a third node, from this node's leader whoever removed it, or from the member that removed it
+      // when this node never knew that node or already holds it as on its way out (Down or Exiting). It was removed
+      // while this node heard from another leader (or none), and it is gone for good whoever says so. Refused, the
+      // digests differed for good: a leader that refused it never converged again, nor could it remove the node
+      // itself, and a member whose leader held only the tombstone could not be told (node simulator, churn seeds 862
+      // and 461). Accepting it admits nobody: a tombstone only keeps that incarnation out.
+      accepted.push(record);
     } else {
       rejected.push({ member: record, reason: current === undefined ? "phantom" : "notLeader" });
     }
   }
   return { accepted, rejected };
+}
+
+/**
+ * True when `record`, sent by the member it describes, is that member's re-admission as an orphan (docs/protocol.md
+ * §4.4): Up again at a higher revision, no older (its up-number not below the local one), with the same roles and
+ * version. A member that joined again as an orphan is promoted afresh by the leader that admitted it, which may be
+ * nobody's leader but its own side's; the members that knew its earlier promotion refused the new one as not their
+ * leader's work, the orphan (the lowest address, their leader) spread it in vain, and nobody converged again (node
+ * simulator, churn seed 1204). A member may so make itself younger, never older (the oldest hosts singletons), and
+ * never change its roles or version.
+ */
+function isOwnReadmission(current: Member, record: Member, sender: UniqueAddress): boolean {
+  return (
+    record.uniqueAddress.equals(sender) &&
+    current.status === "Up" &&
+    record.status === "Up" &&
+    record.revision > current.revision &&
+    record.upNumber >= current.upNumber &&
+    record.appVersion === current.appVersion &&
+    record.roles.length === current.roles.length &&
+    record.roles.every((role, i) => role === current.roles[i])
+  );
+}
+
+/** True when `later` says what `current` says (status, up-number, version, roles) at a higher revision. */
+function sameStatusLater(current: Member, later: Member): boolean {
+  return (
+    later.revision > current.revision && sameChangeByAnotherAuthor(current, { ...later, revision: current.revision })
+  );
 }
 
 /** True when `a` and `b` say the same thing about the same node (status, revision, up-number, version, roles). */

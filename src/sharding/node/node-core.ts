@@ -704,8 +704,8 @@ export function routeLocally(state: NodeState, t: TypeState): void {
 }
 
 /**
- * The departure guard: a member may leave once no plan of this node places a shard on it, or once no other member
- * could take its shards (none Joining or Up). Without the second rule the last sharding node of a cluster stayed
+ * The departure guard: a member may leave once every type on this node holds a plan and none places a shard on it
+ * (this node itself, once no plan it holds does), or once no other member could take its shards (none Joining or Up). Without the second rule the last sharding node of a cluster stayed
  * Leaving forever: its plan keeps every shard on it because allocation has nowhere else to put them, so its
  * departure waited for a handoff that cannot happen. Its entities stop with it (persistent ones release their leases
  * on shutdown) and are activated again on demand once a member hosts the type.
@@ -716,6 +716,13 @@ export function departureReady(state: NodeState, member: ShardingMember): boolea
   );
   if (!successor) return true;
   for (const t of state.types.values()) {
+    // No plan yet (a leader that joined moments ago, or a new coordinator still collecting snapshots) says nothing
+    // about who owns shards: "no shard on the member" would be read from an empty plan. Such a leader moved a paused
+    // Leaving owner on to Exiting and Removed while the cluster's plan still gave it a shard; the next coordinator
+    // handed that shard on without a drain, and the owner, resumed, still hosted its entities (node simulator, churn
+    // seed 3009: one shard live on two nodes). This node itself may go, unless prepared for a shard: without a plan
+    // it hosts no entity of its own.
+    if (t.plan.generation === 0 && (!member.uniqueAddress.equals(state.self) || t.prepared.size > 0)) return false;
     for (const owner of t.plan.allocations.values()) if (owner.equals(member.uniqueAddress)) return false;
   }
   return true;

@@ -100,6 +100,24 @@ test("departure guard: a member may leave once no plan places a shard on it, or 
   assert.equal(departureReady(solo.state, member(a)), true);
 });
 
+// Churn seed 3009 of the node simulator: the membership leader was a node that had just joined and held no plan yet.
+// Reading "no shard on it" from its empty plan, it moved a paused Leaving owner on to Exiting and Removed while the
+// cluster's plan still gave that owner a shard; the next coordinator handed the shard on without a drain, and the
+// owner, resumed, still hosted its entities: one shard live on two nodes.
+test("departure guard: a node that holds no plan yet lets no member go while another could take its shards", () => {
+  const e = member(address(2555), "Leaving");
+  const planless = new Driven(b);
+  assert.equal(planless.t.plan.generation, 0);
+  assert.equal(departureReady(planless.state, e), false, "no plan: it cannot know e owns nothing");
+  const n = follower(b, coordinatorWithPlan().update());
+  assert.equal(departureReady(n.state, e), true, "with a plan that places nothing on e, e may go");
+  // The planless node itself may go: without a plan it never hosted an entity.
+  assert.equal(departureReady(planless.state, member(b, "Leaving")), true);
+  // The last node that could host the type may still go without a plan (nowhere to hand shards to).
+  planless.feed({ kind: "view", snapshot: view(b, [member(b, "Leaving"), member(c, "Exiting")]) }, 2_000);
+  assert.equal(departureReady(planless.state, member(b, "Leaving")), true);
+});
+
 test("handoff while gossip re-converges: the coordinator keeps its buffer and completes once the view converges", () => {
   const n = coordinatorWithPlan();
   const shard = n.shardOn(b);
