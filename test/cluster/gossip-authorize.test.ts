@@ -62,9 +62,10 @@ test("rule: an unknown Up record via gossip passes from a non-leader only as the
   assert.deepEqual(reasons(map(member(A, "Up")), [foreignAuthor], selfSeed, A), ["phantom"]);
   // Authored by the sender, but describing a third node (the phantom bug): refused.
   assert.deepEqual(reasons(cluster, [member(D, "Up", { changedBy: C.uid })], C, A), ["phantom"]);
-  // An unknown Down record from a non-leader: refused too; so is a tombstone it did not author (a tombstone it
-  // authored passes: gossip-rules.test.ts).
+  // An unknown Down or Removed record from a non-leader: refused too, whoever authored it (no member but the leader
+  // may bar an incarnation this node never knew).
   assert.deepEqual(reasons(cluster, [member(D, "Down", { changedBy: C.uid })], C, A), ["phantom"]);
+  assert.deepEqual(reasons(cluster, [member(D, "Removed", { changedBy: C.uid })], C, A), ["phantom"]);
   assert.deepEqual(reasons(cluster, [member(D, "Removed", { changedBy: B.uid })], C, A), ["phantom"]);
 });
 
@@ -196,7 +197,7 @@ test("core: a graceful leave is not a downing", () => {
   assert.equal(c.selfDowned, null);
 });
 
-test("property (seeded): whatever a non-leader gossips, only its own unknown Up record, its own re-admission or a tombstone it authored of a node unknown or leaving here can enter", () => {
+test("property (seeded): whatever a non-leader gossips, only its own unknown Up record, its own re-admission or a tombstone it authored of a node leaving here can enter", () => {
   let rng = 7;
   const random = () => {
     rng = (rng + 0x6d2b79f5) | 0;
@@ -238,12 +239,9 @@ test("property (seeded): whatever a non-leader gossips, only its own unknown Up 
         assert.deepEqual([record.roles, record.appVersion], [before.roles, before.appVersion]);
       } else if (record.status === "Removed" && !record.uniqueAddress.equals(sender)) {
         // A tombstone of a third node: from the leader, whoever removed it; else from the member that removed it, of a
-        // node unknown here or on its way out.
+        // node on its way out here (never of one unknown here).
         if (leader?.equals(sender) !== true) {
-          assert.ok(
-            before === undefined || before.status === "Down" || before.status === "Exiting",
-            "unknown or leaving",
-          );
+          assert.ok(before?.status === "Down" || before?.status === "Exiting", "leaving here");
           assert.equal(record.changedBy, sender.uid);
         }
       } else if (leader?.equals(sender) === true) {

@@ -112,8 +112,7 @@ export function authorizeGossip(
     } else if (
       record.status === "Removed" &&
       !record.uniqueAddress.equals(sender) &&
-      (fromLeader ||
-        (authoredBySender && (current === undefined || current.status === "Down" || current.status === "Exiting")))
+      (fromLeader || (authoredBySender && (current?.status === "Down" || current?.status === "Exiting")))
     ) {
       // The tombstone of a third node, from this node's leader whoever removed it, or from the member that removed it
       // when this node never knew that node or already holds it as on its way out (Down or Exiting). It was removed
