@@ -12,6 +12,7 @@ import {
   DirectGrant,
   DirectProbe,
   DirectRefused,
+  PassivateShard,
   PlanUpdate,
 } from "../../../src/sharding/internal/messages.ts";
 import type { ControlMessage, NodeEffect } from "../../../src/sharding/node/node-core.ts";
@@ -146,4 +147,153 @@ test("direct coordinator: a probe handed to the core without a transport sender 
   const [refused] = ofKind(effects, "refused");
   assert.ok(refused!.error instanceof ClusterShardingConfigurationError, String(refused!.error));
   assert.deepEqual(sent(effects, DirectProbe), [], "not forwarded");
+});
+
+/** The probe b sends for `shard` through a, as the coordinator receives it. */
+function probeOf(k: ReturnType<typeof cluster>, shard: number, token = 7): DirectProbe {
+  return new DirectProbe(type, k.coordinator.settings.key, shard, b.toString(), token);
+}
+
+/** `effects` decline b's probe: a DirectRefused to b, no probe forwarded, no refused control. */
+function declinedToB(effects: NodeEffect[], why: string) {
+  assert.deepEqual(ofKind(effects, "refused"), [], `${why}: judged, not thrown on`);
+  assert.deepEqual(sent(effects, DirectProbe), [], `${why}: not forwarded`);
+  const told = sent(effects, DirectRefused);
+  assert.equal(told.length, 1, `${why}: declined`);
+  assert.ok(told[0]!.to.equals(b), why);
+}
+
+test("direct coordinator: a former coordinator that still authors its plan declines a probe once another member is elected, and a node whose view elects nobody declines it too", () => {
+  const k = cluster();
+  const shard = k.coordinator.shardOn(c);
+  k.coordinator.feed(
+    { kind: "membershipChanged", snapshot: view(a, [member(e), member(a), member(b), member(c)]) },
+    2_000,
+  );
+  assert.ok(k.coordinator.state.view.elected?.equals(e) && k.coordinator.t.plan.author?.equals(a));
+  declinedToB(control(k.coordinator, probeOf(k, shard), b, 2_001), "another member is elected");
+  k.coordinator.feed(
+    { kind: "membershipChanged", snapshot: view(a, [member(a), member(b), member(c)], { unreachable: [c] }) },
+    2_002,
+  );
+  assert.equal(k.coordinator.state.view.elected, null);
+  declinedToB(control(k.coordinator, probeOf(k, shard, 8), b, 2_003), "nobody is elected");
+});
+
+test("direct coordinator: an elected member that does not author its plan yet (collecting snapshots) declines a probe, though the plan it holds places the shard on an Up owner", () => {
+  const k = cluster();
+  // a goes Down: b is elected and starts its snapshot bootstrap, still holding a's plan.
+  k.b.feed({ kind: "membershipChanged", snapshot: view(b, [member(a, "Down"), member(b), member(c)]) }, 2_000);
+  assert.ok(k.b.state.view.elected?.equals(b));
+  assert.equal(k.b.t.plan.author?.equals(b) === true, false, "not the author yet");
+  const shard = k.b.shardOn(c);
+  const probe = new DirectProbe(type, k.b.settings.key, shard, c.toString(), 9);
+  const effects = control(k.b, probe, c, 2_001);
+  assert.deepEqual(ofKind(effects, "refused"), []);
+  assert.deepEqual(sent(effects, DirectProbe), [], "not forwarded");
+  assert.equal(sent(effects, DirectRefused).length, 1, "declined");
+});
+
+test("direct coordinator: a probe for a shard its plan leaves unplaced is declined, not thrown on", () => {
+  const k = cluster();
+  const shard = k.coordinator.shardOn(c);
+  const plan = k.coordinator.t.plan;
+  const allocations = new Map(plan.allocations);
+  allocations.delete(shard);
+  k.coordinator.t.plan = { ...plan, allocations };
+  declinedToB(control(k.coordinator, probeOf(k, shard), b, 2_000), "unplaced");
+});
+
+test("direct owner: a probe forwarded by the accepting coordinator is declined while the owner still holds another coordinator's plan (which places the shard here)", () => {
+  const k = cluster();
+  const shard = k.c.shardOn(c);
+  const g = k.update.generation;
+  // e joins and coordinates; c stores e's plan (the shard still on c). e leaves; a is accepted again, and its new plan
+  // has not reached c yet.
+  k.c.feed({ kind: "membershipChanged", snapshot: view(c, [member(e), member(a), member(b), member(c)]) }, 2_000);
+  control(k.c, moved(k.update, shard, c, g + 1, e), e, 2_001);
+  k.c.feed(
+    { kind: "membershipChanged", snapshot: view(c, [member(e, "Leaving"), member(a), member(b), member(c)]) },
+    2_002,
+  );
+  assert.ok(k.c.state.view.accepting?.equals(a) && k.c.t.plan.author?.equals(e));
+  const effects = control(k.c, probeOf(k, shard).forwardedBy(a), a, 2_003);
+  assert.deepEqual(sent(effects, DirectGrant), [], "no grant under a plan a did not author");
+  declinedToB(effects, "another coordinator's plan");
+});
+
+test("direct owner: a member with no plan yet, or whose plan leaves the shard unplaced, declines a forwarded probe — judged, not thrown on", () => {
+  const k = cluster();
+  const shard = k.c.shardOn(c);
+  const fresh = new Driven(c, direct);
+  declinedToB(control(fresh, probeOf(k, shard).forwardedBy(a), a, 2_000), "no plan");
+  control(k.c, moved(k.update, shard, null, k.update.generation + 1), a, 2_001);
+  declinedToB(control(k.c, probeOf(k, shard).forwardedBy(a), a, 2_002), "unplaced");
+});
+
+test("direct owner: its own probe declined at home (a drain of the shard was asked meanwhile) cools its route locally — no message to itself", () => {
+  const k = cluster();
+  const shard = k.b.shardOn(b);
+  const id = k.b.entityIn((s) => s === shard);
+  const [probe] = sent(k.b.route(k.b.delivery(id), 2_000), DirectProbe);
+  const [forwarded] = sent(control(k.coordinator, probe!.message, b, 2_001), DirectProbe);
+  assert.ok(forwarded!.to.equals(b));
+  const key = k.b.settings.key;
+  control(k.b, new PassivateShard(type, key, shard, a.toString(), c.toString(), 11, [c.toString()]), a, 2_002);
+  const effects = control(k.b, forwarded!.message, a, 2_003);
+  assert.deepEqual(sends(effects), [], "nothing sent to itself");
+  assert.equal(k.b.t.routes.get(shard)?.phase, "cooling");
+  assert.equal(k.b.stats.directProbesDropped, 1);
+});
+
+test("direct caller: a grant is taken only from the owner it names (the transport sender), and only for the probe out: none out, or another token, changes nothing", () => {
+  const k = cluster();
+  const shard = k.b.shardOn(c);
+  const key = k.b.settings.key;
+  const g = k.b.t.plan.generation;
+  const unasked = control(k.b, new DirectGrant(type, key, shard, c.toString(), a.toString(), g, 1), c, 2_000);
+  assert.deepEqual(unasked, [], "no probe out: ignored, not thrown on");
+  assert.equal(k.b.t.routes.has(shard), false);
+  const id = k.b.entityIn((s) => s === shard);
+  const [probe] = sent(k.b.route(k.b.delivery(id), 2_001), DirectProbe);
+  const token = probe!.message.token;
+  control(k.b, new DirectGrant(type, key, shard, c.toString(), a.toString(), g, token + 1), c, 2_002);
+  assert.equal(k.b.t.routes.get(shard)?.phase, "probing", "another probe's grant: still waiting");
+  const forged = control(k.b, new DirectGrant(type, key, shard, c.toString(), a.toString(), g, token), a, 2_003);
+  const [refused] = ofKind(forged, "refused");
+  assert.ok(refused?.error instanceof ClusterShardingConfigurationError, "a grant naming c must come from c");
+  assert.equal(k.b.t.routes.get(shard)?.phase, "probing");
+  control(k.b, new DirectGrant(type, key, shard, c.toString(), a.toString(), g, token), c, 2_004);
+  assert.equal(k.b.t.routes.get(shard)?.phase, "direct", "the right one is taken");
+});
+
+test("direct caller: a grant that arrives while the caller's view routes through no coordinator is not taken (the shard cools)", () => {
+  const k = cluster();
+  const shard = k.b.shardOn(c);
+  const id = k.b.entityIn((s) => s === shard);
+  const [probe] = sent(k.b.route(k.b.delivery(id), 2_000), DirectProbe);
+  const [forwarded] = sent(control(k.coordinator, probe!.message, b, 2_001), DirectProbe);
+  const [grant] = sent(control(k.c, forwarded!.message, a, 2_002), DirectGrant);
+  k.b.feed(
+    { kind: "membershipChanged", snapshot: view(b, [member(a), member(b), member(c)], { converged: false }) },
+    2_003,
+  );
+  assert.equal(k.b.state.view.routing, null);
+  assert.ok(k.b.state.view.accepting?.equals(a), "a is still accepted, and authors b's plan");
+  const effects = control(k.b, grant!.message, c, 2_004);
+  assert.deepEqual(ofKind(effects, "refused"), []);
+  assert.equal(k.b.t.routes.get(shard)?.phase, "cooling");
+});
+
+test("direct caller: a grant for a shard its newer plan (same coordinator) leaves unplaced is not taken, nor thrown on", () => {
+  const k = cluster();
+  const shard = k.b.shardOn(c);
+  const id = k.b.entityIn((s) => s === shard);
+  const [probe] = sent(k.b.route(k.b.delivery(id), 2_000), DirectProbe);
+  const [forwarded] = sent(control(k.coordinator, probe!.message, b, 2_001), DirectProbe);
+  const [grant] = sent(control(k.c, forwarded!.message, a, 2_002), DirectGrant);
+  control(k.b, moved(k.update, shard, null, k.update.generation + 1), a, 2_003);
+  const effects = control(k.b, grant!.message, c, 2_004);
+  assert.deepEqual(ofKind(effects, "refused"), []);
+  assert.equal(k.b.t.routes.get(shard)?.phase, "cooling");
 });
