@@ -10,8 +10,10 @@ import { ClusterShardingConfigurationError, NoRebalance } from "../../../src/sha
 import {
   DirectEnvelope,
   DirectGrant,
+  DirectMarker,
   DirectProbe,
   DirectRefused,
+  HandoffAnnounce,
   PassivateShard,
   PlanUpdate,
 } from "../../../src/sharding/internal/messages.ts";
@@ -23,6 +25,7 @@ import {
   c,
   coordinatorWithPlan,
   Driven,
+  d,
   follower,
   forwards,
   member,
@@ -296,4 +299,99 @@ test("direct caller: a grant for a shard its newer plan (same coordinator) leave
   const effects = control(k.b, grant!.message, c, 2_004);
   assert.deepEqual(ofKind(effects, "refused"), []);
   assert.equal(k.b.t.routes.get(shard)?.phase, "cooling");
+});
+
+test("direct caller: a refusal for a shard with no route is ignored — no fallback counted, nothing cooled, not thrown on", () => {
+  const k = cluster();
+  const shard = k.b.shardOn(c);
+  const effects = control(k.b, new DirectRefused(type, k.b.settings.key, shard, c.toString()), c, 2_000);
+  assert.deepEqual(effects, []);
+  assert.equal(k.b.stats.directFallbacks, 0);
+  assert.equal(k.b.t.routes.has(shard), false);
+});
+
+test("direct caller: a probe the coordinator declines cools the shard at once, and the deliveries held behind the probe go through the coordinator", () => {
+  const k = cluster();
+  const shard = k.b.shardOn(c);
+  const id = k.b.entityIn((s) => s === shard);
+  k.b.route(k.b.delivery(id), 2_000);
+  const waiting = k.b.delivery(id);
+  assert.deepEqual(forwards(k.b.route(waiting, 2_001)), [], "held while the probe is out");
+  const declined = control(k.b, new DirectRefused(type, k.b.settings.key, shard, a.toString()), a, 2_002);
+  assert.equal(k.b.t.routes.get(shard)?.phase, "cooling");
+  assert.deepEqual(
+    forwards(declined).map((f) => [f.to.toString(), f.delivery]),
+    [[a.toString(), waiting]],
+  );
+  assert.equal(k.b.stats.directFallbacks, 0, "a declined probe is no fallback from a grant");
+});
+
+test("direct owner: the previous owner hears the announcement of its own shard's handoff and sends no marker (to itself)", () => {
+  const k = cluster();
+  const shard = k.c.shardOn(c);
+  const announce = new HandoffAnnounce(type, k.c.settings.key, shard, a.toString(), c.toString(), 42);
+  const effects = control(k.c, announce, a, 2_000);
+  assert.deepEqual(sent(effects, DirectMarker), []);
+  assert.deepEqual(ofKind(effects, "refused"), []);
+});
+
+test("direct owner: a marker handed to the core without a transport sender (origin null) is refused as a configuration error", () => {
+  const k = cluster();
+  const marker = new DirectMarker(type, k.c.settings.key, k.c.shardOn(c), b.toString(), a.toString(), 42);
+  const [refused] = ofKind(control(k.c, marker, null, 2_000), "refused");
+  assert.ok(refused?.error instanceof ClusterShardingConfigurationError, String(refused?.error));
+});
+
+/** The PassivateShard a sends c for `shard`: a gated drain (token 42) waiting for the markers of `waitFor`. */
+function gatedPassivate(k: ReturnType<typeof cluster>, shard: number, waitFor: UniqueAddress[], token = 42) {
+  const key = k.c.settings.key;
+  return new PassivateShard(type, key, shard, a.toString(), b.toString(), token, waitFor.map(String));
+}
+
+test("direct owner: a gated passivate for a shard its plan leaves unplaced drains at once, not thrown on", () => {
+  const k = cluster();
+  const shard = k.c.shardOn(c);
+  control(k.c, moved(k.update, shard, null, k.update.generation + 1), a, 2_000);
+  const effects = control(k.c, gatedPassivate(k, shard, [b]), a, 2_001);
+  assert.deepEqual(ofKind(effects, "refused"), []);
+  assert.equal(ofKind(effects, "drainShard").length, 1);
+});
+
+test("direct owner: a gated drain waits for no member that is gone from the view (not listed at all)", () => {
+  const k = cluster();
+  const shard = k.c.shardOn(c);
+  const effects = control(k.c, gatedPassivate(k, shard, [d]), a, 2_000);
+  assert.deepEqual(ofKind(effects, "refused"), []);
+  assert.equal(ofKind(effects, "drainShard").length, 1, "d is not in c's view: its marker is not waited for");
+});
+
+test("direct owner: a gated drain starts once its coordinator is no longer the accepting one (a direct delivery naming it is refused from then on)", () => {
+  const k = cluster();
+  const shard = k.c.shardOn(c);
+  assert.deepEqual(
+    ofKind(control(k.c, gatedPassivate(k, shard, [b]), a, 2_000), "drainShard"),
+    [],
+    "b's marker awaited",
+  );
+  const changed = k.c.feed(
+    { kind: "membershipChanged", snapshot: view(c, [member(e), member(a), member(b), member(c)]) },
+    2_001,
+  );
+  assert.ok(k.c.state.view.accepting?.equals(e));
+  assert.equal(ofKind(changed, "drainShard").length, 1, "no longer a's gate to keep");
+});
+
+test("direct owner: a retried attempt's gate (the same handoff asked again) waits its own full 2 s; the first timer re-arms for the rest", () => {
+  const k = cluster();
+  const shard = k.c.shardOn(c);
+  const first = control(k.c, gatedPassivate(k, shard, [b]), a, 2_000);
+  const [expiry] = first.flatMap((x) => (x.kind === "schedule" && x.timer.kind === "drainGateExpired" ? [x] : []));
+  control(k.c, gatedPassivate(k, shard, [b]), a, 3_000);
+  const early = k.c.feed({ kind: "timer", timer: expiry!.timer }, 4_000);
+  assert.deepEqual(ofKind(early, "ack"), [], "the newer gate still waits");
+  const [again] = early.flatMap((x) => (x.kind === "schedule" && x.timer.kind === "drainGateExpired" ? [x] : []));
+  assert.equal(again?.afterMs, 1_000, "for the rest of the newer gate's time");
+  const expired = k.c.feed({ kind: "timer", timer: again!.timer }, 5_000);
+  assert.equal(ofKind(expired, "ack").length, 2, "both asks fail once it has waited its full time");
+  assert.ok(ofKind(expired, "ack").every((x) => x.error !== null));
 });
