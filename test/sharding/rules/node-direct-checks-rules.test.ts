@@ -7,6 +7,7 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 import type { UniqueAddress } from "../../../src/actor/index.ts";
 import { ClusterShardingConfigurationError, NoRebalance } from "../../../src/sharding/index.ts";
+import { attachTyped, typedOf } from "../../../src/sharding/internal/codec.ts";
 import {
   DirectEnvelope,
   DirectGrant,
@@ -394,4 +395,48 @@ test("direct owner: a retried attempt's gate (the same handoff asked again) wait
   const expired = k.c.feed({ kind: "timer", timer: again!.timer }, 5_000);
   assert.equal(ofKind(expired, "ack").length, 2, "both asks fail once it has waited its full time");
   assert.ok(ofKind(expired, "ack").every((x) => x.error !== null));
+});
+
+test("direct caller: a probe through a coordinator that went Down no longer holds the shard's deliveries — they go to the new coordinator at once", () => {
+  const k = cluster();
+  const shard = k.b.shardOn(c);
+  const id = k.b.entityIn((s) => s === shard);
+  assert.equal(sent(k.b.route(k.b.delivery(id), 2_000), DirectProbe).length, 1);
+  k.b.feed(
+    { kind: "membershipChanged", snapshot: view(b, [member(e), member(a, "Down"), member(b), member(c)]) },
+    2_001,
+  );
+  assert.ok(k.b.state.view.routing?.equals(e));
+  const next = k.b.delivery(id);
+  const effects = k.b.route(next, 2_002);
+  assert.deepEqual(onlyForward(effects), { to: e.toString(), direct: false });
+  assert.equal(forwards(effects)[0]!.delivery, next);
+  assert.equal(k.b.t.heldLocal.size, 0);
+  assert.equal(k.b.stats.heldDeliveries, 0, "not held even for the step");
+  assert.equal(k.b.t.routes.has(shard), false, "the old coordinator's probe is forgotten");
+});
+
+test("direct caller: the direct copy carries the caller's typed (in-process) payload", () => {
+  const k = cluster();
+  const shard = k.b.shardOn(c);
+  granted(k, shard, 2_000);
+  const delivery = k.b.delivery(k.b.entityIn((s) => s === shard));
+  const payload = { order: 7 };
+  attachTyped(delivery.envelope, payload);
+  const [out] = forwards(k.b.route(delivery, 2_010));
+  assert.ok(out!.envelope instanceof DirectEnvelope);
+  assert.equal(typedOf(out!.envelope)?.value, payload);
+});
+
+test("direct caller: under the planted directWithoutGrant bug the plan alone opens the direct route (the simulator's proof that it catches the bug needs it to take effect)", () => {
+  const k = cluster();
+  k.b.state = { ...k.b.state, bugs: { directWithoutGrant: true } };
+  const shard = k.b.shardOn(c);
+  const id = k.b.entityIn((s) => s === shard);
+  const first = k.b.route(k.b.delivery(id), 2_000);
+  assert.deepEqual(onlyForward(first), { to: a.toString(), direct: false });
+  assert.deepEqual(sent(first, DirectProbe), [], "no probe, no grant");
+  const route = k.b.t.routes.get(shard);
+  assert.equal(route?.phase, "direct");
+  assert.deepEqual(onlyForward(k.b.route(k.b.delivery(id), 2_001)), { to: c.toString(), direct: true });
 });
