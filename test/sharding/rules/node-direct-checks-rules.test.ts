@@ -6,7 +6,11 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import type { UniqueAddress } from "../../../src/actor/index.ts";
-import { ClusterShardingConfigurationError, NoRebalance } from "../../../src/sharding/index.ts";
+import {
+  ClusterShardingConfigurationError,
+  DirectDeliveryRefusedError,
+  NoRebalance,
+} from "../../../src/sharding/index.ts";
 import { attachTyped, typedOf } from "../../../src/sharding/internal/codec.ts";
 import {
   DirectEnvelope,
@@ -22,6 +26,7 @@ import type { ControlMessage, NodeEffect } from "../../../src/sharding/node/node
 import {
   a,
   address,
+  asks,
   b,
   c,
   coordinatorWithPlan,
@@ -29,8 +34,10 @@ import {
   d,
   follower,
   forwards,
+  logs,
   member,
   ofKind,
+  rejects,
   sends,
   type,
   view,
@@ -395,6 +402,27 @@ test("direct owner: a retried attempt's gate (the same handoff asked again) wait
   const expired = k.c.feed({ kind: "timer", timer: again!.timer }, 5_000);
   assert.equal(ofKind(expired, "ack").length, 2, "both asks fail once it has waited its full time");
   assert.ok(ofKind(expired, "ack").every((x) => x.error !== null));
+  assert.equal(logs(expired, "warn").length, 1, "giving up is a warning");
+  // The retried passivate's own timer comes due as well: the gate is gone, so it does nothing.
+  assert.deepEqual(k.c.feed({ kind: "timer", timer: expiry!.timer }, 5_001), []);
+});
+
+test("direct owner: a gate timer does nothing once its drain started, or for an older handoff's gate", () => {
+  const k = cluster();
+  const shard = k.c.shardOn(c);
+  const key = k.c.settings.key;
+  const first = control(k.c, gatedPassivate(k, shard, [b]), a, 2_000);
+  const [expiry] = first.flatMap((x) => (x.kind === "schedule" && x.timer.kind === "drainGateExpired" ? [x] : []));
+  const marked = control(k.c, new DirectMarker(type, key, shard, b.toString(), a.toString(), 42), b, 2_001);
+  assert.equal(ofKind(marked, "drainShard").length, 1);
+  assert.deepEqual(k.c.feed({ kind: "timer", timer: expiry!.timer }, 4_000), [], "the drain runs: no expiry");
+
+  const other = [...k.c.t.plan.allocations].find(([s, o]) => s !== shard && o.equals(c))![0];
+  const older = control(k.c, gatedPassivate(k, other, [b], 50), a, 4_001);
+  const [olderExpiry] = older.flatMap((x) => (x.kind === "schedule" && x.timer.kind === "drainGateExpired" ? [x] : []));
+  control(k.c, gatedPassivate(k, other, [b], 51), a, 4_002);
+  assert.deepEqual(k.c.feed({ kind: "timer", timer: olderExpiry!.timer }, 6_001), [], "token 50's gate was replaced");
+  assert.equal(k.c.t.drains.has(other), true, "the drain still waits for handoff 51's marker");
 });
 
 test("direct caller: a probe through a coordinator that went Down no longer holds the shard's deliveries — they go to the new coordinator at once", () => {
@@ -439,4 +467,38 @@ test("direct caller: under the planted directWithoutGrant bug the plan alone ope
   const route = k.b.t.routes.get(shard);
   assert.equal(route?.phase, "direct");
   assert.deepEqual(onlyForward(k.b.route(k.b.delivery(id), 2_001)), { to: c.toString(), direct: true });
+});
+
+test("direct coordinator: a handoff is not announced to an Up member that never registered the type, nor does the old owner wait for its marker", () => {
+  const k = cluster();
+  k.coordinator.feed(
+    { kind: "membershipChanged", snapshot: view(a, [member(a), member(b), member(c), member(d)]) },
+    2_000,
+  );
+  assert.equal(k.coordinator.t.registrations.has(d.toString()), false);
+  const shard = k.coordinator.shardOn(b);
+  const effects = k.coordinator.feed({ kind: "moveShard", type, shard, to: c }, 2_001);
+  const announced = sent(effects, HandoffAnnounce).map((x) => x.to.toString());
+  assert.deepEqual(announced.sort(), [b.toString(), c.toString()], "d does not know the type");
+  const passivate = asks(effects)[0]!.message as PassivateShard;
+  assert.deepEqual(passivate.waitFor, [c.toString()]);
+});
+
+test("direct owner: with coordinator routing a direct envelope is refused for its routing even while no coordinator is accepted (not held)", () => {
+  const plain = { rebalance: new NoRebalance() };
+  const coordinator = coordinatorWithPlan(plain);
+  const cc = follower(c, coordinator.update(), plain);
+  cc.feed(
+    { kind: "membershipChanged", snapshot: view(c, [member(a), member(b), member(c)], { unreachable: [a] }) },
+    2_000,
+  );
+  assert.equal(cc.state.view.accepting, null);
+  const shard = cc.shardOn(c);
+  const delivery = cc.delivery(cc.entityIn((s) => s === shard));
+  const envelope = DirectEnvelope.of(delivery.envelope, a, cc.t.plan.generation);
+  const effects = cc.envelope({ envelope, sender: delivery.sender }, b, 2_001);
+  const [rejected] = rejects(effects);
+  assert.ok(rejected?.error instanceof DirectDeliveryRefusedError, String(rejected?.error));
+  assert.equal((rejected.error as DirectDeliveryRefusedError).reason, "routing");
+  assert.equal(cc.t.heldDirect.size, 0);
 });
