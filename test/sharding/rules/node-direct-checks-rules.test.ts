@@ -502,3 +502,72 @@ test("direct owner: with coordinator routing a direct envelope is refused for it
   assert.equal((rejected.error as DirectDeliveryRefusedError).reason, "routing");
   assert.equal(cc.t.heldDirect.size, 0);
 });
+
+/** c's direct envelope for an entity of `shard`, naming `coordinator` and `generation`. */
+function directAt(n: Driven, shard: number, coordinator: UniqueAddress, generation: number) {
+  const delivery = n.delivery(n.entityIn((s) => s === shard));
+  return { envelope: DirectEnvelope.of(delivery.envelope, coordinator, generation), sender: delivery.sender };
+}
+
+/** The reason of the one DirectDeliveryRefusedError among `effects`' rejections. */
+function refusedFor(effects: NodeEffect[]): string {
+  const [rejected] = rejects(effects);
+  assert.ok(rejected?.error instanceof DirectDeliveryRefusedError, String(rejected?.error));
+  return rejected.error.reason;
+}
+
+test("direct owner: under the planted refuseDirectWithoutCoordinator bug a direct envelope with no accepting coordinator is refused for its coordinator, not held (the simulator's proof needs it to take effect)", () => {
+  const k = cluster();
+  k.c.state = { ...k.c.state, bugs: { refuseDirectWithoutCoordinator: true } };
+  k.c.feed(
+    { kind: "membershipChanged", snapshot: view(c, [member(a), member(b), member(c)], { unreachable: [a] }) },
+    2_000,
+  );
+  assert.equal(k.c.state.view.accepting, null);
+  const effects = k.c.envelope(directAt(k.c, k.c.shardOn(c), a, k.c.t.plan.generation), b, 2_001);
+  assert.equal(refusedFor(effects), "coordinator");
+  assert.equal(k.c.t.heldDirect.size, 0);
+});
+
+test("direct owner: a member with no plan, or whose plan leaves the shard unplaced, refuses a direct envelope (coordinator, owner) — judged, not thrown on", () => {
+  const k = cluster();
+  const shard = k.c.shardOn(c);
+  const fresh = new Driven(c, direct);
+  assert.equal(refusedFor(fresh.envelope(directAt(fresh, shard, a, 1), b, 2_000)), "coordinator");
+  control(k.c, moved(k.update, shard, null, k.update.generation + 1), a, 2_001);
+  assert.equal(refusedFor(k.c.envelope(directAt(k.c, shard, a, k.update.generation), b, 2_002)), "owner");
+});
+
+test("direct owner: a direct delivery for a shard behind an open retry barrier queues behind it, not delivered ahead", () => {
+  const k = cluster();
+  const shard = k.c.shardOn(c);
+  const first = k.c.forwardedBy(
+    a,
+    k.c.entityIn((s) => s === shard),
+  );
+  k.c.envelope(first, a, 2_000);
+  k.c.feed({ kind: "delivered", type, shard, retry: false, deliveries: [first], outcomes: ["lease"] }, 2_001);
+  assert.ok(k.c.t.barrier.has(shard));
+  const effects = k.c.envelope(directAt(k.c, shard, a, k.c.t.plan.generation), b, 2_002);
+  assert.deepEqual(ofKind(effects, "deliver"), [], "behind the barrier");
+  assert.deepEqual(rejects(effects), []);
+});
+
+test("direct caller that owns the shard: its own direct delivery refused at home (a drain started) cools its route locally — no message to itself, the call fails typed", () => {
+  const k = cluster();
+  const shard = k.b.shardOn(b);
+  const id = k.b.entityIn((s) => s === shard);
+  const [probe] = sent(k.b.route(k.b.delivery(id), 2_000), DirectProbe);
+  const [forwarded] = sent(control(k.coordinator, probe!.message, b, 2_001), DirectProbe);
+  control(k.b, forwarded!.message, a, 2_002);
+  assert.equal(k.b.t.routes.get(shard)?.phase, "direct");
+  // An ungated passivate (as coordinator routing sends): the drain starts, the route stays.
+  const key = k.b.settings.key;
+  const drained = control(k.b, new PassivateShard(type, key, shard, a.toString(), c.toString(), null, []), a, 2_003);
+  assert.equal(ofKind(drained, "drainShard").length, 1);
+  const effects = k.b.route(k.b.delivery(id), 2_004);
+  assert.equal(refusedFor(effects), "draining");
+  assert.deepEqual(sends(effects), [], "nothing sent to itself");
+  assert.equal(k.b.t.routes.get(shard)?.phase, "cooling");
+  assert.equal(k.b.stats.directFallbacks, 1);
+});
