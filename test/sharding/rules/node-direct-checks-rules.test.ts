@@ -365,12 +365,16 @@ test("direct owner: a gated passivate for a shard its plan leaves unplaced drain
   assert.equal(ofKind(effects, "drainShard").length, 1);
 });
 
-test("direct owner: a gated drain waits for no member that is gone from the view (not listed at all)", () => {
+test("direct owner: a gated drain waits for no member that is gone from the view (not listed, or listed Removed)", () => {
   const k = cluster();
   const shard = k.c.shardOn(c);
   const effects = control(k.c, gatedPassivate(k, shard, [d]), a, 2_000);
   assert.deepEqual(ofKind(effects, "refused"), []);
   assert.equal(ofKind(effects, "drainShard").length, 1, "d is not in c's view: its marker is not waited for");
+  const other = [...k.c.t.plan.allocations].find(([s, o]) => s !== shard && o.equals(c))![0];
+  k.c.feed({ kind: "membershipChanged", snapshot: view(c, [member(a), member(b, "Removed"), member(c)]) }, 2_001);
+  const removed = control(k.c, gatedPassivate(k, other, [b], 43), a, 2_002);
+  assert.equal(ofKind(removed, "drainShard").length, 1, "b is listed Removed: its marker is not waited for");
 });
 
 test("direct owner: a gated drain starts once its coordinator is no longer the accepting one (a direct delivery naming it is refused from then on)", () => {
