@@ -1,0 +1,93 @@
+// The preparation grace (docs/protocol.md §9.3) and the caller's routes across a coordinator term, one condition at
+// a time (written from the scoped mutation run m24-prep, docs/mutation.md): the coordinator's own preparation is
+// forgotten when its grace ends; a member listing a preparation of a shard the plan leaves unplaced is judged, not
+// thrown on; a new plan author cools a probe under way and leaves a cooling route as it was.
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import { NoRebalance } from "../../../src/sharding/index.ts";
+import { DirectProbe, PlanRequest, PlanUpdate } from "../../../src/sharding/internal/messages.ts";
+import {
+  a,
+  address,
+  b,
+  c,
+  cancels,
+  coordinatorWithPlan,
+  follower,
+  member,
+  ofKind,
+  sends,
+  type,
+  view,
+} from "./node-harness.ts";
+
+const e = address(2550);
+
+test("the coordinator's own preparation of a handoff that no longer runs is forgotten when its grace ends, and the provider told what it keeps", () => {
+  const n = coordinatorWithPlan({ rebalance: new NoRebalance(), leaseDuration: 300, leaseRenewInterval: 100 });
+  const stale = n.shardOn(b);
+  n.t.prepared.set(stale, a.toString());
+  // The first plan sync lists it as not stood by (the grace starts), the timer of the grace finds it stale.
+  n.feed({ kind: "timer", timer: { kind: "planSync", type } }, 2_000);
+  assert.equal(n.t.prepared.has(stale), true, "within the grace");
+  const fired = n.feed(
+    { kind: "timer", timer: { kind: "preparationGrace", type, shard: stale, node: a.toString() } },
+    2_150,
+  );
+  assert.equal(n.t.prepared.has(stale), false, "forgotten");
+  assert.deepEqual(cancels(fired), [], "no message to itself");
+  const [retain] = ofKind(fired, "retainShards");
+  assert.equal(retain?.shards.has(stale), false);
+});
+
+test("a preparation listed for a shard the coordinator's plan leaves unplaced is judged (cancelled after the grace), not thrown on", () => {
+  const n = coordinatorWithPlan({ rebalance: new NoRebalance(), leaseDuration: 300, leaseRenewInterval: 100 });
+  const shard = n.shardOn(c);
+  const plan = n.t.plan;
+  const allocations = new Map(plan.allocations);
+  allocations.delete(shard);
+  n.t.plan = { ...plan, allocations };
+  const request = (nowMs: number) =>
+    n.feed(
+      {
+        kind: "control",
+        message: new PlanRequest(type, n.settings.key, b.toString(), a.toString(), plan.generation, [shard]),
+        replyTo: null,
+        origin: b,
+      },
+      nowMs,
+    );
+  assert.deepEqual(ofKind(request(2_000), "refused"), []);
+  assert.deepEqual(cancels(request(2_200)), [{ to: b.toString(), shards: [shard] }]);
+});
+
+test("direct: a new plan author cools a probe under way (its grant would be refused), and leaves a cooling route's period as it was", () => {
+  const direct = { routing: "direct" as const, rebalance: new NoRebalance() };
+  const coordinator = coordinatorWithPlan(direct);
+  const update = coordinator.update();
+  const f = follower(b, update, direct);
+  const probing = f.shardOn(c);
+  const cooling =
+    f.shardOn(a) === probing
+      ? undefined
+      : [...f.t.plan.allocations].find(([s, o]) => s !== probing && o.equals(c))?.[0];
+  assert.notEqual(cooling, undefined);
+  const probe = sends(f.route(f.delivery(f.entityIn((s) => s === probing)), 2_000)).filter(
+    (s) => s.message instanceof DirectProbe,
+  );
+  assert.equal(probe.length, 1);
+  f.t.routes.set(cooling!, { phase: "cooling", untilMs: 2_100 });
+  f.feed({ kind: "membershipChanged", snapshot: view(b, [member(e), member(a), member(b), member(c)]) }, 2_010);
+  f.feed(
+    {
+      kind: "control",
+      message: new PlanUpdate(type, update.settingsKey, e.toString(), update.generation + 1, update.assignments),
+      replyTo: null,
+      origin: e,
+    },
+    2_020,
+  );
+  assert.ok(f.t.plan.author?.equals(e));
+  assert.deepEqual(f.t.routes.get(probing), { phase: "cooling", untilMs: 2_020 + 500 });
+  assert.deepEqual(f.t.routes.get(cooling!), { phase: "cooling", untilMs: 2_100 }, "not restarted");
+});
