@@ -15,18 +15,7 @@ import {
   type NodeEffect,
   ownerDeliveryType,
 } from "../../../src/sharding/node/node-core.ts";
-import {
-  a,
-  address,
-  b,
-  c,
-  coordinatorWithPlan,
-  type Driven,
-  follower,
-  member,
-  type,
-  view,
-} from "./node-harness.ts";
+import { a, address, b, c, coordinatorWithPlan, type Driven, follower, member, type, view } from "./node-harness.ts";
 
 const e = address(2550);
 
@@ -132,4 +121,21 @@ test("caller shortcut: null while a former coordinator's forwarded envelopes are
   n.t.heldForwarded.takeAll();
   n.t.pendingMarkers.set(c.toString(), new CoordinatorFlush(type, n.settings.key, c.toString(), a.toString(), 1));
   assert.equal(callerRouteTarget(n.state, n.delivery(id)), null, "a marker waits");
+});
+
+test("owner shortcut: answers while this node's own callers flush a coordinator change (nothing held), as the step delivers the envelope", () => {
+  const coordinator = coordinatorWithPlan();
+  const n = follower(b, coordinator.update());
+  const shard = n.shardOn(b);
+  // b's callers last routed through c: the next step starts a flush of that change through c.
+  n.t.via = c;
+  n.feed({ kind: "membershipChanged", snapshot: n.state.view.snapshot }, 2_000);
+  assert.notEqual(n.t.flush, null);
+  assert.equal(n.t.heldLocal.size + n.t.heldForwarded.size, 0);
+  const d = n.forwardedBy(
+    a,
+    n.entityIn((s) => s === shard),
+  );
+  assert.equal(ownerDeliveryType(n.state, d, a), n.t);
+  assert.ok(onlyDelivers(n.envelope(d, a, 2_001), d));
 });
