@@ -91,3 +91,15 @@ test("direct: a new plan author cools a probe under way (its grant would be refu
   assert.deepEqual(f.t.routes.get(probing), { phase: "cooling", untilMs: 2_020 + 500 });
   assert.deepEqual(f.t.routes.get(cooling!), { phase: "cooling", untilMs: 2_100 }, "not restarted");
 });
+
+test("at plan sync the coordinator forgets only its own stale preparations: one another coordinator made here stays (it counts again if that one coordinates again)", () => {
+  const n = coordinatorWithPlan({ rebalance: new NoRebalance(), leaseDuration: 300, leaseRenewInterval: 100 });
+  const own = n.shardOn(b);
+  const foreign = n.shardOn(c);
+  n.t.prepared.set(own, a.toString());
+  n.t.prepared.set(foreign, c.toString());
+  n.feed({ kind: "timer", timer: { kind: "planSync", type } }, 2_000);
+  n.feed({ kind: "timer", timer: { kind: "planSync", type } }, 2_200);
+  assert.equal(n.t.prepared.has(own), false, "its own, past the grace: forgotten");
+  assert.equal(n.t.prepared.get(foreign), c.toString(), "c's: not this coordinator's to forget");
+});
