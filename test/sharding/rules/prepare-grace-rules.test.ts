@@ -5,17 +5,20 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { NoRebalance } from "../../../src/sharding/index.ts";
-import { DirectProbe, PlanRequest, PlanUpdate } from "../../../src/sharding/internal/messages.ts";
+import { CancelPreparations, DirectProbe, PlanRequest, PlanUpdate } from "../../../src/sharding/internal/messages.ts";
 import {
   a,
+  abortedAfterPrepare,
   address,
   b,
   c,
   cancels,
   coordinatorWithPlan,
   follower,
+  logs,
   member,
   ofKind,
+  schedules,
   sends,
   type,
   view,
@@ -102,4 +105,40 @@ test("at plan sync the coordinator forgets only its own stale preparations: one 
   n.feed({ kind: "timer", timer: { kind: "planSync", type } }, 2_200);
   assert.equal(n.t.prepared.has(own), false, "its own, past the grace: forgotten");
   assert.equal(n.t.prepared.get(foreign), c.toString(), "c's: not this coordinator's to forget");
+});
+
+test("a second abort to the same node, with no plan request between, keeps the grace that the first abort started: the first abort's timer cancels", () => {
+  const { n, moving, aborted } = abortedAfterPrepare({ rebalance: new NoRebalance() });
+  const grace = n.settings.leaseDuration / 2;
+  const first = schedules(aborted, "preparationGrace")[0]!.timer;
+  // The move starts again to c and aborts again after c prepared (2,400 to 2,420), well within the first grace.
+  n.feed({ kind: "moveShard", type, shard: moving, to: c }, 2_400);
+  const token = n.t.handoffs.get(moving)!.token;
+  n.feed({ kind: "handoffReply", type, shard: moving, token, step: "passivated", error: null }, 2_410);
+  const plan = n.t.plan;
+  n.t.plan = { ...plan, author: b };
+  n.feed({ kind: "handoffReply", type, shard: moving, token, step: "prepared", error: null }, 2_420);
+  n.t.plan = plan;
+  assert.equal(n.t.handoffs.has(moving), false, "aborted again");
+  assert.deepEqual(cancels(n.feed({ kind: "timer", timer: first }, 2_020 + grace)), [
+    { to: c.toString(), shards: [moving] },
+  ]);
+});
+
+test("a member that forgets a cancelled preparation logs it at info", () => {
+  const coordinator = coordinatorWithPlan();
+  const f = follower(b, coordinator.update());
+  const shard = f.shardOn(c);
+  f.t.prepared.set(shard, a.toString());
+  const effects = f.feed(
+    {
+      kind: "control",
+      message: new CancelPreparations(type, f.settings.key, a.toString(), [shard]),
+      replyTo: null,
+      origin: a,
+    },
+    2_000,
+  );
+  assert.equal(f.t.prepared.has(shard), false);
+  assert.equal(logs(effects, "info").length, 1);
 });
