@@ -575,3 +575,28 @@ test("direct caller that owns the shard: its own direct delivery refused at home
   assert.equal(k.b.t.routes.get(shard)?.phase, "cooling");
   assert.equal(k.b.stats.directFallbacks, 1);
 });
+
+test("direct owner: a newer plan that keeps the shard here does not restart its ownership — a direct delivery naming the earlier generation of the same ownership is accepted", () => {
+  const k = cluster();
+  const shard = k.c.shardOn(c);
+  const g = k.update.generation;
+  control(k.c, moved(k.update, shard, c, g + 1), a, 2_000);
+  const effects = k.c.envelope(directAt(k.c, shard, a, g), b, 2_001);
+  assert.deepEqual(rejects(effects), []);
+  assert.equal(ofKind(effects, "deliver").length, 1);
+});
+
+test("direct owner: a shard drained away and placed here again takes direct deliveries again (its closed mark ends with the ownership)", () => {
+  const k = cluster();
+  const shard = k.c.shardOn(c);
+  const g = k.update.generation;
+  const key = k.c.settings.key;
+  control(k.c, new PassivateShard(type, key, shard, a.toString(), b.toString(), null, []), a, 2_000);
+  k.c.feed({ kind: "drained", type, shard, error: null }, 2_010);
+  assert.equal(refusedFor(k.c.envelope(directAt(k.c, shard, a, g), b, 2_011)), "draining");
+  control(k.c, moved(k.update, shard, b, g + 1), a, 2_020);
+  control(k.c, moved(k.update, shard, c, g + 2), a, 2_030);
+  const effects = k.c.envelope(directAt(k.c, shard, a, g + 2), b, 2_040);
+  assert.deepEqual(rejects(effects), []);
+  assert.equal(ofKind(effects, "deliver").length, 1);
+});
