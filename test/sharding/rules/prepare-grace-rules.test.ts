@@ -39,6 +39,7 @@ test("the coordinator's own preparation of a handoff that no longer runs is forg
   );
   assert.equal(n.t.prepared.has(stale), false, "forgotten");
   assert.deepEqual(cancels(fired), [], "no message to itself");
+  assert.equal(logs(fired, "info").length, 1, "logged at info");
   const [retain] = ofKind(fired, "retainShards");
   assert.equal(retain?.shards.has(stale), false);
 });
@@ -141,4 +142,14 @@ test("a member that forgets a cancelled preparation logs it at info", () => {
   );
   assert.equal(f.t.prepared.has(shard), false);
   assert.equal(logs(effects, "info").length, 1);
+});
+
+test("the grace's timer for a node whose last plan request no longer listed the preparation (nothing remembered) still sends the harmless cancel, not thrown on", () => {
+  const { n, moving, aborted } = abortedAfterPrepare({ rebalance: new NoRebalance() });
+  const timer = schedules(aborted, "preparationGrace")[0]!.timer;
+  const request = new PlanRequest(type, n.settings.key, c.toString(), a.toString(), n.t.plan.generation, []);
+  n.feed({ kind: "control", message: request, replyTo: null, origin: c }, 2_100);
+  assert.equal(n.t.staleSince.has(c.toString()), false, "nothing remembered for c");
+  const fired = n.feed({ kind: "timer", timer }, 2_020 + n.settings.leaseDuration / 2);
+  assert.deepEqual(cancels(fired), [{ to: c.toString(), shards: [moving] }]);
 });
