@@ -153,3 +153,25 @@ test("the grace's timer for a node whose last plan request no longer listed the 
   const fired = n.feed({ kind: "timer", timer }, 2_020 + n.settings.leaseDuration / 2);
   assert.deepEqual(cancels(fired), [{ to: c.toString(), shards: [moving] }]);
 });
+
+test("cancelling one preparation at the end of its grace keeps the grace of the node's other stale preparation: a later request cancels that one on time", () => {
+  const { n, moving, aborted } = abortedAfterPrepare({ rebalance: new NoRebalance() });
+  const grace = n.settings.leaseDuration / 2;
+  // A second move to c aborts after c prepared (2,030 to 2,050).
+  const second = [...n.t.plan.allocations].find(([s, o]) => s !== moving && o.equals(b))![0];
+  n.feed({ kind: "moveShard", type, shard: second, to: c }, 2_030);
+  const token = n.t.handoffs.get(second)!.token;
+  n.feed({ kind: "handoffReply", type, shard: second, token, step: "passivated", error: null }, 2_040);
+  const plan = n.t.plan;
+  n.t.plan = { ...plan, author: b };
+  n.feed({ kind: "handoffReply", type, shard: second, token, step: "prepared", error: null }, 2_050);
+  n.t.plan = plan;
+  const first = schedules(aborted, "preparationGrace")[0]!.timer;
+  assert.deepEqual(cancels(n.feed({ kind: "timer", timer: first }, 2_020 + grace)), [
+    { to: c.toString(), shards: [moving] },
+  ]);
+  assert.equal(n.t.staleSince.get(c.toString())?.get(second), 2_050, "the other grace still runs from its abort");
+  const request = new PlanRequest(type, n.settings.key, c.toString(), a.toString(), n.t.plan.generation, [second]);
+  const answered = n.feed({ kind: "control", message: request, replyTo: null, origin: c }, 2_050 + grace);
+  assert.deepEqual(cancels(answered), [{ to: c.toString(), shards: [second] }]);
+});
