@@ -13,6 +13,7 @@ import {
 } from "../../../src/sharding/index.ts";
 import { attachTyped, typedOf } from "../../../src/sharding/internal/codec.ts";
 import {
+  CancelPreparations,
   DirectEnvelope,
   DirectGrant,
   DirectMarker,
@@ -238,7 +239,9 @@ test("direct owner: a member with no plan yet, or whose plan leaves the shard un
   const shard = k.c.shardOn(c);
   const fresh = new Driven(c, direct);
   declinedToB(control(fresh, probeOf(k, shard).forwardedBy(a), a, 2_000), "no plan");
-  control(k.c, moved(k.update, shard, null, k.update.generation + 1), a, 2_001);
+  const stored = control(k.c, moved(k.update, shard, null, k.update.generation + 1), a, 2_001);
+  assert.deepEqual(ofKind(stored, "refused"), [], "a plan that unplaces an owned shard is stored, not thrown on");
+  assert.equal(k.c.t.ownedSince.has(shard), false, "its ownership ends");
   declinedToB(control(k.c, probeOf(k, shard).forwardedBy(a), a, 2_002), "unplaced");
 });
 
@@ -599,4 +602,14 @@ test("direct owner: a shard drained away and placed here again takes direct deli
   const effects = k.c.envelope(directAt(k.c, shard, a, g + 2), b, 2_040);
   assert.deepEqual(rejects(effects), []);
   assert.equal(ofKind(effects, "deliver").length, 1);
+});
+
+test("direct owner: a member with no plan yet forgets a cancelled preparation without a throw (its plan has no author)", () => {
+  const n = new Driven(c, direct);
+  assert.equal(n.t.plan.author, null);
+  n.t.prepared.set(3, a.toString());
+  const effects = control(n, new CancelPreparations(type, n.settings.key, a.toString(), [3]), a, 2_000);
+  assert.deepEqual(ofKind(effects, "refused"), []);
+  assert.equal(n.t.prepared.has(3), false);
+  assert.equal(ofKind(effects, "retainShards").length, 1);
 });
