@@ -139,3 +139,21 @@ test("owner shortcut: answers while this node's own callers flush a coordinator 
   assert.equal(ownerDeliveryType(n.state, d, a), n.t);
   assert.ok(onlyDelivers(n.envelope(d, a, 2_001), d));
 });
+
+test("local delivery: null at a former coordinator that still authors its plan once another member is elected, and at an elected member not yet author of the plan it holds", () => {
+  const n = coordinatorWithPlan();
+  const own = n.shardOn(a);
+  n.feed({ kind: "membershipChanged", snapshot: view(a, [member(e), member(a), member(b), member(c)]) }, 2_000);
+  assert.ok(n.state.view.routing?.equals(e) && n.t.plan.author?.equals(a));
+  const d = n.delivery(n.entityIn((s) => s === own));
+  assert.equal(localDeliveryType(n.state, d), null, "a routes through e now");
+  assert.equal(onlyDelivers(n.route(d, 2_001), d), false);
+
+  const coordinator = coordinatorWithPlan();
+  const f = follower(b, coordinator.update());
+  f.feed({ kind: "membershipChanged", snapshot: view(b, [member(a, "Down"), member(b), member(c)]) }, 2_000);
+  assert.ok(f.state.view.elected?.equals(b) && f.t.plan.author?.equals(a), "elected, still holding a's plan");
+  const mine = f.delivery(f.entityIn((s) => s === f.shardOn(b)));
+  assert.equal(localDeliveryType(f.state, mine), null, "not the author yet");
+  assert.equal(onlyDelivers(f.route(mine, 2_001), mine), false);
+});
