@@ -157,3 +157,27 @@ test("local delivery: null at a former coordinator that still authors its plan o
   assert.equal(localDeliveryType(f.state, mine), null, "not the author yet");
   assert.equal(onlyDelivers(f.route(mine, 2_001), mine), false);
 });
+
+test("owner shortcut: null, not a throw, for a shard the accepting coordinator's plan leaves unplaced; coordinator shortcut: null at an elected member not yet author of the plan it holds", () => {
+  const coordinator = coordinatorWithPlan();
+  const f = follower(b, coordinator.update());
+  const shard = f.shardOn(b);
+  unplace(f, shard);
+  assert.equal(
+    ownerDeliveryType(
+      f.state,
+      f.forwardedBy(
+        a,
+        f.entityIn((s) => s === shard),
+      ),
+      a,
+    ),
+    null,
+  );
+
+  const g = follower(b, coordinator.update());
+  g.feed({ kind: "membershipChanged", snapshot: view(b, [member(a, "Down"), member(b), member(c)]) }, 2_000);
+  assert.ok(g.state.view.elected?.equals(b) && g.t.plan.author?.equals(a));
+  const d = g.delivery(g.entityIn((s) => s === g.shardOn(c)));
+  assert.equal(coordinatorRouteOwner(g.state, d, c), null);
+});
