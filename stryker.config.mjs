@@ -21,6 +21,9 @@ export const protocolCores = [
   "src/sharding/node/node-core.ts",
   "src/sharding/node/held-deliveries.ts",
   "src/sharding/node/view.ts",
+  // The direct route's state (the caller's route per shard, the owner's marker book): pure, no I/O, and the marker
+  // book's bound and forgetting are rules an owner's drain gate depends on (docs/protocol.md §8.8).
+  "src/sharding/node/direct-route.ts",
 ];
 
 /** Every `*.test.ts` directly in `dir`, by name. */

@@ -2377,7 +2377,8 @@ class Step {
    */
   private onDrainGateExpired(t: TypeState, shard: number, token: number): void {
     const gate = t.drainGates.get(shard);
-    if (gate?.token !== token || t.drainsStarted.has(shard)) return;
+    // A started drain has no gate (startDrainIfWaiting removes it, and drainLocally sets none while one runs).
+    if (gate?.token !== token) return;
     const leftMs = gate.sinceMs + handoffTimeoutMs - this.nowMs;
     if (leftMs > 0) {
       // A newer copy of the gate (a retried attempt of the same handoff) waits its own full time.

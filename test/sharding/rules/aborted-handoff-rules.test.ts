@@ -117,3 +117,13 @@ test("the shell's shortcuts leave a drained shard's next delivery to the step (w
   coordinator.t.drainedHere.add(coordinator.shardOf(other));
   assert.notEqual(coordinatorRouteOwner(coordinator.state, coordinator.delivery(other), c), null);
 });
+
+test("a drained shard whose drain started again is not kept again by the next delivery (the new drain stands)", () => {
+  const { n, shard, id } = drainedOwner();
+  const again = new PassivateShard(type, n.settings.key, shard, a.toString(), c.toString());
+  const started = n.feed({ kind: "control", message: again, replyTo: null, origin: a }, 2_200);
+  assert.equal(ofKind(started, "drainShard").length, 1, "the drain runs again");
+  assert.ok(n.t.drainedHere.has(shard));
+  const effects = n.envelope(n.forwardedBy(a, id), a, 2_300);
+  assert.deepEqual(ofKind(effects, "retainShards"), [], "not re-owned under a running drain");
+});

@@ -6,6 +6,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { NoRebalance } from "../../../src/sharding/index.ts";
+import { attachTyped, typedOf } from "../../../src/sharding/internal/codec.ts";
 import { CoordinatorFlush } from "../../../src/sharding/internal/index.ts";
 import { DirectEnvelope, DirectGrant, DirectProbe } from "../../../src/sharding/internal/messages.ts";
 import { callerRouteTarget, type NodeEffect, routeToTarget } from "../../../src/sharding/node/node-core.ts";
@@ -142,4 +143,27 @@ test("direct routing: no shortcut without a grant, for the caller's own shard, o
   assert.equal(callerRouteTarget(short.state, short.delivery(id)), null, "the plan moved the shard");
   short.t.plan = plan;
   assert.notEqual(callerRouteTarget(short.state, short.delivery(id)), null);
+});
+
+test("direct routing: no shortcut, and no throw, for a grant whose shard the plan now leaves unplaced", () => {
+  const { short, shard, id } = granted();
+  const plan = short.t.plan;
+  const unplaced = new Map(plan.allocations);
+  unplaced.delete(shard);
+  short.t.plan = { ...plan, allocations: unplaced };
+  assert.equal(callerRouteTarget(short.state, short.delivery(id)), null);
+});
+
+test("direct routing: the shortcut's direct copy carries the caller's typed (in-process) payload, as the step's does", () => {
+  const { short, full, id } = granted();
+  const payload = { order: 7 };
+  const d = short.delivery(id);
+  attachTyped(d.envelope, payload);
+  const effect = routeToTarget(short.state, callerRouteTarget(short.state, d)!, d, true);
+  const twin = full.delivery(id);
+  attachTyped(twin.envelope, payload);
+  const [stepped] = forwards(full.route(twin, 2_100));
+  assert.equal(typedOf(stepped!.envelope)?.value, payload);
+  assert.equal(typedOf(effect.envelope)?.value, payload);
+  assert.equal(typedOf(effect.delivery.envelope)?.value, payload);
 });
