@@ -3,7 +3,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import type { UniqueAddress } from "../../../src/actor/index.ts";
-import { DirectDeliveryRefusedError, NoRebalance, NoShardOwnerError } from "../../../src/sharding/index.ts";
+import { DirectDeliveryRefusedError, NoShardOwnerError } from "../../../src/sharding/index.ts";
 import {
   DirectEnvelope,
   DirectGrant,
@@ -14,14 +14,12 @@ import {
   PassivateShard,
   PlanUpdate,
 } from "../../../src/sharding/internal/messages.ts";
-import type { ControlMessage, Delivery, NodeEffect } from "../../../src/sharding/node/node-core.ts";
+import { cluster, control, direct, directFrom, e, sent } from "./direct-harness.ts";
 import {
   a,
-  address,
   b,
   c,
   coordinatorWithPlan,
-  type Driven,
   delivers,
   follower,
   forwards,
@@ -29,36 +27,9 @@ import {
   ofKind,
   rejects,
   schedules,
-  sends,
   type,
   view,
 } from "./node-harness.ts";
-
-const direct = { routing: "direct" as const, rebalance: new NoRebalance() };
-/** A joiner whose address sorts before a's: while Up it is the coordinator; once it leaves, a is again. */
-const e: UniqueAddress = address(2550);
-
-function control(n: Driven, message: ControlMessage, origin: UniqueAddress | null, nowMs: number): NodeEffect[] {
-  return n.feed({ kind: "control", message, replyTo: null, origin }, nowMs);
-}
-
-function cluster() {
-  const coordinator = coordinatorWithPlan(direct);
-  const update = coordinator.update();
-  return { coordinator, update, b: follower(b, update, direct), c: follower(c, update, direct) };
-}
-
-function sent<T>(
-  effects: NodeEffect[],
-  cls: abstract new (...args: never[]) => T,
-): { to: UniqueAddress; message: T }[] {
-  return sends(effects).flatMap((x) => (x.message instanceof cls ? [{ to: x.to, message: x.message as T }] : []));
-}
-
-function directFrom(n: Driven, entityId: string, coordinator: UniqueAddress, generation: number): Delivery {
-  const d = n.delivery(entityId);
-  return { envelope: DirectEnvelope.of(d.envelope, coordinator, generation), sender: d.sender };
-}
 
 /** `update`'s assignments re-authored by `author` at `generation`. */
 function reauthored(update: PlanUpdate, author: UniqueAddress, generation: number): PlanUpdate {

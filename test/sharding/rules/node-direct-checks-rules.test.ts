@@ -23,10 +23,10 @@ import {
   PassivateShard,
   PlanUpdate,
 } from "../../../src/sharding/internal/messages.ts";
-import type { ControlMessage, NodeEffect } from "../../../src/sharding/node/node-core.ts";
+import type { NodeEffect } from "../../../src/sharding/node/node-core.ts";
+import { cluster, control, direct, e, grantedDirect, sent } from "./direct-harness.ts";
 import {
   a,
-  address,
   asks,
   b,
   c,
@@ -44,44 +44,12 @@ import {
   view,
 } from "./node-harness.ts";
 
-const direct = { routing: "direct" as const, rebalance: new NoRebalance() };
-/** A member whose address sorts before a's: while Up it is the elected coordinator. */
-const e: UniqueAddress = address(2550);
-
-function control(n: Driven, message: ControlMessage, origin: UniqueAddress | null, nowMs: number): NodeEffect[] {
-  return n.feed({ kind: "control", message, replyTo: null, origin }, nowMs);
-}
-
-function cluster() {
-  const coordinator = coordinatorWithPlan(direct);
-  const update = coordinator.update();
-  return { coordinator, update, b: follower(b, update, direct), c: follower(c, update, direct) };
-}
-
-function sent<T>(
-  effects: NodeEffect[],
-  cls: abstract new (...args: never[]) => T,
-): { to: UniqueAddress; message: T }[] {
-  return sends(effects).flatMap((x) => (x.message instanceof cls ? [{ to: x.to, message: x.message as T }] : []));
-}
-
 /** `update` with `shard` given to `owner` (or left unplaced when `owner` is null), at `generation`, by `author`. */
 function moved(update: PlanUpdate, shard: number, owner: UniqueAddress | null, generation: number, author = a) {
   const assignments = update.assignments.flatMap((x) =>
     x.shardId !== shard ? [x] : owner === null ? [] : [{ shardId: shard, owner: owner.toString() }],
   );
   return new PlanUpdate(type, update.settingsKey, author.toString(), generation, assignments);
-}
-
-/** b holds c's grant for `shard` (probe through a, forwarded, granted). */
-function granted(k: ReturnType<typeof cluster>, shard: number, nowMs: number): DirectGrant {
-  const id = k.b.entityIn((s) => s === shard);
-  const [probe] = sent(k.b.route(k.b.delivery(id), nowMs), DirectProbe);
-  const [forwarded] = sent(control(k.coordinator, probe!.message, b, nowMs + 1), DirectProbe);
-  const [grant] = sent(control(k.c, forwarded!.message, a, nowMs + 2), DirectGrant);
-  control(k.b, grant!.message, c, nowMs + 3);
-  assert.equal(k.b.t.routes.get(shard)?.phase, "direct");
-  return grant!.message;
 }
 
 /** The one forward of `effects`: to whom, and whether it is a direct copy. */
@@ -94,7 +62,7 @@ function onlyForward(effects: NodeEffect[]) {
 test("direct caller: a grant its plan no longer backs (a newer plan of the same coordinator gave the shard to the coordinator; the announcement lost) is dropped — the delivery goes through the coordinator, and no probe follows for the coordinator's own shard", () => {
   const k = cluster();
   const shard = k.b.shardOn(c);
-  granted(k, shard, 2_000);
+  grantedDirect(k, shard, 2_000);
   control(k.b, moved(k.update, shard, a, k.update.generation + 1), a, 2_010);
   const effects = k.b.route(k.b.delivery(k.b.entityIn((s) => s === shard)), 2_011);
   assert.deepEqual(onlyForward(effects), { to: a.toString(), direct: false });
@@ -106,7 +74,7 @@ test("direct caller: a grant its plan no longer backs (a newer plan of the same 
 test("direct caller: a grant for a shard a newer plan leaves unplaced is dropped without a throw; the delivery goes through the coordinator, unprobed", () => {
   const k = cluster();
   const shard = k.b.shardOn(c);
-  granted(k, shard, 2_000);
+  grantedDirect(k, shard, 2_000);
   control(k.b, moved(k.update, shard, null, k.update.generation + 1), a, 2_010);
   assert.equal(k.b.t.plan.allocations.has(shard), false);
   const effects = k.b.route(k.b.delivery(k.b.entityIn((s) => s === shard)), 2_011);
@@ -118,7 +86,7 @@ test("direct caller: a grant for a shard a newer plan leaves unplaced is dropped
 test("direct caller: a grant under a coordinator that went Down is dropped before the new coordinator's plan arrives — the delivery goes to the new coordinator, and no probe goes to it under the old plan", () => {
   const k = cluster();
   const shard = k.b.shardOn(c);
-  granted(k, shard, 2_000);
+  grantedDirect(k, shard, 2_000);
   k.b.feed(
     { kind: "membershipChanged", snapshot: view(b, [member(e), member(a, "Down"), member(b), member(c)]) },
     2_010,
@@ -142,7 +110,7 @@ test("direct caller: a member that holds no plan yet sends its delivery to the c
 test("direct caller: the cooling period ends exactly directProbeRetryMs after the refusal — a delivery at that instant probes again", () => {
   const k = cluster();
   const shard = k.b.shardOn(c);
-  granted(k, shard, 2_000);
+  grantedDirect(k, shard, 2_000);
   const id = k.b.entityIn((s) => s === shard);
   control(k.b, new DirectRefused(type, k.b.settings.key, shard, c.toString()), c, 2_010);
   const route = k.b.t.routes.get(shard);
@@ -454,7 +422,7 @@ test("direct caller: a probe through a coordinator that went Down no longer hold
 test("direct caller: the direct copy carries the caller's typed (in-process) payload", () => {
   const k = cluster();
   const shard = k.b.shardOn(c);
-  granted(k, shard, 2_000);
+  grantedDirect(k, shard, 2_000);
   const delivery = k.b.delivery(k.b.entityIn((s) => s === shard));
   const payload = { order: 7 };
   attachTyped(delivery.envelope, payload);

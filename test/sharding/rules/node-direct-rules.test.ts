@@ -17,59 +17,23 @@ import {
   PassivateShard,
   PlanUpdate,
 } from "../../../src/sharding/internal/messages.ts";
-import type { ControlMessage, Delivery, NodeEffect } from "../../../src/sharding/node/node-core.ts";
+import type { Delivery } from "../../../src/sharding/node/node-core.ts";
+import { cluster, control, direct, directFrom, grantedDirect, sent } from "./direct-harness.ts";
 import {
   a,
   asks,
   b,
   c,
   coordinatorWithPlan,
-  type Driven,
   delivers,
   follower,
   forwards,
   member,
   ofKind,
   rejects,
-  sends,
   type,
   view,
 } from "./node-harness.ts";
-
-const direct = { routing: "direct" as const, rebalance: new NoRebalance() };
-
-function control(n: Driven, message: ControlMessage, origin: typeof a | null, nowMs: number): NodeEffect[] {
-  return n.feed({ kind: "control", message, replyTo: null, origin }, nowMs);
-}
-
-/** a coordinates a, b, c in direct mode; b and c follow its plan. */
-function cluster() {
-  const coordinator = coordinatorWithPlan(direct);
-  const update = coordinator.update();
-  return { coordinator, update, b: follower(b, update, direct), c: follower(c, update, direct) };
-}
-
-/** The control messages of `effects` that are instances of `cls`, with their destination. */
-function sent<T>(effects: NodeEffect[], cls: abstract new (...args: never[]) => T): { to: typeof a; message: T }[] {
-  return sends(effects).flatMap((e) => (e.message instanceof cls ? [{ to: e.to, message: e.message as T }] : []));
-}
-
-/** `caller` (b) holds c's grant for `shard` (probe through a, forwarded, granted); returns the grant. */
-function grantedDirect(k: ReturnType<typeof cluster>, shard: number, nowMs: number): DirectGrant {
-  const id = k.b.entityIn((s) => s === shard);
-  const [probe] = sent(k.b.route(k.b.delivery(id), nowMs), DirectProbe);
-  const [forwarded] = sent(control(k.coordinator, probe!.message, b, nowMs + 1), DirectProbe);
-  const [grant] = sent(control(k.c, forwarded!.message, a, nowMs + 2), DirectGrant);
-  control(k.b, grant!.message, c, nowMs + 3);
-  assert.equal(k.b.t.routes.get(shard)?.phase, "direct");
-  return grant!.message;
-}
-
-/** A direct envelope as b would send it to c for `entityId` under `grant`. */
-function directFrom(n: Driven, entityId: string, coordinator: typeof a, generation: number): Delivery {
-  const d = n.delivery(entityId);
-  return { envelope: DirectEnvelope.of(d.envelope, coordinator, generation), sender: d.sender };
-}
 
 test("direct: the first delivery goes through the coordinator with a probe behind it; later ones wait for the grant, then go straight to the owner naming the coordinator and the granted generation", () => {
   const k = cluster();

@@ -8,7 +8,6 @@ import { test } from "node:test";
 import { DirectDeliveryRefusedError, NoRebalance, type ShardingSettingsOptions } from "../../../src/sharding/index.ts";
 import { DirectEnvelope, DirectGrant, DirectProbe } from "../../../src/sharding/internal/messages.ts";
 import {
-  type ControlMessage,
   callerOwnDirect,
   callerRouteTarget,
   type Delivery,
@@ -17,17 +16,8 @@ import {
   ownerDeliveryType,
   routeOwnDirect,
 } from "../../../src/sharding/node/node-core.ts";
+import { control, direct, directFrom, onlyDelivers, sent } from "./direct-harness.ts";
 import { a, b, c, coordinatorWithPlan, type Driven, follower, member, rejects, type, view } from "./node-harness.ts";
-
-const direct = { routing: "direct" as const, rebalance: new NoRebalance() };
-
-/** True when `effects` are exactly one fresh `deliver` of `d` alone. */
-function onlyDelivers(effects: NodeEffect[], d: Delivery): boolean {
-  const [e] = effects;
-  return (
-    effects.length === 1 && e?.kind === "deliver" && !e.retry && e.deliveries.length === 1 && e.deliveries[0] === d
-  );
-}
 
 /** c, the owner of a shard in a's direct-routing plan, and b's direct envelope to an entity of it. */
 function atOwner(options: ShardingSettingsOptions = direct) {
@@ -35,13 +25,7 @@ function atOwner(options: ShardingSettingsOptions = direct) {
   const n = follower(c, coordinator.update(), options);
   const shard = n.shardOn(c);
   const id = n.entityIn((s) => s === shard);
-  return { n, shard, id, d: directTo(n, id, a, n.t.plan.generation) };
-}
-
-/** A direct envelope for `entityId` naming `coordinator` and `generation`, as a caller with a grant sends it. */
-function directTo(n: Driven, entityId: string, coordinator: typeof a, generation: number): Delivery {
-  const d = n.delivery(entityId);
-  return { envelope: DirectEnvelope.of(d.envelope, coordinator, generation), sender: d.sender };
+  return { n, shard, id, d: directFrom(n, id, a, n.t.plan.generation) };
 }
 
 /** The reasons of the direct-delivery refusals among `effects`. */
@@ -70,7 +54,7 @@ test("direct shortcut: a direct envelope under the accepting coordinator's grant
 test("direct shortcut: whoever sent it (another member, this node's own caller) the answer is the same, as the owner checks the grant and not the sender", () => {
   const { n, id, d } = atOwner();
   assert.equal(directDeliveryType(n.state, d), n.t);
-  const own = directTo(n, id, a, n.t.plan.generation);
+  const own = directFrom(n, id, a, n.t.plan.generation);
   assert.equal(directDeliveryType(n.state, own), n.t);
   assert.ok(onlyDelivers(n.envelope(own, null, 2_000), own));
   assert.ok(onlyDelivers(n.envelope(d, a, 2_001), d));
@@ -84,7 +68,7 @@ test("direct shortcut: a forwarded (hop-1) envelope is not a direct one", () => 
 
 test("direct shortcut: a grant of another coordinator than the accepting one is refused by the step, counted", () => {
   const { n, id } = atOwner();
-  const d = directTo(n, id, b, n.t.plan.generation);
+  const d = directFrom(n, id, b, n.t.plan.generation);
   const before = n.stats.directRefusals;
   assert.deepEqual(refusedFor(declined(n, d)), ["coordinator"]);
   assert.equal(n.stats.directRefusals, before + 1);
@@ -93,9 +77,9 @@ test("direct shortcut: a grant of another coordinator than the accepting one is 
 test("direct shortcut: a generation newer than the plan's, or older than this ownership's start, is refused by the step", () => {
   const { n, id } = atOwner();
   const before = n.stats.directRefusals;
-  assert.deepEqual(refusedFor(declined(n, directTo(n, id, a, n.t.plan.generation + 1))), ["generation"]);
+  assert.deepEqual(refusedFor(declined(n, directFrom(n, id, a, n.t.plan.generation + 1))), ["generation"]);
   const since = n.t.ownedSince.get(n.shardOf(id)) ?? 1;
-  assert.deepEqual(refusedFor(declined(n, directTo(n, id, a, since - 1))), ["generation"]);
+  assert.deepEqual(refusedFor(declined(n, directFrom(n, id, a, since - 1))), ["generation"]);
   assert.equal(n.stats.directRefusals, before + 2);
 });
 
@@ -104,13 +88,13 @@ test("direct shortcut: a shard the plan places on another member is refused by t
   const elsewhere = n.shardOn(b);
   const id = n.entityIn((s) => s === elsewhere);
   const before = n.stats.directRefusals;
-  assert.deepEqual(refusedFor(declined(n, directTo(n, id, a, n.t.plan.generation))), ["owner"]);
+  assert.deepEqual(refusedFor(declined(n, directFrom(n, id, a, n.t.plan.generation))), ["owner"]);
   assert.equal(n.stats.directRefusals, before + 1);
 });
 
 test("direct shortcut: an envelope of other settings, or of a type routed through the coordinator, is not delivered", () => {
   const { n, id } = atOwner();
-  const d = directTo(n, id, a, n.t.plan.generation);
+  const d = directFrom(n, id, a, n.t.plan.generation);
   const other = DirectEnvelope.of(
     { ...d.envelope, settingsKey: `${d.envelope.settingsKey}|other` } as DirectEnvelope,
     a,
@@ -141,7 +125,7 @@ test("direct shortcut: behind an open retry barrier of the shard the step queues
   const { n, shard, id, d } = atOwner();
   n.feed({ kind: "delivered", type, shard, retry: false, deliveries: [d], outcomes: ["lease"] }, 2_000);
   assert.ok(n.t.barrier.has(shard));
-  const effects = declined(n, directTo(n, id, a, n.t.plan.generation), 2_001);
+  const effects = declined(n, directFrom(n, id, a, n.t.plan.generation), 2_001);
   assert.equal(effects.length, 0, "queued behind the barrier, nothing else");
 });
 
@@ -184,7 +168,7 @@ test("direct shortcut: while an earlier direct envelope of the shard is still he
   const { n, id, d } = atOwner();
   const unsettled = view(c, [member(a), member(b), member(c)], { converged: false, unreachable: [b] });
   n.feed({ kind: "membershipChanged", snapshot: unsettled }, 1_500);
-  const first = directTo(n, id, a, n.t.plan.generation);
+  const first = directFrom(n, id, a, n.t.plan.generation);
   n.envelope(first, b, 1_600);
   assert.equal(n.t.heldDirect.size, 1);
   // The view settles (a view input alone releases nothing): the held envelope goes out at the next step, before d.
@@ -204,25 +188,16 @@ test("direct shortcut: a plan authored by another coordinator than the accepting
   assert.equal(n.stats.directRefusals, before + 1);
 });
 
-/** The control messages of `effects` that are instances of `cls`. */
-function sentOf<T>(effects: NodeEffect[], cls: abstract new (...args: never[]) => T): T[] {
-  return effects.flatMap((e) => (e.kind === "send" && e.message instanceof cls ? [e.message as T] : []));
-}
-
-function control(n: Driven, message: ControlMessage, origin: typeof a, nowMs: number): NodeEffect[] {
-  return n.feed({ kind: "control", message, replyTo: null, origin }, nowMs);
-}
-
 /** a coordinates a, b, c in direct mode; c, a member, holds its own grant for a shard it owns. */
 function ownerWithOwnGrant() {
   const coordinator = coordinatorWithPlan(direct);
   const n = follower(c, coordinator.update(), direct);
   const shard = n.shardOn(c);
   const id = n.entityIn((s) => s === shard);
-  const [probe] = sentOf(n.route(n.delivery(id), 2_000), DirectProbe);
-  const [forwarded] = sentOf(control(coordinator, probe!, c, 2_001), DirectProbe);
-  const [grant] = sentOf(control(n, forwarded!, a, 2_002), DirectGrant);
-  control(n, grant!, c, 2_003);
+  const [probe] = sent(n.route(n.delivery(id), 2_000), DirectProbe);
+  const [forwarded] = sent(control(coordinator, probe!.message, c, 2_001), DirectProbe);
+  // The owner is the caller: it takes its own grant at once (nothing sent).
+  assert.deepEqual(sent(control(n, forwarded!.message, a, 2_002), DirectGrant), []);
   assert.equal(n.t.routes.get(shard)?.phase, "direct");
   return { n, shard, id };
 }

@@ -12,18 +12,10 @@ import {
   coordinatorRouteOwner,
   type Delivery,
   forwardEffect,
-  type NodeEffect,
   ownerDeliveryType,
 } from "../../../src/sharding/node/node-core.ts";
+import { onlyDelivers } from "./direct-harness.ts";
 import { a, b, c, coordinatorWithPlan, Driven, follower, member, type } from "./node-harness.ts";
-
-/** True when `effects` are exactly one fresh `deliver` of `d` alone. */
-function onlyDelivers(effects: NodeEffect[], d: Delivery): boolean {
-  const [e] = effects;
-  return (
-    effects.length === 1 && e?.kind === "deliver" && !e.retry && e.deliveries.length === 1 && e.deliveries[0] === d
-  );
-}
 
 /** The coordinator a, and a caller's delivery (from b) to an entity of a shard the plan places on `owner`. */
 function atCoordinator(owner = c) {

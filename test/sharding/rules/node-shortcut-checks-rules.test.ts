@@ -10,22 +10,11 @@ import { CoordinatorFlush, PlanUpdate } from "../../../src/sharding/internal/ind
 import {
   callerRouteTarget,
   coordinatorRouteOwner,
-  type Delivery,
   localDeliveryType,
-  type NodeEffect,
   ownerDeliveryType,
 } from "../../../src/sharding/node/node-core.ts";
-import { a, address, b, c, coordinatorWithPlan, type Driven, follower, member, type, view } from "./node-harness.ts";
-
-const e = address(2550);
-
-/** True when `effects` are exactly one fresh `deliver` of `d` alone. */
-function onlyDelivers(effects: NodeEffect[], d: Delivery): boolean {
-  const [x] = effects;
-  return (
-    effects.length === 1 && x?.kind === "deliver" && !x.retry && x.deliveries.length === 1 && x.deliveries[0] === d
-  );
-}
+import { e, onlyDelivers } from "./direct-harness.ts";
+import { a, b, c, coordinatorWithPlan, type Driven, follower, member, type, view } from "./node-harness.ts";
 
 /** `n`'s plan without `shard` (a user strategy that leaves it unplaced). */
 function unplace(n: Driven, shard: number) {

@@ -6,10 +6,10 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 import { NoRebalance } from "../../../src/sharding/index.ts";
 import { CancelPreparations, DirectProbe, PlanRequest, PlanUpdate } from "../../../src/sharding/internal/messages.ts";
+import { e } from "./direct-harness.ts";
 import {
   a,
   abortedAfterPrepare,
-  address,
   b,
   c,
   cancels,
@@ -23,8 +23,6 @@ import {
   type,
   view,
 } from "./node-harness.ts";
-
-const e = address(2550);
 
 test("the coordinator's own preparation of a handoff that no longer runs is forgotten when its grace ends, and the provider told what it keeps", () => {
   const n = coordinatorWithPlan({ rebalance: new NoRebalance(), leaseDuration: 300, leaseRenewInterval: 100 });
