@@ -326,29 +326,144 @@ test("a direct envelope round-trips through its own wire name with the generatio
   );
   const sent = DirectEnvelope.of(hop0, addr("c"), 2 ** 40);
   assert.equal(registry.registrationOf(sent).name, wireNames.directEnvelope);
-  const back = codec.read(encode(codec, sent), 0, encode(codec, sent).length, Object.prototype);
+  const bytes = encode(codec, sent);
+  const back = codec.read(bytes, 0, bytes.length, Object.prototype);
   assert.ok(back instanceof DirectEnvelope);
   assert.equal(back.hopCount, 2);
-  assert.equal(back.coordinator, coordinator);
+  assert.equal(back.coordinator, null, "a direct envelope names its coordinator by uid only");
+  assert.equal(back.coordinatorUid, addr("c").uid);
+  assert.equal(back.settingsKey, "key", "the digest resolves to the settings key this process knows");
   assert.equal(back.generation, 2 ** 40);
   assert.deepEqual(decodeNested(registry, back.message!), new Deposit(3, "d"));
   const cases: [Partial<DirectEnvelope>, RegExp][] = [
     [{ hopCount: 1 }, /hopCount/],
     [{ hopCount: 0 }, /hopCount/],
-    [{ coordinator: null }, /coordinator/],
+    [{ coordinatorUid: "" }, /coordinatorUid/],
+    [{ coordinatorUid: "f".repeat(65) }, /coordinatorUid/],
+    [{ settingsDigest: -1 }, /settingsDigest/],
+    [{ settingsDigest: 0.5 }, /settingsDigest/],
+    [{ settingsDigest: 2 ** 52 }, /settingsDigest/],
     [{ generation: 0 }, /generation/],
     [{ generation: 1.5 }, /generation/],
     [{ generation: 2 ** 40 + 1 }, /generation/],
     [{ generation: -3 }, /generation/],
   ];
   for (const [override, field] of cases) {
-    const bytes = encode(codec, Object.assign(DirectEnvelope.of(hop0, addr("c"), 5), override));
+    const bad = encode(codec, Object.assign(DirectEnvelope.of(hop0, addr("c"), 5), override));
     assert.throws(
-      () => codec.read(bytes, 0, bytes.length, Object.prototype),
+      () => codec.read(bad, 0, bad.length, Object.prototype),
       (e: unknown) => e instanceof EnvelopeDecodeError && e.reason === "undecodable" && field.test(e.message),
       JSON.stringify(override),
     );
   }
+});
+
+test("a direct envelope carries neither the settings key nor the coordinator's address: a 52-bit digest and a uid stand for them", () => {
+  const { registry, wire } = setup();
+  const codec = registry.lookupName(wireNames.directEnvelope)!.codec as ShardingEnvelopeCodec;
+  const key = "256|StableHashPartitioner|LeastLoadedAllocation|RateLimitedRebalance:1:4|10000|3000|none|direct";
+  const hop0 = new ShardingEnvelope(
+    "User",
+    "Account",
+    "acct-7",
+    12,
+    key,
+    0,
+    null,
+    null,
+    true,
+    wire.encode(new Rename("x")),
+  );
+  const sent = DirectEnvelope.of(hop0, addr("c"), 3);
+  const bytes = encode(codec, sent);
+  assert.equal(bytes.includes(Buffer.from(key)), false, "no settings key on the wire");
+  assert.equal(bytes.includes(Buffer.from(addr("c").address.toString())), false, "no coordinator address on the wire");
+  const viaHop1 = encode(
+    registry.lookupName(wireNames.envelope)!.codec as ShardingEnvelopeCodec,
+    hop0.forwarded(addr("c"), false),
+  );
+  assert.ok(bytes.length + 100 < viaHop1.length, `direct ${bytes.length} bytes, hop 1 ${viaHop1.length} bytes`);
+  const back = decode(codec, bytes) as DirectEnvelope;
+  assert.equal(back.settingsKey, key);
+  assert.equal(back.settingsDigest, sent.settingsDigest);
+  assert.equal(back.coordinatorUid, addr("c").uid);
+});
+
+test("a direct envelope whose settings digest no settings here have resolves to no settings key, so the owner refuses it as a mismatch", () => {
+  const { registry, wire } = setup();
+  const codec = registry.lookupName(wireNames.directEnvelope)!.codec as ShardingEnvelopeCodec;
+  const hop0 = new ShardingEnvelope(
+    "User",
+    "Account",
+    "a",
+    1,
+    "key",
+    0,
+    null,
+    null,
+    true,
+    wire.encode(new Rename("x")),
+  );
+  const known = DirectEnvelope.of(hop0, addr("c"), 3);
+  // Another digest, as a node with other settings (never built in this process) writes it.
+  const other = Object.assign(DirectEnvelope.of(hop0, addr("c"), 3), {
+    settingsDigest: (known.settingsDigest + 1) % 2 ** 52,
+  });
+  const back = decode(codec, encode(codec, other));
+  assert.notEqual(back.settingsKey, "key");
+  assert.match(back.settingsKey, /unknown here/);
+});
+
+test("a direct envelope's JSON is refused field by field for hostile values of its digest and uid, never crashing", () => {
+  const { registry, wire } = setup();
+  const codec = registry.lookupName(wireNames.directEnvelope)!.codec as ShardingEnvelopeCodec;
+  const hop0 = new ShardingEnvelope(
+    "User",
+    "Account",
+    "a",
+    1,
+    "key",
+    0,
+    null,
+    null,
+    true,
+    wire.encode(new Rename("x")),
+  );
+  const good = decode(codec, encode(codec, DirectEnvelope.of(hop0, addr("c"), 3)));
+  const record = { ...good } as Record<string, unknown>;
+  const evil = {
+    toString() {
+      throw new Error("toString called");
+    },
+    valueOf() {
+      throw new Error("valueOf called");
+    },
+  };
+  const hostile: unknown[] = [
+    evil,
+    JSON.parse('{"__proto__": {"polluted": true}}'),
+    "x".repeat(1 << 20),
+    [],
+    {},
+    null,
+    true,
+    Number.NaN,
+    Number.POSITIVE_INFINITY,
+    -0.5,
+    2 ** 53,
+    10n,
+    Symbol("s"),
+  ];
+  for (const field of ["settingsDigest", "coordinatorUid"]) {
+    for (const value of hostile) {
+      assert.throws(
+        () => DirectEnvelope.fromJSON({ ...record, [field]: value }),
+        (e: unknown) => e instanceof Error && e.message.includes(field),
+        `${field} = ${typeof value}`,
+      );
+    }
+  }
+  assert.equal(({} as Record<string, unknown>).polluted, undefined);
 });
 
 test("a forwarded envelope (hop 1) is read by the owner that delivers it: its payload is decoded straight from the frame, and written out again the same", () => {

@@ -423,7 +423,7 @@ export class NodeSim {
   private readonly sentControls: SentControl[] = [];
   private sentControlsNext = 0;
   /**
-   * Every plan any node stored, by `author generation`: the owners each shard had in it (a set: the checker does not
+   * Every plan any node stored, by `author-uid generation`: the owners each shard had in it (a set: the checker does not
    * assume that two nodes' plans of one author and generation agree, it only asks whether one gave the shard there).
    */
   private readonly plansSeen = new Map<string, Map<number, Set<string>>>();
@@ -955,7 +955,7 @@ export class NodeSim {
         : only.to.equals(direct.owner) &&
           only.envelope instanceof DirectEnvelope &&
           only.envelope.generation === direct.generation &&
-          only.envelope.coordinator === direct.coordinator.toString() &&
+          only.envelope.coordinatorUid === direct.coordinator.uid &&
           only.envelope.entityId === d.envelope.entityId &&
           only.delivery.sender === d.sender &&
           counted.direct === 1 &&
@@ -993,7 +993,7 @@ export class NodeSim {
       delivered !== undefined &&
       delivered.envelope instanceof DirectEnvelope &&
       delivered.envelope.entityId === d.envelope.entityId &&
-      delivered.envelope.coordinator === promisedEnvelope.coordinator &&
+      delivered.envelope.coordinatorUid === promisedEnvelope.coordinatorUid &&
       delivered.envelope.generation === promisedEnvelope.generation &&
       delivered.sender === d.sender &&
       promised.t.via?.equals(promised.coordinator) === true &&
@@ -1181,7 +1181,8 @@ export class NodeSim {
   }
 
   private recordPlan(author: string, generation: number, allocations: ReadonlyMap<number, UniqueAddress>): void {
-    const key = `${author} ${generation}`;
+    // Keyed by the author's uid: a direct envelope names its coordinator by uid (§8.8), and a uid names one incarnation.
+    const key = `${author.slice(author.lastIndexOf("#") + 1)} ${generation}`;
     let owners = this.plansSeen.get(key);
     if (owners === undefined) {
       owners = new Map();
@@ -1217,10 +1218,10 @@ export class NodeSim {
     if (!ownsHere) this.fail(`${node.name}: a delivery for shard ${shard}, which it neither owns nor was prepared for`);
     if (d.envelope instanceof DirectEnvelope) {
       // The owner's check of §8.8, seen from outside: the plan the sender names gave the shard to this very node.
-      const named = this.plansSeen.get(`${d.envelope.coordinator} ${d.envelope.generation}`);
+      const named = this.plansSeen.get(`${d.envelope.coordinatorUid} ${d.envelope.generation}`);
       if (named?.get(shard)?.has(self) !== true) {
         this.fail(
-          `${node.name}: a direct delivery for shard ${shard} accepted, which the plan it names (generation ${d.envelope.generation} of ${d.envelope.coordinator}) does not give it`,
+          `${node.name}: a direct delivery for shard ${shard} accepted, which the plan it names (generation ${d.envelope.generation} of the coordinator with uid ${d.envelope.coordinatorUid}) does not give it`,
         );
       }
       const sent = this.directCalls.get(callOf(d.envelope));

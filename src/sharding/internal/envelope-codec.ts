@@ -33,11 +33,27 @@ export const envelopeLayout: NestingLayout = {
 };
 
 /**
- * The wire layout of {@link DirectEnvelope} (docs/protocol.md §8.8): the v2 fields, then the plan generation the sender
- * names. A wire name of its own, so coordinator routing's envelope v2 (and its fingerprint) stays as it was.
+ * The wire layout of {@link DirectEnvelope} (docs/protocol.md §8.8): the v2 fields (the settings key as its digest, the
+ * coordinator as its uid), then the plan generation the sender names. A wire name of its own, so coordinator routing's
+ * envelope v2 (and its fingerprint) stays as it was.
  */
 export const directEnvelopeLayout: NestingLayout = {
-  fields: { ...envelopeLayout.fields, generation: "number" },
+  // The v2 fields in their order, with the settings key as its digest and the coordinator as its uid (about 150 bytes
+  // fewer to write and read per direct delivery), then the generation.
+  fields: {
+    kind: "string",
+    entityType: "string",
+    entityId: "string",
+    shardId: "int32",
+    settingsDigest: "number",
+    hopCount: "int32",
+    coordinatorUid: "string",
+    askTimeoutMs: "number?",
+    senderless: "boolean",
+    deliveryAttempt: "int32",
+    traceparent: "string?",
+    generation: "number",
+  },
   nestedField: "message",
   // A direct envelope is always read by the owner it is delivered to.
   decodeHere: () => true,

@@ -20,6 +20,7 @@
 import { UniqueAddress } from "../../actor/index.ts";
 import { ClusterShardingConfigurationError } from "../errors.ts";
 import { parseTraceparent } from "../tracing/traceparent.ts";
+import { settingsDigest, settingsDigestLimit, settingsKeyOfDigest } from "./settings-digest.ts";
 
 /** Kinds of routed envelopes. */
 export type EnvelopeKind = "User" | "Activate" | "Passivate";
@@ -47,8 +48,11 @@ export const wireNames = {
   coordinatorFlush: "movie.cluster.sharding.coordinator-flush.v1",
   coordinatorFlushed: "movie.cluster.sharding.coordinator-flushed.v1",
   cancelPreparations: "movie.cluster.sharding.cancel-preparations.v1",
-  /** The direct route (docs/protocol.md §8.8): the envelope v2 layout plus the generation the sender names. */
-  directEnvelope: "movie.cluster.sharding.direct-envelope.v1",
+  /**
+   * The direct route (docs/protocol.md §8.8): the envelope v2 layout with the settings key as its digest and the
+   * coordinator as its uid, plus the generation the sender names. v1 carried the whole key and address.
+   */
+  directEnvelope: "movie.cluster.sharding.direct-envelope.v2",
   directProbe: "movie.cluster.sharding.direct-probe.v1",
   directGrant: "movie.cluster.sharding.direct-grant.v1",
   directRefused: "movie.cluster.sharding.direct-refused.v1",
@@ -60,6 +64,8 @@ export const wireNames = {
 export const directHop = 2;
 /** Largest generation a direct envelope or grant may name (the plan snapshot bound, docs/protocol.md §6.3). */
 const directGenerationMax = 2 ** 40;
+/** Longest coordinator uid a direct envelope may name (remoting's uids are 16 hex digits). */
+const uidLengthMax = 64;
 
 /** One shard's owner in a plan message. */
 export interface Assignment {
@@ -154,8 +160,6 @@ export class ShardingEnvelope {
     const o = object(json, "ShardingEnvelope");
     const kind = str(o, "kind");
     if (kind !== "User" && kind !== "Activate" && kind !== "Passivate") bad("kind", `unknown kind ${kind}`);
-    const coordinator = optStr(o, "coordinator");
-    if (coordinator !== null) address(coordinator, "coordinator");
     let message: WireMessage | null = null;
     if (o.message !== null && o.message !== undefined) {
       const m = object(o.message, "message");
@@ -170,12 +174,14 @@ export class ShardingEnvelope {
     const entityType = nonEmpty(o, "entityType");
     const entityId = nonEmpty(o, "entityId");
     const shardId = int(o, "shardId", 0);
-    const settingsKey = str(o, "settingsKey");
     const hopCount = int(o, "hopCount", 0);
     const senderless = bool(o, "senderless");
     const deliveryAttempt = o.deliveryAttempt === undefined ? 0 : int(o, "deliveryAttempt", 0);
     const malformedTrace = traceparent === null && o.traceparent !== null && o.traceparent !== undefined;
     if (!direct) {
+      const settingsKey = str(o, "settingsKey");
+      const coordinator = optStr(o, "coordinator");
+      if (coordinator !== null) address(coordinator, "coordinator");
       return new ShardingEnvelope(
         kind,
         entityType,
@@ -193,7 +199,10 @@ export class ShardingEnvelope {
       );
     }
     if (hopCount !== directHop) bad("hopCount", `a direct envelope has hop count ${directHop}`);
-    if (coordinator === null) bad("coordinator", "a direct envelope names the coordinator of its grant");
+    const settingsDigest = int(o, "settingsDigest", 0);
+    if (settingsDigest >= settingsDigestLimit) bad("settingsDigest", "expected an integer below 2^52");
+    const coordinatorUid = nonEmpty(o, "coordinatorUid");
+    if (coordinatorUid.length > uidLengthMax) bad("coordinatorUid", `longer than ${uidLengthMax} characters`);
     const generation = int(o, "generation", 1);
     if (generation > directGenerationMax) bad("generation", `above ${directGenerationMax}`);
     return new DirectEnvelope(
@@ -201,15 +210,15 @@ export class ShardingEnvelope {
       entityType,
       entityId,
       shardId,
-      settingsKey,
-      hopCount,
-      coordinator,
+      settingsKeyOfDigest(settingsDigest),
       askTimeoutMs,
       senderless,
       message,
       deliveryAttempt,
       traceparent,
       generation,
+      coordinatorUid,
+      settingsDigest,
       malformedTrace,
     );
   }
@@ -488,8 +497,11 @@ const waitForMax = 10_000;
 
 /**
  * A delivery sent by the caller straight to the shard's owner under the owner's grant (docs/protocol.md §8.8):
- * `hopCount` 2, `coordinator` the grant's coordinator, and `generation` the grant's plan generation. Its own wire name
- * (the v2 layout plus `generation`), so the envelope v2 of coordinator routing is unchanged.
+ * `hopCount` 2, the grant's coordinator named by its uid (`coordinatorUid`; `coordinator` stays null), and `generation`
+ * the grant's plan generation. Its own wire name, so the envelope v2 of coordinator routing is unchanged. On the wire
+ * the settings key is its 52-bit digest (`settingsDigest`, internal/settings-digest.ts) and the coordinator its uid:
+ * these two texts were about 150 of the envelope's bytes, written and read on every direct delivery. Received, its
+ * `settingsKey` is the local key the digest resolves to, so the owner's settings checks are those of any envelope.
  */
 export class DirectEnvelope extends ShardingEnvelope {
   constructor(
@@ -498,8 +510,6 @@ export class DirectEnvelope extends ShardingEnvelope {
     entityId: string,
     shardId: number,
     settingsKey: string,
-    hopCount: number,
-    coordinator: string | null,
     askTimeoutMs: number | null,
     senderless: boolean,
     message: WireMessage | null,
@@ -507,6 +517,14 @@ export class DirectEnvelope extends ShardingEnvelope {
     traceparent: string | null,
     /** The plan generation the owner granted under. */
     readonly generation: number,
+    /**
+     * The uid of the coordinator that forwarded the probe and authored the owner's plan: the owner accepts only when it
+     * is its accepting coordinator's. A uid names one incarnation (64 random bits); the sender is authenticated by
+     * remoting, and this field is only its claim of which plan it follows.
+     */
+    readonly coordinatorUid: string,
+    /** {@link settingsDigest} of `settingsKey`: what the wire carries for it. */
+    readonly settingsDigest: number,
     traceContextMalformed = false,
   ) {
     super(
@@ -515,8 +533,8 @@ export class DirectEnvelope extends ShardingEnvelope {
       entityId,
       shardId,
       settingsKey,
-      hopCount,
-      coordinator,
+      directHop,
+      null,
       askTimeoutMs,
       senderless,
       message,
@@ -534,20 +552,21 @@ export class DirectEnvelope extends ShardingEnvelope {
       envelope.entityId,
       envelope.shardId,
       envelope.settingsKey,
-      directHop,
-      coordinator.toString(),
       envelope.askTimeoutMs,
       envelope.senderless,
       envelope.message,
       envelope.deliveryAttempt,
       envelope.traceparent,
       generation,
+      coordinator.uid,
+      settingsDigest(envelope.settingsKey),
     );
   }
 
   /**
-   * Rebuilds a direct envelope from its JSON: every envelope field as for v2, then `hopCount` exactly 2, a
-   * `coordinator`, and a `generation` in 1..2^40.
+   * Rebuilds a direct envelope from its JSON: the envelope fields as for v2 but the settings key and coordinator, then
+   * `hopCount` exactly 2, a `settingsDigest` in 0..2^52-1, a `coordinatorUid` of 1..64 characters, and a `generation`
+   * in 1..2^40.
    * @throws ClusterShardingConfigurationError naming the malformed field
    */
   static override fromJSON(json: unknown): DirectEnvelope {

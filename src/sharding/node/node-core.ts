@@ -489,7 +489,8 @@ function heldPassIdle(state: NodeState, routing: UniqueAddress | null): boolean 
 export function ownerDeliveryType(state: NodeState, d: Delivery, origin: UniqueAddress | null): TypeState | null {
   if (state.stopped || state.bugs.acceptForwardFromAnyone === true) return null;
   const envelope = d.envelope;
-  if (envelope.hopCount !== 1 || envelope instanceof DirectEnvelope) return null;
+  // A direct envelope has hop count 2 (DirectEnvelope's constructor), so it never passes.
+  if (envelope.hopCount !== 1) return null;
   const coordinator = state.view.accepting;
   if (coordinator === null || origin === null || !origin.equals(coordinator)) return null;
   if (envelope.coordinator !== coordinator.toString()) return null;
@@ -538,7 +539,7 @@ export function directDeliveryType(state: NodeState, d: Delivery): TypeState | n
 function directRefusal(state: NodeState, t: TypeState, envelope: DirectEnvelope): string | null {
   if (t.settings.routing !== "direct") return "routing";
   const accepting = state.view.accepting;
-  if (accepting === null || envelope.coordinator !== accepting.toString() || !t.plan.author?.equals(accepting)) {
+  if (accepting === null || envelope.coordinatorUid !== accepting.uid || !t.plan.author?.equals(accepting)) {
     return "coordinator";
   }
   const shard = envelope.shardId;
@@ -568,7 +569,8 @@ export function coordinatorRouteOwner(
 ): { readonly t: TypeState; readonly owner: UniqueAddress } | null {
   if (state.stopped || origin === null) return null;
   const envelope = d.envelope;
-  if (envelope.hopCount !== 0 || envelope.coordinator !== null || envelope instanceof DirectEnvelope) return null;
+  // A direct envelope has hop count 2, so it never passes.
+  if (envelope.hopCount !== 0 || envelope.coordinator !== null) return null;
   const t = state.types.get(envelope.entityType);
   if (t === undefined || envelope.settingsKey !== t.settings.key) return null;
   const self = state.self;

@@ -112,7 +112,7 @@ test("direct routing: under a valid grant the shortcut sends the direct copy to 
   assert.ok(effect.to.equals(c) && stepped[0]!.to.equals(c), "straight to the owner");
   assert.ok(effect.envelope instanceof DirectEnvelope && stepped[0]!.envelope instanceof DirectEnvelope);
   assert.equal(effect.envelope.generation, (stepped[0]!.envelope as DirectEnvelope).generation);
-  assert.equal(effect.envelope.coordinator, a.toString());
+  assert.equal((effect.envelope as DirectEnvelope).coordinatorUid, a.uid);
   assert.equal(effect.delivery.sender, d.sender);
   assert.equal(short.stats.directRoutes, full.stats.directRoutes);
   assert.equal(short.stats.remoteRoutes, full.stats.remoteRoutes, "a direct send is no remote route");

@@ -62,7 +62,7 @@ test("direct: the first delivery goes through the coordinator with a probe behin
   assert.ok(out!.to.equals(c), "the held delivery goes straight to the owner");
   assert.ok(out!.envelope instanceof DirectEnvelope);
   assert.equal(out!.envelope.hopCount, 2);
-  assert.equal(out!.envelope.coordinator, a.toString());
+  assert.equal((out!.envelope as DirectEnvelope).coordinatorUid, a.uid);
   assert.equal((out!.envelope as DirectEnvelope).generation, grant!.message.generation);
   assert.equal(out!.delivery.sender, second.sender);
   const third = forwards(k.b.route(k.b.delivery(id), 2_005));

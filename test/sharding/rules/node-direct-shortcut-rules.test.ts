@@ -212,7 +212,7 @@ test("own direct shortcut: a member's caller that owns the shard under its own g
   const envelope = own?.delivery.envelope;
   assert.ok(envelope instanceof DirectEnvelope);
   assert.equal(envelope.generation, n.t.plan.generation);
-  assert.equal(envelope.coordinator, a.toString());
+  assert.equal(envelope.coordinatorUid, a.uid);
   assert.equal(own?.delivery.sender, d.sender);
   const before = n.stats.directRoutes;
   const effects = n.route(d, 2_100);

@@ -146,11 +146,11 @@ test("coordinator shortcut: null for a hop-1 envelope that names no coordinator 
   assert.equal(onlyDelivers(n.envelope(odd, b, 2_000), odd), false);
 });
 
-test("coordinator shortcut: null for a direct envelope that names no coordinator (the owner's check takes it, §8.8)", () => {
+test("coordinator shortcut: null for a direct envelope, even one that names no coordinator (the owner's check takes it, §8.8)", () => {
   const { n, id, d } = atCoordinator(a);
   const e = d.envelope;
   const direct: Delivery = {
-    envelope: new DirectEnvelope("User", type, id, e.shardId, e.settingsKey, 0, null, null, true, null, 0, null, 1),
+    envelope: new DirectEnvelope("User", type, id, e.shardId, e.settingsKey, null, true, null, 0, null, 1, "", 0),
     sender: null,
   };
   assert.equal(coordinatorRouteOwner(n.state, direct, b), null);
