@@ -4,7 +4,7 @@ import { LeastLoadedAllocation } from "./allocation/least-loaded.ts";
 import type { ShardAllocationStrategy } from "./allocation/strategy.ts";
 import { leaseDurationDefaultMs, leaseRenewIntervalDefaultMs, shardCountDefault } from "./constants.ts";
 import { ClusterShardingConfigurationError } from "./errors.ts";
-import { settingsDigest } from "./internal/settings-digest.ts";
+import { rememberSettingsKey } from "./internal/settings-digest.ts";
 import { type EntityPartitioner, requireShardCount, StableHashPartitioner } from "./partitioner.ts";
 import type { RebalancePolicy } from "./rebalance/policy.ts";
 import { RateLimitedRebalance } from "./rebalance/rate-limited.ts";
@@ -235,7 +235,7 @@ export class ShardingSettings {
     if (routing === "direct") parts.push("direct");
     this.key = parts.join("|");
     // Remembered so a direct envelope's digest of this key resolves to it on receipt (internal/settings-digest.ts).
-    settingsDigest(this.key);
+    rememberSettingsKey(this.key);
   }
 
   /**

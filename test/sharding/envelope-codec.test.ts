@@ -16,6 +16,7 @@ import {
   EncodedMessage,
   type NestingCodec as ShardingEnvelopeCodec,
 } from "../../src/remote/nested-message.ts";
+import { ShardingSettings } from "../../src/sharding/index.ts";
 import { RegistryCodec, registerShardingWireTypes } from "../../src/sharding/internal/codec.ts";
 import { ShardingEnvelope } from "../../src/sharding/internal/index.ts";
 import { DirectEnvelope, wireNames } from "../../src/sharding/internal/messages.ts";
@@ -35,6 +36,8 @@ class Other {
 }
 
 const coordinator = addr("c").toString();
+/** The key of direct-routing settings built in this process (so a direct envelope's digest of it resolves). */
+const directKey = ShardingSettings.create({ routing: "direct" }).key;
 
 /** A per-test registry: Deposit in binary, Rename as JSON, plus the sharding protocol. */
 function setup(): { registry: MessageRegistry; codec: ShardingEnvelopeCodec; wire: RegistryCodec } {
@@ -317,7 +320,7 @@ test("a direct envelope round-trips through its own wire name with the generatio
     "Account",
     "acct-7",
     12,
-    "key",
+    directKey,
     0,
     null,
     2500,
@@ -332,7 +335,7 @@ test("a direct envelope round-trips through its own wire name with the generatio
   assert.equal(back.hopCount, 2);
   assert.equal(back.coordinator, null, "a direct envelope names its coordinator by uid only");
   assert.equal(back.coordinatorUid, addr("c").uid);
-  assert.equal(back.settingsKey, "key", "the digest resolves to the settings key this process knows");
+  assert.equal(back.settingsKey, directKey, "the digest resolves to the key of settings built here");
   assert.equal(back.generation, 2 ** 40);
   assert.deepEqual(decodeNested(registry, back.message!), new Deposit(3, "d"));
   const cases: [Partial<DirectEnvelope>, RegExp][] = [
@@ -361,7 +364,7 @@ test("a direct envelope round-trips through its own wire name with the generatio
 test("a direct envelope carries neither the settings key nor the coordinator's address: a 52-bit digest and a uid stand for them", () => {
   const { registry, wire } = setup();
   const codec = registry.lookupName(wireNames.directEnvelope)!.codec as ShardingEnvelopeCodec;
-  const key = "256|StableHashPartitioner|LeastLoadedAllocation|RateLimitedRebalance:1:4|10000|3000|none|direct";
+  const key = directKey;
   const hop0 = new ShardingEnvelope(
     "User",
     "Account",

@@ -24,18 +24,24 @@ const hasher = new Fnv1a64();
 /** Largest digest (exclusive): 2^52. */
 export const settingsDigestLimit = 2 ** 52;
 
-/** The digest of `key`, remembering the key so a received digest resolves to it (bounded). */
+/** The digest of `key` (one map lookup for the key of settings built here). */
 export function settingsDigest(key: string): number {
   const known = digests.get(key);
   if (known !== undefined) return known;
   hasher.reset().utf8(key);
-  const digest = (hasher.hi & 0xfffff) * 2 ** 32 + hasher.lo;
-  if (digests.size < rememberedMax) {
-    digests.set(key, digest);
-    const other = keys.get(digest);
-    keys.set(digest, other === undefined ? key : null);
-  }
-  return digest;
+  return (hasher.hi & 0xfffff) * 2 ** 32 + hasher.lo;
+}
+
+/**
+ * Remembers the key of settings built here, so a received digest resolves to it. Only `ShardingSettings` calls it: a
+ * key that arrives from a peer is never remembered, so no peer can fill the table.
+ */
+export function rememberSettingsKey(key: string): void {
+  if (digests.has(key) || digests.size >= rememberedMax) return;
+  const digest = settingsDigest(key);
+  digests.set(key, digest);
+  const other = keys.get(digest);
+  keys.set(digest, other === undefined ? key : null);
 }
 
 /**
