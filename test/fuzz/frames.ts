@@ -10,8 +10,10 @@ import { FrameKind, PayloadFormat } from "../../src/remote/envelope.ts";
 import { protocolVersion } from "../../src/remote/handshake.ts";
 import { headerTableSize } from "../../src/remote/header-table.ts";
 import { MessageRegistry } from "../../src/remote/message-registry.ts";
+import { StableHashPartitioner } from "../../src/sharding/index.ts";
 import { registerShardingWireTypes } from "../../src/sharding/internal/codec.ts";
 import { wireNames } from "../../src/sharding/internal/messages.ts";
+import { settingsDigest } from "../../src/sharding/internal/settings-digest.ts";
 import type { Prng } from "../fixtures/prng.ts";
 import { deepValues, type Hostile, headerStrings, pickHostileJson, smallJson } from "./dictionary.ts";
 import { describeMutation, type Json, type JsonMutation, pathsOf, randomMutation, renderJson } from "./json.ts";
@@ -25,6 +27,8 @@ export interface TargetInfo {
   readonly clusterName: string;
   readonly settingsKey: string;
   readonly entityType: string;
+  /** The type's shard count: an envelope's shard matches its entity id only under it. */
+  readonly shardCount: number;
   readonly maxFrameBytes: number;
 }
 
@@ -373,12 +377,17 @@ function askFailureFrame(ctx: FuzzContext): GenFrame {
   );
 }
 
-const envelopeFingerprint = (() => {
+const [envelopeFingerprint, directEnvelopeFingerprint] = (() => {
   const registry = new MessageRegistry(null);
   registerShardingWireTypes(registry);
-  return registry.lookupName(wireNames.envelope)!.codec!.fingerprint;
+  return [
+    registry.lookupName(wireNames.envelope)!.codec!.fingerprint,
+    registry.lookupName(wireNames.directEnvelope)!.codec!.fingerprint,
+  ];
 })();
 const binaryCodec = compileCodec(fuzzTypeNames.binary, binaryFields);
+/** The target's partitioner (the default one). */
+const partitioner = new StableHashPartitioner();
 
 /** A little-endian string field of a binary payload, maybe lying about its length or ASCII flag. */
 function binaryText(ctx: FuzzContext, text: Buffer): Buffer {
@@ -447,8 +456,12 @@ function userBinaryFrame(ctx: FuzzContext): GenFrame {
   return made(Buffer.concat([h.bytes, p.bytes]), `userBinary ${typeName} ${p.label} ${h.label}`.trim());
 }
 
-/** The fixed fields of a sharding envelope (see `envelope-codec.ts`), maybe with hostile values. */
-function shardingFixed(ctx: FuzzContext): { bytes: Buffer; label: string } {
+/**
+ * The fixed fields of a sharding envelope (see `envelope-codec.ts`), maybe with hostile values: the v2 layout, or with
+ * `direct` the direct envelope's (a settings digest and a coordinator uid in place of the key and the address, and a
+ * generation after the v2 fields).
+ */
+function shardingFixed(ctx: FuzzContext, direct: boolean): { bytes: Buffer; label: string } {
   const rng = ctx.rng;
   const labels: string[] = [];
   const str = (name: string, valid: string): Buffer => {
@@ -464,19 +477,38 @@ function shardingFixed(ctx: FuzzContext): { bytes: Buffer; label: string } {
     b.writeInt32LE(v, 0);
     return b;
   };
+  const f64 = (name: string, valid: number, hostile: readonly number[]): Buffer => {
+    const b = Buffer.allocUnsafe(8);
+    const v = rng.chance(0.85) ? valid : rng.pick(hostile);
+    if (!Object.is(v, valid)) labels.push(`${name}=${v}`);
+    b.writeDoubleLE(v, 0);
+    return b;
+  };
   const kind = rng.chance(0.9) ? rng.pick(["User", "Activate", "Passivate"]) : "Bogus";
+  const entityId = `e${rng.int(50)}`;
+  // Mostly the entity's own shard, so that a well-formed envelope gets past the node's shard check to its routing.
+  const ownShard = partitioner.shardFor(ctx.target.entityType, entityId, ctx.target.shardCount);
   const parts = [
     str("kind", kind),
     str("entityType", ctx.target.entityType),
-    str("entityId", `e${rng.int(50)}`),
-    i32("shardId", rng.int(16)),
-    str("settingsKey", ctx.target.settingsKey),
-    i32("hopCount", rng.int(3)),
+    str("entityId", entityId),
+    i32("shardId", rng.chance(0.7) ? ownShard : rng.int(ctx.target.shardCount)),
   ];
-  const coordinator = rng.int(3);
-  if (coordinator === 0) parts.push(Buffer.from([0]));
-  else if (coordinator === 1) parts.push(Buffer.from([1]));
-  else parts.push(Buffer.from([2]), str("coordinator", rng.chance(0.5) ? ctx.self : ctx.target.uniqueAddress));
+  if (direct) {
+    const digest = settingsDigest(ctx.target.settingsKey);
+    parts.push(
+      f64("settingsDigest", digest, [-1, 0.5, 2 ** 52, Number.NaN, Number.POSITIVE_INFINITY, -0, digest + 1]),
+      i32("hopCount", 2),
+    );
+    const uid = (address: string) => address.slice(address.lastIndexOf("#") + 1);
+    parts.push(str("coordinatorUid", rng.chance(0.5) ? uid(ctx.self) : uid(ctx.target.uniqueAddress)));
+  } else {
+    parts.push(str("settingsKey", ctx.target.settingsKey), i32("hopCount", rng.int(3)));
+    const coordinator = rng.int(3);
+    if (coordinator === 0) parts.push(Buffer.from([0]));
+    else if (coordinator === 1) parts.push(Buffer.from([1]));
+    else parts.push(Buffer.from([2]), str("coordinator", rng.chance(0.5) ? ctx.self : ctx.target.uniqueAddress));
+  }
   const timeout = rng.int(3);
   if (timeout < 2) parts.push(Buffer.from([timeout]));
   else {
@@ -485,7 +517,14 @@ function shardingFixed(ctx: FuzzContext): { bytes: Buffer; label: string } {
     parts.push(Buffer.from([2]), f);
   }
   parts.push(Buffer.from([rng.chance(0.95) ? rng.int(2) : 7]), i32("deliveryAttempt", 0));
-  return { bytes: Buffer.concat(parts), label: `${kind} ${labels.join(",")}`.trim() };
+  // The traceparent's presence byte (absent, null, or a text that may be no trace context), so that a well-formed
+  // envelope reaches the sharding node rather than stopping at the decoder.
+  const trace = rng.int(3);
+  if (trace < 2) parts.push(Buffer.from([trace]));
+  else parts.push(Buffer.from([2]), str("traceparent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"));
+  if (direct)
+    parts.push(f64("generation", 1 + rng.int(8), [0, -1, 1.5, 2 ** 41, Number.NaN, Number.NEGATIVE_INFINITY]));
+  return { bytes: Buffer.concat(parts), label: `${direct ? "direct " : ""}${kind} ${labels.join(",")}`.trim() };
 }
 
 function shardingEnvelopeFrame(ctx: FuzzContext): GenFrame {
@@ -509,7 +548,8 @@ function shardingEnvelopeFrame(ctx: FuzzContext): GenFrame {
       renderJson(template, mutation),
     ]);
   }
-  const fixed = shardingFixed(ctx);
+  const direct = rng.chance(0.35);
+  const fixed = shardingFixed(ctx, direct);
   let length = nested.length;
   if (rng.chance(0.05)) {
     length = rng.pick([nested.length + 1, 0xffffffff, 3]);
@@ -524,10 +564,10 @@ function shardingEnvelopeFrame(ctx: FuzzContext): GenFrame {
   const h = header(
     ctx,
     FrameKind.user,
-    wireNames.envelope,
+    direct ? wireNames.directEnvelope : wireNames.envelope,
     "/system/sharding",
     PayloadFormat.binary,
-    envelopeFingerprint,
+    direct ? directEnvelopeFingerprint : envelopeFingerprint,
   );
   const typed = Buffer.concat([h.bytes, payload]);
   return made(typed, `sharding ${fixed.label} ${labels.join(" ")} ${h.label}`.trim());

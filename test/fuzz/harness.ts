@@ -14,6 +14,7 @@ import { Address, UniqueAddress } from "../../src/actor/index.ts";
 import { FrameKind, PayloadFormat } from "../../src/remote/envelope.ts";
 import * as handshake from "../../src/remote/handshake.ts";
 import type { RemotingStats } from "../../src/remote/stats.ts";
+import type { ShardingStats } from "../../src/sharding/index.ts";
 import { Prng } from "../fixtures/prng.ts";
 import { deepValues, smallJson } from "./dictionary.ts";
 import {
@@ -47,6 +48,8 @@ export interface Crash {
 /** The target's report for the `stats` command. */
 export interface TargetStats {
   readonly stats: RemotingStats;
+  /** The target's sharding counters (docs/protocol.md §16.2): what the sharding envelopes that decoded came to. */
+  readonly sharding: ShardingStats;
   readonly pollution: string[];
   readonly seen: {
     messages: number;

@@ -226,6 +226,7 @@ function handle(
     case "stats":
       reply({
         stats: remoting.stats,
+        sharding: ClusterSharding.get(system).stats,
         pollution: pollution(),
         seen,
         guardReports,
@@ -271,6 +272,7 @@ send({
     clusterName: cluster.settings.clusterName,
     settingsKey,
     entityType: "T",
+    shardCount: shardingOptions.shardCount,
     maxFrameBytes,
   },
 });

@@ -158,29 +158,31 @@ export class ShardingEnvelope {
    */
   protected static validated(json: unknown, direct: boolean): ShardingEnvelope {
     const o = object(json, "ShardingEnvelope");
-    const kind = str(o, "kind");
+    // Each field is read by name here, once (a helper given the object and a key would make every read a keyed lookup
+    // on the owner's hot path), then checked by value.
+    const kind = strValue(o.kind, "kind");
     if (kind !== "User" && kind !== "Activate" && kind !== "Passivate") bad("kind", `unknown kind ${kind}`);
     let message: WireMessage | null = null;
     if (o.message !== null && o.message !== undefined) {
       const m = object(o.message, "message");
-      message = { type: str(m, "type"), payload: m.payload };
+      message = { type: strValue(m.type, "type"), payload: m.payload };
     }
     if (kind === "User" && message === null) bad("message", "a User envelope needs a message");
     const askTimeoutMs =
-      o.askTimeoutMs === null || o.askTimeoutMs === undefined ? null : nonNegative(o, "askTimeoutMs");
+      o.askTimeoutMs === null || o.askTimeoutMs === undefined ? null : nonNegativeValue(o.askTimeoutMs, "askTimeoutMs");
     // A bad trace context costs the trace, not the message: dropped here, counted by the receiving node.
     const parsedTrace = parseTraceparent(o.traceparent);
     const traceparent = parsedTrace === null ? null : (o.traceparent as string);
-    const entityType = nonEmpty(o, "entityType");
-    const entityId = nonEmpty(o, "entityId");
-    const shardId = int(o, "shardId", 0);
-    const hopCount = int(o, "hopCount", 0);
-    const senderless = bool(o, "senderless");
-    const deliveryAttempt = o.deliveryAttempt === undefined ? 0 : int(o, "deliveryAttempt", 0);
+    const entityType = nonEmptyValue(o.entityType, "entityType");
+    const entityId = nonEmptyValue(o.entityId, "entityId");
+    const shardId = intValue(o.shardId, "shardId", 0);
+    const hopCount = intValue(o.hopCount, "hopCount", 0);
+    const senderless = boolValue(o.senderless, "senderless");
+    const deliveryAttempt = o.deliveryAttempt === undefined ? 0 : intValue(o.deliveryAttempt, "deliveryAttempt", 0);
     const malformedTrace = traceparent === null && o.traceparent !== null && o.traceparent !== undefined;
     if (!direct) {
-      const settingsKey = str(o, "settingsKey");
-      const coordinator = optStr(o, "coordinator");
+      const settingsKey = strValue(o.settingsKey, "settingsKey");
+      const coordinator = optStrValue(o.coordinator, "coordinator");
       if (coordinator !== null) address(coordinator, "coordinator");
       return new ShardingEnvelope(
         kind,
@@ -199,11 +201,11 @@ export class ShardingEnvelope {
       );
     }
     if (hopCount !== directHop) bad("hopCount", `a direct envelope has hop count ${directHop}`);
-    const settingsDigest = int(o, "settingsDigest", 0);
+    const settingsDigest = intValue(o.settingsDigest, "settingsDigest", 0);
     if (settingsDigest >= settingsDigestLimit) bad("settingsDigest", "expected an integer below 2^52");
-    const coordinatorUid = nonEmpty(o, "coordinatorUid");
+    const coordinatorUid = nonEmptyValue(o.coordinatorUid, "coordinatorUid");
     if (coordinatorUid.length > uidLengthMax) bad("coordinatorUid", `longer than ${uidLengthMax} characters`);
-    const generation = int(o, "generation", 1);
+    const generation = intValue(o.generation, "generation", 1);
     if (generation > directGenerationMax) bad("generation", `above ${directGenerationMax}`);
     return new DirectEnvelope(
       kind,
@@ -742,26 +744,35 @@ function object(value: unknown, what: string): Json {
   if (value === null || typeof value !== "object" || Array.isArray(value)) bad(what, "expected an object");
   return value as Json;
 }
-function str(o: Json, field: string): string {
-  const v = o[field];
+function strValue(v: unknown, field: string): string {
   if (typeof v !== "string") bad(field, "expected a string");
   return v;
 }
-function nonEmpty(o: Json, field: string): string {
-  const v = str(o, field);
-  if (v.length === 0) bad(field, "must not be empty");
-  return v;
+function str(o: Json, field: string): string {
+  return strValue(o[field], field);
 }
-function optStr(o: Json, field: string): string | null {
-  const v = o[field];
+function nonEmptyValue(v: unknown, field: string): string {
+  const text = strValue(v, field);
+  if (text.length === 0) bad(field, "must not be empty");
+  return text;
+}
+function nonEmpty(o: Json, field: string): string {
+  return nonEmptyValue(o[field], field);
+}
+function optStrValue(v: unknown, field: string): string | null {
   if (v === null || v === undefined) return null;
   if (typeof v !== "string") bad(field, "expected a string or null");
   return v;
 }
-function int(o: Json, field: string, min: number): number {
-  const v = o[field];
+function optStr(o: Json, field: string): string | null {
+  return optStrValue(o[field], field);
+}
+function intValue(v: unknown, field: string, min: number): number {
   if (typeof v !== "number" || !Number.isSafeInteger(v) || v < min) bad(field, `expected an integer of ${min} or more`);
   return v;
+}
+function int(o: Json, field: string, min: number): number {
+  return intValue(o[field], field, min);
 }
 /** A list of distinct shard ids (integers of 0 or more), returned sorted. */
 function shardIds(o: Json, field: string): number[] {
@@ -777,15 +788,16 @@ function shardIds(o: Json, field: string): number[] {
   }
   return [...ids].sort((a, b) => a - b);
 }
-function nonNegative(o: Json, field: string): number {
-  const v = o[field];
+function nonNegativeValue(v: unknown, field: string): number {
   if (typeof v !== "number" || !Number.isFinite(v) || v < 0) bad(field, "expected a non-negative number");
   return v;
 }
-function bool(o: Json, field: string): boolean {
-  const v = o[field];
+function boolValue(v: unknown, field: string): boolean {
   if (typeof v !== "boolean") bad(field, "expected a boolean");
   return v;
+}
+function bool(o: Json, field: string): boolean {
+  return boolValue(o[field], field);
 }
 // Every envelope a coordinator forwards names it, so the last address that parsed is remembered (null until one has:
 // an initial "" would let an empty address through unchecked).
