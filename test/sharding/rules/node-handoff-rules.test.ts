@@ -636,3 +636,32 @@ test("handoff: a handoff that ends because the term was lost holds its buffer fo
     }
   }
 });
+
+test("handoff: a late reply of an earlier handoff of the shard does nothing to a later handoff of it, whatever else took tokens in between", () => {
+  // Handoff tokens come from the node's one counter, which the retry barrier's ticks (and probes, gates, sweeps) draw
+  // on too: a later handoff of the shard must never reuse an earlier one's token, or that handoff's late reply would
+  // drive the new one (here: skip the new owner's passivation).
+  const n = coordinatorWithPlan({ rebalance: new NoRebalance() });
+  const first = moveFromBToC(n);
+  // A lease failure on a shard a owns opens its retry barrier, whose tick takes a token.
+  const own = n.shardOn(a);
+  const d = n.delivery(n.entityIn((s) => s === own));
+  assert.equal(delivers(n.route(d, 2_010)).length, 1);
+  const opened = n.feed(
+    { kind: "delivered", type, shard: own, retry: false, deliveries: [d], outcomes: ["lease"] },
+    2_020,
+  );
+  assert.equal(schedules(opened, "barrierTick").length, 1);
+  const { shard } = first;
+  n.feed({ kind: "handoffReply", type, shard, token: first.token, step: "passivated", error: null }, 2_100);
+  n.feed({ kind: "handoffReply", type, shard, token: first.token, step: "prepared", error: null }, 2_200);
+  assert.ok(n.t.plan.allocations.get(shard)?.equals(c), "the first handoff moved the shard to c");
+  const back = n.feed({ kind: "moveShard", type, shard, to: b }, 3_000);
+  assert.equal(asks(back)[0]?.step, "passivated", "the second handoff asks c to passivate");
+  const late = n.feed(
+    { kind: "handoffReply", type, shard, token: first.token, step: "passivated", error: null },
+    3_100,
+  );
+  assert.deepEqual(asks(late), [], "the first handoff's late reply prepares nobody");
+  assert.equal(n.t.handoffs.get(shard)?.state.phase, "passivating");
+});
