@@ -302,7 +302,10 @@ test("own direct shortcut: a caller's delivery of a type not registered here ans
 
 test("own direct shortcut: while the view routes through no coordinator (gossip re-converging), the step holds the caller's delivery though the owner would still accept its grant; the shortcut answers null", () => {
   const { n, id } = ownerWithOwnGrant();
-  n.feed({ kind: "membershipChanged", snapshot: view(c, [member(a), member(b), member(c)], { converged: false }) }, 2_050);
+  n.feed(
+    { kind: "membershipChanged", snapshot: view(c, [member(a), member(b), member(c)], { converged: false }) },
+    2_050,
+  );
   assert.equal(n.state.view.routing, null);
   assert.ok(n.state.view.accepting?.equals(a), "the grant's coordinator is still accepted");
   const d = n.delivery(id);
