@@ -472,6 +472,10 @@ test("planted bugs change behaviour: the simulator's proof that it catches them 
   const askSteps = asks(moved).map((x) => x.step);
   assert.deepEqual(askSteps, ["passivated", "prepared"], "prepares c without waiting for b");
   assert.equal(asks(moved)[0]!.token, -1);
+  // The old owner is still asked as without the bug: the PassivateShard names the next owner.
+  const passivate = asks(moved)[0]!.message;
+  assert.ok(passivate instanceof PassivateShard);
+  assert.equal(passivate.nextOwner, c.toString());
 });
 
 test("held: a node its own view does not list yet (and never listed) has not departed: its callers are held, not refused", () => {
