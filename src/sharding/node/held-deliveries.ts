@@ -84,8 +84,7 @@ export class HeldDeliveries<D> {
         taken.push(h);
         return false;
       });
-      if (kept.length === 0) this.shards.delete(shard);
-      else if (kept.length !== queue.length) this.shards.set(shard, kept);
+      this.keep(shard, kept);
     }
     this.count -= taken.length;
     return taken;
@@ -115,19 +114,28 @@ export class HeldDeliveries<D> {
         expired.push(h);
         return false;
       });
-      if (kept.length === 0) this.shards.delete(shard);
-      else if (kept.length !== queue.length) this.shards.set(shard, kept);
+      this.keep(shard, kept);
     }
     this.count -= expired.length;
-    assert.ok(this.count >= 0, "the held count never goes below zero");
     return expired;
+  }
+
+  /**
+   * Stores what a shard keeps after a removal. A queue left empty is dropped so that `take`, `expire` and
+   * `nextDeadlineMs` walk only the shards that hold something (an empty queue would hold, list and expire nothing, and
+   * take a new delivery as a missing one does: the drop changes the cost, not what is held). Storing `kept` when
+   * nothing was removed stores the same entries again, so there is no check for it.
+   */
+  private keep(shard: number, kept: HeldDelivery<D>[]): void {
+    if (kept.length === 0) this.shards.delete(shard);
+    else this.shards.set(shard, kept);
   }
 
   /** The earliest deadline held, or null when nothing is held. */
   nextDeadlineMs(): number | null {
     let next: number | null = null;
     for (const queue of this.shards.values()) {
-      for (const h of queue) if (next === null || h.deadlineMs < next) next = h.deadlineMs;
+      for (const h of queue) next = next === null ? h.deadlineMs : Math.min(next, h.deadlineMs);
     }
     return next;
   }

@@ -646,7 +646,7 @@ export function callerOwnDirect(
   state: NodeState,
   d: Delivery,
 ): { readonly t: TypeState; readonly coordinator: UniqueAddress; readonly delivery: Delivery } | null {
-  if (state.stopped) return null;
+  // A stopped node: directDeliveryType's first check answers null below (nothing before it changes anything).
   const coordinator = state.view.routing;
   if (coordinator === null || coordinator.equals(state.self)) return null;
   const t = state.types.get(d.envelope.entityType);
@@ -2610,8 +2610,7 @@ class Step {
     t: TypeState,
   ): HandoffInput<Delivery> {
     const term = this.handoffTerm(t);
-    const prev =
-      previous === null ? undefined : this.s.view.snapshot.members.find((m) => m.uniqueAddress.equals(previous));
+    const prev = this.s.view.snapshot.members.find((m) => m.uniqueAddress.equals(previous)); // equals(null) is false
     return {
       kind: "attempt",
       stillCoordinator: term === "current",
@@ -2643,42 +2642,40 @@ class Step {
     }
   }
 
+  /**
+   * Feeds the running handoff of `shard`. Precondition: one runs. Every caller establishes it in the same step: a reply
+   * or timer by its token (`replyToHandoff`), a buffered delivery by `has` (`bufferInHandoff`), a start by setting it,
+   * an abort by the keys of `t.handoffs`, and a handoff's own effects while it is still in the map (only its `finished`
+   * effect, performed after the others, takes it out; `stop` clears the map and feeds nothing after).
+   */
   private feedHandoff(t: TypeState, shard: number, input: HandoffInput<Delivery>): void {
-    const running = t.handoffs.get(shard);
-    if (running === undefined) {
-      if (input.kind === "buffer") this.reject(input.delivery, new NoShardOwnerError(t.name, shard));
-      return;
-    }
-    const wasAborted = running.state.phase === "aborted";
+    const running = t.handoffs.get(shard)!;
     const wasSettling = running.state.settlingRounds > 0;
-    const before = running.state.buffer.length;
+    // A finished handoff has flushed its whole buffer in order (`dispatch`) or rejected it (`reject`), never dropped a
+    // delivery: handoff.ts's only two ways to `done` and `aborted` map every buffered delivery to one such effect and
+    // empty the buffer (pinned by handoff-rules: "flush order", "an abort rejects the buffer in order"). The effects
+    // below perform each one.
     const [next, effects] = handoffStep(running.state, input);
     running.state = next;
-    if (next.phase === "done" || next.phase === "aborted") {
-      // A buffered delivery is flushed in order or rejected, never dropped.
-      const flushed = effects.filter((e) => e.kind === "dispatch" || e.kind === "reject").length;
-      assert.ok(
-        next.buffer.length === 0 && flushed >= before,
-        "a finished handoff flushed or rejected its whole buffer",
-      );
-    }
     if (next.settlingRounds > 0 && !wasSettling) {
       this.log("info", { shard, type: t.name }, "sharding handoff waits for membership to re-converge");
     }
     let performed = effects;
     let held = 0;
-    if (next.phase === "aborted" && !wasAborted && t.settings.awaitCoordinator && this.handoffTerm(t) === "lost") {
+    // `aborted` here is this very step's abort: a handoff leaves `t.handoffs` in the step it aborts (its `finished`
+    // effect), so no later input finds it aborted.
+    if (next.phase === "aborted" && t.settings.awaitCoordinator && this.handoffTerm(t) === "lost") {
       // The term was lost (another coordinator, or an unreachable member): the buffer waits for its callers' flush
       // markers (§8.7). A handoff that gave up waiting for convergence in a term that is merely settling (this node
-      // still the lowest Up member) rejects its buffer as before: its bound is the settling bound (§9.3).
+      // still the lowest Up member) rejects its buffer as before: its bound is the settling bound (§9.3). (An empty
+      // buffer holds nothing; `holdHandoffBuffer` then only repeats `relayOwnIfDeparting`, which the last hold and
+      // the last membership change ran on the same queue and view.)
       const buffered = effects.flatMap((e) => (e.kind === "reject" ? [e.delivery] : []));
-      if (buffered.length > 0) {
-        held = buffered.length;
-        this.holdHandoffBuffer(t, shard, buffered);
-        performed = effects.filter((e) => e.kind !== "reject");
-      }
+      held = buffered.length;
+      this.holdHandoffBuffer(t, shard, buffered);
+      performed = effects.filter((e) => e.kind !== "reject");
     }
-    if (next.phase === "aborted" && !wasAborted) {
+    if (next.phase === "aborted") {
       // Buffered deliveries were accepted: rejecting them is worth an operator's attention. An abort that rejected
       // nothing is retried by the next reconcile and would only be noise at warn.
       const rejected = performed.filter((e) => e.kind === "reject").length;
@@ -2702,6 +2699,7 @@ class Step {
       case "passivate": {
         const gate = t.settings.routing === "direct" ? this.announceHandoff(t, shard, effect.owner, token) : null;
         if (effect.owner.equals(this.self)) {
+          // Stryker disable next-line StringLiteral: a drain's waiters are told apart by `kind === "ask"` alone (answer, stop)
           this.drainLocally(t, shard, { kind: "handoff", token }, gate);
           return;
         }
@@ -2795,7 +2793,8 @@ class Step {
         );
         return;
       case "finished":
-        if (t.handoffs.get(shard) === running) t.handoffs.delete(shard);
+        // No other handoff of the shard starts while this one is in the map (`startHandoff` returns), so it is this one.
+        t.handoffs.delete(shard);
         this.log("info", { type: t.name, shard, outcome: effect.outcome }, "sharding handoff finished");
         // The next owner may have prepared: from now on this coordinator no longer stands by that preparation.
         if (effect.outcome !== "done" && running.state.next !== null) {
@@ -2811,7 +2810,9 @@ class Step {
           this.counters.handoffShards++;
           this.counters.rebalanceMoves++;
           t.handoffDuration.observe((this.nowMs - running.startedAtMs) / 1000);
-          if (this.isAuthor(t)) this.broadcastPlan(t);
+          // `done` follows the `completed` input, fed only after this node stored the completed plan as its author in
+          // the same step (the `complete` effect), so it broadcasts as the author.
+          this.broadcastPlan(t);
         }
         return;
     }

@@ -34,5 +34,9 @@ export function viewOf(snapshot: ShardingClusterSnapshot): MembershipView {
 
 /** The view before any membership snapshot: no member, no coordinator (everything fails closed). */
 export function emptyView(self: UniqueAddress): MembershipView {
+  // `converged` is read only by the three elections (election.ts), and with no member each is null either way: elect
+  // finds no Up member, routing does not find this node, accepting falls back to elect. (Nobody unreachable is read
+  // by the error a caller gets: node-lifecycle-rules pins it.)
+  // Stryker disable next-line BooleanLiteral: with no member every election is null, converged or not
   return viewOf({ self, members: [], unreachable: [], converged: false });
 }

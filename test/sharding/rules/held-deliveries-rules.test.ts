@@ -344,3 +344,31 @@ test("the held queues themselves: at least one per shard, expiry takes only what
   assert.equal(held.nextDeadlineMs(), null);
   assert.deepEqual(held.list(), []);
 });
+
+test("the held queues: entries put back in front keep their order ahead of what the shard holds, as many as fit the shard's bound; the latest of the rest are returned", () => {
+  const at = (delivery: string): HeldDelivery<string> => ({
+    delivery,
+    deadlineMs: 100,
+    origin: null,
+    countsRemoteRoute: false,
+  });
+  const held = new HeldDeliveries<string>(4);
+  held.hold(1, at("held-1"));
+  held.hold(1, at("held-2"));
+  const rest = held.holdFront(1, [at("front-1"), at("front-2"), at("front-3")]);
+  assert.deepEqual(
+    rest.map((h) => h.delivery),
+    ["front-3"],
+    "two of four places were free",
+  );
+  assert.deepEqual(
+    held.list().map((h) => h.delivery),
+    ["front-1", "front-2", "held-1", "held-2"],
+  );
+  assert.equal(held.size, 4);
+  assert.equal(held.countOf(1), 4);
+  // A full shard keeps none; another shard takes them all.
+  assert.equal(held.holdFront(1, [at("late")]).length, 1);
+  assert.deepEqual(held.holdFront(2, [at("other")]), []);
+  assert.equal(held.size, 5);
+});

@@ -279,3 +279,38 @@ test("own direct shortcut: while this node's callers flush a coordinator change,
   assert.equal(callerOwnDirect(n.state, d), null);
   assert.ok(!n.route(d, 2_100).some((e) => e.kind === "deliver"));
 });
+
+test("direct shortcut: a direct envelope of a type not registered here answers null, not a throw", () => {
+  const { n, d } = atOwner();
+  const types = n.state.types;
+  const registered = types.get(type)!;
+  types.delete(type);
+  assert.equal(directDeliveryType(n.state, d), null);
+  types.set(type, registered);
+  assert.equal(directDeliveryType(n.state, d), n.t);
+});
+
+test("own direct shortcut: a caller's delivery of a type not registered here answers null, not a throw", () => {
+  const { n, id } = ownerWithOwnGrant();
+  const types = n.state.types;
+  const registered = types.get(type)!;
+  types.delete(type);
+  assert.equal(callerOwnDirect(n.state, n.delivery(id)), null);
+  types.set(type, registered);
+  assert.notEqual(callerOwnDirect(n.state, n.delivery(id)), null);
+});
+
+test("own direct shortcut: while the view routes through no coordinator (gossip re-converging), the step holds the caller's delivery though the owner would still accept its grant; the shortcut answers null", () => {
+  const { n, id } = ownerWithOwnGrant();
+  n.feed(
+    { kind: "membershipChanged", snapshot: view(c, [member(a), member(b), member(c)], { converged: false }) },
+    2_050,
+  );
+  assert.equal(n.state.view.routing, null);
+  assert.ok(n.state.view.accepting?.equals(a), "the grant's coordinator is still accepted");
+  const d = n.delivery(id);
+  assert.equal(callerOwnDirect(n.state, d), null);
+  const effects = n.route(d, 2_100);
+  assert.ok(!effects.some((e) => e.kind === "deliver"), "held, not delivered");
+  assert.equal(n.t.heldLocal.size, 1);
+});

@@ -3,6 +3,8 @@
 // owner drains a shard only after its retry barrier has emptied, answering every waiter once.
 import assert from "node:assert/strict";
 import { test } from "node:test";
+import { UniqueAddress } from "../../../src/actor/index.ts";
+import type { ShardAllocationStrategy, ShardingMember } from "../../../src/sharding/allocation/strategy.ts";
 import {
   ClusterShardingConfigurationError,
   NoRebalance,
@@ -635,4 +637,113 @@ test("handoff: a handoff that ends because the term was lost holds its buffer fo
       assert.equal(n.t.heldForwarded.size, 0);
     }
   }
+});
+
+test("handoff: a late reply of an earlier handoff of the shard does nothing to a later handoff of it, whatever else took tokens in between", () => {
+  // Handoff tokens come from the node's one counter, which the retry barrier's ticks (and probes, gates, sweeps) draw
+  // on too: a later handoff of the shard must never reuse an earlier one's token, or that handoff's late reply would
+  // drive the new one (here: skip the new owner's passivation).
+  const n = coordinatorWithPlan({ rebalance: new NoRebalance() });
+  const first = moveFromBToC(n);
+  // A lease failure on a shard a owns opens its retry barrier, whose tick takes a token.
+  const own = n.shardOn(a);
+  const d = n.delivery(n.entityIn((s) => s === own));
+  assert.equal(delivers(n.route(d, 2_010)).length, 1);
+  const opened = n.feed(
+    { kind: "delivered", type, shard: own, retry: false, deliveries: [d], outcomes: ["lease"] },
+    2_020,
+  );
+  assert.equal(schedules(opened, "barrierTick").length, 1);
+  const { shard } = first;
+  n.feed({ kind: "handoffReply", type, shard, token: first.token, step: "passivated", error: null }, 2_100);
+  n.feed({ kind: "handoffReply", type, shard, token: first.token, step: "prepared", error: null }, 2_200);
+  assert.ok(n.t.plan.allocations.get(shard)?.equals(c), "the first handoff moved the shard to c");
+  const back = n.feed({ kind: "moveShard", type, shard, to: b }, 3_000);
+  assert.equal(asks(back)[0]?.step, "passivated", "the second handoff asks c to passivate");
+  const late = n.feed(
+    { kind: "handoffReply", type, shard, token: first.token, step: "passivated", error: null },
+    3_100,
+  );
+  assert.deepEqual(asks(late), [], "the first handoff's late reply prepares nobody");
+  assert.equal(n.t.handoffs.get(shard)?.state.phase, "passivating");
+});
+
+/** Round-robin over the Up members, except the shards in `unplaced`: nowhere (a user strategy may place no owner). */
+class Unplacing implements ShardAllocationStrategy {
+  readonly configurationKey = "Unplacing";
+  readonly unplaced = new Set<number>();
+  allocate(shardId: number, members: readonly ShardingMember[]): UniqueAddress | null {
+    if (this.unplaced.has(shardId)) return null;
+    const up = members
+      .filter((m) => m.status === "Up")
+      .map((m) => m.uniqueAddress)
+      .sort(UniqueAddress.compare);
+    return up[shardId % up.length] ?? null;
+  }
+}
+
+/** a's plan places a shard on b; then the strategy places it nowhere and b leaves: its handoff goes to nobody. */
+function handoffToNobody() {
+  const allocation = new Unplacing();
+  const n = coordinatorWithPlan({ allocation, rebalance: new NoRebalance() });
+  const shard = n.shardOn(b);
+  allocation.unplaced.add(shard);
+  const leaving = view(a, [member(a), member(b, "Leaving"), member(c)]);
+  const all = n.feed({ kind: "membershipChanged", snapshot: leaving }, 2_000);
+  const started = all.filter((e) => e.kind !== "ask" || e.shard === shard);
+  const running = n.t.handoffs.get(shard);
+  assert.ok(running !== undefined, "a handoff of the shard runs");
+  assert.equal(running.state.next, null);
+  return { n, shard, started, token: running.token };
+}
+
+test("handoff: a shard whose owner leaves and that the strategy places nowhere is passivated and then left unplaced, with no next owner to prepare", () => {
+  const { n, shard, started, token } = handoffToNobody();
+  assert.deepEqual(logs(started, "error"), []);
+  const [ask] = asks(started);
+  assert.ok(ask?.to.equals(b), "the leaving owner is asked to passivate");
+  const message = ask!.message as PassivateShard;
+  assert.ok(message instanceof PassivateShard);
+  assert.equal(message.nextOwner, null);
+  const done = n.feed({ kind: "handoffReply", type, shard, token, step: "passivated", error: null }, 2_100);
+  assert.deepEqual(logs(done, "error"), []);
+  assert.deepEqual(asks(done), [], "nobody to prepare");
+  assert.equal(n.t.plan.allocations.has(shard), false, "the shard is unplaced");
+  assert.equal(n.t.handoffs.has(shard), false);
+});
+
+test("handoff: an aborted handoff with no next owner starts no preparation grace (nobody prepared)", () => {
+  const { n, shard, token } = handoffToNobody();
+  const failed = n.feed(
+    { kind: "handoffReply", type, shard, token, step: "passivated", error: new Error("timeout") },
+    2_100,
+  );
+  const [retry] = schedules(failed, "handoffAttempt");
+  assert.ok(retry !== undefined);
+  // Another coordinator is elected (an Up member whose address sorts first): the next attempt aborts.
+  const e = address(2550);
+  n.feed(
+    { kind: "membershipChanged", snapshot: view(a, [member(e), member(a), member(b, "Leaving"), member(c)]) },
+    2_150,
+  );
+  const aborted = n.feed({ kind: "timer", timer: retry.timer }, 2_200);
+  assert.equal(n.t.handoffs.has(shard), false, "aborted");
+  assert.deepEqual(logs(aborted, "error"), []);
+  assert.deepEqual(schedules(aborted, "preparationGrace"), []);
+});
+
+test("handoff: under the planted flushBeforeDrained bug a handoff to nobody still asks its old owner, naming no next owner (no throw)", () => {
+  const allocation = new Unplacing();
+  const n = coordinatorWithPlan({ allocation, rebalance: new NoRebalance() });
+  n.state = { ...n.state, bugs: { flushBeforeDrained: true } };
+  const shard = n.shardOn(b);
+  allocation.unplaced.add(shard);
+  const leaving = view(a, [member(a), member(b, "Leaving"), member(c)]);
+  const started = n.feed({ kind: "membershipChanged", snapshot: leaving }, 2_000);
+  assert.deepEqual(logs(started, "error"), []);
+  const [ask] = asks(started).filter((x) => x.shard === shard);
+  const message = ask?.message;
+  assert.ok(message instanceof PassivateShard);
+  assert.equal(message.nextOwner, null);
+  assert.equal(n.t.plan.allocations.has(shard), false, "the bug went on at once: the shard is unplaced");
 });

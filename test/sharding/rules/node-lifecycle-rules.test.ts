@@ -472,6 +472,10 @@ test("planted bugs change behaviour: the simulator's proof that it catches them 
   const askSteps = asks(moved).map((x) => x.step);
   assert.deepEqual(askSteps, ["passivated", "prepared"], "prepares c without waiting for b");
   assert.equal(asks(moved)[0]!.token, -1);
+  // The old owner is still asked as without the bug: the PassivateShard names the next owner.
+  const passivate = asks(moved)[0]!.message;
+  assert.ok(passivate instanceof PassivateShard);
+  assert.equal(passivate.nextOwner, c.toString());
 });
 
 test("held: a node its own view does not list yet (and never listed) has not departed: its callers are held, not refused", () => {
@@ -509,6 +513,23 @@ test("held: a caller that cannot wait gets the no-coordinator error while none i
   assert.equal(joining.state.view.routing, null);
   const [second] = refuses(joining.route(joining.delivery("e1"), 10));
   assert.ok(isNoCoordinator(second?.error), `no coordinator to route through, got ${String(second?.error)}`);
+});
+
+test("held: before its first membership view a node's caller that cannot wait gets the no-coordinator error, naming no unreachable member", () => {
+  // The view before any membership snapshot (view.ts's emptyView) lists nobody, so nobody is unreachable either: the
+  // error must not name a member (the unreachable error tells the operator to down that member).
+  let state = newNodeState(c);
+  const settings = ShardingSettings.create({ shardCount: 8, awaitCoordinator: false });
+  [state] = step(state, { kind: "register", name: type, settings }, 0);
+  assert.equal(state.view.elected, null);
+  const d = new Driven(c, { awaitCoordinator: false }).delivery("e1"); // another node's core builds the delivery only
+  const [, effects] = step(state, { kind: "route", delivery: d, countsRemoteRoute: true }, 10);
+  const [refused] = refuses(effects);
+  const error = refused?.error;
+  assert.ok(error instanceof NoShardOwnerError, `refused with NoShardOwnerError, got ${String(error)}`);
+  assert.equal(error.entityType, "cluster");
+  assert.equal(error.shardId, -1);
+  assert.equal(error.unreachableMember, null);
 });
 
 test("stop: a node whose callers wait for a coordinator change's flush sends no marker once stopped", () => {
