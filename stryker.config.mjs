@@ -97,17 +97,35 @@ process.env.MOVIE_SIM_HISTORIES ??= "200";
 const reportDir = process.env.MUTATION_REPORT_DIR ?? "reports/mutation";
 
 /** @type {import("@stryker-mutator/api/core").PartialStrykerOptions} */
+/**
+ * The test runner (docs/mutation.md, "Running it"): by default scripts/mutation/in-process-runner.mjs, which loads every
+ * test file once per worker process and runs single tests (per-test coverage, no process per test file);
+ * MUTATION_RUNNER=tap selects Stryker's tap runner (one `node --import tsx` process per covering test file), kept to
+ * compare against.
+ */
+const runner = process.env.MUTATION_RUNNER === "tap" ? "tap" : "in-process";
+const runnerOptions =
+  runner === "tap"
+    ? {
+        testRunner: "tap",
+        plugins: ["@stryker-mutator/tap-runner", "./scripts/mutation/ignore-message-text.mjs"],
+        tap: {
+          testFiles,
+          // {{hookFile}} is Stryker's coverage hook; tsx runs the TypeScript test files as `npm test` does.
+          nodeArgs: ["--require", "{{hookFile}}", "--import", "tsx", "{{testFile}}"],
+        },
+      }
+    : {
+        testRunner: "node-test-in-process",
+        plugins: ["./scripts/mutation/in-process-runner.mjs", "./scripts/mutation/ignore-message-text.mjs"],
+        inProcess: { testFiles },
+      };
+
 export default {
   packageManager: "npm",
-  testRunner: "tap",
-  plugins: ["@stryker-mutator/tap-runner", "./scripts/mutation/ignore-message-text.mjs"],
+  ...runnerOptions,
   ignorers: ["message-text"],
   mutate: protocolCores,
-  tap: {
-    testFiles,
-    // {{hookFile}} is Stryker's coverage hook; tsx runs the TypeScript test files as `npm test` does.
-    nodeArgs: ["--require", "{{hookFile}}", "--import", "tsx", "{{testFile}}"],
-  },
   coverageAnalysis: "perTest",
   // The instrumented sources carry @ts-nocheck, so no type checker runs on mutants (tsx only strips types).
   checkers: [],
