@@ -17,11 +17,11 @@
 // the isolation audit in docs/mutation.md. `node scripts/mutation/in-process-runner.mjs --twice` runs every test twice
 // in one process without Stryker and compares the results.
 
-import { writeFileSync, readFileSync, existsSync } from "node:fs";
+import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { register as registerHooks } from "node:module";
 import { resolve as resolvePath } from "node:path";
-import { pathToFileURL } from "node:url";
 import { performance } from "node:perf_hooks";
+import { pathToFileURL } from "node:url";
 
 /** Where the dry-run worker leaves each test's time for the other workers (their own runs have no dry run). */
 const TIMES_FILE = ".movie-in-process-test-times.json";
@@ -49,10 +49,15 @@ export class InProcessNodeTestRunner {
   times = new Map();
   /** The running test's failure channel: an uncaught error or unhandled rejection fails it. */
   failCurrent = undefined;
+  /** Mutant runs in this process since it loaded the test files. */
+  mutantRuns = 0;
+  /** Set when a mutant left shared state behind (its killing test fails with no mutant): the next run restarts. */
+  dirty = false;
 
   constructor(options, logger) {
     this.testFiles = options.inProcess?.testFiles ?? options.tap?.testFiles ?? [];
     this.log = logger;
+    this.verifyKills = options.inProcess?.verifyKills ?? true;
   }
 
   capabilities() {
@@ -151,6 +156,10 @@ export class InProcessNodeTestRunner {
   }
 
   async mutantRun(options) {
+    if (this.dirty) {
+      // Rejecting makes Stryker start a new worker process and run this mutant there (its retry of a crashed runner).
+      throw new Error("in-process runner: an earlier mutant left shared state behind; restarting the worker");
+    }
     const ns = this.ns;
     // A static mutant must be active while the files load; Stryker runs it in a fresh process (capabilities).
     ns.activeMutant = options.activeMutant.id;
@@ -198,6 +207,26 @@ export class InProcessNodeTestRunner {
       ns.hitLimit = undefined;
       ns.hitCount = undefined;
     }
+    this.mutantRuns++;
+    if (killedBy.length > 0 && this.verifyKills && options.mutantActivation !== "static") {
+      // A test shares the process with every earlier mutant's run: a mutant that changed a module-level object (a
+      // shared constant sorted in place, say) could make later tests fail under mutants they do not detect. So the
+      // killing test runs once more with no mutant: it must pass. If it fails, the environment is dirty: after
+      // earlier mutants, this result cannot be trusted and the mutant is re-run in a new process (rejecting); as the
+      // first mutant of a fresh process, the mutant itself broke the state (a kill the tap runner sees too), and the
+      // next mutant starts a new process. Not for a static mutant: the files were loaded with it active, so its
+      // process cannot run the test without it (and Stryker starts a new process after it anyway).
+      const again = await this.runOne(this.tests[byId.get(killedBy[0]).i]);
+      if (again.status === TestStatus.Failed) {
+        this.dirty = true;
+        if (this.mutantRuns > 1) {
+          throw new Error(
+            `in-process runner: "${killedBy[0]}" fails with no mutant active; re-running in a new worker`,
+          );
+        }
+        this.log?.info(`in-process runner: mutant ${options.activeMutant.id} left shared state behind; restarting`);
+      }
+    }
     return killedBy.length > 0
       ? { status: MutantRunStatus.Killed, killedBy, failureMessage, nrOfTests: ran }
       : { status: MutantRunStatus.Survived, nrOfTests: ran };
@@ -216,7 +245,7 @@ export const strykerValidationSchema = {
   properties: {
     inProcess: {
       type: "object",
-      properties: { testFiles: { type: "array", items: { type: "string" } } },
+      properties: { testFiles: { type: "array", items: { type: "string" } }, verifyKills: { type: "boolean" } },
       additionalProperties: false,
     },
   },
