@@ -219,12 +219,15 @@ export class InProcessNodeTestRunner {
       const again = await this.runOne(this.tests[byId.get(killedBy[0]).i]);
       if (again.status === TestStatus.Failed) {
         this.dirty = true;
+        this.log?.warn(
+          `in-process runner: "${killedBy[0]}" fails with no mutant active after mutant ${options.activeMutant.id}`,
+        );
         if (this.mutantRuns > 1) {
           throw new Error(
             `in-process runner: "${killedBy[0]}" fails with no mutant active; re-running in a new worker`,
           );
         }
-        this.log?.info(`in-process runner: mutant ${options.activeMutant.id} left shared state behind; restarting`);
+        this.log?.warn(`in-process runner: mutant ${options.activeMutant.id} left shared state behind; restarting`);
       }
     }
     return killedBy.length > 0
