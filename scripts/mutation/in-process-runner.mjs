@@ -58,6 +58,8 @@ export class InProcessNodeTestRunner {
     this.testFiles = options.inProcess?.testFiles ?? options.tap?.testFiles ?? [];
     this.log = logger;
     this.verifyKills = options.inProcess?.verifyKills ?? true;
+    /** null: keep the times in memory only (the self-check below, which runs in the repository, not a sandbox). */
+    this.timesFile = options.inProcess?.timesFile === undefined ? TIMES_FILE : options.inProcess.timesFile;
   }
 
   capabilities() {
@@ -98,8 +100,8 @@ export class InProcessNodeTestRunner {
       }
     }
     this.tests = registry.tests;
-    if (this.times.size === 0 && existsSync(TIMES_FILE)) {
-      for (const [id, ms] of Object.entries(JSON.parse(readFileSync(TIMES_FILE, "utf8")))) this.times.set(id, ms);
+    if (this.times.size === 0 && this.timesFile !== null && existsSync(this.timesFile)) {
+      for (const [id, ms] of Object.entries(JSON.parse(readFileSync(this.timesFile, "utf8")))) this.times.set(id, ms);
     }
   }
 
@@ -143,10 +145,12 @@ export class InProcessNodeTestRunner {
       }
     }
     for (const r of results) this.times.set(r.id, r.timeSpentMs);
-    try {
-      writeFileSync(TIMES_FILE, JSON.stringify(Object.fromEntries(this.times)));
-    } catch (error) {
-      this.log?.warn(`in-process runner: could not store test times: ${describeError(error)}`);
+    if (this.timesFile !== null) {
+      try {
+        writeFileSync(this.timesFile, JSON.stringify(Object.fromEntries(this.times)));
+      } catch (error) {
+        this.log?.warn(`in-process runner: could not store test times: ${describeError(error)}`);
+      }
     }
     return {
       status: DryRunStatus.Complete,
@@ -260,7 +264,7 @@ if (import.meta.url === pathToFileURL(process.argv[1] ?? "").href) {
   const args = process.argv.slice(2).filter((a) => a !== "--twice");
   const { coreTests } = await import(pathToFileURL(resolvePath("stryker.config.mjs")).href);
   const files = args.length > 0 ? args : coreTests;
-  const runner = new InProcessNodeTestRunner({ inProcess: { testFiles: files } }, console);
+  const runner = new InProcessNodeTestRunner({ inProcess: { testFiles: files, timesFile: null } }, console);
   await runner.init();
   const rounds = [];
   for (let round = 1; round <= 2; round++) {
