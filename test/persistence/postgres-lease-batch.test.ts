@@ -43,10 +43,20 @@ test("a renewal batch renews the free rows at once and waits only for the row a 
     await eventually(async () => (await untilOf(1)) > before[0]! + 30_000 && (await untilOf(3)) > before[2]! + 30_000, {
       what: "rows 1 and 3 renewed by the batch while row 2 is held",
     });
-    const waiting = await writer.query(
-      "SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = 'movie-lease-batch' AND wait_event_type = 'Lock'",
-    );
-    assert.equal(waiting.rows[0].n, 1, "only row 2's single renewal waits for the write");
+    // The batch skipped row 2 and answered rows 1 and 3; row 2's own statement is sent after that, so it may not be
+    // waiting yet when they show renewed: awaited, then exactly one session waits (no batch holding other rows).
+    const lockWaiters = async (): Promise<number> =>
+      (
+        await writer.query(
+          "SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = 'movie-lease-batch' AND wait_event_type = 'Lock'",
+        )
+      ).rows[0].n;
+    let waiting = 0;
+    await eventually(async () => (waiting = await lockWaiters()) > 0, {
+      what: "row 2's single renewal waiting for the write's lock",
+      describe: () => ({ waiting }),
+    });
+    assert.equal(waiting, 1, "only row 2's single renewal waits for the write");
     assert.equal(answered, false);
     assert.equal(await untilOf(2), before[1], "row 2 not renewed while the write holds it");
     await writer.query("COMMIT");
