@@ -5,6 +5,7 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 import { Address, UniqueAddress } from "../../src/actor/index.ts";
 import { admitsGossipFrom, authorizeGossip, decideGossip } from "../../src/cluster/gossip/authorize.ts";
+import { compareRecords } from "../../src/cluster/gossip/merge.ts";
 import { type Member, memberToJSON } from "../../src/cluster/member.ts";
 import { downNoticeRounds, type MembershipEffect, step } from "../../src/cluster/membership.ts";
 import { ClusterGossip, ClusterHeartbeat, ClusterLeave, type ClusterMessage } from "../../src/cluster/messages.ts";
@@ -276,4 +277,45 @@ test("rule: a record older than the local one is harmless and not refused; a new
 
   const newer = member(B, "Exiting", { changedBy: C.uid, revision: 4 });
   assert.deepEqual(authorizeGossip(local, [newer], C, A).rejected, [{ member: newer, reason: "notLeader" }]);
+});
+
+test("rule: a member's own re-admission passes from itself: Up again at a higher revision, an up-number not lower, the same roles and version", () => {
+  // B, promoted by the leader A (up-number 2), joined again as an orphan and was promoted afresh by its own side's
+  // leader u9 (docs/protocol.md §4.4). Roles and a version, so that comparing them is not comparing nothing.
+  const known = { changedBy: A.uid, revision: 2, upNumber: 2, roles: ["backend", "frontend"], appVersion: "1.0.0" };
+  const local = map(member(A, "Up"), member(B, "Up", known), member(C, "Up"));
+  const readmitted = member(B, "Up", { ...known, changedBy: "u9", revision: 3, upNumber: 4 });
+  assert.deepEqual(authorizeGossip(local, [readmitted], B, A), { accepted: [readmitted], rejected: [] });
+  const sameAge = member(B, "Up", { ...known, changedBy: "u9", revision: 3 });
+  assert.deepEqual(authorizeGossip(local, [sameAge], B, A), { accepted: [sameAge], rejected: [] }, "up-number kept");
+  // The same record relayed by C, which it does not describe: a change only the leader makes.
+  assert.deepEqual(authorizeGossip(local, [readmitted], C, A).rejected, [{ member: readmitted, reason: "notLeader" }]);
+  // Each of these, from B itself, is newer than the local record but no re-admission: refused.
+  const refused: [string, Member][] = [
+    ["older (a lower up-number)", { ...readmitted, upNumber: 1 }],
+    ["at the same revision", { ...readmitted, revision: 2 }],
+    ["another app version", { ...readmitted, appVersion: "2.0.0" }],
+    ["a role dropped", { ...readmitted, roles: ["backend"] }],
+    ["a role added", { ...readmitted, roles: ["backend", "frontend", "web"] }],
+    ["a role replaced", { ...readmitted, roles: ["backend", "web"] }],
+    ["another status", { ...readmitted, status: "Leaving" }],
+  ];
+  for (const [what, record] of refused) {
+    assert.ok(compareRecords(record, local.get(B.toString())!) > 0, `${what}: newer than the local record`);
+    assert.deepEqual(authorizeGossip(local, [record], B, A).rejected, [{ member: record, reason: "notLeader" }], what);
+  }
+});
+
+test("rule: a record that ties with the local one in the merge's order without being identical is judged as a change, not waved through as older", () => {
+  // Only an identical or an older record passes from anyone as harmless (the table of docs/protocol.md §4.5). The
+  // tie-break string joins the roles with NUL, so a role with a NUL inside ties with two roles: the merge keeps the
+  // local record, and the authorisation judges the other one as the change it is.
+  const known = { changedBy: A.uid, revision: 2, roles: ["a\u0000b"] };
+  const local = map(member(A, "Up"), member(B, "Up", known), member(C, "Up"));
+  const tying = member(B, "Up", { ...known, roles: ["a", "b"] });
+  assert.equal(compareRecords(tying, local.get(B.toString())!), 0, "the two records tie");
+  assert.deepEqual(authorizeGossip(local, [tying], C, A).rejected, [{ member: tying, reason: "notLeader" }]);
+  const decision = decideGossip(local, [tying], C, A, seeds, 10_000);
+  assert.ok(decision.kind === "accepted");
+  assert.equal(decision.members, local, "the merge keeps the local record");
 });

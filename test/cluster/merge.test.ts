@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 import fc from "fast-check";
 import { Address, UniqueAddress } from "../../src/actor/index.ts";
-import { compareRecords, type MemberMap, mergeMembers } from "../../src/cluster/gossip/merge.ts";
+import { compareRecords, type MemberMap, mergeMembers, sameTieBreakFields } from "../../src/cluster/gossip/merge.ts";
 import { type Member, memberKey, memberStatuses, memberToJSON } from "../../src/cluster/member.ts";
 
 const nodes = [2551, 2552, 2553].flatMap((port) =>
@@ -134,4 +134,61 @@ test("an overflowing merge is rejected whole", () => {
   // Tombstones count too: a capacity of 2 is full with one live record and one tombstone.
   const withTombstone = merge(new Map(), [make(0), { ...make(1), status: "Removed" }]);
   assert.equal(mergeMembers(withTombstone, [make(2)], 2).overflow, true);
+});
+
+/** The tie-break string of docs/protocol.md §4.5, built independently: an absent app version is the empty string. */
+function documentedTieBreak(m: Member): string {
+  return [m.changedBy, String(m.upNumber), m.appVersion ?? "", ...m.roles].join("\0");
+}
+
+const tied: Member = {
+  uniqueAddress: nodes[0]!,
+  status: "Up",
+  revision: 2,
+  changedBy: "m",
+  upNumber: 2,
+  appVersion: "1.0.0",
+  roles: ["backend", "frontend"],
+};
+
+// Deterministic (merge.test.ts's properties draw a new seed every run, and only some seeds reach the roles): one
+// record per way two records of equal status and revision can differ in the tie-break, each against `tied`.
+const tieBreakVariants: [string, Member][] = [
+  ["another author", { ...tied, changedBy: "n" }],
+  ["another up-number", { ...tied, upNumber: 3 }],
+  ["another app version", { ...tied, appVersion: "2.0.0" }],
+  ["no app version", { ...tied, appVersion: undefined }],
+  ["one more role", { ...tied, roles: ["backend", "frontend", "web"] }],
+  ["one role fewer", { ...tied, roles: ["backend"] }],
+  ["no role", { ...tied, roles: [] }],
+  ["another first role", { ...tied, roles: ["admin", "frontend"] }],
+  ["another last role", { ...tied, roles: ["backend", "web"] }],
+  ["every role another", { ...tied, roles: ["admin", "web"] }],
+];
+
+test("rule: records of equal status and revision are ordered by the documented tie-break string, whichever field differs", () => {
+  for (const [what, other] of tieBreakVariants) {
+    const expected = documentedTieBreak(other) < documentedTieBreak(tied) ? -1 : 1;
+    assert.equal(compareRecords(other, tied), expected, what);
+    assert.equal(compareRecords(tied, other), -expected, `${what}, the other way round`);
+  }
+  // The documented order, spelled out where it is easy to get wrong: no app version sorts as the empty one, below any.
+  assert.equal(compareRecords({ ...tied, appVersion: undefined }, tied), -1);
+  assert.equal(compareRecords({ ...tied, roles: [] }, tied), -1, "fewer roles, a prefix, sort first");
+});
+
+test("rule: the tie-break's fast path is taken exactly for equal fields, so it answers as the tie-break string does", () => {
+  // A copy with equal fields (not the same object, as records parsed from a gossip are) compares equal, by the fast
+  // path; its result is the documented string comparison's (equal strings).
+  for (const record of [tied, { ...tied, roles: [] }, { ...tied, appVersion: undefined }]) {
+    const copy: Member = { ...record, roles: [...record.roles] };
+    assert.equal(sameTieBreakFields(record, copy), true, JSON.stringify(memberToJSON(record)));
+    assert.equal(compareRecords(record, copy), 0);
+    assert.equal(documentedTieBreak(record), documentedTieBreak(copy));
+  }
+  // Any difference in a tie-break field leaves the fast path, whose "equal" would hide an order.
+  for (const [what, other] of tieBreakVariants) {
+    assert.equal(sameTieBreakFields(tied, other), false, what);
+    assert.equal(sameTieBreakFields(other, tied), false, `${what}, the other way round`);
+  }
 });

@@ -94,7 +94,7 @@ export function authorizeGossip(
       accepted.push(record);
     } else if (fromLeader && authoredBySender) {
       accepted.push(record);
-    } else if (fromLeader && current !== undefined && sameStatusLater(current, record)) {
+    } else if (fromLeader && current !== undefined && saysTheSame(current, record)) {
       // From the leader, a record that says what the local one says at a later revision by another author: a leader
       // since departed re-applied a transition this node had from someone else (a leave the leaver applied itself
       // while cut off, then the departed leader applied). The leader holds it, cannot make it its own (it changes
@@ -150,11 +150,13 @@ function isOwnReadmission(current: Member, record: Member, sender: UniqueAddress
   );
 }
 
-/** True when `later` says what `current` says (status, up-number, version, roles) at a higher revision. */
-function sameStatusLater(current: Member, later: Member): boolean {
-  return (
-    later.revision > current.revision && sameChangeByAnotherAuthor(current, { ...later, revision: current.revision })
-  );
+/**
+ * True when `later` says what `current` says (status, up-number, version, roles), whatever its revision and author.
+ * Only a record at a higher revision reaches it in {@link authorizeGossip}: an older one with the same status is older
+ * by {@link compareRecords}, and one at the same revision is {@link sameChangeByAnotherAuthor}, both accepted before.
+ */
+function saysTheSame(current: Member, later: Member): boolean {
+  return sameChangeByAnotherAuthor(current, { ...later, revision: current.revision });
 }
 
 /** True when `a` and `b` say the same thing about the same node (status, revision, up-number, version, roles). */
