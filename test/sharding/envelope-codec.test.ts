@@ -308,6 +308,14 @@ test("a nested wire name the envelope could not send on is refused on receipt", 
   }
 });
 
+/** The direct envelope's codec and a caller's hop-0 envelope (Rename payload, senderless) under settings `key`. */
+function directSetup(key: string): { registry: MessageRegistry; codec: ShardingEnvelopeCodec; hop0: ShardingEnvelope } {
+  const { registry, wire } = setup();
+  const codec = registry.lookupName(wireNames.directEnvelope)!.codec as ShardingEnvelopeCodec;
+  const hop0 = new ShardingEnvelope("User", "Account", "a", 1, key, 0, null, null, true, wire.encode(new Rename("x")));
+  return { registry, codec, hop0 };
+}
+
 test("a direct envelope round-trips through its own wire name with the generation it names, and is validated on receipt", () => {
   const { registry, wire } = setup();
   const codec = registry.lookupName(wireNames.directEnvelope)!.codec as ShardingEnvelopeCodec;
@@ -362,21 +370,8 @@ test("a direct envelope round-trips through its own wire name with the generatio
 });
 
 test("a direct envelope carries neither the settings key nor the coordinator's address: a 52-bit digest and a uid stand for them", () => {
-  const { registry, wire } = setup();
-  const codec = registry.lookupName(wireNames.directEnvelope)!.codec as ShardingEnvelopeCodec;
+  const { registry, codec, hop0 } = directSetup(directKey);
   const key = directKey;
-  const hop0 = new ShardingEnvelope(
-    "User",
-    "Account",
-    "acct-7",
-    12,
-    key,
-    0,
-    null,
-    null,
-    true,
-    wire.encode(new Rename("x")),
-  );
   const sent = DirectEnvelope.of(hop0, addr("c"), 3);
   const bytes = encode(codec, sent);
   assert.equal(bytes.includes(Buffer.from(key)), false, "no settings key on the wire");
@@ -393,22 +388,10 @@ test("a direct envelope carries neither the settings key nor the coordinator's a
 });
 
 test("a direct envelope whose settings digest no settings here have resolves to no settings key, so the owner refuses it as a mismatch", () => {
-  const { registry, wire } = setup();
-  const codec = registry.lookupName(wireNames.directEnvelope)!.codec as ShardingEnvelopeCodec;
-  const hop0 = new ShardingEnvelope(
-    "User",
-    "Account",
-    "a",
-    1,
-    "key",
-    0,
-    null,
-    null,
-    true,
-    wire.encode(new Rename("x")),
-  );
+  const { codec, hop0 } = directSetup("key");
   const known = DirectEnvelope.of(hop0, addr("c"), 3);
-  // Another digest, as a node with other settings (never built in this process) writes it.
+  // Another digest, as a node with settings never built in this process writes it ("key" itself is never remembered
+  // either: only ShardingSettings remember theirs).
   const other = Object.assign(DirectEnvelope.of(hop0, addr("c"), 3), {
     settingsDigest: (known.settingsDigest + 1) % 2 ** 52,
   });
@@ -418,20 +401,7 @@ test("a direct envelope whose settings digest no settings here have resolves to 
 });
 
 test("a direct envelope's JSON is refused field by field for hostile values of its digest and uid, never crashing", () => {
-  const { registry, wire } = setup();
-  const codec = registry.lookupName(wireNames.directEnvelope)!.codec as ShardingEnvelopeCodec;
-  const hop0 = new ShardingEnvelope(
-    "User",
-    "Account",
-    "a",
-    1,
-    "key",
-    0,
-    null,
-    null,
-    true,
-    wire.encode(new Rename("x")),
-  );
+  const { codec, hop0 } = directSetup("key");
   const good = decode(codec, encode(codec, DirectEnvelope.of(hop0, addr("c"), 3)));
   const record = { ...good } as Record<string, unknown>;
   const evil = {
