@@ -205,6 +205,44 @@ test("merge tie-break: records equal in status and revision are ordered by autho
   assert.equal(compareRecords(r1, r2), -compareRecords(r2, r1));
 });
 
+// The former tie-break joined author, up-number, app version (none as "") and roles with NUL and compared the
+// strings: each pair below made the same string, so the two records compared equal, the merge kept whichever each
+// node held first, and two nodes holding one each never converged (docs/protocol.md §4.5).
+const nulTwins: [string, Member, Member][] = [
+  [
+    "a role with a NUL inside against two roles",
+    member(A, "Up", { roles: ["a\u0000b"] }),
+    member(A, "Up", { roles: ["a", "b"] }),
+  ],
+  [
+    "no app version against an empty one",
+    member(A, "Up", { roles: ["a"] }),
+    member(A, "Up", { roles: ["a"], appVersion: "" }),
+  ],
+  [
+    "an author with a NUL inside against the fields that follow it",
+    member(A, "Up", { changedBy: "m\u00001", upNumber: 2, appVersion: "v" }),
+    member(A, "Up", { changedBy: "m", upNumber: 1, appVersion: "2", roles: ["v"] }),
+  ],
+];
+
+test("rule: two different records never tie, even where the former NUL-joined tie-break string was the same", () => {
+  for (const [what, x, y] of nulTwins) {
+    const order = compareRecords(x, y);
+    assert.notEqual(order, 0, what);
+    assert.equal(compareRecords(y, x), -order, `${what}, the other way round`);
+    // Each of two nodes holds one record and receives the other: both end with the same one, whichever it is.
+    const winner = order > 0 ? x : y;
+    assert.deepEqual([...mergeMembers(map(x), [y]).members.values()], [winner], `${what}: x then y`);
+    assert.deepEqual([...mergeMembers(map(y), [x]).members.values()], [winner], `${what}: y then x`);
+  }
+  // The order where it is new: the role "a" before "a\0b" (a prefix first), no app version before an empty one.
+  const [, roleWithNul, twoRoles] = nulTwins[0]!;
+  assert.equal(compareRecords(twoRoles, roleWithNul), -1, '"a" before "a\\0b"');
+  const [, none, empty] = nulTwins[1]!;
+  assert.equal(compareRecords(none, empty), -1, "no app version before an empty one");
+});
+
 test("merge: precedence first, then the higher revision, whatever the arrival order", () => {
   const older = member(B, "Up", { revision: 3, changedBy: "zzz" });
   const newer = member(B, "Up", { revision: 4, changedBy: "aaa" });

@@ -2,8 +2,8 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 import fc from "fast-check";
 import { Address, UniqueAddress } from "../../src/actor/index.ts";
-import { compareRecords, type MemberMap, mergeMembers, sameTieBreakFields } from "../../src/cluster/gossip/merge.ts";
-import { type Member, memberKey, memberStatuses, memberToJSON } from "../../src/cluster/member.ts";
+import { compareRecords, type MemberMap, mergeMembers } from "../../src/cluster/gossip/merge.ts";
+import { type Member, memberKey, memberStatuses, memberToJSON, sameMember } from "../../src/cluster/member.ts";
 
 const nodes = [2551, 2552, 2553].flatMap((port) =>
   ["a", "b"].map((uid) => new UniqueAddress(Address.tcp("sys", "127.0.0.1", port), uid)),
@@ -177,18 +177,79 @@ test("rule: records of equal status and revision are ordered by the documented t
   assert.equal(compareRecords({ ...tied, roles: [] }, tied), -1, "fewer roles, a prefix, sort first");
 });
 
-test("rule: the tie-break's fast path is taken exactly for equal fields, so it answers as the tie-break string does", () => {
-  // A copy with equal fields (not the same object, as records parsed from a gossip are) compares equal, by the fast
-  // path; its result is the documented string comparison's (equal strings).
+test("rule: records with equal tie-break fields compare equal, copies included; any field that differs orders them", () => {
+  // A copy with equal fields (not the same object, as records parsed from a gossip are) compares equal, as the
+  // documented string comparison does (equal strings).
   for (const record of [tied, { ...tied, roles: [] }, { ...tied, appVersion: undefined }]) {
     const copy: Member = { ...record, roles: [...record.roles] };
-    assert.equal(sameTieBreakFields(record, copy), true, JSON.stringify(memberToJSON(record)));
-    assert.equal(compareRecords(record, copy), 0);
+    assert.equal(compareRecords(record, copy), 0, JSON.stringify(memberToJSON(record)));
     assert.equal(documentedTieBreak(record), documentedTieBreak(copy));
   }
-  // Any difference in a tie-break field leaves the fast path, whose "equal" would hide an order.
-  for (const [what, other] of tieBreakVariants) {
-    assert.equal(sameTieBreakFields(tied, other), false, what);
-    assert.equal(sameTieBreakFields(other, tied), false, `${what}, the other way round`);
-  }
+  for (const [what, other] of tieBreakVariants) assert.notEqual(compareRecords(tied, other), 0, what);
+});
+
+/**
+ * Tie-break fields drawn from a tiny alphabet with NUL in it, so that the former NUL-joined string often coincides for
+ * different records; and for each record a twin built to coincide with it there: its roles joined with NUL into one
+ * (or its one role split at its NULs), no app version swapped with an empty one.
+ */
+const text = (minLength: number) =>
+  fc.array(fc.constantFrom("a", "b", "1", "\0"), { minLength, maxLength: 3 }).map((cs) => cs.join(""));
+const tieBreakArb: fc.Arbitrary<Member> = fc
+  .record({
+    changedBy: text(1),
+    upNumber: fc.integer({ min: 0, max: 12 }),
+    appVersion: fc.option(text(0), { nil: undefined }),
+    roles: fc.array(text(1), { maxLength: 3 }),
+  })
+  .map((r) => ({ uniqueAddress: nodes[0]!, status: "Up" as const, revision: 1, ...r }));
+
+function formerTwin(m: Member): Member {
+  const roles = m.roles.length >= 2 ? [m.roles.join("\0")] : m.roles.length === 1 ? m.roles[0]!.split("\0") : [];
+  const appVersion = m.appVersion === undefined ? "" : m.appVersion === "" ? undefined : m.appVersion;
+  return { ...m, roles, appVersion };
+}
+
+const pairArb = fc.oneof(
+  fc.tuple(tieBreakArb, tieBreakArb),
+  tieBreakArb.map((m): [Member, Member] => [m, formerTwin(m)]),
+);
+
+test("property: records of equal status and revision compare equal only when every field is equal; the order is antisymmetric and transitive", () => {
+  // A fixed seed: the twins find a tie of the former tie-break within the first runs, and every run checks the same.
+  fc.assert(
+    fc.property(pairArb, tieBreakArb, ([a, b], c) => {
+      const ab = compareRecords(a, b);
+      assert.equal(ab === 0, sameMember(a, b), `compare ${ab}: ${JSON.stringify([a, b].map(memberToJSON))}`);
+      assert.equal(compareRecords(b, a), ab === 0 ? 0 : -ab, "antisymmetric");
+      assert.equal(compareRecords(a, a), 0);
+      // Transitivity over the three: sorting them yields each pair in order.
+      const sorted = [a, b, c].sort(compareRecords);
+      for (let i = 0; i < sorted.length; i++) {
+        for (let j = i + 1; j < sorted.length; j++) assert.ok(compareRecords(sorted[i]!, sorted[j]!) <= 0);
+      }
+    }),
+    { seed: 20261207, numRuns: 2_000 },
+  );
+});
+
+test("property: for records the wire accepts (no NUL, no empty app version) the order is the documented string's, which earlier builds compare", () => {
+  // Nodes of two builds must pick the same record, or a rolling update would keep their member tables apart.
+  const wireText = (minLength: number) =>
+    fc.array(fc.constantFrom("a", "b", "1", "9", "."), { minLength, maxLength: 3 }).map((cs) => cs.join(""));
+  const wireArb: fc.Arbitrary<Member> = fc
+    .record({
+      changedBy: wireText(1),
+      upNumber: fc.integer({ min: 0, max: 12 }),
+      appVersion: fc.option(wireText(1), { nil: undefined }),
+      roles: fc.array(wireText(1), { maxLength: 3 }),
+    })
+    .map((r) => ({ uniqueAddress: nodes[0]!, status: "Up" as const, revision: 1, ...r }));
+  fc.assert(
+    fc.property(wireArb, wireArb, (a, b) => {
+      const [x, y] = [documentedTieBreak(a), documentedTieBreak(b)];
+      assert.equal(compareRecords(a, b), x < y ? -1 : x > y ? 1 : 0);
+    }),
+    { seed: 20261207, numRuns: 2_000 },
+  );
 });

@@ -8,15 +8,7 @@ export type MemberMap = ReadonlyMap<string, Member>;
 export const maxMembersDefault = 10_000;
 
 /**
- * The tie-break text of a record: author, up-number, app version and roles, NUL-separated. The app version is fixed
- * per uid, so it only matters to keep "records that compare equal carry the same fields" true for any input.
- */
-function tieBreak(member: Member): string {
-  return [member.changedBy, String(member.upNumber), member.appVersion ?? "", ...member.roles].join("\0");
-}
-
-/**
- * Total order on two records of the same node: status precedence, then revision, then the tie-break string. Two
+ * Total order on two records of the same node: status precedence, then revision, then {@link compareTieBreak}. Two
  * records that compare equal carry the same fields, which is what makes {@link mergeMembers} commutative,
  * associative and idempotent.
  */
@@ -26,26 +18,34 @@ export function compareRecords(a: Member, b: Member): number {
   // Revisions are integers (memberFromJSON checks them): the difference is 0 exactly when they are equal.
   const byRevision = a.revision - b.revision;
   if (byRevision !== 0) return Math.sign(byRevision);
-  // Most comparisons are of a record with its own copy (gossip repeats what the receiver holds): equal tie-break
-  // fields make equal tie-break strings, without building them. Skipping this line changes no answer, only the cost
-  // (the one equivalent mutant left in this file, docs/mutation.md).
-  if (sameTieBreakFields(a, b)) return 0;
-  return compareStrings(tieBreak(a), tieBreak(b));
+  return compareTieBreak(a, b);
 }
 
 /**
- * True when `a` and `b` carry the same tie-break fields (author, up-number, app version, roles), so that their
- * tie-break strings are equal: the fast path of {@link compareRecords}. Exported for its rule test, which checks that
- * it is taken for equal fields and never for different ones (test/cluster/merge.test.ts).
+ * Orders two records by their tie-break fields in turn (docs/protocol.md §4.5): author, up-number as decimal text,
+ * app version (none before any), then the roles one by one (a list that is a prefix of the other first); strings in
+ * code-unit order. It returns 0 only when every field is equal. It replaces a comparison of the fields joined with
+ * NUL, which tied distinct records (roles `["a\0b"]` and `["a", "b"]`, no app version and an empty one), so two
+ * nodes holding one each kept theirs for good. For fields without NUL (all the wire accepts, memberFromJSON) it is
+ * that string's order, field for field, so nodes of earlier builds pick the same winner: that is also why the
+ * up-number compares as text (10 before 9). Most comparisons are of a record with its own copy (gossip repeats what
+ * the receiver holds), so each field is compared for equality first, and equal fields cost no ordering.
  */
-export function sameTieBreakFields(a: Member, b: Member): boolean {
-  return (
-    a.changedBy === b.changedBy &&
-    a.upNumber === b.upNumber &&
-    a.appVersion === b.appVersion &&
-    a.roles.length === b.roles.length &&
-    a.roles.every((role, i) => role === b.roles[i])
-  );
+function compareTieBreak(a: Member, b: Member): number {
+  if (a.changedBy !== b.changedBy) return compareStrings(a.changedBy, b.changedBy);
+  if (a.upNumber !== b.upNumber) return compareStrings(String(a.upNumber), String(b.upNumber));
+  if (a.appVersion !== b.appVersion) {
+    if (a.appVersion === undefined) return -1;
+    if (b.appVersion === undefined) return 1;
+    return compareStrings(a.appVersion, b.appVersion);
+  }
+  const shared = Math.min(a.roles.length, b.roles.length);
+  for (let i = 0; i < shared; i++) {
+    const left = a.roles[i]!;
+    const right = b.roles[i]!;
+    if (left !== right) return compareStrings(left, right);
+  }
+  return Math.sign(a.roles.length - b.roles.length);
 }
 
 /** The outcome of a merge. */
