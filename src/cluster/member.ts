@@ -111,6 +111,15 @@ const parsedAddressesMax = 4_096;
 const noRoles: readonly string[] = Object.freeze([]);
 
 /**
+ * True for a non-empty string without NUL: what a role or an author may be. NUL separates the fields of the digest
+ * (docs/protocol.md §4.6), and it separated those of the merge's tie-break, where a role holding one tied with two
+ * roles: two nodes holding one record each never converged. Configuration refuses it too (settings.ts).
+ */
+export function isRoleOrAuthor(value: unknown): value is string {
+  return typeof value === "string" && value.length > 0 && !value.includes("\0");
+}
+
+/**
  * Rebuilds a member from its wire form, or returns a reason it is malformed.
  * Never throws: wire input is rejected and counted by the caller, not asserted.
  */
@@ -130,8 +139,8 @@ export function memberFromJSON(json: unknown): Member | string {
   }
   if (!uniqueAddress.address.isRemote) return "member.address is not a remote address";
   if (!isMemberStatus(j.status)) return `member.status ${describe(j.status)} is unknown`;
-  if (!Array.isArray(j.roles) || !j.roles.every((r) => typeof r === "string" && r.length > 0)) {
-    return "member.roles is not an array of non-empty strings";
+  if (!Array.isArray(j.roles) || !j.roles.every(isRoleOrAuthor)) {
+    return "member.roles is not an array of non-empty strings without NUL";
   }
   const roles = j.roles as string[];
   const normalized = roles.length === 0 ? noRoles : normalizeRoles(roles);
@@ -140,7 +149,7 @@ export function memberFromJSON(json: unknown): Member | string {
   }
   if (!Number.isSafeInteger(j.upNumber) || (j.upNumber as number) < 0) return "member.upNumber is not an integer >= 0";
   if (!Number.isSafeInteger(j.revision) || (j.revision as number) <= 0) return "member.revision is not an integer > 0";
-  if (typeof j.changedBy !== "string" || j.changedBy.length === 0) return "member.changedBy is not a non-empty string";
+  if (!isRoleOrAuthor(j.changedBy)) return "member.changedBy is not a non-empty string without NUL";
   // Optional: a record without it is a node that declares no version (or one built before the field existed).
   const appVersion = Object.hasOwn(j, "appVersion") ? j.appVersion : undefined;
   if (appVersion !== undefined && !isAppVersion(appVersion)) {

@@ -5,6 +5,7 @@ import { isAppVersion } from "./app-version.ts";
 import { ClusterConfigurationError } from "./errors.ts";
 import type { OnDowned } from "./events.ts";
 import { maxMembersDefault } from "./gossip/merge.ts";
+import { isRoleOrAuthor } from "./member.ts";
 
 /** Options of `system.enableCluster`. Durations are milliseconds. */
 export interface ClusterSettings {
@@ -155,8 +156,10 @@ export function resolveClusterSettings(settings: ClusterSettings, systemName: st
   const seeds = settings.seedNodes ?? [];
   if (!Array.isArray(seeds)) throw new ClusterConfigurationError("seedNodes", 'expected an array of "host:port"');
   const roles = settings.roles ?? [];
-  if (!Array.isArray(roles) || roles.some((r) => typeof r !== "string" || r.length === 0 || /\s/.test(r))) {
-    throw new ClusterConfigurationError("roles", "expected an array of non-empty role names without whitespace");
+  // NUL too (it is not whitespace): every peer refuses a record with such a role (memberFromJSON), so the node could
+  // never join.
+  if (!Array.isArray(roles) || roles.some((r) => !isRoleOrAuthor(r) || /\s/.test(r))) {
+    throw new ClusterConfigurationError("roles", "expected an array of non-empty role names without whitespace or NUL");
   }
   const appVersion = resolveAppVersion(settings.appVersion);
   const clusterName = settings.clusterName ?? clusterDefaults.clusterName;

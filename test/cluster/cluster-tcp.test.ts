@@ -250,6 +250,9 @@ test("settings are validated with ClusterConfigurationError, and cluster needs r
       [{ seedNodes: ["nope"] }, /seedNodes/],
       [{ seedNodes: ["127.0.0.1:0"] }, /port 0/],
       [{ roles: [""] }, /roles/],
+      // NUL is not whitespace, but every peer refuses a member record with it (memberFromJSON): it could never join.
+      [{ roles: ["a\u0000b"] }, /roles.*NUL/],
+      [{ appVersion: "1.0\u0000" }, /appVersion/],
       [{ clusterName: "bad name" }, /clusterName/],
       [{ gossipInterval: 0 }, /gossipInterval/],
       [{ joinRetryInterval: Number.NaN }, /joinRetryInterval/],

@@ -216,3 +216,48 @@ test("join for another address, leave of another member and down from a non-memb
     await attacker.system.terminate();
   }
 });
+
+test("member records with a NUL in a role or an author are refused at decode and counted; nothing reaches membership", async () => {
+  const node = (await startClusterNodes(1))[0]!;
+  const attacker = await startAttacker();
+  try {
+    await eventually(() => allUp(node, 1), { what: "1 Up", describe: describe([node]) });
+    const self = attacker.self.toString();
+    const target = node.cluster.selfAddress.toString();
+    const before = { ...node.remoting.stats.rejected };
+    const clusterBefore = node.cluster.stats;
+    // A join whose record has a role with a NUL inside (it would tie with the roles "a" and "b" in the former
+    // tie-break), one whose author has a NUL, and a gossip of such a record (docs/protocol.md §4.5).
+    const joining = { ...up(self, attacker.self.uid), status: "Joining" as const, upNumber: 0 };
+    attacker.sendTo(node, new ClusterJoin("movie-cluster", self, { ...joining, roles: ["a\u0000b"] }));
+    attacker.sendTo(
+      node,
+      new ClusterJoin("movie-cluster", self, { ...joining, changedBy: `${attacker.self.uid}\u0000` }),
+    );
+    attacker.sendTo(
+      node,
+      new ClusterGossip("movie-cluster", self, target, 1, "0".repeat(64), [
+        { ...up(self, attacker.self.uid), roles: ["a\u0000b"] },
+      ]),
+    );
+    await eventually(() => node.remoting.stats.rejected.undecodable >= before.undecodable + 3, {
+      what: "three envelopes refused as undecodable",
+      describe: () => node.remoting.stats.rejected,
+    });
+    assert.equal(node.remoting.stats.rejected.undecodable, before.undecodable + 3);
+    // Refused before the daemon saw them: no join was recorded or refused, no gossip was judged.
+    const after = node.cluster.stats;
+    assert.equal(after.joinRejections, clusterBefore.joinRejections);
+    assert.deepEqual(after.gossipRejected, clusterBefore.gossipRejected);
+    assert.equal(after.protocolRejections, clusterBefore.protocolRejections);
+    assert.deepEqual(
+      node.cluster.snapshot().members.map((m) => m.uniqueAddress.toString()),
+      [target],
+      "the attacker is no member",
+    );
+    assert.equal(attacker.got.length, 0, "no answer");
+  } finally {
+    await terminateClusterNodes([node]);
+    await attacker.system.terminate();
+  }
+});

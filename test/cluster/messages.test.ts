@@ -1,6 +1,8 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { UniqueAddress } from "../../src/actor/index.ts";
+import "../../src/cluster/index.ts";
+import { InvalidClusterMessageError } from "../../src/cluster/errors.ts";
 import { type MemberJSON, memberFromJSON } from "../../src/cluster/member.ts";
 import {
   ClusterDown,
@@ -8,9 +10,11 @@ import {
   ClusterGossipAck,
   ClusterHeartbeat,
   ClusterJoin,
+  ClusterWelcome,
   clusterMessageClasses,
   membersOf,
 } from "../../src/cluster/messages.ts";
+import { EnvelopeDecodeError, MessageRegistry } from "../../src/remote/index.ts";
 
 const from = "movie.tcp://sys@127.0.0.1:2551#abc";
 const to = "movie.tcp://sys@127.0.0.1:2552#def";
@@ -64,6 +68,42 @@ test("member records are validated: roles sorted and unique, revision above 0, a
   assert.match(String(memberFromJSON({ ...record, revision: 0 })), /revision/);
   assert.match(String(memberFromJSON({ ...record, changedBy: "" })), /changedBy/);
   assert.match(String(memberFromJSON({ ...record, address: "nope" })), /unique address/);
+});
+
+test("a member record with a NUL in a role or in its author is refused, and so is the message carrying it", () => {
+  // NUL separates the digest's fields and separated the merge's tie-break (docs/protocol.md §4.5): a role "a\0b"
+  // tied with the roles "a" and "b". An app version cannot hold one (app-version.test.ts).
+  const refused: [MemberJSON, RegExp][] = [
+    [{ ...record, roles: ["a\u0000b"] }, /member\.roles .*without NUL/],
+    [{ ...record, roles: ["a", "b\u0000"] }, /member\.roles .*without NUL/],
+    [{ ...record, roles: ["\u0000"] }, /member\.roles .*without NUL/],
+    [{ ...record, changedBy: "abc\u0000" }, /member\.changedBy .*without NUL/],
+    [{ ...record, changedBy: "\u0000" }, /member\.changedBy .*without NUL/],
+  ];
+  for (const [json, pattern] of refused) {
+    const what = JSON.stringify(json);
+    assert.match(String(memberFromJSON(json)), pattern, what);
+    // Through the wire: a join, a welcome and a gossip carrying it are refused whole with the typed error, and the
+    // registry refuses the envelope as undecodable, which the receive path counts in stats.rejected.undecodable.
+    const messages: [(typeof clusterMessageClasses)[number], unknown][] = [
+      [ClusterJoin, new ClusterJoin("c", from, json)],
+      [ClusterWelcome, new ClusterWelcome("c", from, to, [record, json])],
+      [ClusterGossip, new ClusterGossip("c", from, to, 1, "a".repeat(64), [json])],
+    ];
+    for (const [cls, message] of messages) {
+      const wire = JSON.parse(JSON.stringify(message)) as unknown;
+      assert.throws(
+        () => cls.fromJSON(wire),
+        (e: Error) => e instanceof InvalidClusterMessageError && pattern.test(e.message),
+        `${cls.wireName} ${what}`,
+      );
+      assert.throws(
+        () => MessageRegistry.default.decode(cls.wireName, wire),
+        (e: Error) => e instanceof EnvelopeDecodeError && e.reason === "undecodable" && e.typeName === cls.wireName,
+        `${cls.wireName} ${what} through the registry`,
+      );
+    }
+  }
 });
 
 test("a member record with hostile values is refused with a text, never by running the value's code", () => {
