@@ -30,7 +30,7 @@ export interface Member {
   readonly uniqueAddress: UniqueAddress;
   /** Its status. */
   readonly status: MemberStatus;
-  /** Its roles, sorted and unique. */
+  /** Its roles, sorted and unique, each non-empty and without NUL (memberFromJSON refuses others). */
   readonly roles: readonly string[];
   /** Age order among Up members: the leader hands out 1, 2, 3, … when it promotes; 0 before the member is Up. */
   readonly upNumber: number;

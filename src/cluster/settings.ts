@@ -15,7 +15,7 @@ export interface ClusterSettings {
    * Default [].
    */
   seedNodes?: readonly string[];
-  /** Roles of this node (non-empty strings; stored sorted and unique). Default []. */
+  /** Roles of this node (non-empty, without whitespace or NUL; stored sorted and unique). Default []. */
   roles?: readonly string[];
   /**
    * The version of the application this node runs (1-64 letters, digits, `.`, `+`, `_`, `-`; `1.10.0` is newer than
