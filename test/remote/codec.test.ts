@@ -340,6 +340,11 @@ test("a string field read again gives the text of these bytes, whatever it held 
   const codec = compileCodec("Texts", { s: "string", t: "string?" });
   const sequence = ["User", "User", "Usar", "Use", "", "Users", "Zoë", "Zoe", "x".repeat(24), "x".repeat(23) + "y"];
   sequence.push("x".repeat(25), "x".repeat(24), "User");
+  // Every short length, every ASCII byte (NUL and DEL too), each read twice (built, then found the same again).
+  for (let n = 1; n <= 26; n++) {
+    const text = Array.from({ length: n }, (_, j) => String.fromCharCode((n * 31 + j * 7) % 128)).join("");
+    sequence.push(text, text);
+  }
   for (const [i, s] of sequence.entries()) {
     const t = sequence[sequence.length - 1 - i]!;
     assert.deepEqual(roundTrip(codec, { s, t }), { s, t }, `message ${i}`);
