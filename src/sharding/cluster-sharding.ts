@@ -29,6 +29,7 @@ import {
   CancelPreparations,
   CoordinatorFlush,
   CoordinatorFlushed,
+  DirectBatch,
   DirectGrant,
   DirectMarker,
   DirectProbe,
@@ -489,6 +490,14 @@ export class ClusterSharding implements Extension {
     if (message instanceof ShardingEnvelope) {
       if (message.traceContextMalformed) this.counters.malformedTraceContexts++;
       this.shell.receive({ envelope: message, sender, origin }, origin);
+    } else if (message instanceof DirectBatch) {
+      // One by one, in order, each as a single direct envelope from this link (docs/protocol.md §8.8 "Batches").
+      const envelopes = message.envelopes;
+      for (let i = 0; i < envelopes.length; i++) {
+        const envelope = envelopes[i]!;
+        if (envelope.traceContextMalformed) this.counters.malformedTraceContexts++;
+        this.shell.receive({ envelope, sender, origin }, origin);
+      }
     } else if (
       message instanceof PlanRequest ||
       message instanceof PlanSnapshotRequest ||

@@ -71,6 +71,11 @@ export interface ShardingStats {
   readonly directProbesDropped: number;
   /** Grants this node's callers gave up on a refusal from the owner (their shard went back to the coordinator route). */
   readonly directFallbacks: number;
+  /**
+   * Frames of two or more direct deliveries this node's callers sent one owner back to back with one sender (a
+   * `DirectBatch`, docs/protocol.md §8.8 "Batches"); each delivery in one is also in `directRoutes`.
+   */
+  readonly directBatches: number;
 }
 
 /** Why an inbound sharding envelope could not be decoded (see {@link ShardingStats.malformedEnvelopes}). */
@@ -114,5 +119,6 @@ export function zeroStats(): MutableShardingStats {
     directRefusals: 0,
     directProbesDropped: 0,
     directFallbacks: 0,
+    directBatches: 0,
   };
 }

@@ -249,6 +249,7 @@ test("stats: the 15 counters of docs/protocol.md §16.2 in its order, then the m
     "directRefusals",
     "directProbesDropped",
     "directFallbacks",
+    "directBatches",
   ]);
   assert.deepEqual(Object.keys(snapshot.malformedEnvelopes), ["undecodable", "schemaInvalid", "payload"]);
   assert.ok(Object.isFrozen(snapshot) && Object.isFrozen(snapshot.malformedEnvelopes));

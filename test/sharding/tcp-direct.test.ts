@@ -14,7 +14,12 @@ import {
   RateLimitedRebalance,
   ShardingSettings,
 } from "../../src/sharding/index.ts";
-import { DirectEnvelope, ShardingEnvelope } from "../../src/sharding/internal/messages.ts";
+import {
+  DirectBatchEntry,
+  DirectEnvelope,
+  HandoffAnnounce,
+  ShardingEnvelope,
+} from "../../src/sharding/internal/messages.ts";
 import { eventually } from "../fixtures/eventually.ts";
 import { freePortAbove } from "../fixtures/free-port.ts";
 import { OrderCommand, OrderReply, Seq, SequenceBehavior, sequenceSink } from "./fixtures/order.ts";
@@ -341,6 +346,141 @@ test("direct routing over TCP: a caller with a stale plan (it hears nothing from
     assert.equal(reply.host, coordinator.system.address.toString(), "the next message reaches the new owner");
   } finally {
     await stopTraffic();
+    await terminateAll(nodes);
+  }
+});
+
+test("direct routing over TCP: bursts of tells travel in batches, and two operator moves of their shard under them lose none and reorder none", async () => {
+  const nodes = await startShardingNodes(3);
+  let running = true;
+  let loop: Promise<void> = Promise.resolve();
+  try {
+    for (const n of nodes) n.sharding.init("Burst", OrderCommand, stillSettings, (id) => new SequenceBehavior(id));
+    await eventually(() => nodes.every((n) => settled(n, 3)) && planSettled(nodes, "Burst", stillSettings), {
+      what: "a balanced plan",
+      describe: describeNodes(nodes, "Burst"),
+    });
+    const sorted = [...nodes].sort((a, b) => UniqueAddress.compare(a.cluster.selfAddress, b.cluster.selfAddress));
+    const [coordinator, caller, owner] = sorted as [ShardingNode, ShardingNode, ShardingNode];
+    // Four entities of one shard the third node owns.
+    let shard = -1;
+    const ids: string[] = [];
+    for (let i = 0; ids.length < 4 && i < 10_000; i++) {
+      const id = `burst-${i}`;
+      if (shard === -1 && coordinator.sharding.ownerFor("Burst", id)?.equals(owner.cluster.selfAddress)) {
+        shard = caller.sharding.shardOf("Burst", id);
+      }
+      if (shard !== -1 && caller.sharding.shardOf("Burst", id) === shard) ids.push(id);
+    }
+    assert.equal(ids.length, 4);
+    // The grant first (a shard's first messages go through the coordinator, §8.8).
+    const refs = ids.map((id) => caller.sharding.entityRefFor<OrderCommand>("Burst", id));
+    for (const ref of refs) await ref.ask(new Seq(0), OrderReply, 5_000);
+    // Every 8 ms, four tells to each entity in one synchronous burst (16 to one owner: one batch when direct). At most
+    // 2,000 a second, so a handoff's held queue (1,024 per shard) does not fill on a slow machine.
+    const next = new Map(ids.map((id) => [id, 1]));
+    const thrown: Error[] = [];
+    loop = (async () => {
+      while (running) {
+        for (let k = 0; k < 4; k++) {
+          for (const [i, id] of ids.entries()) {
+            const n = next.get(id)!;
+            next.set(id, n + 1);
+            try {
+              refs[i]!.tell(new Seq(n));
+            } catch (error) {
+              thrown.push(error as Error);
+            }
+          }
+        }
+        await new Promise((resolve) => setTimeout(resolve, 8));
+      }
+    })();
+    // The announcement of each move reaches the caller right after a burst it has not written yet: the tells its actors
+    // sent earlier in the same turn of the dispatcher wait for the end of the turn (§8.8 "Batches"). The marker it sends
+    // for the announcement must still come after them on the link, or the old owner drains before they arrive.
+    const daemonHost = caller.sharding as unknown as { onDaemonMessage(message: unknown, ctx: unknown): void };
+    const onDaemonMessage = daemonHost.onDaemonMessage.bind(daemonHost);
+    let announcementsAfterABurst = 0;
+    daemonHost.onDaemonMessage = (message, ctx) => {
+      if (message instanceof HandoffAnnounce && running) {
+        for (const [i, id] of ids.entries()) {
+          const n = next.get(id)!;
+          next.set(id, n + 1);
+          refs[i]!.tell(new Seq(n));
+        }
+        announcementsAfterABurst++;
+      }
+      onDaemonMessage(message, ctx);
+    };
+    const processedNow = () => ids.reduce((sum, id) => sum + (sequenceSink.get(id)?.length ?? 0), 0);
+    await eventually(() => caller.sharding.stats.directBatches > 20, {
+      what: "the caller's tells going straight to the owner in batches",
+      describe: () => caller.sharding.stats,
+    });
+    for (const to of [coordinator, owner]) {
+      const decision = coordinator.sharding.moveShard("Burst", shard, { to: to.cluster.selfAddress });
+      assert.equal(decision.kind, "moving");
+      await eventually(
+        () => nodes.every((n) => n.sharding.ownerFor("Burst", ids[0]!)?.equals(to.cluster.selfAddress) === true),
+        { what: `the shard moved to port ${to.port}`, describe: describeNodes(nodes, "Burst"), timeoutMs: 20_000 },
+      );
+      const batchesAtMove = caller.sharding.stats.directBatches;
+      const processedAtMove = processedNow();
+      await eventually(() => processedNow() > processedAtMove + 400, {
+        what: `traffic reaching port ${to.port}`,
+        timeoutMs: 20_000,
+      });
+      if (to === owner) {
+        await eventually(() => caller.sharding.stats.directBatches > batchesAtMove + 20, {
+          what: "batches to the owner again after the move back",
+          describe: () => caller.sharding.stats,
+        });
+      }
+    }
+    running = false;
+    await loop;
+    assert.ok(announcementsAfterABurst >= 2, `${announcementsAfterABurst} announcements came right after a burst`);
+    const sent = [...next.values()].reduce((x, y) => x + y - 1, 0);
+    assert.deepEqual(thrown, [], "no tell was refused at the caller");
+    await eventually(() => processedNow() === sent + ids.length, {
+      what: `all ${sent} tells (and the ${ids.length} asks) processed`,
+      describe: () => ({ processed: processedNow(), stats: nodes.map((n) => n.sharding.stats) }),
+    });
+    for (const id of ids) {
+      const processed = sequenceSink.get(id)!;
+      assert.deepEqual(
+        processed,
+        Array.from({ length: next.get(id)! }, (_, n) => n),
+        `every message of ${id} processed once, in the order sent`,
+      );
+    }
+    assert.equal(
+      nodes.reduce((sum, n) => sum + n.sharding.stats.directRefusals, 0),
+      0,
+      "no direct delivery was refused: the caller's marker came after its last batch",
+    );
+    // A batch entry is never sent alone: one that arrives alone is an unknown message to the daemon, refused, counted.
+    const entry = Object.assign(Object.create(DirectBatchEntry.prototype) as object, {
+      kind: "User",
+      entityId: ids[0],
+      shardId: shard,
+      askTimeoutMs: null,
+      senderless: true,
+      deliveryAttempt: 0,
+      traceparent: null,
+      message: encodeNested(MessageRegistry.default, new Seq(123_456)),
+    });
+    const rejectedBefore = owner.sharding.stats.rejectedEnvelopes;
+    caller.system.actorSelection(`${owner.cluster.selfAddress.address}/system/sharding`).tell(entry);
+    await eventually(() => owner.sharding.stats.rejectedEnvelopes === rejectedBefore + 1, {
+      what: "a batch entry sent alone refused by the owner's daemon",
+      describe: () => owner.sharding.stats,
+    });
+    assert.ok(!(sequenceSink.get(ids[0]!) ?? []).includes(123_456), "the entry's message was not processed");
+  } finally {
+    running = false;
+    await loop;
     await terminateAll(nodes);
   }
 });

@@ -1,10 +1,13 @@
 import { decodeNested, encodeNested, type MessageRegistry, registerNesting } from "../../remote/index.ts";
 import { ClusterShardingConfigurationError } from "../errors.ts";
-import { directEnvelopeLayout, envelopeLayout } from "./envelope-codec.ts";
+import { DirectBatchCodec } from "./direct-batch-codec.ts";
+import { directBatchEntryLayout, directEnvelopeLayout, envelopeLayout } from "./envelope-codec.ts";
 import {
   CancelPreparations,
   CoordinatorFlush,
   CoordinatorFlushed,
+  DirectBatch,
+  DirectBatchEntry,
   DirectEnvelope,
   DirectGrant,
   DirectMarker,
@@ -105,6 +108,9 @@ export function registerShardingWireTypes(registry: MessageRegistry): void {
   registry.register(CoordinatorFlushed, { name: wireNames.coordinatorFlushed });
   registry.register(CancelPreparations, { name: wireNames.cancelPreparations });
   registerNesting(registry, DirectEnvelope, wireNames.directEnvelope, directEnvelopeLayout);
+  // A batch's envelopes in the entry layout, through the nesting codec registered for it here.
+  const entry = registerNesting(registry, DirectBatchEntry, wireNames.directBatchEntry, directBatchEntryLayout);
+  registry.registerCodec(DirectBatch, wireNames.directBatch, new DirectBatchCodec(entry.codec!));
   registry.register(DirectProbe, { name: wireNames.directProbe });
   registry.register(DirectGrant, { name: wireNames.directGrant });
   registry.register(DirectRefused, { name: wireNames.directRefused });

@@ -58,3 +58,23 @@ export const directEnvelopeLayout: NestingLayout = {
   // A direct envelope is always read by the owner it is delivered to.
   decodeHere: () => true,
 };
+
+/**
+ * The per-envelope layout of a direct batch (docs/protocol.md §8.8 "Batches"): the direct envelope's fields but the
+ * entity type, settings digest, coordinator uid and generation, which the batch header carries once, and the hop count,
+ * which is 2 for every direct envelope. The batch's codec (direct-batch-codec.ts) writes these from each envelope.
+ */
+export const directBatchEntryLayout: NestingLayout = {
+  fields: {
+    kind: "string",
+    entityId: "string",
+    shardId: "int32",
+    askTimeoutMs: "number?",
+    senderless: "boolean",
+    deliveryAttempt: "int32",
+    traceparent: "string?",
+  },
+  nestedField: "message",
+  // Read by the owner the batch is delivered to.
+  decodeHere: () => true,
+};

@@ -16,6 +16,8 @@
  * - `CoordinatorFlushed`: the new coordinator → the caller, once the relayed marker reached it.
  * - `CancelPreparations`: coordinator → a member holding preparations of shards it no longer hands to that member
  *   (the handoff was aborted after the prepare): the member forgets them and releases their leases (§9.3).
+ * - `DirectEnvelope`, `DirectBatch` (direct routing, §8.8): caller → owner, past the coordinator; `DirectProbe`,
+ *   `DirectGrant`, `DirectRefused`, `HandoffAnnounce`, `DirectMarker`: the direct route's control messages.
  */
 import { UniqueAddress } from "../../actor/index.ts";
 import { ClusterShardingConfigurationError } from "../errors.ts";
@@ -53,6 +55,10 @@ export const wireNames = {
    * coordinator as its uid, plus the generation the sender names. v1 carried the whole key and address.
    */
   directEnvelope: "movie.cluster.sharding.direct-envelope.v2",
+  /** Consecutive direct envelopes of one caller to one owner with one sender, in one frame (docs/protocol.md §8.8). */
+  directBatch: "movie.cluster.sharding.direct-batch.v1",
+  /** The per-envelope part of a direct batch: never sent alone (the daemon refuses it as an unknown message). */
+  directBatchEntry: "movie.cluster.sharding.direct-batch-entry.v1",
   directProbe: "movie.cluster.sharding.direct-probe.v1",
   directGrant: "movie.cluster.sharding.direct-grant.v1",
   directRefused: "movie.cluster.sharding.direct-refused.v1",
@@ -573,6 +579,49 @@ export class DirectEnvelope extends ShardingEnvelope {
    */
   static override fromJSON(json: unknown): DirectEnvelope {
     return ShardingEnvelope.validated(json, true) as DirectEnvelope;
+  }
+}
+
+/** Most direct envelopes one {@link DirectBatch} may carry. */
+export const directBatchMax = 256;
+
+/**
+ * Direct envelopes that one caller sent one owner back to back, with one sender, carried in one frame (docs/protocol.md
+ * §8.8 "Batches"). The owner handles them one by one, in order, exactly as that many single direct envelopes from the
+ * same link: a batch only saves the frame, the mailbox turn and the sender lookup each would cost.
+ */
+export class DirectBatch {
+  constructor(readonly envelopes: readonly DirectEnvelope[]) {}
+
+  /**
+   * Rebuilds a batch from its JSON: `envelopes`, an array of 1..{@link directBatchMax} direct envelopes, each validated
+   * as {@link DirectEnvelope.fromJSON} validates one.
+   * @throws ClusterShardingConfigurationError naming the malformed field
+   */
+  static fromJSON(json: unknown): DirectBatch {
+    const o = object(json, "DirectBatch");
+    const list = o.envelopes;
+    if (!Array.isArray(list) || list.length === 0 || list.length > directBatchMax) {
+      bad("envelopes", `expected an array of 1 to ${directBatchMax} direct envelopes`);
+    }
+    const envelopes: DirectEnvelope[] = [];
+    for (let i = 0; i < list.length; i++) envelopes.push(DirectEnvelope.fromJSON(list[i]));
+    return new DirectBatch(envelopes);
+  }
+}
+
+/**
+ * The per-envelope part of a {@link DirectBatch} on the wire: a direct envelope's fields but those the batch header
+ * carries once (internal/direct-batch-codec.ts). Registered only so that remoting's nesting codec writes and reads it;
+ * it is never sent alone, and one that arrives alone reaches the daemon as an unknown message, refused and counted.
+ */
+export class DirectBatchEntry {
+  /**
+   * The entry's fields as read, unvalidated: the batch codec completes them with the header's and validates the whole
+   * as {@link DirectEnvelope.fromJSON}.
+   */
+  static fromJSON(json: unknown): unknown {
+    return json;
   }
 }
 

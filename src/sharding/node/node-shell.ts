@@ -10,12 +10,13 @@ import { handoffTimeoutMs } from "../constants.ts";
 import type { ShardMoveDecision } from "../coordinator/shard-move.ts";
 import { asError, ShardHandoffInProgressError, ShardLeaseUnavailableError } from "../errors.ts";
 import { attachTyped, type PayloadCodec, typedOf } from "../internal/codec.ts";
-import { ShardingControlAck } from "../internal/messages.ts";
+import { DirectBatch, DirectEnvelope, ShardingControlAck } from "../internal/messages.ts";
 import type { ShardingProvider } from "../internal/provider.ts";
 import type { AttemptOutcome } from "../internal/retry-barrier.ts";
 import type { ShardingMembership } from "../membership.ts";
 import type { MutableShardingStats } from "../stats.ts";
 import type { ShardingSpan, ShardingTracer } from "../tracing/sharding-tracer.ts";
+import { DirectSendBatches, type PendingDirectBatch } from "./direct-batches.ts";
 import {
   callerOwnDirect,
   callerRouteTarget,
@@ -41,6 +42,11 @@ export const daemonName = "sharding";
 const daemonRefCacheMax = 10_000;
 /** How many distinct (sender, error) rejections of control messages are logged; later ones are only counted. */
 const rejectionLogMax = 1_024;
+/**
+ * Most direct envelopes written as one batch (docs/protocol.md §8.8 "Batches"): past a few dozen the frame and turn
+ * saved per envelope no longer show, while the owner's turn for the batch keeps growing.
+ */
+export const directBatchEnvelopes = 64;
 
 /**
  * Performs the node core's effects (node-core.ts) and feeds it its inputs: sockets through remoting (the daemons of
@@ -66,6 +72,16 @@ export class NodeShell {
   private stepNowMs = 0;
   /** Spans around sharded calls and deliveries (ClusterSharding.useTracer), or null: nothing traced. */
   tracer: ShardingTracer | null = null;
+  /** Direct envelopes decided and not written yet: written per owner at the end of the microtask, or sooner. */
+  private readonly directBatches = new DirectSendBatches(
+    directBatchEnvelopes,
+    (batch) => this.writeDirect(batch),
+    () => {
+      if (this.running) return;
+      const next = this.queue.shift();
+      if (next !== undefined) this.drain(next);
+    },
+  );
 
   constructor(
     readonly system: ActorSystem,
@@ -256,6 +272,12 @@ export class NodeShell {
   private perform(effect: NodeEffect): void {
     switch (effect.kind) {
       case "forward":
+        // A direct envelope waits for its owner's batch; anything else goes after every batch decided before it.
+        if (effect.envelope instanceof DirectEnvelope) {
+          this.directBatches.add(effect.to, effect.envelope, effect.delivery);
+          return;
+        }
+        this.directBatches.flush();
         try {
           this.daemonOf(effect.to).tell(effect.envelope, effect.delivery.sender);
         } catch (error) {
@@ -268,6 +290,7 @@ export class NodeShell {
         }
         return;
       case "send":
+        this.directBatches.flush();
         try {
           this.daemonOf(effect.to).tell(effect.message, this.daemon);
         } catch (error) {
@@ -275,6 +298,7 @@ export class NodeShell {
         }
         return;
       case "ask": {
+        this.directBatches.flush();
         const { type, shard, token, step: answered } = effect;
         askVia(this.system, this.daemonOf(effect.to), effect.message, ShardingControlAck, handoffTimeoutMs).then(
           () => this.run({ kind: "handoffReply", type, shard, token, step: answered, error: null }),
@@ -396,6 +420,32 @@ export class NodeShell {
       case "shardMoveDecided":
         this.moveDecision = effect.decision;
         return;
+    }
+  }
+
+  /**
+   * Writes one owner's batch of direct envelopes: as one `DirectBatch` frame when it holds two or more, else the
+   * envelope alone. A batch that cannot be sent whole (too large for one frame, say) is written envelope by envelope,
+   * so each send that fails goes back to the core alone, as a single direct envelope's would.
+   */
+  private writeDirect(batch: PendingDirectBatch): void {
+    const { envelopes, deliveries, sender } = batch;
+    const daemon = this.daemonOf(batch.to);
+    if (envelopes.length > 1) {
+      try {
+        daemon.tell(new DirectBatch(envelopes), sender);
+        this.state.counters.directBatches++;
+        return;
+      } catch {
+        // Written one by one below.
+      }
+    }
+    for (let i = 0; i < envelopes.length; i++) {
+      try {
+        daemon.tell(envelopes[i], sender);
+      } catch (error) {
+        this.queue.push({ kind: "sendFailed", delivery: deliveries[i]!, error: asError(error) });
+      }
     }
   }
 

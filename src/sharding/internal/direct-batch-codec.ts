@@ -1,0 +1,161 @@
+import { errorText } from "../../actor/untrusted.ts";
+import { EnvelopeDecodeError, MessageEncodeError, type MessageRegistry } from "../../remote/index.ts";
+import { DirectBatch, DirectEnvelope, directBatchMax, wireNames } from "./messages.ts";
+
+/** The binary codec interface remoting's registry takes (`MessageRegistry.registerCodec`). */
+type BinaryCodec = Parameters<MessageRegistry["registerCodec"]>[2];
+
+/** Longest entity type name or coordinator uid a batch header may carry, in bytes. */
+const headerTextMax = 4_096;
+
+/**
+ * The binary codec of {@link DirectBatch} (docs/protocol.md §8.8 "Batches"). What every envelope of a batch shares is
+ * written once, in a header; the rest per envelope:
+ *
+ * `[u16 count][u32 a][entityType: a bytes UTF-8][f64 settingsDigest][u32 b][coordinatorUid: b bytes UTF-8]
+ * [f64 generation]`, then per envelope `[u32 n][n bytes]` in the batch entry's layout (`directBatchEntryLayout`: the
+ * kind, entity id, shard, ask timeout, senderless flag, delivery attempt, trace context and the nested message).
+ *
+ * A received envelope is the entry's fields plus the header's, with hop count 2, validated by
+ * {@link DirectEnvelope.fromJSON}: exactly the checks a single direct envelope passes. One malformed envelope refuses
+ * the whole frame, as a malformed single one refuses its own.
+ */
+export class DirectBatchCodec implements BinaryCodec {
+  readonly fields = [{ name: "envelopes", type: "json" as const, optional: false }];
+  /** The entry layout's fingerprint, marked: a receiver with another entry layout refuses the batch too. */
+  readonly fingerprint: number;
+
+  constructor(
+    /** The nesting codec of a batch entry (registered as `wireNames.directBatchEntry`). */
+    private readonly entry: BinaryCodec,
+  ) {
+    this.fingerprint = (entry.fingerprint ^ 0x6261_7432) >>> 0;
+  }
+
+  measure(batch: object): number {
+    const envelopes = this.envelopesOf(batch);
+    const first = envelopes[0]!;
+    let bytes = 2 + 4 + 3 * first.entityType.length + 8 + 4 + 3 * first.coordinatorUid.length + 8;
+    for (let i = 0; i < envelopes.length; i++) bytes += 4 + this.entry.measure(envelopes[i]!);
+    return bytes;
+  }
+
+  checkText(batch: object): void {
+    const envelopes = this.envelopesOf(batch);
+    for (let i = 0; i < envelopes.length; i++) this.entry.checkText(envelopes[i]!);
+  }
+
+  write(buf: Buffer, at: number, batch: object): number {
+    const envelopes = (batch as DirectBatch).envelopes;
+    const first = envelopes[0]!;
+    buf[at] = envelopes.length >>> 8;
+    buf[at + 1] = envelopes.length & 0xff;
+    let o = writeText(buf, at + 2, first.entityType);
+    o = buf.writeDoubleLE(first.settingsDigest, o);
+    o = writeText(buf, o, first.coordinatorUid);
+    o = buf.writeDoubleLE(first.generation, o);
+    for (let i = 0; i < envelopes.length; i++) {
+      const end = this.entry.write(buf, o + 4, envelopes[i]!);
+      buf.writeUInt32BE(end - o - 4, o);
+      o = end;
+    }
+    return o;
+  }
+
+  read(buf: Buffer, at: number, end: number, _proto?: object): Record<string, unknown> {
+    if (end - at < 2) throw undecodable("truncated envelope count");
+    const count = (buf[at]! << 8) | buf[at + 1]!;
+    if (count === 0 || count > directBatchMax) throw undecodable(`${count} envelopes (1 to ${directBatchMax})`);
+    const reader = { o: at + 2 };
+    const entityType = readText(buf, reader, end, "entity type");
+    const settingsDigest = readDouble(buf, reader, end, "settings digest");
+    const coordinatorUid = readText(buf, reader, end, "coordinator uid");
+    const generation = readDouble(buf, reader, end, "generation");
+    const envelopes: DirectEnvelope[] = new Array(count);
+    let o = reader.o;
+    for (let i = 0; i < count; i++) {
+      if (end - o < 4) throw undecodable(`truncated length of envelope ${i}`);
+      const n = buf.readUInt32BE(o);
+      o += 4;
+      if (n > end - o) throw undecodable(`envelope ${i} runs past the frame`);
+      // The entry's own fields as read (untrusted), completed with the header's into a direct envelope's JSON.
+      const fields = this.entry.read(buf, o, o + n, Object.prototype);
+      fields.entityType = entityType;
+      fields.settingsDigest = settingsDigest;
+      fields.coordinatorUid = coordinatorUid;
+      fields.generation = generation;
+      fields.hopCount = 2;
+      try {
+        envelopes[i] = DirectEnvelope.fromJSON(fields);
+      } catch (error) {
+        // Built from the peer's fields: described, never converted with String().
+        throw undecodable(`envelope ${i}: ${errorText(error)}`);
+      }
+      o += n;
+    }
+    if (o !== end) throw undecodable("trailing bytes after the last envelope");
+    return new DirectBatch(envelopes) as unknown as Record<string, unknown>;
+  }
+
+  /**
+   * The batch's envelopes, checked as a sender's own value: 1 to {@link directBatchMax} direct envelopes that share
+   * what the header carries (a hand-built batch that does not is refused, not miswritten).
+   */
+  private envelopesOf(batch: object): readonly DirectEnvelope[] {
+    const envelopes = (batch as { envelopes?: unknown }).envelopes;
+    if (!Array.isArray(envelopes) || envelopes.length === 0 || envelopes.length > directBatchMax) {
+      throw refused("envelopes", `an array of 1 to ${directBatchMax} direct envelopes`, envelopes);
+    }
+    const first: unknown = envelopes[0];
+    if (!(first instanceof DirectEnvelope)) throw refused("envelopes[0]", "a direct envelope", first);
+    for (let i = 1; i < envelopes.length; i++) {
+      const e: unknown = envelopes[i];
+      if (
+        !(e instanceof DirectEnvelope) ||
+        e.entityType !== first.entityType ||
+        e.settingsDigest !== first.settingsDigest ||
+        e.coordinatorUid !== first.coordinatorUid ||
+        e.generation !== first.generation
+      ) {
+        throw refused(
+          `envelopes[${i}]`,
+          "a direct envelope of the first one's type, settings, coordinator and generation",
+          e,
+        );
+      }
+    }
+    return envelopes as readonly DirectEnvelope[];
+  }
+}
+
+/** `[u32 LE byte length][UTF-8]`; returns the offset after it (room for 3 bytes per unit was measured). */
+function writeText(buf: Buffer, at: number, text: string): number {
+  const n = buf.write(text, at + 4, "utf8");
+  buf.writeUInt32LE(n, at);
+  return at + 4 + n;
+}
+
+function readText(buf: Buffer, reader: { o: number }, end: number, what: string): string {
+  if (end - reader.o < 4) throw undecodable(`truncated ${what}`);
+  const n = buf.readUInt32LE(reader.o);
+  if (n > headerTextMax || n > end - reader.o - 4) throw undecodable(`${what} of ${n} bytes`);
+  const text = buf.toString("utf8", reader.o + 4, reader.o + 4 + n);
+  reader.o += 4 + n;
+  return text;
+}
+
+function readDouble(buf: Buffer, reader: { o: number }, end: number, what: string): number {
+  if (end - reader.o < 8) throw undecodable(`truncated ${what}`);
+  const value = buf.readDoubleLE(reader.o);
+  reader.o += 8;
+  return value;
+}
+
+function refused(field: string, expected: string, value: unknown): MessageEncodeError {
+  const actual = Array.isArray(value) ? `an array of ${value.length}` : value === null ? "null" : typeof value;
+  return new MessageEncodeError(wireNames.directBatch, field, expected, actual);
+}
+
+function undecodable(detail: string): EnvelopeDecodeError {
+  return new EnvelopeDecodeError("undecodable", `${wireNames.directBatch}: ${detail}`, wireNames.directBatch);
+}

@@ -1,0 +1,95 @@
+import type { ActorRef, UniqueAddress } from "../../actor/index.ts";
+import type { DirectEnvelope } from "../internal/messages.ts";
+import type { Delivery } from "./node-core.ts";
+
+/** Direct envelopes of one owner and one sender, decided by this node's callers and not written yet. */
+export interface PendingDirectBatch {
+  readonly to: UniqueAddress;
+  readonly sender: ActorRef<unknown> | null;
+  readonly envelopes: DirectEnvelope[];
+  /** The deliveries the envelopes were built for, index for index (a send that fails is reported per delivery). */
+  readonly deliveries: Delivery[];
+}
+
+/**
+ * The direct envelopes this node's callers sent owners (the core's `forward` effects of direct routing), kept until the
+ * end of the current microtask and then written as one frame per owner (docs/protocol.md §8.8 "Batches"): a caller's
+ * burst of tells costs one frame, one mailbox turn and one sender lookup per owner, not per tell.
+ *
+ * Nothing is reordered on any link. Per owner, envelopes stay in the order they were decided, and a batch ends when its
+ * sender or what its header carries changes (one sender per frame; one entity type, settings digest, coordinator uid
+ * and generation per batch) or it is full (`maxEnvelopes`). The shell writes every pending batch
+ * ({@link flush}) before anything else it sends (a control message, a marker, an envelope to a coordinator, a
+ * non-direct forward), so every message it writes on a link comes after the direct envelopes it decided before.
+ * Only writes to different owners' links may swap, and those links have no order between them anyway.
+ */
+export class DirectSendBatches {
+  // Keyed by the owner's UniqueAddress string: one batch per owner incarnation, whichever address object names it.
+  private readonly pending = new Map<string, PendingDirectBatch>();
+  private scheduled = false;
+  private readonly flushSoon = (): void => {
+    this.scheduled = false;
+    this.flush();
+  };
+
+  constructor(
+    private readonly maxEnvelopes: number,
+    /** Writes one batch (one envelope alone when it is the only one). Must not throw. */
+    private readonly write: (batch: PendingDirectBatch) => void,
+    /** Called after a flush that ran outside the shell's steps wrote anything (the shell then runs what it queued). */
+    private readonly afterFlush: () => void,
+  ) {}
+
+  /**
+   * Adds a direct envelope for `to`. Its owner's batch is written first when it has another sender or header (entity
+   * type, settings, coordinator, generation), and right after when it is full.
+   */
+  add(to: UniqueAddress, envelope: DirectEnvelope, delivery: Delivery): void {
+    const key = to.toString();
+    const sender = delivery.sender;
+    let batch = this.pending.get(key);
+    if (batch !== undefined && (batch.sender !== sender || !sharesHeader(batch.envelopes[0]!, envelope))) {
+      this.pending.delete(key);
+      this.write(batch);
+      batch = undefined;
+    }
+    if (batch === undefined) {
+      batch = { to, sender, envelopes: [], deliveries: [] };
+      this.pending.set(key, batch);
+      if (!this.scheduled) {
+        this.scheduled = true;
+        queueMicrotask(this.flushSoon);
+      }
+    }
+    batch.envelopes.push(envelope);
+    batch.deliveries.push(delivery);
+    if (batch.envelopes.length >= this.maxEnvelopes) {
+      this.pending.delete(key);
+      this.write(batch);
+    }
+  }
+
+  /** Whether any envelope waits to be written. */
+  get isEmpty(): boolean {
+    return this.pending.size === 0;
+  }
+
+  /** Writes every pending batch, in the order their owners' first envelopes were decided. */
+  flush(): void {
+    if (this.pending.size === 0) return;
+    const batches = [...this.pending.values()];
+    this.pending.clear();
+    for (let i = 0; i < batches.length; i++) this.write(batches[i]!);
+    this.afterFlush();
+  }
+}
+
+/** Whether `b` can join a batch that starts with `a`: the batch header carries these once (direct-batch-codec.ts). */
+function sharesHeader(a: DirectEnvelope, b: DirectEnvelope): boolean {
+  return (
+    a.entityType === b.entityType &&
+    a.settingsDigest === b.settingsDigest &&
+    a.coordinatorUid === b.coordinatorUid &&
+    a.generation === b.generation
+  );
+}

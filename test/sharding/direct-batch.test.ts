@@ -1,0 +1,368 @@
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import { EnvelopeDecodeError, MessageEncodeError, MessageRegistry } from "../../src/remote/index.ts";
+import { DecodedMessage } from "../../src/remote/nested-message.ts";
+import { ClusterShardingConfigurationError } from "../../src/sharding/errors.ts";
+import { ShardingSettings } from "../../src/sharding/index.ts";
+import { RegistryCodec, registerShardingWireTypes } from "../../src/sharding/internal/codec.ts";
+import { ShardingEnvelope } from "../../src/sharding/internal/index.ts";
+import {
+  DirectBatch,
+  DirectBatchEntry,
+  DirectEnvelope,
+  directBatchMax,
+  wireNames,
+} from "../../src/sharding/internal/messages.ts";
+import { DirectSendBatches, type PendingDirectBatch } from "../../src/sharding/node/direct-batches.ts";
+import type { Delivery } from "../../src/sharding/node/node-core.ts";
+import { Prng } from "../fixtures/prng.ts";
+import { addr } from "./fixtures/members.ts";
+
+class Deposit {
+  constructor(
+    readonly amount: number,
+    readonly note: string,
+  ) {}
+}
+class Rename {
+  constructor(readonly name: string) {}
+}
+
+/** The key of direct-routing settings built in this process (so a digest of it resolves here). */
+const key = ShardingSettings.create({ routing: "direct" }).key;
+const traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+
+type Codec = NonNullable<ReturnType<MessageRegistry["lookupName"]>>["codec"] & object;
+
+function setup(): { registry: MessageRegistry; batch: Codec; single: Codec; wire: RegistryCodec } {
+  const registry = new MessageRegistry(null);
+  registry.register(Deposit, { name: "bank.deposit", fields: { amount: "number", note: "string" } });
+  registry.register(Rename, { name: "bank.rename" });
+  registerShardingWireTypes(registry);
+  return {
+    registry,
+    batch: registry.lookupName(wireNames.directBatch)!.codec!,
+    single: registry.lookupName(wireNames.directEnvelope)!.codec!,
+    wire: new RegistryCodec(registry),
+  };
+}
+
+/** A caller's direct envelope under coordinator "c" at `generation`. */
+function direct(
+  wire: RegistryCodec,
+  entityId: string,
+  shard: number,
+  overrides: { askTimeoutMs?: number | null; senderless?: boolean; traceparent?: string | null; type?: string } = {},
+  generation = 7,
+): DirectEnvelope {
+  const hop0 = new ShardingEnvelope(
+    "User",
+    overrides.type ?? "Account",
+    entityId,
+    shard,
+    key,
+    0,
+    null,
+    overrides.askTimeoutMs ?? null,
+    overrides.senderless ?? false,
+    wire.encode(shard % 2 === 0 ? new Deposit(shard + 0.5, `n-${entityId}`) : new Rename(`r-${entityId}`)),
+    0,
+    overrides.traceparent ?? null,
+  );
+  return DirectEnvelope.of(hop0, addr("c"), generation);
+}
+
+function encode(codec: Codec, value: object): Buffer {
+  const bound = codec.measure(value);
+  codec.checkText(value);
+  const buf = Buffer.alloc(bound + 16, 0xee);
+  const end = codec.write(buf, 5, value);
+  assert.ok(end - 5 <= bound, `wrote ${end - 5} bytes, measured at most ${bound}`);
+  return Buffer.from(buf.subarray(5, end));
+}
+
+/** The fields a receiver sees of a direct envelope, its payload decoded. */
+function seen(e: DirectEnvelope): Record<string, unknown> {
+  const { message, ...fields } = e;
+  const payload = message?.payload;
+  return {
+    ...fields,
+    message: { type: message?.type, value: payload instanceof DecodedMessage ? payload.value : payload },
+  };
+}
+
+test("a direct batch carries its envelopes as that many single direct envelopes would arrive, the shared fields once", () => {
+  const { batch, single, wire } = setup();
+  const envelopes = [
+    direct(wire, "acct-1", 4),
+    direct(wire, "acct-2", 9, { askTimeoutMs: 2500 }),
+    direct(wire, "acct-3", 200, { senderless: true, traceparent }),
+    direct(wire, "acct-1", 4),
+  ];
+  const bytes = encode(batch, new DirectBatch(envelopes));
+  const back = batch.read(bytes, 0, bytes.length, Object.prototype) as unknown;
+  assert.ok(back instanceof DirectBatch);
+  assert.equal(back.envelopes.length, envelopes.length);
+  let singles = 0;
+  for (const [i, sent] of envelopes.entries()) {
+    const alone = encode(single, sent);
+    singles += alone.length;
+    const expected = single.read(alone, 0, alone.length, Object.prototype) as unknown as DirectEnvelope;
+    const got: DirectEnvelope = back.envelopes[i]!;
+    assert.ok(got instanceof DirectEnvelope);
+    assert.deepEqual(seen(got), seen(expected), `envelope ${i}`);
+    assert.equal(got.settingsKey, key);
+    assert.equal(got.hopCount, 2);
+    assert.equal(got.coordinatorUid, addr("c").uid);
+  }
+  // The entity type, digest, hop count, uid and generation (36 bytes here) are written once, not four times; each
+  // envelope gains a 4-byte length.
+  assert.ok(bytes.length <= singles - 3 * 36 + 2 + 4 * 4, `batch ${bytes.length} bytes, singles ${singles}`);
+});
+
+test("a batch whose envelopes do not share the header's fields, or of no or too many envelopes, is refused at send", () => {
+  const { batch, wire } = setup();
+  const a = direct(wire, "a", 1);
+  const cases: [string, unknown[]][] = [
+    ["another entity type", [a, direct(wire, "b", 1, { type: "Other" })]],
+    ["another generation", [a, direct(wire, "b", 1, {}, 8)]],
+    ["another coordinator", [a, DirectEnvelope.of(direct(wire, "b", 1), addr("d", 2552, "2"), 7)]],
+    [
+      "a hop-1 envelope",
+      [a, new ShardingEnvelope("User", "Account", "b", 1, key, 1, addr("c").toString(), null, false, null)],
+    ],
+    ["no envelopes", []],
+    ["too many", Array.from({ length: directBatchMax + 1 }, () => a)],
+    ["not an envelope", [a, { entityType: "Account" }]],
+  ];
+  for (const [what, envelopes] of cases) {
+    assert.throws(
+      () => batch.measure(new DirectBatch(envelopes as DirectEnvelope[])),
+      (e: unknown) => e instanceof MessageEncodeError,
+      what,
+    );
+  }
+  assert.throws(() => batch.measure({ envelopes: "x" }), MessageEncodeError);
+  assert.throws(() => batch.measure({}), MessageEncodeError);
+});
+
+test("every truncation and every single-byte corruption of a batch is refused as undecodable or read as direct envelopes, never a crash", () => {
+  const { batch, wire } = setup();
+  const bytes = encode(
+    batch,
+    new DirectBatch([direct(wire, "acct-1", 4, { traceparent }), direct(wire, "acct-2", 9, { askTimeoutMs: 10 })]),
+  );
+  const outcomes = { refused: 0, read: 0 };
+  const check = (buf: Buffer, what: string): void => {
+    let value: unknown;
+    try {
+      value = batch.read(buf, 0, buf.length, Object.prototype);
+    } catch (error) {
+      assert.ok(error instanceof EnvelopeDecodeError, `${what}: ${String(error)}`);
+      assert.equal(error.reason, "undecodable");
+      outcomes.refused++;
+      return;
+    }
+    assert.ok(value instanceof DirectBatch, what);
+    for (const e of value.envelopes) assert.ok(e instanceof DirectEnvelope, what);
+    outcomes.read++;
+  };
+  for (let n = 0; n < bytes.length; n++) check(bytes.subarray(0, n), `truncated at ${n}`);
+  check(Buffer.concat([bytes, Buffer.from([0])]), "a trailing byte");
+  const random = new Prng(20261207);
+  for (let i = 0; i < bytes.length; i++) {
+    for (const value of [0x00, 0xff, 0x7f, 0x80, random.int(256)]) {
+      const corrupt = Buffer.from(bytes);
+      corrupt[i] = value;
+      check(corrupt, `byte ${i} = ${value}`);
+    }
+  }
+  assert.ok(outcomes.refused > bytes.length, `refused ${outcomes.refused}, read ${outcomes.read}`);
+});
+
+test("a batch header naming no, too many or oversized parts is refused as undecodable", () => {
+  const { batch, wire } = setup();
+  const bytes = encode(batch, new DirectBatch([direct(wire, "acct-1", 4)]));
+  const withCount = (count: number): Buffer => {
+    const b = Buffer.from(bytes);
+    b.writeUInt16BE(count, 0);
+    return b;
+  };
+  const huge = Buffer.from(bytes);
+  huge.writeUInt32LE(0xffff_ffff, 2);
+  const hostile: [string, Buffer][] = [
+    ["no envelopes", withCount(0)],
+    ["more than the limit", withCount(directBatchMax + 1)],
+    ["more than it carries", withCount(2)],
+    ["an entity type longer than the frame", huge],
+    ["nothing", Buffer.alloc(0)],
+  ];
+  for (const [what, buf] of hostile) {
+    assert.throws(
+      () => batch.read(buf, 0, buf.length, Object.prototype),
+      (e: unknown) => e instanceof EnvelopeDecodeError && e.reason === "undecodable",
+      what,
+    );
+  }
+});
+
+test("a batched envelope is validated as a single direct envelope: a field it refuses refuses the whole batch", () => {
+  const { batch, wire } = setup();
+  const good = direct(wire, "acct-1", 4);
+  const bad: [string, DirectEnvelope][] = [
+    ["an empty entity id", Object.assign(direct(wire, "x", 4), { entityId: "" })],
+    ["an unknown kind", Object.assign(direct(wire, "x", 4), { kind: "Explode" })],
+    ["a negative shard", Object.assign(direct(wire, "x", 4), { shardId: -1 })],
+    ["a User envelope without a message", Object.assign(direct(wire, "x", 4), { message: null })],
+  ];
+  for (const [what, envelope] of bad) {
+    const bytes = encode(batch, new DirectBatch([good, envelope]));
+    assert.throws(
+      () => batch.read(bytes, 0, bytes.length, Object.prototype),
+      (e: unknown) =>
+        e instanceof EnvelopeDecodeError && e.reason === "undecodable" && e.message.includes("envelope 1"),
+      what,
+    );
+  }
+  // The header's generation and digest are the envelopes': one a single envelope refuses refuses the batch.
+  for (const [what, overrides] of [
+    ["generation 0", { generation: 0 }],
+    ["a digest of 2^52", { settingsDigest: 2 ** 52 }],
+    ["an empty coordinator uid", { coordinatorUid: "" }],
+  ] as const) {
+    const e = Object.assign(direct(wire, "x", 4), overrides);
+    const bytes = encode(batch, new DirectBatch([e]));
+    assert.throws(() => batch.read(bytes, 0, bytes.length, Object.prototype), EnvelopeDecodeError, what);
+  }
+});
+
+test("a batch's JSON is validated envelope by envelope for hostile values, never crashing or polluting a prototype", () => {
+  const { single, wire } = setup();
+  const bytes = encode(single, direct(wire, "acct-1", 4));
+  const record = { ...(single.read(bytes, 0, bytes.length, Object.prototype) as unknown as DirectEnvelope) } as Record<
+    string,
+    unknown
+  >;
+  const evil = {
+    toString() {
+      throw new Error("toString called");
+    },
+    valueOf() {
+      throw new Error("valueOf called");
+    },
+  };
+  let deep: unknown = record;
+  for (let i = 0; i < 10_000; i++) deep = [deep];
+  const hostile: unknown[] = [
+    evil,
+    JSON.parse('{"__proto__": {"polluted": true}}'),
+    JSON.parse('{"envelopes": [{"__proto__": {"polluted": true}}]}'),
+    { envelopes: [] },
+    { envelopes: Array.from({ length: directBatchMax + 1 }, () => record) },
+    { envelopes: [record, evil] },
+    { envelopes: [record, { ...record, shardId: "1" }] },
+    { envelopes: [record, { ...record, generation: Number.NaN }] },
+    { envelopes: [record, { ...record, entityId: "x".repeat(1 << 20), kind: evil }] },
+    { envelopes: deep },
+    { envelopes: [deep] },
+    { envelopes: evil },
+    "x".repeat(1 << 20),
+    [],
+    null,
+    10n,
+    Symbol("s"),
+  ];
+  for (const value of hostile) {
+    assert.throws(
+      () => DirectBatch.fromJSON(value),
+      (e: unknown) => e instanceof ClusterShardingConfigurationError,
+      typeof value,
+    );
+  }
+  assert.equal(({} as Record<string, unknown>).polluted, undefined);
+  const ok = DirectBatch.fromJSON({ envelopes: [record, record] });
+  assert.equal(ok.envelopes.length, 2);
+  assert.ok(ok.envelopes.every((e) => e instanceof DirectEnvelope));
+});
+
+test("a batch entry's codec hands its fields on unvalidated: only a batch completes and validates them", () => {
+  const json = { kind: "User", entityId: 7 };
+  assert.equal(DirectBatchEntry.fromJSON(json), json);
+});
+
+// ---------------------------------------------------------------- the caller's batches
+
+function fakeDelivery(envelope: DirectEnvelope, sender: Delivery["sender"]): Delivery {
+  return { envelope, sender };
+}
+
+test("a caller's direct envelopes are batched per owner in order, a new batch on another sender or header, a full one written at once, the rest at the end of the microtask", async () => {
+  const { wire } = setup();
+  const written: { to: string; ids: string[]; sender: unknown }[] = [];
+  let after = 0;
+  const batches = new DirectSendBatches(
+    3,
+    (b: PendingDirectBatch) =>
+      written.push({ to: b.to.toString(), ids: b.envelopes.map((e) => e.entityId), sender: b.sender }),
+    () => after++,
+  );
+  const o1 = addr("o1");
+  const o2 = addr("o2");
+  const s1 = { tag: "s1" } as unknown as Delivery["sender"];
+  const add = (to: typeof o1, id: string, sender: Delivery["sender"] = null, generation = 7) => {
+    const e = direct(wire, id, 4, {}, generation);
+    batches.add(to, e, fakeDelivery(e, sender));
+  };
+  add(o1, "a");
+  add(o2, "x");
+  add(o1, "b");
+  add(o1, "c"); // full: written now
+  assert.deepEqual(
+    written.map((w) => w.ids),
+    [["a", "b", "c"]],
+  );
+  add(o1, "d");
+  add(o1, "e", s1); // another sender: [d] first
+  add(o1, "f", s1, 8); // another generation: [e] first
+  assert.deepEqual(
+    written.map((w) => w.ids),
+    [["a", "b", "c"], ["d"], ["e"]],
+  );
+  assert.equal(batches.isEmpty, false);
+  await Promise.resolve();
+  // The microtask wrote the rest: o2's batch (its first envelope came before o1's pending one), then o1's.
+  assert.deepEqual(
+    written.map((w) => [w.to, w.ids]),
+    [
+      [o1.toString(), ["a", "b", "c"]],
+      [o1.toString(), ["d"]],
+      [o1.toString(), ["e"]],
+      [o2.toString(), ["x"]],
+      [o1.toString(), ["f"]],
+    ],
+  );
+  assert.equal(written.at(-1)!.sender, s1);
+  assert.equal(batches.isEmpty, true);
+  assert.equal(after, 1);
+  // A flush with nothing pending writes nothing and runs nothing.
+  batches.flush();
+  assert.equal(after, 1);
+});
+
+test("an explicit flush writes every pending batch before the microtask, which then finds nothing", async () => {
+  const { wire } = setup();
+  const written: string[][] = [];
+  const batches = new DirectSendBatches(
+    64,
+    (b) => written.push(b.envelopes.map((e) => e.entityId)),
+    () => {},
+  );
+  const e1 = direct(wire, "a", 4);
+  const e2 = direct(wire, "b", 4);
+  batches.add(addr("o1"), e1, fakeDelivery(e1, null));
+  batches.add(addr("o1"), e2, fakeDelivery(e2, null));
+  batches.flush();
+  assert.deepEqual(written, [["a", "b"]]);
+  await Promise.resolve();
+  assert.deepEqual(written, [["a", "b"]]);
+});
