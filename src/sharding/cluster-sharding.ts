@@ -491,12 +491,14 @@ export class ClusterSharding implements Extension {
       if (message.traceContextMalformed) this.counters.malformedTraceContexts++;
       this.shell.receive({ envelope: message, sender, origin }, origin);
     } else if (message instanceof DirectBatch) {
-      // One by one, in order, each as a single direct envelope from this link (docs/protocol.md §8.8 "Batches").
+      // One by one, in order, each as a single direct envelope from this link (docs/protocol.md §8.8 "Batches"), under
+      // one clock reading: they arrived together.
       const envelopes = message.envelopes;
+      const nowMs = this.system.scheduler.now();
       for (let i = 0; i < envelopes.length; i++) {
         const envelope = envelopes[i]!;
         if (envelope.traceContextMalformed) this.counters.malformedTraceContexts++;
-        this.shell.receive({ envelope, sender, origin }, origin);
+        this.shell.receive({ envelope, sender, origin }, origin, nowMs);
       }
     } else if (
       message instanceof PlanRequest ||

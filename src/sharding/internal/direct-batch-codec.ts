@@ -1,6 +1,6 @@
 import { errorText } from "../../actor/untrusted.ts";
 import { EnvelopeDecodeError, MessageEncodeError, type MessageRegistry } from "../../remote/index.ts";
-import { DirectBatch, DirectEnvelope, directBatchMax, wireNames } from "./messages.ts";
+import { DirectBatch, DirectEnvelope, type DirectHeader, directBatchMax, directHeader, wireNames } from "./messages.ts";
 
 /** The binary codec interface remoting's registry takes (`MessageRegistry.registerCodec`). */
 type BinaryCodec = Parameters<MessageRegistry["registerCodec"]>[2];
@@ -16,9 +16,9 @@ const headerTextMax = 4_096;
  * [f64 generation]`, then per envelope `[u32 n][n bytes]` in the batch entry's layout (`directBatchEntryLayout`: the
  * kind, entity id, shard, ask timeout, senderless flag, delivery attempt, trace context and the nested message).
  *
- * A received envelope is the entry's fields plus the header's, with hop count 2, validated by
- * {@link DirectEnvelope.fromJSON}: exactly the checks a single direct envelope passes. One malformed envelope refuses
- * the whole frame, as a malformed single one refuses its own.
+ * The header is validated once ({@link directHeader}), each entry's own fields as a single direct envelope's are
+ * ({@link DirectEnvelope.fromBatchEntry}): together exactly the checks a single direct envelope passes. One malformed
+ * envelope refuses the whole frame, as a malformed single one refuses its own.
  */
 export class DirectBatchCodec implements BinaryCodec {
   readonly fields = [{ name: "envelopes", type: "json" as const, optional: false }];
@@ -71,6 +71,12 @@ export class DirectBatchCodec implements BinaryCodec {
     const settingsDigest = readDouble(buf, reader, end, "settings digest");
     const coordinatorUid = readText(buf, reader, end, "coordinator uid");
     const generation = readDouble(buf, reader, end, "generation");
+    let header: DirectHeader;
+    try {
+      header = directHeader(entityType, settingsDigest, coordinatorUid, generation);
+    } catch (error) {
+      throw undecodable(`header: ${errorText(error)}`);
+    }
     const envelopes: DirectEnvelope[] = new Array(count);
     let o = reader.o;
     for (let i = 0; i < count; i++) {
@@ -78,15 +84,10 @@ export class DirectBatchCodec implements BinaryCodec {
       const n = buf.readUInt32BE(o);
       o += 4;
       if (n > end - o) throw undecodable(`envelope ${i} runs past the frame`);
-      // The entry's own fields as read (untrusted), completed with the header's into a direct envelope's JSON.
+      // The entry's own fields as read (untrusted), validated as a single direct envelope's, with the header's.
       const fields = this.entry.read(buf, o, o + n, Object.prototype);
-      fields.entityType = entityType;
-      fields.settingsDigest = settingsDigest;
-      fields.coordinatorUid = coordinatorUid;
-      fields.generation = generation;
-      fields.hopCount = 2;
       try {
-        envelopes[i] = DirectEnvelope.fromJSON(fields);
+        envelopes[i] = DirectEnvelope.fromBatchEntry(fields, header);
       } catch (error) {
         // Built from the peer's fields: described, never converted with String().
         throw undecodable(`envelope ${i}: ${errorText(error)}`);

@@ -186,23 +186,25 @@ export class NodeShell {
    * Runs an envelope that arrived from another node (`origin`). The core's own answers first, as for a local caller
    * (`route`): when the coordinator's step would only send it on to its owner, or deliver it here, or the owner's step
    * would only deliver it here (a forwarded or a direct envelope), that is done without building the step
-   * (node-core.ts coordinatorRouteOwner, ownerDeliveryType, directDeliveryType).
+   * (node-core.ts coordinatorRouteOwner, ownerDeliveryType, directDeliveryType). `nowMs`, when given, is the
+   * clock of a delivery taken without a step: the envelopes of one direct batch, which arrived together, share one
+   * reading (an entity's last activity), instead of one per envelope.
    */
-  receive(delivery: Delivery, origin: UniqueAddress | null): void {
+  receive(delivery: Delivery, origin: UniqueAddress | null, nowMs?: number): void {
     if (!this.running && this.queue.length === 0 && this.membership.snapshot() === this.state.view.snapshot) {
       const direct = directDeliveryType(this.state, delivery);
       if (direct !== null) {
-        this.deliverRouted(direct.name, delivery);
+        this.deliverRouted(direct.name, delivery, nowMs);
         return;
       }
       const owned = ownerDeliveryType(this.state, delivery, origin);
       if (owned !== null) {
-        this.deliverRouted(owned.name, delivery);
+        this.deliverRouted(owned.name, delivery, nowMs);
         return;
       }
       const routed = coordinatorRouteOwner(this.state, delivery, origin);
       if (routed !== null) {
-        if (routed.owner.equals(this.state.self)) this.deliverRouted(routed.t.name, delivery);
+        if (routed.owner.equals(this.state.self)) this.deliverRouted(routed.t.name, delivery, nowMs);
         else this.forwardRouted(forwardEffect(this.state, delivery, routed.owner));
         return;
       }
@@ -453,12 +455,12 @@ export class NodeShell {
    * The `deliver` effect of a one-delivery route step that {@link route} took without the step: performed alike (an
    * outcome other than delivered goes back to the core as `delivered`, and what the delivery queued runs after it).
    */
-  private deliverRouted(type: string, delivery: Delivery): void {
+  private deliverRouted(type: string, delivery: Delivery, nowMs?: number): void {
     const provider = this.providers.get(type);
     if (provider === undefined) return;
     this.running = true;
     try {
-      this.stepNowMs = this.scheduler.now();
+      this.stepNowMs = nowMs ?? this.scheduler.now();
       const outcome = this.deliverOne(provider, delivery);
       if (outcome !== "delivered") {
         const shard = delivery.envelope.shardId;
