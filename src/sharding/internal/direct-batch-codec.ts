@@ -109,6 +109,8 @@ export class DirectBatchCodec implements BinaryCodec {
     }
     const first: unknown = envelopes[0];
     if (!(first instanceof DirectEnvelope)) throw refused("envelopes[0]", "a direct envelope", first);
+    // Checked as it was built (the caller's batches): not again for every frame.
+    if (batch instanceof DirectBatch && batch.sameHeader) return envelopes as readonly DirectEnvelope[];
     for (let i = 1; i < envelopes.length; i++) {
       const e: unknown = envelopes[i];
       if (

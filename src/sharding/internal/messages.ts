@@ -685,7 +685,15 @@ export const directBatchMax = 256;
  * same link: a batch only saves the frame, the mailbox turn and the sender lookup each would cost.
  */
 export class DirectBatch {
-  constructor(readonly envelopes: readonly DirectEnvelope[]) {}
+  constructor(
+    readonly envelopes: readonly DirectEnvelope[],
+    /**
+     * True when whoever built the batch checked, envelope by envelope, that all share the first one's entity type,
+     * settings digest, coordinator uid and generation (the caller's batches, node/direct-batches.ts): its codec then
+     * writes it without checking them again. Never on the wire.
+     */
+    readonly sameHeader = false,
+  ) {}
 
   /**
    * Rebuilds a batch from its JSON: `envelopes`, an array of 1..{@link directBatchMax} direct envelopes, each validated

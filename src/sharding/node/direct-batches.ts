@@ -6,6 +6,11 @@ import type { Delivery } from "./node-core.ts";
 export interface PendingDirectBatch {
   readonly to: UniqueAddress;
   readonly sender: ActorRef<unknown> | null;
+  /** What the batch's header carries: every envelope's (checked as each was added). */
+  readonly entityType: string;
+  readonly settingsDigest: number;
+  readonly coordinatorUid: string;
+  readonly generation: number;
   readonly envelopes: DirectEnvelope[];
   /** The deliveries the envelopes were built for, index for index (a send that fails is reported per delivery). */
   readonly deliveries: Delivery[];
@@ -48,13 +53,22 @@ export class DirectSendBatches {
     const key = to.toString();
     const sender = delivery.sender;
     let batch = this.pending.get(key);
-    if (batch !== undefined && (batch.sender !== sender || !sharesHeader(batch.envelopes[0]!, envelope))) {
+    if (batch !== undefined && (batch.sender !== sender || !sharesHeader(batch, envelope))) {
       this.pending.delete(key);
       this.write(batch);
       batch = undefined;
     }
     if (batch === undefined) {
-      batch = { to, sender, envelopes: [], deliveries: [] };
+      batch = {
+        to,
+        sender,
+        entityType: envelope.entityType,
+        settingsDigest: envelope.settingsDigest,
+        coordinatorUid: envelope.coordinatorUid,
+        generation: envelope.generation,
+        envelopes: [],
+        deliveries: [],
+      };
       this.pending.set(key, batch);
       if (!this.scheduled) {
         this.scheduled = true;
@@ -84,12 +98,12 @@ export class DirectSendBatches {
   }
 }
 
-/** Whether `b` can join a batch that starts with `a`: the batch header carries these once (direct-batch-codec.ts). */
-function sharesHeader(a: DirectEnvelope, b: DirectEnvelope): boolean {
+/** Whether `e` can join `batch`: the batch header carries these once (direct-batch-codec.ts). */
+function sharesHeader(batch: PendingDirectBatch, e: DirectEnvelope): boolean {
   return (
-    a.entityType === b.entityType &&
-    a.settingsDigest === b.settingsDigest &&
-    a.coordinatorUid === b.coordinatorUid &&
-    a.generation === b.generation
+    batch.entityType === e.entityType &&
+    batch.settingsDigest === e.settingsDigest &&
+    batch.coordinatorUid === e.coordinatorUid &&
+    batch.generation === e.generation
   );
 }

@@ -435,7 +435,7 @@ export class NodeShell {
     const daemon = this.daemonOf(batch.to);
     if (envelopes.length > 1) {
       try {
-        daemon.tell(new DirectBatch(envelopes), sender);
+        daemon.tell(new DirectBatch(envelopes, true), sender);
         this.state.counters.directBatches++;
         return;
       } catch {
