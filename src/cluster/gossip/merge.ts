@@ -8,9 +8,9 @@ export type MemberMap = ReadonlyMap<string, Member>;
 export const maxMembersDefault = 10_000;
 
 /**
- * Total order on two records of the same node: status precedence, then revision, then {@link compareTieBreak}. Two
- * records that compare equal carry the same fields, which is what makes {@link mergeMembers} commutative,
- * associative and idempotent.
+ * Total order on two records of the same node: status precedence, then revision, then the tie-break fields in turn
+ * (`compareTieBreak` below). Two records that compare equal carry the same fields, which is what makes
+ * {@link mergeMembers} commutative, associative and idempotent.
  */
 export function compareRecords(a: Member, b: Member): number {
   const byStatus = statusPrecedence(a.status) - statusPrecedence(b.status);
