@@ -222,6 +222,9 @@ interface Counters {
   payload: number;
   directRefusals: number;
   remotingRejected: number;
+  /** Deliveries held (for want of a coordinator) and shard mailbox overflows: what a frame could pile up. */
+  held: number;
+  overflows: number;
 }
 function counters(): Counters {
   const s = owner.sharding.stats;
@@ -232,6 +235,8 @@ function counters(): Counters {
     schemaInvalid: s.malformedEnvelopes.schemaInvalid,
     payload: s.malformedEnvelopes.payload,
     directRefusals: s.directRefusals,
+    held: s.heldDeliveries,
+    overflows: s.shardMailboxOverflows,
     remotingRejected: Object.values(r).reduce((x, y) => x + y, 0),
   };
 }
