@@ -1,4 +1,4 @@
-import { errorText } from "../../actor/untrusted.ts";
+import { errorText, isWellFormedText } from "../../actor/untrusted.ts";
 import { EnvelopeDecodeError, MessageEncodeError, type MessageRegistry } from "../../remote/index.ts";
 import { DirectBatch, DirectEnvelope, type DirectHeader, directBatchMax, directHeader, wireNames } from "./messages.ts";
 
@@ -35,6 +35,11 @@ export class DirectBatchCodec implements BinaryCodec {
   measure(batch: object): number {
     const envelopes = this.envelopesOf(batch);
     const first = envelopes[0]!;
+    // Checked here, not in checkText: a repeated send skips checkText, and the header is not written by a codec that
+    // finds a lone surrogate. A header the receiver would refuse (read below) is refused at send instead, so the
+    // shell writes the envelopes one by one, which carry any entity type a single direct envelope carries.
+    checkHeaderText(first.entityType, "envelopes[0].entityType");
+    checkHeaderText(first.coordinatorUid, "envelopes[0].coordinatorUid");
     let bytes = 2 + 4 + 3 * first.entityType.length + 8 + 4 + 3 * first.coordinatorUid.length + 8;
     for (let i = 0; i < envelopes.length; i++) bytes += 4 + this.entry.measure(envelopes[i]!);
     return bytes;
@@ -128,6 +133,24 @@ export class DirectBatchCodec implements BinaryCodec {
       }
     }
     return envelopes as readonly DirectEnvelope[];
+  }
+}
+
+/**
+ * Refuses a header text a receiver could not read back as written: longer than {@link headerTextMax} bytes of UTF-8
+ * (read refuses it), or with a lone surrogate (UTF-8 cannot carry one: it would arrive as U+FFFD).
+ */
+function checkHeaderText(text: string, field: string): void {
+  if (text.length * 3 > headerTextMax && Buffer.byteLength(text, "utf8") > headerTextMax) {
+    throw new MessageEncodeError(
+      wireNames.directBatch,
+      field,
+      `at most ${headerTextMax} bytes of UTF-8`,
+      `a string of ${text.length} characters`,
+    );
+  }
+  if (!isWellFormedText(text)) {
+    throw new MessageEncodeError(wireNames.directBatch, field, "well-formed UTF-16 (no lone surrogates)", "a string");
   }
 }
 
