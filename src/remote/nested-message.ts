@@ -124,9 +124,10 @@ export class NestingCodec implements PayloadCodec {
   readonly fields: PayloadCodec["fields"];
   readonly fingerprint: number;
   private readonly fixed: PayloadCodec;
-  // The JSON text measured for the envelope about to be written (measure runs right before write).
-  private measuredFor: object | null = null;
-  private measuredText = "";
+  // The JSON text measured for each envelope about to be written (measure runs before write): per envelope, so that
+  // a batch of envelopes (measured all, then written all) serializes each payload once and writes exactly the text it
+  // measured, even for a toJSON whose output changes between calls. Only payloads sent as JSON touch it.
+  private readonly measuredTexts = new WeakMap<object, string>();
   // The last wire name looked up, and the last decoded (a stream of envelopes repeats them).
   private lastName = "";
   private lastEntry: MessageRegistration | undefined;
@@ -164,8 +165,7 @@ export class NestingCodec implements PayloadCodec {
     }
     if (codec !== null) return head + codec.measure(payload as object);
     const text = JSON.stringify(payload) ?? "null";
-    this.measuredFor = envelope;
-    this.measuredText = text;
+    this.measuredTexts.set(envelope, text);
     return head + 3 * text.length;
   }
 
@@ -206,14 +206,14 @@ export class NestingCodec implements PayloadCodec {
           buf[o++] = PayloadFormat.binary;
           o = codec.write(buf, writeU32(buf, o, codec.fingerprint), payload as object);
         } else {
-          const text = this.measuredFor === envelope ? this.measuredText : (JSON.stringify(payload) ?? "null");
+          let text = this.measuredTexts.get(envelope);
+          if (text === undefined) text = JSON.stringify(payload) ?? "null";
+          else this.measuredTexts.delete(envelope);
           buf[o++] = PayloadFormat.json;
           o += buf.write(text, o, "utf8");
         }
       }
     }
-    this.measuredFor = null;
-    this.measuredText = "";
     writeU32(buf, at, o - at - 4);
     return this.fixed.write(buf, o, envelope);
   }

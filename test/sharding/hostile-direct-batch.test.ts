@@ -91,6 +91,7 @@ interface EntryFields {
   senderless?: boolean;
   deliveryAttempt?: number;
   traceparent?: string | null;
+  generation?: number;
   message?: unknown;
 }
 
@@ -108,6 +109,7 @@ function entry(fields: EntryFields, n: number): Buffer {
     senderless: fields.senderless ?? true,
     deliveryAttempt: fields.deliveryAttempt ?? 0,
     traceparent: fields.traceparent ?? null,
+    generation: fields.generation ?? generation,
     message: "message" in fields ? fields.message : encodeNested(registry, new Seq(n)),
   });
 }
@@ -167,10 +169,9 @@ interface Header {
   entityTypeLength?: number;
   digest?: number;
   uid?: string | Buffer;
-  generation?: number;
 }
 
-/** A batch's payload: the header (by default the owner's: its type, digest, coordinator uid, generation), then entries. */
+/** A batch's payload: the header (by default the owner's: its type, digest, coordinator uid), then entries. */
 function batchPayload(entries: Buffer[], header: Header = {}): Buffer {
   const typeBytes = text(header.entityType ?? type);
   if (header.entityTypeLength !== undefined) typeBytes.writeUInt32LE(header.entityTypeLength >>> 0, 0);
@@ -179,7 +180,6 @@ function batchPayload(entries: Buffer[], header: Header = {}): Buffer {
     typeBytes,
     f64(header.digest ?? digest),
     text(header.uid ?? coordinator.cluster.selfAddress.uid),
-    f64(header.generation ?? generation),
     ...entries.map((e) => Buffer.concat([u32be(e.length), e])),
   ]);
 }
@@ -340,7 +340,7 @@ function malformedFrames(): [string, Buffer][] {
   bin("empty coordinator uid", batchPayload([good(hostile)], { uid: "" }));
   bin("coordinator uid of 65 characters", batchPayload([good(hostile)], { uid: "a".repeat(65) }));
   bin("coordinator uid of 4,096 bytes", batchPayload([good(hostile)], { uid: "u".repeat(4_096) }));
-  // Header numbers: the digest and the generation are checked as a single direct envelope's.
+  // The digest (header) and the generation (entry) are checked as a single direct envelope's.
   for (const [what, x] of [
     ["NaN", Number.NaN],
     ["Infinity", Number.POSITIVE_INFINITY],
@@ -351,11 +351,11 @@ function malformedFrames(): [string, Buffer][] {
     ["0.5", 0.5],
   ] as const) {
     bin(`digest ${what}`, batchPayload([good(hostile)], { digest: x }));
-    bin(`generation ${what}`, batchPayload([good(hostile)], { generation: x }));
+    bin(`generation ${what}`, batchPayload([entry({ entityId: a, generation: x }, hostile)]));
   }
-  bin("generation 0", batchPayload([good(hostile)], { generation: 0 }));
-  bin("generation -0", batchPayload([good(hostile)], { generation: -0 }));
-  bin("generation 2^40+1", batchPayload([good(hostile)], { generation: 2 ** 40 + 1 }));
+  bin("generation 0", batchPayload([entry({ entityId: a, generation: 0 }, hostile)]));
+  bin("generation -0", batchPayload([entry({ entityId: a, generation: -0 }, hostile)]));
+  bin("generation 2^40+1", batchPayload([entry({ entityId: a, generation: 2 ** 40 + 1 }, hostile)]));
   // Entries of wrong lengths.
   const e = good(hostile);
   const withLength = (n: number, body: Buffer) => Buffer.concat([u32be(n), body]);
@@ -588,14 +588,18 @@ test("of a well-formed batch the owner refuses exactly the envelopes it must, ea
   assert.deepEqual(sink(c).slice(cBefore), [13]);
   assert.deepEqual(sink(elsewhere), []);
   // A whole batch under a grant the owner never gave: every envelope refused, once each.
-  const three = () =>
-    seqEntries([
-      [a, hostileBase + 300],
-      [c, hostileBase + 301],
-      [a, hostileBase + 302],
-    ]);
+  const three = (named = generation) =>
+    (
+      [
+        [a, hostileBase + 300],
+        [c, hostileBase + 301],
+        [a, hostileBase + 302],
+      ] as [string, number][]
+    ).map(([id, n]) => entry({ entityId: id, generation: named }, n));
+  before = counters();
+  await sendThenMarker([frame(batchPayload(three(generation + 5)))]);
+  assert.deepEqual(delta(before), { rejected: 3, directRefusals: 3 }, "a generation past the plan's");
   for (const [what, header] of [
-    ["a generation past the plan's", { generation: generation + 5 }],
     ["another node's uid as coordinator", { uid: caller.cluster.selfAddress.uid }],
     ["a made-up coordinator uid", { uid: "0123456789abcdef" }],
   ] as [string, Header][]) {

@@ -469,6 +469,7 @@ test("direct routing over TCP: bursts of tells travel in batches, and two operat
       senderless: true,
       deliveryAttempt: 0,
       traceparent: null,
+      generation: owner.sharding.planGeneration("Burst"),
       message: encodeNested(MessageRegistry.default, new Seq(123_456)),
     });
     const rejectedBefore = owner.sharding.stats.rejectedEnvelopes;

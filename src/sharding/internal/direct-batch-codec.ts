@@ -12,9 +12,9 @@ const headerTextMax = 4_096;
  * The binary codec of {@link DirectBatch} (docs/protocol.md §8.8 "Batches"). What every envelope of a batch shares is
  * written once, in a header; the rest per envelope:
  *
- * `[u16 count][u32 a][entityType: a bytes UTF-8][f64 settingsDigest][u32 b][coordinatorUid: b bytes UTF-8]
- * [f64 generation]`, then per envelope `[u32 n][n bytes]` in the batch entry's layout (`directBatchEntryLayout`: the
- * kind, entity id, shard, ask timeout, senderless flag, delivery attempt, trace context and the nested message).
+ * `[u16 count][u32 a][entityType: a bytes UTF-8][f64 settingsDigest][u32 b][coordinatorUid: b bytes UTF-8]`, then
+ * per envelope `[u32 n][n bytes]` in the batch entry's layout (`directBatchEntryLayout`: the kind, entity id, shard,
+ * ask timeout, senderless flag, delivery attempt, trace context, generation and the nested message).
  *
  * The header is validated once ({@link directHeader}), each entry's own fields as a single direct envelope's are
  * ({@link DirectEnvelope.fromBatchEntry}): together exactly the checks a single direct envelope passes. One malformed
@@ -40,7 +40,7 @@ export class DirectBatchCodec implements BinaryCodec {
     // shell writes the envelopes one by one, which carry any entity type a single direct envelope carries.
     checkHeaderText(first.entityType, "envelopes[0].entityType");
     checkHeaderText(first.coordinatorUid, "envelopes[0].coordinatorUid");
-    let bytes = 2 + 4 + 3 * first.entityType.length + 8 + 4 + 3 * first.coordinatorUid.length + 8;
+    let bytes = 2 + 4 + 3 * first.entityType.length + 8 + 4 + 3 * first.coordinatorUid.length;
     for (let i = 0; i < envelopes.length; i++) bytes += 4 + this.entry.measure(envelopes[i]!);
     return bytes;
   }
@@ -58,7 +58,6 @@ export class DirectBatchCodec implements BinaryCodec {
     let o = writeText(buf, at + 2, first.entityType);
     o = buf.writeDoubleLE(first.settingsDigest, o);
     o = writeText(buf, o, first.coordinatorUid);
-    o = buf.writeDoubleLE(first.generation, o);
     for (let i = 0; i < envelopes.length; i++) {
       const end = this.entry.write(buf, o + 4, envelopes[i]!);
       buf.writeUInt32BE(end - o - 4, o);
@@ -75,10 +74,9 @@ export class DirectBatchCodec implements BinaryCodec {
     const entityType = readText(buf, reader, end, "entity type");
     const settingsDigest = readDouble(buf, reader, end, "settings digest");
     const coordinatorUid = readText(buf, reader, end, "coordinator uid");
-    const generation = readDouble(buf, reader, end, "generation");
     let header: DirectHeader;
     try {
-      header = directHeader(entityType, settingsDigest, coordinatorUid, generation);
+      header = directHeader(entityType, settingsDigest, coordinatorUid);
     } catch (error) {
       throw undecodable(`header: ${errorText(error)}`);
     }
@@ -122,14 +120,9 @@ export class DirectBatchCodec implements BinaryCodec {
         !(e instanceof DirectEnvelope) ||
         e.entityType !== first.entityType ||
         e.settingsDigest !== first.settingsDigest ||
-        e.coordinatorUid !== first.coordinatorUid ||
-        e.generation !== first.generation
+        e.coordinatorUid !== first.coordinatorUid
       ) {
-        throw refused(
-          `envelopes[${i}]`,
-          "a direct envelope of the first one's type, settings, coordinator and generation",
-          e,
-        );
+        throw refused(`envelopes[${i}]`, "a direct envelope of the first one's type, settings and coordinator", e);
       }
     }
     return envelopes as readonly DirectEnvelope[];

@@ -61,8 +61,9 @@ export const directEnvelopeLayout: NestingLayout = {
 
 /**
  * The per-envelope layout of a direct batch (docs/protocol.md §8.8 "Batches"): the direct envelope's fields but the
- * entity type, settings digest, coordinator uid and generation, which the batch header carries once, and the hop count,
- * which is 2 for every direct envelope. The batch's codec (direct-batch-codec.ts) writes these from each envelope.
+ * entity type, settings digest and coordinator uid, which the batch header carries once, and the hop count, which is 2
+ * for every direct envelope. The generation stays per envelope: a caller's grants for one owner's shards were taken
+ * under different plans, and a batch split at every change of it would hold few envelopes after any plan change. The batch's codec (direct-batch-codec.ts) writes these from each envelope.
  */
 export const directBatchEntryLayout: NestingLayout = {
   fields: {
@@ -73,6 +74,7 @@ export const directBatchEntryLayout: NestingLayout = {
     senderless: "boolean",
     deliveryAttempt: "int32",
     traceparent: "string?",
+    generation: "number",
   },
   nestedField: "message",
   // Read by the owner the batch is delivered to.

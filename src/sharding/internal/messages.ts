@@ -188,13 +188,14 @@ export class ShardingEnvelope {
       );
     }
     if (hopCount !== directHop) bad("hopCount", `a direct envelope has hop count ${directHop}`);
-    return DirectEnvelope.fromEntry(e, directHeader(entityType, o.settingsDigest, o.coordinatorUid, o.generation));
+    const header = directHeader(entityType, o.settingsDigest, o.coordinatorUid);
+    return DirectEnvelope.fromEntry(e, header, directGeneration(o.generation));
   }
 }
 
 /**
  * The fields of an envelope that are its own in a direct batch (all but the entity type, settings, hop count,
- * coordinator and generation), validated. Filled in place by {@link entryFields} and read at once: one object for the
+ * coordinator and, of a direct envelope, the generation, which is checked apart), validated. Filled in place by {@link entryFields} and read at once: one object for the
  * process instead of one per envelope read.
  */
 export interface EntryFields {
@@ -267,34 +268,30 @@ export interface DirectHeader {
   readonly settingsKey: string;
   readonly settingsDigest: number;
   readonly coordinatorUid: string;
-  readonly generation: number;
 }
 
 /**
- * Validates the fields a direct envelope has beyond the v2 layout's, and its entity type: a `settingsDigest` in
- * 0..2^52-1, a `coordinatorUid` of 1..64 characters, a `generation` in 1..2^40.
+ * Validates the shared fields a direct envelope has beyond the v2 layout's, and its entity type: a `settingsDigest` in
+ * 0..2^52-1 and a `coordinatorUid` of 1..64 characters.
  * @throws ClusterShardingConfigurationError naming the malformed field
  */
-export function directHeader(
-  entityType: unknown,
-  settingsDigest: unknown,
-  coordinatorUid: unknown,
-  generation: unknown,
-): DirectHeader {
+export function directHeader(entityType: unknown, settingsDigest: unknown, coordinatorUid: unknown): DirectHeader {
   const type = nonEmptyValue(entityType, "entityType");
   const digest = intValue(settingsDigest, "settingsDigest", 0);
   if (digest >= settingsDigestLimit) bad("settingsDigest", "expected an integer below 2^52");
   const uid = nonEmptyValue(coordinatorUid, "coordinatorUid");
   if (uid.length > uidLengthMax) bad("coordinatorUid", `longer than ${uidLengthMax} characters`);
+  return { entityType: type, settingsKey: settingsKeyOfDigest(digest), settingsDigest: digest, coordinatorUid: uid };
+}
+
+/**
+ * A direct envelope's `generation`: 1..2^40.
+ * @throws ClusterShardingConfigurationError
+ */
+function directGeneration(generation: unknown): number {
   const gen = intValue(generation, "generation", 1);
   if (gen > directGenerationMax) bad("generation", `above ${directGenerationMax}`);
-  return {
-    entityType: type,
-    settingsKey: settingsKeyOfDigest(digest),
-    settingsDigest: digest,
-    coordinatorUid: uid,
-    generation: gen,
-  };
+  return gen;
 }
 
 /** Reply of Activate, PassivateShard and PrepareShard. `accepted` on Activate: this call created the actor. */
@@ -647,16 +644,18 @@ export class DirectEnvelope extends ShardingEnvelope {
   }
 
   /**
-   * Rebuilds one envelope of a direct batch: its entry's own fields (as read, untrusted), validated as a single direct
-   * envelope's are, and the batch's `header`, validated once for the batch ({@link directHeader}).
+   * Rebuilds one envelope of a direct batch: its entry's own fields and generation (as read, untrusted), validated as
+   * a single direct envelope's are, and the batch's `header`, validated once for the batch ({@link directHeader}).
    * @throws ClusterShardingConfigurationError naming the malformed field
    */
   static fromBatchEntry(json: unknown, header: DirectHeader): DirectEnvelope {
-    return DirectEnvelope.fromEntry(entryFields(object(json, "DirectBatchEntry")), header);
+    const o = object(json, "DirectBatchEntry");
+    const e = entryFields(o);
+    return DirectEnvelope.fromEntry(e, header, directGeneration(o.generation));
   }
 
   /** @internal A direct envelope of validated fields. */
-  static fromEntry(e: EntryFields, header: DirectHeader): DirectEnvelope {
+  static fromEntry(e: EntryFields, header: DirectHeader, generation: number): DirectEnvelope {
     return new DirectEnvelope(
       e.kind,
       header.entityType,
@@ -668,7 +667,7 @@ export class DirectEnvelope extends ShardingEnvelope {
       e.message,
       e.deliveryAttempt,
       e.traceparent,
-      header.generation,
+      generation,
       header.coordinatorUid,
       header.settingsDigest,
       e.malformedTrace,
@@ -689,7 +688,7 @@ export class DirectBatch {
     readonly envelopes: readonly DirectEnvelope[],
     /**
      * True when whoever built the batch checked, envelope by envelope, that all share the first one's entity type,
-     * settings digest, coordinator uid and generation (the caller's batches, node/direct-batches.ts): its codec then
+     * settings digest and coordinator uid (the caller's batches, node/direct-batches.ts): its codec then
      * writes it without checking them again. Never on the wire.
      */
     readonly sameHeader = false,

@@ -10,7 +10,6 @@ export interface PendingDirectBatch {
   readonly entityType: string;
   readonly settingsDigest: number;
   readonly coordinatorUid: string;
-  readonly generation: number;
   readonly envelopes: DirectEnvelope[];
   /** The deliveries the envelopes were built for, index for index (a send that fails is reported per delivery). */
   readonly deliveries: Delivery[];
@@ -22,8 +21,8 @@ export interface PendingDirectBatch {
  * burst of tells costs one frame, one mailbox turn and one sender lookup per owner, not per tell.
  *
  * Nothing is reordered on any link. Per owner, envelopes stay in the order they were decided, and a batch ends when its
- * sender or what its header carries changes (one sender per frame; one entity type, settings digest, coordinator uid
- * and generation per batch) or it is full (`maxEnvelopes`). The shell writes every pending batch
+ * sender or what its header carries changes (one sender per frame; one entity type, settings digest and coordinator
+ * uid per batch) or it is full (`maxEnvelopes`). The shell writes every pending batch
  * ({@link flush}) before anything else it sends (a control message, a marker, an envelope to a coordinator, a
  * non-direct forward), so every message it writes on a link comes after the direct envelopes it decided before.
  * Only writes to different owners' links may swap, and those links have no order between them anyway.
@@ -47,7 +46,7 @@ export class DirectSendBatches {
 
   /**
    * Adds a direct envelope for `to`. Its owner's batch is written first when it has another sender or header (entity
-   * type, settings, coordinator, generation), and right after when it is full.
+   * type, settings, coordinator), and right after when it is full.
    */
   add(to: UniqueAddress, envelope: DirectEnvelope, delivery: Delivery): void {
     const key = to.toString();
@@ -65,7 +64,6 @@ export class DirectSendBatches {
         entityType: envelope.entityType,
         settingsDigest: envelope.settingsDigest,
         coordinatorUid: envelope.coordinatorUid,
-        generation: envelope.generation,
         envelopes: [],
         deliveries: [],
       };
@@ -103,7 +101,6 @@ function sharesHeader(batch: PendingDirectBatch, e: DirectEnvelope): boolean {
   return (
     batch.entityType === e.entityType &&
     batch.settingsDigest === e.settingsDigest &&
-    batch.coordinatorUid === e.coordinatorUid &&
-    batch.generation === e.generation
+    batch.coordinatorUid === e.coordinatorUid
   );
 }

@@ -6,6 +6,7 @@ import {
   InvalidMessageError,
   type UniqueAddress,
 } from "../../actor/index.ts";
+import { DecodedMessage } from "../../remote/index.ts";
 import { handoffTimeoutMs } from "../constants.ts";
 import type { ShardMoveDecision } from "../coordinator/shard-move.ts";
 import { asError, ShardHandoffInProgressError, ShardLeaseUnavailableError } from "../errors.ts";
@@ -544,14 +545,17 @@ export class NodeShell {
         const typed = typedOf(envelope);
         if (typed !== undefined) value = typed.value;
         else {
+          const wire = envelope.message!;
           try {
-            value = this.codec.decode(envelope.message!);
+            value = this.codec.decode(wire);
           } catch (error) {
             counters.malformedEnvelopes.payload++;
             return { error: asError(error) };
           }
-          // A retry from the barrier must not decode again.
-          attachTyped(envelope, value);
+          // A retry from the barrier must not decode again. A payload decoded as its frame was read (a direct or
+          // forwarded envelope here) costs nothing to read again: it is not attached, which would allocate and change
+          // the envelope's shape on every delivery.
+          if (!(wire.payload instanceof DecodedMessage)) attachTyped(envelope, value);
         }
       }
       provider.authorizeShard(envelope.shardId);
