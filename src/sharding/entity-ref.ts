@@ -39,7 +39,9 @@ export class ShardedEntityRef<T> {
   ) {}
 
   /**
-   * Sends `message` to the entity, at most once; `sender` becomes the entity's `context.sender`.
+   * Sends `message` to the entity, at most once; `sender` becomes the entity's `context.sender`. The message is the
+   * entity's from then on: do not change it after the call (an entity on this node receives the very object, and a
+   * direct-routed one may be serialized when the current microtask ends).
    * @throws NoShardOwnerError when there is no converged coordinator (fail closed)
    * @throws InvalidMessageError for undefined or null, or the codec's error for an unregistered message class
    */
