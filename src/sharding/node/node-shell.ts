@@ -365,6 +365,7 @@ export class NodeShell {
         return;
       }
       case "ack":
+        this.directBatches.flush();
         if (effect.error === null) effect.replyTo?.tell(new ShardingControlAck(true));
         else effect.replyTo?.failAsk?.(effect.error);
         return;
