@@ -15,10 +15,14 @@ export function benchNodeOptions(
 ): NodeProcessOptions {
   const interval = process.env.MOVIE_BENCH_PROFILE_INTERVAL_US;
   const profiling = process.env.MOVIE_BENCH_PROFILE !== undefined && interval !== undefined;
+  const intervalUs = profiling ? Number(interval) : 0;
+  if (profiling && !(Number.isSafeInteger(intervalUs) && intervalUs > 0)) {
+    throw new Error(`MOVIE_BENCH_PROFILE_INTERVAL_US must be a whole number of microseconds, got ${interval}`);
+  }
   return {
     execArgv: [
       ...(options.execArgv ?? []),
-      ...(profiling ? [`--cpu-prof-interval=${Number.parseInt(interval, 10)}`] : []),
+      ...(profiling ? [`--cpu-prof-interval=${intervalUs}`] : []),
       "--import",
       "tsx",
     ],

@@ -126,7 +126,9 @@ export class NestingCodec implements PayloadCodec {
   private readonly fixed: PayloadCodec;
   // The JSON text measured for each envelope about to be written (measure runs before write): per envelope, so that
   // a batch of envelopes (measured all, then written all) serializes each payload once and writes exactly the text it
-  // measured, even for a toJSON whose output changes between calls. Only payloads sent as JSON touch it.
+  // measured, even for a toJSON whose output changes between calls. Only payloads sent as JSON touch it. (One envelope
+  // object measured twice before it is written keeps its last text: the sharding shell never puts an envelope in a
+  // batch twice, it builds one per delivery.)
   private readonly measuredTexts = new WeakMap<object, string>();
   // The last wire name looked up, and the last decoded (a stream of envelopes repeats them).
   private lastName = "";

@@ -56,6 +56,8 @@ test("direct routing over TCP: tells to an entity type named past a batch header
       { what: "the direct route", describe: () => caller.sharding.stats },
     );
     // One synchronous burst: one batch's worth of tells to one owner with one sender.
+    const unencodableBefore = caller.remoting.stats.unencodable;
+    const batchesBefore = caller.sharding.stats.directBatches;
     for (let n = 1; n <= 20; n++) ref.tell(new Seq(n));
     await eventually(() => (sequenceSink.get(id) ?? []).includes(20), {
       what: "the burst processed",
@@ -67,6 +69,9 @@ test("direct routing over TCP: tells to an entity type named past a batch header
       Array.from({ length: 20 }, (_, k) => k + 1),
     );
     assert.equal(owner.sharding.stats.malformedEnvelopes.undecodable, 0, "nothing written that the owner refused");
+    // Not even tried as a batch: the caller knew the header could not carry the type.
+    assert.equal(caller.sharding.stats.directBatches, batchesBefore, "no batch sent");
+    assert.equal(caller.remoting.stats.unencodable, unencodableBefore, "no batch refused by remoting's encoder");
   } finally {
     await terminateAll(nodes);
   }

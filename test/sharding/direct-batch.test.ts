@@ -324,9 +324,19 @@ test("a batch's JSON is validated envelope by envelope for hostile values, never
   assert.ok(ok.envelopes.every((e) => e instanceof DirectEnvelope));
 });
 
-test("a batch entry's codec hands its fields on unvalidated: only a batch completes and validates them", () => {
-  const json = { kind: "User", entityId: 7 };
-  assert.equal(DirectBatchEntry.fromJSON(json), json);
+test("a batch entry read alone is an inert wrapper of its fields, not a message any actor would act on; only a batch's codec opens and validates it", () => {
+  const { registry, wire } = setup();
+  const entryCodec = registry.lookupName(wireNames.directBatchEntry)!.codec!;
+  const bytes = encode(entryCodec, direct(wire, "acct-1", 4));
+  const read = entryCodec.read(bytes, 0, bytes.length, Object.prototype) as unknown;
+  assert.ok(read instanceof DirectBatchEntry);
+  assert.equal(Object.getPrototypeOf(read), DirectBatchEntry.prototype);
+  assert.deepEqual(Object.keys(read), ["fields"]);
+  assert.equal((read.fields as { entityId: string }).entityId, "acct-1");
+  // Its JSON form is wrapped too, and refused by remoting's check of the declared fields (nothing to send on).
+  const wrapped = DirectBatchEntry.fromJSON({ kind: "User", entityId: 7 });
+  assert.ok(wrapped instanceof DirectBatchEntry);
+  assert.throws(() => entryCodec.measure(wrapped), MessageEncodeError);
 });
 
 // ---------------------------------------------------------------- the caller's batches

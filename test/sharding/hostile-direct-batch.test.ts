@@ -147,19 +147,15 @@ function u32be(n: number): Buffer {
   b.writeUInt32BE(n >>> 0, 0);
   return b;
 }
-function u32le(n: number): Buffer {
-  const b = Buffer.alloc(4);
-  b.writeUInt32LE(n >>> 0, 0);
-  return b;
-}
+/** The batch header's numbers are big-endian (direct-batch-codec.ts). */
 function f64(x: number): Buffer {
   const b = Buffer.alloc(8);
-  b.writeDoubleLE(x, 0);
+  b.writeDoubleBE(x, 0);
   return b;
 }
 function text(t: string | Buffer): Buffer {
   const bytes = typeof t === "string" ? Buffer.from(t, "utf8") : t;
-  return Buffer.concat([u32le(bytes.length), bytes]);
+  return Buffer.concat([u32be(bytes.length), bytes]);
 }
 
 interface Header {
@@ -174,7 +170,7 @@ interface Header {
 /** A batch's payload: the header (by default the owner's: its type, digest, coordinator uid), then entries. */
 function batchPayload(entries: Buffer[], header: Header = {}): Buffer {
   const typeBytes = text(header.entityType ?? type);
-  if (header.entityTypeLength !== undefined) typeBytes.writeUInt32LE(header.entityTypeLength >>> 0, 0);
+  if (header.entityTypeLength !== undefined) typeBytes.writeUInt32BE(header.entityTypeLength >>> 0, 0);
   return Buffer.concat([
     u16be(header.count ?? entries.length),
     typeBytes,

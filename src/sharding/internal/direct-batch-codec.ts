@@ -1,6 +1,14 @@
 import { errorText, isWellFormedText } from "../../actor/untrusted.ts";
 import { EnvelopeDecodeError, MessageEncodeError, type MessageRegistry } from "../../remote/index.ts";
-import { DirectBatch, DirectEnvelope, type DirectHeader, directBatchMax, directHeader, wireNames } from "./messages.ts";
+import {
+  DirectBatch,
+  DirectBatchEntry,
+  DirectEnvelope,
+  type DirectHeader,
+  directBatchMax,
+  directHeader,
+  wireNames,
+} from "./messages.ts";
 
 /** The binary codec interface remoting's registry takes (`MessageRegistry.registerCodec`). */
 type BinaryCodec = Parameters<MessageRegistry["registerCodec"]>[2];
@@ -10,11 +18,13 @@ const headerTextMax = 4_096;
 
 /**
  * The binary codec of {@link DirectBatch} (docs/protocol.md §8.8 "Batches"). What every envelope of a batch shares is
- * written once, in a header; the rest per envelope:
+ * written once, in a header; the rest per envelope. Every number is big-endian:
  *
- * `[u16 count][u32 a][entityType: a bytes UTF-8][f64 settingsDigest][u32 b][coordinatorUid: b bytes UTF-8]`, then
- * per envelope `[u32 n][n bytes]` in the batch entry's layout (`directBatchEntryLayout`: the kind, entity id, shard,
- * ask timeout, senderless flag, delivery attempt, trace context, generation and the nested message).
+ * `[u16 count 1..256][u32 a][entityType: a bytes UTF-8][f64 settingsDigest][u32 b][coordinatorUid: b bytes UTF-8]`
+ * (`a` and `b` at most 4,096), then per envelope `[u32 n][n bytes]` in the batch entry's layout
+ * (`directBatchEntryLayout`, remoting's nesting codec: the nested message first, `[u32 m][u16 name length][name]
+ * [u8 format][u32 fingerprint, binary only][payload]`, then the entry's fields: kind, entity id, shard, ask timeout,
+ * senderless flag, delivery attempt, trace context, generation, in the compiled codec's encoding).
  *
  * The header is validated once ({@link directHeader}), each entry's own fields as a single direct envelope's are
  * ({@link DirectEnvelope.fromBatchEntry}): together exactly the checks a single direct envelope passes. One malformed
@@ -56,7 +66,7 @@ export class DirectBatchCodec implements BinaryCodec {
     buf[at] = envelopes.length >>> 8;
     buf[at + 1] = envelopes.length & 0xff;
     let o = writeText(buf, at + 2, first.entityType);
-    o = buf.writeDoubleLE(first.settingsDigest, o);
+    o = buf.writeDoubleBE(first.settingsDigest, o);
     o = writeText(buf, o, first.coordinatorUid);
     for (let i = 0; i < envelopes.length; i++) {
       const end = this.entry.write(buf, o + 4, envelopes[i]!);
@@ -88,9 +98,10 @@ export class DirectBatchCodec implements BinaryCodec {
       o += 4;
       if (n > end - o) throw undecodable(`envelope ${i} runs past the frame`);
       // The entry's own fields as read (untrusted), validated as a single direct envelope's, with the header's.
-      const fields = this.entry.read(buf, o, o + n, Object.prototype);
+      const entry = this.entry.read(buf, o, o + n, Object.prototype) as unknown;
+      if (!(entry instanceof DirectBatchEntry)) throw undecodable(`envelope ${i} is not a batch entry`);
       try {
-        envelopes[i] = DirectEnvelope.fromBatchEntry(fields, header);
+        envelopes[i] = DirectEnvelope.fromBatchEntry(entry.fields, header);
       } catch (error) {
         // Built from the peer's fields: described, never converted with String().
         throw undecodable(`envelope ${i}: ${errorText(error)}`);
@@ -130,9 +141,16 @@ export class DirectBatchCodec implements BinaryCodec {
 }
 
 /**
- * Refuses a header text a receiver could not read back as written: longer than {@link headerTextMax} bytes of UTF-8
- * (read refuses it), or with a lone surrogate (UTF-8 cannot carry one: it would arrive as U+FFFD).
+ * Whether a header text can be written so that a receiver reads it back as written: at most {@link headerTextMax}
+ * bytes of UTF-8 (read refuses more) and no lone surrogate (UTF-8 cannot carry one: it would arrive as U+FFFD).
  */
+export function fitsBatchHeader(text: string): boolean {
+  return (
+    (text.length * 3 <= headerTextMax || Buffer.byteLength(text, "utf8") <= headerTextMax) && isWellFormedText(text)
+  );
+}
+
+/** Refuses a header text {@link fitsBatchHeader} refuses, naming why. */
 function checkHeaderText(text: string, field: string): void {
   if (text.length * 3 > headerTextMax && Buffer.byteLength(text, "utf8") > headerTextMax) {
     throw new MessageEncodeError(
@@ -147,16 +165,16 @@ function checkHeaderText(text: string, field: string): void {
   }
 }
 
-/** `[u32 LE byte length][UTF-8]`; returns the offset after it (room for 3 bytes per unit was measured). */
+/** `[u32 BE byte length][UTF-8]`; returns the offset after it (room for 3 bytes per unit was measured). */
 function writeText(buf: Buffer, at: number, text: string): number {
   const n = buf.write(text, at + 4, "utf8");
-  buf.writeUInt32LE(n, at);
+  buf.writeUInt32BE(n, at);
   return at + 4 + n;
 }
 
 function readText(buf: Buffer, reader: { o: number }, end: number, what: string): string {
   if (end - reader.o < 4) throw undecodable(`truncated ${what}`);
-  const n = buf.readUInt32LE(reader.o);
+  const n = buf.readUInt32BE(reader.o);
   if (n > headerTextMax || n > end - reader.o - 4) throw undecodable(`${what} of ${n} bytes`);
   const text = buf.toString("utf8", reader.o + 4, reader.o + 4 + n);
   reader.o += 4 + n;
@@ -165,7 +183,7 @@ function readText(buf: Buffer, reader: { o: number }, end: number, what: string)
 
 function readDouble(buf: Buffer, reader: { o: number }, end: number, what: string): number {
   if (end - reader.o < 8) throw undecodable(`truncated ${what}`);
-  const value = buf.readDoubleLE(reader.o);
+  const value = buf.readDoubleBE(reader.o);
   reader.o += 8;
   return value;
 }

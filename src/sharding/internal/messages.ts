@@ -165,12 +165,14 @@ export class ShardingEnvelope {
   protected static validated(json: unknown, direct: boolean): ShardingEnvelope {
     const o = object(json, "ShardingEnvelope");
     const e = entryFields(o);
-    const entityType = nonEmptyValue(o.entityType, "entityType");
     const hopCount = intValue(o.hopCount, "hopCount", 0);
     if (!direct) {
+      const entityType = nonEmptyValue(o.entityType, "entityType");
       const settingsKey = strValue(o.settingsKey, "settingsKey");
       const coordinator = optStrValue(o.coordinator, "coordinator");
       if (coordinator !== null) address(coordinator, "coordinator");
+      const message = e.message;
+      e.message = null;
       return new ShardingEnvelope(
         e.kind,
         entityType,
@@ -181,24 +183,25 @@ export class ShardingEnvelope {
         coordinator,
         e.askTimeoutMs,
         e.senderless,
-        e.message,
+        message,
         e.deliveryAttempt,
         e.traceparent,
         e.malformedTrace,
       );
     }
     if (hopCount !== directHop) bad("hopCount", `a direct envelope has hop count ${directHop}`);
-    const header = directHeader(entityType, o.settingsDigest, o.coordinatorUid);
-    return DirectEnvelope.fromEntry(e, header, directGeneration(o.generation));
+    const header = directHeader(o.entityType, o.settingsDigest, o.coordinatorUid);
+    return directEnvelopeOf(e, header, directGeneration(o.generation));
   }
 }
 
 /**
  * The fields of an envelope that are its own in a direct batch (all but the entity type, settings, hop count,
- * coordinator and, of a direct envelope, the generation, which is checked apart), validated. Filled in place by {@link entryFields} and read at once: one object for the
- * process instead of one per envelope read.
+ * coordinator and, of a direct envelope, the generation, which is checked apart), validated. Filled in place by
+ * {@link entryFields} and read at once: one object for the process instead of one per envelope read. Its message is
+ * cleared when read, so the scratch never keeps a payload alive.
  */
-export interface EntryFields {
+interface EntryFields {
   kind: EnvelopeKind;
   message: WireMessage | null;
   askTimeoutMs: number | null;
@@ -651,28 +654,30 @@ export class DirectEnvelope extends ShardingEnvelope {
   static fromBatchEntry(json: unknown, header: DirectHeader): DirectEnvelope {
     const o = object(json, "DirectBatchEntry");
     const e = entryFields(o);
-    return DirectEnvelope.fromEntry(e, header, directGeneration(o.generation));
+    return directEnvelopeOf(e, header, directGeneration(o.generation));
   }
+}
 
-  /** @internal A direct envelope of validated fields. */
-  static fromEntry(e: EntryFields, header: DirectHeader, generation: number): DirectEnvelope {
-    return new DirectEnvelope(
-      e.kind,
-      header.entityType,
-      e.entityId,
-      e.shardId,
-      header.settingsKey,
-      e.askTimeoutMs,
-      e.senderless,
-      e.message,
-      e.deliveryAttempt,
-      e.traceparent,
-      generation,
-      header.coordinatorUid,
-      header.settingsDigest,
-      e.malformedTrace,
-    );
-  }
+/** A direct envelope of validated fields (the scratch `e`'s message is taken and cleared). */
+function directEnvelopeOf(e: EntryFields, header: DirectHeader, generation: number): DirectEnvelope {
+  const message = e.message;
+  e.message = null;
+  return new DirectEnvelope(
+    e.kind,
+    header.entityType,
+    e.entityId,
+    e.shardId,
+    header.settingsKey,
+    e.askTimeoutMs,
+    e.senderless,
+    message,
+    e.deliveryAttempt,
+    e.traceparent,
+    generation,
+    header.coordinatorUid,
+    header.settingsDigest,
+    e.malformedTrace,
+  );
 }
 
 /** Most direct envelopes one {@link DirectBatch} may carry. */
@@ -714,15 +719,20 @@ export class DirectBatch {
 /**
  * The per-envelope part of a {@link DirectBatch} on the wire: a direct envelope's fields but those the batch header
  * carries once (internal/direct-batch-codec.ts). Registered only so that remoting's nesting codec writes and reads it;
- * it is never sent alone, and one that arrives alone reaches the daemon as an unknown message, refused and counted.
+ * it is never sent alone. Read, it only holds the entry's fields as they came, unvalidated: an inert value to any
+ * actor a peer addresses one to (the daemon refuses it as an unknown message and counts it), which only the batch's
+ * codec opens, validating the fields with the header's ({@link DirectEnvelope.fromBatchEntry}).
  */
 export class DirectBatchEntry {
-  /**
-   * The entry's fields as read, unvalidated: the batch codec completes them with the header's and validates the whole
-   * as {@link DirectEnvelope.fromJSON}.
-   */
-  static fromJSON(json: unknown): unknown {
-    return json;
+  /** @internal Made by {@link DirectBatchEntry.fromJSON} only. */
+  constructor(
+    /** The fields as read (untrusted). */
+    readonly fields: unknown,
+  ) {}
+
+  /** Wraps the fields read (the nesting codec's decode): nothing is validated or trusted here. */
+  static fromJSON(json: unknown): DirectBatchEntry {
+    return new DirectBatchEntry(json);
   }
 }
 

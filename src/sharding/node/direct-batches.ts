@@ -1,4 +1,5 @@
 import type { ActorRef, UniqueAddress } from "../../actor/index.ts";
+import { fitsBatchHeader } from "../internal/direct-batch-codec.ts";
 import type { DirectEnvelope } from "../internal/messages.ts";
 import type { Delivery } from "./node-core.ts";
 
@@ -6,6 +7,11 @@ import type { Delivery } from "./node-core.ts";
 export interface PendingDirectBatch {
   readonly to: UniqueAddress;
   readonly sender: ActorRef<unknown> | null;
+  /**
+   * Whether the header can carry the entity type (internal/direct-batch-codec.ts `fitsBatchHeader`: at most 4,096
+   * bytes of UTF-8, no lone surrogate). When not, the envelopes are still kept in order here, and written one by one.
+   */
+  readonly headerFits: boolean;
   /** What the batch's header carries: every envelope's (checked as each was added). */
   readonly entityType: string;
   readonly settingsDigest: number;
@@ -31,6 +37,9 @@ export class DirectSendBatches {
   // Keyed by the owner's UniqueAddress string: one batch per owner incarnation, whichever address object names it.
   private readonly pending = new Map<string, PendingDirectBatch>();
   private scheduled = false;
+  // The last entity type asked about, and whether a batch header can carry it (a stream of tells repeats the type).
+  private lastType = "";
+  private lastTypeFits = true;
   private readonly flushSoon = (): void => {
     this.scheduled = false;
     this.flush();
@@ -61,6 +70,7 @@ export class DirectSendBatches {
       batch = {
         to,
         sender,
+        headerFits: this.headerFits(envelope.entityType),
         entityType: envelope.entityType,
         settingsDigest: envelope.settingsDigest,
         coordinatorUid: envelope.coordinatorUid,
@@ -81,18 +91,38 @@ export class DirectSendBatches {
     }
   }
 
+  private headerFits(entityType: string): boolean {
+    if (entityType !== this.lastType) {
+      this.lastType = entityType;
+      this.lastTypeFits = fitsBatchHeader(entityType);
+    }
+    return this.lastTypeFits;
+  }
+
   /** Whether any envelope waits to be written. */
   get isEmpty(): boolean {
     return this.pending.size === 0;
   }
 
-  /** Writes every pending batch, in the order their owners' first envelopes were decided. */
+  /**
+   * Writes every pending batch, in the order their owners' first envelopes were decided. `write` reports its own
+   * failures; should it throw all the same, the batches after it are still written (and `afterFlush` still runs), and
+   * the first error is thrown at the end.
+   */
   flush(): void {
     if (this.pending.size === 0) return;
     const batches = [...this.pending.values()];
     this.pending.clear();
-    for (let i = 0; i < batches.length; i++) this.write(batches[i]!);
+    let failure: unknown = null;
+    for (let i = 0; i < batches.length; i++) {
+      try {
+        this.write(batches[i]!);
+      } catch (error) {
+        failure ??= error;
+      }
+    }
     this.afterFlush();
+    if (failure !== null) throw failure;
   }
 }
 

@@ -6,7 +6,7 @@ import {
   InvalidMessageError,
   type UniqueAddress,
 } from "../../actor/index.ts";
-import { DecodedMessage } from "../../remote/index.ts";
+import { DecodedMessage, MessageTooLargeError } from "../../remote/index.ts";
 import { handoffTimeoutMs } from "../constants.ts";
 import type { ShardMoveDecision } from "../coordinator/shard-move.ts";
 import { asError, ShardHandoffInProgressError, ShardLeaseUnavailableError } from "../errors.ts";
@@ -47,7 +47,7 @@ const rejectionLogMax = 1_024;
  * Most direct envelopes written as one batch (docs/protocol.md §8.8 "Batches"): past a few dozen the frame and turn
  * saved per envelope no longer show, while the owner's turn for the batch keeps growing.
  */
-export const directBatchEnvelopes = 64;
+const directBatchEnvelopes = 64;
 
 /**
  * Performs the node core's effects (node-core.ts) and feeds it its inputs: sockets through remoting (the daemons of
@@ -434,14 +434,28 @@ export class NodeShell {
    */
   private writeDirect(batch: PendingDirectBatch): void {
     const { envelopes, deliveries, sender } = batch;
-    const daemon = this.daemonOf(batch.to);
-    if (envelopes.length > 1) {
+    let daemon: ActorRef<unknown>;
+    try {
+      daemon = this.daemonOf(batch.to);
+    } catch (error) {
+      for (let i = 0; i < deliveries.length; i++) {
+        this.queue.push({ kind: "sendFailed", delivery: deliveries[i]!, error: asError(error) });
+      }
+      return;
+    }
+    if (envelopes.length > 1 && batch.headerFits) {
       try {
         daemon.tell(new DirectBatch(envelopes, true), sender);
         this.state.counters.directBatches++;
         return;
-      } catch {
-        // Written one by one below.
+      } catch (error) {
+        // Too large for one frame is expected now and then; anything else is not, but costs no envelope either.
+        if (!(error instanceof MessageTooLargeError)) {
+          this.system.log.warn(
+            { error: asError(error).message, envelopes: envelopes.length },
+            "a direct batch could not be sent; its envelopes are sent one by one",
+          );
+        }
       }
     }
     for (let i = 0; i < envelopes.length; i++) {
