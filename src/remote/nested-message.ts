@@ -124,11 +124,14 @@ export class NestingCodec implements PayloadCodec {
   readonly fields: PayloadCodec["fields"];
   readonly fingerprint: number;
   private readonly fixed: PayloadCodec;
-  // The JSON text measured for each envelope about to be written (measure runs before write): per envelope, so that
-  // a batch of envelopes (measured all, then written all) serializes each payload once and writes exactly the text it
-  // measured, even for a toJSON whose output changes between calls. Only payloads sent as JSON touch it. (One envelope
-  // object measured twice before it is written keeps its last text: the sharding shell never puts an envelope in a
-  // batch twice, it builds one per delivery.)
+  // The JSON text measured for each envelope about to be written (measure runs before write), so that a payload is
+  // serialized once and written exactly as measured, even by a toJSON whose output changes between calls. The last
+  // envelope measured keeps its text here (one envelope: measure, then write); when another is measured before it is
+  // written (a batch of envelopes, measured all, then written all), its text moves to `measuredTexts`. Only payloads
+  // sent as JSON touch either. (One envelope object measured twice before it is written keeps its last text: the
+  // sharding shell never puts an envelope in a batch twice, it builds one per delivery.)
+  private measuredFor: object | null = null;
+  private measuredText = "";
   private readonly measuredTexts = new WeakMap<object, string>();
   // The last wire name looked up, and the last decoded (a stream of envelopes repeats them).
   private lastName = "";
@@ -167,7 +170,11 @@ export class NestingCodec implements PayloadCodec {
     }
     if (codec !== null) return head + codec.measure(payload as object);
     const text = JSON.stringify(payload) ?? "null";
-    this.measuredTexts.set(envelope, text);
+    if (this.measuredFor !== null && this.measuredFor !== envelope) {
+      this.measuredTexts.set(this.measuredFor, this.measuredText);
+    }
+    this.measuredFor = envelope;
+    this.measuredText = text;
     return head + 3 * text.length;
   }
 
@@ -208,9 +215,16 @@ export class NestingCodec implements PayloadCodec {
           buf[o++] = PayloadFormat.binary;
           o = codec.write(buf, writeU32(buf, o, codec.fingerprint), payload as object);
         } else {
-          let text = this.measuredTexts.get(envelope);
-          if (text === undefined) text = JSON.stringify(payload) ?? "null";
-          else this.measuredTexts.delete(envelope);
+          let text: string | undefined;
+          if (this.measuredFor === envelope) {
+            text = this.measuredText;
+            this.measuredFor = null;
+            this.measuredText = "";
+          } else {
+            text = this.measuredTexts.get(envelope);
+            if (text === undefined) text = JSON.stringify(payload) ?? "null";
+            else this.measuredTexts.delete(envelope);
+          }
           buf[o++] = PayloadFormat.json;
           o += buf.write(text, o, "utf8");
         }
