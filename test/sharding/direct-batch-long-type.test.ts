@@ -4,22 +4,14 @@
 // of it, but send those envelopes one by one, as it would without batches.
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { UniqueAddress } from "../../src/actor/index.ts";
 import { EnvelopeDecodeError, MessageEncodeError, MessageRegistry } from "../../src/remote/index.ts";
 import { LeastLoadedAllocation, NoRebalance, ShardingSettings } from "../../src/sharding/index.ts";
 import { RegistryCodec, registerShardingWireTypes } from "../../src/sharding/internal/codec.ts";
 import { DirectBatch, DirectEnvelope, ShardingEnvelope, wireNames } from "../../src/sharding/internal/messages.ts";
 import { eventually } from "../fixtures/eventually.ts";
 import { addr } from "./fixtures/members.ts";
-import { OrderCommand, OrderReply, Seq, SequenceBehavior, sequenceSink } from "./fixtures/order.ts";
-import {
-  describeNodes,
-  planSettled,
-  type ShardingNode,
-  settled,
-  startShardingNodes,
-  terminateAll,
-} from "./fixtures/tcp-nodes.ts";
+import { type OrderCommand, OrderReply, Seq, sequenceSink } from "./fixtures/order.ts";
+import { idOwnedBy, type ShardingNode, startWithType, terminateAll } from "./fixtures/tcp-nodes.ts";
 
 const settings = {
   shardCount: 8,
@@ -31,20 +23,10 @@ const settings = {
 test("direct routing over TCP: tells to an entity type named past a batch header's 4,096 bytes still arrive, in order", async () => {
   // 4,100 characters, 2-byte UTF-8 each past the first: 8,199 bytes.
   const type = `L${"é".repeat(4_099)}`;
-  const nodes = await startShardingNodes(3);
+  const nodes = await startWithType(3, type, settings);
   try {
-    for (const n of nodes) n.sharding.init(type, OrderCommand, settings, (id) => new SequenceBehavior(id));
-    await eventually(() => nodes.every((n) => settled(n, 3)) && planSettled(nodes, type, settings), {
-      what: "a balanced plan",
-      describe: describeNodes(nodes, type),
-    });
-    const sorted = [...nodes].sort((a, b) => UniqueAddress.compare(a.cluster.selfAddress, b.cluster.selfAddress));
-    const [coordinator, caller, owner] = sorted as [ShardingNode, ShardingNode, ShardingNode];
-    let id = "";
-    for (let i = 0; i < 10_000 && id === ""; i++) {
-      if (coordinator.sharding.ownerFor(type, `long-${i}`)?.equals(owner.cluster.selfAddress)) id = `long-${i}`;
-    }
-    assert.notEqual(id, "");
+    const [coordinator, caller, owner] = nodes as [ShardingNode, ShardingNode, ShardingNode];
+    const id = idOwnedBy(coordinator, type, owner, "long");
     const ref = caller.sharding.entityRefFor<OrderCommand>(type, id);
     // The grant first (the first message goes through the coordinator), then a direct ask.
     await ref.ask(new Seq(0), OrderReply, 5_000);

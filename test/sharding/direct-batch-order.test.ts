@@ -6,19 +6,12 @@
 // the order sent, and every ask is answered.
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { AbstractBehavior, type ActorRef, UniqueAddress } from "../../src/actor/index.ts";
+import { AbstractBehavior, type ActorRef } from "../../src/actor/index.ts";
 import { LeastLoadedAllocation, NoRebalance } from "../../src/sharding/index.ts";
 import { HandoffAnnounce } from "../../src/sharding/internal/messages.ts";
 import { eventually } from "../fixtures/eventually.ts";
-import { OrderCommand, OrderReply, Seq, SequenceBehavior, sequenceSink } from "./fixtures/order.ts";
-import {
-  describeNodes,
-  planSettled,
-  type ShardingNode,
-  settled,
-  startShardingNodes,
-  terminateAll,
-} from "./fixtures/tcp-nodes.ts";
+import { type OrderCommand, OrderReply, Seq, sequenceSink } from "./fixtures/order.ts";
+import { describeNodes, idOwnedBy, type ShardingNode, startWithType, terminateAll } from "./fixtures/tcp-nodes.ts";
 
 const type = "BatchOrder";
 const settings = {
@@ -38,26 +31,13 @@ const numberOf = (s: number, k: number) => s * 1_000_000 + k;
 const senderOf = (n: number) => Math.floor(n / 1_000_000);
 
 test("direct batches over TCP keep each sender's order across sender switches, asks, two owners and two moves", async () => {
-  const nodes = await startShardingNodes(4);
+  const nodes = await startWithType(4, type, settings);
   let running = true;
   let loop: Promise<void> = Promise.resolve();
   try {
-    for (const n of nodes) n.sharding.init(type, OrderCommand, settings, (id) => new SequenceBehavior(id));
-    await eventually(() => nodes.every((n) => settled(n, 4)) && planSettled(nodes, type, settings), {
-      what: "a balanced plan",
-      describe: describeNodes(nodes, type),
-    });
-    const sorted = [...nodes].sort((a, b) => UniqueAddress.compare(a.cluster.selfAddress, b.cluster.selfAddress));
-    const [coordinator, caller, owner1, owner2] = sorted as [ShardingNode, ShardingNode, ShardingNode, ShardingNode];
-    const idOn = (owner: ShardingNode, prefix: string): string => {
-      for (let i = 0; i < 10_000; i++) {
-        const id = `${prefix}-${i}`;
-        if (coordinator.sharding.ownerFor(type, id)?.equals(owner.cluster.selfAddress) === true) return id;
-      }
-      throw new Error(`no entity id on port ${owner.port}`);
-    };
-    const e1 = idOn(owner1, "one");
-    const e2 = idOn(owner2, "two");
+    const [coordinator, caller, owner1, owner2] = nodes as [ShardingNode, ShardingNode, ShardingNode, ShardingNode];
+    const e1 = idOwnedBy(coordinator, type, owner1, "one");
+    const e2 = idOwnedBy(coordinator, type, owner2, "two");
     const ids = [e1, e2];
     const refs = ids.map((id) => caller.sharding.entityRefFor<OrderCommand>(type, id));
     const senders: ActorRef<unknown>[] = [caller.system.spawn(new Quiet(), "a"), caller.system.spawn(new Quiet(), "b")];

@@ -6,7 +6,6 @@
 // for (each counted once in directRefusals) and delivers the others, in order.
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
-import { UniqueAddress } from "../../src/actor/index.ts";
 import { FrameKind, PayloadFormat, type PayloadFormatValue } from "../../src/remote/envelope.ts";
 import { encodeNested, type MessageRegistry } from "../../src/remote/index.ts";
 import { LeastLoadedAllocation, NoRebalance, ShardingSettings } from "../../src/sharding/index.ts";
@@ -16,15 +15,8 @@ import { eventually } from "../fixtures/eventually.ts";
 import { binaryPayload, definingFrame } from "../remote/fixtures/frames.ts";
 import type { Node } from "../remote/fixtures/nodes.ts";
 import { type RawPeer, rawPeer } from "../remote/fixtures/raw-peer.ts";
-import { OrderCommand, OrderReply, Seq, SequenceBehavior, sequenceSink } from "./fixtures/order.ts";
-import {
-  describeNodes,
-  planSettled,
-  type ShardingNode,
-  settled,
-  startShardingNodes,
-  terminateAll,
-} from "./fixtures/tcp-nodes.ts";
+import { type OrderCommand, OrderReply, Seq, sequenceSink } from "./fixtures/order.ts";
+import { type ShardingNode, startWithType, terminateAll } from "./fixtures/tcp-nodes.ts";
 
 const type = "HostileBatch";
 const settings = {
@@ -48,14 +40,8 @@ let generation: number;
 let nextMarker = 1_000_000;
 
 before(async () => {
-  nodes = await startShardingNodes(3);
-  for (const n of nodes) n.sharding.init(type, OrderCommand, settings, (id) => new SequenceBehavior(id));
-  await eventually(() => nodes.every((n) => settled(n, 3)) && planSettled(nodes, type, settings), {
-    what: "a balanced plan",
-    describe: describeNodes(nodes, type),
-  });
-  const sorted = [...nodes].sort((a, b) => UniqueAddress.compare(a.cluster.selfAddress, b.cluster.selfAddress));
-  [coordinator, caller, owner] = sorted as [ShardingNode, ShardingNode, ShardingNode];
+  nodes = await startWithType(3, type, settings);
+  [coordinator, caller, owner] = nodes as [ShardingNode, ShardingNode, ShardingNode];
   registry = owner.remoting.registry;
   generation = owner.sharding.planGeneration(type);
   owned = [];
@@ -165,6 +151,25 @@ interface Header {
   entityTypeLength?: number;
   digest?: number;
   uid?: string | Buffer;
+}
+
+/** A single direct envelope's fields (its JSON) for `id` with `message`, as the owner's coordinator granted it. */
+function directFields(id: string, message: unknown): Record<string, unknown> {
+  return {
+    kind: "User",
+    entityType: type,
+    entityId: id,
+    shardId: owner.sharding.shardOf(type, id),
+    settingsDigest: digest,
+    hopCount: 2,
+    coordinatorUid: coordinator.cluster.selfAddress.uid,
+    askTimeoutMs: null,
+    senderless: true,
+    deliveryAttempt: 0,
+    traceparent: null,
+    generation,
+    message,
+  };
 }
 
 /** A batch's payload: the header (by default the owner's: its type, digest, coordinator uid), then entries. */
@@ -279,24 +284,7 @@ test("a well-formed batch from a peer is delivered envelope by envelope, in orde
     pairs.filter(([id]) => id === b).map(([, n]) => n),
   );
   // The same as JSON (any registered type may come as JSON): the JSON cases below are refused for what they hold.
-  const uid = coordinator.cluster.selfAddress.uid;
-  const shard = owner.sharding.shardOf(type, a);
-  const json = (n: number) =>
-    JSON.stringify({
-      kind: "User",
-      entityType: type,
-      entityId: a,
-      shardId: shard,
-      settingsDigest: digest,
-      hopCount: 2,
-      coordinatorUid: uid,
-      askTimeoutMs: null,
-      senderless: true,
-      deliveryAttempt: 0,
-      traceparent: null,
-      generation,
-      message: { type: "Seq", payload: { n } },
-    });
+  const json = (n: number) => JSON.stringify(directFields(a, { type: "Seq", payload: { n } }));
   const body = Buffer.from(`{"envelopes":[${json(300)},${json(301)}]}`);
   raw.socket.write(frame(body, wireNames.directBatch, PayloadFormat.json));
   await eventually(() => sink(a).includes(301), { what: "a JSON batch", describe: counters });
@@ -367,21 +355,7 @@ function malformedFrames(): [string, Buffer][] {
   bin("entry one byte long", withCount1(withLength(e.length + 1, Buffer.concat([e, Buffer.from([0])]))));
   bin("entry length 2^32-1", withCount1(withLength(0xffff_ffff, e)));
   bin("entry length cut", withCount1(Buffer.from([0, 0])));
-  const singleBytes = binaryPayload(single, {
-    kind: "User",
-    entityType: type,
-    entityId: a,
-    shardId: owner.sharding.shardOf(type, a),
-    settingsDigest: digest,
-    hopCount: 2,
-    coordinatorUid: uid,
-    askTimeoutMs: null,
-    senderless: true,
-    deliveryAttempt: 0,
-    traceparent: null,
-    generation,
-    message: encodeNested(registry, new Seq(hostile)),
-  });
+  const singleBytes = binaryPayload(single, directFields(a, encodeNested(registry, new Seq(hostile))));
   bin("a single direct envelope's bytes as an entry", batchPayload([singleBytes]));
   bin("a single direct envelope's bytes as a batch", singleBytes);
   // Entries a direct envelope's validation refuses (the whole frame with them, the good first entry too).

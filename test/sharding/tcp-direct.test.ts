@@ -30,6 +30,7 @@ import {
   settled,
   startShardingNode,
   startShardingNodes,
+  startWithType,
   terminateAll,
 } from "./fixtures/tcp-nodes.ts";
 
@@ -351,17 +352,11 @@ test("direct routing over TCP: a caller with a stale plan (it hears nothing from
 });
 
 test("direct routing over TCP: bursts of tells travel in batches, and two operator moves of their shard under them lose none and reorder none", async () => {
-  const nodes = await startShardingNodes(3);
+  const nodes = await startWithType(3, "Burst", stillSettings);
   let running = true;
   let loop: Promise<void> = Promise.resolve();
   try {
-    for (const n of nodes) n.sharding.init("Burst", OrderCommand, stillSettings, (id) => new SequenceBehavior(id));
-    await eventually(() => nodes.every((n) => settled(n, 3)) && planSettled(nodes, "Burst", stillSettings), {
-      what: "a balanced plan",
-      describe: describeNodes(nodes, "Burst"),
-    });
-    const sorted = [...nodes].sort((a, b) => UniqueAddress.compare(a.cluster.selfAddress, b.cluster.selfAddress));
-    const [coordinator, caller, owner] = sorted as [ShardingNode, ShardingNode, ShardingNode];
+    const [coordinator, caller, owner] = nodes as [ShardingNode, ShardingNode, ShardingNode];
     // Four entities of one shard the third node owns.
     let shard = -1;
     const ids: string[] = [];

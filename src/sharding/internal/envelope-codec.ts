@@ -59,24 +59,20 @@ export const directEnvelopeLayout: NestingLayout = {
   decodeHere: () => true,
 };
 
+/** The direct envelope's fields that a batch's header carries once, or that are the same for every direct envelope. */
+const batchHeaderFields: ReadonlySet<string> = new Set(["entityType", "settingsDigest", "hopCount", "coordinatorUid"]);
+
 /**
- * The per-envelope layout of a direct batch (docs/protocol.md §8.8 "Batches"): the direct envelope's fields but the
- * entity type, settings digest and coordinator uid, which the batch header carries once, and the hop count, which is 2
- * for every direct envelope. The generation stays per envelope: a caller's grants for one owner's shards were taken
- * under different plans, and a batch split at every change of it would hold few envelopes after any plan change. The batch's codec (direct-batch-codec.ts) writes these from each envelope.
+ * The per-envelope layout of a direct batch (docs/protocol.md §8.8 "Batches"): the direct envelope's own layout, in its
+ * order, without the entity type, settings digest and coordinator uid, which the batch header carries once, and the hop
+ * count, which is 2 for every direct envelope. Derived from {@link directEnvelopeLayout}, so a field added there is
+ * carried per envelope here too. The generation stays per envelope: a caller's grants for one owner's shards were taken
+ * under different plans, and a batch split at every change of it would hold few envelopes after any plan change. The
+ * batch's codec (direct-batch-codec.ts) writes these from each envelope.
  */
 export const directBatchEntryLayout: NestingLayout = {
-  fields: {
-    kind: "string",
-    entityId: "string",
-    shardId: "int32",
-    askTimeoutMs: "number?",
-    senderless: "boolean",
-    deliveryAttempt: "int32",
-    traceparent: "string?",
-    generation: "number",
-  },
-  nestedField: "message",
-  // Read by the owner the batch is delivered to.
-  decodeHere: () => true,
+  ...directEnvelopeLayout,
+  fields: Object.fromEntries(
+    Object.entries(directEnvelopeLayout.fields).filter(([name]) => !batchHeaderFields.has(name)),
+  ),
 };
