@@ -21,6 +21,7 @@ import {
   RendezvousAllocation,
   type ShardAllocationStrategy,
   type ShardingMember,
+  StableHashPartitioner,
   WeightedLeastLoadedAllocation,
 } from "../src/sharding/index.ts";
 import { AllocationPlanner } from "../src/sharding/internal/index.ts";
@@ -209,6 +210,35 @@ function allocationCost(): void {
       ceiling,
       "Map fill",
     );
+  }
+  // A shard lookup, which every routed message pays on its caller and again on its owner, beside the least a lookup of
+  // an entity id by its text costs: a Map<string, number> hit (V8 keeps a string's hash in the string once computed,
+  // so each id is a fresh string here, as one read off the network is). Up to 2^15 shards and above: Fnv1a64.mod's two
+  // paths.
+  const idOf = (i: number) => `order-${((i & 4_095) * 7_919).toString(36)}`;
+  const ids = Array.from({ length: 4_096 }, (_, i) => idOf(i));
+  const fresh = idOf;
+  const lookups = 200_000;
+  const known = new Map(ids.map((id, i) => [id, i]));
+  const mapNs =
+    (medianMs(() => {
+      let sum = 0;
+      for (let i = 0; i < lookups; i++) sum += known.get(fresh(i)) ?? 0;
+      return sum;
+    }) *
+      1e6) /
+    lookups;
+  const partitioner = new StableHashPartitioner();
+  for (const shards of [256, 1_000, 100_000]) {
+    const ns =
+      (medianMs(() => {
+        let sum = 0;
+        for (let i = 0; i < lookups; i++) sum += partitioner.shardFor("Order", fresh(i), shards);
+        return sum;
+      }) *
+        1e6) /
+      lookups;
+    row(`shard lookup (StableHashPartitioner), ${shards} shards`, ns, "ns", mapNs, "Map get");
   }
 }
 

@@ -87,6 +87,26 @@ test("Fnv1a64's byte, bytes, u32le and utf8 each agree with a BigInt FNV-1a 64, 
   );
 });
 
+test("Fnv1a64.mod is the 64-bit hash's remainder on both of its paths (shard counts up to 2^15, and above)", () => {
+  // Up to 2^15 the remainder is taken limb by limb in int32 arithmetic, above it in doubles: each must be exact for
+  // every 64-bit value, the halves' extremes included (a uint32 half above 2^31 is where an int32 shortcut breaks).
+  const half = fc.oneof(fc.constantFrom(0, 1, 0x7fff_ffff, 0x8000_0000, 0xffff_ffff), fc.nat({ max: 0xffff_ffff }));
+  const divisor = fc.oneof(
+    fc.constantFrom(1, 2, 255, 256, 1000, 0x7fff, 0x8000, 0x8001, 0x8002, 0x7fff_ffff),
+    fc.integer({ min: 1, max: 0x8000 }),
+    fc.integer({ min: 0x8001, max: 0x7fff_ffff }),
+  );
+  fc.assert(
+    fc.property(half, half, divisor, (hi, lo, d) => {
+      const h = new Fnv1a64();
+      h.hi = hi;
+      h.lo = lo;
+      assert.equal(h.mod(d), Number(((BigInt(hi) << 32n) | BigInt(lo)) % BigInt(d)), `${hi}:${lo} mod ${d}`);
+    }),
+    { numRuns: 5_000 },
+  );
+});
+
 test("the separator byte keeps type and id apart", () => {
   const h1 = new Fnv1a64().utf8("ab").byte(0).utf8("c").toBigInt();
   const h2 = new Fnv1a64().utf8("a").byte(0).utf8("bc").toBigInt();
