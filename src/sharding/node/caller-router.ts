@@ -55,7 +55,8 @@ export class CallerRouter implements EntityRouter {
     const t = requireType(this.shell.state, entityType);
     const tracer = this.shell.tracer;
     if (tracer === null) {
-      this.shell.route({ envelope: this.envelopeFor(t, "User", entityId, message, null), sender }, true);
+      if (t.settings.routing === "direct") this.tellDirect(t, entityId, message, sender);
+      else this.shell.route({ envelope: this.envelopeFor(t, "User", entityId, message, null), sender }, true);
       return;
     }
     const call = new TracedCall(this.shell, tracer, "tell");
@@ -133,6 +134,21 @@ export class CallerRouter implements EntityRouter {
         throw error;
       },
     );
+  }
+
+  /**
+   * An untraced tell of a type with direct routing: straight into its owner's batch when the core routes it there
+   * (NodeShell.tellDirect), else as any tell. The same checks, in the same order, as {@link envelopeFor}'s.
+   */
+  private tellDirect(t: TypeState, entityId: string, message: unknown, sender: ActorRef<unknown> | null): void {
+    requireEntityId(entityId);
+    const settings = t.settings;
+    const shardId = settings.partitioner.shardFor(t.name, entityId, settings.shardCount);
+    const wire = this.codec.encode(message);
+    if (this.shell.tellDirect(t, entityId, shardId, wire, message, sender)) return;
+    const envelope = new ShardingEnvelope("User", t.name, entityId, shardId, settings.key, 0, null, null, false, wire);
+    attachTyped(envelope, message);
+    this.shell.route({ envelope, sender }, true);
   }
 
   private envelopeFor(

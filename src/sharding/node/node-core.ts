@@ -235,6 +235,12 @@ export interface NodeState {
   /** Set by `stop` (or when this node was downed); every later input does nothing. */
   stopped: boolean;
   nextToken: number;
+  /**
+   * Counts the changes to this state that can change a shortcut's answer: every step, and every shortcut that changes
+   * what a later answer reads. An answer computed at one version holds for as long as the version is the same, so the
+   * shell may keep it (node/shortcut-memo.ts) instead of asking again for every message.
+   */
+  version: number;
   readonly counters: MutableShardingStats;
   readonly bugs: PlantedBugs;
 }
@@ -421,6 +427,7 @@ export function newNodeState(
     types: new Map(),
     stopped: false,
     nextToken: 1,
+    version: 0,
     counters,
     bugs,
   };
@@ -428,6 +435,7 @@ export function newNodeState(
 
 /** Advances the node by one input. */
 export function step(state: NodeState, input: NodeInput, nowMs: number): [NodeState, NodeEffect[]] {
+  state.version++;
   const core = new Step(state, nowMs);
   core.handle(input);
   return [state, core.effects];
@@ -610,21 +618,29 @@ export function forwardEffect(
  * drop) takes the step. The node shell applies it with {@link routeToTarget}; the node simulator checks every answer
  * against the full step.
  */
-export function callerRouteTarget(
-  state: NodeState,
-  d: Delivery,
-): {
+export function callerRouteTarget(state: NodeState, d: Delivery): CallerRouteTarget | null {
+  return callerRouteOf(state, d.envelope.entityType, d.envelope.shardId);
+}
+
+/** Where {@link callerRouteTarget} sends a member's caller's message: see there. */
+export interface CallerRouteTarget {
   readonly t: TypeState;
   readonly coordinator: UniqueAddress;
   readonly direct: Extract<DirectRoute, { readonly phase: "direct" }> | null;
-} | null {
+}
+
+/**
+ * {@link callerRouteTarget} of a delivery of `entityType` to `shard`: its answer depends on nothing else of the
+ * delivery, so a caller may ask before it builds the envelope (and the shell may keep the answer while
+ * {@link NodeState.version} stays the same: node/shortcut-memo.ts).
+ */
+export function callerRouteOf(state: NodeState, entityType: string, shard: number): CallerRouteTarget | null {
   if (state.stopped) return null;
   const coordinator = state.view.routing;
   if (coordinator === null || coordinator.equals(state.self) || !heldPassIdle(state, coordinator)) return null;
-  const t = state.types.get(d.envelope.entityType);
+  const t = state.types.get(entityType);
   if (t === undefined || t.flush !== null) return null;
   if (t.settings.routing !== "direct") return { t, coordinator, direct: null };
-  const shard = d.envelope.shardId;
   const route = t.routes.get(shard);
   if (route?.phase !== "direct" || route.owner.equals(state.self)) return null;
   const valid =
@@ -668,7 +684,7 @@ export function callerOwnDirect(
  * provider as the step's `deliver` effect would.
  */
 export function routeOwnDirect(state: NodeState, target: NonNullable<ReturnType<typeof callerOwnDirect>>): void {
-  target.t.via = target.coordinator;
+  routeVia(state, target.t, target.coordinator);
   state.counters.directRoutes++;
 }
 
@@ -678,20 +694,29 @@ export function routeOwnDirect(state: NodeState, target: NonNullable<ReturnType<
  */
 export function routeToTarget(
   state: NodeState,
-  target: NonNullable<ReturnType<typeof callerRouteTarget>>,
+  target: CallerRouteTarget,
   d: Delivery,
   countsRemoteRoute: boolean,
 ): Extract<NodeEffect, { kind: "forward" }> {
   const { t, coordinator, direct } = target;
-  t.via = coordinator;
   if (direct === null) {
+    routeVia(state, t, coordinator);
     if (countsRemoteRoute) state.counters.remoteRoutes++;
     return { kind: "forward", to: coordinator, envelope: d.envelope, delivery: d };
   }
-  state.counters.directRoutes++;
+  routedDirect(state, target);
   const envelope = DirectEnvelope.of(d.envelope, direct.coordinator, direct.generation);
   shareTyped(d.envelope, envelope);
   return { kind: "forward", to: direct.owner, envelope, delivery: { envelope, sender: d.sender } };
+}
+
+/**
+ * The state change and count of a route step that {@link callerRouteOf} answered with a direct route: what
+ * {@link routeToTarget} changes besides building the direct envelope (the shell builds it itself for a plain tell).
+ */
+export function routedDirect(state: NodeState, target: CallerRouteTarget): void {
+  routeVia(state, target.t, target.coordinator);
+  state.counters.directRoutes++;
 }
 
 /**
@@ -702,7 +727,17 @@ export function routeToTarget(
  * much as the routing decision itself.
  */
 export function routeLocally(state: NodeState, t: TypeState): void {
-  t.via = state.view.routing;
+  routeVia(state, t, state.view.routing);
+}
+
+/**
+ * Records that `t`'s callers routed through `coordinator`, the shortcuts' one state change. Only a change counts as
+ * one ({@link NodeState.version}): a stream of messages through one coordinator sets the same value again and again.
+ */
+export function routeVia(state: NodeState, t: TypeState, coordinator: UniqueAddress | null): void {
+  if (t.via === coordinator) return;
+  t.via = coordinator;
+  state.version++;
 }
 
 /**

@@ -11,9 +11,10 @@ import { handoffTimeoutMs } from "../constants.ts";
 import type { ShardMoveDecision } from "../coordinator/shard-move.ts";
 import { asError, ShardHandoffInProgressError, ShardLeaseUnavailableError } from "../errors.ts";
 import { attachTyped, type PayloadCodec, typedOf } from "../internal/codec.ts";
-import { DirectBatch, DirectEnvelope, ShardingControlAck } from "../internal/messages.ts";
+import { DirectBatch, DirectEnvelope, ShardingControlAck, type WireMessage } from "../internal/messages.ts";
 import type { ShardingProvider } from "../internal/provider.ts";
 import type { AttemptOutcome } from "../internal/retry-barrier.ts";
+import { settingsDigest } from "../internal/settings-digest.ts";
 import type { ShardingMembership } from "../membership.ts";
 import type { MutableShardingStats } from "../stats.ts";
 import type { ShardingSpan, ShardingTracer } from "../tracing/sharding-tracer.ts";
@@ -23,7 +24,6 @@ import {
   callerRouteTarget,
   coordinatorRouteOwner,
   type Delivery,
-  directDeliveryType,
   forwardEffect,
   localDeliveryType,
   type NodeEffect,
@@ -31,12 +31,15 @@ import {
   type NodeState,
   newNodeState,
   ownerDeliveryType,
+  routedDirect,
   routeLocally,
   routeOwnDirect,
   routeToTarget,
   step,
+  type TypeState,
 } from "./node-core.ts";
 import { RelayedAskSender } from "./relayed-ask-sender.ts";
+import { CallerRouteMemo, DirectAcceptMemo } from "./shortcut-memo.ts";
 
 /** The name of the sharding daemon under `/system`, the same on every node. */
 export const daemonName = "sharding";
@@ -73,6 +76,9 @@ export class NodeShell {
   private stepNowMs = 0;
   /** Spans around sharded calls and deliveries (ClusterSharding.useTracer), or null: nothing traced. */
   tracer: ShardingTracer | null = null;
+  /** The core's answers for direct routing's data path, kept while its state does not change (shortcut-memo.ts). */
+  private readonly callerRoutes = new CallerRouteMemo();
+  private readonly directAccepts = new DirectAcceptMemo();
   /** Direct envelopes decided and not written yet: written per owner at the end of the microtask, or sooner. */
   private readonly directBatches = new DirectSendBatches(
     directBatchEnvelopes,
@@ -184,6 +190,56 @@ export class NodeShell {
   }
 
   /**
+   * A local caller's untraced tell of `message` (encoded as `wire`) to `entityId` of `t`, in `shard`, when the core
+   * would route it straight to the shard's owner, another node (node-core.ts `callerRouteOf`, remembered while the
+   * state does not change: shortcut-memo.ts). The direct envelope is built at once, without the hop-0 envelope that
+   * {@link route} starts from, and joins its owner's batch as the route step's `forward` effect would. Returns false,
+   * having done nothing, otherwise: the caller then routes the tell as any other.
+   */
+  tellDirect(
+    t: TypeState,
+    entityId: string,
+    shard: number,
+    wire: WireMessage,
+    message: unknown,
+    sender: ActorRef<unknown> | null,
+  ): boolean {
+    if (this.running || this.queue.length !== 0 || this.membership.snapshot() !== this.state.view.snapshot) {
+      return false;
+    }
+    const target = this.callerRoutes.target(this.state, t.name, shard);
+    const direct = target?.direct;
+    if (direct === undefined || direct === null) return false;
+    const key = t.settings.key;
+    const envelope = new DirectEnvelope(
+      "User",
+      t.name,
+      entityId,
+      shard,
+      key,
+      null,
+      false,
+      wire,
+      0,
+      null,
+      direct.generation,
+      direct.coordinator.uid,
+      settingsDigest(key),
+    );
+    attachTyped(envelope, message);
+    routedDirect(this.state, target!);
+    this.running = true;
+    try {
+      this.directBatches.add(direct.owner, envelope, { envelope, sender });
+    } finally {
+      this.running = false;
+    }
+    const next = this.queue.shift();
+    if (next !== undefined) this.drain(next);
+    return true;
+  }
+
+  /**
    * Runs an envelope that arrived from another node (`origin`). The core's own answers first, as for a local caller
    * (`route`): when the coordinator's step would only send it on to its owner, or deliver it here, or the owner's step
    * would only deliver it here (a forwarded or a direct envelope), that is done without building the step
@@ -193,7 +249,7 @@ export class NodeShell {
    */
   receive(delivery: Delivery, origin: UniqueAddress | null, nowMs?: number): void {
     if (!this.running && this.queue.length === 0 && this.membership.snapshot() === this.state.view.snapshot) {
-      const direct = directDeliveryType(this.state, delivery);
+      const direct = this.directAccepts.accepts(this.state, delivery);
       if (direct !== null) {
         this.deliverRouted(direct.name, delivery, nowMs);
         return;

@@ -1,0 +1,100 @@
+import { DirectEnvelope } from "../internal/messages.ts";
+import {
+  type CallerRouteTarget,
+  callerRouteOf,
+  type Delivery,
+  directDeliveryType,
+  type NodeState,
+  type TypeState,
+} from "./node-core.ts";
+
+/**
+ * The node shell's memory of the core's shortcut answers (node-core.ts `callerRouteOf`, `directDeliveryType`) for the
+ * data path of direct routing (docs/protocol.md §8.8): a stream of messages to one shard asks the same question again
+ * and again, and the answer, a pure function of the node state, holds while `NodeState.version` stays the same (no
+ * step ran and no shortcut changed what the answer reads). The memory is dropped at the first message after a change,
+ * and holds only answers of the state itself, so it is bounded by the types and shards registered here.
+ *
+ * What makes it sound is that nothing changes the state without counting: `step` counts every input, and the
+ * shortcuts' one change outside a step (`routeVia`) counts itself. The simulator cannot check the memory (each of its
+ * inputs is a whole step, so the memory would never answer); test/sharding/rules/node-shortcut-memo-rules.test.ts
+ * fills it, changes the state, and compares it with the core, and the TCP tests of direct routing fail without it.
+ */
+
+/** The routes of member callers (`callerRouteOf`) answered at one state version, per entity type and shard. */
+export class CallerRouteMemo {
+  private version = -1;
+  private readonly byType = new Map<string, Map<number, CallerRouteTarget>>();
+
+  /** `callerRouteOf(state, entityType, shard)`, kept while the state's version stays the same (only routes, not null). */
+  target(state: NodeState, entityType: string, shard: number): CallerRouteTarget | null {
+    if (state.version !== this.version) {
+      this.version = state.version;
+      this.byType.clear();
+    }
+    let shards = this.byType.get(entityType);
+    const known = shards?.get(shard);
+    if (known !== undefined) return known;
+    const target = callerRouteOf(state, entityType, shard);
+    // Only an answer about a registered type is kept: an unknown name asks the core again (and keeps nothing).
+    if (target === null) return null;
+    if (shards === undefined) {
+      shards = new Map();
+      this.byType.set(entityType, shards);
+    }
+    shards.set(shard, target);
+    return target;
+  }
+}
+
+/**
+ * The direct envelopes an owner accepted (`directDeliveryType`) at one state version: per shard, the generation
+ * accepted, under one entity type, settings key and coordinator uid (what one caller's batch shares). An envelope that
+ * matches one is accepted but for the check that depends on its entity id (its shard is the one the id hashes to),
+ * which is made for every envelope.
+ */
+export class DirectAcceptMemo {
+  private version = -1;
+  private t: TypeState | null = null;
+  private entityType = "";
+  private settingsKey = "";
+  private coordinatorUid = "";
+  private readonly generations = new Map<number, number>();
+
+  /** `directDeliveryType(state, d)`, with the shard's part kept while the state's version and the header stay. */
+  accepts(state: NodeState, d: Delivery): TypeState | null {
+    const e = d.envelope;
+    const t = this.t;
+    if (
+      t !== null &&
+      state.version === this.version &&
+      e instanceof DirectEnvelope &&
+      e.entityType === this.entityType &&
+      e.settingsKey === this.settingsKey &&
+      e.coordinatorUid === this.coordinatorUid &&
+      this.generations.get(e.shardId) === e.generation
+    ) {
+      const settings = t.settings;
+      return settings.partitioner.shardFor(e.entityType, e.entityId, settings.shardCount) === e.shardId ? t : null;
+    }
+    const accepted = directDeliveryType(state, d);
+    if (accepted === null) return null;
+    const direct = e as DirectEnvelope;
+    if (
+      state.version !== this.version ||
+      accepted !== t ||
+      direct.entityType !== this.entityType ||
+      direct.settingsKey !== this.settingsKey ||
+      direct.coordinatorUid !== this.coordinatorUid
+    ) {
+      this.version = state.version;
+      this.t = accepted;
+      this.entityType = direct.entityType;
+      this.settingsKey = direct.settingsKey;
+      this.coordinatorUid = direct.coordinatorUid;
+      this.generations.clear();
+    }
+    this.generations.set(direct.shardId, direct.generation);
+    return accepted;
+  }
+}

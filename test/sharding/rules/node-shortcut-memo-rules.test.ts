@@ -1,0 +1,118 @@
+// The node shell's memory of the core's direct-routing answers (node/shortcut-memo.ts): while the node state's version
+// stays the same it answers as the core does without asking it, and from the first change on it asks again. Each rule
+// compares the memory with the core's own answer (callerRouteOf, directDeliveryType) at the same moment, after the
+// memory has kept an answer that the change makes wrong.
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import {
+  DirectEnvelope,
+  DirectMarker,
+  HandoffAnnounce,
+  PassivateShard,
+} from "../../../src/sharding/internal/messages.ts";
+import { callerRouteOf, directDeliveryType, routedDirect, routeVia } from "../../../src/sharding/node/node-core.ts";
+import { CallerRouteMemo, DirectAcceptMemo } from "../../../src/sharding/node/shortcut-memo.ts";
+import { cluster, control, directFrom, grantedDirect } from "./direct-harness.ts";
+import { a, b, c, type } from "./node-harness.ts";
+
+/** c, the owner of a shard in a's direct plan, a memory that accepted one direct envelope for it, and that envelope. */
+function ownerThatAccepted() {
+  const k = cluster();
+  const shard = k.c.shardOn(c);
+  const id = k.c.entityIn((s) => s === shard);
+  const memo = new DirectAcceptMemo();
+  const d = directFrom(k.c, id, a, k.c.t.plan.generation);
+  assert.equal(memo.accepts(k.c.state, d), k.c.t);
+  return { k, shard, id, memo, d };
+}
+
+test("memo: the owner's memory accepts a later envelope of the same shard and grant as the core does, without a step between", () => {
+  const { k, shard, id, memo } = ownerThatAccepted();
+  const other = Array.from({ length: 1_000 }, (_, i) => `e${i}`).find((x) => x !== id && k.c.shardOf(x) === shard)!;
+  const next = directFrom(k.c, other, a, k.c.t.plan.generation);
+  const version = k.c.state.version;
+  assert.equal(memo.accepts(k.c.state, next), k.c.t);
+  assert.equal(directDeliveryType(k.c.state, next), k.c.t);
+  assert.equal(k.c.state.version, version, "asking changes nothing");
+});
+
+test("memo: on a kept shard, an envelope whose entity id hashes to another shard is refused, as the core refuses it", () => {
+  const { k, shard, memo, d } = ownerThatAccepted();
+  const elsewhere = k.c.entityIn((s) => s !== shard);
+  // A hostile sender names the accepted shard, generation and header for an entity of another shard.
+  const lie = new DirectEnvelope(
+    "User",
+    type,
+    elsewhere,
+    shard,
+    d.envelope.settingsKey,
+    null,
+    true,
+    null,
+    0,
+    null,
+    (d.envelope as DirectEnvelope).generation,
+    (d.envelope as DirectEnvelope).coordinatorUid,
+    (d.envelope as DirectEnvelope).settingsDigest,
+  );
+  const forged = { envelope: lie, sender: null };
+  assert.equal(directDeliveryType(k.c.state, forged), null);
+  assert.equal(memo.accepts(k.c.state, forged), null);
+});
+
+test("memo: on a kept shard, another generation or coordinator is asked of the core, not taken from the memory", () => {
+  const { k, id, memo } = ownerThatAccepted();
+  const generation = k.c.t.plan.generation;
+  for (const d of [directFrom(k.c, id, a, generation + 1), directFrom(k.c, id, b, generation)]) {
+    assert.equal(directDeliveryType(k.c.state, d), null);
+    assert.equal(memo.accepts(k.c.state, d), null);
+  }
+  // The kept answer still holds for the grant it was kept for.
+  assert.equal(memo.accepts(k.c.state, directFrom(k.c, id, a, generation)), k.c.t);
+});
+
+test("memo: after the steps that close the shard at its owner for a handoff, the memory refuses what it accepted before, as the core does", () => {
+  const { k, shard, memo, d } = ownerThatAccepted();
+  const key = k.c.settings.key;
+  control(k.c, new PassivateShard(type, key, shard, a.toString(), b.toString(), 42, [b.toString()]), a, 2_000);
+  // Until b's marker arrives, what b sent before it is still delivered: the memory keeps accepting, as the core does.
+  assert.equal(directDeliveryType(k.c.state, d), k.c.t);
+  assert.equal(memo.accepts(k.c.state, d), k.c.t);
+  control(k.c, new DirectMarker(type, key, shard, b.toString(), a.toString(), 42), b, 2_001);
+  assert.equal(directDeliveryType(k.c.state, d), null, "the core refuses it: the shard drains");
+  assert.equal(memo.accepts(k.c.state, d), null);
+});
+
+test("memo: the caller's memory keeps a direct route and drops it at the step that announces the shard's handoff", () => {
+  const k = cluster();
+  const shard = k.b.shardOn(c);
+  grantedDirect(k, shard, 2_000);
+  const memo = new CallerRouteMemo();
+  const kept = memo.target(k.b.state, type, shard);
+  assert.ok(kept?.direct?.owner.equals(c));
+  assert.equal(memo.target(k.b.state, type, shard), kept, "the same answer, from the memory");
+  routedDirect(k.b.state, kept!);
+  assert.equal(memo.target(k.b.state, type, shard), kept, "routing through the same coordinator changes nothing");
+  control(k.b, new HandoffAnnounce(type, k.b.settings.key, shard, a.toString(), c.toString(), 42), a, 2_010);
+  const fresh = callerRouteOf(k.b.state, type, shard);
+  assert.equal(fresh?.direct ?? null, null, "the core: no direct route while the shard moves");
+  assert.equal(memo.target(k.b.state, type, shard)?.direct ?? null, null);
+});
+
+test("memo: a route through another coordinator than the one the callers last used is a change (NodeState.version)", () => {
+  const k = cluster();
+  const shard = k.b.shardOn(c);
+  grantedDirect(k, shard, 2_000);
+  const t = k.b.t;
+  const memo = new CallerRouteMemo();
+  assert.ok(memo.target(k.b.state, type, shard)?.direct?.owner.equals(c), "a direct route, kept");
+  const before = k.b.state.version;
+  routeVia(k.b.state, t, t.via);
+  assert.equal(k.b.state.version, before, "the same coordinator again: no change");
+  // Callers that last routed through another coordinator than the routing one: the core answers null (its held
+  // deliveries' pass is not idle until they are flushed), and so must the memory.
+  routeVia(k.b.state, t, c);
+  assert.equal(k.b.state.version, before + 1);
+  assert.equal(callerRouteOf(k.b.state, type, shard), null);
+  assert.equal(memo.target(k.b.state, type, shard), null);
+});
