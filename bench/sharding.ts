@@ -30,15 +30,19 @@ import { clock } from "./support/raw-frames.ts";
 
 const env = (name: string, fallback: number): number => Number(process.env[name] ?? fallback);
 const entitiesPerRun = 16;
-const tells = env("MOVIE_BENCH_SHARDED_TELLS", 64_000);
-const tellWindow = 20_000;
+const rawTells = env("MOVIE_BENCH_RAW_TELLS", 200_000);
 const tellRounds = 3;
+// A round of tells as long as the raw ceiling's run (three rounds of 200,000 by default): the first window's burst,
+// while the receiver has nothing yet, and the last window's drain, while the sender waits, are then as small a share
+// of each as of the ceiling they stand beside (a third node's direct tells measured 0.19-0.30 of the ceiling in rounds
+// of 72,000 and 0.25-0.42 in rounds of 200,000, the same code on the same host: docs/performance.md).
+const tells = env("MOVIE_BENCH_SHARDED_TELLS", tellRounds * rawTells);
+const tellWindow = 20_000;
 /** Tells per round: a whole number of acknowledgements (500) on each of the entities. */
 const tellRound = Math.max(1, Math.ceil(tells / tellRounds / (entitiesPerRun * 500))) * entitiesPerRun * 500;
 const sequentialAsks = env("MOVIE_BENCH_SHARDED_ASKS", 2_000);
 const parallelAsks = env("MOVIE_BENCH_SHARDED_PARALLEL_ASKS", 20_000);
 const inFlight = 100;
-const rawTells = env("MOVIE_BENCH_RAW_TELLS", 200_000);
 const activations = env("MOVIE_BENCH_ACTIVATIONS", 20_000);
 const memoryEntities = env("MOVIE_BENCH_MEMORY_ENTITIES", 100_000);
 const handoffEntities = env("MOVIE_BENCH_HANDOFF_ENTITIES", 10_000);
