@@ -39,7 +39,15 @@ function runFiles(batch: string[], timeoutMs: number): number {
       `--test-timeout=${timeoutMs}`,
       ...batch,
     ],
-    { stdio: "inherit", env: { ...process.env, MOVIE_LOG_LEVEL: process.env.MOVIE_LOG_LEVEL ?? "silent" } },
+    {
+      stdio: "inherit",
+      env: {
+        ...process.env,
+        MOVIE_LOG_LEVEL: process.env.MOVIE_LOG_LEVEL ?? "silent",
+        // Every answer the sharding shell takes from its memory is checked against the core (node/shortcut-memo.ts).
+        MOVIE_SHARDING_VERIFY_MEMO: process.env.MOVIE_SHARDING_VERIFY_MEMO ?? "1",
+      },
+    },
   );
   return result.status ?? 1;
 }

@@ -545,15 +545,25 @@ export function directDeliveryType(state: NodeState, d: Delivery): TypeState | n
  * since. The step's check, and the shell's shortcut's (directDeliveryType).
  */
 function directRefusal(state: NodeState, t: TypeState, envelope: DirectEnvelope): string | null {
+  return directRefusalOf(state, t, envelope.shardId, envelope.generation, envelope.coordinatorUid);
+}
+
+/** {@link directRefusal} of a direct envelope to `shard` naming `generation` and the coordinator `coordinatorUid`. */
+function directRefusalOf(
+  state: NodeState,
+  t: TypeState,
+  shard: number,
+  generation: number,
+  coordinatorUid: string,
+): string | null {
   if (t.settings.routing !== "direct") return "routing";
   const accepting = state.view.accepting;
-  if (accepting === null || envelope.coordinatorUid !== accepting.uid || !t.plan.author?.equals(accepting)) {
+  if (accepting === null || coordinatorUid !== accepting.uid || !t.plan.author?.equals(accepting)) {
     return "coordinator";
   }
-  const shard = envelope.shardId;
   if (t.plan.allocations.get(shard)?.equals(state.self) !== true) return "owner";
   const since = t.ownedSince.get(shard);
-  if (since === undefined || envelope.generation < since || envelope.generation > t.plan.generation) {
+  if (since === undefined || generation < since || generation > t.plan.generation) {
     return "generation";
   }
   if (t.directClosed.has(shard)) return "draining";
@@ -662,20 +672,43 @@ export function callerOwnDirect(
   state: NodeState,
   d: Delivery,
 ): { readonly t: TypeState; readonly coordinator: UniqueAddress; readonly delivery: Delivery } | null {
-  // A stopped node: directDeliveryType's first check answers null below (nothing before it changes anything).
+  const own = callerOwnDirectOf(state, d.envelope.entityType, d.envelope.shardId);
+  if (own === null) return null;
+  const envelope = DirectEnvelope.of(d.envelope, own.route.coordinator, own.route.generation);
+  const delivery: Delivery = { envelope, sender: d.sender };
+  // The rest of the owner's check, which depends on the envelope: its settings and its entity id's shard.
+  if (directDeliveryType(state, delivery) !== own.t) return null;
+  shareTyped(d.envelope, envelope);
+  return { t: own.t, coordinator: own.coordinator, delivery };
+}
+
+/** Where {@link callerOwnDirectOf} answers: this node's own grant for a shard, under the routing coordinator. */
+export interface CallerOwnDirect {
+  readonly t: TypeState;
+  readonly coordinator: UniqueAddress;
+  readonly route: Extract<DirectRoute, { readonly phase: "direct" }>;
+}
+
+/**
+ * {@link callerOwnDirect} of a caller's delivery of `entityType` to `shard`, but for the checks that depend on the
+ * envelope itself (its settings key, its entity id's shard): a local caller builds its envelope from the type's own
+ * settings and partitioner, so they hold, and the shell may ask before it builds the envelope and keep the answer
+ * while {@link NodeState.version} stays the same (node/shortcut-memo.ts). The node simulator checks that it answers
+ * exactly when {@link callerOwnDirect} does.
+ */
+export function callerOwnDirectOf(state: NodeState, entityType: string, shard: number): CallerOwnDirect | null {
+  if (state.stopped) return null;
   const coordinator = state.view.routing;
   if (coordinator === null || coordinator.equals(state.self)) return null;
-  const t = state.types.get(d.envelope.entityType);
+  const t = state.types.get(entityType);
   if (t === undefined || t.flush !== null) return null;
-  // The held-delivery pass's idleness is the owner's check too. A route exists only with direct routing. That it was granted under the routing coordinator, whose plan places
-  // the shard here, is the owner's own check below (the routing coordinator, when there is one, is the accepting one).
-  const route = t.routes.get(d.envelope.shardId);
+  // A route exists only with direct routing. That it was granted under the routing coordinator, whose plan places the
+  // shard here, is the owner's own check (the routing coordinator, when there is one, is the accepting one).
+  const route = t.routes.get(shard);
   if (route?.phase !== "direct" || !route.owner.equals(state.self)) return null;
-  const envelope = DirectEnvelope.of(d.envelope, route.coordinator, route.generation);
-  const delivery: Delivery = { envelope, sender: d.sender };
-  if (directDeliveryType(state, delivery) !== t) return null;
-  shareTyped(d.envelope, envelope);
-  return { t, coordinator, delivery };
+  if (directRefusalOf(state, t, shard, route.generation, route.coordinator.uid) !== null) return null;
+  if (t.barrier.has(shard) || t.drainedHere.has(shard) || !heldPassIdle(state, state.view.routing)) return null;
+  return { t, coordinator, route };
 }
 
 /**
@@ -683,7 +716,10 @@ export function callerOwnDirect(
  * callers route through that coordinator) and its count. The caller then delivers the direct delivery to `t`'s
  * provider as the step's `deliver` effect would.
  */
-export function routeOwnDirect(state: NodeState, target: NonNullable<ReturnType<typeof callerOwnDirect>>): void {
+export function routeOwnDirect(
+  state: NodeState,
+  target: { readonly t: TypeState; readonly coordinator: UniqueAddress },
+): void {
   routeVia(state, target.t, target.coordinator);
   state.counters.directRoutes++;
 }

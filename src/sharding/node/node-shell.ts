@@ -191,9 +191,10 @@ export class NodeShell {
 
   /**
    * A local caller's untraced tell of `message` (encoded as `wire`) to `entityId` of `t`, in `shard`, when the core
-   * would route it straight to the shard's owner, another node (node-core.ts `callerRouteOf`, remembered while the
-   * state does not change: shortcut-memo.ts). The direct envelope is built at once, without the hop-0 envelope that
-   * {@link route} starts from, and joins its owner's batch as the route step's `forward` effect would. Returns false,
+   * would route it straight to the shard's owner (node-core.ts `callerRouteOf`: another node; `callerOwnDirectOf`:
+   * this one, under its own grant; each remembered while the state does not change: shortcut-memo.ts). The direct
+   * envelope is built at once, without the hop-0 envelope that {@link route} starts from, and joins its owner's batch
+   * as the route step's `forward` effect would, or is delivered here as its `deliver` effect would. Returns false,
    * having done nothing, otherwise: the caller then routes the tell as any other.
    */
   tellDirect(
@@ -208,8 +209,40 @@ export class NodeShell {
       return false;
     }
     const target = this.callerRoutes.target(this.state, t.name, shard);
-    const direct = target?.direct;
-    if (direct === undefined || direct === null) return false;
+    if (target === null) {
+      // This node's own grant (node-core.ts callerOwnDirectOf): the route step would deliver the direct envelope
+      // here, as the owner's envelope step would accept it (the envelope's settings and shard are the type's own).
+      const own = this.callerRoutes.own(this.state, t.name, shard);
+      if (own === null) return false;
+      const envelope = this.directEnvelope(t, entityId, shard, wire, message, own.route);
+      routeOwnDirect(this.state, own);
+      this.deliverRouted(t.name, { envelope, sender });
+      return true;
+    }
+    const direct = target.direct;
+    if (direct === null) return false;
+    const envelope = this.directEnvelope(t, entityId, shard, wire, message, direct);
+    routedDirect(this.state, target);
+    this.running = true;
+    try {
+      this.directBatches.add(direct.owner, envelope, { envelope, sender });
+    } finally {
+      this.running = false;
+    }
+    const next = this.queue.shift();
+    if (next !== undefined) this.drain(next);
+    return true;
+  }
+
+  /** A caller's direct envelope of a tell (what `DirectEnvelope.of` makes of its hop-0 envelope), its value attached. */
+  private directEnvelope(
+    t: TypeState,
+    entityId: string,
+    shard: number,
+    wire: WireMessage,
+    message: unknown,
+    grant: { readonly generation: number; readonly coordinator: UniqueAddress },
+  ): DirectEnvelope {
     const key = t.settings.key;
     const envelope = new DirectEnvelope(
       "User",
@@ -222,21 +255,12 @@ export class NodeShell {
       wire,
       0,
       null,
-      direct.generation,
-      direct.coordinator.uid,
+      grant.generation,
+      grant.coordinator.uid,
       settingsDigest(key),
     );
     attachTyped(envelope, message);
-    routedDirect(this.state, target!);
-    this.running = true;
-    try {
-      this.directBatches.add(direct.owner, envelope, { envelope, sender });
-    } finally {
-      this.running = false;
-    }
-    const next = this.queue.shift();
-    if (next !== undefined) this.drain(next);
-    return true;
+    return envelope;
   }
 
   /**

@@ -1,6 +1,8 @@
 import { DirectEnvelope } from "../internal/messages.ts";
 import {
+  type CallerOwnDirect,
   type CallerRouteTarget,
+  callerOwnDirectOf,
   callerRouteOf,
   type Delivery,
   directDeliveryType,
@@ -19,22 +21,48 @@ import {
  * shortcuts' one change outside a step (`routeVia`) counts itself. The simulator cannot check the memory (each of its
  * inputs is a whole step, so the memory would never answer); test/sharding/rules/node-shortcut-memo-rules.test.ts
  * fills it, changes the state, and compares it with the core, and the TCP tests of direct routing fail without it.
+ * And with `MOVIE_SHARDING_VERIFY_MEMO=1` in the environment (the test runner sets it for every test and every node
+ * process a test starts), each answer taken from the memory is asked of the core again and compared: a change of the
+ * state that forgot to count fails the test that made it, instead of passing unnoticed.
  */
 
-/** The routes of member callers (`callerRouteOf`) answered at one state version, per entity type and shard. */
+/** Whether every answer taken from the memory is checked against the core's (see above; for tests). */
+const verifyHits = process.env.MOVIE_SHARDING_VERIFY_MEMO === "1";
+
+/** Throws unless the memory's `kept` answer is the core's `fresh` one (`MOVIE_SHARDING_VERIFY_MEMO=1`). */
+function verified<T>(what: string, kept: T, fresh: T, same: (a: T, b: T) => boolean): T {
+  if (!same(kept, fresh)) {
+    throw new Error(
+      `sharding shortcut memory: ${what} differs from the core's answer at state version (a change of the node state that did not count: NodeState.version)`,
+    );
+  }
+  return kept;
+}
+
+const sameRoute = (a: CallerRouteTarget | null, b: CallerRouteTarget | null): boolean =>
+  a === b || (a !== null && b !== null && a.t === b.t && a.coordinator.equals(b.coordinator) && a.direct === b.direct);
+
+const sameOwn = (a: CallerOwnDirect | null, b: CallerOwnDirect | null): boolean =>
+  a === b || (a !== null && b !== null && a.t === b.t && a.coordinator.equals(b.coordinator) && a.route === b.route);
+
+/**
+ * The routes of member callers answered at one state version, per entity type and shard: `callerRouteOf` (another
+ * node, or the coordinator) and `callerOwnDirectOf` (this node's own grant).
+ */
 export class CallerRouteMemo {
   private version = -1;
   private readonly byType = new Map<string, Map<number, CallerRouteTarget>>();
+  private readonly ownByType = new Map<string, Map<number, CallerOwnDirect>>();
 
   /** `callerRouteOf(state, entityType, shard)`, kept while the state's version stays the same (only routes, not null). */
   target(state: NodeState, entityType: string, shard: number): CallerRouteTarget | null {
-    if (state.version !== this.version) {
-      this.version = state.version;
-      this.byType.clear();
-    }
+    this.at(state);
     let shards = this.byType.get(entityType);
     const known = shards?.get(shard);
-    if (known !== undefined) return known;
+    if (known !== undefined) {
+      if (!verifyHits) return known;
+      return verified("a caller's route", known, callerRouteOf(state, entityType, shard), sameRoute);
+    }
     const target = callerRouteOf(state, entityType, shard);
     // Only an answer about a registered type is kept: an unknown name asks the core again (and keeps nothing).
     if (target === null) return null;
@@ -44,6 +72,34 @@ export class CallerRouteMemo {
     }
     shards.set(shard, target);
     return target;
+  }
+
+  /** `callerOwnDirectOf(state, entityType, shard)`, kept as {@link target}'s answers are (only grants, not null). */
+  own(state: NodeState, entityType: string, shard: number): CallerOwnDirect | null {
+    this.at(state);
+    let shards = this.ownByType.get(entityType);
+    const known = shards?.get(shard);
+    if (known !== undefined) {
+      if (!verifyHits) return known;
+      return verified("a caller's own grant", known, callerOwnDirectOf(state, entityType, shard), sameOwn);
+    }
+    const own = callerOwnDirectOf(state, entityType, shard);
+    if (own === null) return null;
+    if (shards === undefined) {
+      shards = new Map();
+      this.ownByType.set(entityType, shards);
+    }
+    shards.set(shard, own);
+    return own;
+  }
+
+  /** Forgets every answer when the state changed since they were given. */
+  private at(state: NodeState): void {
+    if (state.version !== this.version) {
+      this.version = state.version;
+      this.byType.clear();
+      this.ownByType.clear();
+    }
   }
 }
 
@@ -75,7 +131,10 @@ export class DirectAcceptMemo {
       this.generations.get(e.shardId) === e.generation
     ) {
       const settings = t.settings;
-      return settings.partitioner.shardFor(e.entityType, e.entityId, settings.shardCount) === e.shardId ? t : null;
+      const answer =
+        settings.partitioner.shardFor(e.entityType, e.entityId, settings.shardCount) === e.shardId ? t : null;
+      if (!verifyHits) return answer;
+      return verified("an owner's accept", answer, directDeliveryType(state, d), (x, y) => x === y);
     }
     const accepted = directDeliveryType(state, d);
     if (accepted === null) return null;

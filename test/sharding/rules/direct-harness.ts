@@ -57,3 +57,17 @@ export function onlyDelivers(effects: NodeEffect[], d: Delivery): boolean {
     effects.length === 1 && x?.kind === "deliver" && !x.retry && x.deliveries.length === 1 && x.deliveries[0] === d
   );
 }
+
+/** a coordinates a, b, c in direct mode; c, a member, holds its own grant for a shard it owns. */
+export function ownerWithOwnGrant() {
+  const coordinator = coordinatorWithPlan(direct);
+  const n = follower(c, coordinator.update(), direct);
+  const shard = n.shardOn(c);
+  const id = n.entityIn((s) => s === shard);
+  const [probe] = sent(n.route(n.delivery(id), 2_000), DirectProbe);
+  const [forwarded] = sent(control(coordinator, probe!.message, c, 2_001), DirectProbe);
+  // The owner is the caller: it takes its own grant at once (nothing sent).
+  assert.deepEqual(sent(control(n, forwarded!.message, a, 2_002), DirectGrant), []);
+  assert.equal(n.t.routes.get(shard)?.phase, "direct");
+  return { n, shard, id };
+}

@@ -16,7 +16,7 @@ import {
   ownerDeliveryType,
   routeOwnDirect,
 } from "../../../src/sharding/node/node-core.ts";
-import { control, direct, directFrom, onlyDelivers, sent } from "./direct-harness.ts";
+import { control, direct, directFrom, onlyDelivers, ownerWithOwnGrant, sent } from "./direct-harness.ts";
 import { a, b, c, coordinatorWithPlan, type Driven, follower, member, rejects, type, view } from "./node-harness.ts";
 
 /** c, the owner of a shard in a's direct-routing plan, and b's direct envelope to an entity of it. */
@@ -187,20 +187,6 @@ test("direct shortcut: a plan authored by another coordinator than the accepting
   assert.deepEqual(refusedFor(declined(n, d)), ["coordinator"]);
   assert.equal(n.stats.directRefusals, before + 1);
 });
-
-/** a coordinates a, b, c in direct mode; c, a member, holds its own grant for a shard it owns. */
-function ownerWithOwnGrant() {
-  const coordinator = coordinatorWithPlan(direct);
-  const n = follower(c, coordinator.update(), direct);
-  const shard = n.shardOn(c);
-  const id = n.entityIn((s) => s === shard);
-  const [probe] = sent(n.route(n.delivery(id), 2_000), DirectProbe);
-  const [forwarded] = sent(control(coordinator, probe!.message, c, 2_001), DirectProbe);
-  // The owner is the caller: it takes its own grant at once (nothing sent).
-  assert.deepEqual(sent(control(n, forwarded!.message, a, 2_002), DirectGrant), []);
-  assert.equal(n.t.routes.get(shard)?.phase, "direct");
-  return { n, shard, id };
-}
 
 test("own direct shortcut: a member's caller that owns the shard under its own grant delivers the direct envelope here, counted, as the step does", () => {
   const { n, shard, id } = ownerWithOwnGrant();

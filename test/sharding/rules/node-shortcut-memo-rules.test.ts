@@ -1,6 +1,6 @@
 // The node shell's memory of the core's direct-routing answers (node/shortcut-memo.ts): while the node state's version
 // stays the same it answers as the core does without asking it, and from the first change on it asks again. Each rule
-// compares the memory with the core's own answer (callerRouteOf, directDeliveryType) at the same moment, after the
+// compares the memory with the core's own answer (callerRouteOf, callerOwnDirectOf, directDeliveryType) at the same moment, after the
 // memory has kept an answer that the change makes wrong.
 import assert from "node:assert/strict";
 import { test } from "node:test";
@@ -10,9 +10,16 @@ import {
   HandoffAnnounce,
   PassivateShard,
 } from "../../../src/sharding/internal/messages.ts";
-import { callerRouteOf, directDeliveryType, routedDirect, routeVia } from "../../../src/sharding/node/node-core.ts";
+import {
+  callerOwnDirectOf,
+  callerRouteOf,
+  directDeliveryType,
+  routedDirect,
+  routeOwnDirect,
+  routeVia,
+} from "../../../src/sharding/node/node-core.ts";
 import { CallerRouteMemo, DirectAcceptMemo } from "../../../src/sharding/node/shortcut-memo.ts";
-import { cluster, control, directFrom, grantedDirect } from "./direct-harness.ts";
+import { cluster, control, directFrom, grantedDirect, ownerWithOwnGrant } from "./direct-harness.ts";
 import { a, b, c, type } from "./node-harness.ts";
 
 /** c, the owner of a shard in a's direct plan, a memory that accepted one direct envelope for it, and that envelope. */
@@ -115,4 +122,20 @@ test("memo: a route through another coordinator than the one the callers last us
   assert.equal(k.b.state.version, before + 1);
   assert.equal(callerRouteOf(k.b.state, type, shard), null);
   assert.equal(memo.target(k.b.state, type, shard), null);
+});
+
+test("memo: the caller's memory keeps this node's own grant and drops it at the step that begins the shard's drain", () => {
+  const { n, shard } = ownerWithOwnGrant();
+  const memo = new CallerRouteMemo();
+  assert.equal(memo.target(n.state, type, shard), null, "no route to another node");
+  const kept = memo.own(n.state, type, shard);
+  assert.equal(kept?.t, n.t);
+  assert.equal(memo.own(n.state, type, shard), kept, "the same answer, from the memory");
+  routeOwnDirect(n.state, kept!);
+  assert.equal(memo.own(n.state, type, shard), kept, "routing through the same coordinator changes nothing");
+  // A handoff of the shard with no member to wait for: the drain begins at once, and direct deliveries are refused.
+  const key = n.settings.key;
+  control(n, new PassivateShard(type, key, shard, a.toString(), b.toString(), 42, []), a, 2_100);
+  assert.equal(callerOwnDirectOf(n.state, type, shard), null, "the core: no own delivery while the shard drains");
+  assert.equal(memo.own(n.state, type, shard), null);
 });
