@@ -6,7 +6,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { DirectDeliveryRefusedError, NoRebalance, type ShardingSettingsOptions } from "../../../src/sharding/index.ts";
-import { DirectEnvelope, DirectGrant, DirectProbe } from "../../../src/sharding/internal/messages.ts";
+import { DirectEnvelope } from "../../../src/sharding/internal/messages.ts";
 import {
   callerOwnDirect,
   callerRouteTarget,
@@ -16,7 +16,7 @@ import {
   ownerDeliveryType,
   routeOwnDirect,
 } from "../../../src/sharding/node/node-core.ts";
-import { control, direct, directFrom, onlyDelivers, ownerWithOwnGrant, sent } from "./direct-harness.ts";
+import { direct, directFrom, onlyDelivers, ownerWithOwnGrant } from "./direct-harness.ts";
 import { a, b, c, coordinatorWithPlan, type Driven, follower, member, rejects, type, view } from "./node-harness.ts";
 
 /** c, the owner of a shard in a's direct-routing plan, and b's direct envelope to an entity of it. */
