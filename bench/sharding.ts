@@ -5,11 +5,13 @@
 //     coordinator routing and (the same run) direct routing (docs/protocol.md §8.8), the coordinator's and the owner's
 //     CPU time per routed tell, and activations per second; beside them the remote ceiling between the same processes
 //     in the same run (raw length-prefixed frames over a plain socket, and a plain Movie remote tell and ask);
-//  4. two nodes: handoff of 256 shards holding 10k active entities when their owner leaves gracefully.
+//  4. two nodes: handoff of 256 shards holding 10k active entities when their owner leaves gracefully;
+//  5. scaling: 4 and 6 node processes, every node but the coordinator telling another's entities at once, in both
+//     routing modes: the coordinator's CPU time per routed tell and the cluster's tells per second.
 // Figures are measurements, never assertions. Counts are bounded; results go to bench/results/sharding.json.
 // `--only=<parts>` (comma-separated) runs a subset, to compare two commits in alternating pairs quickly: allocation,
 // memory (with the single-node activations), local (caller = coordinator = owner), 1-hop, 2-hop-owner, 2-hop (caller
-// = third node), direct (direct routing: caller = owner, caller = third node), handoff; e.g. `npm run bench:sharding -- --only=memory,local,2-hop`. Every routing part measures
+// = third node), direct (direct routing: caller = owner, caller = third node), handoff, scaling; e.g. `npm run bench:sharding -- --only=memory,local,2-hop`. Every routing part measures
 // its ceilings in the same run.
 import { mkdirSync, writeFileSync } from "node:fs";
 import { cpus } from "node:os";
@@ -47,12 +49,27 @@ const activations = env("MOVIE_BENCH_ACTIVATIONS", 20_000);
 const memoryEntities = env("MOVIE_BENCH_MEMORY_ENTITIES", 100_000);
 const handoffEntities = env("MOVIE_BENCH_HANDOFF_ENTITIES", 10_000);
 const handoffShards = 256;
+/** Tells each caller sends in a scaling round: a whole number of acknowledgements (500) on each of its entities. */
+const scalingTells =
+  Math.max(1, Math.round(env("MOVIE_BENCH_SCALING_TELLS", 48_000) / (entitiesPerRun * 500))) * entitiesPerRun * 500;
+/** The cluster sizes of the scaling part. */
+const scalingSizes = [4, 6];
 const planShards = 4_096;
 const planMembers = 100;
 /** The node processes' hot message types declare binary fields unless MOVIE_BENCH_JSON=1 (bench/sharding-node.ts). */
 const payload = process.env.MOVIE_BENCH_JSON !== "1" ? "binary codec" : "JSON";
 
-const parts = ["allocation", "memory", "local", "1-hop", "2-hop-owner", "2-hop", "direct", "handoff"] as const;
+const parts = [
+  "allocation",
+  "memory",
+  "local",
+  "1-hop",
+  "2-hop-owner",
+  "2-hop",
+  "direct",
+  "handoff",
+  "scaling",
+] as const;
 type Part = (typeof parts)[number];
 const onlyArg = process.argv.slice(2).find((a) => a.startsWith("--only="));
 const selected: ReadonlySet<Part> = new Set(
@@ -544,6 +561,83 @@ async function handoff(): Promise<Record<string, unknown>> {
   return { entitiesBefore: before.entities, moved, leave };
 }
 
+// ---------------------------------------------------------------- 5. scaling: 4 and 6 node processes
+
+/**
+ * `size` node processes; every node but the coordinator tells the entities of the next one (a ring over the
+ * non-coordinators, so every tell crosses the network and none is the coordinator's own), all at once, first with
+ * coordinator routing, then with direct routing. On a 2-core host the rates are CPU-bound and fall as processes are
+ * added; what the part shows is where the CPU goes: the coordinator's time per routed tell, which coordinator routing
+ * pays for every node's traffic and direct routing should not.
+ */
+async function scaling(size: number): Promise<Record<string, unknown>> {
+  const first = new BenchNode(`x${size}-1`, "self");
+  const seed = (await first.ready).hostPort;
+  const nodes = [first, ...Array.from({ length: size - 1 }, (_, i) => new BenchNode(`x${size}-${i + 2}`, seed))];
+  const ready = await Promise.all(nodes.map((n) => n.ready));
+  const statuses = await converged(nodes);
+  const coordinator = nodes[ready.findIndex((r) => r.node === statuses[0]!.coordinator)]!;
+  const callers = nodes.filter((n) => n !== coordinator);
+  say(`${size} nodes converged`);
+  await initEverywhere(nodes, coordinator, "Bench");
+  await initEverywhere(nodes, coordinator, "BenchDirect", "default", "direct");
+  const cpuOf = async (n: BenchNode) => (await n.request<{ cpuUs: number }>({ type: "cpu" })).cpuUs;
+  const modes: { type: string; mode: "coordinator" | "direct"; rate: number; coordinatorCpuUs: number }[] = [];
+  for (const [type, mode] of [
+    ["Bench", "coordinator"],
+    ["BenchDirect", "direct"],
+  ] as const) {
+    say(`${size} nodes, ${mode} routing: ${callers.length} callers`);
+    const ids = await Promise.all(
+      callers.map(async (caller, i) => {
+        const next = callers[(i + 1) % callers.length]!;
+        const owner = ready[nodes.indexOf(next)]!.node;
+        const picked = await caller.request<{ ids: string[] }>({
+          type: "pick",
+          name: type,
+          owner,
+          prefix: `x${size}${mode[0]}${i}`,
+          count: entitiesPerRun,
+        });
+        return picked.ids;
+      }),
+    );
+    // The steady state: entities active and, with direct routing, the grants taken (as the routing part does).
+    await Promise.all(
+      callers.map((c, i) => c.request({ type: "shardedAsk", name: type, ids: ids[i], count: 200, inFlight: 1 })),
+    );
+    await Promise.all(
+      callers.map((c, i) =>
+        c.request({ type: "shardedTell", name: type, ids: ids[i], count: entitiesPerRun * 500, window: tellWindow }),
+      ),
+    );
+    const cpu0 = await cpuOf(coordinator);
+    const started = clock.now();
+    await Promise.all(
+      callers.map((c, i) =>
+        c.request<Rated>({ type: "shardedTell", name: type, ids: ids[i], count: scalingTells, window: tellWindow }),
+      ),
+    );
+    const ms = clock.now() - started;
+    const told = scalingTells * callers.length;
+    modes.push({ type, mode, rate: (told / ms) * 1000, coordinatorCpuUs: ((await cpuOf(coordinator)) - cpu0) / told });
+  }
+  const [byCoordinator, direct] = modes as [(typeof modes)[number], (typeof modes)[number]];
+  const of = `${size} nodes, ${callers.length} callers at once`;
+  row(`coordinator CPU per routed tell, coordinator routing, ${of}`, byCoordinator.coordinatorCpuUs, "µs");
+  row(
+    `coordinator CPU per routed tell, direct routing, ${of}`,
+    direct.coordinatorCpuUs,
+    "µs",
+    byCoordinator.coordinatorCpuUs,
+    "coordinator routing",
+  );
+  row(`cluster tells/s, coordinator routing, ${of}`, byCoordinator.rate, "msg/s");
+  row(`cluster tells/s, direct routing, ${of}`, direct.rate, "msg/s", byCoordinator.rate, "coordinator routing");
+  await Promise.all(nodes.map((n) => n.shutdown()));
+  return { size, callers: callers.length, tellsPerCaller: scalingTells, modes };
+}
+
 // ---------------------------------------------------------------- main
 
 if (runs("allocation")) {
@@ -564,6 +658,13 @@ let handoffResult: Record<string, unknown> | null = null;
 if (runs("handoff")) {
   say("two nodes: handoff");
   handoffResult = await handoff();
+}
+const scalingResult: Record<string, unknown>[] = [];
+if (runs("scaling")) {
+  for (const size of scalingSizes) {
+    say(`scaling: ${size} node processes`);
+    scalingResult.push(await scaling(size));
+  }
 }
 const totalSeconds = (clock.now() - runStarted) / 1000;
 
@@ -607,11 +708,14 @@ writeFileSync(
         handoffShards,
         planShards,
         planMembers,
+        scalingSizes,
+        scalingTells,
       },
       rows,
       memory: memoryResult,
       routing: routingResult,
       handoff: handoffResult,
+      scaling: scalingResult,
     },
     null,
     2,
