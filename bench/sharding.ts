@@ -7,7 +7,8 @@
 //     in the same run (raw length-prefixed frames over a plain socket, and a plain Movie remote tell and ask);
 //  4. two nodes: handoff of 256 shards holding 10k active entities when their owner leaves gracefully;
 //  5. scaling: 4 and 6 node processes, every node but the coordinator telling another's entities at once, in both
-//     routing modes: the coordinator's CPU time per routed tell and the cluster's tells per second.
+//     routing modes: the coordinator's CPU time per routed tell and the cluster's tells per second, beside the same
+//     ring of plain remote tells.
 // Figures are measurements, never assertions. Counts are bounded; results go to bench/results/sharding.json.
 // `--only=<parts>` (comma-separated) runs a subset, to compare two commits in alternating pairs quickly: allocation,
 // memory (with the single-node activations), local (caller = coordinator = owner), 1-hop, 2-hop-owner, 2-hop (caller
@@ -582,6 +583,17 @@ async function scaling(size: number): Promise<Record<string, unknown>> {
   await initEverywhere(nodes, coordinator, "Bench");
   await initEverywhere(nodes, coordinator, "BenchDirect", "default", "direct");
   const cpuOf = async (n: BenchNode) => (await n.request<{ cpuUs: number }>({ type: "cpu" })).cpuUs;
+  // The ceiling: the same ring of callers, each telling the next one's plain sink (a Movie remote tell, no sharding)
+  // as many messages, all at once: what these processes carry on these two cores without any routing.
+  const ring = (i: number) => ready[nodes.indexOf(callers[(i + 1) % callers.length]!)]!.address;
+  await Promise.all(
+    callers.map((c, i) => c.request({ type: "plainTell", address: ring(i), count: 16_000, window: tellWindow })),
+  );
+  const plainStarted = clock.now();
+  await Promise.all(
+    callers.map((c, i) => c.request({ type: "plainTell", address: ring(i), count: scalingTells, window: tellWindow })),
+  );
+  const plainRate = ((scalingTells * callers.length) / (clock.now() - plainStarted)) * 1000;
   const modes: { type: string; mode: "coordinator" | "direct"; rate: number; coordinatorCpuUs: number }[] = [];
   for (const [type, mode] of [
     ["Bench", "coordinator"],
@@ -632,10 +644,11 @@ async function scaling(size: number): Promise<Record<string, unknown>> {
     byCoordinator.coordinatorCpuUs,
     "coordinator routing",
   );
-  row(`cluster tells/s, coordinator routing, ${of}`, byCoordinator.rate, "msg/s");
-  row(`cluster tells/s, direct routing, ${of}`, direct.rate, "msg/s", byCoordinator.rate, "coordinator routing");
+  row(`cluster plain remote tells/s, the same ring, ${of} (ceiling)`, plainRate, "msg/s", plainRate, "plain ring");
+  row(`cluster tells/s, coordinator routing, ${of}`, byCoordinator.rate, "msg/s", plainRate, "plain ring");
+  row(`cluster tells/s, direct routing, ${of}`, direct.rate, "msg/s", plainRate, "plain ring");
   await Promise.all(nodes.map((n) => n.shutdown()));
-  return { size, callers: callers.length, tellsPerCaller: scalingTells, modes };
+  return { size, callers: callers.length, tellsPerCaller: scalingTells, plainRate, modes };
 }
 
 // ---------------------------------------------------------------- main
