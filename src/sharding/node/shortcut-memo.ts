@@ -32,9 +32,11 @@ const verifyHits = process.env.MOVIE_SHARDING_VERIFY_MEMO === "1";
 /** Throws unless the memory's `kept` answer is the core's `fresh` one (`MOVIE_SHARDING_VERIFY_MEMO=1`). */
 function verified<T>(what: string, kept: T, fresh: T, same: (a: T, b: T) => boolean): T {
   if (!same(kept, fresh)) {
-    throw new Error(
-      `sharding shortcut memory: ${what} differs from the core's answer at state version (a change of the node state that did not count: NodeState.version)`,
-    );
+    const message = `sharding shortcut memory: ${what} differs from the core's answer at the same state version (a change of the node state that did not count: NodeState.version)`;
+    // Also on stderr: thrown at an owner, inside the sharding daemon, the error stops the daemon, and a test with
+    // logging silenced would only time out.
+    process.stderr.write(`${message}\n${new Error(message).stack ?? ""}\n`);
+    throw new Error(message);
   }
   return kept;
 }
@@ -45,32 +47,39 @@ const sameRoute = (a: CallerRouteTarget | null, b: CallerRouteTarget | null): bo
 const sameOwn = (a: CallerOwnDirect | null, b: CallerOwnDirect | null): boolean =>
   a === b || (a !== null && b !== null && a.t === b.t && a.coordinator.equals(b.coordinator) && a.route === b.route);
 
+/** A kept null of {@link CallerRouteMemo.target} (a map's miss is `undefined`). */
+const noRoute: unique symbol = Symbol("no route");
+
 /**
  * The routes of member callers answered at one state version, per entity type and shard: `callerRouteOf` (another
  * node, or the coordinator) and `callerOwnDirectOf` (this node's own grant).
  */
 export class CallerRouteMemo {
   private version = -1;
-  private readonly byType = new Map<string, Map<number, CallerRouteTarget>>();
+  private readonly byType = new Map<string, Map<number, CallerRouteTarget | typeof noRoute>>();
   private readonly ownByType = new Map<string, Map<number, CallerOwnDirect>>();
 
-  /** `callerRouteOf(state, entityType, shard)`, kept while the state's version stays the same (only routes, not null). */
+  /**
+   * `callerRouteOf(state, entityType, shard)`, kept while the state's version stays the same: a route, and a null of a
+   * registered type too (a shard this node owns under its own grant asks this first, for every tell).
+   */
   target(state: NodeState, entityType: string, shard: number): CallerRouteTarget | null {
     this.at(state);
     let shards = this.byType.get(entityType);
     const known = shards?.get(shard);
     if (known !== undefined) {
-      if (!verifyHits) return known;
-      return verified("a caller's route", known, callerRouteOf(state, entityType, shard), sameRoute);
+      const kept = known === noRoute ? null : known;
+      if (!verifyHits) return kept;
+      return verified("a caller's route", kept, callerRouteOf(state, entityType, shard), sameRoute);
     }
     const target = callerRouteOf(state, entityType, shard);
-    // Only an answer about a registered type is kept: an unknown name asks the core again (and keeps nothing).
-    if (target === null) return null;
+    // Only answers about a registered type are kept (bounded by its shards): an unknown name asks the core again.
+    if (target === null && !state.types.has(entityType)) return null;
     if (shards === undefined) {
       shards = new Map();
       this.byType.set(entityType, shards);
     }
-    shards.set(shard, target);
+    shards.set(shard, target ?? noRoute);
     return target;
   }
 

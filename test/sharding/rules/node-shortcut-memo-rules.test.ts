@@ -139,3 +139,16 @@ test("memo: the caller's memory keeps this node's own grant and drops it at the 
   assert.equal(callerOwnDirectOf(n.state, type, shard), null, "the core: no own delivery while the shard drains");
   assert.equal(memo.own(n.state, type, shard), null);
 });
+
+test("memo: a kept null (no grant yet: the step routes the tell) gives way to the direct route once the grant arrives", () => {
+  const k = cluster();
+  const shard = k.b.shardOn(c);
+  const memo = new CallerRouteMemo();
+  assert.equal(callerRouteOf(k.b.state, type, shard), null, "the core: no grant, the route step decides");
+  assert.equal(memo.target(k.b.state, type, shard), null);
+  assert.equal(memo.target(k.b.state, type, shard), null, "the kept null");
+  grantedDirect(k, shard, 2_000);
+  assert.ok(callerRouteOf(k.b.state, type, shard)?.direct?.owner.equals(c));
+  assert.ok(memo.target(k.b.state, type, shard)?.direct?.owner.equals(c));
+  assert.equal(memo.target(k.b.state, "NotRegistered", shard), null, "an unknown type: asked, nothing kept");
+});
