@@ -33,13 +33,16 @@ import { clock } from "./support/raw-frames.ts";
 
 const env = (name: string, fallback: number): number => Number(process.env[name] ?? fallback);
 const entitiesPerRun = 16;
-const rawTells = env("MOVIE_BENCH_RAW_TELLS", 200_000);
+// The raw ceiling's run: a million frames (about 0.25-0.45 s here), at least as long in time as a tell round beside it,
+// so that its own start and end (data still in the socket buffers when the last acknowledgement is awaited) weigh on
+// it no more than a tell round's on the round; a shorter run lowers the ceiling and flatters every ratio to it.
+const rawTells = env("MOVIE_BENCH_RAW_TELLS", 1_000_000);
 const tellRounds = 3;
-// A round of tells as long as the raw ceiling's run (three rounds of 200,000 by default): the first window's burst,
-// while the receiver has nothing yet, and the last window's drain, while the sender waits, are then as small a share
-// of each as of the ceiling they stand beside (a third node's direct tells measured 0.19-0.30 of the ceiling in rounds
-// of 72,000 and 0.25-0.42 in rounds of 200,000, the same code on the same host: docs/performance.md).
-const tells = env("MOVIE_BENCH_SHARDED_TELLS", tellRounds * rawTells);
+// Rounds of 200,000 tells (600,000 in all by default). A tell run keeps 20,000 unacknowledged: its first window's
+// burst, while the receiver has nothing yet, and its last window's drain, while the sender waits, are a smaller share
+// of a longer round (a third node's direct tells measured 0.19-0.30 of the ceiling in rounds of 72,000 and 0.25-0.42
+// in rounds of 200,000, both beside a ceiling of 200,000 frames: docs/performance.md).
+const tells = env("MOVIE_BENCH_SHARDED_TELLS", 600_000);
 const tellWindow = 20_000;
 /** Tells per round: a whole number of acknowledgements (500) on each of the entities. */
 const tellRound = Math.max(1, Math.ceil(tells / tellRounds / (entitiesPerRun * 500))) * entitiesPerRun * 500;
@@ -50,9 +53,11 @@ const activations = env("MOVIE_BENCH_ACTIVATIONS", 20_000);
 const memoryEntities = env("MOVIE_BENCH_MEMORY_ENTITIES", 100_000);
 const handoffEntities = env("MOVIE_BENCH_HANDOFF_ENTITIES", 10_000);
 const handoffShards = 256;
+/** Rounds of the scaling part (each: the plain ring, coordinator routing, direct routing). */
+const scalingRounds = 3;
 /** Tells each caller sends in a scaling round: a whole number of acknowledgements (500) on each of its entities. */
 const scalingTells =
-  Math.max(1, Math.round(env("MOVIE_BENCH_SCALING_TELLS", 48_000) / (entitiesPerRun * 500))) * entitiesPerRun * 500;
+  Math.max(1, Math.round(env("MOVIE_BENCH_SCALING_TELLS", 96_000) / (entitiesPerRun * 500))) * entitiesPerRun * 500;
 /** The cluster sizes of the scaling part. */
 const scalingSizes = [4, 6];
 const planShards = 4_096;
@@ -566,8 +571,8 @@ async function handoff(): Promise<Record<string, unknown>> {
 
 /**
  * `size` node processes; every node but the coordinator tells the entities of the next one (a ring over the
- * non-coordinators, so every tell crosses the network and none is the coordinator's own), all at once, first with
- * coordinator routing, then with direct routing. On a 2-core host the rates are CPU-bound and fall as processes are
+ * non-coordinators, so every tell crosses the network and none is the coordinator's own), all at once, in rounds that
+ * alternate the same ring of plain remote tells (the ceiling), coordinator routing and direct routing. On a 2-core host the rates are CPU-bound and fall as processes are
  * added; what the part shows is where the CPU goes: the coordinator's time per routed tell, which coordinator routing
  * pays for every node's traffic and direct routing should not.
  */
@@ -583,62 +588,108 @@ async function scaling(size: number): Promise<Record<string, unknown>> {
   await initEverywhere(nodes, coordinator, "Bench");
   await initEverywhere(nodes, coordinator, "BenchDirect", "default", "direct");
   const cpuOf = async (n: BenchNode) => (await n.request<{ cpuUs: number }>({ type: "cpu" })).cpuUs;
+  // The coordinator's CPU while nothing is routed (gossip, heartbeats, plan polls), per ms: taken off its CPU in a
+  // round, so that what remains is what the round's routing cost it.
+  const idle0 = await cpuOf(coordinator);
+  const idleStarted = clock.now();
+  await new Promise<void>((resolve) => setTimeout(resolve, 1_000));
+  const idleUsPerMs = ((await cpuOf(coordinator)) - idle0) / (clock.now() - idleStarted);
   // The ceiling: the same ring of callers, each telling the next one's plain sink (a Movie remote tell, no sharding)
   // as many messages, all at once: what these processes carry on these two cores without any routing.
   const ring = (i: number) => ready[nodes.indexOf(callers[(i + 1) % callers.length]!)]!.address;
   await Promise.all(
     callers.map((c, i) => c.request({ type: "plainTell", address: ring(i), count: 16_000, window: tellWindow })),
   );
-  const plainStarted = clock.now();
-  await Promise.all(
-    callers.map((c, i) => c.request({ type: "plainTell", address: ring(i), count: scalingTells, window: tellWindow })),
-  );
-  const plainRate = ((scalingTells * callers.length) / (clock.now() - plainStarted)) * 1000;
-  const modes: { type: string; mode: "coordinator" | "direct"; rate: number; coordinatorCpuUs: number }[] = [];
+  const ids = new Map<string, string[][]>();
   for (const [type, mode] of [
     ["Bench", "coordinator"],
     ["BenchDirect", "direct"],
   ] as const) {
-    say(`${size} nodes, ${mode} routing: ${callers.length} callers`);
-    const ids = await Promise.all(
+    const picked = await Promise.all(
       callers.map(async (caller, i) => {
         const next = callers[(i + 1) % callers.length]!;
         const owner = ready[nodes.indexOf(next)]!.node;
-        const picked = await caller.request<{ ids: string[] }>({
+        const answer = await caller.request<{ ids: string[] }>({
           type: "pick",
           name: type,
           owner,
           prefix: `x${size}${mode[0]}${i}`,
           count: entitiesPerRun,
         });
-        return picked.ids;
+        return answer.ids;
       }),
     );
+    ids.set(type, picked);
     // The steady state: entities active and, with direct routing, the grants taken (as the routing part does).
     await Promise.all(
-      callers.map((c, i) => c.request({ type: "shardedAsk", name: type, ids: ids[i], count: 200, inFlight: 1 })),
+      callers.map((c, i) => c.request({ type: "shardedAsk", name: type, ids: picked[i], count: 200, inFlight: 1 })),
     );
     await Promise.all(
       callers.map((c, i) =>
-        c.request({ type: "shardedTell", name: type, ids: ids[i], count: entitiesPerRun * 500, window: tellWindow }),
+        c.request({ type: "shardedTell", name: type, ids: picked[i], count: entitiesPerRun * 500, window: tellWindow }),
       ),
     );
-    const cpu0 = await cpuOf(coordinator);
-    const started = clock.now();
-    await Promise.all(
-      callers.map((c, i) =>
-        c.request<Rated>({ type: "shardedTell", name: type, ids: ids[i], count: scalingTells, window: tellWindow }),
-      ),
-    );
-    const ms = clock.now() - started;
-    const told = scalingTells * callers.length;
-    modes.push({ type, mode, rate: (told / ms) * 1000, coordinatorCpuUs: ((await cpuOf(coordinator)) - cpu0) / told });
   }
-  const [byCoordinator, direct] = modes as [(typeof modes)[number], (typeof modes)[number]];
+  // Rounds of the three, alternating (ring, coordinator routing, direct routing), so load that comes and goes on the
+  // host falls on all three. Each is measured the same way: every caller's tells over the round's wall time, with the
+  // same window and count per caller.
+  const plainRates: number[] = [];
+  const rounds = new Map<string, { rate: number; coordinatorCpuUs: number; coordinatorCpuUsWithIdle: number }[]>([
+    ["Bench", []],
+    ["BenchDirect", []],
+  ]);
+  const told = scalingTells * callers.length;
+  for (let round = 0; round < scalingRounds; round++) {
+    say(`${size} nodes, round ${round + 1} of ${scalingRounds}: plain ring, coordinator routing, direct routing`);
+    const plainStarted = clock.now();
+    await Promise.all(
+      callers.map((c, i) =>
+        c.request({ type: "plainTell", address: ring(i), count: scalingTells, window: tellWindow }),
+      ),
+    );
+    plainRates.push((told / (clock.now() - plainStarted)) * 1000);
+    for (const type of ["Bench", "BenchDirect"]) {
+      const picked = ids.get(type)!;
+      const cpu0 = await cpuOf(coordinator);
+      const started = clock.now();
+      await Promise.all(
+        callers.map((c, i) =>
+          c.request({ type: "shardedTell", name: type, ids: picked[i], count: scalingTells, window: tellWindow }),
+        ),
+      );
+      const ms = clock.now() - started;
+      const usedUs = (await cpuOf(coordinator)) - cpu0;
+      // Above idle; 0 when the round cost the coordinator no more than its idle rate would have.
+      const busyUs = usedUs - idleUsPerMs * ms;
+      rounds.get(type)!.push({
+        rate: (told / ms) * 1000,
+        coordinatorCpuUs: Math.max(0, busyUs) / told,
+        coordinatorCpuUsWithIdle: usedUs / told,
+      });
+    }
+  }
+  const plainRate = median(plainRates);
+  const modeOf = (type: string) => {
+    const r = rounds.get(type)!;
+    return {
+      rate: median(r.map((x) => x.rate)),
+      coordinatorCpuUs: median(r.map((x) => x.coordinatorCpuUs)),
+      rounds: r,
+    };
+  };
+  const byCoordinator = modeOf("Bench");
+  const direct = modeOf("BenchDirect");
   const of = `${size} nodes, ${callers.length} callers at once`;
-  row(`coordinator CPU per routed tell, coordinator routing, ${of}`, byCoordinator.coordinatorCpuUs, "µs");
+  row(`coordinator CPU per routed tell above idle, coordinator routing, ${of}`, byCoordinator.coordinatorCpuUs, "µs");
   row(
-    `coordinator CPU per routed tell, direct routing, ${of}`,
+    `coordinator CPU per routed tell with its idle work, direct routing, ${of}`,
+    median(rounds.get("BenchDirect")!.map((x) => x.coordinatorCpuUsWithIdle)),
+    "µs",
+    byCoordinator.coordinatorCpuUs,
+    "coordinator routing",
+  );
+  row(
+    `coordinator CPU per routed tell above idle, direct routing, ${of}`,
     direct.coordinatorCpuUs,
     "µs",
     byCoordinator.coordinatorCpuUs,
@@ -647,8 +698,9 @@ async function scaling(size: number): Promise<Record<string, unknown>> {
   row(`cluster plain remote tells/s, the same ring, ${of} (ceiling)`, plainRate, "msg/s", plainRate, "plain ring");
   row(`cluster tells/s, coordinator routing, ${of}`, byCoordinator.rate, "msg/s", plainRate, "plain ring");
   row(`cluster tells/s, direct routing, ${of}`, direct.rate, "msg/s", plainRate, "plain ring");
+  const modes = { coordinator: byCoordinator, direct, idleCoordinatorUsPerMs: idleUsPerMs, plainRates };
   await Promise.all(nodes.map((n) => n.shutdown()));
-  return { size, callers: callers.length, tellsPerCaller: scalingTells, plainRate, modes };
+  return { size, callers: callers.length, tellsPerCaller: scalingTells, rounds: scalingRounds, plainRate, modes };
 }
 
 // ---------------------------------------------------------------- main
