@@ -243,28 +243,20 @@ function allocationCost(): void {
   // so each id is a fresh string here, as one read off the network is). Up to 2^15 shards and above: Fnv1a64.mod's two
   // paths.
   const idOf = (i: number) => `order-${((i & 4_095) * 7_919).toString(36)}`;
-  const ids = Array.from({ length: 4_096 }, (_, i) => idOf(i));
-  const fresh = idOf;
   const lookups = 200_000;
-  const known = new Map(ids.map((id, i) => [id, i]));
-  const mapNs =
+  const nsPerLookup = (lookup: (id: string) => number): number =>
     (medianMs(() => {
       let sum = 0;
-      for (let i = 0; i < lookups; i++) sum += known.get(fresh(i)) ?? 0;
+      for (let i = 0; i < lookups; i++) sum += lookup(idOf(i));
       return sum;
     }) *
       1e6) /
     lookups;
+  const known = new Map(Array.from({ length: 4_096 }, (_, i) => [idOf(i), i]));
+  const mapNs = nsPerLookup((id) => known.get(id) ?? 0);
   const partitioner = new StableHashPartitioner();
   for (const shards of [256, 1_000, 100_000]) {
-    const ns =
-      (medianMs(() => {
-        let sum = 0;
-        for (let i = 0; i < lookups; i++) sum += partitioner.shardFor("Order", fresh(i), shards);
-        return sum;
-      }) *
-        1e6) /
-      lookups;
+    const ns = nsPerLookup((id) => partitioner.shardFor("Order", id, shards));
     row(`shard lookup (StableHashPartitioner), ${shards} shards`, ns, "ns", mapNs, "Map get");
   }
 }
@@ -572,9 +564,10 @@ async function handoff(): Promise<Record<string, unknown>> {
 /**
  * `size` node processes; every node but the coordinator tells the entities of the next one (a ring over the
  * non-coordinators, so every tell crosses the network and none is the coordinator's own), all at once, in rounds that
- * alternate the same ring of plain remote tells (the ceiling), coordinator routing and direct routing. On a 2-core host the rates are CPU-bound and fall as processes are
- * added; what the part shows is where the CPU goes: the coordinator's time per routed tell, which coordinator routing
- * pays for every node's traffic and direct routing should not.
+ * alternate the same ring of plain remote tells (the ceiling), coordinator routing and direct routing. On a 2-core
+ * host the rates are CPU-bound and fall as processes are added; what the part shows is where the CPU goes: the
+ * coordinator's time per routed tell, which coordinator routing pays for every node's traffic and direct routing
+ * should not.
  */
 async function scaling(size: number): Promise<Record<string, unknown>> {
   const first = new BenchNode(`x${size}-1`, "self");
@@ -674,6 +667,7 @@ async function scaling(size: number): Promise<Record<string, unknown>> {
     return {
       rate: median(r.map((x) => x.rate)),
       coordinatorCpuUs: median(r.map((x) => x.coordinatorCpuUs)),
+      coordinatorCpuUsWithIdle: median(r.map((x) => x.coordinatorCpuUsWithIdle)),
       rounds: r,
     };
   };
@@ -683,10 +677,10 @@ async function scaling(size: number): Promise<Record<string, unknown>> {
   row(`coordinator CPU per routed tell above idle, coordinator routing, ${of}`, byCoordinator.coordinatorCpuUs, "µs");
   row(
     `coordinator CPU per routed tell with its idle work, direct routing, ${of}`,
-    median(rounds.get("BenchDirect")!.map((x) => x.coordinatorCpuUsWithIdle)),
+    direct.coordinatorCpuUsWithIdle,
     "µs",
-    byCoordinator.coordinatorCpuUs,
-    "coordinator routing",
+    byCoordinator.coordinatorCpuUsWithIdle,
+    "coordinator routing, with idle",
   );
   row(
     `coordinator CPU per routed tell above idle, direct routing, ${of}`,

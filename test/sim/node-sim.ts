@@ -55,7 +55,6 @@ import type { AttemptOutcome } from "../../src/sharding/internal/retry-barrier.t
 import {
   type ControlMessage,
   callerOwnDirect,
-  callerOwnDirectOf,
   callerRouteTarget,
   coordinatorRouteOwner,
   type Delivery,
@@ -823,17 +822,6 @@ export class NodeSim {
     // direct envelope here, and nothing else.
     const own =
       first.kind === "route" && node.alive && onward === null ? callerOwnDirect(node.core, first.delivery) : null;
-    // The same answer asked before the envelope is built (callerOwnDirectOf, which the shell keeps while the state does
-    // not change): it must answer exactly when callerOwnDirect does, the two routes never both.
-    if (first.kind === "route" && node.alive) {
-      const e = first.delivery.envelope;
-      const ownOf = callerOwnDirectOf(node.core, e.entityType, e.shardId);
-      if ((ownOf !== null) !== (own !== null) || (ownOf !== null && onward !== null)) {
-        this.fail(
-          `${node.name}: callerOwnDirectOf answered ${ownOf === null ? "null" : "a grant"} where callerOwnDirect answered ${own === null ? "null" : "a delivery"} (callerRouteTarget ${onward === null ? "null" : "a route"})`,
-        );
-      }
-    }
     const routesBefore = node.core.counters.remoteRoutes;
     const directBefore = node.core.counters.directRoutes;
     const forwardsBefore = node.core.counters.forwards;

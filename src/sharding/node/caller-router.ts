@@ -14,7 +14,7 @@ import { isWellFormedText } from "../../actor/untrusted.ts";
 import type { EntityRouter } from "../entity-ref.ts";
 import { asError, UnsupportedSystemMessageError } from "../errors.ts";
 import { attachTyped, type PayloadCodec } from "../internal/codec.ts";
-import { type EnvelopeKind, ShardingControlAck, ShardingEnvelope } from "../internal/messages.ts";
+import { type EnvelopeKind, ShardingControlAck, ShardingEnvelope, type WireMessage } from "../internal/messages.ts";
 import type { ShardingSpan, ShardingTracer } from "../tracing/sharding-tracer.ts";
 import { requireType, type TypeState } from "./node-core.ts";
 import { endSpan, type NodeShell } from "./node-shell.ts";
@@ -146,8 +146,7 @@ export class CallerRouter implements EntityRouter {
     const shardId = settings.partitioner.shardFor(t.name, entityId, settings.shardCount);
     const wire = this.codec.encode(message);
     if (this.shell.tellDirect(t, entityId, shardId, wire, message, sender)) return;
-    const envelope = new ShardingEnvelope("User", t.name, entityId, shardId, settings.key, 0, null, null, false, wire);
-    attachTyped(envelope, message);
+    const envelope = hop0Envelope(t, "User", entityId, shardId, wire, message, null, null);
     this.shell.route({ envelope, sender }, true);
   }
 
@@ -165,23 +164,37 @@ export class CallerRouter implements EntityRouter {
     // The caller's span starts once the shard is known (an attribute), and only for a valid id.
     const traceparent = traced === null ? null : traced.start(t.name, entityId, shardId);
     const wire = kind === "User" ? this.codec.encode(message) : null;
-    const envelope = new ShardingEnvelope(
-      kind,
-      t.name,
-      entityId,
-      shardId,
-      settings.key,
-      0,
-      null,
-      askTimeoutMs,
-      false,
-      wire,
-      0,
-      traceparent,
-    );
-    if (kind === "User") attachTyped(envelope, message);
-    return envelope;
+    return hop0Envelope(t, kind, entityId, shardId, wire, message, askTimeoutMs, traceparent);
   }
+}
+
+/** A local caller's envelope to the coordinator (hop 0), a User one with its typed value attached. */
+function hop0Envelope(
+  t: TypeState,
+  kind: EnvelopeKind,
+  entityId: string,
+  shardId: number,
+  wire: WireMessage | null,
+  message: unknown,
+  askTimeoutMs: number | null,
+  traceparent: string | null,
+): ShardingEnvelope {
+  const envelope = new ShardingEnvelope(
+    kind,
+    t.name,
+    entityId,
+    shardId,
+    t.settings.key,
+    0,
+    null,
+    askTimeoutMs,
+    false,
+    wire,
+    0,
+    traceparent,
+  );
+  if (kind === "User") attachTyped(envelope, message);
+  return envelope;
 }
 
 /** One traced call's span, started by `envelopeFor` once the shard is known; null when the tracer failed. */

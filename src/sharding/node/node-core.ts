@@ -664,9 +664,9 @@ export function callerRouteOf(state: NodeState, entityType: string, shard: numbe
  * A member's caller whose own node owns the shard under its own grant (direct routing, docs/protocol.md §8.8): the
  * direct delivery its `route` step would hand to this node's provider, when that step would do only that, or null.
  * Pure (it builds the direct envelope, which it returns). It holds exactly when {@link callerRouteTarget}'s conditions
- * hold but for the grant's owner, which is this node, and the direct envelope would be accepted here at once
- * ({@link directDeliveryType}). The node shell applies it with {@link routeOwnDirect}; the node simulator checks
- * every answer against the full step.
+ * hold but for the grant's owner, which is this node, and this node's state would accept the direct envelope at once
+ * ({@link callerOwnDirectOf}). The node shell applies it with {@link routedDirect}; the node simulator checks every
+ * answer against the full step.
  */
 export function callerOwnDirect(
   state: NodeState,
@@ -674,10 +674,10 @@ export function callerOwnDirect(
 ): { readonly t: TypeState; readonly coordinator: UniqueAddress; readonly delivery: Delivery } | null {
   const own = callerOwnDirectOf(state, d.envelope.entityType, d.envelope.shardId);
   if (own === null) return null;
+  // The envelope is a local caller's own (CallerRouter takes its shard and settings key from the type), which the
+  // route step trusts as it is: the owner's checks that depend on the envelope are not made for it.
   const envelope = DirectEnvelope.of(d.envelope, own.route.coordinator, own.route.generation);
   const delivery: Delivery = { envelope, sender: d.sender };
-  // The rest of the owner's check, which depends on the envelope: its settings and its entity id's shard.
-  if (directDeliveryType(state, delivery) !== own.t) return null;
   shareTyped(d.envelope, envelope);
   return { t: own.t, coordinator: own.coordinator, delivery };
 }
@@ -690,11 +690,10 @@ export interface CallerOwnDirect {
 }
 
 /**
- * {@link callerOwnDirect} of a caller's delivery of `entityType` to `shard`, but for the checks that depend on the
- * envelope itself (its settings key, its entity id's shard): a local caller builds its envelope from the type's own
- * settings and partitioner, so they hold, and the shell may ask before it builds the envelope and keep the answer
- * while {@link NodeState.version} stays the same (node/shortcut-memo.ts). The node simulator checks that it answers
- * exactly when {@link callerOwnDirect} does.
+ * Whether a local caller's delivery of `entityType` to `shard` is one {@link callerOwnDirect} answers, asked before the
+ * envelope is built: the owner's checks of {@link directDeliveryType} that depend on the state (the grant's
+ * coordinator and generation, no drain, no barrier, the held-delivery pass idle). The shell keeps the answer while
+ * {@link NodeState.version} stays the same (node/shortcut-memo.ts).
  */
 export function callerOwnDirectOf(state: NodeState, entityType: string, shard: number): CallerOwnDirect | null {
   if (state.stopped) return null;
@@ -709,19 +708,6 @@ export function callerOwnDirectOf(state: NodeState, entityType: string, shard: n
   if (directRefusalOf(state, t, shard, route.generation, route.coordinator.uid) !== null) return null;
   if (t.barrier.has(shard) || t.drainedHere.has(shard) || !heldPassIdle(state, state.view.routing)) return null;
   return { t, coordinator, route };
-}
-
-/**
- * The `route` step of a delivery {@link callerOwnDirect} answered, without the step: its state change (this node's
- * callers route through that coordinator) and its count. The caller then delivers the direct delivery to `t`'s
- * provider as the step's `deliver` effect would.
- */
-export function routeOwnDirect(
-  state: NodeState,
-  target: { readonly t: TypeState; readonly coordinator: UniqueAddress },
-): void {
-  routeVia(state, target.t, target.coordinator);
-  state.counters.directRoutes++;
 }
 
 /**
@@ -747,10 +733,15 @@ export function routeToTarget(
 }
 
 /**
- * The state change and count of a route step that {@link callerRouteOf} answered with a direct route: what
- * {@link routeToTarget} changes besides building the direct envelope (the shell builds it itself for a plain tell).
+ * The `route` step of a delivery a direct route was answered for, without the step: its state change (this node's
+ * callers route through that coordinator) and its count. For {@link callerRouteOf}'s direct route (another node owns
+ * the shard), besides the direct envelope the step's one `forward` effect carries ({@link routeToTarget}); for
+ * {@link callerOwnDirect} (this node's own grant), besides the delivery to `t`'s provider its `deliver` effect makes.
  */
-export function routedDirect(state: NodeState, target: CallerRouteTarget): void {
+export function routedDirect(
+  state: NodeState,
+  target: { readonly t: TypeState; readonly coordinator: UniqueAddress },
+): void {
   routeVia(state, target.t, target.coordinator);
   state.counters.directRoutes++;
 }

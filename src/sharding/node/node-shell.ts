@@ -33,7 +33,6 @@ import {
   ownerDeliveryType,
   routedDirect,
   routeLocally,
-  routeOwnDirect,
   routeToTarget,
   step,
   type TypeState,
@@ -178,7 +177,7 @@ export class NodeShell {
       const own = idle && target === null ? callerOwnDirect(this.state, delivery) : null;
       if (target !== null) this.forwardRouted(routeToTarget(this.state, target, delivery, countsRemoteRoute), input);
       else if (own !== null) {
-        routeOwnDirect(this.state, own);
+        routedDirect(this.state, own);
         this.deliverRouted(own.t.name, own.delivery);
       } else this.run(input);
     } finally {
@@ -208,17 +207,16 @@ export class NodeShell {
     if (this.running || this.queue.length !== 0 || this.membership.snapshot() !== this.state.view.snapshot) {
       return false;
     }
-    const target = this.callerRoutes.target(this.state, t.name, shard);
-    if (target === null) {
+    const { target, own } = this.callerRoutes.answer(this.state, t.name, shard);
+    if (own !== null) {
       // This node's own grant (node-core.ts callerOwnDirectOf): the route step would deliver the direct envelope
       // here, as the owner's envelope step would accept it (the envelope's settings and shard are the type's own).
-      const own = this.callerRoutes.own(this.state, t.name, shard);
-      if (own === null) return false;
       const envelope = this.directEnvelope(t, entityId, shard, wire, message, own.route);
-      routeOwnDirect(this.state, own);
+      routedDirect(this.state, own);
       this.deliverRouted(t.name, { envelope, sender });
       return true;
     }
+    if (target === null) return false;
     const direct = target.direct;
     if (direct === null) return false;
     const envelope = this.directEnvelope(t, entityId, shard, wire, message, direct);
@@ -234,7 +232,11 @@ export class NodeShell {
     return true;
   }
 
-  /** A caller's direct envelope of a tell (what `DirectEnvelope.of` makes of its hop-0 envelope), its value attached. */
+  /**
+   * A caller's direct envelope of a tell: what `DirectEnvelope.of` makes of its hop-0 envelope (CallerRouter's), built
+   * at once, its typed value attached. (Built here: the same construction moved into a static of DirectEnvelope
+   * measured slower at the owner, 0.87 → 1.06 µs per tell, medians of nine alternating pairs; the cause was not found.)
+   */
   private directEnvelope(
     t: TypeState,
     entityId: string,

@@ -41,74 +41,59 @@ function verified<T>(what: string, kept: T, fresh: T, same: (a: T, b: T) => bool
   return kept;
 }
 
-const sameRoute = (a: CallerRouteTarget | null, b: CallerRouteTarget | null): boolean =>
+/** Where a member's caller's tell to one shard goes: `callerRouteOf`'s answer, and, when that is null, `callerOwnDirectOf`'s. */
+export interface CallerAnswer {
+  /** Another node (or the coordinator) the route step would send it to. */
+  readonly target: CallerRouteTarget | null;
+  /** This node's own grant, under which the route step would deliver it here. */
+  readonly own: CallerOwnDirect | null;
+}
+
+const neither: CallerAnswer = { target: null, own: null };
+
+/** The core's answer now (the two never both: a direct route to this node is not a route to another). */
+function answerOf(state: NodeState, entityType: string, shard: number): CallerAnswer {
+  const target = callerRouteOf(state, entityType, shard);
+  if (target !== null) return { target, own: null };
+  const own = callerOwnDirectOf(state, entityType, shard);
+  return own === null ? neither : { target: null, own };
+}
+
+const sameTarget = (a: CallerRouteTarget | null, b: CallerRouteTarget | null): boolean =>
   a === b || (a !== null && b !== null && a.t === b.t && a.coordinator.equals(b.coordinator) && a.direct === b.direct);
 
 const sameOwn = (a: CallerOwnDirect | null, b: CallerOwnDirect | null): boolean =>
   a === b || (a !== null && b !== null && a.t === b.t && a.coordinator.equals(b.coordinator) && a.route === b.route);
 
-/** A kept null of {@link CallerRouteMemo.target} (a map's miss is `undefined`). */
-const noRoute: unique symbol = Symbol("no route");
+const sameAnswer = (a: CallerAnswer, b: CallerAnswer): boolean =>
+  sameTarget(a.target, b.target) && sameOwn(a.own, b.own);
 
-/**
- * The routes of member callers answered at one state version, per entity type and shard: `callerRouteOf` (another
- * node, or the coordinator) and `callerOwnDirectOf` (this node's own grant).
- */
+/** The answers for member callers' tells ({@link CallerAnswer}) at one state version, per entity type and shard. */
 export class CallerRouteMemo {
   private version = -1;
-  private readonly byType = new Map<string, Map<number, CallerRouteTarget | typeof noRoute>>();
-  private readonly ownByType = new Map<string, Map<number, CallerOwnDirect>>();
+  private readonly byType = new Map<string, Map<number, CallerAnswer>>();
 
-  /**
-   * `callerRouteOf(state, entityType, shard)`, kept while the state's version stays the same: a route, and a null of a
-   * registered type too (a shard this node owns under its own grant asks this first, for every tell).
-   */
-  target(state: NodeState, entityType: string, shard: number): CallerRouteTarget | null {
-    this.at(state);
+  /** The core's {@link CallerAnswer}, kept while the state's version stays the same (for a registered type only). */
+  answer(state: NodeState, entityType: string, shard: number): CallerAnswer {
+    if (state.version !== this.version) {
+      this.version = state.version;
+      this.byType.clear();
+    }
     let shards = this.byType.get(entityType);
     const known = shards?.get(shard);
     if (known !== undefined) {
-      const kept = known === noRoute ? null : known;
-      if (!verifyHits) return kept;
-      return verified("a caller's route", kept, callerRouteOf(state, entityType, shard), sameRoute);
+      if (!verifyHits) return known;
+      return verified("a caller's route", known, answerOf(state, entityType, shard), sameAnswer);
     }
-    const target = callerRouteOf(state, entityType, shard);
+    const answer = answerOf(state, entityType, shard);
     // Only answers about a registered type are kept (bounded by its shards): an unknown name asks the core again.
-    if (target === null && !state.types.has(entityType)) return null;
+    if (!state.types.has(entityType)) return answer;
     if (shards === undefined) {
       shards = new Map();
       this.byType.set(entityType, shards);
     }
-    shards.set(shard, target ?? noRoute);
-    return target;
-  }
-
-  /** `callerOwnDirectOf(state, entityType, shard)`, kept as {@link target}'s answers are (only grants, not null). */
-  own(state: NodeState, entityType: string, shard: number): CallerOwnDirect | null {
-    this.at(state);
-    let shards = this.ownByType.get(entityType);
-    const known = shards?.get(shard);
-    if (known !== undefined) {
-      if (!verifyHits) return known;
-      return verified("a caller's own grant", known, callerOwnDirectOf(state, entityType, shard), sameOwn);
-    }
-    const own = callerOwnDirectOf(state, entityType, shard);
-    if (own === null) return null;
-    if (shards === undefined) {
-      shards = new Map();
-      this.ownByType.set(entityType, shards);
-    }
-    shards.set(shard, own);
-    return own;
-  }
-
-  /** Forgets every answer when the state changed since they were given. */
-  private at(state: NodeState): void {
-    if (state.version !== this.version) {
-      this.version = state.version;
-      this.byType.clear();
-      this.ownByType.clear();
-    }
+    shards.set(shard, answer);
+    return answer;
   }
 }
 

@@ -14,7 +14,7 @@ import {
   directDeliveryType,
   type NodeEffect,
   ownerDeliveryType,
-  routeOwnDirect,
+  routedDirect,
 } from "../../../src/sharding/node/node-core.ts";
 import { direct, directFrom, onlyDelivers, ownerWithOwnGrant } from "./direct-harness.ts";
 import { a, b, c, coordinatorWithPlan, type Driven, follower, member, rejects, type, view } from "./node-harness.ts";
@@ -253,7 +253,7 @@ test("own direct shortcut: applying it counts a direct route and routes this nod
   assert.ok(own !== null);
   n.t.via = null;
   const before = n.stats.directRoutes;
-  routeOwnDirect(n.state, own);
+  routedDirect(n.state, own);
   assert.equal(n.stats.directRoutes, before + 1);
   assert.ok(n.state.types.get(type)?.via?.equals(a));
 });

@@ -15,7 +15,6 @@ import {
   callerRouteOf,
   directDeliveryType,
   routedDirect,
-  routeOwnDirect,
   routeVia,
 } from "../../../src/sharding/node/node-core.ts";
 import { CallerRouteMemo, DirectAcceptMemo } from "../../../src/sharding/node/shortcut-memo.ts";
@@ -95,15 +94,19 @@ test("memo: the caller's memory keeps a direct route and drops it at the step th
   const shard = k.b.shardOn(c);
   grantedDirect(k, shard, 2_000);
   const memo = new CallerRouteMemo();
-  const kept = memo.target(k.b.state, type, shard);
+  const kept = memo.answer(k.b.state, type, shard).target;
   assert.ok(kept?.direct?.owner.equals(c));
-  assert.equal(memo.target(k.b.state, type, shard), kept, "the same answer, from the memory");
+  assert.equal(memo.answer(k.b.state, type, shard).target, kept, "the same answer, from the memory");
   routedDirect(k.b.state, kept!);
-  assert.equal(memo.target(k.b.state, type, shard), kept, "routing through the same coordinator changes nothing");
+  assert.equal(
+    memo.answer(k.b.state, type, shard).target,
+    kept,
+    "routing through the same coordinator changes nothing",
+  );
   control(k.b, new HandoffAnnounce(type, k.b.settings.key, shard, a.toString(), c.toString(), 42), a, 2_010);
   const fresh = callerRouteOf(k.b.state, type, shard);
   assert.equal(fresh?.direct ?? null, null, "the core: no direct route while the shard moves");
-  assert.equal(memo.target(k.b.state, type, shard)?.direct ?? null, null);
+  assert.equal(memo.answer(k.b.state, type, shard).target?.direct ?? null, null);
 });
 
 test("memo: a route through another coordinator than the one the callers last used is a change (NodeState.version)", () => {
@@ -112,7 +115,7 @@ test("memo: a route through another coordinator than the one the callers last us
   grantedDirect(k, shard, 2_000);
   const t = k.b.t;
   const memo = new CallerRouteMemo();
-  assert.ok(memo.target(k.b.state, type, shard)?.direct?.owner.equals(c), "a direct route, kept");
+  assert.ok(memo.answer(k.b.state, type, shard).target?.direct?.owner.equals(c), "a direct route, kept");
   const before = k.b.state.version;
   routeVia(k.b.state, t, t.via);
   assert.equal(k.b.state.version, before, "the same coordinator again: no change");
@@ -121,23 +124,23 @@ test("memo: a route through another coordinator than the one the callers last us
   routeVia(k.b.state, t, c);
   assert.equal(k.b.state.version, before + 1);
   assert.equal(callerRouteOf(k.b.state, type, shard), null);
-  assert.equal(memo.target(k.b.state, type, shard), null);
+  assert.equal(memo.answer(k.b.state, type, shard).target, null);
 });
 
 test("memo: the caller's memory keeps this node's own grant and drops it at the step that begins the shard's drain", () => {
   const { n, shard } = ownerWithOwnGrant();
   const memo = new CallerRouteMemo();
-  assert.equal(memo.target(n.state, type, shard), null, "no route to another node");
-  const kept = memo.own(n.state, type, shard);
+  assert.equal(memo.answer(n.state, type, shard).target, null, "no route to another node");
+  const kept = memo.answer(n.state, type, shard).own;
   assert.equal(kept?.t, n.t);
-  assert.equal(memo.own(n.state, type, shard), kept, "the same answer, from the memory");
-  routeOwnDirect(n.state, kept!);
-  assert.equal(memo.own(n.state, type, shard), kept, "routing through the same coordinator changes nothing");
+  assert.equal(memo.answer(n.state, type, shard).own, kept, "the same answer, from the memory");
+  routedDirect(n.state, kept!);
+  assert.equal(memo.answer(n.state, type, shard).own, kept, "routing through the same coordinator changes nothing");
   // A handoff of the shard with no member to wait for: the drain begins at once, and direct deliveries are refused.
   const key = n.settings.key;
   control(n, new PassivateShard(type, key, shard, a.toString(), b.toString(), 42, []), a, 2_100);
   assert.equal(callerOwnDirectOf(n.state, type, shard), null, "the core: no own delivery while the shard drains");
-  assert.equal(memo.own(n.state, type, shard), null);
+  assert.equal(memo.answer(n.state, type, shard).own, null);
 });
 
 test("memo: a kept null (no grant yet: the step routes the tell) gives way to the direct route once the grant arrives", () => {
@@ -145,10 +148,10 @@ test("memo: a kept null (no grant yet: the step routes the tell) gives way to th
   const shard = k.b.shardOn(c);
   const memo = new CallerRouteMemo();
   assert.equal(callerRouteOf(k.b.state, type, shard), null, "the core: no grant, the route step decides");
-  assert.equal(memo.target(k.b.state, type, shard), null);
-  assert.equal(memo.target(k.b.state, type, shard), null, "the kept null");
+  assert.equal(memo.answer(k.b.state, type, shard).target, null);
+  assert.equal(memo.answer(k.b.state, type, shard).target, null, "the kept null");
   grantedDirect(k, shard, 2_000);
   assert.ok(callerRouteOf(k.b.state, type, shard)?.direct?.owner.equals(c));
-  assert.ok(memo.target(k.b.state, type, shard)?.direct?.owner.equals(c));
-  assert.equal(memo.target(k.b.state, "NotRegistered", shard), null, "an unknown type: asked, nothing kept");
+  assert.ok(memo.answer(k.b.state, type, shard).target?.direct?.owner.equals(c));
+  assert.equal(memo.answer(k.b.state, "NotRegistered", shard).target, null, "an unknown type: asked, nothing kept");
 });
