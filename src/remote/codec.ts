@@ -88,8 +88,16 @@ export function fieldListProblem(fields: unknown): string | null {
 /**
  * Compiles a codec for `fields` (validated by {@link fieldListProblem}). Encoder and decoder are generated once per
  * class so each field access is a plain monomorphic property load; names are embedded as JSON string literals only.
+ * `slot`, when given, names one more property that every object `read` builds (with `proto`) holds, null: a caller that
+ * sets it after reading (the nesting codec's nested message) then stores into the object's own layout instead of
+ * growing it by a property, which costs a property array per object read.
  */
-export function compileCodec(typeName: string, fields: FieldList, proto: object = Object.prototype): PayloadCodec {
+export function compileCodec(
+  typeName: string,
+  fields: FieldList,
+  proto: object = Object.prototype,
+  slot: string | null = null,
+): PayloadCodec {
   const list = Object.keys(fields).map((name) => {
     const spec = fields[name]!;
     const optional = spec.endsWith("?");
@@ -302,7 +310,7 @@ export function compileCodec(typeName: string, fields: FieldList, proto: object 
     "sb",
     "shortAscii",
     `"use strict";
-function Shape(${args}) { ${list.map((field, i) => `this[${JSON.stringify(field.name)}] = f${i};`).join(" ")} }
+function Shape(${args}) { ${list.map((field, i) => `this[${JSON.stringify(field.name)}] = f${i};`).join(" ")} ${slot === null ? "" : `this[${JSON.stringify(slot)}] = null;`} }
 Shape.prototype = proto;
 return {
   measure(m) { ${measureLines.join("\n")} },

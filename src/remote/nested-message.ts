@@ -145,7 +145,7 @@ export class NestingCodec implements PayloadCodec {
     private readonly name: string,
     private readonly layout: NestingLayout,
   ) {
-    this.fixed = compileCodec(name, layout.fields);
+    this.fixed = compileCodec(name, layout.fields, Object.prototype, layout.nestedField);
     this.fields = [...this.fixed.fields, { name: layout.nestedField, type: "json" as const, optional: true }];
     this.fingerprint = fnv1a(`nested-message-first/1,${this.fixed.fingerprint}`);
   }
@@ -239,6 +239,24 @@ export class NestingCodec implements PayloadCodec {
    * fields are read first: they say whether the nested message is decoded here ({@link NestingLayout.decodeHere}).
    */
   read(buf: Buffer, at: number, end: number, _proto?: object): Record<string, unknown> {
+    const record = this.readRecord(buf, at, end);
+    try {
+      return this.type.fromJSON(record) as Record<string, unknown>;
+    } catch (error) {
+      // What fromJSON throws may be built from the peer's fields (a value whose toString throws): described, never
+      // converted with String().
+      throw this.undecodable(`fromJSON threw ${errorText(error)}`);
+    }
+  }
+
+  /**
+   * The envelope's own fields as read (untrusted), with the nested message in the layout's nested field: what
+   * {@link read} gives the class's `fromJSON`. Only the nested field is the codec's own ({@link NestedMessage}, or null
+   * when the envelope carries none). For a codec that nests envelopes in its own frame (a batch of them), which
+   * validates each one itself instead of through a class per envelope.
+   * @throws EnvelopeDecodeError (reason `undecodable`) for truncated, trailing or malformed bytes
+   */
+  readRecord(buf: Buffer, at: number, end: number): Record<string, unknown> {
     if (end - at < 4) throw this.undecodable("truncated nested message length");
     const n = readU32(buf, at);
     const nestedEnd = at + 4 + n;
@@ -277,13 +295,7 @@ export class NestingCodec implements PayloadCodec {
       }
     }
     record[this.layout.nestedField] = message;
-    try {
-      return this.type.fromJSON(record) as Record<string, unknown>;
-    } catch (error) {
-      // What fromJSON throws may be built from the peer's fields (a value whose toString throws): described, never
-      // converted with String().
-      throw this.undecodable(`fromJSON threw ${errorText(error)}`);
-    }
+    return record;
   }
 
   /**

@@ -41,6 +41,7 @@ import {
   PlanSnapshotRequest,
   PlanUpdate,
   PrepareShard,
+  ReceivedDirectBatch,
   type ShardingControlAck,
   ShardingEnvelope,
   wireNames,
@@ -490,6 +491,17 @@ export class ClusterSharding implements Extension {
     if (message instanceof ShardingEnvelope) {
       if (message.traceContextMalformed) this.counters.malformedTraceContexts++;
       this.shell.receive({ envelope: message, sender, origin }, origin);
+    } else if (message instanceof ReceivedDirectBatch) {
+      // One by one, in order, each as a single direct envelope from this link (docs/protocol.md §8.8 "Batches"), under
+      // one clock reading: a plain tell of an accepted shard straight from its record, any other as its envelope.
+      const nowMs = this.system.scheduler.now();
+      const shell = this.shell;
+      for (let i = 0; i < message.records.length; i++) {
+        if (shell.receiveRecord(message, i, sender, origin, nowMs)) continue;
+        const envelope = message.envelopeAt(i);
+        if (envelope.traceContextMalformed) this.counters.malformedTraceContexts++;
+        shell.receive({ envelope, sender, origin }, origin, nowMs);
+      }
     } else if (message instanceof DirectBatch) {
       // One by one, in order, each as a single direct envelope from this link (docs/protocol.md §8.8 "Batches"), under
       // one clock reading: they arrived together.

@@ -7,7 +7,13 @@ import { test } from "node:test";
 import { EnvelopeDecodeError, MessageEncodeError, MessageRegistry } from "../../src/remote/index.ts";
 import { LeastLoadedAllocation, NoRebalance, ShardingSettings } from "../../src/sharding/index.ts";
 import { RegistryCodec, registerShardingWireTypes } from "../../src/sharding/internal/codec.ts";
-import { DirectBatch, DirectEnvelope, ShardingEnvelope, wireNames } from "../../src/sharding/internal/messages.ts";
+import {
+  DirectBatch,
+  DirectEnvelope,
+  ReceivedDirectBatch,
+  ShardingEnvelope,
+  wireNames,
+} from "../../src/sharding/internal/messages.ts";
 import { eventually } from "../fixtures/eventually.ts";
 import { addr } from "./fixtures/members.ts";
 import { type OrderCommand, OrderReply, Seq, sequenceSink } from "./fixtures/order.ts";
@@ -86,7 +92,7 @@ test("a batch whose header the receiver would refuse or mangle is refused at sen
   // 4,096 bytes is the most a header text may hold: written and read back.
   const longest = "é".repeat(2_048);
   const back = roundTrip(batchOf(longest));
-  assert.ok(back instanceof DirectBatch);
+  assert.ok(back instanceof ReceivedDirectBatch);
   assert.equal(back.envelopes[1]!.entityType, longest);
   for (const [what, type] of [
     ["4,097 bytes of UTF-8", `${"é".repeat(2_048)}x`],

@@ -11,6 +11,7 @@ import {
   DirectBatchEntry,
   DirectEnvelope,
   directBatchMax,
+  ReceivedDirectBatch,
   wireNames,
 } from "../../src/sharding/internal/messages.ts";
 import { DirectSendBatches, type PendingDirectBatch } from "../../src/sharding/node/direct-batches.ts";
@@ -110,7 +111,7 @@ test("a direct batch carries its envelopes as that many single direct envelopes 
   ];
   const bytes = encode(batch, new DirectBatch(envelopes));
   const back = batch.read(bytes, 0, bytes.length, Object.prototype) as unknown;
-  assert.ok(back instanceof DirectBatch);
+  assert.ok(back instanceof ReceivedDirectBatch);
   assert.equal(back.envelopes.length, envelopes.length);
   let singles = 0;
   for (const [i, sent] of envelopes.entries()) {
@@ -133,7 +134,7 @@ test("envelopes granted under different plan generations share a batch, each kee
   const { batch, wire } = setup();
   const envelopes = [direct(wire, "a", 1, {}, 3), direct(wire, "b", 2, {}, 9), direct(wire, "c", 3, {}, 3)];
   const bytes = encode(batch, new DirectBatch(envelopes));
-  const back = batch.read(bytes, 0, bytes.length, Object.prototype) as unknown as DirectBatch;
+  const back = batch.read(bytes, 0, bytes.length, Object.prototype) as unknown as ReceivedDirectBatch;
   assert.deepEqual(
     back.envelopes.map((e) => [e.entityId, e.generation]),
     [
@@ -153,7 +154,7 @@ test("a batch of JSON payloads serializes each once and writes the text it measu
   growingCalls = 0;
   const bytes = encode(batch, new DirectBatch(envelopes));
   assert.equal(growingCalls, 4, "one serialization per payload");
-  const back = batch.read(bytes, 0, bytes.length, Object.prototype) as unknown as DirectBatch;
+  const back = batch.read(bytes, 0, bytes.length, Object.prototype) as unknown as ReceivedDirectBatch;
   assert.deepEqual(
     back.envelopes.map((e) => (e.message!.payload as DecodedMessage).value),
     [1, 2, 3, 4].map((k) => Object.assign(Object.create(Growing.prototype) as object, { text: "x".repeat(k * 10) })),
@@ -202,7 +203,7 @@ test("every truncation and every single-byte corruption of a batch is refused as
       outcomes.refused++;
       return;
     }
-    assert.ok(value instanceof DirectBatch, what);
+    assert.ok(value instanceof ReceivedDirectBatch, what);
     for (const e of value.envelopes) assert.ok(e instanceof DirectEnvelope, what);
     outcomes.read++;
   };

@@ -1,12 +1,15 @@
 import { errorText, isWellFormedText } from "../../actor/untrusted.ts";
 import { EnvelopeDecodeError, MessageEncodeError, type MessageRegistry } from "../../remote/index.ts";
+import type { NestingCodec } from "../../remote/nested-message.ts";
 import {
+  checkedBatchRecord,
   DirectBatch,
-  DirectBatchEntry,
+  type DirectBatchRecord,
   DirectEnvelope,
   type DirectHeader,
   directBatchMax,
   directHeader,
+  ReceivedDirectBatch,
   wireNames,
 } from "./messages.ts";
 
@@ -27,7 +30,7 @@ const headerTextMax = 4_096;
  * senderless flag, delivery attempt, trace context, generation, in the compiled codec's encoding).
  *
  * The header is validated once ({@link directHeader}), each entry's own fields as a single direct envelope's are
- * ({@link DirectEnvelope.fromBatchEntry}): together exactly the checks a single direct envelope passes. One malformed
+ * ({@link DirectEnvelope.fromBatchRecord}): together exactly the checks a single direct envelope passes. One malformed
  * envelope refuses the whole frame, as a malformed single one refuses its own.
  */
 export class DirectBatchCodec implements BinaryCodec {
@@ -37,7 +40,7 @@ export class DirectBatchCodec implements BinaryCodec {
 
   constructor(
     /** The nesting codec of a batch entry (registered as `wireNames.directBatchEntry`). */
-    private readonly entry: BinaryCodec,
+    private readonly entry: NestingCodec,
   ) {
     this.fingerprint = (entry.fingerprint ^ 0x6261_7432) >>> 0;
   }
@@ -90,7 +93,7 @@ export class DirectBatchCodec implements BinaryCodec {
     } catch (error) {
       throw undecodable(`header: ${errorText(error)}`);
     }
-    const envelopes: DirectEnvelope[] = new Array(count);
+    const records: DirectBatchRecord[] = new Array(count);
     let o = reader.o;
     for (let i = 0; i < count; i++) {
       if (end - o < 4) throw undecodable(`truncated length of envelope ${i}`);
@@ -98,10 +101,9 @@ export class DirectBatchCodec implements BinaryCodec {
       o += 4;
       if (n > end - o) throw undecodable(`envelope ${i} runs past the frame`);
       // The entry's own fields as read (untrusted), validated as a single direct envelope's, with the header's.
-      const entry = this.entry.read(buf, o, o + n, Object.prototype) as unknown;
-      if (!(entry instanceof DirectBatchEntry)) throw undecodable(`envelope ${i} is not a batch entry`);
+      const record = this.entry.readRecord(buf, o, o + n);
       try {
-        envelopes[i] = DirectEnvelope.fromBatchEntry(entry.fields, header);
+        records[i] = checkedBatchRecord(record);
       } catch (error) {
         // Built from the peer's fields: described, never converted with String().
         throw undecodable(`envelope ${i}: ${errorText(error)}`);
@@ -109,7 +111,7 @@ export class DirectBatchCodec implements BinaryCodec {
       o += n;
     }
     if (o !== end) throw undecodable("trailing bytes after the last envelope");
-    return new DirectBatch(envelopes) as unknown as Record<string, unknown>;
+    return new ReceivedDirectBatch(header, records) as unknown as Record<string, unknown>;
   }
 
   /**

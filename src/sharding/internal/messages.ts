@@ -164,7 +164,7 @@ export class ShardingEnvelope {
    */
   protected static validated(json: unknown, direct: boolean): ShardingEnvelope {
     const o = object(json, "ShardingEnvelope");
-    const e = entryFields(o);
+    const e = entryFields(o, wireMessageOf(o.message));
     const hopCount = intValue(o.hopCount, "hopCount", 0);
     if (!direct) {
       const entityType = nonEmptyValue(o.entityType, "entityType");
@@ -231,16 +231,11 @@ const entryScratch: EntryFields = {
  * reads it before validating another.
  * @throws ClusterShardingConfigurationError naming the malformed field
  */
-function entryFields(o: Json): EntryFields {
+function entryFields(o: Json, message: WireMessage | null): EntryFields {
   // Each field is read by name here, once (a helper given the object and a key would make every read a keyed lookup
   // on the owner's hot path), then checked by value.
   const kind = strValue(o.kind, "kind");
   if (kind !== "User" && kind !== "Activate" && kind !== "Passivate") bad("kind", `unknown kind ${kind}`);
-  let message: WireMessage | null = null;
-  if (o.message !== null && o.message !== undefined) {
-    const m = object(o.message, "message");
-    message = { type: strValue(m.type, "type"), payload: m.payload };
-  }
   if (kind === "User" && message === null) bad("message", "a User envelope needs a message");
   const askTimeoutMs =
     o.askTimeoutMs === null || o.askTimeoutMs === undefined ? null : nonNegativeValue(o.askTimeoutMs, "askTimeoutMs");
@@ -262,6 +257,13 @@ function entryFields(o: Json): EntryFields {
   e.senderless = senderless;
   e.deliveryAttempt = deliveryAttempt;
   return e;
+}
+
+/** An envelope's `message` as its JSON or its nesting codec's fields gave it (untrusted), validated; null when absent. */
+function wireMessageOf(message: unknown): WireMessage | null {
+  if (message === null || message === undefined) return null;
+  const m = object(message, "message");
+  return { type: strValue(m.type, "type"), payload: m.payload };
 }
 
 /** What every direct envelope of one batch shares (a direct batch's header), validated. */
@@ -647,14 +649,15 @@ export class DirectEnvelope extends ShardingEnvelope {
   }
 
   /**
-   * Rebuilds one envelope of a direct batch: its entry's own fields and generation (as read, untrusted), validated as
-   * a single direct envelope's are, and the batch's `header`, validated once for the batch ({@link directHeader}).
+   * Rebuilds one envelope of a direct batch: its entry's own fields and generation, as the entry's nesting codec read
+   * them (`NestingCodec.readRecord`: untrusted), validated as a single direct envelope's are, and the batch's `header`,
+   * validated once for the batch ({@link directHeader}). The record's `message` is the codec's own (a `NestedMessage`
+   * of a wire name and the payload it read, or null): taken as it is, not copied.
    * @throws ClusterShardingConfigurationError naming the malformed field
    */
-  static fromBatchEntry(json: unknown, header: DirectHeader): DirectEnvelope {
-    const o = object(json, "DirectBatchEntry");
-    const e = entryFields(o);
-    return directEnvelopeOf(e, header, directGeneration(o.generation));
+  static fromBatchRecord(record: Readonly<Record<string, unknown>>, header: DirectHeader): DirectEnvelope {
+    const e = entryFields(record, record.message as WireMessage | null);
+    return directEnvelopeOf(e, header, directGeneration(record.generation));
   }
 }
 
@@ -717,11 +720,65 @@ export class DirectBatch {
 }
 
 /**
+ * One envelope of a received {@link DirectBatch}, as its entry's nesting codec read it (`NestingCodec.readRecord`) and
+ * {@link checkedBatchRecord} validated it: a direct envelope's fields but those of the batch's header.
+ */
+export interface DirectBatchRecord {
+  readonly kind: EnvelopeKind;
+  readonly entityId: string;
+  readonly shardId: number;
+  /** Null or undefined (the wire's absent) for a tell. */
+  readonly askTimeoutMs: number | null | undefined;
+  readonly senderless: boolean;
+  readonly deliveryAttempt: number;
+  /** As the sender wrote it: one that is not a valid trace context is dropped, and counted, when its envelope is built. */
+  readonly traceparent: string | null | undefined;
+  readonly generation: number;
+  /** The codec's own `NestedMessage`: the payload decoded as read (`DecodedMessage`), or kept encoded. */
+  readonly message: WireMessage | null;
+}
+
+/**
+ * A direct batch as an owner reads it (internal/direct-batch-codec.ts): its header, validated once, and its envelopes'
+ * records, each validated as a single direct envelope's fields are. An envelope is built from its record only where it
+ * is needed ({@link envelopeAt}): the owner's daemon delivers a plain tell of a shard it accepted straight from the
+ * record (node-shell.ts `receiveRecord`), so a batch in the daemon's mailbox holds no envelope objects.
+ */
+export class ReceivedDirectBatch {
+  /** @internal Made by the batch's codec. */
+  constructor(
+    readonly header: DirectHeader,
+    readonly records: readonly DirectBatchRecord[],
+  ) {}
+
+  /** The direct envelope of record `i`, built on each call (the same one a single direct envelope would be). */
+  envelopeAt(i: number): DirectEnvelope {
+    return DirectEnvelope.fromBatchRecord(this.records[i] as unknown as Readonly<Record<string, unknown>>, this.header);
+  }
+
+  /** Every envelope, built ({@link envelopeAt}). */
+  get envelopes(): DirectEnvelope[] {
+    return this.records.map((_, i) => this.envelopeAt(i));
+  }
+}
+
+/**
+ * A batch entry's fields as its nesting codec read them (untrusted), validated as a single direct envelope's are (the
+ * checks of {@link DirectEnvelope.fromBatchRecord}), as the record they are.
+ * @throws ClusterShardingConfigurationError naming the malformed field
+ */
+export function checkedBatchRecord(record: Readonly<Record<string, unknown>>): DirectBatchRecord {
+  entryFields(record, record.message as WireMessage | null);
+  directGeneration(record.generation);
+  return record as unknown as DirectBatchRecord;
+}
+
+/**
  * The per-envelope part of a {@link DirectBatch} on the wire: a direct envelope's fields but those the batch header
  * carries once (internal/direct-batch-codec.ts). Registered only so that remoting's nesting codec writes and reads it;
  * it is never sent alone. Read, it only holds the entry's fields as they came, unvalidated: an inert value to any
  * actor a peer addresses one to (the daemon refuses it as an unknown message and counts it), which only the batch's
- * codec opens, validating the fields with the header's ({@link DirectEnvelope.fromBatchEntry}).
+ * codec opens, validating the fields ({@link checkedBatchRecord}).
  */
 export class DirectBatchEntry {
   /** @internal Made by {@link DirectBatchEntry.fromJSON} only. */

@@ -11,7 +11,13 @@ import { handoffTimeoutMs } from "../constants.ts";
 import type { ShardMoveDecision } from "../coordinator/shard-move.ts";
 import { asError, ShardHandoffInProgressError, ShardLeaseUnavailableError } from "../errors.ts";
 import { attachTyped, type PayloadCodec, typedOf } from "../internal/codec.ts";
-import { DirectBatch, DirectEnvelope, ShardingControlAck, type WireMessage } from "../internal/messages.ts";
+import {
+  DirectBatch,
+  DirectEnvelope,
+  type ReceivedDirectBatch,
+  ShardingControlAck,
+  type WireMessage,
+} from "../internal/messages.ts";
 import type { ShardingProvider } from "../internal/provider.ts";
 import type { AttemptOutcome } from "../internal/retry-barrier.ts";
 import { settingsDigest } from "../internal/settings-digest.ts";
@@ -293,6 +299,55 @@ export class NodeShell {
       }
     }
     this.run({ kind: "envelope", delivery, origin });
+  }
+
+  /**
+   * Delivers record `i` of a received direct batch (docs/protocol.md §8.8 "Batches") straight from the record, as
+   * {@link receive} would deliver its envelope, when the record is a plain tell (no ask, no trace context, its payload
+   * decoded as read) to a shard whose acceptance the memory holds (`DirectAcceptMemo.acceptsRecord`): the envelope is
+   * then never built. Returns false, having done nothing, otherwise: the caller builds the envelope and passes it to
+   * {@link receive}, which decides as for any envelope.
+   */
+  receiveRecord(
+    batch: ReceivedDirectBatch,
+    i: number,
+    sender: ActorRef<unknown> | null,
+    origin: UniqueAddress | null,
+    nowMs: number,
+  ): boolean {
+    if (this.running || this.queue.length !== 0 || this.membership.snapshot() !== this.state.view.snapshot)
+      return false;
+    const r = batch.records[i]!;
+    if (r.kind !== "User" || (r.askTimeoutMs !== null && r.askTimeoutMs !== undefined)) return false;
+    if (r.traceparent !== null && r.traceparent !== undefined) return false;
+    const payload = r.message?.payload;
+    if (!(payload instanceof DecodedMessage)) return false;
+    const t = this.directAccepts.acceptsRecord(this.state, batch, i);
+    if (t === null) return false;
+    const provider = this.providers.get(t.name);
+    if (provider === undefined) return false;
+    // deliverRouted's course, with deliverOne's for a decoded tell.
+    this.running = true;
+    try {
+      this.stepNowMs = nowMs;
+      const outcome = this.deliverTell(provider, r.shardId, r.entityId, payload.value, r.senderless ? null : sender);
+      if (outcome !== "delivered") {
+        const delivery: Delivery = { envelope: batch.envelopeAt(i), sender, origin };
+        this.queue.push({
+          kind: "delivered",
+          type: t.name,
+          shard: r.shardId,
+          retry: false,
+          deliveries: [delivery],
+          outcomes: [outcome],
+        });
+      }
+    } finally {
+      this.running = false;
+    }
+    const next = this.queue.shift();
+    if (next !== undefined) this.drain(next);
+    return true;
   }
 
   /**
@@ -676,11 +731,33 @@ export class NodeShell {
       }
       return "delivered";
     } catch (error) {
-      if (error instanceof ShardLeaseUnavailableError) return "lease";
-      if (error instanceof ShardHandoffInProgressError) return "handoff";
-      return { error: asError(error) };
+      return outcomeOfError(error);
     }
   }
+
+  /** {@link deliverOne} of a tell whose payload is `value`, to `sender` (null when senderless), without a trace. */
+  private deliverTell(
+    provider: ShardingProvider,
+    shard: number,
+    entityId: string,
+    value: unknown,
+    sender: ActorRef<unknown> | null,
+  ): AttemptOutcome {
+    try {
+      provider.authorizeShard(shard);
+      provider.deliver(shard, entityId, value, sender, this.stepNowMs);
+      return "delivered";
+    } catch (error) {
+      return outcomeOfError(error);
+    }
+  }
+}
+
+/** The outcome of a delivery that threw `error`: the lease or a handoff retries it (the barrier), the rest fails it. */
+function outcomeOfError(error: unknown): AttemptOutcome {
+  if (error instanceof ShardLeaseUnavailableError) return "lease";
+  if (error instanceof ShardHandoffInProgressError) return "handoff";
+  return { error: asError(error) };
 }
 
 /** Ends `span` (if one was started), swallowing a tracer's own failure. */

@@ -1,4 +1,4 @@
-import { DirectEnvelope } from "../internal/messages.ts";
+import { DirectEnvelope, type ReceivedDirectBatch } from "../internal/messages.ts";
 import {
   type CallerOwnDirect,
   type CallerRouteTarget,
@@ -132,10 +132,42 @@ export class DirectAcceptMemo {
     }
     const accepted = directDeliveryType(state, d);
     if (accepted === null) return null;
-    const direct = e as DirectEnvelope;
+    this.remember(state, accepted, e as DirectEnvelope);
+    return accepted;
+  }
+
+  /**
+   * {@link accepts} of record `i` of a received batch, answered only from the memory: null when the memory does not
+   * hold the answer too (the caller then builds the envelope and asks {@link accepts}). A record of a batch has the
+   * batch's header, as its envelope would.
+   */
+  acceptsRecord(state: NodeState, batch: ReceivedDirectBatch, i: number): TypeState | null {
+    const t = this.t;
+    const header = batch.header;
+    const r = batch.records[i]!;
+    if (
+      t === null ||
+      state.version !== this.version ||
+      header.entityType !== this.entityType ||
+      header.settingsKey !== this.settingsKey ||
+      header.coordinatorUid !== this.coordinatorUid ||
+      this.generations.get(r.shardId) !== r.generation
+    ) {
+      return null;
+    }
+    const settings = t.settings;
+    const answer =
+      settings.partitioner.shardFor(header.entityType, r.entityId, settings.shardCount) === r.shardId ? t : null;
+    if (!verifyHits) return answer;
+    const d = { envelope: batch.envelopeAt(i), sender: null, origin: null };
+    return verified("an owner's accept of a batch record", answer, directDeliveryType(state, d), (x, y) => x === y);
+  }
+
+  /** Keeps `accepted`, the core's acceptance of `direct`, for its shard (dropping what another version kept). */
+  private remember(state: NodeState, accepted: TypeState, direct: DirectEnvelope): void {
     if (
       state.version !== this.version ||
-      accepted !== t ||
+      accepted !== this.t ||
       direct.entityType !== this.entityType ||
       direct.settingsKey !== this.settingsKey ||
       direct.coordinatorUid !== this.coordinatorUid
@@ -148,6 +180,5 @@ export class DirectAcceptMemo {
       this.generations.clear();
     }
     this.generations.set(direct.shardId, direct.generation);
-    return accepted;
   }
 }

@@ -5,14 +5,17 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import {
+  type DirectBatchRecord,
   DirectEnvelope,
   DirectMarker,
   HandoffAnnounce,
   PassivateShard,
+  ReceivedDirectBatch,
 } from "../../../src/sharding/internal/messages.ts";
 import {
   callerOwnDirectOf,
   callerRouteOf,
+  type Delivery,
   directDeliveryType,
   routedDirect,
   routeVia,
@@ -87,6 +90,71 @@ test("memo: after the steps that close the shard at its owner for a handoff, the
   control(k.c, new DirectMarker(type, key, shard, b.toString(), a.toString(), 42), b, 2_001);
   assert.equal(directDeliveryType(k.c.state, d), null, "the core refuses it: the shard drains");
   assert.equal(memo.accepts(k.c.state, d), null);
+});
+
+/** The batch an owner would read from a caller's batch of these direct deliveries (their header, their records). */
+function receivedBatch(...ds: Delivery[]): ReceivedDirectBatch {
+  const first = ds[0]!.envelope as DirectEnvelope;
+  const header = {
+    entityType: first.entityType,
+    settingsKey: first.settingsKey,
+    settingsDigest: first.settingsDigest,
+    coordinatorUid: first.coordinatorUid,
+  };
+  const records = ds.map(({ envelope }): DirectBatchRecord => {
+    const e = envelope as DirectEnvelope;
+    // The harness's envelopes carry no payload; a received User record always does (validated as read).
+    const message = e.message ?? { type: "test.payload", payload: null };
+    return { ...e, message, askTimeoutMs: e.askTimeoutMs ?? undefined, traceparent: e.traceparent ?? undefined };
+  });
+  return new ReceivedDirectBatch(header, records);
+}
+
+/** The core's answer for record `i` of `batch`, asked of the envelope the owner would build from it. */
+function coreAnswer(state: Parameters<typeof directDeliveryType>[0], batch: ReceivedDirectBatch, i: number) {
+  return directDeliveryType(state, { envelope: batch.envelopeAt(i), sender: null });
+}
+
+test("memo: a batch's record is answered only from the memory: none before it kept the shard, the core's after", () => {
+  const k = cluster();
+  const shard = k.c.shardOn(c);
+  const id = k.c.entityIn((s) => s === shard);
+  const memo = new DirectAcceptMemo();
+  const d = directFrom(k.c, id, a, k.c.t.plan.generation);
+  const batch = receivedBatch(d, d);
+  assert.equal(coreAnswer(k.c.state, batch, 0), k.c.t, "the core accepts it");
+  assert.equal(memo.acceptsRecord(k.c.state, batch, 0), null, "nothing kept yet: the envelope is built and asked");
+  assert.equal(memo.accepts(k.c.state, { envelope: batch.envelopeAt(0), sender: null }), k.c.t);
+  assert.equal(memo.acceptsRecord(k.c.state, batch, 1), k.c.t);
+});
+
+test("memo: a batch's record of a kept shard is refused from the memory where the core refuses its envelope", () => {
+  const { k, shard, id, memo, d } = ownerThatAccepted();
+  const generation = k.c.t.plan.generation;
+  const elsewhere = k.c.entityIn((s) => s !== shard);
+  const lie = { ...(d.envelope as DirectEnvelope), entityId: elsewhere } as DirectEnvelope;
+  // The same header as the kept one: an id hashing to another shard, another generation; then another coordinator.
+  const batch = receivedBatch(d, { envelope: lie, sender: null }, directFrom(k.c, id, a, generation + 1));
+  assert.equal(memo.acceptsRecord(k.c.state, batch, 0), k.c.t);
+  for (const i of [1, 2]) {
+    assert.equal(coreAnswer(k.c.state, batch, i), null, `record ${i}`);
+    assert.equal(memo.acceptsRecord(k.c.state, batch, i), null, `record ${i}`);
+  }
+  const otherCoordinator = receivedBatch(directFrom(k.c, id, b, generation));
+  assert.equal(coreAnswer(k.c.state, otherCoordinator, 0), null);
+  assert.equal(memo.acceptsRecord(k.c.state, otherCoordinator, 0), null);
+});
+
+test("memo: after the steps that close the shard for a handoff, a batch's record is refused from the memory, as the core refuses its envelope", () => {
+  const { k, shard, memo, d } = ownerThatAccepted();
+  const batch = receivedBatch(d);
+  const key = k.c.settings.key;
+  control(k.c, new PassivateShard(type, key, shard, a.toString(), b.toString(), 42, [b.toString()]), a, 2_000);
+  assert.equal(memo.accepts(k.c.state, d), k.c.t);
+  assert.equal(memo.acceptsRecord(k.c.state, batch, 0), k.c.t);
+  control(k.c, new DirectMarker(type, key, shard, b.toString(), a.toString(), 42), b, 2_001);
+  assert.equal(coreAnswer(k.c.state, batch, 0), null, "the core refuses it: the shard drains");
+  assert.equal(memo.acceptsRecord(k.c.state, batch, 0), null);
 });
 
 test("memo: the caller's memory keeps a direct route and drops it at the step that announces the shard's handoff", () => {
