@@ -50,7 +50,7 @@ import {
 } from "../../src/sharding/index.ts";
 import { attachTyped, typedOf } from "../../src/sharding/internal/codec.ts";
 import { CoordinatorFlushed, ShardingEnvelope } from "../../src/sharding/internal/index.ts";
-import { DirectEnvelope } from "../../src/sharding/internal/messages.ts";
+import { DirectEnvelope, untyped } from "../../src/sharding/internal/messages.ts";
 import type { AttemptOutcome } from "../../src/sharding/internal/retry-barrier.ts";
 import {
   type ControlMessage,
@@ -1232,7 +1232,7 @@ export class NodeSim {
         );
       }
     }
-    const message = typedOf(d.envelope)?.value as UserMessage;
+    const message = typedOf(d.envelope) as UserMessage;
     if (node.provider !== null) {
       const had = node.entities.has(message.entity);
       const outcome = node.provider.deliver(shard, message.entity, message.call);
@@ -1758,7 +1758,8 @@ function linkKey(from: number, to: number): number {
 }
 
 function callOf(envelope: ShardingEnvelope): number {
-  return (typedOf(envelope)?.value as UserMessage | undefined)?.call ?? -1;
+  const typed = typedOf(envelope);
+  return typed === untyped ? -1 : (typed as UserMessage).call;
 }
 
 const shardEntities = new Map<number, string>();

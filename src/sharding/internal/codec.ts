@@ -23,6 +23,8 @@ import {
   PrepareShard,
   ShardingControlAck,
   ShardingEnvelope,
+  typedKey,
+  untyped,
   type WireMessage,
   wireNames,
 } from "./messages.ts";
@@ -39,25 +41,23 @@ export interface PayloadCodec {
   decode(wire: WireMessage): unknown;
 }
 
-// The typed value travels beside its envelope inside one process, so local hops never decode (docs/protocol.md §7.2). A
-// symbol-keyed field is invisible to JSON.stringify (so it never reaches the wire) and cheaper than a WeakMap.
-const typedKey: unique symbol = Symbol("movie.sharding.typed");
-type WithTyped = { [typedKey]?: { value: unknown } };
+// The typed value travels beside its envelope inside one process, so local hops never decode (docs/protocol.md §7.2),
+// in the envelope's own `typedKey` field (messages.ts).
 
 /** Remembers the typed message of an envelope (process-local; not serialized). */
-export function attachTyped(envelope: object, value: unknown): void {
-  (envelope as WithTyped)[typedKey] = { value };
+export function attachTyped(envelope: ShardingEnvelope, value: unknown): void {
+  envelope[typedKey] = value;
 }
 
-/** Gives `to` the typed message of `from`, if it has one (the same holder: a copy of an envelope within a process). */
-export function shareTyped(from: object, to: object): void {
-  const typed = (from as WithTyped)[typedKey];
-  if (typed !== undefined) (to as WithTyped)[typedKey] = typed;
+/** Gives `to` the typed message of `from`, if it has one (a copy of an envelope within a process). */
+export function shareTyped(from: ShardingEnvelope, to: ShardingEnvelope): void {
+  const typed = from[typedKey];
+  if (typed !== untyped) to[typedKey] = typed;
 }
 
-/** The typed message attached to `envelope`, if it never left this process. */
-export function typedOf(envelope: object): { value: unknown } | undefined {
-  return (envelope as WithTyped)[typedKey];
+/** The typed message attached to `envelope`, or {@link untyped} when it never had one (it came from another node). */
+export function typedOf(envelope: ShardingEnvelope): unknown {
+  return envelope[typedKey];
 }
 
 /** A codec for a process without remoting: it tags by class name and can only resolve values attached locally. */

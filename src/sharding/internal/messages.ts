@@ -80,8 +80,23 @@ export interface Assignment {
   readonly owner: string;
 }
 
+/**
+ * The key of an envelope's typed message (internal/codec.ts `attachTyped`): the value its caller told, beside its wire
+ * form, while the envelope stays in the caller's process (docs/protocol.md §7.2). A symbol: invisible to JSON.stringify,
+ * so it never reaches the wire.
+ */
+export const typedKey: unique symbol = Symbol("movie.sharding.typed");
+/** {@link typedKey}'s value on an envelope that carries no typed message (one that came from another node). */
+export const untyped: unique symbol = Symbol("movie.sharding.untyped");
+
 /** A user message, activation or passivation routed to an entity. */
 export class ShardingEnvelope {
+  /**
+   * The typed message, or {@link untyped} (see {@link typedKey}). A field of every envelope from its construction, so
+   * that attaching one is a store, not a new property (a new hidden class) and a holder object per envelope.
+   */
+  [typedKey]: unknown = untyped;
+
   constructor(
     readonly kind: EnvelopeKind,
     readonly entityType: string,

@@ -16,6 +16,7 @@ import {
   DirectEnvelope,
   type ReceivedDirectBatch,
   ShardingControlAck,
+  untyped,
   type WireMessage,
 } from "../internal/messages.ts";
 import type { ShardingProvider } from "../internal/provider.ts";
@@ -695,7 +696,7 @@ export class NodeShell {
       let value: unknown;
       if (envelope.kind === "User") {
         const typed = typedOf(envelope);
-        if (typed !== undefined) value = typed.value;
+        if (typed !== untyped) value = typed;
         else {
           const wire = envelope.message!;
           try {

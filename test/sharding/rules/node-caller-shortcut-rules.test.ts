@@ -163,7 +163,7 @@ test("direct routing: the shortcut's direct copy carries the caller's typed (in-
   const twin = full.delivery(id);
   attachTyped(twin.envelope, payload);
   const [stepped] = forwards(full.route(twin, 2_100));
-  assert.equal(typedOf(stepped!.envelope)?.value, payload);
-  assert.equal(typedOf(effect.envelope)?.value, payload);
-  assert.equal(typedOf(effect.delivery.envelope)?.value, payload);
+  assert.equal(typedOf(stepped!.envelope), payload);
+  assert.equal(typedOf(effect.envelope), payload);
+  assert.equal(typedOf(effect.delivery.envelope), payload);
 });

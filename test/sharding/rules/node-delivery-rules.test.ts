@@ -77,7 +77,7 @@ test("routing: the coordinator's forwarded copy carries the caller's typed messa
   attachTyped(d.envelope, payload);
   const [forward] = forwards(n.route(d, 2_000));
   assert.equal(forward!.to.toString(), b.toString());
-  assert.equal(typedOf(forward!.envelope)?.value, payload);
+  assert.equal(typedOf(forward!.envelope), payload);
 });
 
 test("owner: hop-1 traffic from the coordinator for a shard placed on another member, or before any plan, is refused", () => {

@@ -428,7 +428,7 @@ test("direct caller: the direct copy carries the caller's typed (in-process) pay
   attachTyped(delivery.envelope, payload);
   const [out] = forwards(k.b.route(delivery, 2_010));
   assert.ok(out!.envelope instanceof DirectEnvelope);
-  assert.equal(typedOf(out!.envelope)?.value, payload);
+  assert.equal(typedOf(out!.envelope), payload);
 });
 
 test("direct caller: under the planted directWithoutGrant bug the plan alone opens the direct route (the simulator's proof that it catches the bug needs it to take effect)", () => {
