@@ -1,7 +1,6 @@
 import { decodeNested, encodeNested, type MessageRegistry, registerNesting } from "../../remote/index.ts";
-import { NestingCodec } from "../../remote/nested-message.ts";
 import { ClusterShardingConfigurationError } from "../errors.ts";
-import { DirectBatchCodec } from "./direct-batch-codec.ts";
+import { DirectBatchCodec, isBatchEntryCodec } from "./direct-batch-codec.ts";
 import { directBatchEntryLayout, directEnvelopeLayout, envelopeLayout } from "./envelope-codec.ts";
 import {
   CancelPreparations,
@@ -111,8 +110,9 @@ export function registerShardingWireTypes(registry: MessageRegistry): void {
   registerNesting(registry, DirectEnvelope, wireNames.directEnvelope, directEnvelopeLayout);
   // A batch's envelopes in the entry layout, through the nesting codec registered for it here.
   const entry = registerNesting(registry, DirectBatchEntry, wireNames.directBatchEntry, directBatchEntryLayout).codec;
-  if (!(entry instanceof NestingCodec))
+  if (!isBatchEntryCodec(entry)) {
     throw new Error(`${wireNames.directBatchEntry} is registered without its nesting codec`);
+  }
   registry.registerCodec(DirectBatch, wireNames.directBatch, new DirectBatchCodec(entry));
   registry.register(DirectProbe, { name: wireNames.directProbe });
   registry.register(DirectGrant, { name: wireNames.directGrant });

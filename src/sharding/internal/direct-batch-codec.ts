@@ -1,6 +1,5 @@
 import { errorText, isWellFormedText } from "../../actor/untrusted.ts";
 import { EnvelopeDecodeError, MessageEncodeError, type MessageRegistry } from "../../remote/index.ts";
-import type { NestingCodec } from "../../remote/nested-message.ts";
 import {
   checkedBatchRecord,
   DirectBatch,
@@ -15,6 +14,17 @@ import {
 
 /** The binary codec interface remoting's registry takes (`MessageRegistry.registerCodec`). */
 type BinaryCodec = Parameters<MessageRegistry["registerCodec"]>[2];
+
+/** A batch entry's nesting codec (remoting's `registerNesting`), which also reads an entry's fields as a record. */
+export interface BatchEntryCodec extends BinaryCodec {
+  /** The entry's own fields as read (untrusted), its nested message in `message` (remoting's `NestingCodec`). */
+  readRecord(buf: Buffer, at: number, end: number): Record<string, unknown>;
+}
+
+/** Whether `codec` reads records ({@link BatchEntryCodec}), as the nesting codec does. */
+export function isBatchEntryCodec(codec: BinaryCodec | null): codec is BatchEntryCodec {
+  return codec !== null && typeof (codec as Partial<BatchEntryCodec>).readRecord === "function";
+}
 
 /** Longest entity type name or coordinator uid a batch header may carry, in bytes. */
 const headerTextMax = 4_096;
@@ -40,7 +50,7 @@ export class DirectBatchCodec implements BinaryCodec {
 
   constructor(
     /** The nesting codec of a batch entry (registered as `wireNames.directBatchEntry`). */
-    private readonly entry: NestingCodec,
+    private readonly entry: BatchEntryCodec,
   ) {
     this.fingerprint = (entry.fingerprint ^ 0x6261_7432) >>> 0;
   }
