@@ -10,10 +10,27 @@ export class ShardedEntityType<T> {
   ) {}
 }
 
+/**
+ * What a router keeps on one {@link ShardedEntityRef} between its tells: the shard of the ref's entity under one
+ * registration of its type (a partitioner is pure, so the shard holds while the registration does). Opaque to the ref.
+ * @internal
+ */
+export class EntityRouteMemo {
+  /** The registration the shard was computed under (the router's own value), or null before the first tell. */
+  registration: unknown = null;
+  shard = -1;
+}
+
 /** The routing operations a {@link ShardedEntityRef} delegates to (implemented by sharding's caller-side router). */
 export interface EntityRouter {
-  /** Delivers a tell to the entity. */
-  route(entityType: string, entityId: string, message: unknown, sender: ActorRef<unknown> | null): void;
+  /** Delivers a tell to the entity; `memo`, when given, is the calling ref's own, kept across its tells. */
+  route(
+    entityType: string,
+    entityId: string,
+    message: unknown,
+    sender: ActorRef<unknown> | null,
+    memo?: EntityRouteMemo,
+  ): void;
   /** Delivers an ask to the entity and resolves with its reply. */
   routeAsk<R>(
     entityType: string,
@@ -32,6 +49,8 @@ export interface EntityRouter {
  * passivation and relocation. Every call routes through the sharding coordinator (docs/protocol.md §8.1).
  */
 export class ShardedEntityRef<T> {
+  private readonly memo = new EntityRouteMemo();
+
   constructor(
     readonly entityType: string,
     readonly entityId: string,
@@ -46,7 +65,7 @@ export class ShardedEntityRef<T> {
    * @throws InvalidMessageError for undefined or null, or the codec's error for an unregistered message class
    */
   tell(message: T, sender: ActorRef<unknown> | null = null): void {
-    this.router.route(this.entityType, this.entityId, message, sender);
+    this.router.route(this.entityType, this.entityId, message, sender, this.memo);
   }
 
   /**

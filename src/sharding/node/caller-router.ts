@@ -11,7 +11,7 @@ import {
   typeNameOf,
 } from "../../actor/index.ts";
 import { isWellFormedText } from "../../actor/untrusted.ts";
-import type { EntityRouter } from "../entity-ref.ts";
+import type { EntityRouteMemo, EntityRouter } from "../entity-ref.ts";
 import { asError, UnsupportedSystemMessageError } from "../errors.ts";
 import { attachTyped, type PayloadCodec } from "../internal/codec.ts";
 import { type EnvelopeKind, ShardingControlAck, ShardingEnvelope, type WireMessage } from "../internal/messages.ts";
@@ -49,13 +49,19 @@ export class CallerRouter implements EntityRouter {
   }
 
   /** Behind `ShardedEntityRef.tell`. */
-  route(entityType: string, entityId: string, message: unknown, sender: ActorRef<unknown> | null): void {
+  route(
+    entityType: string,
+    entityId: string,
+    message: unknown,
+    sender: ActorRef<unknown> | null,
+    memo?: EntityRouteMemo,
+  ): void {
     this.shell.counters.routes++;
     if (message === undefined || message === null) throw new InvalidMessageError("tell needs a message value");
     const t = requireType(this.shell.state, entityType);
     const tracer = this.shell.tracer;
     if (tracer === null) {
-      if (t.settings.routing === "direct") this.tellDirect(t, entityId, message, sender);
+      if (t.settings.routing === "direct") this.tellDirect(t, entityId, message, sender, memo);
       else this.shell.route({ envelope: this.envelopeFor(t, "User", entityId, message, null), sender }, true);
       return;
     }
@@ -140,10 +146,26 @@ export class CallerRouter implements EntityRouter {
    * An untraced tell of a type with direct routing: straight into its owner's batch when the core routes it there
    * (NodeShell.tellDirect), else as any tell. The same checks, in the same order, as {@link envelopeFor}'s.
    */
-  private tellDirect(t: TypeState, entityId: string, message: unknown, sender: ActorRef<unknown> | null): void {
-    requireEntityId(entityId);
-    const settings = t.settings;
-    const shardId = settings.partitioner.shardFor(t.name, entityId, settings.shardCount);
+  private tellDirect(
+    t: TypeState,
+    entityId: string,
+    message: unknown,
+    sender: ActorRef<unknown> | null,
+    memo: EntityRouteMemo | undefined,
+  ): void {
+    let shardId: number;
+    // A ref's entity keeps its shard while its type's registration (and so its settings) stays: the id was checked
+    // and hashed at the ref's first tell under it.
+    if (memo !== undefined && memo.registration === t) shardId = memo.shard;
+    else {
+      requireEntityId(entityId);
+      const settings = t.settings;
+      shardId = settings.partitioner.shardFor(t.name, entityId, settings.shardCount);
+      if (memo !== undefined) {
+        memo.registration = t;
+        memo.shard = shardId;
+      }
+    }
     const wire = this.codec.encode(message);
     if (this.shell.tellDirect(t, entityId, shardId, wire, message, sender)) return;
     const envelope = hop0Envelope(t, "User", entityId, shardId, wire, message, null, null);
