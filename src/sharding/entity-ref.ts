@@ -18,6 +18,8 @@ export class ShardedEntityType<T> {
 export class EntityRouteMemo {
   /** The registration the shard was computed under (the router's own value), or null before the first tell. */
   registration: unknown = null;
+  /** The id the shard is of (a ref's id is readonly to TypeScript only: checked, usually one pointer compare). */
+  entityId = "";
   shard = -1;
 }
 

@@ -65,6 +65,12 @@ test("a ref's direct tells hash its entity id once per registration of its type"
     node!.sharding.entityRefFor<OrderCommand>(type, other).tell(new Seq(7));
     await eventually(() => (sequenceSink.get(other) ?? []).includes(7), { what: "the other ref's tell" });
     assert.ok((partitioner.calls.get(other) ?? 0) >= 1);
+    // A ref whose id JavaScript changed (readonly to TypeScript only) is routed by its new id, not the kept shard.
+    const changed = "ref-memo-3";
+    (ref as unknown as { entityId: string }).entityId = changed;
+    ref.tell(new Seq(9));
+    await eventually(() => (sequenceSink.get(changed) ?? []).includes(9), { what: "the changed ref's tell" });
+    assert.ok((partitioner.calls.get(changed) ?? 0) >= 1, "the new id hashed");
     // The id is checked where the ref is made (and by the router before it keeps a shard for it).
     assert.throws(() => node!.sharding.entityRefFor<OrderCommand>(type, ""), InvalidArgumentError);
   } finally {

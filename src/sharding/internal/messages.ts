@@ -783,7 +783,8 @@ export class ReceivedDirectBatch {
  * @throws ClusterShardingConfigurationError naming the malformed field
  */
 export function checkedBatchRecord(record: Readonly<Record<string, unknown>>): DirectBatchRecord {
-  entryFields(record, record.message as WireMessage | null);
+  // The scratch's message is cleared (it never keeps a payload alive): only the checks are wanted here.
+  entryFields(record, record.message as WireMessage | null).message = null;
   directGeneration(record.generation);
   return record as unknown as DirectBatchRecord;
 }

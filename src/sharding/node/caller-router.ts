@@ -154,15 +154,16 @@ export class CallerRouter implements EntityRouter {
     memo: EntityRouteMemo | undefined,
   ): void {
     let shardId: number;
-    // A ref's entity keeps its shard while its type's registration (and so its settings) stays: the id was checked
-    // and hashed at the ref's first tell under it.
-    if (memo !== undefined && memo.registration === t) shardId = memo.shard;
+    // A ref's entity keeps its shard while its type's registration (and so its settings) and its id stay: the id
+    // was checked and hashed at the ref's first tell under them.
+    if (memo !== undefined && memo.registration === t && memo.entityId === entityId) shardId = memo.shard;
     else {
       requireEntityId(entityId);
       const settings = t.settings;
       shardId = settings.partitioner.shardFor(t.name, entityId, settings.shardCount);
       if (memo !== undefined) {
         memo.registration = t;
+        memo.entityId = entityId;
         memo.shard = shardId;
       }
     }
