@@ -138,6 +138,9 @@ export class NestingCodec implements PayloadCodec {
   private lastEntry: MessageRegistration | undefined;
   private lastDecodedBytes: Buffer | null = null;
   private lastDecodedName = "";
+  // The last wire name written and its UTF-8 bytes (a stream of envelopes repeats it; copying bytes beats encoding).
+  private lastWrittenName = "";
+  private lastWrittenBytes = new Uint8Array(0);
 
   constructor(
     private readonly registry: MessageRegistry,
@@ -196,7 +199,7 @@ export class NestingCodec implements PayloadCodec {
     let o = at + 4;
     if (wire !== null && wire !== undefined) {
       const name = wire.type;
-      const nameBytes = writeName(buf, o + 2, name);
+      const nameBytes = this.writeName(buf, o + 2, name);
       buf[o] = nameBytes >>> 8;
       buf[o + 1] = nameBytes & 0xff;
       o += 2 + nameBytes;
@@ -354,6 +357,20 @@ export class NestingCodec implements PayloadCodec {
     this.lastDecodedBytes = Buffer.from(buf.subarray(start, end));
     this.lastDecodedName = name;
     return name;
+  }
+
+  /** Writes `name` as UTF-8 at `at` (room for 3 bytes per unit was measured); returns the bytes written. */
+  private writeName(buf: Buffer, at: number, name: string): number {
+    if (name !== this.lastWrittenName) {
+      const length = writeName(buf, at, name);
+      this.lastWrittenName = name;
+      // A copy: the frame's buffer is reused.
+      this.lastWrittenBytes = new Uint8Array(buf.subarray(at, at + length));
+      return length;
+    }
+    const bytes = this.lastWrittenBytes;
+    buf.set(bytes, at);
+    return bytes.length;
   }
 
   private checkedName(wire: NestedMessage): string {
