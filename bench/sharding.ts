@@ -6,18 +6,21 @@
 //     CPU time per routed tell, and activations per second; beside them the remote ceiling between the same processes
 //     in the same run (raw length-prefixed frames over a plain socket, and a plain Movie remote tell and ask);
 //  4. two nodes: handoff of 256 shards holding 10k active entities when their owner leaves gracefully;
-//  5. scaling: 4 and 6 node processes, every node but the coordinator telling another's entities at once, in both
+//  5. the direct batch's codec (this process): an owner's read and a caller's measure and write per envelope, beside
+//     the same payload's own codec alone;
+//  6. scaling: 4 and 6 node processes, every node but the coordinator telling another's entities at once, in both
 //     routing modes: the coordinator's CPU time per routed tell and the cluster's tells per second, beside the same
 //     ring of plain remote tells.
 // Figures are measurements, never assertions. Counts are bounded; results go to bench/results/sharding.json.
 // `--only=<parts>` (comma-separated) runs a subset, to compare two commits in alternating pairs quickly: allocation,
 // memory (with the single-node activations), local (caller = coordinator = owner), 1-hop, 2-hop-owner, 2-hop (caller
-// = third node), direct (direct routing: caller = owner, caller = third node), handoff, scaling; e.g. `npm run bench:sharding -- --only=memory,local,2-hop`. Every routing part measures
+// = third node), direct (direct routing: caller = owner, caller = third node), handoff, codec, scaling; e.g. `npm run bench:sharding -- --only=memory,local,2-hop`. Every routing part measures
 // its ceilings in the same run.
 import { mkdirSync, writeFileSync } from "node:fs";
 import { cpus } from "node:os";
 import { fileURLToPath } from "node:url";
 import { Address, UniqueAddress } from "../src/actor/index.ts";
+import { encodeNested, MessageRegistry } from "../src/remote/index.ts";
 import {
   LeastLoadedAllocation,
   RateLimitedRebalance,
@@ -27,7 +30,13 @@ import {
   StableHashPartitioner,
   WeightedLeastLoadedAllocation,
 } from "../src/sharding/index.ts";
-import { AllocationPlanner } from "../src/sharding/internal/index.ts";
+import {
+  AllocationPlanner,
+  DirectBatch,
+  DirectEnvelope,
+  registerShardingWireTypes,
+  shardingWireNames,
+} from "../src/sharding/internal/index.ts";
 import { benchNodeOptions, converged, median, NodeProcess, until } from "./support/node-process.ts";
 import { clock } from "./support/raw-frames.ts";
 
@@ -74,6 +83,7 @@ const parts = [
   "2-hop",
   "direct",
   "handoff",
+  "codec",
   "scaling",
 ] as const;
 type Part = (typeof parts)[number];
@@ -259,6 +269,124 @@ function allocationCost(): void {
     const ns = nsPerLookup((id) => partitioner.shardFor("Order", id, shards));
     row(`shard lookup (StableHashPartitioner), ${shards} shards`, ns, "ns", mapNs, "Map get");
   }
+}
+
+// ---------------------------------------------------------------- 5. the direct batch's codec (this process)
+
+/** A 64-byte payload, as the node processes' tells carry (bench/sharding-node.ts Work). */
+class CodecWork {
+  constructor(
+    readonly seq: number,
+    readonly payload: string,
+  ) {}
+}
+
+/**
+ * What a direct batch of 64 envelopes (the caller's most per batch) costs per envelope to read (the owner) and to
+ * measure and write (the caller), beside the ceiling of the payload's own codec alone: what any remote tell of it pays.
+ * The read is measured twice: alone, and with the last 20,000 envelopes' reads kept alive, as an owner keeps a full
+ * window of them until they are delivered (what it reads then survives young-generation collections).
+ */
+function batchCodecCost(): Record<string, number> {
+  const registry = new MessageRegistry(null);
+  registry.register(CodecWork, { name: "bench.codec.work", fields: { seq: "number", payload: "string" } });
+  registerShardingWireTypes(registry);
+  const batchCodec = registry.lookupName(shardingWireNames.directBatch)!.codec!;
+  const workCodec = registry.lookupName("bench.codec.work")!.codec!;
+  const perBatch = 64;
+  const batches = 64;
+  const text = "x".repeat(64);
+  const sent = Array.from(
+    { length: batches },
+    (_, b) =>
+      new DirectBatch(
+        Array.from({ length: perBatch }, (_, i) => {
+          const wire = encodeNested(registry, new CodecWork(b * perBatch + i, text));
+          const id = `order-${((b * perBatch + i) & 15).toString(36)}`;
+          return new DirectEnvelope(
+            "User",
+            "Order",
+            id,
+            7,
+            "key",
+            null,
+            false,
+            wire,
+            0,
+            null,
+            3,
+            "0123456789abcdef",
+            42,
+          );
+        }),
+        true,
+      ),
+  );
+  const frames = sent.map((batch) => {
+    const buf = Buffer.alloc(batchCodec.measure(batch));
+    return buf.subarray(0, batchCodec.write(buf, 0, batch));
+  });
+  const works = sent.map((batch) => batch.envelopes.map((e) => e.message!.payload as CodecWork));
+  const workFrames = works.map((list) =>
+    list.map((w) => {
+      const buf = Buffer.alloc(workCodec.measure(w));
+      return buf.subarray(0, workCodec.write(buf, 0, w));
+    }),
+  );
+  const scratch = Buffer.alloc(1 << 20);
+  const kept: unknown[] = new Array(Math.ceil(20_000 / perBatch));
+  const rounds = 400;
+  const nsPerEnvelope = (run: (round: number) => unknown): number =>
+    (medianMs(() => {
+      let sink = 0;
+      for (let r = 0; r < rounds; r++) sink += run(r) === null ? 0 : 1;
+      return sink;
+    }) *
+      1e6) /
+    (rounds * perBatch);
+  const readNs = nsPerEnvelope((r) => {
+    const f = frames[r % batches]!;
+    return batchCodec.read(f, 0, f.length, Object.prototype);
+  });
+  const readKeptNs = nsPerEnvelope((r) => {
+    const f = frames[r % batches]!;
+    const read = batchCodec.read(f, 0, f.length, Object.prototype);
+    kept[r % kept.length] = read;
+    return read;
+  });
+  const payloadReadNs = nsPerEnvelope((r) => {
+    const list = workFrames[r % batches]!;
+    let last: unknown = null;
+    for (let i = 0; i < list.length; i++) last = workCodec.read(list[i]!, 0, list[i]!.length, CodecWork.prototype);
+    return last;
+  });
+  const keptWorks: unknown[] = new Array(kept.length);
+  const payloadReadKeptNs = nsPerEnvelope((r) => {
+    const list = workFrames[r % batches]!;
+    const read: unknown[] = new Array(list.length);
+    for (let i = 0; i < list.length; i++) read[i] = workCodec.read(list[i]!, 0, list[i]!.length, CodecWork.prototype);
+    keptWorks[r % keptWorks.length] = read;
+    return read;
+  });
+  const writeNs = nsPerEnvelope((r) => {
+    const batch = sent[r % batches]!;
+    batchCodec.measure(batch);
+    return batchCodec.write(scratch, 0, batch);
+  });
+  const payloadWriteNs = nsPerEnvelope((r) => {
+    const list = works[r % batches]!;
+    let o = 0;
+    for (let i = 0; i < list.length; i++) {
+      workCodec.measure(list[i]!);
+      o = workCodec.write(scratch, o, list[i]!);
+    }
+    return o;
+  });
+  const of = `${perBatch} per batch, 64-byte payloads`;
+  row(`direct batch read, per envelope (${of})`, readNs, "ns", payloadReadNs, "payload read");
+  row(`direct batch read, 20,000 envelopes kept`, readKeptNs, "ns", payloadReadKeptNs, "payload read, kept");
+  row(`direct batch measure + write, per envelope (${of})`, writeNs, "ns", payloadWriteNs, "payload write");
+  return { readNs, readKeptNs, payloadReadNs, payloadReadKeptNs, writeNs, payloadWriteNs };
 }
 
 // ---------------------------------------------------------------- 2. memory per entity (single node)
@@ -718,6 +846,11 @@ if (runs("handoff")) {
   say("two nodes: handoff");
   handoffResult = await handoff();
 }
+let codecResult: Record<string, number> | null = null;
+if (runs("codec")) {
+  say("the direct batch's codec");
+  codecResult = batchCodecCost();
+}
 const scalingResult: Record<string, unknown>[] = [];
 if (runs("scaling")) {
   for (const size of scalingSizes) {
@@ -774,6 +907,7 @@ writeFileSync(
       memory: memoryResult,
       routing: routingResult,
       handoff: handoffResult,
+      codec: codecResult,
       scaling: scalingResult,
     },
     null,

@@ -13,6 +13,8 @@ export {
   CancelPreparations,
   CoordinatorFlush,
   CoordinatorFlushed,
+  DirectBatch,
+  DirectEnvelope,
   PassivateShard,
   PlanRequest,
   PlanSnapshot,
