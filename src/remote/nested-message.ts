@@ -45,6 +45,24 @@ export class DecodedMessage {
   constructor(readonly value: unknown) {}
 }
 
+/**
+ * A nested message decoded as its envelope was read, in one object: its wire name, and its payload, which is this same
+ * object (a {@link DecodedMessage}). What the nesting codec reads where the message is delivered, so an envelope that
+ * waits there (in a mailbox) keeps one object beside its message, not a pair.
+ */
+class DecodedNestedMessage extends DecodedMessage implements NestedMessage {
+  constructor(
+    readonly type: string,
+    value: unknown,
+  ) {
+    super(value);
+  }
+
+  get payload(): DecodedMessage {
+    return this;
+  }
+}
+
 /** How an envelope class that nests one registered message is laid out: its own fields, and the nested one's name. */
 export interface NestingLayout {
   /** The envelope's own fields, in wire order (the types of `RegisterOptions.fields`). */
@@ -290,7 +308,7 @@ export class NestingCodec implements PayloadCodec {
         this.layout.decodeHere?.(record) === true
           ? this.decodedOrNull(type, format, fingerprint, buf, o, nestedEnd)
           : null;
-      if (decoded !== null) message = { type, payload: decoded };
+      if (decoded !== null) message = decoded;
       else {
         const bytes = Buffer.allocUnsafe(nestedEnd - o);
         buf.copy(bytes, 0, o, nestedEnd);
@@ -312,11 +330,12 @@ export class NestingCodec implements PayloadCodec {
     buf: Buffer,
     at: number,
     end: number,
-  ): DecodedMessage | null {
+  ): DecodedNestedMessage | null {
     const entry = this.entryNamed(type);
     if (entry === undefined) return null;
     try {
-      return new DecodedMessage(decodePayload(entry, format === PayloadFormat.binary, fingerprint, buf, at, end));
+      const value = decodePayload(entry, format === PayloadFormat.binary, fingerprint, buf, at, end);
+      return new DecodedNestedMessage(type, value);
     } catch {
       return null;
     }
