@@ -93,7 +93,7 @@ test("a batch whose header the receiver would refuse or mangle is refused at sen
   const longest = "é".repeat(2_048);
   const back = roundTrip(batchOf(longest));
   assert.ok(back instanceof ReceivedDirectBatch);
-  assert.equal(back.envelopes[1]!.entityType, longest);
+  assert.equal(back.envelopeAt(1).entityType, longest);
   for (const [what, type] of [
     ["4,097 bytes of UTF-8", `${"é".repeat(2_048)}x`],
     ["4,097 ASCII bytes", "x".repeat(4_097)],

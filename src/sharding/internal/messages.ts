@@ -770,11 +770,6 @@ export class ReceivedDirectBatch {
   envelopeAt(i: number): DirectEnvelope {
     return DirectEnvelope.fromBatchRecord(this.records[i] as unknown as Readonly<Record<string, unknown>>, this.header);
   }
-
-  /** Every envelope, built ({@link envelopeAt}). */
-  get envelopes(): DirectEnvelope[] {
-    return this.records.map((_, i) => this.envelopeAt(i));
-  }
 }
 
 /**

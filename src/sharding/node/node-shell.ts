@@ -90,9 +90,7 @@ export class NodeShell {
     directBatchEnvelopes,
     (batch) => this.writeDirect(batch),
     () => {
-      if (this.running) return;
-      const next = this.queue.shift();
-      if (next !== undefined) this.drain(next);
+      if (!this.running) this.drainQueued();
     },
   );
 
@@ -234,8 +232,7 @@ export class NodeShell {
     } finally {
       this.running = false;
     }
-    const next = this.queue.shift();
-    if (next !== undefined) this.drain(next);
+    this.drainQueued();
     return true;
   }
 
@@ -327,27 +324,16 @@ export class NodeShell {
     if (t === null) return false;
     const provider = this.providers.get(t.name);
     if (provider === undefined) return false;
-    // deliverRouted's course, with deliverOne's for a decoded tell.
+    // deliverRouted's course, with deliverOne's for a decoded tell (deliverTell).
     this.running = true;
     try {
       this.stepNowMs = nowMs;
       const outcome = this.deliverTell(provider, r.shardId, r.entityId, payload.value, r.senderless ? null : sender);
-      if (outcome !== "delivered") {
-        const delivery: Delivery = { envelope: batch.envelopeAt(i), sender, origin };
-        this.queue.push({
-          kind: "delivered",
-          type: t.name,
-          shard: r.shardId,
-          retry: false,
-          deliveries: [delivery],
-          outcomes: [outcome],
-        });
-      }
+      if (outcome !== "delivered") this.undelivered(t.name, { envelope: batch.envelopeAt(i), sender, origin }, outcome);
     } finally {
       this.running = false;
     }
-    const next = this.queue.shift();
-    if (next !== undefined) this.drain(next);
+    this.drainQueued();
     return true;
   }
 
@@ -616,13 +602,24 @@ export class NodeShell {
     try {
       this.stepNowMs = nowMs ?? this.scheduler.now();
       const outcome = this.deliverOne(provider, delivery);
-      if (outcome !== "delivered") {
-        const shard = delivery.envelope.shardId;
-        this.queue.push({ kind: "delivered", type, shard, retry: false, deliveries: [delivery], outcomes: [outcome] });
-      }
+      if (outcome !== "delivered") this.undelivered(type, delivery, outcome);
     } finally {
       this.running = false;
     }
+    this.drainQueued();
+  }
+
+  /**
+   * Queues, for the core, a delivery of `type` that a shortcut performed and that was not delivered: the `delivered`
+   * input its step's `deliver` effect would have given.
+   */
+  private undelivered(type: string, delivery: Delivery, outcome: AttemptOutcome): void {
+    const shard = delivery.envelope.shardId;
+    this.queue.push({ kind: "delivered", type, shard, retry: false, deliveries: [delivery], outcomes: [outcome] });
+  }
+
+  /** Runs what a shortcut queued for the core (a refused send, an undelivered delivery), if anything. */
+  private drainQueued(): void {
     const next = this.queue.shift();
     if (next !== undefined) this.drain(next);
   }
@@ -640,8 +637,7 @@ export class NodeShell {
       this.current = null;
       this.running = false;
     }
-    const next = this.queue.shift();
-    if (next !== undefined) this.drain(next);
+    this.drainQueued();
   }
 
   /**

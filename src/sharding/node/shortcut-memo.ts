@@ -114,21 +114,12 @@ export class DirectAcceptMemo {
   /** `directDeliveryType(state, d)`, with the shard's part kept while the state's version and the header stay. */
   accepts(state: NodeState, d: Delivery): TypeState | null {
     const e = d.envelope;
-    const t = this.t;
-    if (
-      t !== null &&
-      state.version === this.version &&
-      e instanceof DirectEnvelope &&
-      e.entityType === this.entityType &&
-      e.settingsKey === this.settingsKey &&
-      e.coordinatorUid === this.coordinatorUid &&
-      this.generations.get(e.shardId) === e.generation
-    ) {
-      const settings = t.settings;
-      const answer =
-        settings.partitioner.shardFor(e.entityType, e.entityId, settings.shardCount) === e.shardId ? t : null;
-      if (!verifyHits) return answer;
-      return verified("an owner's accept", answer, directDeliveryType(state, d), (x, y) => x === y);
+    if (e instanceof DirectEnvelope) {
+      const kept = this.kept(state, e.entityType, e.settingsKey, e.coordinatorUid, e.shardId, e.generation, e.entityId);
+      if (kept !== undefined) {
+        if (!verifyHits) return kept;
+        return verified("an owner's accept", kept, directDeliveryType(state, d), (x, y) => x === y);
+      }
     }
     const accepted = directDeliveryType(state, d);
     if (accepted === null) return null;
@@ -142,25 +133,42 @@ export class DirectAcceptMemo {
    * batch's header, as its envelope would.
    */
   acceptsRecord(state: NodeState, batch: ReceivedDirectBatch, i: number): TypeState | null {
-    const t = this.t;
-    const header = batch.header;
+    const h = batch.header;
     const r = batch.records[i]!;
+    const kept = this.kept(state, h.entityType, h.settingsKey, h.coordinatorUid, r.shardId, r.generation, r.entityId);
+    if (kept === undefined) return null;
+    if (!verifyHits) return kept;
+    const d = { envelope: batch.envelopeAt(i), sender: null, origin: null };
+    return verified("an owner's accept of a batch record", kept, directDeliveryType(state, d), (x, y) => x === y);
+  }
+
+  /**
+   * The kept answer for a direct delivery with these fields, or undefined when the memory holds none: the type kept
+   * for its shard and generation under its header at this version, or null when its entity id hashes to another shard
+   * (the one check made for every envelope).
+   */
+  private kept(
+    state: NodeState,
+    entityType: string,
+    settingsKey: string,
+    coordinatorUid: string,
+    shard: number,
+    generation: number,
+    entityId: string,
+  ): TypeState | null | undefined {
+    const t = this.t;
     if (
       t === null ||
       state.version !== this.version ||
-      header.entityType !== this.entityType ||
-      header.settingsKey !== this.settingsKey ||
-      header.coordinatorUid !== this.coordinatorUid ||
-      this.generations.get(r.shardId) !== r.generation
+      entityType !== this.entityType ||
+      settingsKey !== this.settingsKey ||
+      coordinatorUid !== this.coordinatorUid ||
+      this.generations.get(shard) !== generation
     ) {
-      return null;
+      return undefined;
     }
     const settings = t.settings;
-    const answer =
-      settings.partitioner.shardFor(header.entityType, r.entityId, settings.shardCount) === r.shardId ? t : null;
-    if (!verifyHits) return answer;
-    const d = { envelope: batch.envelopeAt(i), sender: null, origin: null };
-    return verified("an owner's accept of a batch record", answer, directDeliveryType(state, d), (x, y) => x === y);
+    return settings.partitioner.shardFor(entityType, entityId, settings.shardCount) === shard ? t : null;
   }
 
   /** Keeps `accepted`, the core's acceptance of `direct`, for its shard (dropping what another version kept). */
