@@ -393,12 +393,12 @@ async function handle(command: Command): Promise<object> {
       );
     case "plainTell": {
       const sink = system.actorSelection(`${command.address}/user/sink`);
-      const rate = await tellRun(
+      // With this process's CPU per tell: what a plain remote tell costs its sender (the ceiling of a remote caller's).
+      return tellRunCpu(
         (seq) => sink.tell(new Work(seq, payloadText), ackRef),
         Number(command.count),
         Number(command.window),
       );
-      return { rate };
     }
     case "plainAsk": {
       const sink = system.actorSelection(`${command.address}/user/sink`);

@@ -438,6 +438,7 @@ async function routing(): Promise<Record<string, unknown>> {
   // The receiving node's CPU per plain remote tell (the owner's, over the plainTell rounds): the least a node that
   // takes a message off the network pays, beside the coordinator's and the owner's CPU per sharded tell.
   const plainReceiveCpu: number[] = [];
+  const plainSendCpu: number[] = [];
   const cpuOf = async (n: BenchNode) => (await n.request<{ cpuUs: number }>({ type: "cpu" })).cpuUs;
   const ceilingRound = async (): Promise<void> => {
     const r = await third.request<{ rate: number; frameBytes: number }>({
@@ -449,13 +450,14 @@ async function routing(): Promise<Record<string, unknown>> {
     rawRates.push(r.rate);
     frameBytes = r.frameBytes;
     const ownerCpu0 = await cpuOf(owner);
-    const p = await third.request<{ rate: number }>({
+    const p = await third.request<{ rate: number; cpuUs: number }>({
       type: "plainTell",
       address: target.address,
       count: tellRound,
       window: tellWindow,
     });
     plainRates.push(p.rate);
+    plainSendCpu.push(p.cpuUs);
     plainReceiveCpu.push(((await cpuOf(owner)) - ownerCpu0) / tellRound);
   };
   await ceilingRound();
@@ -603,6 +605,8 @@ async function routing(): Promise<Record<string, unknown>> {
     median(plainReceiveCpu),
     "remote receive",
   );
+  results.plainSendCpu = plainSendCpu;
+  row("sender CPU per movie remote tell (ceiling)", median(plainSendCpu), "µs", median(plainSendCpu), "remote send");
   const localTell = median(localTells.map((t) => t.rate));
   const localAsk = median(localAsks.map((a) => a.rate));
   const localTellCpu = median(localTells.map((t) => t.cpuUs));
@@ -624,6 +628,8 @@ async function routing(): Promise<Record<string, unknown>> {
     row(`sharded ask p99, ${m.name}, 1 in flight`, m.ask1.p99, "ms");
     if (!m.local) {
       const receive = median(plainReceiveCpu);
+      // The caller's own CPU (median round) beside a plain remote tell's sender: what routing and batching add there.
+      row(`caller CPU per sharded tell, ${m.name}`, m.tell.cpuUs, "µs", median(plainSendCpu), "remote send");
       row(`coordinator CPU per sharded tell, ${m.name}`, m.tell.coordinatorCpuUs, "µs", receive, "remote receive");
       row(`owner CPU per sharded tell, ${m.name}`, m.tell.ownerCpuUs, "µs", receive, "remote receive");
     }
