@@ -320,6 +320,30 @@ export class NestingCodec implements PayloadCodec {
   }
 
   /**
+   * The binary codec that writes `wire`'s payload as this codec writes it nested (the registration of `wire.type`, whose
+   * class the payload is exactly), or null when it is written otherwise (JSON, kept encoded, decoded and sent on). For
+   * a codec that writes many envelopes' payloads under one shared wire name (a batch of them).
+   */
+  payloadCodecOf(wire: NestedMessage): PayloadCodec | null {
+    return this.binaryCodec(wire.type, wire.payload);
+  }
+
+  /**
+   * A binary nested message of wire name `type` whose payload is `buf[at, end)`, read as {@link readRecord} reads one:
+   * decoded at once, or, when it does not decode (an unknown name, another fingerprint, a payload its class refuses),
+   * kept encoded in a private copy of its bytes, refused by decodeNested where it is delivered and counted there. For a
+   * codec that writes the wire name and fingerprint of many envelopes' payloads once (a batch of them); `type` is the
+   * text it read, 1 to 1,024 characters.
+   */
+  readBinaryPayload(type: string, fingerprint: number, buf: Buffer, at: number, end: number): NestedMessage {
+    const decoded = this.decodedOrNull(type, PayloadFormat.binary, fingerprint, buf, at, end);
+    if (decoded !== null) return decoded;
+    const bytes = Buffer.allocUnsafe(end - at);
+    buf.copy(bytes, 0, at, end);
+    return { type, payload: new EncodedMessage(PayloadFormat.binary, fingerprint, bytes) };
+  }
+
+  /**
    * The nested message decoded from the frame, or null when it does not decode (an unknown name, a payload its class
    * refuses): kept encoded then, it is refused by decodeNested where it is delivered, and counted there.
    */

@@ -135,6 +135,85 @@ test("a direct batch carries its envelopes as that many single direct envelopes 
   assert.ok(bytes.length <= singles - 3 * 28 + 2 + 4 * 4, `batch ${bytes.length} bytes, singles ${singles}`);
 });
 
+/** The batch's form byte (0 general entries, 1 compact records), after the header of entity type "Account". */
+function formOf(bytes: Buffer): number {
+  const typeBytes = bytes.readUInt32BE(2);
+  const uidAt = 2 + 4 + typeBytes + 8;
+  return bytes[uidAt + 4 + bytes.readUInt32BE(uidAt)]!;
+}
+
+test("a batch of plain tells whose payloads one binary codec writes is written compact, and read as the same direct envelopes", () => {
+  const { batch, single, wire } = setup();
+  const ids = ["acct-1", "ünïcödé-ид", "🦀 crab", "x".repeat(40), "y".repeat(33), "acct-1"];
+  const envelopes = ids.map((id, i) => direct(wire, id, 2 * i, { senderless: i % 2 === 0 }, i === 3 ? 2 ** 40 : 7));
+  const bytes = encode(batch, new DirectBatch(envelopes, true));
+  assert.equal(formOf(bytes), 1, "compact");
+  const general = encode(batch, new DirectBatch([...envelopes, direct(wire, "acct-9", 8, { askTimeoutMs: 10 })]));
+  assert.equal(formOf(general), 0);
+  assert.ok(
+    bytes.length < general.length - 40 * envelopes.length,
+    `${bytes.length} compact, ${general.length} general`,
+  );
+  const back = batch.read(bytes, 0, bytes.length, Object.prototype) as unknown;
+  assert.ok(back instanceof ReceivedDirectBatch);
+  assert.equal(back.records.length, envelopes.length);
+  for (const [i, sent] of envelopes.entries()) {
+    const alone = encode(single, sent);
+    const expected = single.read(alone, 0, alone.length, Object.prototype) as unknown as DirectEnvelope;
+    const got = back.envelopeAt(i);
+    assert.deepEqual(seen(got), seen(expected), `envelope ${i}`);
+    assert.equal(back.records[i]!.message?.payload instanceof DecodedMessage, true, "decoded as read");
+  }
+});
+
+test("a batch is written compact only when every envelope is a first-attempt plain tell of the same binary payload type", () => {
+  const { batch, wire } = setup();
+  const tell = (id: string) => direct(wire, id, 2);
+  const t = tell("r");
+  const retried = new DirectEnvelope(
+    t.kind,
+    t.entityType,
+    t.entityId,
+    t.shardId,
+    t.settingsKey,
+    null,
+    false,
+    t.message,
+    2,
+    null,
+    t.generation,
+    t.coordinatorUid,
+    t.settingsDigest,
+  );
+  const cases: [string, DirectEnvelope[], number][] = [
+    ["plain tells", [tell("a"), tell("b")], 1],
+    ["one ask", [tell("a"), direct(wire, "b", 2, { askTimeoutMs: 100 })], 0],
+    ["one traced tell", [tell("a"), direct(wire, "b", 2, { traceparent })], 0],
+    ["a JSON payload", [tell("a"), direct(wire, "b", 3)], 0],
+    ["JSON payloads only", [direct(wire, "a", 1), direct(wire, "b", 3)], 0],
+    ["a second attempt", [tell("a"), retried], 0],
+  ];
+  for (const [what, envelopes, form] of cases) {
+    const bytes = encode(batch, new DirectBatch(envelopes));
+    assert.equal(formOf(bytes), form, what);
+    const back = batch.read(bytes, 0, bytes.length, Object.prototype) as unknown as ReceivedDirectBatch;
+    assert.deepEqual(
+      envelopesOf(back).map((e) => [e.entityId, e.askTimeoutMs, e.traceparent, e.deliveryAttempt]),
+      envelopes.map((e) => [e.entityId, e.askTimeoutMs, e.traceparent, e.deliveryAttempt]),
+      what,
+    );
+  }
+});
+
+test("a compact batch refuses an entity id with a lone surrogate at write, typed, even when the text check is skipped", () => {
+  const { batch, wire } = setup();
+  const value = new DirectBatch([direct(wire, "ok", 2), direct(wire, `bad-\ud800-${"z".repeat(40)}`, 2)]);
+  const buf = Buffer.alloc(batch.measure(value) + 16);
+  assert.throws(() => batch.write(buf, 0, value), MessageEncodeError);
+  const short = new DirectBatch([direct(wire, "\udfff", 2)]);
+  assert.throws(() => batch.write(Buffer.alloc(batch.measure(short)), 0, short), MessageEncodeError);
+});
+
 test("envelopes granted under different plan generations share a batch, each keeping its own", () => {
   const { batch, wire } = setup();
   const envelopes = [direct(wire, "a", 1, {}, 3), direct(wire, "b", 2, {}, 9), direct(wire, "c", 3, {}, 3)];
@@ -193,10 +272,16 @@ test("a batch whose envelopes do not share the header's fields, or of no or too 
 
 test("every truncation and every single-byte corruption of a batch is refused as undecodable or read as direct envelopes, never a crash", () => {
   const { batch, wire } = setup();
-  const bytes = encode(
+  const general = encode(
     batch,
     new DirectBatch([direct(wire, "acct-1", 4, { traceparent }), direct(wire, "acct-2", 9, { askTimeoutMs: 10 })]),
   );
+  const compact = encode(batch, new DirectBatch([direct(wire, "acct-1", 4), direct(wire, "ид-2", 6, {}, 2 ** 40)]));
+  assert.deepEqual([formOf(general), formOf(compact)], [0, 1]);
+  for (const bytes of [general, compact]) fuzz(batch, bytes);
+});
+
+function fuzz(batch: Codec, bytes: Buffer): void {
   const outcomes = { refused: 0, read: 0 };
   const check = (buf: Buffer, what: string): void => {
     let value: unknown;
@@ -223,7 +308,7 @@ test("every truncation and every single-byte corruption of a batch is refused as
     }
   }
   assert.ok(outcomes.refused > bytes.length, `refused ${outcomes.refused}, read ${outcomes.read}`);
-});
+}
 
 test("a batch header naming no, too many or oversized parts is refused as undecodable", () => {
   const { batch, wire } = setup();

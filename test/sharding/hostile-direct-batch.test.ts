@@ -15,7 +15,7 @@ import { eventually } from "../fixtures/eventually.ts";
 import { binaryPayload, definingFrame } from "../remote/fixtures/frames.ts";
 import type { Node } from "../remote/fixtures/nodes.ts";
 import { type RawPeer, rawPeer } from "../remote/fixtures/raw-peer.ts";
-import { type OrderCommand, OrderReply, Seq, sequenceSink } from "./fixtures/order.ts";
+import { BinarySeq, type OrderCommand, OrderReply, Seq, sequenceSink } from "./fixtures/order.ts";
 import { type ShardingNode, startWithType, terminateAll } from "./fixtures/tcp-nodes.ts";
 
 const type = "HostileBatch";
@@ -146,6 +146,8 @@ function text(t: string | Buffer): Buffer {
 
 interface Header {
   count?: number;
+  /** The byte after the header: 0 (general entries, the default) or 1 (compact records). */
+  form?: number;
   entityType?: string | Buffer;
   /** The raw length word of the entity type, instead of its length. */
   entityTypeLength?: number;
@@ -181,7 +183,65 @@ function batchPayload(entries: Buffer[], header: Header = {}): Buffer {
     typeBytes,
     f64(header.digest ?? digest),
     text(header.uid ?? coordinator.cluster.selfAddress.uid),
+    Buffer.from([header.form ?? 0]),
     ...entries.map((e) => Buffer.concat([u32be(e.length), e])),
+  ]);
+}
+
+/** A compact record's fields (direct-batch-codec.ts): a plain tell, its payload a BinarySeq's bytes by default. */
+interface CompactFields {
+  entityId: string | Buffer;
+  /** The raw entity id length word, instead of its length. */
+  idLength?: number;
+  shardId?: number;
+  generation?: number;
+  flags?: number;
+  payload?: Buffer;
+}
+
+/** The binary codec BinarySeq is registered with on the nodes (tcp-nodes.ts). */
+function binarySeqCodec() {
+  return registry.registrationOf(new BinarySeq(0)).codec!;
+}
+
+/** One compact record's bytes: `[u32 k][entity id][i32 shard][f64 generation][u8 flags][payload]`. */
+function compactRecord(fields: CompactFields, n: number): Buffer {
+  const id = typeof fields.entityId === "string" ? Buffer.from(fields.entityId, "utf8") : fields.entityId;
+  const shard = Buffer.alloc(4);
+  const shardId = fields.shardId ?? owner.sharding.shardOf(type, fields.entityId.toString());
+  shard.writeInt32BE(shardId | 0, 0);
+  return Buffer.concat([
+    u32be(fields.idLength ?? id.length),
+    id,
+    shard,
+    f64(fields.generation ?? generation),
+    Buffer.from([fields.flags ?? 1]),
+    fields.payload ?? binaryPayload(binarySeqCodec(), new BinarySeq(n)),
+  ]);
+}
+
+/** What a compact batch carries once after the form byte: the payloads' wire name and codec fingerprint. */
+interface CompactShared {
+  name?: string | Buffer;
+  /** The raw u16 name length, instead of its length. */
+  nameLength?: number;
+  fingerprint?: number;
+}
+
+/** A compact batch's payload: the header, form 1, the shared wire name and fingerprint, then the records. */
+function compactPayload(records: Buffer[], shared: CompactShared = {}, header: Header = {}): Buffer {
+  const registration = registry.registrationOf(new BinarySeq(0));
+  const name =
+    typeof shared.name === "string" || shared.name === undefined
+      ? Buffer.from(shared.name ?? registration.name)
+      : shared.name;
+  const base = batchPayload([], { ...header, count: header.count ?? records.length, form: 1 });
+  return Buffer.concat([
+    base,
+    u16be(shared.nameLength ?? name.length),
+    name,
+    u32be(shared.fingerprint ?? registration.codec!.fingerprint),
+    ...records.map((r) => Buffer.concat([u32be(r.length), r])),
   ]);
 }
 
@@ -292,6 +352,34 @@ test("a well-formed batch from a peer is delivered envelope by envelope, in orde
   assert.deepEqual(delta(before), {});
 });
 
+test("a well-formed compact batch from a peer is delivered envelope by envelope, in order, with and without a sender", async () => {
+  const [a, b] = owned as [string, string];
+  const aBefore = sink(a).length;
+  const bBefore = sink(b).length;
+  const before = counters();
+  const records: Buffer[] = [];
+  const pairs: [string, number][] = [];
+  for (let i = 0; i < 256; i++) {
+    const id = i % 3 === 0 ? a : b;
+    pairs.push([id, 500_000 + i]);
+    records.push(compactRecord({ entityId: id, flags: i % 2 }, 500_000 + i));
+  }
+  raw.socket.write(frame(compactPayload(records)));
+  await eventually(() => sink(a).length - aBefore + sink(b).length - bBefore >= 256, {
+    what: "256 compact tells",
+    describe: () => ({ a: sink(a).length - aBefore, b: sink(b).length - bBefore, counters: counters() }),
+  });
+  assert.deepEqual(
+    sink(a).slice(aBefore),
+    pairs.filter(([id]) => id === a).map(([, n]) => n),
+  );
+  assert.deepEqual(
+    sink(b).slice(bBefore),
+    pairs.filter(([id]) => id === b).map(([, n]) => n),
+  );
+  assert.deepEqual(delta(before), {});
+});
+
 /** `[[[…]]]` nested `depth` deep, as JSON text. */
 function deepJson(depth: number): string {
   return `${"[".repeat(depth)}${"]".repeat(depth)}`;
@@ -375,6 +463,62 @@ function malformedFrames(): [string, Buffer][] {
   nested("name of 1,025 characters", Buffer.from("n".repeat(1_025)), PayloadFormat.json, Buffer.from("{}"));
   nested("format 7", Buffer.from("Seq"), 7, Buffer.from("{}"));
   nested("binary format, fingerprint cut", Buffer.from("Seq"), PayloadFormat.binary, Buffer.from([1, 2]));
+  // The form byte, and compact batches malformed in every part.
+  const goodRecord = (n: number) => compactRecord({ entityId: a }, n);
+  for (const form of [2, 7, 0x80, 0xff]) bin(`form ${form}`, batchPayload([good(hostile)], { form }));
+  bin("no form byte", batchPayload([]).subarray(0, -1));
+  bin("compact, nothing after the form", batchPayload([], { count: 1, form: 1 }));
+  bin("compact, wire name length cut", Buffer.concat([batchPayload([], { count: 1, form: 1 }), Buffer.from([0])]));
+  bin("compact, empty wire name", compactPayload([goodRecord(hostile)], { name: "" }));
+  bin("compact, wire name of 1,025 characters", compactPayload([goodRecord(hostile)], { name: "n".repeat(1_025) }));
+  bin("compact, wire name longer than the frame", compactPayload([goodRecord(hostile)], { nameLength: 0xffff }));
+  bin("compact, fingerprint cut", compactPayload([], { fingerprint: 0 }, { count: 1 }).subarray(0, -2));
+  bin("compact, count 2 and one record", compactPayload([goodRecord(hostile)], {}, { count: 2 }));
+  bin(
+    "compact, count 1 and two records",
+    compactPayload([goodRecord(hostile), goodRecord(hostile + 1)], {}, { count: 1 }),
+  );
+  bin("compact, count 257", compactPayload(Array.from({ length: 257 }, (_, i) => goodRecord(hostile + i))));
+  const r = goodRecord(hostile);
+  const compactWith = (record: Buffer, length = record.length) =>
+    Buffer.concat([compactPayload([], {}, { count: 1 }), u32be(length), record]);
+  bin("compact, record of length 0", compactWith(Buffer.alloc(0)));
+  bin("compact, record length 2^32-1", compactWith(r, 0xffff_ffff));
+  bin("compact, record one byte short", compactWith(r, r.length - 1));
+  bin("compact, record of 16 bytes", compactWith(r.subarray(0, 16)));
+  bin("compact, record length cut", Buffer.concat([compactPayload([], {}, { count: 1 }), Buffer.from([0, 0])]));
+  bin("compact, empty entity id", compactPayload([compactRecord({ entityId: "" }, hostile)]));
+  bin(
+    "compact, entity id longer than its record",
+    compactPayload([compactRecord({ entityId: a, idLength: 200 }, hostile)]),
+  );
+  bin(
+    "compact, entity id length 2^32-1",
+    compactPayload([compactRecord({ entityId: a, idLength: 0xffff_ffff }, hostile)]),
+  );
+  bin(
+    "compact, negative shard",
+    compactPayload([goodRecord(hostile), compactRecord({ entityId: b, shardId: -1 }, hostile)]),
+  );
+  bin("compact, shard -2^31", compactPayload([compactRecord({ entityId: b, shardId: -(2 ** 31) }, hostile)]));
+  for (const flags of [2, 0xff])
+    bin(`compact, flags ${flags}`, compactPayload([compactRecord({ entityId: a, flags }, hostile)]));
+  for (const [what, x] of [
+    ["NaN", Number.NaN],
+    ["Infinity", Number.POSITIVE_INFINITY],
+    ["0", 0],
+    ["-0", -0],
+    ["-1", -1],
+    ["0.5", 0.5],
+    ["2^40+1", 2 ** 40 + 1],
+    ["2^53", 2 ** 53],
+  ] as const) {
+    bin(
+      `compact, generation ${what}`,
+      compactPayload([goodRecord(hostile), compactRecord({ entityId: b, generation: x }, hostile)]),
+    );
+  }
+  bin("compact, trailing bytes", Buffer.concat([compactPayload([goodRecord(hostile)]), Buffer.from([0])]));
   // JSON batches (a batch's JSON is DirectBatch.fromJSON's): hostile values.
   const json = (what: string, body: string) =>
     out.push([`JSON ${what}`, frame(Buffer.from(body, "utf8"), wireNames.directBatch, PayloadFormat.json)]);
@@ -511,6 +655,50 @@ test("a batch that decodes but names what the owner does not have is refused per
       "a control message's name, malformed",
       nested(wireNames.passivateShard, PayloadFormat.json, "{}"),
       { rejected: 1, payload: 1 },
+    ],
+    // A compact record's payload is decoded where it is read, and kept encoded when it does not decode: refused
+    // where it is delivered, as a general entry's.
+    [
+      "a compact batch of a wire name not registered",
+      frame(compactPayload([compactRecord({ entityId: fresh }, hostile)], { name: "no.such.type" })),
+      { rejected: 1, payload: 1 },
+    ],
+    [
+      "a compact batch of a non-UTF-8 wire name",
+      frame(compactPayload([compactRecord({ entityId: fresh }, hostile)], { name: Buffer.from([0xff, 0xc3]) })),
+      { rejected: 1, payload: 1 },
+    ],
+    [
+      "a compact batch under a fingerprint BinarySeq does not have",
+      frame(compactPayload([compactRecord({ entityId: fresh }, hostile)], { fingerprint: 1 })),
+      { rejected: 1, payload: 1 },
+    ],
+    [
+      "a compact record one byte long (its payload has a trailing byte)",
+      frame(
+        compactPayload([
+          compactRecord(
+            {
+              entityId: fresh,
+              payload: Buffer.concat([binaryPayload(binarySeqCodec(), new BinarySeq(hostile)), Buffer.from([0])]),
+            },
+            hostile,
+          ),
+        ]),
+      ),
+      { rejected: 1, payload: 1 },
+    ],
+    [
+      "a compact record whose payload is cut",
+      frame(compactPayload([compactRecord({ entityId: fresh, payload: Buffer.from([1, 2, 3]) }, hostile)])),
+      { rejected: 1, payload: 1 },
+    ],
+    [
+      "a compact record of another shard",
+      frame(
+        compactPayload([compactRecord({ entityId: fresh, shardId: owner.sharding.shardOf(type, owned[3]!) }, hostile)]),
+      ),
+      { rejected: 1 },
     ],
     // An entry alone: an unknown message to the daemon.
     ["a batch entry sent alone", frame(good(hostile), wireNames.directBatchEntry), { rejected: 1 }],

@@ -1,5 +1,10 @@
 import { errorText, isWellFormedText } from "../../actor/untrusted.ts";
-import { EnvelopeDecodeError, MessageEncodeError, type MessageRegistry } from "../../remote/index.ts";
+import {
+  EnvelopeDecodeError,
+  MessageEncodeError,
+  type MessageRegistry,
+  type NestedMessage,
+} from "../../remote/index.ts";
 import {
   checkedBatchRecord,
   DirectBatch,
@@ -7,6 +12,7 @@ import {
   DirectEnvelope,
   type DirectHeader,
   directBatchMax,
+  directGeneration,
   directHeader,
   ReceivedDirectBatch,
   wireNames,
@@ -19,12 +25,54 @@ type BinaryCodec = Parameters<MessageRegistry["registerCodec"]>[2];
 export interface BatchEntryCodec extends BinaryCodec {
   /** The entry's own fields as read (untrusted), its nested message in `message` (remoting's `NestingCodec`). */
   readRecord(buf: Buffer, at: number, end: number): Record<string, unknown>;
+  /** The binary codec the entry writes a nested message's payload with, or null (remoting's `NestingCodec`). */
+  payloadCodecOf(wire: NestedMessage): BinaryCodec | null;
+  /** A binary nested message read from its payload's bytes, decoded or kept encoded (remoting's `NestingCodec`). */
+  readBinaryPayload(type: string, fingerprint: number, buf: Buffer, at: number, end: number): NestedMessage;
 }
 
 /** Whether `codec` reads records ({@link BatchEntryCodec}), as the nesting codec does. */
 export function isBatchEntryCodec(codec: BinaryCodec | null): codec is BatchEntryCodec {
-  return codec !== null && typeof (codec as Partial<BatchEntryCodec>).readRecord === "function";
+  const c = codec as Partial<BatchEntryCodec> | null;
+  return (
+    c !== null &&
+    typeof c.readRecord === "function" &&
+    typeof c.payloadCodecOf === "function" &&
+    typeof c.readBinaryPayload === "function"
+  );
 }
+
+/** The byte after a batch's header: its envelopes follow as general entries, or as compact records. */
+const generalForm = 0;
+const compactForm = 1;
+/** Longest nested wire name a compact batch carries, in characters (as the nesting codec's). */
+const wireNameMax = 1_024;
+/** A compact record's bytes besides its entity id and payload: id length, shard, generation, flags. */
+const compactFixedBytes = 4 + 4 + 8 + 1;
+
+/**
+ * A compact record as read (internal/direct-batch-codec.ts): a plain tell's fields, the ones a compact batch leaves out
+ * at their tell's values. The same fields as the entry codec's record ({@link DirectBatchRecord}).
+ */
+class CompactRecord implements DirectBatchRecord {
+  readonly kind = "User" as const;
+  readonly askTimeoutMs = null;
+  readonly deliveryAttempt = 0;
+  readonly traceparent = null;
+
+  constructor(
+    readonly entityId: string,
+    readonly shardId: number,
+    readonly senderless: boolean,
+    readonly generation: number,
+    readonly message: NestedMessage,
+  ) {}
+}
+
+/** Scratch for a big-endian double (JavaScript is single-threaded). */
+const doubleView = new Float64Array(1);
+const doubleBytes = new Uint8Array(doubleView.buffer);
+const littleEndian = new Uint8Array(new Uint16Array([1]).buffer)[0] === 1;
 
 /** Longest entity type name or coordinator uid a batch header may carry, in bytes. */
 const headerTextMax = 4_096;
@@ -52,8 +100,13 @@ export class DirectBatchCodec implements BinaryCodec {
     /** The nesting codec of a batch entry (registered as `wireNames.directBatchEntry`). */
     private readonly entry: BatchEntryCodec,
   ) {
-    this.fingerprint = (entry.fingerprint ^ 0x6261_7432) >>> 0;
+    // Marked with the batch layout's version (3: the form byte), so a node of another layout refuses the batch too.
+    this.fingerprint = (entry.fingerprint ^ 0x6261_7433) >>> 0;
   }
+
+  // The batch measured last and the payload codec of its compact form (null: general), for the write right after.
+  private measured: object | null = null;
+  private measuredCodec: BinaryCodec | null = null;
 
   measure(batch: object): number {
     const envelopes = this.envelopesOf(batch);
@@ -63,9 +116,58 @@ export class DirectBatchCodec implements BinaryCodec {
     // shell writes the envelopes one by one, which carry any entity type a single direct envelope carries.
     checkHeaderText(first.entityType, "envelopes[0].entityType");
     checkHeaderText(first.coordinatorUid, "envelopes[0].coordinatorUid");
-    let bytes = 2 + 4 + 3 * first.entityType.length + 8 + 4 + 3 * first.coordinatorUid.length;
-    for (let i = 0; i < envelopes.length; i++) bytes += 4 + this.entry.measure(envelopes[i]!);
+    let bytes = 2 + 4 + 3 * first.entityType.length + 8 + 4 + 3 * first.coordinatorUid.length + 1;
+    const codec = this.compactCodecOf(envelopes);
+    this.measured = batch;
+    this.measuredCodec = codec;
+    if (codec === null) {
+      for (let i = 0; i < envelopes.length; i++) bytes += 4 + this.entry.measure(envelopes[i]!);
+      return bytes;
+    }
+    bytes += 2 + 3 * first.message!.type.length + 4;
+    for (let i = 0; i < envelopes.length; i++) {
+      const e = envelopes[i]!;
+      bytes += 4 + compactFixedBytes + 3 * e.entityId.length + codec.measure(e.message!.payload as object);
+    }
     return bytes;
+  }
+
+  /**
+   * The payload codec a batch of `envelopes` is written compact with, or null when it is written as general entries.
+   * Compact when every envelope is a plain tell (no ask, no trace context, first attempt) of a well-typed entity id,
+   * shard and generation, and every payload is written binary by the same codec under the first one's wire name.
+   */
+  private compactCodecOf(envelopes: readonly DirectEnvelope[]): BinaryCodec | null {
+    const wire = envelopes[0]!.message;
+    if (wire === null || wire === undefined) return null;
+    const type = wire.type;
+    if (typeof type !== "string" || type.length === 0 || type.length > wireNameMax) return null;
+    const codec = this.entry.payloadCodecOf(wire);
+    if (codec === null) return null;
+    for (let i = 0; i < envelopes.length; i++) {
+      const e = envelopes[i]!;
+      const m = e.message;
+      if (
+        e.kind !== "User" ||
+        (e.askTimeoutMs !== null && e.askTimeoutMs !== undefined) ||
+        (e.traceparent !== null && e.traceparent !== undefined) ||
+        e.deliveryAttempt !== 0 ||
+        typeof e.entityId !== "string" ||
+        e.entityId.length === 0 ||
+        typeof e.shardId !== "number" ||
+        (e.shardId | 0) !== e.shardId ||
+        e.shardId < 0 ||
+        typeof e.generation !== "number" ||
+        typeof e.senderless !== "boolean" ||
+        m === null ||
+        m === undefined ||
+        m.type !== type ||
+        (i > 0 && this.entry.payloadCodecOf(m) !== codec)
+      ) {
+        return null;
+      }
+    }
+    return codec;
   }
 
   checkText(batch: object): void {
@@ -81,10 +183,35 @@ export class DirectBatchCodec implements BinaryCodec {
     let o = writeText(buf, at + 2, first.entityType);
     o = buf.writeDoubleBE(first.settingsDigest, o);
     o = writeText(buf, o, first.coordinatorUid);
+    const codec = this.measured === batch ? this.measuredCodec : this.compactCodecOf(envelopes);
+    this.measured = null;
+    this.measuredCodec = null;
+    if (codec === null) {
+      buf[o++] = generalForm;
+      for (let i = 0; i < envelopes.length; i++) {
+        const end = this.entry.write(buf, o + 4, envelopes[i]!);
+        buf.writeUInt32BE(end - o - 4, o);
+        o = end;
+      }
+      return o;
+    }
+    buf[o++] = compactForm;
+    const nameBytes = buf.write(first.message!.type, o + 2, "utf8");
+    buf[o] = nameBytes >>> 8;
+    buf[o + 1] = nameBytes & 0xff;
+    o = writeU32(buf, o + 2 + nameBytes, codec.fingerprint);
     for (let i = 0; i < envelopes.length; i++) {
-      const end = this.entry.write(buf, o + 4, envelopes[i]!);
-      buf.writeUInt32BE(end - o - 4, o);
-      o = end;
+      const e = envelopes[i]!;
+      const start = o;
+      o = writeId(buf, o + 4, e.entityId);
+      o = writeU32(buf, o, e.shardId);
+      doubleView[0] = e.generation;
+      if (littleEndian) for (let k = 0; k < 8; k++) buf[o + k] = doubleBytes[7 - k]!;
+      else for (let k = 0; k < 8; k++) buf[o + k] = doubleBytes[k]!;
+      o += 8;
+      buf[o++] = e.senderless ? 1 : 0;
+      o = codec.write(buf, o, e.message!.payload as object);
+      writeU32(buf, start, o - start - 4);
     }
     return o;
   }
@@ -103,6 +230,14 @@ export class DirectBatchCodec implements BinaryCodec {
     } catch (error) {
       throw undecodable(`header: ${errorText(error)}`);
     }
+    if (end - reader.o < 1) throw undecodable("truncated batch form");
+    const form = buf[reader.o]!;
+    reader.o++;
+    if (form === compactForm) {
+      const compact = new ReceivedDirectBatch(header, this.readCompact(buf, reader.o, end, count));
+      return compact as unknown as Record<string, unknown>;
+    }
+    if (form !== generalForm) throw undecodable(`unknown batch form ${form}`);
     const records: DirectBatchRecord[] = new Array(count);
     let o = reader.o;
     for (let i = 0; i < count; i++) {
@@ -122,6 +257,60 @@ export class DirectBatchCodec implements BinaryCodec {
     }
     if (o !== end) throw undecodable("trailing bytes after the last envelope");
     return new ReceivedDirectBatch(header, records) as unknown as Record<string, unknown>;
+  }
+
+  /**
+   * The `count` compact records at `buf[at, end)`: the wire name and fingerprint their payloads share, then per record
+   * `[u32 n]` and its n bytes: `[u32 k][entity id: k bytes UTF-8][i32 shard][f64 generation][u8 senderless][payload]`.
+   * Each is validated as a single direct envelope's fields are; a payload that does not decode is kept encoded, as the
+   * entry codec keeps it.
+   */
+  private readCompact(buf: Buffer, at: number, end: number, count: number): DirectBatchRecord[] {
+    let o = at;
+    if (end - o < 2) throw undecodable("truncated wire name");
+    const nameBytes = (buf[o]! << 8) | buf[o + 1]!;
+    o += 2;
+    if (nameBytes === 0 || nameBytes > end - o - 4) throw undecodable(`wire name of ${nameBytes} bytes`);
+    const type = buf.toString("utf8", o, o + nameBytes);
+    if (type.length > wireNameMax) throw undecodable(`wire name of ${type.length} characters`);
+    o += nameBytes;
+    const fingerprint = readU32(buf, o);
+    o += 4;
+    const records: DirectBatchRecord[] = new Array(count);
+    for (let i = 0; i < count; i++) {
+      if (end - o < 4) throw undecodable(`truncated length of envelope ${i}`);
+      const n = readU32(buf, o);
+      o += 4;
+      if (n > end - o) throw undecodable(`envelope ${i} runs past the frame`);
+      const recordEnd = o + n;
+      if (n < 4 + compactFixedBytes - 4) throw undecodable(`envelope ${i} of ${n} bytes`);
+      const idBytes = readU32(buf, o);
+      o += 4;
+      if (idBytes === 0 || idBytes > recordEnd - o - (compactFixedBytes - 4)) {
+        throw undecodable(`envelope ${i}: entity id of ${idBytes} bytes`);
+      }
+      const entityId = buf.toString("utf8", o, o + idBytes);
+      o += idBytes;
+      const shardId = readU32(buf, o) | 0;
+      o += 4;
+      if (shardId < 0) throw undecodable(`envelope ${i}: shard ${shardId}`);
+      if (littleEndian) for (let k = 0; k < 8; k++) doubleBytes[7 - k] = buf[o + k]!;
+      else for (let k = 0; k < 8; k++) doubleBytes[k] = buf[o + k]!;
+      o += 8;
+      let generation: number;
+      try {
+        generation = directGeneration(doubleView[0]);
+      } catch (error) {
+        throw undecodable(`envelope ${i}: ${errorText(error)}`);
+      }
+      const flags = buf[o++]!;
+      if (flags > 1) throw undecodable(`envelope ${i}: flags ${flags}`);
+      const message = this.entry.readBinaryPayload(type, fingerprint, buf, o, recordEnd);
+      records[i] = new CompactRecord(entityId, shardId, flags === 1, generation, message);
+      o = recordEnd;
+    }
+    if (o !== end) throw undecodable("trailing bytes after the last envelope");
+    return records;
   }
 
   /**
@@ -207,4 +396,45 @@ function refused(field: string, expected: string, value: unknown): MessageEncode
 
 function undecodable(detail: string): EnvelopeDecodeError {
   return new EnvelopeDecodeError("undecodable", `${wireNames.directBatch}: ${detail}`, wireNames.directBatch);
+}
+
+/** `[u32 big-endian]` at `at` (plain byte stores); returns the offset after it. */
+function writeU32(buf: Buffer, at: number, value: number): number {
+  buf[at] = value >>> 24;
+  buf[at + 1] = value >>> 16;
+  buf[at + 2] = value >>> 8;
+  buf[at + 3] = value;
+  return at + 4;
+}
+
+function readU32(buf: Buffer, at: number): number {
+  return ((buf[at]! << 24) | (buf[at + 1]! << 16) | (buf[at + 2]! << 8) | buf[at + 3]!) >>> 0;
+}
+
+/**
+ * An entity id as `[u32 byte length][UTF-8]` at `at`; returns the offset after it. Short ASCII is copied inline (a
+ * native call costs more below a few dozen characters). An id with a lone surrogate is refused: UTF-8 cannot carry it
+ * (it would arrive as U+FFFD, another id), and a repeated send skips the text check, so the write makes it.
+ */
+function writeId(buf: Buffer, at: number, id: string): number {
+  const length = id.length;
+  if (length <= 32) {
+    let i = 0;
+    for (; i < length; i++) {
+      const c = id.charCodeAt(i);
+      if (c >= 0x80) break;
+      buf[at + 4 + i] = c;
+    }
+    if (i === length) return writeU32(buf, at, length) + length;
+  }
+  const bytes = buf.write(id, at + 4, "utf8");
+  if (bytes !== length && !isWellFormedText(id)) {
+    throw new MessageEncodeError(
+      wireNames.directBatch,
+      "envelopes[].entityId",
+      "well-formed UTF-16 (no lone surrogates)",
+      "a string",
+    );
+  }
+  return writeU32(buf, at, bytes) + bytes;
 }

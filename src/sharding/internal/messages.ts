@@ -308,7 +308,7 @@ export function directHeader(entityType: unknown, settingsDigest: unknown, coord
  * A direct envelope's `generation`: 1..2^40.
  * @throws ClusterShardingConfigurationError
  */
-function directGeneration(generation: unknown): number {
+export function directGeneration(generation: unknown): number {
   const gen = intValue(generation, "generation", 1);
   if (gen > directGenerationMax) bad("generation", `above ${directGenerationMax}`);
   return gen;
