@@ -329,6 +329,18 @@ export class NestingCodec implements PayloadCodec {
   }
 
   /**
+   * The binary codec {@link write} writes `wire`'s payload with, a decoded message's value included, or null when it
+   * writes it otherwise (JSON, kept encoded).
+   */
+  writtenCodecOf(wire: NestedMessage): PayloadCodec | null {
+    const payload = wire.payload;
+    if (payload instanceof EncodedMessage) return null;
+    const codec = this.binaryCodec(wire.type, payload);
+    if (codec !== null || !(payload instanceof DecodedMessage)) return codec;
+    return this.binaryCodec(wire.type, payload.value);
+  }
+
+  /**
    * A binary nested message of wire name `type` whose payload is `buf[at, end)`, read as {@link readRecord} reads one:
    * decoded at once, or, when it does not decode (an unknown name, another fingerprint, a payload its class refuses),
    * kept encoded in a private copy of its bytes, refused by decodeNested where it is delivered and counted there. For a

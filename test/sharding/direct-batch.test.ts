@@ -42,6 +42,22 @@ class Growing {
   }
 }
 
+/** A payload with a `json` field: its codec keeps the text it measured for its next write. */
+class Note {
+  constructor(
+    readonly n: number,
+    readonly data: unknown,
+  ) {}
+}
+/** A JSON field value whose text grows with every serialization. */
+let growingNoteCalls = 0;
+class GrowingText {
+  toJSON(): string {
+    growingNoteCalls++;
+    return "g".repeat(growingNoteCalls * 50);
+  }
+}
+
 /** The key of direct-routing settings built in this process (so a digest of it resolves here). */
 const key = ShardingSettings.create({ routing: "direct" }).key;
 const traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
@@ -53,6 +69,7 @@ function setup(): { registry: MessageRegistry; batch: Codec; single: Codec; wire
   registry.register(Deposit, { name: "bank.deposit", fields: { amount: "number", note: "string" } });
   registry.register(Rename, { name: "bank.rename" });
   registry.register(Growing, { name: "bank.growing" });
+  registry.register(Note, { name: "bank.note", fields: { n: "number", data: "json" } });
   registerShardingWireTypes(registry);
   return {
     registry,
@@ -212,6 +229,70 @@ test("a compact batch refuses an entity id with a lone surrogate at write, typed
   assert.throws(() => batch.write(buf, 0, value), MessageEncodeError);
   const short = new DirectBatch([direct(wire, "\udfff", 2)]);
   assert.throws(() => batch.write(Buffer.alloc(batch.measure(short)), 0, short), MessageEncodeError);
+});
+
+test("a batch of payloads with a JSON field writes each its own text, compact or not, never past what it measured", () => {
+  const { batch, wire } = setup();
+  const noteTell = (id: string, data: unknown, askTimeoutMs: number | null = null) => {
+    const hop0 = new ShardingEnvelope(
+      "User",
+      "Account",
+      id,
+      2,
+      key,
+      0,
+      null,
+      askTimeoutMs,
+      false,
+      wire.encode(new Note(id.length, data)),
+      0,
+      null,
+    );
+    return DirectEnvelope.of(hop0, addr("c"), 7);
+  };
+  const sent = [
+    noteTell("a", "s"),
+    noteTell("bb", "L".repeat(100)),
+    noteTell("ccc", { deep: [1, 2] }),
+    noteTell("d", ""),
+  ];
+  for (const [what, envelopes, form] of [
+    ["compact", sent, 1],
+    ["general", [...sent, noteTell("e", "t", 50)], 0],
+  ] as const) {
+    const bytes = encode(batch, new DirectBatch(envelopes));
+    assert.equal(formOf(bytes), form, what);
+    const back = batch.read(bytes, 0, bytes.length, Object.prototype) as unknown as ReceivedDirectBatch;
+    assert.deepEqual(
+      envelopesOf(back).map((e) => {
+        const p = e.message!.payload;
+        return p instanceof DecodedMessage ? (p.value as Note).data : p;
+      }),
+      envelopes.map((e) => (e.message!.payload as Note).data),
+      what,
+    );
+  }
+  // A field whose text grows between the measure and the write: refused, typed, or written within what was measured.
+  for (const extra of [null, 50] as const) {
+    const growing = [
+      noteTell("a", new GrowingText()),
+      noteTell("b", "x".repeat(10)),
+      noteTell("c", new GrowingText(), extra),
+    ];
+    const value = new DirectBatch(growing);
+    const bound = batch.measure(value);
+    const buf = Buffer.alloc(bound + 4096, 0xee);
+    try {
+      const end = batch.write(buf, 0, value);
+      assert.ok(end <= bound, `wrote ${end} bytes, measured ${bound}`);
+    } catch (error) {
+      assert.ok(error instanceof MessageEncodeError, String(error));
+    }
+    assert.ok(
+      buf.subarray(bound).every((b) => b === 0xee),
+      "nothing written past the measured bytes",
+    );
+  }
 });
 
 test("envelopes granted under different plan generations share a batch, each keeping its own", () => {

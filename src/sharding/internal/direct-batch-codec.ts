@@ -27,6 +27,8 @@ export interface BatchEntryCodec extends BinaryCodec {
   readRecord(buf: Buffer, at: number, end: number): Record<string, unknown>;
   /** The binary codec the entry writes a nested message's payload with, or null (remoting's `NestingCodec`). */
   payloadCodecOf(wire: NestedMessage): BinaryCodec | null;
+  /** {@link payloadCodecOf}, a decoded message's value included (remoting's `NestingCodec`). */
+  writtenCodecOf(wire: NestedMessage): BinaryCodec | null;
   /** A binary nested message read from its payload's bytes, decoded or kept encoded (remoting's `NestingCodec`). */
   readBinaryPayload(type: string, fingerprint: number, buf: Buffer, at: number, end: number): NestedMessage;
 }
@@ -38,6 +40,7 @@ export function isBatchEntryCodec(codec: BinaryCodec | null): codec is BatchEntr
     c !== null &&
     typeof c.readRecord === "function" &&
     typeof c.payloadCodecOf === "function" &&
+    typeof c.writtenCodecOf === "function" &&
     typeof c.readBinaryPayload === "function"
   );
 }
@@ -69,6 +72,23 @@ class CompactRecord implements DirectBatchRecord {
   ) {}
 }
 
+/** Per binary codec: whether it has a `json` field (whose text its measure keeps for the write that follows). */
+const jsonFieldCodecs = new WeakMap<object, boolean>();
+
+/**
+ * Whether `codec` writes a `json` field. Such a codec keeps the text it measured in one slot for its next write, so a
+ * batch, which measures every envelope before it writes the first, measures each of these again right before its
+ * write (see {@link DirectBatchCodec.write}).
+ */
+function hasJsonField(codec: BinaryCodec): boolean {
+  let known = jsonFieldCodecs.get(codec);
+  if (known === undefined) {
+    known = codec.fields.some((f) => f.type === "json");
+    jsonFieldCodecs.set(codec, known);
+  }
+  return known;
+}
+
 /** Scratch for a big-endian double (JavaScript is single-threaded). */
 const doubleView = new Float64Array(1);
 const doubleBytes = new Uint8Array(doubleView.buffer);
@@ -79,17 +99,23 @@ const headerTextMax = 4_096;
 
 /**
  * The binary codec of {@link DirectBatch} (docs/protocol.md §8.8 "Batches"). What every envelope of a batch shares is
- * written once, in a header; the rest per envelope. Every number is big-endian:
+ * written once, in a header; the rest per envelope. Every number of the batch's own is big-endian:
  *
  * `[u16 count 1..256][u32 a][entityType: a bytes UTF-8][f64 settingsDigest][u32 b][coordinatorUid: b bytes UTF-8]`
- * (`a` and `b` at most 4,096), then per envelope `[u32 n][n bytes]` in the batch entry's layout
- * (`directBatchEntryLayout`, remoting's nesting codec: the nested message first, `[u32 m][u16 name length][name]
- * [u8 format][u32 fingerprint, binary only][payload]`, then the entry's fields: kind, entity id, shard, ask timeout,
- * senderless flag, delivery attempt, trace context, generation, in the compiled codec's encoding).
+ * (`a` and `b` at most 4,096), then a form byte and the envelopes:
+ * - `0`, general: per envelope `[u32 n][n bytes]` in the batch entry's layout (`directBatchEntryLayout`, remoting's
+ *   nesting codec: the nested message first, `[u32 m][u16 name length][name][u8 format][u32 fingerprint, binary only]
+ *   [payload]`, then the entry's fields: kind, entity id, shard, ask timeout, senderless flag, delivery attempt, trace
+ *   context, generation, in the compiled codec's encoding);
+ * - `1`, compact, when every envelope is a first-attempt plain tell whose payload one binary codec writes:
+ *   `[u16 name length][wire name][u32 fingerprint]` once, then per envelope `[u32 n]` and `[u32 k][entity id: k bytes
+ *   UTF-8][i32 shard][f64 generation][u8 senderless][payload in its codec's layout]`.
  *
- * The header is validated once ({@link directHeader}), each entry's own fields as a single direct envelope's are
+ * The header is validated once ({@link directHeader}), each envelope's own fields as a single direct envelope's are
  * ({@link DirectEnvelope.fromBatchRecord}): together exactly the checks a single direct envelope passes. One malformed
- * envelope refuses the whole frame, as a malformed single one refuses its own.
+ * envelope refuses the whole frame, as a malformed single one refuses its own. A payload codec with a `json` field
+ * keeps the text it measured for its next write, so such an envelope is measured again right before it is written
+ * (a batch measures all its envelopes first), within what the batch measured.
  */
 export class DirectBatchCodec implements BinaryCodec {
   readonly fields = [{ name: "envelopes", type: "json" as const, optional: false }];
@@ -104,9 +130,12 @@ export class DirectBatchCodec implements BinaryCodec {
     this.fingerprint = (entry.fingerprint ^ 0x6261_7433) >>> 0;
   }
 
-  // The batch measured last and the payload codec of its compact form (null: general), for the write right after.
+  // The batch measured last, for the write right after: the payload codec of its compact form (null: general), its
+  // bytes, and whether a payload's codec has a `json` field (each such envelope is measured again before its write).
   private measured: object | null = null;
   private measuredCodec: BinaryCodec | null = null;
+  private measuredBytes = 0;
+  private measuredJson = false;
 
   measure(batch: object): number {
     const envelopes = this.envelopesOf(batch);
@@ -118,17 +147,29 @@ export class DirectBatchCodec implements BinaryCodec {
     checkHeaderText(first.coordinatorUid, "envelopes[0].coordinatorUid");
     let bytes = 2 + 4 + 3 * first.entityType.length + 8 + 4 + 3 * first.coordinatorUid.length + 1;
     const codec = this.compactCodecOf(envelopes);
+    let json = false;
+    if (codec === null) {
+      for (let i = 0; i < envelopes.length; i++) {
+        const e = envelopes[i]!;
+        bytes += 4 + this.entry.measure(e);
+        if (!json && e.message !== null && e.message !== undefined) {
+          const written = this.entry.writtenCodecOf(e.message);
+          json = written !== null && hasJsonField(written);
+        }
+      }
+    } else {
+      json = hasJsonField(codec);
+      bytes += 2 + 3 * first.message!.type.length + 4;
+      for (let i = 0; i < envelopes.length; i++) {
+        const e = envelopes[i]!;
+        bytes += 4 + compactFixedBytes + 3 * e.entityId.length + codec.measure(e.message!.payload as object);
+      }
+    }
+    // Kept once the whole batch measured (a payload's own measure may measure another batch meanwhile).
     this.measured = batch;
     this.measuredCodec = codec;
-    if (codec === null) {
-      for (let i = 0; i < envelopes.length; i++) bytes += 4 + this.entry.measure(envelopes[i]!);
-      return bytes;
-    }
-    bytes += 2 + 3 * first.message!.type.length + 4;
-    for (let i = 0; i < envelopes.length; i++) {
-      const e = envelopes[i]!;
-      bytes += 4 + compactFixedBytes + 3 * e.entityId.length + codec.measure(e.message!.payload as object);
-    }
+    this.measuredBytes = bytes;
+    this.measuredJson = json;
     return bytes;
   }
 
@@ -152,11 +193,13 @@ export class DirectBatchCodec implements BinaryCodec {
         (e.askTimeoutMs !== null && e.askTimeoutMs !== undefined) ||
         (e.traceparent !== null && e.traceparent !== undefined) ||
         e.deliveryAttempt !== 0 ||
+        Object.is(e.deliveryAttempt, -0) ||
         typeof e.entityId !== "string" ||
         e.entityId.length === 0 ||
         typeof e.shardId !== "number" ||
         (e.shardId | 0) !== e.shardId ||
         e.shardId < 0 ||
+        Object.is(e.shardId, -0) ||
         typeof e.generation !== "number" ||
         typeof e.senderless !== "boolean" ||
         m === null ||
@@ -183,13 +226,20 @@ export class DirectBatchCodec implements BinaryCodec {
     let o = writeText(buf, at + 2, first.entityType);
     o = buf.writeDoubleBE(first.settingsDigest, o);
     o = writeText(buf, o, first.coordinatorUid);
-    const codec = this.measured === batch ? this.measuredCodec : this.compactCodecOf(envelopes);
+    // Written as it was measured (a batch written without its measure right before is measured now).
+    const bound = this.measured === batch ? this.measuredBytes : this.measure(batch);
+    const codec = this.measuredCodec;
+    const json = this.measuredJson;
     this.measured = null;
     this.measuredCodec = null;
     if (codec === null) {
       buf[o++] = generalForm;
       for (let i = 0; i < envelopes.length; i++) {
-        const end = this.entry.write(buf, o + 4, envelopes[i]!);
+        const e = envelopes[i]!;
+        // A payload codec with a `json` field writes the text it measured last: this envelope's is measured again
+        // here, and the batch never grows past what was measured (a toJSON whose text grows is refused, typed).
+        if (json && at + bound - o < 4 + this.entry.measure(e)) throw changedSinceMeasured();
+        const end = this.entry.write(buf, o + 4, e);
         buf.writeUInt32BE(end - o - 4, o);
         o = end;
       }
@@ -210,7 +260,9 @@ export class DirectBatchCodec implements BinaryCodec {
       else for (let k = 0; k < 8; k++) buf[o + k] = doubleBytes[k]!;
       o += 8;
       buf[o++] = e.senderless ? 1 : 0;
-      o = codec.write(buf, o, e.message!.payload as object);
+      const payload = e.message!.payload as object;
+      if (json && at + bound - o < codec.measure(payload)) throw changedSinceMeasured();
+      o = codec.write(buf, o, payload);
       writeU32(buf, start, o - start - 4);
     }
     return o;
@@ -387,6 +439,16 @@ function readDouble(buf: Buffer, reader: { o: number }, end: number, what: strin
   const value = buf.readDoubleBE(reader.o);
   reader.o += 8;
   return value;
+}
+
+/** A batch whose payloads' texts grew between its measure and its write (a toJSON that is not a pure function). */
+function changedSinceMeasured(): MessageEncodeError {
+  return new MessageEncodeError(
+    wireNames.directBatch,
+    "envelopes[].message",
+    "payloads whose JSON fields serialize alike when measured and when written",
+    "a text that grew between the two",
+  );
 }
 
 function refused(field: string, expected: string, value: unknown): MessageEncodeError {
