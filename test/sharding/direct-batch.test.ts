@@ -113,6 +113,12 @@ function encode(codec: Codec, value: object): Buffer {
   return Buffer.from(buf.subarray(5, end));
 }
 
+/** A direct envelope's payload value: decoded, or the instance it was sent with. */
+function payloadValue(e: DirectEnvelope): unknown {
+  const payload = e.message?.payload;
+  return payload instanceof DecodedMessage ? payload.value : payload;
+}
+
 /** The fields a receiver sees of a direct envelope, its payload decoded. */
 function seen(e: DirectEnvelope): Record<string, unknown> {
   const { message, ...fields } = e;
@@ -186,6 +192,27 @@ test("a batch of plain tells whose payloads one binary codec writes is written c
 test("a batch is written compact only when every envelope is a first-attempt plain tell of the same binary payload type", () => {
   const { batch, wire } = setup();
   const tell = (id: string) => direct(wire, id, 2);
+  // A tell whose payload arrived decoded from another node and is sent on (a DecodedMessage holding the instance):
+  // written as a general entry, whose nesting codec writes the decoded value (compact takes only the instance itself).
+  const resent = (id: string) => {
+    const e = tell(id);
+    const wire = { type: e.message!.type, payload: new DecodedMessage(e.message!.payload) };
+    return new DirectEnvelope(
+      e.kind,
+      e.entityType,
+      id,
+      e.shardId,
+      e.settingsKey,
+      null,
+      false,
+      wire,
+      0,
+      null,
+      e.generation,
+      e.coordinatorUid,
+      e.settingsDigest,
+    );
+  };
   const t = tell("r");
   const retried = new DirectEnvelope(
     t.kind,
@@ -204,6 +231,8 @@ test("a batch is written compact only when every envelope is a first-attempt pla
   );
   const cases: [string, DirectEnvelope[], number][] = [
     ["plain tells", [tell("a"), tell("b")], 1],
+    ["plain tells of decoded payloads, sent on", [resent("a"), resent("b")], 0],
+    ["decoded and typed payloads together", [tell("a"), resent("b")], 0],
     ["one ask", [tell("a"), direct(wire, "b", 2, { askTimeoutMs: 100 })], 0],
     ["one traced tell", [tell("a"), direct(wire, "b", 2, { traceparent })], 0],
     ["a JSON payload", [tell("a"), direct(wire, "b", 3)], 0],
@@ -215,8 +244,8 @@ test("a batch is written compact only when every envelope is a first-attempt pla
     assert.equal(formOf(bytes), form, what);
     const back = batch.read(bytes, 0, bytes.length, Object.prototype) as unknown as ReceivedDirectBatch;
     assert.deepEqual(
-      envelopesOf(back).map((e) => [e.entityId, e.askTimeoutMs, e.traceparent, e.deliveryAttempt]),
-      envelopes.map((e) => [e.entityId, e.askTimeoutMs, e.traceparent, e.deliveryAttempt]),
+      envelopesOf(back).map((e) => [e.entityId, e.askTimeoutMs, e.traceparent, e.deliveryAttempt, payloadValue(e)]),
+      envelopes.map((e) => [e.entityId, e.askTimeoutMs, e.traceparent, e.deliveryAttempt, payloadValue(e)]),
       what,
     );
   }

@@ -255,10 +255,7 @@ export class DirectBatchCodec implements BinaryCodec {
       const start = o;
       o = writeId(buf, o + 4, e.entityId);
       o = writeU32(buf, o, e.shardId);
-      doubleView[0] = e.generation;
-      if (littleEndian) for (let k = 0; k < 8; k++) buf[o + k] = doubleBytes[7 - k]!;
-      else for (let k = 0; k < 8; k++) buf[o + k] = doubleBytes[k]!;
-      o += 8;
+      o = writeF64(buf, o, e.generation);
       buf[o++] = e.senderless ? 1 : 0;
       const payload = e.message!.payload as object;
       if (json && at + bound - o < codec.measure(payload)) throw changedSinceMeasured();
@@ -346,12 +343,11 @@ export class DirectBatchCodec implements BinaryCodec {
       const shardId = readU32(buf, o) | 0;
       o += 4;
       if (shardId < 0) throw undecodable(`envelope ${i}: shard ${shardId}`);
-      if (littleEndian) for (let k = 0; k < 8; k++) doubleBytes[7 - k] = buf[o + k]!;
-      else for (let k = 0; k < 8; k++) doubleBytes[k] = buf[o + k]!;
+      const wireGeneration = readF64(buf, o);
       o += 8;
       let generation: number;
       try {
-        generation = directGeneration(doubleView[0]);
+        generation = directGeneration(wireGeneration);
       } catch (error) {
         throw undecodable(`envelope ${i}: ${errorText(error)}`);
       }
@@ -458,6 +454,20 @@ function refused(field: string, expected: string, value: unknown): MessageEncode
 
 function undecodable(detail: string): EnvelopeDecodeError {
   return new EnvelopeDecodeError("undecodable", `${wireNames.directBatch}: ${detail}`, wireNames.directBatch);
+}
+
+/** `[f64 big-endian]` at `at` (plain byte stores through the scratch); returns the offset after it. */
+function writeF64(buf: Buffer, at: number, value: number): number {
+  doubleView[0] = value;
+  if (littleEndian) for (let k = 0; k < 8; k++) buf[at + k] = doubleBytes[7 - k]!;
+  else for (let k = 0; k < 8; k++) buf[at + k] = doubleBytes[k]!;
+  return at + 8;
+}
+
+function readF64(buf: Buffer, at: number): number {
+  if (littleEndian) for (let k = 0; k < 8; k++) doubleBytes[7 - k] = buf[at + k]!;
+  else for (let k = 0; k < 8; k++) doubleBytes[k] = buf[at + k]!;
+  return doubleView[0]!;
 }
 
 /** `[u32 big-endian]` at `at` (plain byte stores); returns the offset after it. */
