@@ -28,6 +28,7 @@ import {
   listenLoopback,
   payloadText,
   pct,
+  RawRoundTripper,
   rawEchoServer,
   rawRoundTrips,
   rawSinkServer,
@@ -202,6 +203,17 @@ function status(typeName: string): object {
 /** Entity ids `${prefix}-i` whose shard this node's plan puts on `owner`. */
 function pick(type: ShardedEntityType<BenchCommand>, owner: string, prefix: string, count: number): string[] {
   return ownedIds(sharding, type, owner, prefix, count);
+}
+
+/** The exact bytes of a plain Ping ask from this node to `address`'s sink (the raw round trip's frame). */
+function pingFrame(address: string): Buffer {
+  const sink = system.actorSelection(`${address}/user/sink`) as RemoteActorRef;
+  return envelopeFrame(MessageRegistry.default.lookupType(Ping)!, new Ping(1234, payloadText), {
+    headerId: 0,
+    recipient: sink.path.localPart,
+    sender: `${system.address}/temp/$abc`,
+    senderUid: self.uid,
+  });
 }
 
 async function waitAcks(target: number): Promise<void> {
@@ -420,16 +432,36 @@ async function handle(command: Command): Promise<object> {
       return { rate: await rawTell(Number(command.port), frame, Number(command.count)), frameBytes: frame.length };
     }
     case "rawRtt": {
-      const sink = system.actorSelection(`${command.address}/user/sink`) as RemoteActorRef;
-      const frame = envelopeFrame(MessageRegistry.default.lookupType(Ping)!, new Ping(1234, payloadText), {
-        headerId: 0,
-        recipient: sink.path.localPart,
-        sender: `${system.address}/temp/$abc`,
-        senderUid: self.uid,
-      });
-      const latencies = await rawRoundTrips(Number(command.port), frame, Number(command.count));
+      const latencies = await rawRoundTrips(
+        Number(command.port),
+        pingFrame(String(command.address)),
+        Number(command.count),
+      );
       const rate = (latencies.length / latencies.reduce((s, x) => s + x, 0)) * 1000;
       return { rate, p50: pct(latencies, 50), p99: pct(latencies, 99) };
+    }
+    case "asksBesideRaw": {
+      // Sequential asks, each right after one raw round trip to the same process: where the scheduler puts the two
+      // processes decides a round trip's latency here (one CPU or two: docs/performance.md), and it changes within a
+      // run, so asks and raw round trips taken in turn see the same placements.
+      const sharded = command.name !== undefined;
+      const refs = sharded
+        ? (command.ids as string[]).map((id) => sharding.entityRefFor(typeNamed(command.name), id))
+        : [system.actorSelection(`${command.address}/user/sink`)];
+      const frame = pingFrame(String(command.address));
+      const raw = await RawRoundTripper.open(Number(command.port));
+      const asks: number[] = [];
+      const rtts: number[] = [];
+      for (let seq = 0; seq < Number(command.count); seq++) {
+        rtts.push(await raw.roundTrip(frame));
+        const t0 = clock.now();
+        await refs[seq % refs.length]!.ask(new Ping(seq, payloadText), Pong, 10_000);
+        asks.push(clock.now() - t0);
+      }
+      raw.close();
+      asks.sort((a, b) => a - b);
+      rtts.sort((a, b) => a - b);
+      return { p50: pct(asks, 50), p99: pct(asks, 99), rttP50: pct(rtts, 50), rttP99: pct(rtts, 99) };
     }
     case "memory":
       return memoryRun(typeNamed(command.name), Number(command.count));

@@ -172,23 +172,41 @@ export async function rawTell(
   return (count / elapsedMs) * 1000;
 }
 
+/** One socket to a {@link rawEchoServer}: {@link roundTrip} sends a frame and waits for it to come back. */
+export class RawRoundTripper {
+  private readonly decoder = new FrameDecoder();
+  private resolve: (() => void) | null = null;
+
+  private constructor(private readonly socket: Socket) {
+    socket.on("data", (chunk: Buffer) => {
+      if (this.decoder.push(chunk).length > 0) this.resolve?.();
+    });
+  }
+
+  static async open(port: number): Promise<RawRoundTripper> {
+    return new RawRoundTripper(await openSocket(port));
+  }
+
+  /** One frame out, the same frame back; ms. */
+  async roundTrip(frame: Buffer): Promise<number> {
+    const t0 = clock.now();
+    const done = new Promise<void>((r) => (this.resolve = r));
+    this.socket.write(frame);
+    await done;
+    return clock.now() - t0;
+  }
+
+  close(): void {
+    this.socket.destroy();
+  }
+}
+
 /** Raw round trips to a {@link rawEchoServer}: one frame out, the same frame back, in series. Sorted ms. */
 export async function rawRoundTrips(port: number, frame: Buffer, count: number): Promise<number[]> {
-  const socket = await openSocket(port);
-  const decoder = new FrameDecoder();
-  let resolve: (() => void) | null = null;
-  socket.on("data", (chunk: Buffer) => {
-    if (decoder.push(chunk).length > 0) resolve?.();
-  });
+  const raw = await RawRoundTripper.open(port);
   const latencies: number[] = [];
-  for (let i = 0; i < count; i++) {
-    const t0 = clock.now();
-    const done = new Promise<void>((r) => (resolve = r));
-    socket.write(frame);
-    await done;
-    latencies.push(clock.now() - t0);
-  }
-  socket.destroy();
+  for (let i = 0; i < count; i++) latencies.push(await raw.roundTrip(frame));
+  raw.close();
   return latencies.sort((x, y) => x - y);
 }
 
