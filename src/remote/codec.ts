@@ -1,6 +1,7 @@
 import { classNameOf, isWellFormedText } from "../actor/untrusted.ts";
 import { EnvelopeDecodeError, MessageEncodeError } from "./errors.ts";
 import { jsonNestingMax, nestsTooDeep } from "./json-nesting.ts";
+import { inlineTextMax, type NativeBuffer, shortAscii, shortTextMax } from "./short-text.ts";
 
 /**
  * A field type of a binary payload codec:
@@ -388,41 +389,11 @@ function writeLength(buf: Buffer, at: number, word: number): void {
 const doubleView = new Float64Array(1);
 const doubleBytes = new Uint8Array(doubleView.buffer);
 /** Longest ASCII string a field's read compares with its last text instead of slicing (see compileCodec's readText). */
-const cachedTextMax = 24;
-/**
- * The string of the `n` (1 to {@link cachedTextMax}) ASCII bytes at `buf[o]`, built by String.fromCharCode with one
- * argument per byte: for short texts about half the cost of `latin1Slice`, a native call. Generated once, one case
- * per length.
- */
-const shortAscii = new Function(
-  "buf",
-  "o",
-  "n",
-  `switch (n) {
-${Array.from(
-  { length: cachedTextMax },
-  (_, i) =>
-    `case ${i + 1}: return String.fromCharCode(${Array.from({ length: i + 1 }, (_, j) => `buf[o + ${j}]`).join(", ")});`,
-).join("\n")}
-default: return buf.latin1Slice(o, o + n);
-}`,
-) as (buf: Buffer, o: number, n: number) => string;
-/** Texts up to this length are written inline by writeText (below about 16 characters that beats the native call). */
-const inlineTextMax = 16;
+const cachedTextMax = shortTextMax;
 const littleEndian = new Uint8Array(new Uint16Array([1]).buffer)[0] === 1;
 
 /** Top bit of a string's length word: every byte is ASCII. */
 const asciiFlag = 0x80000000 | 0;
-
-/**
- * Node's own UTF-8 methods on Buffer.prototype (what `toString("utf8")` and `write` call after checking their
- * arguments); the codec checks bounds itself, and per-message argument handling showed in profiles.
- */
-interface NativeBuffer extends Buffer {
-  utf8Slice(start: number, end: number): string;
-  latin1Slice(start: number, end: number): string;
-  utf8Write(text: string, offset: number): number;
-}
 
 /** What a refused value was, for MessageEncodeError; never runs the value's own code (it may have come from a peer). */
 function describe(value: unknown): string {

@@ -53,6 +53,12 @@ class RecordingProvider implements ShardingProvider {
   leases(): null {
     return null;
   }
+  /** Entities delivered to, under the shard of their first delivery (what a provider's live entities answer). */
+  private readonly live = new Map<string, number>();
+
+  liveShardOf(entityId: string): number | undefined {
+    return this.live.get(entityId);
+  }
   authorizeShard(shardId: number): void {
     if (this.leaseRefusals > 0) {
       this.leaseRefusals--;
@@ -60,8 +66,9 @@ class RecordingProvider implements ShardingProvider {
     }
   }
   async prepareShard(): Promise<void> {}
-  deliver(_shard: number, entityId: string, message: unknown, sender: ActorRef<unknown> | null): void {
+  deliver(shard: number, entityId: string, message: unknown, sender: ActorRef<unknown> | null): void {
     assert.ok(message instanceof Seq, `a Seq, got ${String(message)}`);
+    if (!this.live.has(entityId)) this.live.set(entityId, shard);
     this.delivered.push({ entityId, n: message.n, sender });
   }
   activate(): boolean {

@@ -5,6 +5,7 @@ import {
   type MessageRegistry,
   type NestedMessage,
 } from "../../remote/index.ts";
+import { readUtf8 } from "../../remote/short-text.ts";
 import {
   checkedBatchRecord,
   DirectBatch,
@@ -320,7 +321,7 @@ export class DirectBatchCodec implements BinaryCodec {
     const nameBytes = (buf[o]! << 8) | buf[o + 1]!;
     o += 2;
     if (nameBytes === 0 || nameBytes > end - o - 4) throw undecodable(`wire name of ${nameBytes} bytes`);
-    const type = buf.toString("utf8", o, o + nameBytes);
+    const type = readUtf8(buf, o, nameBytes);
     if (type.length > wireNameMax) throw undecodable(`wire name of ${type.length} characters`);
     o += nameBytes;
     const fingerprint = readU32(buf, o);
@@ -338,7 +339,7 @@ export class DirectBatchCodec implements BinaryCodec {
       if (idBytes === 0 || idBytes > recordEnd - o - (compactFixedBytes - 4)) {
         throw undecodable(`envelope ${i}: entity id of ${idBytes} bytes`);
       }
-      const entityId = buf.toString("utf8", o, o + idBytes);
+      const entityId = readUtf8(buf, o, idBytes);
       o += idBytes;
       const shardId = readU32(buf, o) | 0;
       o += 4;
@@ -425,7 +426,7 @@ function readText(buf: Buffer, reader: { o: number }, end: number, what: string)
   if (end - reader.o < 4) throw undecodable(`truncated ${what}`);
   const n = buf.readUInt32BE(reader.o);
   if (n > headerTextMax || n > end - reader.o - 4) throw undecodable(`${what} of ${n} bytes`);
-  const text = buf.toString("utf8", reader.o + 4, reader.o + 4 + n);
+  const text = readUtf8(buf, reader.o + 4, n);
   reader.o += 4 + n;
   return text;
 }

@@ -31,6 +31,11 @@ export interface ShardingProvider {
    * providers; absent or empty for ordinary entities).
    */
   heldLeaseTokens?(): ShardLeaseToken[];
+  /**
+   * The shard of entity `entityId` when it lives on this node (its shard was checked against its id when a delivery
+   * created it), else undefined.
+   */
+  liveShardOf(entityId: string): number | undefined;
   /** Marks `shardId` as owned here before a delivery (persistent providers take the lease). */
   authorizeShard(shardId: number): void;
   /** Prepares `shardId` as the next owner of a handoff; may reject (lease unavailable). */
@@ -94,6 +99,10 @@ export class EntityProvider<T> implements ShardingProvider {
 
   leases(): null {
     return null;
+  }
+
+  liveShardOf(entityId: string): number | undefined {
+    return this.entities.get(entityId)?.shardId;
   }
 
   authorizeShard(): void {}

@@ -320,10 +320,11 @@ export class NodeShell {
     if (r.traceparent !== null && r.traceparent !== undefined) return false;
     const payload = r.message?.payload;
     if (!(payload instanceof DecodedMessage)) return false;
-    const t = this.directAccepts.acceptsRecord(this.state, batch, i);
-    if (t === null) return false;
-    const provider = this.providers.get(t.name);
+    // The provider of the batch's type (the memory answers only for the type it kept, whose name that is).
+    const provider = this.providers.get(batch.header.entityType);
     if (provider === undefined) return false;
+    const t = this.directAccepts.acceptsRecord(this.state, batch, i, provider.liveShardOf(r.entityId));
+    if (t === null || t.name !== provider.name) return false;
     // deliverRouted's course, with deliverOne's for a decoded tell (deliverTell).
     this.running = true;
     try {

@@ -130,12 +130,27 @@ export class DirectAcceptMemo {
   /**
    * {@link accepts} of record `i` of a received batch, answered only from the memory: null when the memory does not
    * hold the answer too (the caller then builds the envelope and asks {@link accepts}). A record of a batch has the
-   * batch's header, as its envelope would.
+   * batch's header, as its envelope would. `liveShard` is the shard of the record's entity when it lives on this node
+   * (`ShardingProvider.liveShardOf`): the same shard as the record's stands for the hash of its id (see {@link kept}).
    */
-  acceptsRecord(state: NodeState, batch: ReceivedDirectBatch, i: number): TypeState | null {
+  acceptsRecord(
+    state: NodeState,
+    batch: ReceivedDirectBatch,
+    i: number,
+    liveShard: number | undefined = undefined,
+  ): TypeState | null {
     const h = batch.header;
     const r = batch.records[i]!;
-    const kept = this.kept(state, h.entityType, h.settingsKey, h.coordinatorUid, r.shardId, r.generation, r.entityId);
+    const kept = this.kept(
+      state,
+      h.entityType,
+      h.settingsKey,
+      h.coordinatorUid,
+      r.shardId,
+      r.generation,
+      r.entityId,
+      liveShard,
+    );
     if (kept === undefined) return null;
     if (!verifyHits) return kept;
     const d = { envelope: batch.envelopeAt(i), sender: null, origin: null };
@@ -145,7 +160,10 @@ export class DirectAcceptMemo {
   /**
    * The kept answer for a direct delivery with these fields, or undefined when the memory holds none: the type kept
    * for its shard and generation under its header at this version, or null when its entity id hashes to another shard
-   * (the one check made for every envelope).
+   * (the one check made for every envelope). An entity living here under the envelope's shard (`liveShard`) answers
+   * that check without hashing: it was created by a delivery to that shard, and every delivery's shard was checked
+   * against its id (a direct or a caller's envelope here; a forwarded one by the coordinator that forwarded it). The
+   * hash cost about a tenth of an owner's CPU per direct tell in profiles.
    */
   private kept(
     state: NodeState,
@@ -155,6 +173,7 @@ export class DirectAcceptMemo {
     shard: number,
     generation: number,
     entityId: string,
+    liveShard: number | undefined = undefined,
   ): TypeState | null | undefined {
     const t = this.t;
     if (
@@ -167,6 +186,7 @@ export class DirectAcceptMemo {
     ) {
       return undefined;
     }
+    if (liveShard === shard) return t;
     const settings = t.settings;
     return settings.partitioner.shardFor(entityType, entityId, settings.shardCount) === shard ? t : null;
   }

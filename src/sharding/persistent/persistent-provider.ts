@@ -142,6 +142,10 @@ export class PersistentEntityProvider<T> implements ShardingProvider {
     return this.entities.get(entityId)?.epoch ?? null;
   }
 
+  liveShardOf(entityId: string): number | undefined {
+    return this.entities.get(entityId)?.shardId;
+  }
+
   authorizeShard(shardId: number): void {
     this.keeper.own(shardId);
   }

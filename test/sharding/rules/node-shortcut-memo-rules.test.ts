@@ -223,3 +223,48 @@ test("memo: a kept null (no grant yet: the step routes the tell) gives way to th
   assert.ok(memo.answer(k.b.state, type, shard).target?.direct?.owner.equals(c));
   assert.equal(memo.answer(k.b.state, "NotRegistered", shard).target, null, "an unknown type: asked, nothing kept");
 });
+
+test("memo: a batch's record whose entity lives here under the record's shard is accepted without hashing its id; under another shard, the hash decides", () => {
+  const { k, shard, id, memo, d } = ownerThatAccepted();
+  const elsewhere = k.c.entityIn((s) => s !== shard);
+  const lie = { ...(d.envelope as DirectEnvelope), entityId: elsewhere } as DirectEnvelope;
+  const batch = receivedBatch(d, { envelope: lie, sender: null });
+  const partitioner = k.c.t.settings.partitioner;
+  const shardFor = partitioner.shardFor;
+  let hashed = 0;
+  partitioner.shardFor = (entityType, entityId, shardCount) => {
+    hashed++;
+    return shardFor.call(partitioner, entityType, entityId, shardCount);
+  };
+  // With MOVIE_SHARDING_VERIFY_MEMO=1 (the test runner's default) the core's own answer is asked again for every
+  // answer the memory gives, and hashes the id once.
+  const verifying = process.env.MOVIE_SHARDING_VERIFY_MEMO === "1" ? 1 : 0;
+  const hashesOf = (answer: () => unknown, expected: unknown): number => {
+    const before = hashed;
+    assert.equal(answer(), expected);
+    return hashed - before;
+  };
+  try {
+    assert.equal(
+      hashesOf(() => memo.acceptsRecord(k.c.state, batch, 0, shard), k.c.t),
+      verifying,
+      "live: not hashed",
+    );
+    assert.equal(
+      hashesOf(() => memo.acceptsRecord(k.c.state, batch, 0, undefined), k.c.t),
+      1 + verifying,
+      "hashed",
+    );
+    // An entity of another shard that lives here (its own shard) does not vouch for a record naming this one.
+    const other = k.c.shardOf(elsewhere);
+    assert.equal(
+      hashesOf(() => memo.acceptsRecord(k.c.state, batch, 1, other), null),
+      1 + verifying,
+      "hashed",
+    );
+    assert.equal(coreAnswer(k.c.state, batch, 1), null);
+  } finally {
+    partitioner.shardFor = shardFor;
+  }
+  assert.equal(k.c.shardOf(id), shard);
+});
