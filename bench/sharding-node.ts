@@ -239,9 +239,10 @@ async function tellRunCpu(
   send: (seq: number) => void,
   count: number,
   window: number,
-): Promise<{ rate: number; cpuUs: number }> {
+): Promise<{ rate: number; cpuUs: number; systemUs: number; framesPerWrite: number }> {
   const base = acks.acked;
   const cpu = process.cpuUsage();
+  const { writes, framesOut } = remoting.stats;
   const started = clock.now();
   let sent = 0;
   while (sent < count) {
@@ -249,7 +250,13 @@ async function tellRunCpu(
     await new Promise<void>((r) => (acks.waiter = r));
   }
   await waitAcks(base + count);
-  return { rate: (count / (clock.now() - started)) * 1000, cpuUs: cpuUsPer(cpu, count) };
+  const rate = (count / (clock.now() - started)) * 1000;
+  const cpuUs = cpuUsPer(cpu, count);
+  // The kernel's share of it (socket writes and reads), and how many frames a socket write carried on average: a
+  // caller's CPU per tell that varies from run to run shows here whether its writes or its own work changed.
+  const systemUs = process.cpuUsage(cpu).system / count;
+  const after = remoting.stats;
+  return { rate, cpuUs, systemUs, framesPerWrite: (after.framesOut - framesOut) / Math.max(1, after.writes - writes) };
 }
 
 /** `count` asks with `inFlight` outstanding; rate and sorted latencies (ms). */

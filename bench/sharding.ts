@@ -575,12 +575,14 @@ async function routing(): Promise<Record<string, unknown>> {
     await caller.request({ type: "shardedTell", name: type, ids, count: warmTells, window: tellWindow });
     const tellRates: number[] = [];
     const tellCpu: number[] = [];
+    const tellSystemCpu: number[] = [];
+    const tellFramesPerWrite: number[] = [];
     // The coordinator's and the owner's CPU over the tell rounds, per message (they are other processes when the
     // caller is not the coordinator): what a hop costs there, whatever else loads the host.
     const coordinatorCpu0 = await cpuOf(coordinator);
     const ownerCpu0 = await cpuOf(entityOwner);
     for (let round = 0; round < tellRounds; round++) {
-      const r = await caller.request<Rated>({
+      const r = await caller.request<Rated & { systemUs: number; framesPerWrite: number }>({
         type: "shardedTell",
         name: type,
         ids,
@@ -589,6 +591,8 @@ async function routing(): Promise<Record<string, unknown>> {
       });
       tellRates.push(r.rate);
       tellCpu.push(r.cpuUs);
+      tellSystemCpu.push(r.systemUs);
+      tellFramesPerWrite.push(r.framesPerWrite);
     }
     const told = tellRounds * tellRound;
     const tell = {
@@ -596,6 +600,8 @@ async function routing(): Promise<Record<string, unknown>> {
       rounds: tellRates,
       cpuUs: median(tellCpu),
       cpuRounds: tellCpu,
+      systemCpuRounds: tellSystemCpu,
+      framesPerWriteRounds: tellFramesPerWrite,
       coordinatorCpuUs: ((await cpuOf(coordinator)) - coordinatorCpu0) / told,
       ownerCpuUs: ((await cpuOf(entityOwner)) - ownerCpu0) / told,
     };
