@@ -45,6 +45,11 @@ export interface MessageRegistration {
   readonly codec: PayloadCodec | null;
   /** @internal True when decoding may skip `schema` and `fromJSON` (the codec builds the instance directly). */
   readonly direct: boolean;
+  /**
+   * @internal True for a protocol container registered with a hand-written codec ({@link MessageRegistry.registerCodec}:
+   * an envelope, a batch of envelopes): it carries messages and is never itself carried inside another message.
+   */
+  readonly container: boolean;
 }
 
 /**
@@ -106,7 +111,7 @@ export class MessageRegistry {
       options.fields === undefined
         ? null
         : compileCodec(name, options.fields, direct ? (type.prototype as object) : Object.prototype);
-    return this.add({ name, type, schema, codec, direct });
+    return this.add({ name, type, schema, codec, direct, container: false });
   }
 
   /**
@@ -124,7 +129,7 @@ export class MessageRegistry {
       }
       if (this.byType.get(type) === byType) return byType;
     }
-    return this.add({ name, type, schema: null, codec, direct: true });
+    return this.add({ name, type, schema: null, codec, direct: true, container: true });
   }
 
   /** The registration `type` already has under `name`, if any. @throws MessageRegistrationError on a conflict */

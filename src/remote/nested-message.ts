@@ -1,3 +1,4 @@
+import { InvalidMessageError } from "../actor/index.ts";
 import { describe, errorText } from "../actor/untrusted.ts";
 import { compileCodec, type FieldList, fnv1a, type PayloadCodec } from "./codec.ts";
 import { PayloadFormat } from "./envelope.ts";
@@ -103,25 +104,45 @@ export function registerNesting(
  * The nested form of `message`: its registered wire name, and the message itself as payload (the nesting codec
  * serializes it inside the envelope in the same pass, so no intermediate payload is built).
  * @throws UnknownMessageTypeError when the message's class is not registered
+ * @throws InvalidMessageError when it is a protocol container (an envelope, a batch): no message carries one
  */
 export function encodeNested(registry: MessageRegistry, message: unknown): NestedMessage {
-  return { type: registry.registrationOf(message).name, payload: message };
+  const entry = registry.registrationOf(message);
+  if (entry.container) {
+    throw new InvalidMessageError(
+      `${entry.name} is one of Movie's protocol envelopes and cannot be sent inside another message; send the message it carries`,
+    );
+  }
+  return { type: entry.name, payload: message };
 }
 
 /**
  * The instance a nested message stands for: an {@link EncodedMessage} is decoded with the registration of its wire
- * name, in the format its sender wrote; any other payload is taken as the message's JSON.
+ * name, in the format its sender wrote; any other payload is taken as the message's JSON. A wire name of a protocol
+ * container (an envelope, a batch of them) is refused: nesting one would deliver the container as a message, and
+ * containers nested in containers cost a reader work (and stack) per level.
  * @throws EnvelopeDecodeError (reason `unknownType`, `schemaInvalid` or `undecodable`)
  */
 export function decodeNested(registry: MessageRegistry, nested: NestedMessage): unknown {
   const payload = nested.payload;
+  // Made only by the nesting codec's read, which never decodes a container (decodedOrNull).
   if (payload instanceof DecodedMessage) return payload.value;
-  if (!(payload instanceof EncodedMessage)) return registry.decode(nested.type, payload);
   const type = nested.type;
   const entry = registry.lookupName(type);
   if (entry === undefined) throw new EnvelopeDecodeError("unknownType", `type "${type}" is not registered`, type);
+  if (entry.container) throw nestedContainer(type);
+  if (!(payload instanceof EncodedMessage)) return registry.decode(type, payload);
   const bytes = payload.bytes;
   return decodePayload(entry, payload.format === PayloadFormat.binary, payload.fingerprint, bytes, 0, bytes.length);
+}
+
+/** The refusal of a nested message whose wire name is a protocol container's. */
+function nestedContainer(type: string): EnvelopeDecodeError {
+  return new EnvelopeDecodeError(
+    "undecodable",
+    `nested message "${type}" is a protocol envelope, which no message may carry`,
+    type,
+  );
 }
 
 /** Longest wire name a nested message may carry (the registry's own limit). */
@@ -368,7 +389,8 @@ export class NestingCodec implements PayloadCodec {
     end: number,
   ): DecodedNestedMessage | null {
     const entry = this.entryNamed(type);
-    if (entry === undefined) return null;
+    // A container is never decoded nested: kept encoded, decodeNested refuses it where it is delivered.
+    if (entry === undefined || entry.container) return null;
     try {
       const value = decodePayload(entry, format === PayloadFormat.binary, fingerprint, buf, at, end);
       return new DecodedNestedMessage(type, value);

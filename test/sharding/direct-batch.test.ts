@@ -1,7 +1,8 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
+import { PayloadFormat } from "../../src/remote/envelope.ts";
 import { EnvelopeDecodeError, MessageEncodeError, MessageRegistry } from "../../src/remote/index.ts";
-import { DecodedMessage } from "../../src/remote/nested-message.ts";
+import { DecodedMessage, EncodedMessage } from "../../src/remote/nested-message.ts";
 import { ClusterShardingConfigurationError } from "../../src/sharding/errors.ts";
 import { ShardingSettings } from "../../src/sharding/index.ts";
 import { RegistryCodec, registerShardingWireTypes } from "../../src/sharding/internal/codec.ts";
@@ -617,4 +618,35 @@ test("an explicit flush writes every pending batch before the microtask, which t
   assert.deepEqual(written, [["a", "b"]]);
   await Promise.resolve();
   assert.deepEqual(written, [["a", "b"]]);
+});
+
+test("a protocol envelope is never carried as a message: refused at send; read nested, even a thousand deep, it stays encoded and is refused where delivered", () => {
+  const { registry, single, wire } = setup();
+  const inner = direct(wire, "acct-1", 2);
+  for (const container of [inner, new DirectBatch([inner])]) {
+    assert.throws(
+      () => wire.encode(container),
+      (e: unknown) => e instanceof Error && e.name === "InvalidMessageError" && /protocol envelopes/.test(e.message),
+    );
+  }
+  // On the wire a peer may still nest one: each level a direct envelope whose message is the level below.
+  const fingerprint = registry.lookupName(wireNames.directEnvelope)!.codec!.fingerprint;
+  let bytes = encode(single, inner);
+  for (let level = 0; level < 1_000; level++) {
+    const nested = {
+      type: wireNames.directEnvelope,
+      payload: new EncodedMessage(PayloadFormat.binary, fingerprint, bytes),
+    };
+    const hop0 = new ShardingEnvelope("User", "Account", "acct-1", 2, key, 0, null, null, false, nested, 0, null);
+    bytes = encode(single, DirectEnvelope.of(hop0, addr("c"), 7));
+  }
+  const read = single.read(bytes, 0, bytes.length, Object.prototype) as unknown as DirectEnvelope;
+  const message = read.message!;
+  assert.equal(message.type, wireNames.directEnvelope);
+  assert.ok(message.payload instanceof EncodedMessage, "kept encoded: not decoded a level deeper");
+  assert.throws(
+    () => wire.decode(message),
+    (e: unknown) =>
+      e instanceof EnvelopeDecodeError && e.reason === "undecodable" && /protocol envelope/.test(e.message),
+  );
 });

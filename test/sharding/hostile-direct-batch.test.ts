@@ -245,6 +245,20 @@ function compactPayload(records: Buffer[], shared: CompactShared = {}, header: H
   ]);
 }
 
+/**
+ * The bytes of protocol envelope `name` (a direct batch of one entry, or a direct envelope) carrying Seq `n` to an
+ * owned entity, well-formed under the owner's grant; prefixed with the codec's fingerprint (a nested binary payload's
+ * layout) unless `fingerprinted` is false.
+ */
+function containerBytes(name: string, n: number, fingerprinted = true): Buffer {
+  const codec = registry.lookupName(name)!.codec!;
+  const bytes =
+    name === wireNames.directBatch
+      ? batchPayload([entry({ entityId: owned[2]! }, n)])
+      : binaryPayload(codec, directFields(owned[2]!, encodeNested(registry, new Seq(n))));
+  return fingerprinted ? Buffer.concat([u32be(codec.fingerprint), bytes]) : bytes;
+}
+
 /** A framed user envelope to the owner's sharding daemon, its header written out (no compression). */
 function frame(
   payload: Buffer,
@@ -599,7 +613,7 @@ test("a batch that decodes but names what the owner does not have is refused per
   const fresh = owned[2]!;
   const hostile = hostileBase + 100;
   const good = (n: number) => entry({ entityId: fresh }, n);
-  const nested = (name: string | Buffer, format: number, payload: string) =>
+  const nested = (name: string | Buffer, format: number, payload: string | Buffer) =>
     frame(batchPayload([entryWithNested(fresh, Buffer.from(name), format, Buffer.from(payload))]));
   const cases: [string, Buffer, Partial<Counters>][] = [
     // Not a type or settings of this node: the envelope is rejected as any such single direct envelope is.
@@ -654,6 +668,39 @@ test("a batch that decodes but names what the owner does not have is refused per
     [
       "a control message's name, malformed",
       nested(wireNames.passivateShard, PayloadFormat.json, "{}"),
+      { rejected: 1, payload: 1 },
+    ],
+    // A protocol envelope nested as the message (well-formed, of this owner's type and grant): never decoded nested,
+    // refused where it is delivered; before, a nested batch reached the entity as its message.
+    [
+      "a nested direct batch, binary",
+      nested(wireNames.directBatch, PayloadFormat.binary, containerBytes(wireNames.directBatch, hostile)),
+      { rejected: 1, payload: 1 },
+    ],
+    [
+      "a nested direct envelope, binary",
+      nested(wireNames.directEnvelope, PayloadFormat.binary, containerBytes(wireNames.directEnvelope, hostile)),
+      { rejected: 1, payload: 1 },
+    ],
+    [
+      "a nested direct batch, JSON",
+      nested(
+        wireNames.directBatch,
+        PayloadFormat.json,
+        JSON.stringify({
+          envelopes: [directFields(fresh, { type: registry.registrationOf(new Seq(0)).name, payload: { n: hostile } })],
+        }),
+      ),
+      { rejected: 1, payload: 1 },
+    ],
+    [
+      "a compact batch of direct batches",
+      frame(
+        compactPayload(
+          [compactRecord({ entityId: fresh, payload: containerBytes(wireNames.directBatch, hostile, false) }, hostile)],
+          { name: wireNames.directBatch, fingerprint: registry.lookupName(wireNames.directBatch)!.codec!.fingerprint },
+        ),
+      ),
       { rejected: 1, payload: 1 },
     ],
     // A compact record's payload is decoded where it is read, and kept encoded when it does not decode: refused
