@@ -62,7 +62,14 @@ const entries: Record<string, readonly { file: string; from?: string; why: strin
     { file: "actor/settings-keys.ts", why: "the unknown-setting check, shared by every settings object" },
     { file: "actor/clock.ts", from: "management/", why: "the one place that reads time (management's latencies)" },
   ],
-  remote: [{ file: "remote/index.ts", why: "movie/remote" }],
+  remote: [
+    { file: "remote/index.ts", why: "movie/remote" },
+    {
+      file: "remote/short-text.ts",
+      from: "sharding/internal/",
+      why: "the codecs' hot-path text read, shared with the direct batch codec (not public API)",
+    },
+  ],
   cluster: [{ file: "cluster/index.ts", why: "movie/cluster" }],
   persistence: [
     { file: "persistence/index.ts", why: "movie/persistence" },

@@ -14,11 +14,16 @@ import {
   ShardLeaseUnavailableError,
 } from "../../src/sharding/index.ts";
 import { shardingHostOf } from "../../src/sharding/internal/host.ts";
-import { type DirectBatchRecord, ReceivedDirectBatch, type WireMessage } from "../../src/sharding/internal/messages.ts";
+import {
+  type DirectBatchRecord,
+  ReceivedDirectBatch,
+  ShardingEnvelope,
+  type WireMessage,
+} from "../../src/sharding/internal/messages.ts";
 import type { ShardingProvider } from "../../src/sharding/internal/provider.ts";
 import { settingsDigest } from "../../src/sharding/internal/settings-digest.ts";
 import { eventually } from "../fixtures/eventually.ts";
-import { Seq } from "./fixtures/order.ts";
+import { OrderCommand, Seq, SequenceBehavior, sequenceSink } from "./fixtures/order.ts";
 import { type ShardingNode, startShardingNodes, terminateAll } from "./fixtures/tcp-nodes.ts";
 
 const settings = ShardingSettings.create({
@@ -198,4 +203,76 @@ test("a record its provider cannot take now (no lease) goes to the retry barrier
   );
   assert.equal(provider.leaseRefusals, 0, "all three refusals were met");
   assert.ok(node.sharding.stats.leaseRetries > before.leaseRetries, "counted as lease retries");
+});
+
+/** The first of `e0`, `e1`, … whose shard is `wanted(shard)`. */
+function idWhere(prefix: string, wanted: (shard: number) => boolean): string {
+  const found = Array.from({ length: 1_000 }, (_, i) => `${prefix}${i}`).find((e) =>
+    wanted(node.sharding.shardOf(type, e)),
+  );
+  assert.ok(found !== undefined, `an id of ${prefix} on a wanted shard`);
+  return found;
+}
+
+test("a live entity vouches only for its own id under its own shard: other ids and other shards are hashed and refused", async () => {
+  const shardA = node.sharding.shardOf(type, id);
+  const other = idWhere("o", (s) => s !== shardA);
+  const shardB = node.sharding.shardOf(type, other);
+  const stranger = idWhere("s", (s) => s !== shardA);
+  // Both shards' acceptance kept, both entities live (the provider reports them from their first delivery).
+  receive([record(200), record(201, { entityId: other, shardId: shardB }), record(202)]);
+  await eventually(() => provider.delivered.some((d) => d.n === 202), { what: "both shards accepted" });
+  assert.equal(provider.liveShardOf(id), shardA);
+  assert.equal(provider.liveShardOf(other), shardB);
+  const from = provider.delivered.length;
+  const before = node.sharding.stats.rejectedEnvelopes;
+  receive([
+    record(203),
+    // An id not live here, naming a live entity's shard (its own is another).
+    record(204, { entityId: stranger, shardId: shardA }),
+    // A live entity under another accepted shard than its own.
+    record(205, { shardId: shardB }),
+    record(206, { entityId: other, shardId: shardA }),
+    record(207),
+  ]);
+  await eventually(
+    () => provider.delivered.some((d) => d.n === 207) && node.sharding.stats.rejectedEnvelopes - before === 3,
+    {
+      what: "the batch decided",
+      describe: () => ({
+        delivered: provider.delivered.slice(from).map((d) => d.n),
+        rejected: node.sharding.stats.rejectedEnvelopes - before,
+      }),
+    },
+  );
+  assert.deepEqual(
+    provider.delivered.slice(from).map((d) => d.n),
+    [203, 207],
+  );
+});
+
+test("no entity is created under a shard its id does not hash to, even by an envelope a coordinator forwarded", async () => {
+  const real = "RealRecords";
+  node.sharding.init(real, OrderCommand, settings, (entityId) => new SequenceBehavior(entityId));
+  await eventually(() => node.sharding.allocations(real).size === settings.shardCount, { what: "a plan" });
+  const x = "forged-1";
+  const own = node.sharding.shardOf(real, x);
+  const wrong = (own + 1) % settings.shardCount;
+  const entitiesBefore = node.sharding.localEntityCount;
+  const before = node.sharding.stats;
+  const forward = (shard: number, n: number) => {
+    const message: WireMessage = { type: "Seq", payload: new DecodedMessage(new Seq(n)) };
+    // Hop 1, naming this node (the coordinator) as the one that forwarded it: the owner takes the coordinator's check.
+    const coordinator = node.cluster.selfAddress.toString();
+    daemon.tell(new ShardingEnvelope("User", real, x, shard, settings.key, 1, coordinator, null, true, message), probe);
+  };
+  forward(wrong, 1);
+  forward(own, 2);
+  await eventually(() => (sequenceSink.get(x) ?? []).includes(2), {
+    what: "the envelope under the right shard delivered",
+    describe: () => ({ seen: sequenceSink.get(x), stats: node.sharding.stats }),
+  });
+  assert.deepEqual(sequenceSink.get(x), [2], "the one under the wrong shard created nothing and delivered nothing");
+  assert.equal(node.sharding.localEntityCount, entitiesBefore + 1);
+  assert.equal(node.sharding.stats.rejectedEnvelopes - before.rejectedEnvelopes, 1, "refused and counted");
 });

@@ -1,7 +1,7 @@
 import type { ActorContext, ActorRef, BehaviorSource, Scheduler, SpawnOptions } from "../../actor/index.ts";
 import { DRAIN_AND_STOP, STOP } from "../../actor/index.ts";
 import { EntityTable, type TableEntity } from "../entity-table.ts";
-import { ShardHandoffInProgressError } from "../errors.ts";
+import { ClusterShardingConfigurationError, ShardHandoffInProgressError } from "../errors.ts";
 import type { ShardLeaseView } from "../inspection.ts";
 import type { ShardLeaseToken } from "../lease/lease-token.ts";
 import type { ShardingSettings } from "../settings.ts";
@@ -168,6 +168,7 @@ export class EntityProvider<T> implements ShardingProvider {
 
   private create(shardId: number, entityId: string): Entity {
     if (this.draining.has(shardId)) throw new ShardHandoffInProgressError(this.name, shardId);
+    requireEntityShard(this.name, this.settings, entityId, shardId);
     const source = this.factory(entityId);
     const ref = this.host.spawn(
       source,
@@ -192,4 +193,21 @@ export function entitySpawnOptions(
   if (budgets === null) return capacity === null ? undefined : { mailboxCapacity: capacity };
   const budget = budgets.of(shardId);
   return capacity === null ? { mailboxBudget: budget } : { mailboxCapacity: capacity, mailboxBudget: budget };
+}
+
+/**
+ * Refuses to create entity `entityId` under a shard its id does not hash to. Every delivery's shard is checked
+ * against its id before it reaches a provider but one: an envelope the coordinator forwarded (hop 1), whose check
+ * the coordinator made. Checked again here, where an entity is created (rare), a live entity's shard always is its
+ * id's, which an owner's direct delivery relies on (`ShardingProvider.liveShardOf`) whatever a coordinator sent.
+ * @throws ClusterShardingConfigurationError
+ */
+export function requireEntityShard(type: string, settings: ShardingSettings, entityId: string, shardId: number): void {
+  const expected = settings.partitioner.shardFor(type, entityId, settings.shardCount);
+  if (expected !== shardId) {
+    throw new ClusterShardingConfigurationError(
+      `Entity ${entityId} of ${type} belongs to shard ${expected}, not shard ${shardId}: not created`,
+      "shardId",
+    );
+  }
 }

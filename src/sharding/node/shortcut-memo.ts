@@ -101,7 +101,8 @@ export class CallerRouteMemo {
  * The direct envelopes an owner accepted (`directDeliveryType`) at one state version: per shard, the generation
  * accepted, under one entity type, settings key and coordinator uid (what one caller's batch shares). An envelope that
  * matches one is accepted but for the check that depends on its entity id (its shard is the one the id hashes to),
- * which is made for every envelope.
+ * which is made for every envelope: by hashing the id, or by the entity when it lives here under that shard (see
+ * {@link DirectAcceptMemo.kept}).
  */
 export class DirectAcceptMemo {
   private version = -1;
@@ -161,9 +162,9 @@ export class DirectAcceptMemo {
    * The kept answer for a direct delivery with these fields, or undefined when the memory holds none: the type kept
    * for its shard and generation under its header at this version, or null when its entity id hashes to another shard
    * (the one check made for every envelope). An entity living here under the envelope's shard (`liveShard`) answers
-   * that check without hashing: it was created by a delivery to that shard, and every delivery's shard was checked
-   * against its id (a direct or a caller's envelope here; a forwarded one by the coordinator that forwarded it). The
-   * hash cost about a tenth of an owner's CPU per direct tell in profiles.
+   * that check without hashing: a provider creates an entity only under the shard its id hashes to
+   * (`requireEntityShard`, whatever envelope asked for it). The hash cost about a tenth of an owner's CPU per direct
+   * tell in profiles.
    */
   private kept(
     state: NodeState,

@@ -11,7 +11,7 @@ import {
 import { EntityTable, type TableEntity } from "../entity-table.ts";
 import { ShardHandoffInProgressError, ShardLeaseUnavailableError } from "../errors.ts";
 import type { ShardLeaseView } from "../inspection.ts";
-import { entitySpawnOptions, type ShardingProvider } from "../internal/provider.ts";
+import { entitySpawnOptions, requireEntityShard, type ShardingProvider } from "../internal/provider.ts";
 import { bindEntity } from "../lease/entity-epoch.ts";
 import type { LeaseCounter } from "../lease/lease-book.ts";
 import { LeaseKeeper, type LeaseStore } from "../lease/lease-keeper.ts";
@@ -259,6 +259,7 @@ export class PersistentEntityProvider<T> implements ShardingProvider {
   }
 
   private create(shardId: number, entityId: string, token: ShardLeaseToken): PersistentEntity {
+    requireEntityShard(this.name, this.settings, entityId, shardId);
     const name = this.entities.childName(entityId, 180, `@${token.epoch}`);
     const ref = this.options.host.spawn(
       this.options.behaviorFor(entityId, token),
