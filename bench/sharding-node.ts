@@ -30,6 +30,7 @@ import {
   pct,
   RawRoundTripper,
   rawEchoServer,
+  rawRoundTrips,
   rawSinkServer,
   rawTell,
 } from "./support/raw-frames.ts";
@@ -436,6 +437,13 @@ async function handle(command: Command): Promise<object> {
         senderUid: self.uid,
       });
       return { rate: await rawTell(Number(command.port), frame, Number(command.count)), frameBytes: frame.length };
+    }
+    case "rawRtt": {
+      // The raw round trip alone (the Effect side-by-side's ceiling).
+      const frame = pingFrame(String(command.address));
+      const latencies = await rawRoundTrips(Number(command.port), frame, Number(command.count));
+      const rate = (latencies.length / latencies.reduce((s, x) => s + x, 0)) * 1000;
+      return { rate, p50: pct(latencies, 50), p99: pct(latencies, 99) };
     }
     case "asksBesideRaw": {
       // Sequential asks, each right after one raw round trip to the same process: where the scheduler puts the two
