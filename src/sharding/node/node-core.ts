@@ -953,6 +953,11 @@ class Step {
     return this.s.view.up.has(node.toString());
   }
 
+  /** Whether `node` is a member in a status a plan and a handoff count (Up, Leaving, Exiting). */
+  private isPlanMember(node: UniqueAddress): boolean {
+    return this.s.view.snapshot.members.some((m) => m.uniqueAddress.equals(node) && planMemberStatuses.has(m.status));
+  }
+
   private isAuthor(t: TypeState): boolean {
     return t.plan.author?.equals(this.self) === true;
   }
@@ -1496,9 +1501,7 @@ class Step {
       );
     }
     if (origin !== null) t.registrations.set(origin.toString(), snapshot.settingsKey);
-    const originIsPlanMember =
-      origin !== null &&
-      this.s.view.snapshot.members.some((m) => m.uniqueAddress.equals(origin) && planMemberStatuses.has(m.status));
+    const originIsPlanMember = origin !== null && this.isPlanMember(origin);
     if (t.plan.bootstrap !== null) {
       const [next, accepted] = acceptSnapshot(
         t.plan,
@@ -2280,6 +2283,13 @@ class Step {
     if (probe.coordinator === null) {
       if (origin === null || !origin.equals(caller)) {
         throw new ClusterShardingConfigurationError("A direct-route probe must come from the caller it names");
+      }
+      // Only a member a handoff waits for (announceHandoff: Up, Leaving, Exiting) may hold a grant: another sender's
+      // direct envelopes would not be flushed by a marker before the old owner drains, and registering it would keep
+      // an entry per authenticated non-member until the next view change. Such a caller routes through here.
+      if (!this.isPlanMember(caller)) {
+        this.declineProbe(t, shard, caller);
+        return;
       }
       // A grant can only follow this probe: its caller is registered here before it can hold one, so every handoff
       // from now on announces to it and waits for its marker (a plan broadcast alone registers nobody).

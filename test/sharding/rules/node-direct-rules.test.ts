@@ -25,6 +25,7 @@ import {
   b,
   c,
   coordinatorWithPlan,
+  d,
   delivers,
   follower,
   forwards,
@@ -111,6 +112,31 @@ test("direct: the coordinator forwards a probe only when it would dispatch the s
     2_004,
   );
   assert.equal(sent(own, DirectRefused).length, 1, "a shard the coordinator owns needs no direct route");
+});
+
+test("direct: a probe from an authenticated node that is not a member is declined, counted, and registers nothing (a handoff would not wait for its marker)", () => {
+  const k = cluster();
+  const shard = k.coordinator.shardOn(c);
+  const dropped = k.coordinator.stats.directProbesDropped;
+  const effects = control(
+    k.coordinator,
+    new DirectProbe(type, k.coordinator.settings.key, shard, d.toString(), 11),
+    d,
+    2_000,
+  );
+  assert.deepEqual(sent(effects, DirectProbe), [], "not forwarded to the owner");
+  const [no] = sent(effects, DirectRefused);
+  assert.ok(no!.to.equals(d), "the caller is told, so what it holds goes through the coordinator at once");
+  assert.equal(k.coordinator.t.registrations.has(d.toString()), false);
+  assert.equal(k.coordinator.stats.directProbesDropped, dropped + 1);
+  // The same probe from a member is forwarded (the check is the membership, nothing else).
+  const member = control(
+    k.coordinator,
+    new DirectProbe(type, k.coordinator.settings.key, shard, b.toString(), 12),
+    b,
+    2_001,
+  );
+  assert.equal(sent(member, DirectProbe).length, 1);
 });
 
 test("direct: the owner grants only from the accepting coordinator, for a shard it owns in that coordinator's plan, and not once a drain was asked", () => {
