@@ -1591,6 +1591,7 @@ class Step {
       return;
     }
     const shard = d.envelope.shardId;
+    let probeAgain = false;
     if (this.awaitingGrant(t, shard, coordinator)) {
       if (held !== null || t.heldLocal.countOf(shard) < t.settings.heldDeliveriesPerShard) {
         this.hold(t, t.heldLocal, d, null, countsRemoteRoute, held);
@@ -1598,18 +1599,26 @@ class Step {
       }
       // A burst larger than the held bound while the probe is out: the caller is not refused for want of a grant.
       // The probe is given up and the shard's waiting deliveries go through the coordinator, in order, then this one
-      // (the bench found it: a synchronous flood of tells refused with NoShardOwnerError).
+      // (the bench found it: a synchronous flood of tells refused with NoShardOwnerError). The route cools while they
+      // go, so none of them probes; a new probe then follows this one at once (below), as after a first delivery: a
+      // burst that goes on waits behind it again, and the route opens once the burst pauses long enough for the
+      // answer. Cooling for `directProbeRetryMs` instead kept a caller whose bursts outgrow the bound (a loop of
+      // tells) on the coordinator route for good: the bound was met again before every next probe was answered.
       this.coolRoute(t, shard);
       for (const h of t.heldLocal.take((x) => x.delivery.envelope.shardId === shard)) {
         this.routeLocal(t, h.delivery, h.countsRemoteRoute, h);
       }
+      probeAgain = true;
     }
     t.via = coordinator;
     if (!coordinator.equals(this.self)) {
       if (t.settings.routing === "direct" && this.routeDirect(t, d, coordinator)) return;
       if (countsRemoteRoute) this.counters.remoteRoutes++;
       this.effects.push({ kind: "forward", to: coordinator, envelope: d.envelope, delivery: d });
-      if (t.settings.routing === "direct") this.probeFor(t, d.envelope.shardId, coordinator);
+      if (t.settings.routing === "direct") {
+        if (probeAgain && t.routes.get(shard)?.phase === "cooling") t.routes.delete(shard);
+        this.probeFor(t, shard, coordinator);
+      }
       return;
     }
     try {

@@ -427,13 +427,13 @@ test("direct: a passivate for a shard this node does not own (a late copy) drain
   assert.equal(ofKind(asked, "drainShard").length, 1);
 });
 
-test("direct: a burst past the held bound while the probe is out is not refused — the probe is given up and everything goes through the coordinator, in order", () => {
+test("direct: a burst past the held bound while the probe is out is not refused — the waiting deliveries and it go through the coordinator, in order, a new probe follows them at once, and only its grant opens the route", () => {
   const coordinator = coordinatorWithPlan({ ...direct, heldDeliveriesPerShard: 3 });
   const bb = follower(b, coordinator.update(), { ...direct, heldDeliveriesPerShard: 3 });
   const shard = bb.shardOn(c);
   const id = bb.entityIn((s) => s === shard);
   const first = bb.delivery(id);
-  assert.equal(sent(bb.route(first, 2_000), DirectProbe).length, 1);
+  const [given] = sent(bb.route(first, 2_000), DirectProbe);
   const waiting = [bb.delivery(id), bb.delivery(id), bb.delivery(id)];
   for (const d of waiting) assert.deepEqual(forwards(bb.route(d, 2_001)), []);
   const burst = bb.delivery(id);
@@ -443,7 +443,29 @@ test("direct: a burst past the held bound while the probe is out is not refused 
     forwards(effects).map((f) => [f.to.toString(), f.delivery.sender]),
     [...waiting, burst].map((d) => [a.toString(), d.sender]),
   );
-  assert.equal(bb.t.routes.get(shard)?.phase, "cooling");
+  // One new probe, to the coordinator, behind the burst's delivery on that link.
+  const [again, ...more] = sent(effects, DirectProbe);
+  assert.deepEqual(more, []);
+  assert.ok(again!.to.equals(a));
+  assert.notEqual(again!.message.token, given!.message.token);
+  const order = effects.filter((e) => e.kind === "forward" || e.kind === "send");
+  assert.equal(order.at(-1)?.kind, "send", "the probe comes after every forwarded delivery");
+  assert.equal(bb.t.routes.get(shard)?.phase, "probing");
+  // The burst goes on: it waits for the new probe's answer again.
+  const next = bb.delivery(id);
+  assert.deepEqual(forwards(bb.route(next, 2_003)), []);
+  const grant = (token: number) =>
+    new DirectGrant(type, bb.settings.key, shard, c.toString(), a.toString(), bb.t.plan.generation, token);
+  // The given-up probe's grant is no grant for what went through the coordinator after it: ignored.
+  assert.deepEqual(forwards(control(bb, grant(given!.message.token), c, 2_004)), []);
+  assert.equal(bb.t.routes.get(shard)?.phase, "probing");
+  const opened = control(bb, grant(again!.message.token), c, 2_005);
+  assert.equal(bb.t.routes.get(shard)?.phase, "direct");
+  assert.deepEqual(
+    forwards(opened).map((f) => [f.to.toString(), f.delivery.sender]),
+    [[c.toString(), next.sender]],
+    "the waiting delivery goes straight to the owner",
+  );
 });
 
 test("direct: a delivery held while the probe is out is counted once and keeps its deadline, though every later step takes it out and puts it back", () => {
