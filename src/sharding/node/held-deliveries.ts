@@ -90,6 +90,22 @@ export class HeldDeliveries<D> {
     return taken;
   }
 
+  /**
+   * Removes and returns every delivery of the shards `which` selects, shard by shard, each in arrival order; the other
+   * shards keep theirs untouched. Asks once per shard, not per delivery: a pass that runs on every step over a shard
+   * that must keep waiting costs nothing per delivery it holds.
+   */
+  takeShards(which: (shard: number) => boolean): HeldDelivery<D>[] {
+    const taken: HeldDelivery<D>[] = [];
+    for (const [shard, queue] of this.shards) {
+      if (!which(shard)) continue;
+      for (const h of queue) taken.push(h);
+      this.shards.delete(shard);
+    }
+    this.count -= taken.length;
+    return taken;
+  }
+
   /** Every held delivery, shard by shard, each shard in arrival order (nothing removed; for inspection). */
   list(): HeldDelivery<D>[] {
     const all: HeldDelivery<D>[] = [];

@@ -1836,7 +1836,12 @@ class Step {
           !this.flushing(t, coordinator) &&
           (!coordinator.equals(this.self) || this.authorReady(t))
         ) {
-          for (const h of t.heldLocal.takeAll()) this.routeLocal(t, h.delivery, h.countsRemoteRoute, h);
+          // A shard whose probe is still out keeps its deliveries in place (routeLocal would hold each again): taking
+          // and holding them on every step cost each step the whole queue, up to the held bound per shard, and a
+          // burst of tells became quadratic (seen over TCP: a 20,000-tell burst stalled the caller past the failure
+          // detector's pause, so the coordinator marked it unreachable and refused its tells).
+          const ready = t.heldLocal.takeShards((shard) => !this.awaitingGrant(t, shard, coordinator));
+          for (const h of ready) this.routeLocal(t, h.delivery, h.countsRemoteRoute, h);
         }
       }
     }

@@ -468,6 +468,37 @@ test("direct: a burst past the held bound while the probe is out is not refused 
   );
 });
 
+test("direct: the steps while a probe is out leave the shard's held deliveries in place, touched by no later step (a burst stays linear)", () => {
+  const k = cluster();
+  const shard = k.b.shardOn(c);
+  const id = k.b.entityIn((s) => s === shard);
+  k.b.route(k.b.delivery(id), 2_000);
+  const waiting = Array.from({ length: 50 }, () => k.b.delivery(id));
+  for (const d of waiting) k.b.route(d, 2_001);
+  const queue = k.b.t.heldLocal;
+  const hold = queue.hold.bind(queue);
+  let holds = 0;
+  queue.hold = (s, h) => {
+    holds++;
+    return hold(s, h);
+  };
+  try {
+    // Fifty more of the same burst, and calls to another shard: each step's held pass leaves the fifty alone.
+    for (let i = 0; i < 50; i++) k.b.route(k.b.delivery(k.b.entityIn((s) => s === k.b.shardOn(a))), 2_002 + i);
+    assert.equal(holds, 0, "no step took a waiting delivery out and put it back");
+    const more = Array.from({ length: 50 }, () => k.b.delivery(id));
+    for (const d of more) k.b.route(d, 2_100);
+    assert.equal(holds, 50, "each new one held once");
+    assert.deepEqual(
+      queue.list().map((h) => h.delivery),
+      [...waiting, ...more],
+      "in order",
+    );
+  } finally {
+    queue.hold = hold;
+  }
+});
+
 test("direct: a delivery held while the probe is out is counted once and keeps its deadline, though every later step takes it out and puts it back", () => {
   const k = cluster();
   const shard = k.b.shardOn(c);
