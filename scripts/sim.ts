@@ -1,6 +1,7 @@
 // Long runs of the seeded node simulator: `npm run sim -- --seeds 10000 --from 1 [--liveness] [--churn] [--moves]
-// [--direct | --coordinator]` (`--moves`: operators move shards during the faults, as node-sim.test.ts's operator-move
-// histories). Without --direct or --coordinator the routing mode is the suite's (directBySeed: half of
+// [--direct | --coordinator] [--held-bound N]` (`--moves`: operators move shards during the faults, as
+// node-sim.test.ts's operator-move histories; `--held-bound N`: every node holds at most N deliveries per shard and
+// clients send bursts of one to four tells, so bursts pass the bound while direct-route probes are out). Without --direct or --coordinator the routing mode is the suite's (directBySeed: half of
 // the seeds route directly). Prints a progress line every 3 s and a final table; a failing seed prints its trace and
 // how to replay it, and the run exits 1.
 import { runHistory, SimFailure } from "../test/sim/node-sim.ts";
@@ -22,6 +23,7 @@ const liveness = process.argv.includes("--liveness");
 const coordinatorChurn = process.argv.includes("--churn");
 const operatorMoves = process.argv.includes("--moves");
 const direct = process.argv.includes("--direct") ? true : process.argv.includes("--coordinator") ? false : undefined;
+const heldBound = process.argv.includes("--held-bound") ? option("held-bound", 1) : undefined;
 const started = performance.now();
 const cpuStarted = process.cpuUsage();
 let lastPrint = started;
@@ -36,6 +38,7 @@ let relayedDelivered = 0;
 let flushes = 0;
 let directDelivered = 0;
 let directRefusals = 0;
+let directBurstProbes = 0;
 const notLive: number[] = [];
 for (let seed = from; seed < from + seeds; seed++) {
   try {
@@ -45,7 +48,9 @@ for (let seed = from; seed < from + seeds; seed++) {
       coordinatorChurn,
       operatorMoves,
       ...(direct === undefined ? {} : { direct }),
+      ...(heldBound === undefined ? {} : { heldBound }),
     });
+    directBurstProbes += result.directBurstProbes;
     directDelivered += result.directDelivered;
     directRefusals += result.directRefusals;
     delivered += result.delivered;
@@ -86,6 +91,7 @@ console.table({
   relayedThenDelivered: relayedDelivered,
   deliveredDirectly: directDelivered,
   directRefusals,
+  directBurstProbes,
   notLiveAfterHealing: notLive.length,
   operatorRestarted: operatorRestarts.length,
 });

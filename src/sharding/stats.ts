@@ -72,6 +72,11 @@ export interface ShardingStats {
   /** Grants this node's callers gave up on a refusal from the owner (their shard went back to the coordinator route). */
   readonly directFallbacks: number;
   /**
+   * Probes this node's callers sent again at once because a burst passed the held bound while one was out (the
+   * waiting deliveries went through the coordinator, the new probe behind them; docs/protocol.md §8.8 "Caller").
+   */
+  readonly directBurstProbes: number;
+  /**
    * Frames of two or more direct deliveries this node's callers sent one owner back to back with one sender (a
    * `DirectBatch`, docs/protocol.md §8.8 "Batches"); each delivery in one is also in `directRoutes`.
    */
@@ -119,6 +124,7 @@ export function zeroStats(): MutableShardingStats {
     directRefusals: 0,
     directProbesDropped: 0,
     directFallbacks: 0,
+    directBurstProbes: 0,
     directBatches: 0,
   };
 }

@@ -249,6 +249,7 @@ test("stats: the 15 counters of docs/protocol.md §16.2 in its order, then the m
     "directRefusals",
     "directProbesDropped",
     "directFallbacks",
+    "directBurstProbes",
     "directBatches",
   ]);
   assert.deepEqual(Object.keys(snapshot.malformedEnvelopes), ["undecodable", "schemaInvalid", "payload"]);

@@ -233,6 +233,13 @@ export interface HistoryOptions {
    * persistent and plain ones), so the suite's histories split between the two modes.
    */
   readonly direct?: boolean;
+  /**
+   * A held bound per shard (`heldDeliveriesPerShard`) for every node, and bursts: each client call sends one to four
+   * tells to one entity at once, so a burst passes a small bound while a direct-route probe is out (the caller sends
+   * the waiting ones through the coordinator and probes again behind them, docs/protocol.md §8.8 "Caller"). Default:
+   * the settings' bound (1,024) and single tells, so the seeds of the default histories replay unchanged.
+   */
+  readonly heldBound?: number;
 }
 
 /** Whether a seed's default history routes directly: seeds 2, 3, 6, 7, 10, 11, … (half of the even and of the odd). */
@@ -283,6 +290,8 @@ export interface HistoryResult {
   readonly directDelivered: number;
   readonly directRefusals: number;
   readonly directProbesDropped: number;
+  /** Probes callers sent again at once after a burst passed the held bound while one was out. */
+  readonly directBurstProbes: number;
   /** Null when every shard had a live owner and every probe was delivered after healing, else what was missing. */
   readonly liveness?: string | null;
 }
@@ -378,6 +387,19 @@ const directOperatorMoveSettings = ShardingSettings.create({
   leaseRenewInterval: 100,
   routing: "direct",
 });
+
+/** The settings {@link runHistory} picks, with `heldDeliveriesPerShard` set to `bound` (HistoryOptions.heldBound). */
+function withHeldBound(direct: boolean, moves: boolean, bound: number): ShardingSettings {
+  return ShardingSettings.create({
+    shardCount: defaultSettings.shardCount,
+    allocation: new LeastLoadedAllocation(),
+    rebalance: new RateLimitedRebalance({ threshold: moves ? 2 : 1, maxConcurrent: 2 }),
+    leaseDuration: 300,
+    leaseRenewInterval: 100,
+    heldDeliveriesPerShard: bound,
+    ...(direct ? { routing: "direct" as const } : {}),
+  });
+}
 
 export class NodeSim {
   now = 0;
@@ -1730,6 +1752,7 @@ export class NodeSim {
       directDelivered: this.directDelivered,
       directRefusals: [...this.nodes.values()].reduce((n, x) => n + x.core.counters.directRefusals, 0),
       directProbesDropped: [...this.nodes.values()].reduce((n, x) => n + x.core.counters.directProbesDropped, 0),
+      directBurstProbes: [...this.nodes.values()].reduce((n, x) => n + x.core.counters.directBurstProbes, 0),
     };
   }
 
@@ -1782,11 +1805,19 @@ function entityOfShard(shard: number): string {
 export function runHistory(options: HistoryOptions): HistoryResult {
   const direct = options.direct ?? directBySeed(options.seed);
   const moves = options.operatorMoves === true;
+  const chosen = direct
+    ? moves
+      ? directOperatorMoveSettings
+      : directSettings
+    : moves
+      ? operatorMoveSettings
+      : defaultSettings;
+  const heldBound = options.heldBound;
   const sim = new NodeSim(
     options.seed,
     options.bugs,
     options.persistent ?? options.seed % 2 === 0,
-    direct ? (moves ? directOperatorMoveSettings : directSettings) : moves ? operatorMoveSettings : defaultSettings,
+    heldBound === undefined ? chosen : withHeldBound(direct, moves, heldBound),
   );
   const rand = sim.rand;
   const faultMs = options.faultMs ?? 1_500;
@@ -1798,7 +1829,12 @@ export function runHistory(options: HistoryOptions): HistoryResult {
   const traffic = (): void => {
     if (sim.isHealed) return;
     const nodes = sim.alive;
-    if (nodes.length > 0) sim.tell(nodes[rand.int(nodes.length)]!, entities[rand.int(entities.length)]!);
+    if (nodes.length > 0) {
+      const node = nodes[rand.int(nodes.length)]!;
+      const entity = entities[rand.int(entities.length)]!;
+      const burst = heldBound === undefined ? 1 : 1 + rand.int(4);
+      for (let i = 0; i < burst; i++) sim.tell(node, entity);
+    }
     sim.at(5 + rand.int(20), traffic);
   };
   sim.at(600, traffic);

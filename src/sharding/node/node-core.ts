@@ -221,6 +221,12 @@ export interface PlantedBugs {
    * coordinator) instead of holding it: the refusal is not monotone (§8.8), a later one of the same grant is accepted.
    */
   readonly refuseDirectWithoutCoordinator?: boolean;
+  /**
+   * Direct routing: a burst past the held bound while a probe is out opens the shard to a new probe before its
+   * waiting deliveries go through the coordinator, so the first of them probes and the rest wait behind the probe
+   * while the burst's newest delivery goes ahead of them (§8.8 "Caller").
+   */
+  readonly probeBeforeBurstFlush?: boolean;
 }
 
 /** The whole node. */
@@ -1604,7 +1610,8 @@ class Step {
       // burst that goes on waits behind it again, and the route opens once the burst pauses long enough for the
       // answer. Cooling for `directProbeRetryMs` instead kept a caller whose bursts outgrow the bound (a loop of
       // tells) on the coordinator route for good: the bound was met again before every next probe was answered.
-      this.coolRoute(t, shard);
+      if (this.s.bugs.probeBeforeBurstFlush === true) t.routes.delete(shard);
+      else this.coolRoute(t, shard);
       for (const h of t.heldLocal.take((x) => x.delivery.envelope.shardId === shard)) {
         this.routeLocal(t, h.delivery, h.countsRemoteRoute, h);
       }
@@ -1616,8 +1623,10 @@ class Step {
       if (countsRemoteRoute) this.counters.remoteRoutes++;
       this.effects.push({ kind: "forward", to: coordinator, envelope: d.envelope, delivery: d });
       if (t.settings.routing === "direct") {
-        if (probeAgain && t.routes.get(shard)?.phase === "cooling") t.routes.delete(shard);
+        const again = probeAgain && t.routes.get(shard)?.phase === "cooling";
+        if (again) t.routes.delete(shard);
         this.probeFor(t, shard, coordinator);
+        if (again && t.routes.get(shard)?.phase === "probing") this.counters.directBurstProbes++;
       }
       return;
     }

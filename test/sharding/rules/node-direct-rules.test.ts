@@ -451,6 +451,7 @@ test("direct: a burst past the held bound while the probe is out is not refused 
   const order = effects.filter((e) => e.kind === "forward" || e.kind === "send");
   assert.equal(order.at(-1)?.kind, "send", "the probe comes after every forwarded delivery");
   assert.equal(bb.t.routes.get(shard)?.phase, "probing");
+  assert.equal(bb.stats.directBurstProbes, 1, "counted");
   // The burst goes on: it waits for the new probe's answer again.
   const next = bb.delivery(id);
   assert.deepEqual(forwards(bb.route(next, 2_003)), []);
