@@ -188,14 +188,13 @@ function firstCaught(
   for (let seed = 1; seed <= maxSeeds; seed++) {
     try {
       // Liveness on when the mode is named: a safety check that fails after healing is reported as itself, not as a
-      // history not live. Not with a small held bound: a call past it is refused by design, liveness probes too.
+      // history not live.
       const { direct, coordinatorChurn = false, heldBound } = options;
-      const liveness = heldBound === undefined;
       runHistory({
         seed,
         bugs,
         coordinatorChurn,
-        ...(direct === undefined ? {} : { direct, liveness }),
+        ...(direct === undefined ? {} : { direct, liveness: true }),
         ...(heldBound === undefined ? {} : { heldBound }),
       });
     } catch (error) {
@@ -252,20 +251,22 @@ test("a planted bug, the direct route taken from the plan without the owner's gr
 
 // A burst past the held bound while a probe is out (docs/protocol.md §8.8 "Caller"): the waiting deliveries go
 // through the coordinator, then the burst's newest, and a new probe follows them. The suite's traffic never fills a
-// held queue, so these histories hold at most 2 deliveries per shard and send bursts of one to four tells. The
-// planted bug opens the shard to the new probe before the waiting ones go: measured 2026-12-07, FIFO broken at seed 1
-// (`npm run sim -- --direct --held-bound 2`: 1,000 seeds keep every invariant without it, 3,236 burst probes).
+// held queue, so these histories hold at most 2 deliveries per shard and send bursts of one to four tells; their
+// liveness probes go once every caller's held queue drained (a call past the bound is refused by design). The planted
+// bug opens the shard to the new probe before the waiting ones go: measured 2026-12-07, FIFO broken at seed 1.
+// `npm run sim -- --liveness --direct --held-bound 1` (also `--held-bound 2 --moves`, `--held-bound 2 --churn`):
+// 1,500 seeds each keep every invariant and are live, 4,154-9,001 burst probes.
 test("a planted bug, a burst's new probe sent before its waiting deliveries went through the coordinator, is caught within 10 bursty seeds", () => {
   const caught = firstCaught({ probeBeforeBurstFlush: true }, 10, { direct: true, heldBound: 2 });
   assert.ok(caught !== null, "no seed caught the early probe");
   assert.match(caught.reason, /FIFO broken/);
 });
 
-test("bursty direct histories (held bound 2) keep every safety invariant without the planted bug, and bursts probed again", () => {
+test("bursty direct histories (held bound 2) keep every invariant without the planted bug and are live after healing, and bursts probed again", () => {
   let burstProbes = 0;
   let directDelivered = 0;
   for (let seed = 1; seed <= 150; seed++) {
-    const result = runHistory({ seed, direct: true, heldBound: 2 });
+    const result = runHistory({ seed, direct: true, heldBound: 2, liveness: true });
     burstProbes += result.directBurstProbes;
     directDelivered += result.directDelivered;
   }

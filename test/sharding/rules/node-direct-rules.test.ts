@@ -130,13 +130,28 @@ test("direct: a probe from an authenticated node that is not a member is decline
   assert.equal(k.coordinator.t.registrations.has(d.toString()), false);
   assert.equal(k.coordinator.stats.directProbesDropped, dropped + 1);
   // The same probe from a member is forwarded (the check is the membership, nothing else).
-  const member = control(
+  const fromMember = control(
     k.coordinator,
     new DirectProbe(type, k.coordinator.settings.key, shard, b.toString(), 12),
     b,
     2_001,
   );
-  assert.equal(sent(member, DirectProbe).length, 1);
+  assert.equal(sent(fromMember, DirectProbe).length, 1);
+  // A member the coordinator sees Joining or Down is declined as well; a Leaving one is still waited for, so it may.
+  for (const [status, forwarded] of [
+    ["Joining", 0],
+    ["Down", 0],
+    ["Leaving", 1],
+  ] as const) {
+    k.coordinator.feed(
+      { kind: "view", snapshot: view(a, [member(a), member(b), member(c), member(d, status)]) },
+      2_002,
+    );
+    const probe = new DirectProbe(type, k.coordinator.settings.key, shard, d.toString(), 13);
+    const answered = control(k.coordinator, probe, d, 2_003);
+    assert.equal(sent(answered, DirectProbe).length, forwarded, `${status}: forwarded`);
+    assert.equal(k.coordinator.t.registrations.has(d.toString()), forwarded === 1, `${status}: registered`);
+  }
 });
 
 test("direct: the owner grants only from the accepting coordinator, for a shard it owns in that coordinator's plan, and not once a drain was asked", () => {
@@ -500,7 +515,7 @@ test("direct: the steps while a probe is out leave the shard's held deliveries i
   }
 });
 
-test("direct: a delivery held while the probe is out is counted once and keeps its deadline, though every later step takes it out and puts it back", () => {
+test("direct: a delivery held while the probe is out is counted once and keeps its deadline through every later step", () => {
   const k = cluster();
   const shard = k.b.shardOn(c);
   const id = k.b.entityIn((s) => s === shard);
