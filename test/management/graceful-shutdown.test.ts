@@ -75,13 +75,17 @@ test("SIGTERM: the node leaves, its shards and leases move at once, it is remove
     },
     { what: "all 8 Ledger leases held, some by the victim", describe: () => before, intervalMs: 50 },
   );
-  const held = before.filter((r) => r.owner === victim.ready.address);
+  let held = before.filter((r) => r.owner === victim.ready.address);
   assert.ok(held.length > 0, `the victim holds leases: ${JSON.stringify(before)}`);
 
-  // GET /persistence/leases on the victim lists the leases it keeps, as the lease table has them.
+  // GET /persistence/leases on the victim lists the leases it keeps, as the lease table has them. Both are read again
+  // on every try: the rebalance that gave the victim its shards may still move one, and a snapshot of the table taken
+  // once named a lease the victim had already handed on (seen in a full run: the table's shard 7 never listed).
   let listed: unknown = null;
   await eventually(
     async () => {
+      held = (await leaseRows()).filter((r) => r.owner === victim.ready.address && r.live);
+      if (held.length === 0) return false;
       const view = (await getJson(`${victim.ready.url}persistence/leases`)).body as {
         owner: string;
         types: { type: string; leases: { shardId: number; phase: string; epoch: number | null }[] }[];
