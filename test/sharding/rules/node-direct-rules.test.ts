@@ -18,7 +18,7 @@ import {
   PlanUpdate,
 } from "../../../src/sharding/internal/messages.ts";
 import type { Delivery } from "../../../src/sharding/node/node-core.ts";
-import { cluster, control, direct, directFrom, grantedDirect, sent } from "./direct-harness.ts";
+import { cluster, control, direct, directFrom, e, grantedDirect, sent } from "./direct-harness.ts";
 import {
   a,
   asks,
@@ -513,6 +513,28 @@ test("direct: the steps while a probe is out leave the shard's held deliveries i
   } finally {
     queue.hold = hold;
   }
+});
+
+test("direct: deliveries held for a probe under a coordinator that went Down go to the new coordinator in order, before any later delivery, and the probe is dropped", () => {
+  const k = cluster();
+  const shard = k.b.shardOn(c);
+  const id = k.b.entityIn((s) => s === shard);
+  assert.equal(sent(k.b.route(k.b.delivery(id), 2_000), DirectProbe).length, 1);
+  const waiting = [k.b.delivery(id), k.b.delivery(id)];
+  for (const d of waiting) assert.deepEqual(forwards(k.b.route(d, 2_001)), [], "held while the probe is out");
+  // e is elected (a is Down): the probe under a is dropped as the held pass meets it, so the waiting deliveries go
+  // first; a held pass that left the shard alone would let the next delivery (routed under e) overtake them.
+  const changed = k.b.feed(
+    { kind: "membershipChanged", snapshot: view(b, [member(e), member(a, "Down"), member(b), member(c)]) },
+    2_010,
+  );
+  const later = k.b.delivery(id);
+  const effects = [...changed, ...k.b.route(later, 2_011)];
+  assert.deepEqual(
+    forwards(effects).map((f) => [f.to.toString(), f.delivery]),
+    [...waiting, later].map((d) => [e.toString(), d]),
+  );
+  assert.equal(k.b.t.routes.get(shard)?.phase === "probing", false, "no probe under the old coordinator is left");
 });
 
 test("direct: a delivery held while the probe is out is counted once and keeps its deadline through every later step", () => {
