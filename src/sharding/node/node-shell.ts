@@ -320,11 +320,12 @@ export class NodeShell {
     if (r.traceparent !== null && r.traceparent !== undefined) return false;
     const payload = r.message?.payload;
     if (!(payload instanceof DecodedMessage)) return false;
-    // The provider of the batch's type (the memory answers only for the type it kept, whose name that is).
+    // The provider of the batch's type: the memory answers only for the type it kept, and that type is the one the
+    // batch names (directDeliveryType looks it up by that name), so this is its provider.
     const provider = this.providers.get(batch.header.entityType);
     if (provider === undefined) return false;
     const t = this.directAccepts.acceptsRecord(this.state, batch, i, provider.liveShardOf(r.entityId));
-    if (t === null || t.name !== provider.name) return false;
+    if (t === null) return false;
     // deliverRouted's course, with deliverOne's for a decoded tell (deliverTell).
     this.running = true;
     try {
